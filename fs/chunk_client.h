@@ -1,0 +1,56 @@
+/* chunk_client.h — client of the chunkservers: reads and writes chunks by
+ * (inode, chunk index) with routing resolved from strata-meta.
+ *
+ * A chunk is identified by struct chunk_id. Its target comes from the file's
+ * layout and the routing table (layout_chain_for_chunk, then the chain's
+ * head for writes and any serving replica for reads). The client caches the
+ * routing table and refetches it when a chunkserver answers -ESTALE or a
+ * target is unknown.
+ *
+ * Thread-safe; one rpc_client per chunkserver address, pooled. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "types.h"
+#include "meta_client.h"
+
+struct chunk_id {
+	uint64_t ino;
+	uint32_t index; /* chunk number within the file: offset / chunk_size */
+};
+
+struct chunk_client;
+/* The meta client is borrowed (used to fetch routing) and must outlive cc. */
+struct chunk_client *chunk_client_new(struct meta_client *mc, const struct rpc_client_opts *opts);
+void chunk_client_free(struct chunk_client *cc);
+
+/* Reads up to len bytes at off within the chunk into buf. Returns the number
+ * of bytes that exist (short when the chunk is shorter; 0 when the chunk was
+ * never written: a hole, the caller zero-fills), or -EIO when the stored
+ * bytes fail their checksum (never wrong bytes), or another -errno. */
+ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout,
+		   struct chunk_id id, uint32_t off, uint32_t len, void *buf);
+/* Writes len bytes at off within the chunk (creating it; a gap before off
+ * reads as zeros). Atomic: after a crash the chunk holds the old or the new
+ * content. flags: CHUNK_WRITE_SYNC makes it durable before returning.
+ * Returns 0, -ENOSPC, -EIO, ... */
+#define CHUNK_WRITE_SYNC 0x1
+int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		uint32_t off, uint32_t len, const void *buf, unsigned flags);
+/* Cuts the chunk to len bytes (0 keeps an empty chunk). Missing is not an error. */
+int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
+		   struct chunk_id id, uint32_t len);
+/* Removes every chunk of ino with index >= first_index on every chain of the
+ * layout's table (truncate and unlink). Missing chunks are not an error. */
+int chunk_remove_file(struct chunk_client *cc, const struct strata_layout *layout, uint64_t ino,
+		      uint32_t first_index);
+/* Makes all writes on every target of the layout's table durable. */
+int chunk_sync(struct chunk_client *cc, const struct strata_layout *layout);
+
+struct chunk_stat {
+	uint64_t version;
+	uint32_t length;
+	uint64_t checksum; /* XXH3-64 over the chunk's block checksums */
+};
+int chunk_stat(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+	       struct chunk_stat *ret);

@@ -1,0 +1,46 @@
+/* proto.h — message type numbers. Encoders and decoders for each message
+ * live in meta_proto.c (0x01xx, 0x03xx) and chunk_proto.c (0x02xx).
+ * Numbers are never reused; new messages take the next free number. */
+#pragma once
+
+enum strata_msg {
+	/* metadata service: namespace */
+	MSG_META_PING = 0x0100,
+	MSG_META_LOOKUP,
+	MSG_META_GETATTR,
+	MSG_META_SETATTR,
+	MSG_META_MKNOD,
+	MSG_META_MKDIR,
+	MSG_META_CREATE,
+	MSG_META_UNLINK,
+	MSG_META_RMDIR,
+	MSG_META_RENAME,
+	MSG_META_LINK,
+	MSG_META_SYMLINK,
+	MSG_META_READLINK,
+	MSG_META_READDIR,
+	MSG_META_STATFS,
+	MSG_META_SETXATTR,
+	MSG_META_GETXATTR,
+	MSG_META_LISTXATTR,
+	MSG_META_REMOVEXATTR,
+	MSG_META_OPEN,
+	MSG_META_CLOSE,
+	MSG_META_SYNC,
+	MSG_META_SET_LENGTH,
+
+	/* chunkserver */
+	MSG_CHUNK_PING = 0x0200,
+	MSG_CHUNK_READ,
+	MSG_CHUNK_WRITE,
+	MSG_CHUNK_TRUNCATE,
+	MSG_CHUNK_REMOVE,
+	MSG_CHUNK_REMOVE_FILE,
+	MSG_CHUNK_SYNC,
+	MSG_CHUNK_STAT,
+
+	/* metadata service: cluster management */
+	MSG_MGMT_REGISTER = 0x0300,
+	MSG_MGMT_HEARTBEAT,
+	MSG_MGMT_ROUTING,
+};

@@ -1,0 +1,110 @@
+/* rpc.h — request/reply RPC over a stream transport (TCP now, RDMA later).
+ *
+ * Server: one event-loop thread (epoll) accepts connections and reads frames;
+ * complete requests go to a pool of worker threads that run the handler and
+ * write the reply. A connection that sends a malformed frame (bad magic,
+ * newer major version, oversized length, bad checksum, truncated and then
+ * closed) is logged with the reason and closed; other connections are
+ * unaffected. Requests on one connection may be handled concurrently, so
+ * replies can come back out of order (matched by req_id).
+ *
+ * Client: a pool of connections to one server address. rpc_call() is
+ * blocking and thread-safe: it takes an idle connection (or dials a new one,
+ * up to max_conns), sends, and waits for the reply with a timeout. On any
+ * transport error the connection is dropped; the next call reconnects.
+ * Calls marked idempotent are retried once on a fresh connection.
+ *
+ * Errors are negative errno: -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -EPROTO,
+ * or the status the server's handler returned. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include "wire.h"
+
+/* ---- transport interface: room for RDMA beside TCP ---------------------- */
+struct transport_conn;
+struct transport_ops {
+	const char *name; /* "tcp" */
+	/* addr is "host:port". Returns 0 and a connection, or -errno. */
+	int (*dial)(const char *addr, int timeout_ms, struct transport_conn **ret);
+	/* Sends all of iov, or fails. Returns 0 or -errno. */
+	int (*sendv)(struct transport_conn *c, const struct iovec *iov, int iovcnt,
+		     int timeout_ms);
+	/* Receives exactly n bytes. Returns 0, -ETIMEDOUT, -ECONNRESET on EOF, or -errno. */
+	int (*recv_exact)(struct transport_conn *c, void *buf, size_t n, int timeout_ms);
+	/* True if an idle connection was closed or broken by the peer. */
+	bool (*hung_up)(struct transport_conn *c);
+	void (*close)(struct transport_conn *c);
+};
+extern const struct transport_ops transport_tcp;
+/* Splits "host:port" (host may be empty, "[v6]" or a name). Returns 0 or -EINVAL. */
+int addr_parse(const char *addr, char *host, size_t host_cap, uint16_t *ret_port);
+
+/* ---- server ------------------------------------------------------------- */
+struct rpc_server;
+struct rpc_peer {
+	uint64_t conn_id;
+	char addr[64]; /* remote "ip:port" */
+	uint8_t minor; /* peer's wire minor version */
+};
+/* A handler decodes req, does the work, encodes the reply payload into reply
+ * and returns 0 or a negative errno (sent as the reply status; a failed
+ * reply carries no payload). It runs on a worker thread. */
+typedef int (*rpc_handler_fn)(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
+			      const struct rpc_peer *peer);
+struct rpc_server_opts {
+	const char *name;   /* for logs, e.g. "meta" */
+	const char *listen; /* "host:port"; port 0 picks a free one */
+	int workers;        /* worker threads; 0 = 4 */
+	int max_conns;      /* 0 = 1024 */
+	rpc_handler_fn handler;
+	void *ctx;
+};
+/* Binds and starts the loop and workers. Returns 0 and *ret (owned by the
+ * caller, release with rpc_server_free), or -errno. */
+int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret);
+/* The bound port (useful with port 0). */
+uint16_t rpc_server_port(const struct rpc_server *s);
+/* Stops accepting, closes all connections, joins threads, frees. NULL ok. */
+void rpc_server_free(struct rpc_server *s);
+/* Counters for tests: frames rejected as malformed since start. */
+uint64_t rpc_server_rejected(const struct rpc_server *s);
+
+/* ---- client ------------------------------------------------------------- */
+struct rpc_client;
+struct rpc_client_opts {
+	int timeout_ms;     /* per call; 0 = 10000 */
+	int connect_timeout_ms; /* 0 = 2000 */
+	int max_conns;      /* pooled connections; 0 = 16 */
+};
+/* Returns a client for addr (no connection is made yet), or NULL on ENOMEM.
+ * opts may be NULL. Release with rpc_client_free. */
+struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts *opts);
+void rpc_client_free(struct rpc_client *c);
+const char *rpc_client_addr(const struct rpc_client *c);
+
+#define RPC_IDEMPOTENT 0x1 /* safe to resend after a transport failure */
+
+/* A reply. If the caller set buf/cap before the call, a payload that fits is
+ * received into buf (no allocation: large reads land in the caller's buffer);
+ * otherwise payload is malloc'd and owned by the reply. */
+struct rpc_reply {
+	void *buf;      /* in: optional caller buffer */
+	size_t cap;     /* in: its size */
+	uint8_t *data;  /* out: the payload (== buf or heap) */
+	size_t len;     /* out: payload length */
+	uint8_t *heap_; /* private: freed by rpc_reply_done */
+};
+void rpc_reply_done(struct rpc_reply *r);
+
+/* Sends request `type` with payload iov[0..iovcnt) and waits for the reply.
+ * Returns the reply status (0 or negative errno from the handler) or a
+ * transport error. On return (any status) *reply must be released with
+ * rpc_reply_done. */
+int rpc_callv(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
+	      unsigned flags, struct rpc_reply *reply);
+/* Convenience: payload from a wbuf. */
+int rpc_call(struct rpc_client *c, uint16_t type, const struct wbuf *req, unsigned flags,
+	     struct rpc_reply *reply);

@@ -1,0 +1,220 @@
+/* rpc_client.c — the pooled, blocking RPC client of rpc.h.
+ *
+ * Each call owns one connection from the pool for its whole round trip, so a
+ * connection carries at most one request at a time and replies need no
+ * demultiplexing (the req_id is still checked). Concurrency comes from the
+ * pool: up to max_conns calls run in parallel; more wait for a free
+ * connection.
+ *
+ * Invariants:
+ *  1. A connection that saw any error (timeout, reset, malformed reply) is
+ *     closed, never returned to the pool: its stream position is unknown.
+ *  2. An idle connection is checked for a hang-up before reuse (a restarted
+ *     server closed it), so a request is not lost on a dead socket. */
+#include "rpc.h"
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cleanup.h"
+
+
+struct rpc_client {
+	char addr[128];
+	struct rpc_client_opts opts;
+	const struct transport_ops *tops;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct transport_conn **idle;
+	int nidle, nopen;
+	_Atomic uint64_t next_req_id;
+};
+
+struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts *opts)
+{
+	struct rpc_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	if (opts)
+		c->opts = *opts;
+	if (c->opts.timeout_ms <= 0)
+		c->opts.timeout_ms = 10000;
+	if (c->opts.connect_timeout_ms <= 0)
+		c->opts.connect_timeout_ms = 2000;
+	if (c->opts.max_conns <= 0)
+		c->opts.max_conns = 16;
+	c->idle = calloc(c->opts.max_conns, sizeof(*c->idle));
+	if (!c->idle) {
+		free(c);
+		return NULL;
+	}
+	c->tops = &transport_tcp;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	c->next_req_id = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)(uintptr_t)c;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	return c;
+}
+
+void rpc_client_free(struct rpc_client *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->nidle; i++)
+		c->tops->close(c->idle[i]);
+	free(c->idle);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c);
+}
+
+const char *rpc_client_addr(const struct rpc_client *c)
+{
+	return c->addr;
+}
+
+/* Takes a connection: an idle one, or a slot to dial a new one (*ret = NULL). */
+static int pool_get(struct rpc_client *c, struct transport_conn **ret)
+{
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (c->nidle > 0) {
+			struct transport_conn *tc = c->idle[--c->nidle];
+			if (!c->tops->hung_up(tc)) {
+				pthread_mutex_unlock(&c->lock);
+				*ret = tc;
+				return 0;
+			}
+			c->tops->close(tc);
+			c->nopen--;
+		}
+		if (c->nopen < c->opts.max_conns) {
+			c->nopen++;
+			pthread_mutex_unlock(&c->lock);
+			*ret = NULL;
+			return 0;
+		}
+		pthread_cond_wait(&c->cond, &c->lock);
+	}
+}
+
+static void pool_put(struct rpc_client *c, struct transport_conn *tc, bool healthy)
+{
+	pthread_mutex_lock(&c->lock);
+	if (healthy && tc) {
+		c->idle[c->nidle++] = tc;
+	} else {
+		if (tc)
+			c->tops->close(tc);
+		c->nopen--;
+	}
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void rpc_reply_done(struct rpc_reply *r)
+{
+	free(r->heap_);
+	r->heap_ = NULL;
+	r->data = NULL;
+	r->len = 0;
+}
+
+static int recv_reply(struct rpc_client *c, struct transport_conn *tc, uint64_t req_id,
+		      uint16_t type, struct rpc_reply *reply)
+{
+	uint8_t hdr[WIRE_HDR_SIZE];
+	struct wire_hdr h;
+	int r = c->tops->recv_exact(tc, hdr, WIRE_HDR_SIZE, c->opts.timeout_ms);
+	if (r < 0)
+		return r;
+	if (wire_hdr_decode(hdr, &h, NULL) < 0 || !(h.flags & WIRE_F_REPLY) ||
+	    h.req_id != req_id || h.type != type)
+		return -EPROTO;
+	uint8_t *dst;
+	if (reply->buf && h.payload_len <= reply->cap) {
+		dst = reply->buf;
+	} else {
+		reply->heap_ = malloc(h.payload_len ? h.payload_len : 1);
+		if (!reply->heap_)
+			return -ENOMEM;
+		dst = reply->heap_;
+	}
+	r = c->tops->recv_exact(tc, dst, h.payload_len, c->opts.timeout_ms);
+	if (r < 0)
+		return r;
+	if (wire_payload_verify(hdr, &h, dst) < 0)
+		return -EPROTO;
+	reply->data = dst;
+	reply->len = h.payload_len;
+	/* the status is the handler's answer; the connection itself is fine */
+	return h.status > 0 ? -EPROTO : h.status;
+}
+
+/* One attempt. *transport_failed tells the caller whether a retry may help. */
+static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
+		     struct rpc_reply *reply, bool *transport_failed)
+{
+	struct transport_conn *tc;
+	pool_get(c, &tc);
+	int r = 0;
+	if (!tc)
+		r = c->tops->dial(c->addr, c->opts.connect_timeout_ms, &tc);
+	if (r < 0) {
+		pool_put(c, NULL, false);
+		*transport_failed = true;
+		return r;
+	}
+	uint64_t req_id = atomic_fetch_add(&c->next_req_id, 1);
+	struct wire_hdr h = {.type = type, .req_id = req_id};
+	uint8_t hdr[WIRE_HDR_SIZE];
+	struct iovec v[8];
+	if (iovcnt > 7) {
+		pool_put(c, tc, true);
+		return -EINVAL;
+	}
+	v[0] = (struct iovec){.iov_base = hdr, .iov_len = WIRE_HDR_SIZE};
+	memcpy(v + 1, iov, sizeof(*iov) * iovcnt);
+	wire_hdr_sealv(&h, iov, iovcnt, hdr);
+	if (h.payload_len > WIRE_MAX_PAYLOAD) {
+		pool_put(c, tc, true);
+		return -EMSGSIZE;
+	}
+	r = c->tops->sendv(tc, v, iovcnt + 1, c->opts.timeout_ms);
+	if (r == 0)
+		r = recv_reply(c, tc, req_id, type, reply);
+	bool healthy = r >= 0 || reply->data != NULL;
+	*transport_failed = !healthy;
+	pool_put(c, tc, healthy);
+	return r;
+}
+
+int rpc_callv(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
+	      unsigned flags, struct rpc_reply *reply)
+{
+	reply->data = NULL;
+	reply->len = 0;
+	reply->heap_ = NULL;
+	bool transport_failed = false;
+	int r = call_once(c, type, iov, iovcnt, reply, &transport_failed);
+	if (transport_failed && (flags & RPC_IDEMPOTENT)) {
+		rpc_reply_done(reply);
+		r = call_once(c, type, iov, iovcnt, reply, &transport_failed);
+	}
+	return r;
+}
+
+int rpc_call(struct rpc_client *c, uint16_t type, const struct wbuf *req, unsigned flags,
+	     struct rpc_reply *reply)
+{
+	if (req && req->err)
+		return req->err;
+	struct iovec iov = {.iov_base = req ? req->data : NULL, .iov_len = req ? req->len : 0};
+	return rpc_callv(c, type, &iov, iov.iov_len ? 1 : 0, flags, reply);
+}

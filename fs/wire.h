@@ -1,0 +1,145 @@
+/* wire.h — the RPC wire format and the little-endian field codec.
+ *
+ * Every message on the wire is one frame:
+ *
+ *   offset size field
+ *   0      4    magic        0x41525453 ("STRA" little-endian)
+ *   4      1    major        WIRE_MAJOR; a peer with a newer major is refused
+ *   5      1    minor        WIRE_MINOR; newer minors are served
+ *   6      2    flags        WIRE_F_REPLY
+ *   8      2    type         message type (proto.h)
+ *   10     2    reserved     0
+ *   12     4    status       replies: 0 or a negative errno; requests: 0
+ *   16     8    req_id       chosen by the caller, echoed by the reply
+ *   24     4    payload_len  bytes after the header, <= WIRE_MAX_PAYLOAD
+ *   28     4    reserved2    0
+ *   32     8    checksum     XXH3-64 of the payload, seeded with XXH3-64 of
+ *                            header bytes 0..31 (so header and payload are
+ *                            both covered)
+ *   40          payload
+ *
+ * Payload fields are fixed-width little-endian, written and read by the
+ * wbuf_put_* / rbuf_get_* functions below, never by casting a struct.
+ *
+ * Invariants:
+ *  1. A frame is accepted only if magic, major, length and checksum are valid;
+ *     anything else closes the connection (the stream cannot be resynced).
+ *  2. rbuf getters never read past the end: an overrun sets rbuf.err = -EBADMSG
+ *     and returns zeros; decoders check rbuf_done() once at the end. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WIRE_MAGIC 0x41525453u
+#define WIRE_MAJOR 1
+#define WIRE_MINOR 0
+#define WIRE_HDR_SIZE 40
+#define WIRE_MAX_PAYLOAD (8u << 20) /* 8 MiB: reads and writes are <= 4 MiB */
+#define WIRE_F_REPLY 0x0001
+
+struct wire_hdr {
+	uint32_t magic;
+	uint8_t major, minor;
+	uint16_t flags;
+	uint16_t type;
+	int32_t status;
+	uint64_t req_id;
+	uint32_t payload_len;
+	uint64_t checksum;
+};
+
+/* Fills h->magic/major/minor/checksum for payload p[0..len) and encodes h into
+ * out[WIRE_HDR_SIZE]. */
+void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len,
+		   uint8_t out[WIRE_HDR_SIZE]);
+/* Same, for a payload given as an iovec list. */
+struct iovec;
+void wire_hdr_sealv(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
+		    uint8_t out[WIRE_HDR_SIZE]);
+/* Decodes and validates a header (magic, major, reserved, length).
+ * Returns 0, -EPROTO (bad magic/reserved), -EPROTONOSUPPORT (newer major) or
+ * -EMSGSIZE (payload_len > WIRE_MAX_PAYLOAD). On failure *why names the
+ * reason in words (static string). */
+int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const char **why);
+/* Returns 0 if the payload matches h->checksum, -EBADMSG otherwise. */
+int wire_payload_verify(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
+			const void *payload);
+
+/* ---- growable write buffer -------------------------------------------- */
+struct wbuf {
+	uint8_t *data;
+	size_t len, cap;
+	int err; /* -ENOMEM once an allocation failed; later puts are no-ops */
+};
+void wbuf_init(struct wbuf *b);
+void wbuf_done(struct wbuf *b);    /* frees data; accepts a zeroed wbuf */
+void wbuf_reset(struct wbuf *b);   /* len = 0, keeps the allocation */
+void wbuf_put_u8(struct wbuf *b, uint8_t v);
+void wbuf_put_u16(struct wbuf *b, uint16_t v);
+void wbuf_put_u32(struct wbuf *b, uint32_t v);
+void wbuf_put_u64(struct wbuf *b, uint64_t v);
+void wbuf_put_i64(struct wbuf *b, int64_t v);
+void wbuf_put_bytes(struct wbuf *b, const void *p, size_t n);
+/* u32 length then bytes. */
+void wbuf_put_blob(struct wbuf *b, const void *p, uint32_t n);
+/* u16 length then bytes (no NUL). s may be NULL (length 0). */
+void wbuf_put_str(struct wbuf *b, const char *s);
+/* Reserves n bytes at the end and returns a pointer to them (valid until the
+ * next put), or NULL on allocation failure. Lets a handler read from disk
+ * straight into the reply. */
+void *wbuf_reserve(struct wbuf *b, size_t n);
+
+/* ---- bounded read cursor ---------------------------------------------- */
+struct rbuf {
+	const uint8_t *p;
+	size_t len, off;
+	int err; /* -EBADMSG after any overrun */
+};
+void rbuf_init(struct rbuf *b, const void *p, size_t len);
+uint8_t rbuf_get_u8(struct rbuf *b);
+uint16_t rbuf_get_u16(struct rbuf *b);
+uint32_t rbuf_get_u32(struct rbuf *b);
+uint64_t rbuf_get_u64(struct rbuf *b);
+int64_t rbuf_get_i64(struct rbuf *b);
+/* Returns a pointer to the next n bytes inside the buffer, or NULL (and err). */
+const void *rbuf_get_bytes(struct rbuf *b, size_t n);
+/* u32 length then bytes; *ret_len gets the length. NULL on overrun. */
+const void *rbuf_get_blob(struct rbuf *b, uint32_t *ret_len);
+/* u16 length then bytes, copied NUL-terminated into out[cap]. A string that
+ * does not fit or contains a NUL byte sets err = -EBADMSG. Returns out. */
+char *rbuf_get_str(struct rbuf *b, char *out, size_t cap);
+size_t rbuf_remaining(const struct rbuf *b);
+/* Returns 0 if nothing overran (trailing bytes are allowed: newer minors may
+ * append fields), else -EBADMSG. */
+int rbuf_done(const struct rbuf *b);
+
+/* little-endian helpers for fixed on-disk records */
+static inline void le16_put(uint8_t *p, uint16_t v)
+{
+	p[0] = v;
+	p[1] = v >> 8;
+}
+static inline void le32_put(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = v >> (8 * i);
+}
+static inline void le64_put(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = v >> (8 * i);
+}
+static inline uint16_t le16_get(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t le32_get(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t le64_get(const uint8_t *p)
+{
+	return (uint64_t)le32_get(p) | (uint64_t)le32_get(p + 4) << 32;
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages strata needs to build, test and run.
+# Idempotent: asks apt only for packages that are missing, so a warm machine
+# pays one dpkg query and nothing else.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config clang libclang-rt-14-dev
+  librocksdb-dev liburing-dev libfuse3-dev fuse3 libxxhash-dev
+  libzstd-dev zlib1g-dev libssl-dev
+  python3 python3-pytest
+  util-linux procps psmisc iproute2 e2fsprogs
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
