@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   librocksdb-dev liburing-dev libfuse3-dev fuse3 libxxhash-dev
-  libzstd-dev zlib1g-dev libssl-dev
+  libzstd-dev zlib1g-dev libssl-dev erofs-utils
   python3 python3-pytest
   util-linux procps psmisc iproute2 e2fsprogs
 )
