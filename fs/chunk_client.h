@@ -23,6 +23,10 @@ struct chunk_client;
 /* The meta client is borrowed (used to fetch routing) and must outlive cc. */
 struct chunk_client *chunk_client_new(struct meta_client *mc, const struct rpc_client_opts *opts);
 void chunk_client_free(struct chunk_client *cc);
+/* Pins the routing table to a copy of r and never fetches it from strata-meta
+ * (tests, tools that already hold a table; mc may then be NULL). Returns 0 or
+ * -ENOMEM. */
+int chunk_client_set_routing(struct chunk_client *cc, const struct strata_routing *r);
 
 /* Reads up to len bytes at off within the chunk into buf. Returns the number
  * of bytes that exist (short when the chunk is shorter; 0 when the chunk was

@@ -94,6 +94,12 @@ int meta_close(struct meta_client *mc, strata_ino_t ino, uint64_t session, int64
 int meta_set_length(struct meta_client *mc, strata_ino_t ino, uint64_t length, int64_t mtime_ns);
 /* Makes every acknowledged mutation durable (RocksDB WAL synced). */
 int meta_sync(struct meta_client *mc);
+/* Closes every open-file session recorded under this client's client_id
+ * (those of a previous mount that died without closing). A mount calls it
+ * once before its first open. Returns the number of sessions closed. */
+int meta_clear_sessions(struct meta_client *mc);
+/* The client id sessions are recorded under (generated when none was given). */
+const char *meta_client_id(const struct meta_client *mc);
 
 /* ---- cluster management ------------------------------------------------- */
 struct mgmt_target_info {
