@@ -10,6 +10,8 @@ packages=(
   libzstd-dev zlib1g-dev libssl-dev erofs-utils
   python3 python3-pytest
   util-linux procps psmisc iproute2 e2fsprogs
+  libjson-c-dev docker-registry skopeo debootstrap busybox-static zstd
+  libseccomp-dev
 )
 
 missing=()

@@ -1,0 +1,270 @@
+/* fsbench.c — the measuring half of bench/fs: one workload per invocation on
+ * a path, one result line on stdout ("<metric> <value> <unit>"), so that the
+ * script can run the same workload on strata and on the local disk and put
+ * the numbers side by side.
+ *
+ *   fsbench seqwrite FILE BYTES      1 MiB writes, fsync at the end   -> MiB/s
+ *   fsbench seqread  FILE            1 MiB reads to EOF                -> MiB/s
+ *   fsbench randread FILE QD SECS    QD threads of 4 KiB preads at
+ *                                    random aligned offsets            -> IOPS
+ *   fsbench meta DIR FILES THREADS   create, stat, readdir, unlink of
+ *                                    FILES files, THREADS threads each
+ *                                    in its own subdirectory           -> ops/s x4
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB (1024.0 * 1024.0)
+#define BLOCK (1u << 20)
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "fsbench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	switch (*end) {
+	case 'k': case 'K': v *= 1024; break;
+	case 'm': case 'M': v *= MiB; break;
+	case 'g': case 'G': v *= MiB * 1024; break;
+	case '\0': break;
+	default: die("bad size '%s'", s);
+	}
+	if (v < BLOCK)
+		die("size %s is below 1 MiB", s);
+	return (uint64_t)v;
+}
+
+static int seqwrite(const char *path, uint64_t bytes)
+{
+	char *buf;
+	if (posix_memalign((void **)&buf, 4096, BLOCK))
+		die("out of memory");
+	for (unsigned i = 0; i < BLOCK; i++)
+		buf[i] = (char)(i * 2654435761u >> 24);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		die("open %s: %s", path, strerror(errno));
+	double t0 = now();
+	for (uint64_t done = 0; done < bytes;) {
+		size_t n = bytes - done < BLOCK ? (size_t)(bytes - done) : BLOCK;
+		buf[0] = (char)(done >> 20); /* not all blocks identical */
+		ssize_t w = write(fd, buf, n);
+		if (w <= 0)
+			die("write at %llu: %s", (unsigned long long)done, strerror(errno));
+		done += (uint64_t)w;
+	}
+	if (fsync(fd) < 0)
+		die("fsync: %s", strerror(errno));
+	close(fd);
+	double dt = now() - t0;
+	printf("seqwrite %.1f MiB/s\n", (double)bytes / MiB / dt);
+	free(buf);
+	return 0;
+}
+
+static int seqread(const char *path)
+{
+	char *buf;
+	uint64_t total = 0;
+	if (posix_memalign((void **)&buf, 4096, BLOCK))
+		die("out of memory");
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		die("open %s: %s", path, strerror(errno));
+	double t0 = now();
+	for (;;) {
+		ssize_t r = read(fd, buf, BLOCK);
+		if (r < 0)
+			die("read at %llu: %s", (unsigned long long)total, strerror(errno));
+		if (r == 0)
+			break;
+		total += (uint64_t)r;
+	}
+	double dt = now() - t0;
+	close(fd);
+	printf("seqread %.1f MiB/s\n", (double)total / MiB / dt);
+	free(buf);
+	return 0;
+}
+
+struct rr {
+	int fd;
+	uint64_t blocks;
+	double until;
+	unsigned seed;
+	uint64_t ops;
+};
+
+static void *rr_thread(void *arg)
+{
+	struct rr *a = arg;
+	char buf[4096];
+	uint64_t x = a->seed * 0x9E3779B97F4A7C15ull + 1;
+	while (now() < a->until) {
+		for (int i = 0; i < 64; i++) {
+			x ^= x >> 12;
+			x ^= x << 25;
+			x ^= x >> 27;
+			uint64_t blk = (x * 0x2545F4914F6CDD1Dull) % a->blocks;
+			if (pread(a->fd, buf, sizeof(buf), (off_t)(blk * 4096)) != (ssize_t)sizeof(buf))
+				die("pread at %llu: %s", (unsigned long long)blk * 4096,
+				    strerror(errno));
+			a->ops++;
+		}
+	}
+	return NULL;
+}
+
+static int randread(const char *path, int qd, double secs)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		die("open %s: %s", path, strerror(errno));
+	if (st.st_size < 4096)
+		die("%s is too small", path);
+	pthread_t *t = calloc((size_t)qd, sizeof(*t));
+	struct rr *a = calloc((size_t)qd, sizeof(*a));
+	double t0 = now();
+	for (int i = 0; i < qd; i++) {
+		a[i] = (struct rr){ .fd = fd, .blocks = (uint64_t)st.st_size / 4096,
+				    .until = t0 + secs, .seed = (unsigned)i + 1 };
+		pthread_create(&t[i], NULL, rr_thread, &a[i]);
+	}
+	uint64_t ops = 0;
+	for (int i = 0; i < qd; i++) {
+		pthread_join(t[i], NULL);
+		ops += a[i].ops;
+	}
+	double dt = now() - t0;
+	close(fd);
+	printf("randread4k_qd%d %.0f IOPS\n", qd, (double)ops / dt);
+	free(t);
+	free(a);
+	return 0;
+}
+
+enum phase { P_CREATE, P_STAT, P_READDIR, P_UNLINK };
+static const char *phase_name[] = { "create", "stat", "readdir", "unlink" };
+
+struct mt {
+	const char *dir;
+	int id, nfiles;
+	enum phase phase;
+	uint64_t ops;
+};
+
+static void *meta_thread(void *arg)
+{
+	struct mt *a = arg;
+	char path[4096];
+	struct stat st;
+	for (int i = 0; i < a->nfiles && a->phase != P_READDIR; i++) {
+		snprintf(path, sizeof(path), "%s/t%d/file-%07d", a->dir, a->id, i);
+		if (a->phase == P_CREATE) {
+			int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+			if (fd < 0)
+				die("create %s: %s", path, strerror(errno));
+			close(fd);
+		} else if (a->phase == P_STAT) {
+			if (stat(path, &st) < 0)
+				die("stat %s: %s", path, strerror(errno));
+		} else if (unlink(path) < 0) {
+			die("unlink %s: %s", path, strerror(errno));
+		}
+		a->ops++;
+	}
+	if (a->phase == P_READDIR) {
+		snprintf(path, sizeof(path), "%s/t%d", a->dir, a->id);
+		DIR *d = opendir(path);
+		struct dirent *e;
+		if (!d)
+			die("opendir %s: %s", path, strerror(errno));
+		while ((e = readdir(d)))
+			if (e->d_name[0] != '.')
+				a->ops++;
+		closedir(d);
+		if (a->ops != (uint64_t)a->nfiles)
+			die("readdir %s: %llu entries, expected %d", path,
+			    (unsigned long long)a->ops, a->nfiles);
+	}
+	return NULL;
+}
+
+static int meta(const char *dir, int nfiles, int nthreads)
+{
+	char path[4096];
+	pthread_t *t = calloc((size_t)nthreads, sizeof(*t));
+	struct mt *a = calloc((size_t)nthreads, sizeof(*a));
+	for (int i = 0; i < nthreads; i++) {
+		snprintf(path, sizeof(path), "%s/t%d", dir, i);
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			die("mkdir %s: %s", path, strerror(errno));
+	}
+	for (int p = P_CREATE; p <= P_UNLINK; p++) {
+		double t0 = now();
+		uint64_t ops = 0;
+		for (int i = 0; i < nthreads; i++) {
+			a[i] = (struct mt){ .dir = dir, .id = i, .phase = (enum phase)p,
+					    .nfiles = nfiles / nthreads + (i < nfiles % nthreads) };
+			pthread_create(&t[i], NULL, meta_thread, &a[i]);
+		}
+		for (int i = 0; i < nthreads; i++) {
+			pthread_join(t[i], NULL);
+			ops += a[i].ops;
+		}
+		double dt = now() - t0;
+		printf("%s %.0f ops/s\n", phase_name[p], (double)ops / dt);
+		fflush(stdout);
+	}
+	for (int i = 0; i < nthreads; i++) {
+		snprintf(path, sizeof(path), "%s/t%d", dir, i);
+		rmdir(path);
+	}
+	free(t);
+	free(a);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 4 && !strcmp(argv[1], "seqwrite"))
+		return seqwrite(argv[2], parse_size(argv[3]));
+	if (argc == 3 && !strcmp(argv[1], "seqread"))
+		return seqread(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "randread"))
+		return randread(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 32, atof(argv[4]));
+	if (argc == 5 && !strcmp(argv[1], "meta"))
+		return meta(argv[2], atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 2);
+	fprintf(stderr, "usage: fsbench seqwrite FILE BYTES | seqread FILE |\n"
+			"       randread FILE QD SECONDS | meta DIR FILES THREADS\n");
+	return 2;
+}

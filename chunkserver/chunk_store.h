@@ -1,0 +1,79 @@
+/* chunk_store.h — the chunk engine of strata-chunkserver: one target (a
+ * directory on a local disk) holding chunks identified by (ino, index), each
+ * with a version, a length and an XXH3 checksum per 64 KiB block.
+ *
+ * Thread-safe: reads run concurrently with everything (copy-on-write files,
+ * see chunk_store.c); writes to one chunk are serialised. All calls return a
+ * non-negative value or a negative errno; the engine never logs, it reports
+ * corruption through opts.on_corrupt. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct uring_pool;
+struct chunk_store;
+
+#define CHUNK_BLOCK_SIZE (64u << 10)
+#define CHUNK_STORE_MAX_LEN (64u << 20) /* STRATA_MAX_CHUNK_SIZE */
+#define CHUNK_STORE_SYNC 0x1            /* write: durable before returning */
+
+/* What a corruption report names. block is the 64 KiB block number, or -1
+ * when the chunk's header is damaged. */
+struct chunk_corruption {
+	uint32_t target_id;
+	uint64_t ino;
+	uint32_t index;
+	int64_t block;
+	const char *what; /* "block checksum mismatch", "bad header", ... */
+};
+
+struct chunk_store_opts {
+	uint32_t target_id; /* only used in corruption reports */
+	/* Called once per detected corruption, on the calling thread. May be NULL. */
+	void (*on_corrupt)(void *arg, const struct chunk_corruption *c);
+	void *arg;
+};
+
+struct chunk_meta {
+	uint64_t version;  /* 1 after the first write, +1 per write or truncate */
+	uint32_t length;   /* bytes of data */
+	uint64_t checksum; /* XXH3-64 over the block checksums (LE u64 each) */
+};
+
+/* Opens (creating if needed) the target at path: takes an exclusive lock on
+ * it (-EBUSY if another process holds it) and removes temp files a crash left
+ * behind. The ring pool is borrowed and must outlive the store. Returns 0 and
+ * *ret (free with chunk_store_free) or -errno. */
+int chunk_store_open(const char *path, struct uring_pool *pool, const struct chunk_store_opts *opts,
+		     struct chunk_store **ret);
+void chunk_store_free(struct chunk_store *cs);
+const char *chunk_store_path(const struct chunk_store *cs);
+
+/* Reads up to len bytes at off into buf. Returns the bytes read (short past
+ * the chunk's end, 0 for a missing chunk), -EIO if a touched block (or the
+ * header) fails its checksum, or -errno. */
+ssize_t chunk_store_read(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
+			 uint32_t len, void *buf);
+/* Writes data[0..len) at off, creating the chunk; a gap reads as zeros.
+ * off + len must be <= CHUNK_STORE_MAX_LEN (else -EFBIG); len 0 changes
+ * nothing (not even the length) and creates nothing. Atomic (old or new
+ * content after a crash). flags: CHUNK_STORE_SYNC. Returns 0 and the new
+ * state in *ret (may be NULL), -ENOSPC (old chunk untouched), -EIO (a block
+ * that had to be merged is corrupt), or -errno. */
+int chunk_store_write(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
+		      uint32_t len, const void *data, unsigned flags, struct chunk_meta *ret);
+/* Cuts or extends (with zeros) the chunk to len bytes. A missing chunk stays
+ * missing (returns 0 with *ret zeroed). */
+int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t len,
+			 struct chunk_meta *ret);
+/* Removes one chunk; missing is not an error. Returns 1 if removed, 0 if absent. */
+int chunk_store_remove(struct chunk_store *cs, uint64_t ino, uint32_t index);
+/* Removes every chunk of ino with index >= first_index. Returns the count. */
+int chunk_store_remove_file(struct chunk_store *cs, uint64_t ino, uint32_t first_index);
+/* Makes every completed write on the target durable (syncfs). */
+int chunk_store_sync(struct chunk_store *cs);
+/* Returns 0 and the chunk's state, -ENOENT if missing, -EIO if its header is corrupt. */
+int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_meta *ret);
+/* Capacity of the filesystem holding the target. */
+int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret_free);

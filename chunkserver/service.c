@@ -1,0 +1,115 @@
+/* service.c — serves MSG_CHUNK_* requests from the chunk engine (see
+ * service.h and fs/chunk_proto.h for the payloads).
+ *
+ * A READ is read by the engine straight into the reply buffer (wbuf_reserve),
+ * a WRITE's data is handed to the engine as a pointer into the request frame:
+ * the server copies no chunk data. Chain versions are carried but not checked
+ * yet (replication will answer -ESTALE on a mismatch). */
+#include "service.h"
+
+#include <errno.h>
+
+#include "chunk_proto.h"
+#include "chunk_store.h"
+#include "proto.h"
+
+static struct chunk_store *find_target(struct cs_service *s, uint32_t target_id)
+{
+	int n = __atomic_load_n(&s->ntargets, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < n; i++)
+		if (s->targets[i].target_id == target_id)
+			return s->targets[i].store;
+	return NULL;
+}
+
+static void put_meta(struct wbuf *reply, const struct chunk_meta *m)
+{
+	struct chunk_stat st = { m->version, m->length, m->checksum };
+	chunk_stat_put(reply, &st);
+}
+
+static int do_read(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	if (r->len == 0)
+		return 0;
+	uint8_t *dst = wbuf_reserve(reply, r->len);
+	if (!dst)
+		return -ENOMEM;
+	ssize_t n = chunk_store_read(cs, r->ino, r->index, r->off, r->len, dst);
+	if (n < 0)
+		return (int)n;
+	reply->len -= r->len - (size_t)n;
+	return 0;
+}
+
+static int do_write(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	struct chunk_meta m;
+	unsigned flags = r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0;
+	int e = chunk_store_write(cs, r->ino, r->index, r->off, r->len, r->data, flags, &m);
+	if (e == 0)
+		put_meta(reply, &m);
+	return e;
+}
+
+static int do_truncate(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	struct chunk_meta m;
+	int e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
+	if (e == 0)
+		put_meta(reply, &m);
+	return e;
+}
+
+static int do_stat(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	struct chunk_meta m;
+	int e = chunk_store_stat(cs, r->ino, r->index, &m);
+	if (e == 0)
+		put_meta(reply, &m);
+	return e;
+}
+
+static int do_remove_file(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	int n = chunk_store_remove_file(cs, r->ino, r->index);
+	if (n < 0)
+		return n;
+	chunk_count_put(reply, (uint32_t)n);
+	return 0;
+}
+
+int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
+	      const struct rpc_peer *peer)
+{
+	struct cs_service *s = ctx;
+	struct chunk_req r;
+	int e = chunk_req_decode(type, req, &r);
+	if (e == -EINVAL)
+		return -EOPNOTSUPP;
+	if (e < 0)
+		return -EBADMSG;
+	if (type == MSG_CHUNK_PING)
+		return 0;
+	struct chunk_store *cs = find_target(s, r.route.target_id);
+	if (!cs)
+		return -ENXIO;
+	switch (type) {
+	case MSG_CHUNK_READ:
+		return do_read(cs, &r, reply);
+	case MSG_CHUNK_WRITE:
+		return do_write(cs, &r, reply);
+	case MSG_CHUNK_TRUNCATE:
+		return do_truncate(cs, &r, reply);
+	case MSG_CHUNK_REMOVE:
+		e = chunk_store_remove(cs, r.ino, r.index);
+		return e < 0 ? e : 0;
+	case MSG_CHUNK_REMOVE_FILE:
+		return do_remove_file(cs, &r, reply);
+	case MSG_CHUNK_SYNC:
+		return chunk_store_sync(cs);
+	case MSG_CHUNK_STAT:
+		return do_stat(cs, &r, reply);
+	}
+	return -EOPNOTSUPP;
+}

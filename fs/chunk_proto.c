@@ -1,0 +1,148 @@
+/* chunk_proto.c — encoders and decoders of the MSG_CHUNK_* payloads; the
+ * field lists are in chunk_proto.h. */
+#include "chunk_proto.h"
+
+#include <errno.h>
+#include <string.h>
+#include "proto.h"
+
+static bool has_route(uint16_t type)
+{
+	return type > MSG_CHUNK_PING && type <= MSG_CHUNK_STAT;
+}
+
+static bool has_index(uint16_t type)
+{
+	return type != MSG_CHUNK_SYNC && type != MSG_CHUNK_PING;
+}
+
+static bool chunk_size_ok(uint32_t cs)
+{
+	return cs >= STRATA_MIN_CHUNK_SIZE && cs <= STRATA_MAX_CHUNK_SIZE && (cs & (cs - 1)) == 0;
+}
+
+int chunk_req_encode(uint16_t type, const struct chunk_req *r, struct wbuf *b)
+{
+	if (type < MSG_CHUNK_PING || type > MSG_CHUNK_STAT)
+		return -EINVAL;
+	if (has_route(type)) {
+		wbuf_put_u32(b, r->route.target_id);
+		wbuf_put_u32(b, r->route.chain_id);
+		wbuf_put_u32(b, r->route.chain_ver);
+	}
+	if (has_index(type)) {
+		wbuf_put_u64(b, r->ino);
+		wbuf_put_u32(b, r->index);
+	}
+	switch (type) {
+	case MSG_CHUNK_READ:
+		wbuf_put_u32(b, r->off);
+		wbuf_put_u32(b, r->len);
+		break;
+	case MSG_CHUNK_WRITE:
+		wbuf_put_u32(b, r->off);
+		wbuf_put_u32(b, r->len);
+		wbuf_put_u32(b, r->chunk_size);
+		wbuf_put_u32(b, r->flags);
+		break;
+	case MSG_CHUNK_TRUNCATE:
+		wbuf_put_u32(b, r->len);
+		wbuf_put_u32(b, r->chunk_size);
+		break;
+	}
+	return b->err;
+}
+
+/* Semantic checks of a decoded request. */
+static int chunk_req_check(uint16_t type, const struct chunk_req *r)
+{
+	uint64_t end = (uint64_t)r->off + r->len;
+	switch (type) {
+	case MSG_CHUNK_READ:
+		return r->len <= CHUNK_IO_MAX && end <= STRATA_MAX_CHUNK_SIZE ? 0 : -EBADMSG;
+	case MSG_CHUNK_WRITE:
+		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
+				       end <= r->chunk_size && (r->flags & ~CHUNK_WF_SYNC) == 0
+			       ? 0
+			       : -EBADMSG;
+	case MSG_CHUNK_TRUNCATE:
+		return chunk_size_ok(r->chunk_size) && r->len <= r->chunk_size ? 0 : -EBADMSG;
+	}
+	return 0;
+}
+
+int chunk_req_decode(uint16_t type, struct rbuf *b, struct chunk_req *ret)
+{
+	if (type < MSG_CHUNK_PING || type > MSG_CHUNK_STAT)
+		return -EINVAL;
+	struct chunk_req r = { 0 };
+	if (has_route(type)) {
+		r.route.target_id = rbuf_get_u32(b);
+		r.route.chain_id = rbuf_get_u32(b);
+		r.route.chain_ver = rbuf_get_u32(b);
+	}
+	if (has_index(type)) {
+		r.ino = rbuf_get_u64(b);
+		r.index = rbuf_get_u32(b);
+	}
+	switch (type) {
+	case MSG_CHUNK_READ:
+		r.off = rbuf_get_u32(b);
+		r.len = rbuf_get_u32(b);
+		break;
+	case MSG_CHUNK_WRITE:
+		r.off = rbuf_get_u32(b);
+		r.len = rbuf_get_u32(b);
+		r.chunk_size = rbuf_get_u32(b);
+		r.flags = rbuf_get_u32(b);
+		if (rbuf_done(b) == 0 && chunk_req_check(type, &r) == 0)
+			r.data = rbuf_get_bytes(b, r.len);
+		break;
+	case MSG_CHUNK_TRUNCATE:
+		r.len = rbuf_get_u32(b);
+		r.chunk_size = rbuf_get_u32(b);
+		break;
+	}
+	if (rbuf_done(b) < 0 || chunk_req_check(type, &r) < 0)
+		return -EBADMSG;
+	*ret = r;
+	return 0;
+}
+
+void chunk_stat_put(struct wbuf *b, const struct chunk_stat *s)
+{
+	wbuf_put_u64(b, s->version);
+	wbuf_put_u32(b, s->length);
+	wbuf_put_u64(b, s->checksum);
+}
+
+int chunk_stat_get(struct rbuf *b, struct chunk_stat *ret)
+{
+	struct chunk_stat s;
+	s.version = rbuf_get_u64(b);
+	s.length = rbuf_get_u32(b);
+	s.checksum = rbuf_get_u64(b);
+	if (rbuf_done(b) < 0 || s.length > STRATA_MAX_CHUNK_SIZE)
+		return -EBADMSG;
+	*ret = s;
+	return 0;
+}
+
+void chunk_count_put(struct wbuf *b, uint32_t n)
+{
+	wbuf_put_u32(b, n);
+}
+
+int chunk_count_get(struct rbuf *b, uint32_t *ret)
+{
+	uint32_t n = rbuf_get_u32(b);
+	if (rbuf_done(b) < 0)
+		return -EBADMSG;
+	*ret = n;
+	return 0;
+}
+
+int chunk_read_reply_check(size_t n, uint32_t len)
+{
+	return n <= len ? 0 : -EBADMSG;
+}

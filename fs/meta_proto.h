@@ -1,0 +1,80 @@
+/* meta_proto.h — payloads of the strata-meta messages (MSG_META_*,
+ * MSG_MGMT_* in proto.h): one request struct for every namespace message,
+ * one for the management messages, and codecs for the replies. Encoders and
+ * decoders are hand-written with wbuf/rbuf (wire.h); fields are appended,
+ * never reordered, so a newer minor version stays readable.
+ *
+ * Which request fields each message carries is listed next to
+ * meta_req_encode in meta_proto.c. Decoders never read past the payload and
+ * return -EBADMSG on any malformed input (fuzzed by tests/meta/fuzz_meta_proto.c). */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "types.h"
+#include "wire.h"
+#include "meta_client.h"
+
+#define META_CLIENT_ID_MAX 64
+#define MGMT_MAX_TARGETS 64
+#define META_READDIR_MAX 1024
+/* MSG_META_OPEN with ino 0 and this flag closes every session of the
+ * request's client_id (a fresh mount clears its predecessor's sessions).
+ * The reply's session field holds the number closed. */
+#define META_OPEN_CLEAR_SESSIONS 0x80000000u
+
+struct meta_req {
+	uint64_t ino, parent, newparent, session, rdev, length;
+	int64_t slength, mtime_ns; /* close: length (-1 none); mtime (-1 none) */
+	uint32_t mode, uid, gid, flags, max;
+	bool want_attrs;
+	char name[STRATA_NAME_MAX + 1], newname[STRATA_NAME_MAX + 1];
+	char client_id[META_CLIENT_ID_MAX + 1];
+	char target[STRATA_PATH_MAX + 1]; /* symlink target; readdir "after" */
+	struct strata_setattr sa;
+	const void *value; /* setxattr: points into the request buffer */
+	uint32_t value_len;
+};
+
+/* Returns 0, -EINVAL for a type that is not a namespace message, or the
+ * wbuf's error. */
+int meta_req_encode(uint16_t type, const struct meta_req *r, struct wbuf *b);
+/* Returns 0, -EINVAL (unknown type) or -EBADMSG. ret->value points into b. */
+int meta_req_decode(uint16_t type, struct rbuf *b, struct meta_req *ret);
+
+/* MSG_MGMT_REGISTER / MSG_MGMT_HEARTBEAT request. */
+struct mgmt_req {
+	uint32_t node_id;
+	char addr[64];
+	int ntargets;
+	struct mgmt_target_info targets[MGMT_MAX_TARGETS];
+};
+int mgmt_req_encode(uint16_t type, const struct mgmt_req *r, struct wbuf *b);
+int mgmt_req_decode(uint16_t type, struct rbuf *b, struct mgmt_req *ret);
+/* Register reply: the node id and the target ids in request order. */
+void mgmt_register_reply_put(struct wbuf *b, uint32_t node_id, const uint32_t *ids, int n);
+int mgmt_register_reply_get(struct rbuf *b, uint32_t *ret_node_id, uint32_t *ids, int n);
+
+/* Reply pieces. The getters return 0 or -EBADMSG (rbuf_done checked). */
+void meta_attr_put(struct wbuf *b, const struct strata_attr *a);
+void meta_attr_read(struct rbuf *b, struct strata_attr *a); /* no rbuf_done */
+int meta_attr_get(struct rbuf *b, struct strata_attr *a);
+void meta_statfs_put(struct wbuf *b, const struct strata_statfs *s);
+int meta_statfs_get(struct rbuf *b, struct strata_statfs *s);
+
+/* Readdir reply: u32 count, u8 more, u8 with_attrs, then entries. The
+ * server writes the header with meta_readdir_begin, each entry with
+ * meta_readdir_put and patches count/more with meta_readdir_end. */
+size_t meta_readdir_begin(struct wbuf *b, bool with_attrs);
+void meta_readdir_put(struct wbuf *b, const struct meta_dirent *d, bool with_attrs);
+void meta_readdir_end(struct wbuf *b, size_t hdr_off, uint32_t count, bool more);
+/* Decodes at most max entries; returns the count or -EBADMSG. */
+int meta_readdir_get(struct rbuf *b, struct meta_dirent *ents, int max, int *ret_more);
+
+void meta_routing_put(struct wbuf *b, const struct strata_routing *r);
+/* Fills *ret with heap arrays (strata_routing_done) or returns -EBADMSG /
+ * -ENOMEM with *ret untouched. */
+int meta_routing_get(struct rbuf *b, struct strata_routing *ret);
+
+/* Checks a single path component. Returns 0, -EINVAL (empty, contains '/',
+ * "." or "..") or -ENAMETOOLONG (> STRATA_NAME_MAX bytes). */
+int meta_name_check(const char *name);

@@ -1,0 +1,191 @@
+/* fuse-internal.h — the pieces of strata-fuse shared between its files.
+ *
+ * strata-fuse is a libfuse3 low-level client: every FUSE request is turned
+ * into calls on fs/meta_client.h (namespace, sessions, lengths) and
+ * fs/chunk_client.h (file bytes). This header holds the daemon context
+ * (struct sfs), the inode table (per-inode client state: lookup count,
+ * layout, the length of writes not yet recorded in meta), open-file and
+ * open-directory handles, the retry helper for transport failures and the
+ * pure chunk-splitting helper. See fuse/README.md for the design.
+ *
+ * Invariants:
+ *  1. An inode-table entry lives while the kernel holds lookups on it
+ *     (nlookup > 0) or anyone holds a reference (open handles, a request in
+ *     progress: nref > 0).
+ *  2. inode->size >= the length recorded in meta whenever inode->size_dirty;
+ *     size_dirty is cleared only after meta has recorded inode->size.
+ *  3. Chunk bytes past a file's length never exist after a shrinking
+ *     truncate returns: chunks are trimmed before meta records the length. */
+#pragma once
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "chunk_client.h"
+#include "meta_client.h"
+#include "types.h"
+
+#define SFS_MAX_IO (1u << 20)	 /* max_write / max_read / readahead */
+#define SFS_DIR_PAGE 128	 /* directory entries fetched per meta_readdir */
+#define SFS_ITABLE_BUCKETS 65536 /* inode-table hash buckets (power of two) */
+
+/* ---- inode table --------------------------------------------------------- */
+struct sfs_inode {
+	strata_ino_t ino;
+	struct sfs_inode *next; /* hash chain; table lock */
+	uint64_t nlookup;	/* kernel lookups; table lock */
+	uint32_t nref;		/* handles and requests in flight; table lock */
+
+	pthread_mutex_t lock; /* everything below */
+	uint32_t mode, gid;   /* from the last attr seen (setgid inheritance) */
+	bool have_layout;
+	struct strata_layout layout;
+	uint64_t size;	     /* best known length: max(meta, local writes) */
+	bool size_dirty;     /* size not yet recorded in meta */
+	bool data_written;   /* writes since the last length/mtime record */
+	int64_t write_mtime; /* time of the last such write */
+	bool unsynced;	     /* chunk writes since the last fsync */
+	uint32_t nopen;	     /* open file handles */
+	int8_t has_caps;     /* security.capability: -1 unknown, 0 no, 1 yes */
+	int64_t seen_mtime;  /* meta's mtime/size in the last attr seen */
+	uint64_t seen_size;
+	bool cache_valid; /* kernel page cache matches cache_mtime/size */
+	int64_t cache_mtime;
+	uint64_t cache_size;
+};
+
+struct sfs_itable {
+	pthread_mutex_t lock;
+	struct sfs_inode **buckets;
+	uint64_t count;
+};
+
+struct sfs;
+int sfs_itable_init(struct sfs_itable *t);
+void sfs_itable_done(struct sfs_itable *t);
+/* Records attr from meta: creates the entry if `lookup` (an entry reply, which
+ * also counts one kernel lookup) and updates size/mode/layout if present.
+ * Then adjusts *a to what the kernel should see: size = max(meta's, local
+ * unrecorded writes), mtime/ctime no older than unrecorded writes. */
+void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup);
+/* Drops n kernel lookups. */
+void sfs_inode_forget(struct sfs *fs, strata_ino_t ino, uint64_t n);
+/* Returns a referenced entry, or NULL if the kernel holds no lookup of ino
+ * and create is false. Release with sfs_inode_put. */
+struct sfs_inode *sfs_inode_get(struct sfs *fs, strata_ino_t ino, bool create);
+void sfs_inode_put(struct sfs *fs, struct sfs_inode *in);
+/* Calls fn on every entry (shutdown: record pending lengths). */
+void sfs_inode_foreach(struct sfs *fs, void (*fn)(struct sfs *, struct sfs_inode *));
+
+/* ---- handles ------------------------------------------------------------- */
+struct sfs_file {
+	struct sfs_inode *inode; /* referenced */
+	uint64_t session;
+	uint32_t flags;
+	struct sfs_file *prev, *next; /* fs->files; fs->files_lock */
+};
+
+struct sfs_dir {
+	pthread_mutex_t lock;
+	strata_ino_t ino;
+	bool plus;		  /* entries carry attrs */
+	struct meta_dirent *ents; /* window of the listing */
+	int n;			  /* entries in the window */
+	uint64_t base;		  /* listing index of ents[0] */
+	bool more;		  /* meta has entries after the window */
+	bool loaded;		  /* the window has been fetched at least once */
+};
+
+/* ---- daemon context -------------------------------------------------------- */
+struct sfs_opts {
+	const char *meta_addr;
+	const char *mountpoint;
+	const char *client_id;
+	const char *cache_dir;
+	bool foreground;
+	bool writeback;
+	double attr_timeout, entry_timeout, negative_timeout;
+	int retry_ms; /* total time to retry transport failures */
+};
+
+struct sfs {
+	struct sfs_opts o;
+	struct meta_client *mc;
+	struct chunk_client *cc;
+	struct fuse_session *se;
+	struct sfs_itable itable;
+	pthread_mutex_t files_lock;
+	struct sfs_file *files; /* open files, closed at shutdown */
+	bool writeback;		/* negotiated with the kernel */
+};
+
+extern const struct fuse_lowlevel_ops sfs_ops;
+
+/* ops_*.c entry points shared across files. */
+void sfs_op_init(void *userdata, struct fuse_conn_info *conn);
+void sfs_op_destroy(void *userdata);
+void sfs_fill_stat(struct sfs *fs, const struct strata_attr *a, struct stat *st);
+/* Trims chunks past `size` (when shrinking from `old`) and records size in
+ * meta together with the other fields of sa. Caller holds in->lock if in. */
+int sfs_truncate_locked(struct sfs *fs, struct sfs_inode *in, strata_ino_t ino,
+			const struct strata_layout *layout, uint64_t old, struct strata_setattr *sa,
+			struct strata_attr *ret_attr);
+/* Records a pending length / mtime of in with meta. Caller holds in->lock. */
+int sfs_record_length_locked(struct sfs *fs, struct sfs_inode *in);
+/* Owner of a new inode: the caller, with a setgid parent's group (and its
+ * setgid bit for directories). */
+void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode, uint32_t *uid,
+		   uint32_t *gid);
+/* Shutdown: records pending lengths and closes every open session. */
+void sfs_close_all(struct sfs *fs);
+/* The layout of ino, from the table or from meta. */
+int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret);
+
+/* ---- retries ----------------------------------------------------------------
+ * Transport failures (a restarted strata-meta or chunkserver) are retried
+ * with backoff for up to opts.retry_ms, then reported as -EIO. Mutations
+ * that are not idempotent are retried only when the request cannot have
+ * been delivered (-ECONNREFUSED) or the pooled connection was stale. */
+struct sfs_retry {
+	uint64_t deadline_ns;
+	int attempt;
+};
+bool sfs_is_transport_err(long r);
+/* Returns true if the call should be repeated (after sleeping). */
+bool sfs_retry_again(struct sfs *fs, struct sfs_retry *rt, long r, bool idempotent);
+/* Maps a final error for the kernel: transport failures become -EIO. */
+long sfs_final_err(long r);
+
+#define SFS_CALL(fs, idem, expr)                                                                   \
+	({                                                                                         \
+		struct sfs_retry _rt = {0};                                                        \
+		__typeof__(expr) _r;                                                               \
+		for (;;) {                                                                         \
+			_r = (expr);                                                               \
+			if (!sfs_retry_again((fs), &_rt, (long)_r, (idem)))                        \
+				break;                                                             \
+		}                                                                                  \
+		(__typeof__(expr))sfs_final_err((long)_r);                                         \
+	})
+#define SFS_IDEM true
+#define SFS_ONCE false
+
+uint64_t sfs_now_ns(void);
+int64_t sfs_realtime_ns(void);
+
+/* ---- chunk splitting (split.c; pure, unit-tested) ------------------------- */
+struct sfs_seg {
+	uint32_t index;	 /* chunk index */
+	uint32_t off;	 /* offset within the chunk */
+	uint32_t len;	 /* bytes in this chunk */
+	uint64_t bufoff; /* offset within the request buffer */
+};
+/* Splits [off, off+len) into per-chunk segments. Returns the number of
+ * segments (<= max), or -EINVAL if chunk_size is not a power of two, the
+ * range overflows, or more than max segments would be needed. */
+int sfs_split(uint32_t chunk_size, uint64_t off, uint64_t len, struct sfs_seg *segs, int max);
+/* Bytes of a read at off of len that lie before the file length. */
+uint64_t sfs_clamp_read(uint64_t size, uint64_t off, uint64_t len);

@@ -1,0 +1,375 @@
+/* main.c — strata-fuse: command line, mount, session loop, shutdown.
+ *
+ *   strata-fuse --meta HOST:PORT --mount DIR [--client-id ID] [--cache-dir DIR]
+ *               [--foreground] [--log-level L]
+ *               [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]
+ *               [--no-writeback-cache] [--retry-ms MS]
+ *
+ * Start-up: check that strata-meta answers, then (unless --foreground) fork;
+ * the child mounts with allow_other, default_permissions, fsname=strata,
+ * subtype=strata, and tells the parent through a pipe whether the mount is
+ * up, so the parent's exit status says whether mounting worked. The session
+ * runs on libfuse's multi-threaded loop. SIGTERM/SIGINT/SIGHUP end the loop;
+ * pending lengths are recorded, sessions closed and the mount removed. A
+ * stale mount left by a crashed predecessor (ENOTCONN) is detached first. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "fuse-internal.h"
+#include "log.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: strata-fuse --meta HOST:PORT --mount DIR [--client-id ID]\n"
+		"                   [--cache-dir DIR] [--foreground] [--log-level L]\n"
+		"                   [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]\n"
+		"                   [--no-writeback-cache] [--retry-ms MS]\n");
+}
+
+enum { OPT_ATTR = 256, OPT_ENTRY, OPT_NEG, OPT_NOWB, OPT_RETRY };
+
+static int parse_seconds(const char *s, double *ret)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || *end || v < 0 || v > 3600)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+/* Returns 0, 1 (printed help), or -EINVAL (message printed). */
+static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
+{
+	static const struct option longopts[] = {
+	    {"meta", required_argument, NULL, 'm'},
+	    {"mount", required_argument, NULL, 'M'},
+	    {"client-id", required_argument, NULL, 'c'},
+	    {"cache-dir", required_argument, NULL, 'C'},
+	    {"foreground", no_argument, NULL, 'f'},
+	    {"log-level", required_argument, NULL, 'l'},
+	    {"attr-timeout", required_argument, NULL, OPT_ATTR},
+	    {"entry-timeout", required_argument, NULL, OPT_ENTRY},
+	    {"negative-timeout", required_argument, NULL, OPT_NEG},
+	    {"no-writeback-cache", no_argument, NULL, OPT_NOWB},
+	    {"retry-ms", required_argument, NULL, OPT_RETRY},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
+	};
+	int c, bad = 0;
+
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			o->meta_addr = optarg;
+			break;
+		case 'M':
+			o->mountpoint = optarg;
+			break;
+		case 'c':
+			o->client_id = optarg;
+			break;
+		case 'C':
+			o->cache_dir = optarg;
+			break;
+		case 'f':
+			o->foreground = true;
+			break;
+		case 'l':
+			*level = log_level_parse(optarg);
+			bad |= *level < 0;
+			break;
+		case OPT_ATTR:
+			bad |= parse_seconds(optarg, &o->attr_timeout) < 0;
+			break;
+		case OPT_ENTRY:
+			bad |= parse_seconds(optarg, &o->entry_timeout) < 0;
+			break;
+		case OPT_NEG:
+			bad |= parse_seconds(optarg, &o->negative_timeout) < 0;
+			break;
+		case OPT_NOWB:
+			o->writeback = false;
+			break;
+		case OPT_RETRY:
+			o->retry_ms = atoi(optarg);
+			bad |= o->retry_ms < 0 || o->retry_ms > 600000;
+			break;
+		case 'h':
+			usage(stdout);
+			return 1;
+		default:
+			bad = 1;
+		}
+	}
+	if (bad || optind != argc || !o->meta_addr || !o->mountpoint) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Detaches a dead mount left at path (stat fails with ENOTCONN). */
+static void clear_stale_mount(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0 && errno == ENOTCONN) {
+		log_warn("Detaching the stale mount at %s", path);
+		if (umount2(path, MNT_DETACH) < 0)
+			log_warn_errno(-errno, "Failed to detach %s", path);
+	}
+}
+
+/* Default client id: "<hostname>:<absolute mount path>", stable across
+ * restarts of the same mount. */
+static char *default_client_id(const char *mnt)
+{
+	char host[256] = "localhost", *out = NULL;
+
+	gethostname(host, sizeof(host) - 1);
+	if (asprintf(&out, "%s:%s", host, mnt) < 0)
+		return NULL;
+	return out;
+}
+
+/* Raises the per-mount readahead and dirty-page share (FUSE mounts start
+ * with 128 KiB readahead and 1 % of the dirty limit). Best effort: runs on
+ * its own thread because stat() of the mount needs the loop running. */
+static void write_sysfs(unsigned maj, unsigned min, const char *knob, const char *val)
+{
+	char path[128];
+	_cleanup_close_ int fd = -1;
+
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/%s", maj, min, knob);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, val, strlen(val)) < 0)
+		log_msg(LOG_LVL_DEBUG, -errno, "Could not set %s to %s", path, val);
+}
+
+static void *tune_bdi(void *arg)
+{
+	const char *mnt = arg;
+	struct stat st;
+
+	if (stat(mnt, &st) < 0)
+		return NULL;
+	write_sysfs(major(st.st_dev), minor(st.st_dev), "read_ahead_kb", "4096");
+	write_sysfs(major(st.st_dev), minor(st.st_dev), "max_ratio", "40");
+	return NULL;
+}
+
+static int check_meta(const struct sfs_opts *o)
+{
+	struct meta_client *mc = meta_client_new(o->meta_addr, o->client_id, NULL);
+	int r;
+
+	if (!mc)
+		return -ENOMEM;
+	r = meta_ping(mc);
+	meta_client_free(mc);
+	return r;
+}
+
+/* Forks; the parent waits for the child's verdict on the mount and exits
+ * with it. Returns the write end of the pipe in the child. */
+static int daemonize(void)
+{
+	int p[2];
+	pid_t pid;
+	char v = 1;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(p[1]);
+		if (read(p[0], &v, 1) != 1)
+			v = 1;
+		_exit(v);
+	}
+	close(p[0]);
+	setsid();
+	if (chdir("/") < 0)
+		return -errno;
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul >= 0) {
+		dup2(nul, 0);
+		dup2(nul, 1); /* stderr stays: it is the log */
+		if (nul > 2)
+			close(nul);
+	}
+	return p[1];
+}
+
+static void report_ready(int *fd, char status)
+{
+	if (*fd >= 0) {
+		if (write(*fd, &status, 1) < 0) {
+			/* the parent is gone: nothing to tell */
+		}
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+static int open_clients(struct sfs *fs)
+{
+	struct rpc_client_opts ro = {
+	    .timeout_ms = 10000, .connect_timeout_ms = 2000, .max_conns = 64};
+	struct strata_attr root;
+	int r;
+
+	fs->mc = meta_client_new(fs->o.meta_addr, fs->o.client_id, &ro);
+	if (!fs->mc)
+		return -ENOMEM;
+	fs->cc = chunk_client_new(fs->mc, &ro);
+	if (!fs->cc)
+		return -ENOMEM;
+	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, STRATA_ROOT_INO, &root));
+	if (r < 0)
+		return r;
+	/* Sessions left by a predecessor with our client id (it died without
+	 * closing) would keep unlinked files alive for ever. */
+	r = SFS_CALL(fs, SFS_IDEM, meta_clear_sessions(fs->mc));
+	if (r < 0)
+		return r;
+	if (r > 0)
+		log_info("Closed %d sessions left by a previous mount as %s", r, fs->o.client_id);
+	sfs_inode_note(fs, &root, true); /* the root is never forgotten */
+	return 0;
+}
+
+static struct fuse_session *mount_session(struct sfs *fs)
+{
+	char *argv[] = {"strata-fuse", "-o",
+			"allow_other,default_permissions,fsname=strata,subtype=strata", NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+	struct fuse_session *se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), fs);
+
+	fuse_opt_free_args(&args); /* libfuse may have grown the list */
+	if (!se)
+		return NULL;
+	if (fuse_session_mount(se, fs->o.mountpoint) != 0) {
+		fuse_session_destroy(se);
+		return NULL;
+	}
+	return se;
+}
+
+static int run_loop(struct sfs *fs)
+{
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	pthread_t tuner;
+	int r;
+
+	if (!cfg)
+		return -ENOMEM;
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	fuse_loop_cfg_set_idle_threads(cfg, 8);
+	fuse_loop_cfg_set_max_threads(cfg, 64);
+	if (pthread_create(&tuner, NULL, tune_bdi, (void *)fs->o.mountpoint) == 0)
+		pthread_detach(tuner);
+	r = fuse_session_loop_mt(fs->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return r;
+}
+
+static int serve(struct sfs *fs, int *ready_fd)
+{
+	int r = open_clients(fs);
+
+	if (r < 0) {
+		log_error_errno(r, "Failed to reach strata-meta at %s", fs->o.meta_addr);
+		return r;
+	}
+	fs->se = mount_session(fs);
+	if (!fs->se)
+		return log_error_errno(-EIO, "Failed to mount at %s", fs->o.mountpoint);
+	if (fuse_set_signal_handlers(fs->se) != 0) {
+		fuse_session_unmount(fs->se);
+		fuse_session_destroy(fs->se);
+		return log_error_errno(-EIO, "Failed to install signal handlers");
+	}
+	log_info("Mounted strata (meta %s) at %s as client %s", fs->o.meta_addr, fs->o.mountpoint,
+		 fs->o.client_id);
+	report_ready(ready_fd, 0);
+	r = run_loop(fs);
+	log_info("Unmounting %s", fs->o.mountpoint);
+	sfs_close_all(fs);
+	fuse_remove_signal_handlers(fs->se);
+	fuse_session_unmount(fs->se);
+	fuse_session_destroy(fs->se);
+	return r < 0 ? r : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sfs fs = {.o = {.writeback = true,
+			       .attr_timeout = 1.0,
+			       .entry_timeout = 1.0,
+			       .negative_timeout = 1.0,
+			       .retry_ms = 15000}};
+	_cleanup_free_ char *client_id = NULL;
+	char mnt[PATH_MAX];
+	int level = LOG_LVL_INFO, r, ready_fd = -1;
+
+	r = parse_args(argc, argv, &fs.o, &level);
+	if (r != 0)
+		return r > 0 ? 0 : 2;
+	log_init("strata-fuse", (enum log_level)level);
+	/* Keep freed I/O buffers in the heap: no mmap/munmap per 1 MiB request. */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+
+	clear_stale_mount(fs.o.mountpoint);
+	if (!realpath(fs.o.mountpoint, mnt)) {
+		log_error_errno(-errno, "Failed to resolve mount point %s", fs.o.mountpoint);
+		return 1;
+	}
+	fs.o.mountpoint = mnt;
+	if (!fs.o.client_id) {
+		client_id = default_client_id(mnt);
+		if (!client_id)
+			return 1;
+		fs.o.client_id = client_id;
+	}
+	r = check_meta(&fs.o);
+	if (r < 0) {
+		log_error_errno(r, "Failed to reach strata-meta at %s", fs.o.meta_addr);
+		return 1;
+	}
+	if (!fs.o.foreground) {
+		ready_fd = daemonize();
+		if (ready_fd < 0) {
+			log_error_errno(ready_fd, "Failed to daemonize");
+			return 1;
+		}
+	}
+	if (sfs_itable_init(&fs.itable) < 0)
+		return 1;
+	pthread_mutex_init(&fs.files_lock, NULL);
+	r = serve(&fs, &ready_fd);
+	report_ready(&ready_fd, 1);
+	chunk_client_free(fs.cc);
+	meta_client_free(fs.mc);
+	sfs_itable_done(&fs.itable);
+	pthread_mutex_destroy(&fs.files_lock);
+	return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,538 @@
+/* ops_file.c — open files and the data path: open, create, read, write,
+ * flush, release, fsync, fallocate, plus connection set-up (init) and
+ * shutdown (destroy).
+ *
+ * Every open is a meta session (meta_open / meta_create ... meta_close), so
+ * an unlinked file keeps its data while open anywhere. File bytes go
+ * straight to the chunkservers: a request is cut at chunk boundaries
+ * (split.c) and each piece is one chunk_read / chunk_write, issued in
+ * parallel when a request spans several chunks. Reads never return bytes
+ * past the file length and zero-fill holes. Writes past the end raise the
+ * inode's in-memory length (size_dirty) and meta records it with
+ * meta_set_length on flush, fsync and release (meta_close carries it).
+ *
+ * fsync: chunk_sync on the file's chain table when chunk writes happened
+ * since the last fsync, then the length, then meta_sync. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "fuse-internal.h"
+#include "log.h"
+
+#define MAX_SEGS (SFS_MAX_IO / STRATA_MIN_CHUNK_SIZE + 2)
+
+static struct sfs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct sfs_file *FH(struct fuse_file_info *fi)
+{
+	return (struct sfs_file *)(uintptr_t)fi->fh;
+}
+
+/* ---- handles ---------------------------------------------------------------- */
+static void files_link(struct sfs *fs, struct sfs_file *f)
+{
+	pthread_mutex_lock(&fs->files_lock);
+	f->prev = NULL;
+	f->next = fs->files;
+	if (fs->files)
+		fs->files->prev = f;
+	fs->files = f;
+	pthread_mutex_unlock(&fs->files_lock);
+}
+
+static void files_unlink(struct sfs *fs, struct sfs_file *f)
+{
+	pthread_mutex_lock(&fs->files_lock);
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		fs->files = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	pthread_mutex_unlock(&fs->files_lock);
+}
+
+/* Decides whether the kernel may keep its page cache: only if meta's
+ * mtime/size are what they were when the cache was last (re)started.
+ * Caller holds in->lock. */
+static bool keep_cache_locked(struct sfs_inode *in)
+{
+	if (in->cache_valid && in->cache_mtime == in->seen_mtime && in->cache_size == in->seen_size)
+		return true;
+	in->cache_valid = true;
+	in->cache_mtime = in->seen_mtime;
+	in->cache_size = in->seen_size;
+	return false;
+}
+
+/* Makes sure in has its layout (and a size). */
+static int ensure_layout(struct sfs *fs, struct sfs_inode *in)
+{
+	struct strata_attr a;
+	bool have;
+	int r;
+
+	pthread_mutex_lock(&in->lock);
+	have = in->have_layout;
+	pthread_mutex_unlock(&in->lock);
+	if (have)
+		return 0;
+	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, in->ino, &a));
+	if (r < 0)
+		return r;
+	if (!S_ISREG(a.mode))
+		return S_ISDIR(a.mode) ? -EISDIR : -EINVAL;
+	sfs_inode_note(fs, &a, false);
+	return 0;
+}
+
+static struct sfs_file *file_new(struct sfs *fs, struct sfs_inode *in, uint64_t session,
+				 uint32_t flags)
+{
+	struct sfs_file *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->inode = in;
+	f->session = session;
+	f->flags = flags;
+	pthread_mutex_lock(&in->lock);
+	in->nopen++;
+	pthread_mutex_unlock(&in->lock);
+	files_link(fs, f);
+	return f;
+}
+
+/* Closes f's session (recording a pending length) and frees f. */
+static int file_close(struct sfs *fs, struct sfs_file *f)
+{
+	struct sfs_inode *in = f->inode;
+	int r;
+
+	files_unlink(fs, f);
+	pthread_mutex_lock(&in->lock);
+	int64_t len = in->size_dirty ? (int64_t)in->size : -1;
+	int64_t mtime = in->data_written ? in->write_mtime : -1;
+
+	r = SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, in->ino, f->session, len, mtime));
+	if (r < 0 && len >= 0) /* e.g. the session was lost: keep the length */
+		r = SFS_CALL(fs, SFS_IDEM, meta_set_length(fs->mc, in->ino, (uint64_t)len, mtime));
+	if (r == 0) {
+		in->size_dirty = false;
+		in->data_written = false;
+	}
+	in->nopen--;
+	pthread_mutex_unlock(&in->lock);
+	if (r < 0)
+		log_warn_errno(r, "Failed to close the session of inode %llu",
+			       (unsigned long long)in->ino);
+	sfs_inode_put(fs, in);
+	free(f);
+	return r;
+}
+
+void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	struct sfs_inode *in = sfs_inode_get(fs, ino, true);
+	uint32_t flags = (uint32_t)fi->flags & ~(uint32_t)(O_TRUNC | O_CREAT | O_EXCL);
+	struct sfs_file *f;
+	uint64_t session;
+	int r;
+
+	if (!in) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r = ensure_layout(fs, in);
+	if (r == 0)
+		r = SFS_CALL(fs, SFS_IDEM, meta_open(fs->mc, ino, flags, &session));
+	if (r < 0) {
+		sfs_inode_put(fs, in);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	f = file_new(fs, in, session, (uint32_t)fi->flags);
+	if (!f) {
+		SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, ino, session, -1, -1));
+		sfs_inode_put(fs, in);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	fi->keep_cache = keep_cache_locked(in);
+	pthread_mutex_unlock(&in->lock);
+	/* A read-only handle never has lengths to record: no FLUSH round trip. */
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
+	fi->fh = (uintptr_t)f;
+	if (fuse_reply_open(req, fi) < 0)
+		file_close(fs, f);
+}
+
+/* O_TRUNC on a file that already existed: trim its chunks, then its length. */
+static int create_truncate(struct sfs *fs, struct strata_attr *a)
+{
+	struct sfs_inode *in = sfs_inode_get(fs, a->ino, true);
+	struct strata_setattr sa = {.valid = STRATA_SET_SIZE, .size = 0};
+	struct strata_attr out;
+	int r;
+
+	if (!in)
+		return -ENOMEM;
+	pthread_mutex_lock(&in->lock);
+	r = sfs_truncate_locked(fs, in, a->ino, &a->layout, a->size, &sa, &out);
+	pthread_mutex_unlock(&in->lock);
+	sfs_inode_put(fs, in);
+	if (r == 0)
+		*a = out;
+	return r;
+}
+
+void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		   struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	uint32_t m = S_IFREG | (mode & 07777), uid, gid;
+	uint32_t flags = (uint32_t)fi->flags & ~(uint32_t)O_TRUNC;
+	struct fuse_entry_param e = {0};
+	struct sfs_inode *in;
+	struct sfs_file *f;
+	struct strata_attr a;
+	uint64_t session;
+	int r;
+
+	sfs_new_owner(req, parent, false, &m, &uid, &gid);
+	r = SFS_CALL(fs, SFS_ONCE,
+		     meta_create(fs->mc, parent, name, m, uid, gid, flags, &a, &session));
+	if (r == 0 && (fi->flags & O_TRUNC) && a.size > 0)
+		r = create_truncate(fs, &a);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	e.ino = a.ino;
+	e.generation = a.generation;
+	e.attr_timeout = fs->o.attr_timeout;
+	e.entry_timeout = fs->o.entry_timeout;
+	sfs_inode_note(fs, &a, true);
+	sfs_fill_stat(fs, &a, &e.attr);
+	in = sfs_inode_get(fs, a.ino, true);
+	f = in ? file_new(fs, in, session, (uint32_t)fi->flags) : NULL;
+	if (!f) {
+		SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, a.ino, session, -1, -1));
+		sfs_inode_put(fs, in);
+		sfs_inode_forget(fs, a.ino, 1);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	keep_cache_locked(in); /* a new file: its (empty) cache starts now */
+	pthread_mutex_unlock(&in->lock);
+	fi->fh = (uintptr_t)f;
+	if (fuse_reply_create(req, &e, fi) < 0) {
+		file_close(fs, f);
+		sfs_inode_forget(fs, a.ino, 1);
+	}
+}
+
+void sfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	file_close(FS(req), FH(fi));
+	fuse_reply_err(req, 0);
+}
+
+int sfs_record_length_locked(struct sfs *fs, struct sfs_inode *in)
+{
+	int64_t mtime;
+	int r;
+
+	if (!in->size_dirty && !in->data_written)
+		return 0;
+	mtime = in->data_written ? in->write_mtime : -1;
+	r = SFS_CALL(fs, SFS_IDEM, meta_set_length(fs->mc, in->ino, in->size, mtime));
+	if (r < 0)
+		return r;
+	in->size_dirty = false;
+	in->data_written = false;
+	return 0;
+}
+
+void sfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	struct sfs_inode *in = FH(fi)->inode;
+	int r;
+
+	pthread_mutex_lock(&in->lock);
+	r = sfs_record_length_locked(fs, in);
+	pthread_mutex_unlock(&in->lock);
+	fuse_reply_err(req, -r);
+}
+
+void sfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	struct sfs_inode *in = FH(fi)->inode;
+	bool meta_changed;
+	int r = 0;
+
+	pthread_mutex_lock(&in->lock);
+	if (in->unsynced) {
+		in->unsynced = false;
+		r = SFS_CALL(fs, SFS_IDEM, chunk_sync(fs->cc, &in->layout));
+		if (r < 0)
+			in->unsynced = true;
+	}
+	meta_changed = in->size_dirty || in->data_written;
+	if (r == 0)
+		r = sfs_record_length_locked(fs, in);
+	pthread_mutex_unlock(&in->lock);
+	if (r == 0 && (meta_changed || !datasync))
+		r = SFS_CALL(fs, SFS_IDEM, meta_sync(fs->mc));
+	fuse_reply_err(req, -r);
+}
+
+void sfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+		      struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	struct sfs_inode *in = FH(fi)->inode;
+	uint64_t end;
+	int r = 0;
+
+	/* No space reservation: chunks are allocated when written. Mode 0 only
+	 * extends the length (the new range reads as zeros). */
+	if (mode & ~FALLOC_FL_KEEP_SIZE) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (off < 0 || len <= 0 || __builtin_add_overflow((uint64_t)off, (uint64_t)len, &end)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	if (!(mode & FALLOC_FL_KEEP_SIZE) && end > in->size) {
+		r = SFS_CALL(fs, SFS_IDEM,
+			     meta_set_length(fs->mc, in->ino, end, sfs_realtime_ns()));
+		if (r == 0)
+			in->size = end;
+	}
+	pthread_mutex_unlock(&in->lock);
+	fuse_reply_err(req, -r);
+}
+
+/* ---- data path ------------------------------------------------------------------ */
+struct io_job {
+	struct sfs *fs;
+	const struct strata_layout *layout;
+	strata_ino_t ino;
+	const struct sfs_seg *seg;
+	char *buf; /* request buffer; the segment is at seg->bufoff */
+	bool write;
+	unsigned wflags;
+	int result;
+};
+
+static int seg_read(struct io_job *j)
+{
+	struct chunk_id id = {.ino = j->ino, .index = j->seg->index};
+	char *p = j->buf + j->seg->bufoff;
+	ssize_t got = SFS_CALL(j->fs, SFS_IDEM,
+			       chunk_read(j->fs->cc, j->layout, id, j->seg->off, j->seg->len, p));
+
+	if (got < 0)
+		return (int)got;
+	if ((size_t)got < j->seg->len) /* a hole or a short chunk */
+		memset(p + got, 0, j->seg->len - (size_t)got);
+	return 0;
+}
+
+static int seg_write(struct io_job *j)
+{
+	struct chunk_id id = {.ino = j->ino, .index = j->seg->index};
+
+	return SFS_CALL(j->fs, SFS_IDEM,
+			chunk_write(j->fs->cc, j->layout, id, j->seg->off, j->seg->len,
+				    j->buf + j->seg->bufoff, j->wflags));
+}
+
+static void *io_thread(void *arg)
+{
+	struct io_job *j = arg;
+
+	j->result = j->write ? seg_write(j) : seg_read(j);
+	return NULL;
+}
+
+/* Runs the segments: the first on this thread, the others on helper threads
+ * (a request spans at most a few chunks, each on a different chain). */
+static int run_segs(struct io_job *jobs, int n)
+{
+	pthread_t tids[MAX_SEGS];
+	bool started[MAX_SEGS] = {false};
+	int r = 0;
+
+	for (int i = 1; i < n; i++)
+		started[i] = pthread_create(&tids[i], NULL, io_thread, &jobs[i]) == 0;
+	io_thread(&jobs[0]);
+	for (int i = 1; i < n; i++) {
+		if (started[i])
+			pthread_join(tids[i], NULL);
+		else
+			io_thread(&jobs[i]);
+	}
+	for (int i = 0; i < n && r == 0; i++)
+		r = jobs[i].result;
+	return r;
+}
+
+static int do_io(struct sfs *fs, strata_ino_t ino, const struct strata_layout *layout, uint64_t off,
+		 size_t len, char *buf, bool write, unsigned wflags)
+{
+	struct sfs_seg segs[MAX_SEGS];
+	struct io_job jobs[MAX_SEGS];
+	int n = sfs_split(layout->chunk_size, off, len, segs, MAX_SEGS);
+
+	if (n <= 0)
+		return n < 0 ? n : 0;
+	for (int i = 0; i < n; i++)
+		jobs[i] = (struct io_job){.fs = fs,
+					  .layout = layout,
+					  .ino = ino,
+					  .seg = &segs[i],
+					  .buf = buf,
+					  .write = write,
+					  .wflags = wflags};
+	return run_segs(jobs, n);
+}
+
+void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	struct sfs_inode *in = FH(fi)->inode;
+	struct strata_layout layout;
+	_cleanup_free_ char *buf = NULL;
+	uint64_t n;
+	int r;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	n = sfs_clamp_read(in->size, (uint64_t)off, size);
+	layout = in->layout;
+	pthread_mutex_unlock(&in->lock);
+	if (n == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	buf = malloc(n);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r = do_io(fs, ino, &layout, (uint64_t)off, n, buf, false, 0);
+	if (r < 0) {
+		if (r == -EIO)
+			log_warn("Read of inode %llu at %lld failed: bad chunk or lost chunkserver",
+				 (unsigned long long)ino, (long long)off);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fuse_reply_buf(req, buf, n);
+}
+
+void sfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		  struct fuse_file_info *fi)
+{
+	struct sfs *fs = FS(req);
+	struct sfs_file *f = FH(fi);
+	struct sfs_inode *in = f->inode;
+	bool sync = (f->flags & O_DSYNC) != 0;
+	struct strata_layout layout;
+	uint64_t end;
+	int r;
+
+	if (off < 0 || __builtin_add_overflow((uint64_t)off, (uint64_t)size, &end)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	layout = in->layout;
+	pthread_mutex_unlock(&in->lock);
+	r = do_io(fs, ino, &layout, (uint64_t)off, size, (char *)buf, true,
+		  sync ? CHUNK_WRITE_SYNC : 0);
+	if (r < 0) {
+		log_warn_errno(r, "Write of inode %llu at %lld (%zu bytes) failed",
+			       (unsigned long long)ino, (long long)off, size);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	if (end > in->size) {
+		in->size = end;
+		in->size_dirty = true;
+	}
+	in->data_written = true;
+	in->write_mtime = sfs_realtime_ns();
+	if (!sync)
+		in->unsynced = true;
+	if (sync)
+		r = sfs_record_length_locked(fs, in);
+	pthread_mutex_unlock(&in->lock);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* ---- connection ------------------------------------------------------------------ */
+void sfs_op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct sfs *fs = userdata;
+
+	conn->max_write = SFS_MAX_IO;
+	conn->max_readahead = SFS_MAX_IO;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	conn->time_gran = 1;
+	/* Truncation must trim chunks first: keep O_TRUNC as a separate
+	 * setattr. The kernel kills suid/sgid on write itself. */
+	conn->want &= ~(unsigned)(FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
+	conn->want |= conn->capable &
+		      (FUSE_CAP_ASYNC_READ | FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_READDIRPLUS |
+		       FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_ASYNC_DIO);
+	if (fs->o.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+		fs->writeback = true;
+	}
+	log_info("FUSE protocol %u.%u, max_write %u, writeback cache %s", conn->proto_major,
+		 conn->proto_minor, conn->max_write, fs->writeback ? "on" : "off");
+}
+
+void sfs_close_all(struct sfs *fs)
+{
+	for (;;) {
+		struct sfs_file *f;
+
+		pthread_mutex_lock(&fs->files_lock);
+		f = fs->files;
+		pthread_mutex_unlock(&fs->files_lock);
+		if (!f)
+			break;
+		file_close(fs, f);
+	}
+}
+
+void sfs_op_destroy(void *userdata)
+{
+	sfs_close_all(userdata);
+}

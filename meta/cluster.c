@@ -1,0 +1,429 @@
+/* cluster.c — the cluster map: nodes, targets, chains and chain tables.
+ *
+ * A chunkserver registers (MSG_MGMT_REGISTER) with its address and targets;
+ * new nodes and targets get ids from persisted counters. Until replication
+ * lands every target is its own one-replica chain. Whenever registration
+ * adds chains, a new chain table holding every chain is created, the root
+ * directory's layout is pointed at it (so new files and directories under
+ * the root use it) and it becomes ns->newest_table. The routing version
+ * bumps on every change of nodes, targets, chains or tables; heartbeats
+ * only refresh sizes and last-seen times and do not bump it.
+ *
+ * Records (values after the version byte):
+ *   N node   : addr str, last_seen i64
+ *   T target : node u32, state u8, path str, addr str, total u64, free u64,
+ *              last_seen i64
+ *   H chain  : version u32, n u8, target ids u32 x n
+ *   B table  : n u32, chain ids u32 x n */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cleanup.h"
+#include "ns-internal.h"
+
+static void put_target(struct kv_batch *b, const struct cluster_target *t)
+{
+	struct wbuf w;
+	struct key k;
+
+	wbuf_init(&w);
+	wbuf_put_u8(&w, REC_VERSION);
+	wbuf_put_u32(&w, t->node_id);
+	wbuf_put_u8(&w, t->state);
+	wbuf_put_str(&w, t->path);
+	wbuf_put_str(&w, t->addr);
+	wbuf_put_u64(&w, t->total_bytes);
+	wbuf_put_u64(&w, t->free_bytes);
+	wbuf_put_i64(&w, t->last_seen_ns);
+	key_init(&k, K_TARGET);
+	key_u32(&k, t->target_id);
+	kv_batch_put(b, k.b, k.len, w.data, w.len);
+	wbuf_done(&w);
+}
+
+int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret)
+{
+	struct cluster_target t = {0};
+	struct rbuf b;
+
+	rbuf_init(&b, p, len);
+	if (rbuf_get_u8(&b) != REC_VERSION)
+		return -EIO;
+	t.node_id = rbuf_get_u32(&b);
+	t.state = rbuf_get_u8(&b);
+	rbuf_get_str(&b, t.path, sizeof(t.path));
+	rbuf_get_str(&b, t.addr, sizeof(t.addr));
+	t.total_bytes = rbuf_get_u64(&b);
+	t.free_bytes = rbuf_get_u64(&b);
+	t.last_seen_ns = rbuf_get_i64(&b);
+	if (rbuf_done(&b) < 0)
+		return -EIO;
+	*ret = t;
+	return 0;
+}
+
+static int get_target(struct ns *ns, uint32_t id, struct cluster_target *ret)
+{
+	_cleanup_free_ uint8_t *v = NULL;
+	struct key k;
+	size_t n;
+	int r;
+
+	key_init(&k, K_TARGET);
+	key_u32(&k, id);
+	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
+	if (r < 0)
+		return r;
+	r = cluster_target_decode(v, n, ret);
+	ret->target_id = id;
+	return r;
+}
+
+static void put_node(struct kv_batch *b, uint32_t id, const char *addr, int64_t now)
+{
+	struct wbuf w;
+	struct key k;
+
+	wbuf_init(&w);
+	wbuf_put_u8(&w, REC_VERSION);
+	wbuf_put_str(&w, addr);
+	wbuf_put_i64(&w, now);
+	key_init(&k, K_NODE);
+	key_u32(&k, id);
+	kv_batch_put(b, k.b, k.len, w.data, w.len);
+	wbuf_done(&w);
+}
+
+static void put_chain(struct kv_batch *b, const struct strata_chain *c)
+{
+	struct wbuf w;
+	struct key k;
+
+	wbuf_init(&w);
+	wbuf_put_u8(&w, REC_VERSION);
+	wbuf_put_u32(&w, c->version);
+	wbuf_put_u8(&w, c->ntargets);
+	for (int i = 0; i < c->ntargets; i++)
+		wbuf_put_u32(&w, c->targets[i]);
+	key_init(&k, K_CHAIN);
+	key_u32(&k, c->chain_id);
+	kv_batch_put(b, k.b, k.len, w.data, w.len);
+	wbuf_done(&w);
+}
+
+static int decode_chain(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+			struct strata_chain *c)
+{
+	struct rbuf b;
+
+	if (kl != 5)
+		return -EIO;
+	memset(c, 0, sizeof(*c));
+	rbuf_init(&b, v, vl);
+	if (rbuf_get_u8(&b) != REC_VERSION)
+		return -EIO;
+	c->chain_id = key_get_u32(k + 1);
+	c->version = rbuf_get_u32(&b);
+	c->ntargets = rbuf_get_u8(&b);
+	if (c->ntargets > STRATA_MAX_REPLICAS)
+		return -EIO;
+	for (int i = 0; i < c->ntargets; i++)
+		c->targets[i] = rbuf_get_u32(&b);
+	return rbuf_done(&b) < 0 ? -EIO : 0;
+}
+
+/* ---- collecting records into growable arrays ----------------------------- */
+
+struct collect {
+	struct strata_routing *r;
+	int err;
+};
+
+static int grow(void **arr, uint32_t n, size_t size)
+{
+	if (n & (n - 1)) /* grow at powers of two */
+		return 0;
+	void *p = realloc(*arr, (n ? n * 2 : 4) * size);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	return 0;
+}
+
+static int collect_target(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct strata_routing *r = ((struct collect *)ctx)->r;
+	struct cluster_target ct;
+
+	if (kl != 5 || cluster_target_decode(v, vl, &ct) < 0)
+		return -EIO;
+	if (grow((void **)&r->targets, r->ntargets, sizeof(*r->targets)) < 0)
+		return -ENOMEM;
+	struct strata_target *t = &r->targets[r->ntargets++];
+	memset(t, 0, sizeof(*t));
+	t->target_id = key_get_u32(k + 1);
+	t->node_id = ct.node_id;
+	t->state = ct.state;
+	memcpy(t->addr, ct.addr, sizeof(t->addr));
+	return 0;
+}
+
+static int collect_chain(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct strata_routing *r = ((struct collect *)ctx)->r;
+
+	if (grow((void **)&r->chains, r->nchains, sizeof(*r->chains)) < 0)
+		return -ENOMEM;
+	int e = decode_chain(k, kl, v, vl, &r->chains[r->nchains]);
+	if (e == 0)
+		r->nchains++;
+	return e;
+}
+
+static int collect_table(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct strata_routing *r = ((struct collect *)ctx)->r;
+	struct rbuf b;
+
+	if (kl != 5 || vl < 5 || v[0] != REC_VERSION)
+		return -EIO;
+	rbuf_init(&b, v + 1, vl - 1);
+	uint32_t n = rbuf_get_u32(&b);
+	if ((uint64_t)n * 4 > rbuf_remaining(&b))
+		return -EIO;
+	if (grow((void **)&r->tables, r->ntables, sizeof(*r->tables)) < 0)
+		return -ENOMEM;
+	struct strata_chain_table *t = &r->tables[r->ntables];
+	t->table_id = key_get_u32(k + 1);
+	t->nchains = n;
+	t->chain_ids = calloc(n ? n : 1, sizeof(uint32_t));
+	if (!t->chain_ids)
+		return -ENOMEM;
+	r->ntables++;
+	for (uint32_t i = 0; i < n; i++)
+		t->chain_ids[i] = rbuf_get_u32(&b);
+	return 0;
+}
+
+static int scan_tag(struct ns *ns, uint8_t tag, kv_scan_fn fn, struct strata_routing *r)
+{
+	struct collect c = {r, 0};
+
+	return kv_scan(ns->kv, &tag, 1, NULL, 0, fn, &c);
+}
+
+/* Reads the map; called under ns->mu by ns_routing (so version and records
+ * agree). */
+static int routing_locked(struct ns *ns, struct strata_routing *r)
+{
+	int e;
+
+	memset(r, 0, sizeof(*r));
+	r->version = ns->routing_version;
+	e = scan_tag(ns, K_TARGET, collect_target, r);
+	if (e == 0)
+		e = scan_tag(ns, K_CHAIN, collect_chain, r);
+	if (e == 0)
+		e = scan_tag(ns, K_TABLE, collect_table, r);
+	if (e < 0)
+		strata_routing_done(r);
+	return e;
+}
+
+int ns_routing(struct ns *ns, struct strata_routing *ret)
+{
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+
+	return routing_locked(ns, ret);
+}
+
+/* ---- register ------------------------------------------------------------ */
+
+struct reg {
+	struct kv_batch *b;
+	uint32_t node_id;
+	const char *addr;
+	int64_t now;
+	uint32_t new_chains[NS_MAX_TARGETS];
+	int nnew;
+	bool changed;
+};
+
+/* Records one target; a new one gets an id and its own chain. */
+static int reg_target(struct ns *ns, struct reg *g, struct mgmt_target_info *ti)
+{
+	struct cluster_target t = {0};
+	int r = -ENOENT;
+
+	if (ti->target_id)
+		r = get_target(ns, ti->target_id, &t);
+	if (r < 0 && r != -ENOENT)
+		return r;
+	bool fresh = r == -ENOENT;
+	if (!ti->target_id)
+		ti->target_id = ns->next_target++;
+	else if (ti->target_id >= ns->next_target)
+		ns->next_target = ti->target_id + 1;
+	if (fresh || t.node_id != g->node_id || strcmp(t.addr, g->addr) != 0 ||
+	    t.state != TARGET_SERVING)
+		g->changed = true;
+	t.target_id = ti->target_id;
+	t.node_id = g->node_id;
+	t.state = TARGET_SERVING;
+	snprintf(t.path, sizeof(t.path), "%s", ti->path);
+	snprintf(t.addr, sizeof(t.addr), "%s", g->addr);
+	t.total_bytes = ti->total_bytes;
+	t.free_bytes = ti->free_bytes;
+	t.last_seen_ns = g->now;
+	put_target(g->b, &t);
+	if (fresh) {
+		struct strata_chain c = {ns->next_chain++, 1, 1, {t.target_id}};
+		put_chain(g->b, &c);
+		g->new_chains[g->nnew++] = c.chain_id;
+	}
+	return 0;
+}
+
+static int collect_chain_ids(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v,
+			     size_t vl)
+{
+	struct wbuf *w = ctx;
+
+	if (kl == 5)
+		wbuf_put_u32(w, key_get_u32(k + 1));
+	return w->err;
+}
+
+/* A new table of every chain (stored ones plus this batch's), made the
+ * newest and the root directory's. */
+static int reg_new_table(struct ns *ns, struct reg *g)
+{
+	uint8_t tag = K_CHAIN;
+	struct wbuf ids, w;
+	struct inode root;
+	struct key k;
+	int r;
+
+	wbuf_init(&ids);
+	r = kv_scan(ns->kv, &tag, 1, NULL, 0, collect_chain_ids, &ids);
+	for (int i = 0; r == 0 && i < g->nnew; i++)
+		wbuf_put_u32(&ids, g->new_chains[i]);
+	if (r == 0)
+		r = ids.err ?: ns_get_inode(ns, STRATA_ROOT_INO, &root);
+	if (r == 0) {
+		uint32_t table = ns->next_table++;
+		wbuf_init(&w);
+		wbuf_put_u8(&w, REC_VERSION);
+		wbuf_put_u32(&w, (uint32_t)(ids.len / 4));
+		wbuf_put_bytes(&w, ids.data, ids.len);
+		key_init(&k, K_TABLE);
+		key_u32(&k, table);
+		kv_batch_put(g->b, k.b, k.len, w.data, w.len);
+		r = w.err;
+		wbuf_done(&w);
+		ns->newest_table = table;
+		root.a.layout.table_id = table;
+		ns_put_inode(g->b, &root);
+	}
+	wbuf_done(&ids);
+	return r;
+}
+
+static void reg_counters(struct ns *ns, struct kv_batch *b)
+{
+	ns_put_counter(b, "next_node", ns->next_node);
+	ns_put_counter(b, "next_target", ns->next_target);
+	ns_put_counter(b, "next_chain", ns->next_chain);
+	ns_put_counter(b, "next_table", ns->next_table);
+	ns_put_counter(b, "newest_table", ns->newest_table);
+	ns_put_counter(b, "routing_version", ns->routing_version);
+}
+
+static int register_locked(struct ns *ns, struct reg *g, struct mgmt_target_info *targets,
+			   int ntargets)
+{
+	int r = 0;
+
+	if (!g->node_id) {
+		g->node_id = ns->next_node++;
+		g->changed = true;
+	} else if (g->node_id >= ns->next_node) {
+		ns->next_node = g->node_id + 1;
+		g->changed = true;
+	}
+	put_node(g->b, g->node_id, g->addr, g->now);
+	for (int i = 0; i < ntargets && r == 0; i++)
+		r = reg_target(ns, g, &targets[i]);
+	if (r == 0 && g->nnew > 0)
+		r = reg_new_table(ns, g);
+	if (r < 0)
+		return r;
+	if (g->changed)
+		ns->routing_version++;
+	reg_counters(ns, g->b);
+	return ns_commit(ns, g->b);
+}
+
+int ns_register(struct ns *ns, uint32_t *node_id, const char *addr,
+		struct mgmt_target_info *targets, int ntargets)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	struct reg g = {.b = b, .node_id = *node_id, .addr = addr, .now = ns_now()};
+	int r;
+
+	if (!b)
+		return -ENOMEM;
+	if (ntargets < 0 || ntargets > NS_MAX_TARGETS || !addr || !addr[0] ||
+	    strlen(addr) >= sizeof(((struct strata_target *)0)->addr))
+		return -EINVAL;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	r = register_locked(ns, &g, targets, ntargets);
+	if (r == 0)
+		*node_id = g.node_id;
+	return r;
+}
+
+/* ---- heartbeat ----------------------------------------------------------- */
+
+static int heartbeat_locked(struct ns *ns, struct kv_batch *b, uint32_t node_id,
+			    const struct mgmt_target_info *targets, int ntargets)
+{
+	struct cluster_target t;
+	struct key k;
+	int64_t now = ns_now();
+	int r;
+
+	key_init(&k, K_NODE);
+	key_u32(&k, node_id);
+	if ((r = kv_exists(ns->kv, k.b, k.len)) < 0)
+		return r; /* -ENOENT: the chunkserver registers again */
+	for (int i = 0; i < ntargets; i++) {
+		if ((r = get_target(ns, targets[i].target_id, &t)) < 0)
+			return r;
+		if (t.node_id != node_id)
+			return -EINVAL;
+		t.total_bytes = targets[i].total_bytes;
+		t.free_bytes = targets[i].free_bytes;
+		t.last_seen_ns = now;
+		put_target(b, &t);
+	}
+	return 0;
+}
+
+int ns_heartbeat(struct ns *ns, uint32_t node_id, const struct mgmt_target_info *targets,
+		 int ntargets)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	int r;
+
+	if (!b)
+		return -ENOMEM;
+	if (ntargets < 0 || ntargets > NS_MAX_TARGETS)
+		return -EINVAL;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	r = heartbeat_locked(ns, b, node_id, targets, ntargets);
+	if (r < 0 || kv_batch_count(b) == 0)
+		return r;
+	return ns_commit(ns, b);
+}

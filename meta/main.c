@@ -1,0 +1,240 @@
+/* main.c — the strata-meta daemon: parses the command line (CONVENTIONS.md),
+ * opens the engine on --db, serves RPC on --listen, writes --addr-file once
+ * serving, runs the WAL sync timer (100 ms) and the GC (1 s), and stops
+ * cleanly on SIGTERM/SIGINT (WAL synced on close).
+ *
+ *   strata-meta --listen HOST:PORT --db DIR [--addr-file F] [--log-level L] */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "chunk_client.h"
+#include "cleanup.h"
+#include "gc.h"
+#include "log.h"
+#include "meta_client.h"
+#include "ns.h"
+#include "rpc.h"
+#include "server.h"
+#include "ticker.h"
+
+struct opts {
+	const char *listen, *db, *addr_file;
+	int log_level;
+};
+
+struct daemon {
+	struct ns *ns;
+	struct rpc_server *srv;
+	struct ticker *sync_t, *gc_t;
+	struct meta_client *mc; /* to ourselves: routing for the chunk client */
+	struct chunk_client *cc;
+	char self[96];
+	int gc_failed_logged;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: strata-meta --listen HOST:PORT --db DIR [--addr-file F] "
+		   "[--log-level error|warn|info|debug]\n");
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{"listen", required_argument, NULL, 'l'}, {"db", required_argument, NULL, 'd'},
+		{"addr-file", required_argument, NULL, 'a'},
+		{"log-level", required_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	*o = (struct opts){.log_level = LOG_LVL_INFO};
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'l': o->listen = optarg; break;
+		case 'd': o->db = optarg; break;
+		case 'a': o->addr_file = optarg; break;
+		case 'v':
+			if ((o->log_level = log_level_parse(optarg)) < 0) {
+				fprintf(stderr, "strata-meta: bad --log-level '%s'\n", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -EINVAL;
+		}
+	}
+	if (!o->listen || !o->db || optind != argc) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* "host:port" others can dial: a wildcard host becomes 127.0.0.1. */
+static int self_addr(const char *listen, uint16_t port, char *out, size_t cap)
+{
+	char host[64];
+	uint16_t p;
+	int r = addr_parse(listen, host, sizeof(host), &p);
+
+	if (r < 0)
+		return r;
+	if (!host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "[::]"))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	bool v6 = strchr(host, ':') && host[0] != '[';
+	snprintf(out, cap, v6 ? "[%s]:%u" : "%s:%u", host, port);
+	return 0;
+}
+
+static int write_addr_file(const char *path, const char *addr)
+{
+	_cleanup_free_ char *tmp = NULL;
+	FILE *f;
+
+	if (asprintf(&tmp, "%s.tmp", path) < 0)
+		return -ENOMEM;
+	if (!(f = fopen(tmp, "w")))
+		return -errno;
+	fprintf(f, "%s\n", addr);
+	if (fclose(f) != 0)
+		return -errno;
+	return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+static void sync_tick(void *ctx)
+{
+	struct daemon *d = ctx;
+	int r = ns_sync_if_dirty(d->ns);
+
+	if (r < 0)
+		log_error_errno(r, "Failed to sync the metadata WAL");
+}
+
+static int gc_remove(void *ctx, const struct ns_gc_item *it)
+{
+	struct daemon *d = ctx;
+
+	if (it->layout.table_id == 0)
+		return 0; /* created with no targets: no chunk was ever written */
+	int r = chunk_remove_file(d->cc, &it->layout, it->ino, 0);
+	if (r < 0)
+		log_debug("gc: removing chunks of inode %llu failed: %s",
+			  (unsigned long long)it->ino, strerror(-r));
+	return r;
+}
+
+static void gc_tick(void *ctx)
+{
+	struct daemon *d = ctx;
+	int failed = 0;
+	int n = gc_pass(d->ns, gc_remove, d, &failed);
+
+	if (n < 0)
+		log_error_errno(n, "gc: failed to read the GC queue");
+	if (n > 0)
+		log_debug("gc: collected %d inodes", n);
+	if (failed && !d->gc_failed_logged)
+		log_warn("gc: %d inodes could not be collected yet; retrying every second",
+			 failed);
+	d->gc_failed_logged = failed > 0;
+}
+
+static int start_background(struct daemon *d)
+{
+	int r;
+
+	d->mc = meta_client_new(d->self, "strata-meta-gc", NULL);
+	d->cc = d->mc ? chunk_client_new(d->mc, NULL) : NULL;
+	if (!d->cc)
+		return log_error_errno(-ENOMEM, "Failed to create the GC's chunk client");
+	r = ticker_start(100, sync_tick, d, &d->sync_t);
+	if (r == 0)
+		r = ticker_start(1000, gc_tick, d, &d->gc_t);
+	if (r < 0)
+		return log_error_errno(r, "Failed to start background threads");
+	return 0;
+}
+
+/* mkdir -p: --db may name a directory whose parents do not exist yet. */
+static int mkdir_p(const char *path)
+{
+	_cleanup_free_ char *p = strdup(path);
+
+	if (!p)
+		return -ENOMEM;
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return mkdir(p, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+static int start(struct daemon *d, const struct opts *o)
+{
+	char why[256] = "";
+	int r = mkdir_p(o->db);
+
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s'", o->db);
+	r = ns_open(o->db, &d->ns, why, sizeof(why));
+
+	if (r < 0)
+		return log_error_errno(r, "Failed to open metadata store '%s' (%s)", o->db, why);
+	struct rpc_server_opts so = {.name = "meta", .listen = o->listen, .handler = meta_handle,
+				     .ctx = d->ns};
+	r = rpc_server_start(&so, &d->srv);
+	if (r < 0)
+		return log_error_errno(r, "Failed to listen on '%s'", o->listen);
+	r = self_addr(o->listen, rpc_server_port(d->srv), d->self, sizeof(d->self));
+	if (r < 0)
+		return log_error_errno(r, "Bad listen address '%s'", o->listen);
+	if ((r = start_background(d)) < 0)
+		return r;
+	if (o->addr_file && (r = write_addr_file(o->addr_file, d->self)) < 0)
+		return log_error_errno(r, "Failed to write '%s'", o->addr_file);
+	log_info("serving on %s, store %s", d->self, o->db);
+	return 0;
+}
+
+static void stop(struct daemon *d)
+{
+	rpc_server_free(d->srv);
+	ticker_stop(d->gc_t);
+	ticker_stop(d->sync_t);
+	chunk_client_free(d->cc);
+	meta_client_free(d->mc);
+	ns_close(d->ns);
+}
+
+int main(int argc, char **argv)
+{
+	struct daemon d = {0};
+	struct opts o;
+	sigset_t set;
+	int sig = 0, r;
+
+	if (parse_args(argc, argv, &o) < 0)
+		return 2;
+	log_init("strata-meta", (enum log_level)o.log_level);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads inherit the mask */
+	r = start(&d, &o);
+	if (r == 0) {
+		sigwait(&set, &sig);
+		log_info("signal %d: stopping", sig);
+	}
+	stop(&d);
+	return r < 0 ? 1 : 0;
+}

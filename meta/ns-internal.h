@@ -1,0 +1,156 @@
+/* ns-internal.h — what the files of the meta engine share: the key schema,
+ * the value records, the engine struct and the helpers every operation uses.
+ * Not for use outside meta/. The schema is described in README.md.
+ *
+ * Invariants (checked by tests/meta/test_meta_ns.c):
+ *  1. Every dentry D(parent,name) points at an existing inode I(ino) whose
+ *     type bits match the dentry's; a directory has exactly one dentry and
+ *     I(dir).parent names the directory holding it (root: itself).
+ *  2. nlink of a directory = 2 + number of directory entries that are
+ *     directories; nlink of anything else = number of dentries naming it.
+ *  3. An inode with nlink 0 exists only while it has sessions; it then has
+ *     an orphan marker O(ino). When its last session closes (or its last
+ *     link goes with no session open) the inode, its xattrs and symlink
+ *     target are deleted and a regular file is queued in G(ino) in the same
+ *     batch.
+ *  4. Every session S(ino,sid) has a client index U(client,ino,sid) and the
+ *     reverse.
+ *  5. Counters M(*) are updated in the batch of the mutation that consumes
+ *     them, so ids are never reused across restarts.
+ *  6. Mutations hold ns->mu from their first read to kv_write. */
+#pragma once
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include "kv.h"
+#include "ns.h"
+#include "wire.h"
+
+/* key tags: first byte of every key */
+enum {
+	K_COUNTER = 'M', /* M name                     -> u64 */
+	K_INODE = 'I',   /* I ino(be64)                -> inode record */
+	K_DENTRY = 'D',  /* D parent(be64) name        -> dentry record */
+	K_XATTR = 'X',   /* X ino(be64) name           -> value bytes */
+	K_SYMLINK = 'L', /* L ino(be64)                -> target bytes */
+	K_SESSION = 'S', /* S ino(be64) sid(be64)      -> session record */
+	K_CLIENT = 'U',  /* U client 0x00 ino sid      -> empty */
+	K_ORPHAN = 'O',  /* O ino(be64)                -> empty */
+	K_GC = 'G',      /* G ino(be64)                -> gc record */
+	K_NODE = 'N',    /* N node(be32)               -> node record */
+	K_TARGET = 'T',  /* T target(be32)             -> target record */
+	K_CHAIN = 'H',   /* H chain(be32)              -> chain record */
+	K_TABLE = 'B',   /* B table(be32)              -> table record */
+};
+#define REC_VERSION 1
+
+#define KEY_MAX (1 + NS_CLIENT_ID_MAX + 1 + 8 + 8 + STRATA_NAME_MAX + 8)
+struct key {
+	uint8_t b[KEY_MAX];
+	size_t len;
+};
+
+void key_init(struct key *k, uint8_t tag);
+void key_u64(struct key *k, uint64_t v);
+void key_u32(struct key *k, uint32_t v);
+void key_str(struct key *k, const char *s);
+uint64_t key_get_u64(const uint8_t *p);
+uint32_t key_get_u32(const uint8_t *p);
+/* Common shapes. */
+void key_ino(struct key *k, uint8_t tag, uint64_t ino);
+void key_dentry(struct key *k, uint64_t parent, const char *name);
+void key_named(struct key *k, uint8_t tag, uint64_t ino, const char *name);
+void key_session(struct key *k, uint64_t ino, uint64_t sid);
+void key_client(struct key *k, const char *client, uint64_t ino, uint64_t sid);
+void key_counter(struct key *k, const char *name);
+
+/* An inode record: the attributes plus, for directories, the parent. */
+struct inode {
+	struct strata_attr a;
+	uint64_t parent;
+};
+void inode_encode(const struct inode *in, struct wbuf *b);
+int inode_decode(const uint8_t *p, size_t len, struct inode *ret);
+
+struct dentry {
+	uint64_t ino;
+	uint32_t mode; /* type bits */
+};
+
+struct ns {
+	struct kv *kv;
+	pthread_mutex_t mu; /* serializes mutations (invariant 6) */
+	uint64_t next_ino, next_session, next_gen;
+	_Atomic uint64_t inodes; /* used inodes, read by statfs without mu */
+	uint32_t next_node, next_target, next_chain, next_table;
+	uint32_t newest_table; /* 0: no chain table yet */
+	uint64_t routing_version;
+	_Atomic uint64_t dirty; /* batches written since the last sync */
+};
+
+int64_t ns_now(void);
+void ns_lock(struct ns *ns);
+void ns_unlock(struct ns *ns);
+/* Cleanup helper: `_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);` */
+static inline struct ns *ns_locked(struct ns *ns)
+{
+	ns_lock(ns);
+	return ns;
+}
+static inline void ns_unlockp(struct ns **ns)
+{
+	if (*ns)
+		ns_unlock(*ns);
+}
+#define _cleanup_nsunlock_ __attribute__((cleanup(ns_unlockp), unused))
+
+/* Reads inode ino: 0, -ENOENT, -EIO. */
+int ns_get_inode(struct ns *ns, uint64_t ino, struct inode *ret);
+/* Reads inode ino and requires a directory: also -ENOTDIR. */
+int ns_get_dir(struct ns *ns, uint64_t ino, struct inode *ret);
+int ns_get_dentry(struct ns *ns, uint64_t parent, const char *name, struct dentry *ret);
+void ns_put_inode(struct kv_batch *b, const struct inode *in);
+void ns_put_dentry(struct kv_batch *b, uint64_t parent, const char *name,
+		   const struct dentry *d);
+void ns_put_counter(struct kv_batch *b, const char *name, uint64_t v);
+int ns_get_counter(struct ns *ns, const char *name, uint64_t *ret);
+/* kv_write and bookkeeping (dirty count). */
+int ns_commit(struct ns *ns, struct kv_batch *b);
+/* Adds deletes for every key under prefix. */
+int ns_batch_del_prefix(struct ns *ns, struct kv_batch *b, const struct key *prefix);
+/* True if any key starts with prefix (0/1 or -errno). */
+int ns_prefix_any(struct ns *ns, const struct key *prefix);
+/* Drops one link of in (already loaded, dentry removal is the caller's):
+ * nlink--, and when it reaches 0 either orphans it (sessions open) or
+ * deletes it and queues GC. Adds everything to b. */
+int ns_drop_link(struct ns *ns, struct kv_batch *b, struct inode *in);
+/* Deletes inode in and everything hanging off it; queues a regular file
+ * for GC. */
+int ns_destroy_inode(struct ns *ns, struct kv_batch *b, const struct inode *in);
+uint32_t ns_stripe_seed(uint64_t ino);
+/* Name and type checks shared by the entry operations. */
+static inline bool mode_is_dir(uint32_t m)
+{
+	return (m & 0170000) == 0040000;
+}
+static inline bool mode_is_reg(uint32_t m)
+{
+	return (m & 0170000) == 0100000;
+}
+/* Adds a session on ino for client to b; *ret_sid gets its id (consumes
+ * the next_session counter). */
+void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t flags,
+		    const char *client, uint64_t *ret_sid);
+/* 0 if directory ino has no entries, -ENOTEMPTY, or -errno. */
+int ns_dir_empty(struct ns *ns, uint64_t ino);
+
+/* Cluster map records (cluster.c). */
+struct cluster_target {
+	uint32_t target_id, node_id;
+	uint8_t state;
+	char path[256];
+	char addr[64];
+	uint64_t total_bytes, free_bytes;
+	int64_t last_seen_ns;
+};
+int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret);

@@ -1,0 +1,104 @@
+/* ns.h — the strata-meta engine: namespace, open-file sessions, GC queue and
+ * cluster map, stored in a kv.h store. The RPC layer (server.c) and the unit
+ * tests call it directly; it never logs and never talks to the network.
+ *
+ * Every function returns 0 (or a count where stated) or a negative errno
+ * with the meaning listed in fs/meta_client.h. Every mutation is one atomic
+ * kv batch; mutations are serialized by one mutex per engine, reads take no
+ * lock (see README.md, "Concurrency"). Thread-safe. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "types.h"
+#include "meta_client.h"
+
+struct ns;
+
+#define NS_CLIENT_ID_MAX 64   /* bytes of a client id */
+#define NS_READDIR_MAX 1024   /* entries per readdir call */
+#define NS_XATTR_COUNT_MAX 256 /* xattrs per inode */
+#define NS_MAX_TARGETS 64     /* targets per registering node */
+#define NS_TOTAL_INODES (1ull << 40)
+
+/* Opens the engine on the store in directory dir (created if missing; the
+ * root directory, inode 1, is created on first open). why[why_cap] gets a
+ * text on failure. Owned by the caller; free with ns_close. */
+int ns_open(const char *dir, struct ns **ret, char *why, size_t why_cap);
+void ns_close(struct ns *ns);
+/* Makes every acknowledged mutation durable. */
+int ns_sync(struct ns *ns);
+/* Syncs only if something was written since the last sync (the timer). */
+int ns_sync_if_dirty(struct ns *ns);
+
+int ns_lookup(struct ns *ns, strata_ino_t parent, const char *name, struct strata_attr *ret);
+int ns_getattr(struct ns *ns, strata_ino_t ino, struct strata_attr *ret);
+int ns_setattr(struct ns *ns, strata_ino_t ino, const struct strata_setattr *sa,
+	       struct strata_attr *ret);
+int ns_mknod(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint64_t rdev,
+	     uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_mkdir(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
+	     uint32_t gid, struct strata_attr *ret);
+int ns_symlink(struct ns *ns, strata_ino_t parent, const char *name, const char *target,
+	       uint32_t uid, uint32_t gid, struct strata_attr *ret);
+/* create + open in one batch (see meta_create). */
+int ns_create(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
+	      uint32_t gid, uint32_t flags, const char *client_id, struct strata_attr *ret,
+	      uint64_t *ret_session);
+int ns_unlink(struct ns *ns, strata_ino_t parent, const char *name);
+int ns_rmdir(struct ns *ns, strata_ino_t parent, const char *name);
+int ns_rename(struct ns *ns, strata_ino_t parent, const char *name, strata_ino_t newparent,
+	      const char *newname, uint32_t flags);
+int ns_link(struct ns *ns, strata_ino_t ino, strata_ino_t newparent, const char *newname,
+	    struct strata_attr *ret);
+/* Copies the target NUL-terminated into buf[cap]; returns its length or
+ * -ERANGE. */
+int ns_readlink(struct ns *ns, strata_ino_t ino, char *buf, size_t cap);
+
+/* Calls fn for up to max (<= NS_READDIR_MAX) entries of directory ino after
+ * name `after`, in name order; d->attr is filled when want_attrs. Sets
+ * *ret_more when more entries follow. Returns the count. */
+typedef int (*ns_dirent_fn)(void *ctx, const struct meta_dirent *d);
+int ns_readdir(struct ns *ns, strata_ino_t ino, const char *after, bool want_attrs, int max,
+	       ns_dirent_fn fn, void *ctx, int *ret_more);
+int ns_statfs(struct ns *ns, struct strata_statfs *ret);
+
+int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value,
+		size_t size, uint32_t flags);
+/* Returns 0 and a malloc'd value (owned by the caller). */
+int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val,
+		size_t *ret_len);
+/* Returns 0 and a malloc'd NUL-separated name list (owned by the caller). */
+int ns_listxattr(struct ns *ns, strata_ino_t ino, char **ret_list, size_t *ret_len);
+int ns_removexattr(struct ns *ns, strata_ino_t ino, const char *name);
+
+/* Sessions: see README.md, "Sessions". */
+int ns_open_file(struct ns *ns, strata_ino_t ino, uint32_t flags, const char *client_id,
+		 uint64_t *ret_session);
+int ns_close_file(struct ns *ns, strata_ino_t ino, uint64_t session, int64_t length,
+		  int64_t mtime_ns);
+/* Closes every session of client_id; returns how many. */
+int ns_clear_sessions(struct ns *ns, const char *client_id);
+int ns_set_length(struct ns *ns, strata_ino_t ino, uint64_t length, int64_t mtime_ns);
+/* Number of open sessions on ino (tests, fsck). */
+int ns_session_count(struct ns *ns, strata_ino_t ino);
+
+/* GC queue: inodes whose last link and last session are gone. */
+struct ns_gc_item {
+	strata_ino_t ino;
+	uint64_t size;
+	struct strata_layout layout;
+};
+/* Fills up to max queued items; returns the count. */
+int ns_gc_list(struct ns *ns, struct ns_gc_item *items, int max);
+/* Removes ino from the queue (its chunks are gone). */
+int ns_gc_done(struct ns *ns, strata_ino_t ino);
+
+/* Cluster map: see README.md, "Cluster map". */
+int ns_register(struct ns *ns, uint32_t *node_id, const char *addr,
+		struct mgmt_target_info *targets, int ntargets);
+int ns_heartbeat(struct ns *ns, uint32_t node_id, const struct mgmt_target_info *targets,
+		 int ntargets);
+/* Fills *ret with heap arrays; release with strata_routing_done. */
+int ns_routing(struct ns *ns, struct strata_routing *ret);
+

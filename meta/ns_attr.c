@@ -1,0 +1,339 @@
+/* ns_attr.c — reading and changing attributes: getattr, setattr, readdir,
+ * statfs and extended attributes.
+ *
+ * setattr applies the STRATA_SET_* fields in one batch and sets ctime to now
+ * unless STRATA_SET_CTIME gives it. STRATA_SET_SIZE changes only the
+ * recorded length (the client trims chunks first when shrinking).
+ * STRATA_SET_LAYOUT is for directories: the chunk size new files inherit.
+ * xattrs live under X(ino,name); limits: name 1..255 bytes (-ERANGE),
+ * value <= 64 KiB (-E2BIG), NS_XATTR_COUNT_MAX per inode (-ENOSPC). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include "cleanup.h"
+#include "meta_proto.h"
+#include "ns-internal.h"
+
+int ns_getattr(struct ns *ns, strata_ino_t ino, struct strata_attr *ret)
+{
+	struct inode in;
+	int r = ns_get_inode(ns, ino, &in);
+
+	if (r == 0)
+		*ret = in.a;
+	return r;
+}
+
+static bool chunk_size_ok(uint32_t cs)
+{
+	return cs >= STRATA_MIN_CHUNK_SIZE && cs <= STRATA_MAX_CHUNK_SIZE && (cs & (cs - 1)) == 0;
+}
+
+static int setattr_check(const struct inode *in, const struct strata_setattr *sa)
+{
+	if (sa->valid & STRATA_SET_SIZE) {
+		if (mode_is_dir(in->a.mode))
+			return -EISDIR;
+		if (!mode_is_reg(in->a.mode))
+			return -EINVAL;
+	}
+	if (sa->valid & STRATA_SET_LAYOUT) {
+		if (!mode_is_dir(in->a.mode))
+			return -ENOTDIR;
+		if (!chunk_size_ok(sa->chunk_size))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static void setattr_apply(struct inode *in, const struct strata_setattr *sa, int64_t now)
+{
+	struct strata_attr *a = &in->a;
+	uint32_t v = sa->valid;
+
+	if (v & STRATA_SET_MODE)
+		a->mode = (a->mode & S_IFMT) | (sa->mode & 07777);
+	if (v & STRATA_SET_UID)
+		a->uid = sa->uid;
+	if (v & STRATA_SET_GID)
+		a->gid = sa->gid;
+	if (v & STRATA_SET_SIZE) {
+		a->size = sa->size;
+		a->mtime_ns = now; /* truncate(2) */
+	}
+	if (v & STRATA_SET_ATIME_NOW)
+		a->atime_ns = now;
+	else if (v & STRATA_SET_ATIME)
+		a->atime_ns = sa->atime_ns;
+	if (v & STRATA_SET_MTIME_NOW)
+		a->mtime_ns = now;
+	else if (v & STRATA_SET_MTIME)
+		a->mtime_ns = sa->mtime_ns;
+	if (v & STRATA_SET_LAYOUT)
+		a->layout.chunk_size = sa->chunk_size;
+	a->ctime_ns = (v & STRATA_SET_CTIME) ? sa->ctime_ns : now;
+}
+
+int ns_setattr(struct ns *ns, strata_ino_t ino, const struct strata_setattr *sa,
+	       struct strata_attr *ret)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	struct inode in;
+	int r;
+
+	if (!b)
+		return -ENOMEM;
+	r = ns_get_inode(ns, ino, &in);
+	if (r == 0)
+		r = setattr_check(&in, sa);
+	if (r < 0)
+		return r;
+	setattr_apply(&in, sa, ns_now());
+	ns_put_inode(b, &in);
+	r = ns_commit(ns, b);
+	if (r == 0 && ret)
+		*ret = in.a;
+	return r;
+}
+
+/* ---- readdir ------------------------------------------------------------- */
+
+struct rd_ctx {
+	struct ns *ns;
+	bool want_attrs;
+	int max, n, more, err;
+	ns_dirent_fn fn;
+	void *fn_ctx;
+};
+
+static int rd_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct rd_ctx *c = ctx;
+	struct meta_dirent d = {0};
+	struct inode in;
+	size_t nl = kl - 9;
+
+	if (c->n >= c->max) {
+		c->more = 1;
+		return 1;
+	}
+	if (vl != 13 || v[0] != REC_VERSION || nl == 0 || nl > STRATA_NAME_MAX)
+		return -EIO;
+	d.ino = le64_get(v + 1);
+	d.mode = le32_get(v + 9);
+	memcpy(d.name, k + 9, nl);
+	if (c->want_attrs) {
+		int r = ns_get_inode(c->ns, d.ino, &in);
+		if (r < 0)
+			return r == -ENOENT ? 0 : r; /* removed under us: skip */
+		d.attr = in.a;
+		d.mode = in.a.mode;
+	}
+	c->n++;
+	return c->fn(c->fn_ctx, &d);
+}
+
+int ns_readdir(struct ns *ns, strata_ino_t ino, const char *after, bool want_attrs, int max,
+	       ns_dirent_fn fn, void *ctx, int *ret_more)
+{
+	struct rd_ctx c = {ns, want_attrs, max, 0, 0, 0, fn, ctx};
+	struct inode dir;
+	struct key prefix, start;
+	int r;
+
+	if (max <= 0 || max > NS_READDIR_MAX)
+		c.max = NS_READDIR_MAX;
+	if (after && strlen(after) > STRATA_NAME_MAX)
+		return -ENAMETOOLONG;
+	r = ns_get_dir(ns, ino, &dir);
+	if (r < 0)
+		return r;
+	key_named(&prefix, K_DENTRY, ino, NULL);
+	key_named(&start, K_DENTRY, ino, after ? after : "");
+	bool from_start = !after || !after[0];
+	r = kv_scan(ns->kv, prefix.b, prefix.len, from_start ? NULL : start.b, start.len, rd_one,
+		    &c);
+	if (r < 0)
+		return r;
+	*ret_more = c.more;
+	return c.n;
+}
+
+/* ---- statfs -------------------------------------------------------------- */
+
+struct sf_ctx {
+	struct strata_statfs *s;
+};
+
+static int sf_target(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct sf_ctx *c = ctx;
+	struct cluster_target t;
+
+	if (cluster_target_decode(v, vl, &t) < 0)
+		return 0; /* statfs stays best-effort */
+	c->s->total_bytes += t.total_bytes;
+	c->s->free_bytes += t.free_bytes;
+	return 0;
+}
+
+int ns_statfs(struct ns *ns, struct strata_statfs *ret)
+{
+	struct strata_statfs s = {0};
+	struct sf_ctx c = {&s};
+	uint8_t tag = K_TARGET;
+	int r;
+
+	r = kv_scan(ns->kv, &tag, 1, NULL, 0, sf_target, &c);
+	if (r < 0)
+		return r;
+	s.avail_bytes = s.free_bytes;
+	s.total_inodes = NS_TOTAL_INODES;
+	s.used_inodes = atomic_load(&ns->inodes);
+	s.bsize = 4096;
+	s.namemax = STRATA_NAME_MAX;
+	*ret = s;
+	return 0;
+}
+
+/* ---- xattrs -------------------------------------------------------------- */
+
+static int xattr_name_check(const char *name)
+{
+	if (!name || !name[0])
+		return -EINVAL;
+	return strlen(name) > STRATA_XATTR_NAME_MAX ? -ERANGE : 0;
+}
+
+static int xattr_count(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static int setxattr_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, const char *name,
+			   const void *value, size_t size, uint32_t flags)
+{
+	struct inode in;
+	struct key k, prefix;
+	int n = 0, r = ns_get_inode(ns, ino, &in);
+
+	if (r < 0)
+		return r;
+	key_named(&k, K_XATTR, ino, name);
+	r = kv_exists(ns->kv, k.b, k.len);
+	if (r < 0 && r != -ENOENT)
+		return r;
+	if (r == 0 && (flags & XATTR_CREATE))
+		return -EEXIST;
+	if (r == -ENOENT && (flags & XATTR_REPLACE))
+		return -ENODATA;
+	if (r == -ENOENT) {
+		key_named(&prefix, K_XATTR, ino, NULL);
+		if ((r = kv_scan(ns->kv, prefix.b, prefix.len, NULL, 0, xattr_count, &n)) < 0)
+			return r;
+		if (n >= NS_XATTR_COUNT_MAX)
+			return -ENOSPC;
+	}
+	kv_batch_put(b, k.b, k.len, value, size);
+	in.a.ctime_ns = ns_now();
+	ns_put_inode(b, &in);
+	return 0;
+}
+
+int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value,
+		size_t size, uint32_t flags)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	int r = xattr_name_check(name);
+
+	if (r < 0)
+		return r;
+	if (!b)
+		return -ENOMEM;
+	if (size > STRATA_XATTR_SIZE_MAX)
+		return -E2BIG;
+	if (flags & ~(uint32_t)(XATTR_CREATE | XATTR_REPLACE))
+		return -EINVAL;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	r = setxattr_locked(ns, b, ino, name, value, size, flags);
+	return r ?: ns_commit(ns, b);
+}
+
+int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val,
+		size_t *ret_len)
+{
+	struct inode in;
+	struct key k;
+	int r = xattr_name_check(name);
+
+	if (r < 0)
+		return r;
+	r = ns_get_inode(ns, ino, &in);
+	if (r < 0)
+		return r;
+	key_named(&k, K_XATTR, ino, name);
+	r = kv_get(ns->kv, k.b, k.len, ret_val, ret_len);
+	return r == -ENOENT ? -ENODATA : r;
+}
+
+struct lx_ctx {
+	struct wbuf w;
+};
+
+static int lx_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct lx_ctx *c = ctx;
+
+	wbuf_put_bytes(&c->w, k + 9, kl - 9);
+	wbuf_put_u8(&c->w, 0);
+	return c->w.err;
+}
+
+int ns_listxattr(struct ns *ns, strata_ino_t ino, char **ret_list, size_t *ret_len)
+{
+	struct lx_ctx c;
+	struct inode in;
+	struct key prefix;
+	int r = ns_get_inode(ns, ino, &in);
+
+	if (r < 0)
+		return r;
+	wbuf_init(&c.w);
+	key_named(&prefix, K_XATTR, ino, NULL);
+	r = kv_scan(ns->kv, prefix.b, prefix.len, NULL, 0, lx_one, &c);
+	if (r < 0) {
+		wbuf_done(&c.w);
+		return r;
+	}
+	*ret_list = (char *)c.w.data; /* NULL when empty */
+	*ret_len = c.w.len;
+	return 0;
+}
+
+int ns_removexattr(struct ns *ns, strata_ino_t ino, const char *name)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	struct inode in;
+	struct key k;
+	int r = xattr_name_check(name);
+
+	if (r < 0)
+		return r;
+	if (!b)
+		return -ENOMEM;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	if ((r = ns_get_inode(ns, ino, &in)) < 0)
+		return r;
+	key_named(&k, K_XATTR, ino, name);
+	r = kv_exists(ns->kv, k.b, k.len);
+	if (r < 0)
+		return r == -ENOENT ? -ENODATA : r;
+	kv_batch_del(b, k.b, k.len);
+	in.a.ctime_ns = ns_now();
+	ns_put_inode(b, &in);
+	return ns_commit(ns, b);
+}

@@ -1,0 +1,309 @@
+/* ns_session.c — open-file sessions, file lengths and the GC queue.
+ *
+ * A session S(ino,sid) records that client `client` has ino open; its index
+ * U(client,ino,sid) lets a fresh mount of the same client id close all of
+ * its predecessor's sessions (ns_clear_sessions). While a session is open an
+ * unlinked file stays as an orphan (nlink 0, O(ino)); the close that ends
+ * the last session of an orphan deletes it and queues G(ino) in the same
+ * batch. The GC thread (meta/gc.c) removes the queued file's chunks and then
+ * the G entry (ns_gc_done). */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include "cleanup.h"
+#include "ns-internal.h"
+
+void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t flags,
+		    const char *client, uint64_t *ret_sid)
+{
+	uint64_t sid = ns->next_session++;
+	struct wbuf w;
+	struct key k;
+
+	wbuf_init(&w);
+	wbuf_put_u8(&w, REC_VERSION);
+	wbuf_put_u32(&w, flags);
+	wbuf_put_i64(&w, ns_now());
+	wbuf_put_str(&w, client);
+	key_session(&k, ino, sid);
+	kv_batch_put(b, k.b, k.len, w.data, w.len);
+	wbuf_done(&w);
+	key_client(&k, client, ino, sid);
+	kv_batch_put(b, k.b, k.len, "", 0);
+	ns_put_counter(b, "next_session", ns->next_session);
+	*ret_sid = sid;
+}
+
+static int open_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t flags,
+		       const char *client, uint64_t *ret_sid)
+{
+	struct inode in;
+	int r = ns_get_inode(ns, ino, &in);
+
+	if (r < 0)
+		return r;
+	if (mode_is_dir(in.a.mode))
+		return -EISDIR;
+	if (!mode_is_reg(in.a.mode))
+		return -EINVAL;
+	if (flags & O_TRUNC) {
+		in.a.size = 0;
+		in.a.mtime_ns = in.a.ctime_ns = ns_now();
+		ns_put_inode(b, &in);
+	}
+	ns_add_session(ns, b, ino, flags, client, ret_sid);
+	return 0;
+}
+
+int ns_open_file(struct ns *ns, strata_ino_t ino, uint32_t flags, const char *client_id,
+		 uint64_t *ret_session)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	uint64_t sid;
+	int r;
+
+	if (!b)
+		return -ENOMEM;
+	if (strlen(client_id) > NS_CLIENT_ID_MAX)
+		return -EINVAL;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	r = open_locked(ns, b, ino, flags, client_id, &sid);
+	if (r == 0)
+		r = ns_commit(ns, b);
+	if (r == 0)
+		*ret_session = sid;
+	return r;
+}
+
+/* Reads the client id of session (ino, sid) into client[NS_CLIENT_ID_MAX+1]. */
+static int session_client(struct ns *ns, uint64_t ino, uint64_t sid, char *client)
+{
+	_cleanup_free_ uint8_t *v = NULL;
+	struct rbuf rb;
+	struct key k;
+	size_t n;
+	int r;
+
+	key_session(&k, ino, sid);
+	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
+	if (r < 0)
+		return r;
+	rbuf_init(&rb, v, n);
+	if (rbuf_get_u8(&rb) != REC_VERSION)
+		return -EIO;
+	rbuf_get_u32(&rb);
+	rbuf_get_i64(&rb);
+	rbuf_get_str(&rb, client, NS_CLIENT_ID_MAX + 1);
+	return rbuf_done(&rb) < 0 ? -EIO : 0;
+}
+
+struct other_ctx {
+	uint64_t sid;
+	int found;
+};
+
+static int other_session(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct other_ctx *c = ctx;
+
+	if (kl == 17 && key_get_u64(k + 9) != c->sid) {
+		c->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether ino has a session other than sid. */
+static int has_other_session(struct ns *ns, uint64_t ino, uint64_t sid)
+{
+	struct other_ctx c = {sid, 0};
+	struct key k;
+
+	key_ino(&k, K_SESSION, ino);
+	int r = kv_scan(ns->kv, k.b, k.len, NULL, 0, other_session, &c);
+	return r < 0 ? r : c.found;
+}
+
+static void apply_length(struct inode *in, int64_t length, int64_t mtime_ns)
+{
+	if (length >= 0 && (uint64_t)length > in->a.size)
+		in->a.size = (uint64_t)length;
+	if (mtime_ns >= 0)
+		in->a.mtime_ns = in->a.ctime_ns = mtime_ns;
+}
+
+static int close_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, uint64_t sid,
+			int64_t length, int64_t mtime_ns)
+{
+	char client[NS_CLIENT_ID_MAX + 1];
+	struct inode in;
+	struct key k;
+	int r = session_client(ns, ino, sid, client);
+
+	if (r < 0)
+		return r == -ENOENT ? -EBADF : r;
+	if ((r = ns_get_inode(ns, ino, &in)) < 0)
+		return r;
+	key_session(&k, ino, sid);
+	kv_batch_del(b, k.b, k.len);
+	key_client(&k, client, ino, sid);
+	kv_batch_del(b, k.b, k.len);
+	apply_length(&in, length, mtime_ns);
+	r = in.a.nlink > 0 ? 1 : has_other_session(ns, ino, sid);
+	if (r < 0)
+		return r;
+	if (r == 0)
+		return ns_destroy_inode(ns, b, &in); /* last close of an orphan */
+	if (length >= 0 || mtime_ns >= 0)
+		ns_put_inode(b, &in);
+	return 0;
+}
+
+int ns_close_file(struct ns *ns, strata_ino_t ino, uint64_t session, int64_t length,
+		  int64_t mtime_ns)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	int r;
+
+	if (!b)
+		return -ENOMEM;
+	r = close_locked(ns, b, ino, session, length, mtime_ns);
+	return r ?: ns_commit(ns, b);
+}
+
+struct clear_ctx {
+	uint64_t ino[256], sid[256];
+	int n;
+};
+
+static int clear_collect(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct clear_ctx *c = ctx;
+
+	if (kl < 16)
+		return -EIO;
+	c->ino[c->n] = key_get_u64(k + kl - 16);
+	c->sid[c->n] = key_get_u64(k + kl - 8);
+	return ++c->n == (int)ARRAY_SIZE(c->ino) ? 1 : 0;
+}
+
+/* One round: closes up to 256 sessions of client, each in its own batch
+ * (each is a complete close). Returns how many. */
+static int clear_round(struct ns *ns, const char *client)
+{
+	struct clear_ctx c = {.n = 0};
+	struct key prefix;
+	int r;
+
+	key_client(&prefix, client, 0, 0);
+	prefix.len -= 16;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	r = kv_scan(ns->kv, prefix.b, prefix.len, NULL, 0, clear_collect, &c);
+	for (int i = 0; r >= 0 && i < c.n; i++) {
+		_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+		if (!b)
+			return -ENOMEM;
+		r = close_locked(ns, b, c.ino[i], c.sid[i], -1, -1);
+		if (r == 0)
+			r = ns_commit(ns, b);
+	}
+	return r < 0 ? r : c.n;
+}
+
+int ns_clear_sessions(struct ns *ns, const char *client_id)
+{
+	int total = 0, r;
+
+	if (!client_id[0] || strlen(client_id) > NS_CLIENT_ID_MAX)
+		return -EINVAL;
+	do {
+		r = clear_round(ns, client_id);
+		if (r < 0)
+			return r;
+		total += r;
+	} while (r == 256);
+	return total;
+}
+
+int ns_set_length(struct ns *ns, strata_ino_t ino, uint64_t length, int64_t mtime_ns)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	struct inode in;
+	int r;
+
+	if (!b)
+		return -ENOMEM;
+	if (length > INT64_MAX)
+		return -EFBIG;
+	if ((r = ns_get_inode(ns, ino, &in)) < 0)
+		return r;
+	if (!mode_is_reg(in.a.mode))
+		return mode_is_dir(in.a.mode) ? -EISDIR : -EINVAL;
+	apply_length(&in, (int64_t)length, mtime_ns);
+	ns_put_inode(b, &in);
+	return ns_commit(ns, b);
+}
+
+static int count_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	(*(int *)ctx)++;
+	return 0;
+}
+
+int ns_session_count(struct ns *ns, strata_ino_t ino)
+{
+	struct key k;
+	int n = 0;
+
+	key_ino(&k, K_SESSION, ino);
+	int r = kv_scan(ns->kv, k.b, k.len, NULL, 0, count_one, &n);
+	return r < 0 ? r : n;
+}
+
+/* ---- GC queue ------------------------------------------------------------ */
+
+struct gc_ctx {
+	struct ns_gc_item *items;
+	int max, n;
+};
+
+static int gc_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+	struct gc_ctx *c = ctx;
+	struct ns_gc_item *it;
+
+	if (c->n >= c->max)
+		return 1;
+	if (kl != 9 || vl != 21 || v[0] != REC_VERSION)
+		return 0; /* unreadable entry: skip, fsck reports it */
+	it = &c->items[c->n++];
+	it->ino = key_get_u64(k + 1);
+	it->size = le64_get(v + 1);
+	it->layout.chunk_size = le32_get(v + 9);
+	it->layout.table_id = le32_get(v + 13);
+	it->layout.stripe_seed = le32_get(v + 17);
+	return 0;
+}
+
+int ns_gc_list(struct ns *ns, struct ns_gc_item *items, int max)
+{
+	struct gc_ctx c = {items, max, 0};
+	uint8_t tag = K_GC;
+	int r = kv_scan(ns->kv, &tag, 1, NULL, 0, gc_one, &c);
+
+	return r < 0 ? r : c.n;
+}
+
+int ns_gc_done(struct ns *ns, strata_ino_t ino)
+{
+	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	struct key k;
+
+	if (!b)
+		return -ENOMEM;
+	key_ino(&k, K_GC, ino);
+	kv_batch_del(b, k.b, k.len);
+	return ns_commit(ns, b);
+}

@@ -1,0 +1,310 @@
+/* server.c — dispatch of strata-meta requests to the engine.
+ *
+ * Namespace messages are decoded into one struct meta_req (meta_proto.h) and
+ * dispatched through a table indexed by type - MSG_META_PING; each entry is
+ * a short function that calls ns_* and encodes the reply. Management
+ * messages have their own request struct (heap: it holds up to 64 targets). */
+#include <errno.h>
+#include <stdlib.h>
+#include "cleanup.h"
+#include "meta_proto.h"
+#include "ns.h"
+#include "proto.h"
+#include "server.h"
+
+typedef int (*op_fn)(struct ns *ns, const struct meta_req *q, struct wbuf *w);
+
+static int attr_reply(int r, const struct strata_attr *a, struct wbuf *w)
+{
+	if (r == 0)
+		meta_attr_put(w, a);
+	return r;
+}
+
+static int op_ping(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return 0;
+}
+
+static int op_lookup(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+
+	return attr_reply(ns_lookup(ns, q->parent, q->name, &a), &a, w);
+}
+
+static int op_getattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+
+	return attr_reply(ns_getattr(ns, q->ino, &a), &a, w);
+}
+
+static int op_setattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+
+	return attr_reply(ns_setattr(ns, q->ino, &q->sa, &a), &a, w);
+}
+
+static int op_mknod(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+	int r = ns_mknod(ns, q->parent, q->name, q->mode, q->rdev, q->uid, q->gid, &a);
+
+	return attr_reply(r, &a, w);
+}
+
+static int op_mkdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+
+	return attr_reply(ns_mkdir(ns, q->parent, q->name, q->mode, q->uid, q->gid, &a), &a, w);
+}
+
+static int op_create(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+	uint64_t sid;
+	int r = ns_create(ns, q->parent, q->name, q->mode, q->uid, q->gid, q->flags, q->client_id,
+			  &a, &sid);
+
+	if (r == 0) {
+		meta_attr_put(w, &a);
+		wbuf_put_u64(w, sid);
+	}
+	return r;
+}
+
+static int op_unlink(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_unlink(ns, q->parent, q->name);
+}
+
+static int op_rmdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_rmdir(ns, q->parent, q->name);
+}
+
+static int op_rename(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_rename(ns, q->parent, q->name, q->newparent, q->newname, q->flags);
+}
+
+static int op_link(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+
+	return attr_reply(ns_link(ns, q->ino, q->newparent, q->newname, &a), &a, w);
+}
+
+static int op_symlink(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_attr a;
+	int r = ns_symlink(ns, q->parent, q->name, q->target, q->uid, q->gid, &a);
+
+	return attr_reply(r, &a, w);
+}
+
+static int op_readlink(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	char buf[STRATA_PATH_MAX + 1];
+	int r = ns_readlink(ns, q->ino, buf, sizeof(buf));
+
+	if (r >= 0)
+		wbuf_put_str(w, buf);
+	return r < 0 ? r : 0;
+}
+
+struct rd_reply {
+	struct wbuf *w;
+	bool attrs;
+};
+
+static int rd_put(void *ctx, const struct meta_dirent *d)
+{
+	struct rd_reply *c = ctx;
+
+	meta_readdir_put(c->w, d, c->attrs);
+	return c->w->err;
+}
+
+static int op_readdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct rd_reply c = {w, q->want_attrs};
+	size_t off = meta_readdir_begin(w, q->want_attrs);
+	int more = 0;
+	int max = (int)STRATA_MIN(q->max ? q->max : META_READDIR_MAX, META_READDIR_MAX);
+	int n = ns_readdir(ns, q->ino, q->target, q->want_attrs, max, rd_put, &c, &more);
+
+	if (n < 0)
+		return n;
+	meta_readdir_end(w, off, (uint32_t)n, more);
+	return w->err;
+}
+
+static int op_statfs(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	struct strata_statfs s;
+	int r = ns_statfs(ns, &s);
+
+	if (r == 0)
+		meta_statfs_put(w, &s);
+	return r;
+}
+
+static int op_setxattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_setxattr(ns, q->ino, q->name, q->value, q->value_len, q->flags);
+}
+
+static int op_getxattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	_cleanup_free_ void *v = NULL;
+	size_t n = 0;
+	int r = ns_getxattr(ns, q->ino, q->name, &v, &n);
+
+	if (r == 0)
+		wbuf_put_blob(w, v, (uint32_t)n);
+	return r;
+}
+
+static int op_listxattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	_cleanup_free_ char *list = NULL;
+	size_t n = 0;
+	int r = ns_listxattr(ns, q->ino, &list, &n);
+
+	if (r == 0)
+		wbuf_put_blob(w, list, (uint32_t)n);
+	return r;
+}
+
+static int op_removexattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_removexattr(ns, q->ino, q->name);
+}
+
+static int op_open(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	uint64_t sid = 0;
+	int r;
+
+	if (q->ino == 0 && (q->flags & META_OPEN_CLEAR_SESSIONS)) {
+		r = ns_clear_sessions(ns, q->client_id);
+		sid = r < 0 ? 0 : (uint64_t)r;
+	} else {
+		r = ns_open_file(ns, q->ino, q->flags, q->client_id, &sid);
+	}
+	if (r >= 0)
+		wbuf_put_u64(w, sid);
+	return r < 0 ? r : 0;
+}
+
+static int op_close(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_close_file(ns, q->ino, q->session, q->slength, q->mtime_ns);
+}
+
+static int op_sync(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_sync(ns);
+}
+
+static int op_set_length(struct ns *ns, const struct meta_req *q, struct wbuf *w)
+{
+	return ns_set_length(ns, q->ino, q->length, q->mtime_ns);
+}
+
+static const op_fn meta_ops[] = {
+	[MSG_META_PING - MSG_META_PING] = op_ping,
+	[MSG_META_LOOKUP - MSG_META_PING] = op_lookup,
+	[MSG_META_GETATTR - MSG_META_PING] = op_getattr,
+	[MSG_META_SETATTR - MSG_META_PING] = op_setattr,
+	[MSG_META_MKNOD - MSG_META_PING] = op_mknod,
+	[MSG_META_MKDIR - MSG_META_PING] = op_mkdir,
+	[MSG_META_CREATE - MSG_META_PING] = op_create,
+	[MSG_META_UNLINK - MSG_META_PING] = op_unlink,
+	[MSG_META_RMDIR - MSG_META_PING] = op_rmdir,
+	[MSG_META_RENAME - MSG_META_PING] = op_rename,
+	[MSG_META_LINK - MSG_META_PING] = op_link,
+	[MSG_META_SYMLINK - MSG_META_PING] = op_symlink,
+	[MSG_META_READLINK - MSG_META_PING] = op_readlink,
+	[MSG_META_READDIR - MSG_META_PING] = op_readdir,
+	[MSG_META_STATFS - MSG_META_PING] = op_statfs,
+	[MSG_META_SETXATTR - MSG_META_PING] = op_setxattr,
+	[MSG_META_GETXATTR - MSG_META_PING] = op_getxattr,
+	[MSG_META_LISTXATTR - MSG_META_PING] = op_listxattr,
+	[MSG_META_REMOVEXATTR - MSG_META_PING] = op_removexattr,
+	[MSG_META_OPEN - MSG_META_PING] = op_open,
+	[MSG_META_CLOSE - MSG_META_PING] = op_close,
+	[MSG_META_SYNC - MSG_META_PING] = op_sync,
+	[MSG_META_SET_LENGTH - MSG_META_PING] = op_set_length,
+};
+
+static int handle_meta(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *reply)
+{
+	_cleanup_free_ struct meta_req *q = malloc(sizeof(*q));
+	unsigned idx = (unsigned)type - MSG_META_PING;
+
+	if (idx >= ARRAY_SIZE(meta_ops) || !meta_ops[idx])
+		return -EOPNOTSUPP;
+	if (!q)
+		return -ENOMEM;
+	if (meta_req_decode(type, req, q) < 0)
+		return -EBADMSG;
+	return meta_ops[idx](ns, q, reply);
+}
+
+static int handle_register(struct ns *ns, const struct mgmt_req *q, struct wbuf *w)
+{
+	_cleanup_free_ struct mgmt_target_info *t = calloc(MGMT_MAX_TARGETS, sizeof(*t));
+	uint32_t ids[MGMT_MAX_TARGETS], node = q->node_id;
+	int r;
+
+	if (!t)
+		return -ENOMEM;
+	for (int i = 0; i < q->ntargets; i++)
+		t[i] = q->targets[i];
+	r = ns_register(ns, &node, q->addr, t, q->ntargets);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < q->ntargets; i++)
+		ids[i] = t[i].target_id;
+	mgmt_register_reply_put(w, node, ids, q->ntargets);
+	return w->err;
+}
+
+static int handle_mgmt(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *w)
+{
+	_cleanup_free_ struct mgmt_req *q = NULL;
+	struct strata_routing rt;
+	int r;
+
+	if (type == MSG_MGMT_ROUTING) {
+		if ((r = ns_routing(ns, &rt)) < 0)
+			return r;
+		meta_routing_put(w, &rt);
+		strata_routing_done(&rt);
+		return w->err;
+	}
+	if (type != MSG_MGMT_REGISTER && type != MSG_MGMT_HEARTBEAT)
+		return -EOPNOTSUPP;
+	if (!(q = malloc(sizeof(*q))))
+		return -ENOMEM;
+	if (mgmt_req_decode(type, req, q) < 0)
+		return -EBADMSG;
+	if (type == MSG_MGMT_REGISTER)
+		return handle_register(ns, q, w);
+	return ns_heartbeat(ns, q->node_id, q->targets, q->ntargets);
+}
+
+int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
+		const struct rpc_peer *peer)
+{
+	struct ns *ns = ctx;
+
+	if (type >= MSG_MGMT_REGISTER && type <= MSG_MGMT_ROUTING)
+		return handle_mgmt(ns, type, req, reply);
+	return handle_meta(ns, type, req, reply);
+}

@@ -1,0 +1,122 @@
+/* cli.h — what the verbs of the `strata` command line share: the home
+ * directory of a single-node cluster and the daemons that run from it.
+ *
+ * A home H (CONVENTIONS.md) holds
+ *   H/strata.conf        the shape chosen at the first `strata up` (nodes,
+ *                        targets per node, replicas, mount point)
+ *   H/meta/db            strata-meta's database
+ *   H/cs<N>/t<M>         target directories of chunkserver N (1-based)
+ *   H/run/<name>.pid     pid of daemon <name> ("meta", "cs1".., "fuse")
+ *   H/run/<name>.addr    the address it bound (kept across `down`, so that
+ *                        the next `up` reuses the same ports)
+ *   H/log/<name>.log     its stderr
+ *   H/cluster.env        STRATA_META / STRATA_MOUNT / STRATA_HOME for clients
+ *
+ * Functions return 0 or a negative errno; they never print, except the
+ * cli_err() family which is the CLI's one-line error boundary. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define CLI_MAX_NODES 16
+#define CLI_MAX_TARGETS 8
+#define CLI_PATH 4096
+
+struct cli_home {
+	char home[CLI_PATH];  /* absolute */
+	char bindir[CLI_PATH]; /* where strata-meta & co. live */
+	char mount[CLI_PATH];
+	int nodes;   /* chunkservers */
+	int targets; /* targets per chunkserver */
+	int replicas;
+	bool have_conf; /* strata.conf existed */
+};
+
+/* Which daemon: meta, chunkserver i (1-based) or fuse. */
+enum cli_kind { D_META, D_CS, D_FUSE };
+struct cli_daemon {
+	enum cli_kind kind;
+	int index;          /* chunkserver number, 1-based */
+	char name[16];      /* "meta", "cs1", "fuse" */
+	const char *binary; /* "strata-meta", ... */
+};
+
+/* ---- errors at the boundary -------------------------------------------- */
+/* Prints "strata <verb>: <message>" on stderr. */
+void cli_err(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- argument helpers --------------------------------------------------- */
+/* Reports what getopt_long (called with opterr = 0 and ":" leading the
+ * optstring) returned o for: an unknown option or a missing argument. */
+void cli_bad_option(const char *verb, int o, char **argv);
+/* Parses a decimal integer in [lo, hi]. Returns 0 or -EINVAL. */
+int cli_parse_int(const char *s, int lo, int hi, int *ret);
+
+/* ---- the home ----------------------------------------------------------- */
+/* Resolves the home: home_opt, else $STRATA_HOME, else ./.strata, made
+ * absolute (the directory need not exist). Reads H/strata.conf if present.
+ * argv0 locates the bin dir (the directory of /proc/self/exe). */
+int cli_home_resolve(const char *home_opt, struct cli_home *ret);
+/* Writes H/strata.conf atomically. */
+int cli_home_save(const struct cli_home *h);
+/* Creates the directory layout (meta/db, cs<N>/t<M>, run, log, mount). */
+int cli_home_create(const struct cli_home *h);
+/* Path helpers: snprintf into buf[CLI_PATH]; return buf. */
+char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Number of daemons (meta + nodes + fuse) and the i-th of them. */
+int cli_daemon_count(const struct cli_home *h);
+void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret);
+
+/* ---- files ---------------------------------------------------------------- */
+/* Reads a small text file (trailing newline stripped) into buf[cap].
+ * Returns its length or -errno. */
+int cli_read_file(const char *path, char *buf, size_t cap);
+/* Writes text atomically (tmp + rename). */
+int cli_write_file(const char *path, const char *text);
+int cli_mkdir_p(const char *path, mode_t mode);
+
+/* ---- processes -------------------------------------------------------------- */
+/* Pid recorded for d, or 0 if none. */
+pid_t cli_daemon_pid(const struct cli_home *h, const struct cli_daemon *d);
+/* True if pid is alive (not a zombie) and runs d's binary. */
+bool cli_pid_alive(pid_t pid, const char *binary);
+/* Address recorded in H/run/<name>.addr into buf (or "" if none). */
+void cli_daemon_addr(const struct cli_home *h, const struct cli_daemon *d, char *buf, size_t cap);
+/* Starts argv[0] (a path) in a new session with stdin from /dev/null and
+ * stdout+stderr appended to logpath. Returns the pid or -errno. */
+pid_t cli_spawn(char *const argv[], const char *logpath);
+/* Sends SIGTERM, waits up to timeout_ms, then SIGKILL. Returns 0 once the
+ * process is gone, -errno otherwise. */
+int cli_stop_pid(pid_t pid, const char *binary, int timeout_ms);
+/* Milliseconds of CLOCK_MONOTONIC. */
+long long cli_now_ms(void);
+void cli_sleep_ms(int ms);
+
+/* ---- the mount ------------------------------------------------------------- */
+enum cli_mount_state {
+	MNT_NONE = 0,  /* nothing mounted there */
+	MNT_OK = 1,    /* a fuse mount that answers stat */
+	MNT_STALE = 2, /* mounted but stat fails (ENOTCONN: daemon gone) */
+	MNT_OTHER = 3, /* something that is not fuse is mounted there */
+};
+enum cli_mount_state cli_mount_state(const char *path);
+const char *cli_mount_state_name(enum cli_mount_state s);
+/* Unmounts path (lazy if busy). Returns 0 or -errno. */
+int cli_umount(const char *path);
+
+/* ---- the meta service ------------------------------------------------------- */
+/* Returns 0 if strata-meta at addr answers a ping (or, in a build without the
+ * meta client, accepts a TCP connection), else -errno. */
+int cli_meta_ping(const char *addr);
+/* Number of targets the routing table of the meta at addr knows about, or -errno
+ * (-ENOSYS in a build without the meta client). */
+int cli_meta_targets(const char *addr);
+/* Returns 0 if a TCP connection to addr succeeds. */
+int cli_tcp_probe(const char *addr, int timeout_ms);
+
+/* ---- verbs --------------------------------------------------------------- */
+int cmd_up(int argc, char **argv);
+int cmd_down(int argc, char **argv);
+int cmd_status(int argc, char **argv);

@@ -1,0 +1,489 @@
+/* cmd_up.c — `strata up`: bring a single-node cluster to "everything running".
+ *
+ * Order: strata-meta, then the chunkservers (they register with meta), then
+ * strata-fuse (it needs routing). Each step first looks at what is already
+ * there, so `up` is idempotent and also a repair: a daemon that died is
+ * started again on the address it had (from H/run/<name>.addr), a stale
+ * mount (its fuse daemon gone) is lazily unmounted before a new strata-fuse
+ * mounts it again. If meta cannot get its old port back, the chunkservers
+ * and the mount are restarted against the new address. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "types.h"
+
+#define VERB "up"
+
+struct up_ctx {
+	struct cli_home h;
+	int timeout_ms;
+	const char *log_level;
+	char meta_addr[128];
+	bool meta_moved; /* meta came back on another address */
+	int started, already;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: strata up [--home DIR] [--mount DIR] [--nodes N] [--targets M] [--replicas R]\n"
+		"\n"
+		"Starts a single-node cluster (strata-meta, N chunkservers with M targets each,\n"
+		"strata-fuse) from the home DIR, or repairs one whose daemons died.\n"
+		"\n"
+		"  --home DIR      cluster home (default $STRATA_HOME, else ./.strata)\n"
+		"  --mount DIR     mount point (default <home>/mnt)\n"
+		"  --nodes N       chunkservers (default 1, at most %d)\n"
+		"  --targets M     target directories per chunkserver (default 2, at most %d)\n"
+		"  --replicas R    replicas per chain (default 1; stored for later)\n"
+		"  --timeout S     seconds to wait for each daemon (default 60)\n"
+		"\n"
+		"Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
+		"Writes <home>/cluster.env (STRATA_META, STRATA_MOUNT) for clients.\n",
+		CLI_MAX_NODES, CLI_MAX_TARGETS);
+}
+
+/* The last non-empty line of a log, for a one-line error. */
+static void last_log_line(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen(path, "re");
+	char line[512];
+
+	out[0] = '\0';
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		size_t n = strlen(line);
+		while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		if (n)
+			snprintf(out, cap, "%s", line);
+	}
+	fclose(f);
+}
+
+static int died(struct up_ctx *c, const struct cli_daemon *d, const char *what)
+{
+	char log[CLI_PATH], last[512];
+
+	cli_path(log, &c->h, "log/%s.log", d->name);
+	last_log_line(log, last, sizeof(last));
+	cli_err(VERB, "%s %s (log %s)%s%s", d->binary, what, log, last[0] ? ": " : "", last);
+	return -ECHILD;
+}
+
+static int write_pid(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
+{
+	char path[CLI_PATH], buf[32];
+
+	snprintf(buf, sizeof(buf), "%d\n", (int)pid);
+	return cli_write_file(cli_path(path, &c->h, "run/%s.pid", d->name), buf);
+}
+
+/* Starts d with its command line; for daemons with an addr file, waits until
+ * it is written. listen is "" for daemons that do not listen. */
+static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char *listen,
+			pid_t *ret_pid)
+{
+	char bin[CLI_PATH + 32], log[CLI_PATH], addrf[CLI_PATH], db[CLI_PATH];
+	char tdirs[CLI_MAX_TARGETS][CLI_PATH], cache[CLI_PATH], client_id[64];
+	char *argv[32];
+	int a = 0;
+	pid_t pid;
+	int r;
+
+	snprintf(bin, sizeof(bin), "%s/%s", c->h.bindir, d->binary);
+	if (access(bin, X_OK) != 0) {
+		cli_err(VERB, "%s not found next to the strata binary (%s)", d->binary,
+			c->h.bindir);
+		return -ENOENT;
+	}
+	cli_path(log, &c->h, "log/%s.log", d->name);
+	cli_path(addrf, &c->h, "run/%s.addr", d->name);
+	argv[a++] = bin;
+	switch (d->kind) {
+	case D_META:
+		argv[a++] = "--listen";
+		argv[a++] = (char *)listen;
+		argv[a++] = "--db";
+		argv[a++] = cli_path(db, &c->h, "meta/db");
+		argv[a++] = "--addr-file";
+		argv[a++] = addrf;
+		break;
+	case D_CS:
+		argv[a++] = "--listen";
+		argv[a++] = (char *)listen;
+		argv[a++] = "--meta";
+		argv[a++] = c->meta_addr;
+		for (int t = 0; t < c->h.targets; t++) {
+			argv[a++] = "--target";
+			argv[a++] = cli_path(tdirs[t], &c->h, "cs%d/t%d", d->index, t + 1);
+		}
+		argv[a++] = "--addr-file";
+		argv[a++] = addrf;
+		break;
+	case D_FUSE: {
+		/* Stable across restarts of this mount, distinct per host. */
+		char host[40] = "localhost";
+		gethostname(host, sizeof(host) - 1);
+		snprintf(client_id, sizeof(client_id), "%s-%s", host, d->name);
+	}
+		cli_path(cache, &c->h, "cache");
+		if ((r = cli_mkdir_p(cache, 0755)) < 0)
+			return r;
+		argv[a++] = "--meta";
+		argv[a++] = c->meta_addr;
+		argv[a++] = "--mount";
+		argv[a++] = c->h.mount;
+		argv[a++] = "--client-id";
+		argv[a++] = client_id;
+		argv[a++] = "--cache-dir";
+		argv[a++] = cache;
+		argv[a++] = "--foreground";
+		break;
+	}
+	if (c->log_level) {
+		argv[a++] = "--log-level";
+		argv[a++] = (char *)c->log_level;
+	}
+	argv[a] = NULL;
+
+	if (d->kind != D_FUSE)
+		unlink(addrf);
+	pid = cli_spawn(argv, log);
+	if (pid < 0) {
+		cli_err(VERB, "cannot start %s: %s", bin, strerror((int)-pid));
+		return (int)pid;
+	}
+	if ((r = write_pid(c, d, pid)) < 0) {
+		cli_err(VERB, "cannot write the pid file of %s: %s", d->name, strerror(-r));
+		return r;
+	}
+	*ret_pid = pid;
+	if (d->kind == D_FUSE)
+		return 0;
+
+	long long deadline = cli_now_ms() + c->timeout_ms;
+	while (access(addrf, F_OK) != 0) {
+		if (!cli_pid_alive(pid, d->binary))
+			return -ECHILD; /* the caller decides: retry on port 0 or report */
+		if (cli_now_ms() > deadline) {
+			cli_err(VERB, "%s did not write %s within %d s", d->binary, addrf,
+				c->timeout_ms / 1000);
+			return -ETIMEDOUT;
+		}
+		cli_sleep_ms(20);
+	}
+	return 0;
+}
+
+/* Starts d on its previous address if it had one, else on a free port. */
+static int start_listener(struct up_ctx *c, const struct cli_daemon *d, const char *prev,
+			  pid_t *ret_pid)
+{
+	int r;
+
+	r = start_daemon(c, d, prev[0] ? prev : "127.0.0.1:0", ret_pid);
+	if (r == -ECHILD && prev[0]) {
+		fprintf(stderr, "strata up: %s could not take %s again, using a new port\n",
+			d->name, prev);
+		r = start_daemon(c, d, "127.0.0.1:0", ret_pid);
+	}
+	if (r == -ECHILD)
+		return died(c, d, "exited during start-up");
+	return r;
+}
+
+static int up_meta(struct up_ctx *c)
+{
+	struct cli_daemon d;
+	char prev[128];
+	pid_t pid;
+	int r;
+
+	cli_daemon_get(&c->h, 0, &d);
+	cli_daemon_addr(&c->h, &d, prev, sizeof(prev));
+	pid = cli_daemon_pid(&c->h, &d);
+	if (cli_pid_alive(pid, d.binary) && prev[0]) {
+		snprintf(c->meta_addr, sizeof(c->meta_addr), "%s", prev);
+		c->already++;
+	} else {
+		if ((r = start_listener(c, &d, prev, &pid)) < 0)
+			return r;
+		cli_daemon_addr(&c->h, &d, c->meta_addr, sizeof(c->meta_addr));
+		c->meta_moved = prev[0] && strcmp(prev, c->meta_addr) != 0;
+		c->started++;
+	}
+	long long deadline = cli_now_ms() + c->timeout_ms;
+	while ((r = cli_meta_ping(c->meta_addr)) < 0) {
+		if (!cli_pid_alive(pid, d.binary))
+			return died(c, &d, "exited before answering");
+		if (cli_now_ms() > deadline) {
+			cli_err(VERB, "strata-meta at %s does not answer: %s", c->meta_addr,
+				strerror(-r));
+			return r;
+		}
+		cli_sleep_ms(50);
+	}
+	return 0;
+}
+
+static int up_chunkservers(struct up_ctx *c)
+{
+	int r;
+
+	for (int i = 1; i <= c->h.nodes; i++) {
+		struct cli_daemon d;
+		char prev[128];
+		pid_t pid;
+
+		cli_daemon_get(&c->h, i, &d);
+		cli_daemon_addr(&c->h, &d, prev, sizeof(prev));
+		pid = cli_daemon_pid(&c->h, &d);
+		if (cli_pid_alive(pid, d.binary) && prev[0]) {
+			if (!c->meta_moved) {
+				c->already++;
+				continue;
+			}
+			cli_stop_pid(pid, d.binary, 10000); /* it points at the old meta */
+		}
+		if ((r = start_listener(c, &d, prev, &pid)) < 0)
+			return r;
+		c->started++;
+	}
+
+	/* Wait until meta knows every target (the chunkservers registered). */
+	int want = c->h.nodes * c->h.targets;
+	long long deadline = cli_now_ms() + c->timeout_ms;
+	for (;;) {
+		r = cli_meta_targets(c->meta_addr);
+		if (r == -ENOSYS || r >= want)
+			return 0;
+		for (int i = 1; i <= c->h.nodes; i++) {
+			struct cli_daemon d;
+			cli_daemon_get(&c->h, i, &d);
+			if (!cli_pid_alive(cli_daemon_pid(&c->h, &d), d.binary))
+				return died(c, &d, "exited before registering");
+		}
+		if (cli_now_ms() > deadline) {
+			if (r < 0)
+				cli_err(VERB, "cannot read routing from strata-meta at %s: %s",
+					c->meta_addr, strerror(-r));
+			else
+				cli_err(VERB, "only %d of %d targets registered with strata-meta after %d s",
+					r, want, c->timeout_ms / 1000);
+			return -ETIMEDOUT;
+		}
+		cli_sleep_ms(100);
+	}
+}
+
+static int up_fuse(struct up_ctx *c)
+{
+	struct cli_daemon d;
+	enum cli_mount_state ms;
+	pid_t pid;
+	int r;
+
+	cli_daemon_get(&c->h, c->h.nodes + 1, &d);
+	pid = cli_daemon_pid(&c->h, &d);
+	ms = cli_mount_state(c->h.mount);
+	if (cli_pid_alive(pid, d.binary)) {
+		if (ms == MNT_OK && !c->meta_moved) {
+			c->already++;
+			return 0;
+		}
+		/* A daemon without a working mount (or on the old meta): replace it. */
+		cli_umount(c->h.mount);
+		cli_stop_pid(pid, d.binary, 10000);
+		ms = cli_mount_state(c->h.mount);
+	}
+	if (ms == MNT_OK || ms == MNT_STALE) {
+		/* Mounted but its daemon is gone (or unknown to us): detach it. */
+		if ((r = cli_umount(c->h.mount)) < 0) {
+			cli_err(VERB, "cannot unmount the stale mount %s: %s", c->h.mount,
+				strerror(-r));
+			return r;
+		}
+	} else if (ms == MNT_OTHER) {
+		cli_err(VERB, "%s already has another filesystem mounted on it", c->h.mount);
+		return -EBUSY;
+	}
+	if ((r = cli_mkdir_p(c->h.mount, 0755)) < 0) {
+		cli_err(VERB, "cannot create the mount point %s: %s", c->h.mount, strerror(-r));
+		return r;
+	}
+	if ((r = start_daemon(c, &d, "", &pid)) < 0)
+		return r == -ECHILD ? died(c, &d, "exited during start-up") : r;
+	c->started++;
+
+	long long deadline = cli_now_ms() + c->timeout_ms;
+	while (cli_mount_state(c->h.mount) != MNT_OK) {
+		if (!cli_pid_alive(pid, d.binary))
+			return died(c, &d, "exited before the mount answered");
+		if (cli_now_ms() > deadline) {
+			cli_err(VERB, "the mount %s did not answer within %d s", c->h.mount,
+				c->timeout_ms / 1000);
+			return -ETIMEDOUT;
+		}
+		cli_sleep_ms(50);
+	}
+	return 0;
+}
+
+static int write_env(struct up_ctx *c)
+{
+	char path[CLI_PATH], text[3 * CLI_PATH];
+
+	snprintf(text, sizeof(text), "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\n",
+		 c->h.home, c->meta_addr, c->h.mount);
+	return cli_write_file(cli_path(path, &c->h, "cluster.env"), text);
+}
+
+static void print_summary(struct up_ctx *c)
+{
+	char p[CLI_PATH];
+
+	if (c->started == 0)
+		printf("strata: the cluster at %s is already up\n", c->h.home);
+	else if (c->already)
+		printf("strata: restarted %d daemon(s) of the cluster at %s\n", c->started,
+		       c->h.home);
+	else
+		printf("strata: cluster up at %s\n", c->h.home);
+	for (int i = 0; i < cli_daemon_count(&c->h); i++) {
+		struct cli_daemon d;
+		char addr[128];
+		cli_daemon_get(&c->h, i, &d);
+		cli_daemon_addr(&c->h, &d, addr, sizeof(addr));
+		printf("  %-6s pid %-7d %-21s log %s\n", d.name, (int)cli_daemon_pid(&c->h, &d),
+		       d.kind == D_FUSE ? "-" : addr, cli_path(p, &c->h, "log/%s.log", d.name));
+	}
+	printf("  mount  %s\n", c->h.mount);
+	printf("  env    %s   (STRATA_HOME=%s for clients)\n", cli_path(p, &c->h, "cluster.env"),
+	       c->h.home);
+	printf("  stop   strata down --home %s\n", c->h.home);
+}
+
+int cmd_up(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "home", required_argument, NULL, 'H' },
+		{ "mount", required_argument, NULL, 'm' },
+		{ "nodes", required_argument, NULL, 'n' },
+		{ "targets", required_argument, NULL, 't' },
+		{ "replicas", required_argument, NULL, 'r' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{},
+	};
+	struct up_ctx c;
+	const char *home = NULL, *mount = NULL;
+	int nodes = 0, targets = 0, replicas = 0, timeout_s = 60;
+	int o, r;
+
+	memset(&c, 0, sizeof(c));
+	opterr = 0;
+	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'H':
+			home = optarg;
+			break;
+		case 'm':
+			mount = optarg;
+			break;
+		case 'n':
+			if (cli_parse_int(optarg, 1, CLI_MAX_NODES, &nodes) < 0) {
+				cli_err(VERB, "--nodes wants a number from 1 to %d, not '%s'",
+					CLI_MAX_NODES, optarg);
+				return 2;
+			}
+			break;
+		case 't':
+			if (cli_parse_int(optarg, 1, CLI_MAX_TARGETS, &targets) < 0) {
+				cli_err(VERB, "--targets wants a number from 1 to %d, not '%s'",
+					CLI_MAX_TARGETS, optarg);
+				return 2;
+			}
+			break;
+		case 'r':
+			if (cli_parse_int(optarg, 1, STRATA_MAX_REPLICAS, &replicas) < 0) {
+				cli_err(VERB, "--replicas wants a number from 1 to %d, not '%s'",
+					STRATA_MAX_REPLICAS, optarg);
+				return 2;
+			}
+			break;
+		case 'T':
+			if (cli_parse_int(optarg, 1, 3600, &timeout_s) < 0) {
+				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'", optarg);
+				return 2;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			cli_bad_option(VERB, o, argv);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		cli_err(VERB, "unexpected argument '%s' (see strata up --help)", argv[optind]);
+		return 2;
+	}
+	if ((r = cli_home_resolve(home, &c.h)) < 0) {
+		cli_err(VERB, "bad home directory: %s", strerror(-r));
+		return 1;
+	}
+	if (c.h.have_conf && ((nodes && nodes != c.h.nodes) || (targets && targets != c.h.targets))) {
+		cli_err(VERB, "%s was created with --nodes %d --targets %d; remove it to change that",
+			c.h.home, c.h.nodes, c.h.targets);
+		return 1;
+	}
+	if (nodes)
+		c.h.nodes = nodes;
+	if (targets)
+		c.h.targets = targets;
+	if (replicas)
+		c.h.replicas = replicas;
+	if (c.h.replicas > c.h.nodes * c.h.targets) {
+		cli_err(VERB, "--replicas %d needs at least %d targets (have %d)", c.h.replicas,
+			c.h.replicas, c.h.nodes * c.h.targets);
+		return 1;
+	}
+	if (mount) {
+		char cwd[CLI_PATH];
+		if (mount[0] == '/')
+			snprintf(c.h.mount, sizeof(c.h.mount), "%s", mount);
+		else if (getcwd(cwd, sizeof(cwd)))
+			snprintf(c.h.mount, sizeof(c.h.mount), "%s/%s", cwd, mount);
+		size_t ml = strlen(c.h.mount);
+		while (ml > 1 && c.h.mount[ml - 1] == '/')
+			c.h.mount[--ml] = '\0';
+	}
+	c.timeout_ms = timeout_s * 1000;
+	c.log_level = getenv("STRATA_LOG_LEVEL");
+	if (c.log_level && !*c.log_level)
+		c.log_level = NULL;
+
+	if ((r = cli_home_create(&c.h)) < 0) {
+		cli_err(VERB, "cannot create the home %s: %s", c.h.home, strerror(-r));
+		return 1;
+	}
+	if ((r = cli_home_save(&c.h)) < 0) {
+		cli_err(VERB, "cannot write %s/strata.conf: %s", c.h.home, strerror(-r));
+		return 1;
+	}
+	if (up_meta(&c) < 0 || up_chunkservers(&c) < 0 || up_fuse(&c) < 0)
+		return 1;
+	if ((r = write_env(&c)) < 0) {
+		cli_err(VERB, "cannot write %s/cluster.env: %s", c.h.home, strerror(-r));
+		return 1;
+	}
+	print_summary(&c);
+	return 0;
+}

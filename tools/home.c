@@ -1,0 +1,302 @@
+/* home.c — the home directory of a single-node cluster: where it is, its
+ * saved shape (strata.conf), its layout and the daemons it runs.
+ *
+ * strata.conf is "key=value" lines: nodes, targets, replicas, mount. It is
+ * written by the first `strata up` and read by every later command, so that
+ * `strata up` on an existing home brings back the same cluster. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "cleanup.h"
+#include "cli.h"
+
+void cli_err(const char *verb, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "strata%s%s: ", verb ? " " : "", verb ? verb : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void cli_bad_option(const char *verb, int o, char **argv)
+{
+	const char *opt = optind > 0 ? argv[optind - 1] : "?";
+
+	if (o == ':')
+		cli_err(verb, "option '%s' needs a value (see strata %s --help)", opt, verb);
+	else if (optopt)
+		cli_err(verb, "unknown option '-%c' (see strata %s --help)", optopt, verb);
+	else
+		cli_err(verb, "unknown option '%s' (see strata %s --help)", opt, verb);
+}
+
+int cli_parse_int(const char *s, int lo, int hi, int *ret)
+{
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return -EINVAL;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -EINVAL;
+	*ret = (int)v;
+	return 0;
+}
+
+char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
+{
+	char rel[CLI_PATH];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rel, sizeof(rel), fmt, ap);
+	va_end(ap);
+	snprintf(buf, CLI_PATH, "%s/%s", h->home, rel);
+	return buf;
+}
+
+int cli_read_file(const char *path, char *buf, size_t cap)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (cap == 0)
+		return -EINVAL;
+	buf[0] = '\0';
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, cap - 1);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	return (int)n;
+}
+
+int cli_write_file(const char *path, const char *text)
+{
+	char tmp[CLI_PATH + 16];
+	size_t len = strlen(text);
+	int fd;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, len) != (ssize_t)len) {
+		int r = errno ? -errno : -EIO;
+		close(fd);
+		unlink(tmp);
+		return r;
+	}
+	if (close(fd) < 0 || rename(tmp, path) < 0) {
+		int r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
+int cli_mkdir_p(const char *path, mode_t mode)
+{
+	char buf[CLI_PATH];
+	size_t len = strlen(path);
+
+	if (len == 0 || len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Makes p absolute and drops trailing slashes (the path may not exist). */
+static int absolutize(const char *p, char *out, size_t cap)
+{
+	char cwd[CLI_PATH];
+	int n;
+
+	if (p[0] == '/') {
+		n = snprintf(out, cap, "%s", p);
+	} else {
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -errno;
+		if (p[0] == '.' && p[1] == '/')
+			p += 2;
+		n = snprintf(out, cap, "%s/%s", cwd, p);
+	}
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	while (n > 1 && out[n - 1] == '/')
+		out[--n] = '\0';
+	return 0;
+}
+
+static void find_bindir(struct cli_home *h)
+{
+	char exe[CLI_PATH];
+	char probe[CLI_PATH + 32];
+	const char *env = getenv("STRATA_BIN");
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	h->bindir[0] = '\0';
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(h->bindir, sizeof(h->bindir), "%s", exe);
+		}
+	}
+	/* Next to the strata binary first; $STRATA_BIN if the daemons are not there. */
+	snprintf(probe, sizeof(probe), "%s/strata-meta", h->bindir);
+	if (access(probe, X_OK) != 0 && env && *env)
+		snprintf(h->bindir, sizeof(h->bindir), "%s", env);
+}
+
+int cli_home_resolve(const char *home_opt, struct cli_home *ret)
+{
+	const char *src = home_opt;
+	char conf[CLI_PATH];
+	FILE *f;
+	int r;
+
+	memset(ret, 0, sizeof(*ret));
+	if (!src || !*src)
+		src = getenv("STRATA_HOME");
+	if (!src || !*src)
+		src = "./.strata";
+	r = absolutize(src, ret->home, sizeof(ret->home));
+	if (r < 0)
+		return r;
+	if (strlen(ret->home) > CLI_PATH - 64)
+		return -ENAMETOOLONG;
+	find_bindir(ret);
+	ret->nodes = 1;
+	ret->targets = 2;
+	ret->replicas = 1;
+	cli_path(ret->mount, ret, "mnt");
+
+	f = fopen(cli_path(conf, ret, "strata.conf"), "re");
+	if (!f)
+		return 0;
+	ret->have_conf = true;
+	char line[CLI_PATH + 32];
+	while (fgets(line, sizeof(line), f)) {
+		char *eq = strchr(line, '=');
+		char *nl = strchr(line, '\n');
+		int v;
+		if (nl)
+			*nl = '\0';
+		if (!eq)
+			continue;
+		*eq = '\0';
+		const char *val = eq + 1;
+		if (!strcmp(line, "nodes") && cli_parse_int(val, 1, CLI_MAX_NODES, &v) == 0)
+			ret->nodes = v;
+		else if (!strcmp(line, "targets") &&
+			 cli_parse_int(val, 1, CLI_MAX_TARGETS, &v) == 0)
+			ret->targets = v;
+		else if (!strcmp(line, "replicas") &&
+			 cli_parse_int(val, 1, CLI_MAX_NODES, &v) == 0)
+			ret->replicas = v;
+		else if (!strcmp(line, "mount") && val[0] == '/')
+			snprintf(ret->mount, sizeof(ret->mount), "%s", val);
+	}
+	fclose(f);
+	return 0;
+}
+
+int cli_home_save(const struct cli_home *h)
+{
+	char path[CLI_PATH];
+	char text[CLI_PATH + 128];
+
+	snprintf(text, sizeof(text), "nodes=%d\ntargets=%d\nreplicas=%d\nmount=%s\n", h->nodes,
+		 h->targets, h->replicas, h->mount);
+	return cli_write_file(cli_path(path, h, "strata.conf"), text);
+}
+
+int cli_home_create(const struct cli_home *h)
+{
+	char p[CLI_PATH];
+	int r;
+
+	if ((r = cli_mkdir_p(h->home, 0755)) < 0)
+		return r;
+	if ((r = cli_mkdir_p(cli_path(p, h, "meta/db"), 0755)) < 0)
+		return r;
+	if ((r = cli_mkdir_p(cli_path(p, h, "run"), 0755)) < 0)
+		return r;
+	if ((r = cli_mkdir_p(cli_path(p, h, "log"), 0755)) < 0)
+		return r;
+	for (int n = 1; n <= h->nodes; n++)
+		for (int t = 1; t <= h->targets; t++)
+			if ((r = cli_mkdir_p(cli_path(p, h, "cs%d/t%d", n, t), 0755)) < 0)
+				return r;
+	return cli_mkdir_p(h->mount, 0755);
+}
+
+int cli_daemon_count(const struct cli_home *h)
+{
+	return h->nodes + 2;
+}
+
+void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	if (i == 0) {
+		ret->kind = D_META;
+		ret->binary = "strata-meta";
+		snprintf(ret->name, sizeof(ret->name), "meta");
+	} else if (i <= h->nodes) {
+		ret->kind = D_CS;
+		ret->index = i;
+		ret->binary = "strata-chunkserver";
+		snprintf(ret->name, sizeof(ret->name), "cs%d", i);
+	} else {
+		ret->kind = D_FUSE;
+		ret->binary = "strata-fuse";
+		snprintf(ret->name, sizeof(ret->name), "fuse");
+	}
+}
+
+pid_t cli_daemon_pid(const struct cli_home *h, const struct cli_daemon *d)
+{
+	char path[CLI_PATH], buf[32];
+	int v;
+
+	if (cli_read_file(cli_path(path, h, "run/%s.pid", d->name), buf, sizeof(buf)) <= 0)
+		return 0;
+	if (cli_parse_int(buf, 1, INT_MAX, &v) < 0)
+		return 0;
+	return (pid_t)v;
+}
+
+void cli_daemon_addr(const struct cli_home *h, const struct cli_daemon *d, char *buf, size_t cap)
+{
+	char path[CLI_PATH];
+
+	if (cli_read_file(cli_path(path, h, "run/%s.addr", d->name), buf, cap) < 0)
+		buf[0] = '\0';
+}
