@@ -31,6 +31,7 @@
 #define SFS_MAX_IO (1u << 20)	 /* max_write / max_read / readahead */
 #define SFS_DIR_PAGE 128	 /* directory entries fetched per meta_readdir */
 #define SFS_ITABLE_BUCKETS 65536 /* inode-table hash buckets (power of two) */
+#define SFS_CLIENT_ID_MAX 64	 /* meta's limit on session client ids */
 
 /* ---- inode table --------------------------------------------------------- */
 struct sfs_inode {

@@ -136,13 +136,32 @@ static void clear_stale_mount(const char *path)
 }
 
 /* Default client id: "<hostname>:<absolute mount path>", stable across
- * restarts of the same mount. */
+ * restarts of the same mount. Ids longer than meta's limit would be cut and
+ * could collide (and a new mount clears the sessions of its id), so a long
+ * one becomes "<host>:<hash of the path>:<end of the path>". */
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	return h;
+}
+
 static char *default_client_id(const char *mnt)
 {
 	char host[256] = "localhost", *out = NULL;
+	size_t len = strlen(mnt);
 
 	gethostname(host, sizeof(host) - 1);
 	if (asprintf(&out, "%s:%s", host, mnt) < 0)
+		return NULL;
+	if (strlen(out) <= SFS_CLIENT_ID_MAX)
+		return out;
+	free(out);
+	host[20] = '\0';
+	if (asprintf(&out, "%s:%016llx:%s", host, (unsigned long long)fnv1a(mnt),
+		     mnt + (len > 24 ? len - 24 : 0)) < 0)
 		return NULL;
 	return out;
 }
@@ -349,6 +368,10 @@ int main(int argc, char **argv)
 		if (!client_id)
 			return 1;
 		fs.o.client_id = client_id;
+	}
+	if (strlen(fs.o.client_id) > SFS_CLIENT_ID_MAX) {
+		log_error("--client-id is longer than %d bytes", SFS_CLIENT_ID_MAX);
+		return 2;
 	}
 	r = check_meta(&fs.o);
 	if (r < 0) {
