@@ -1,0 +1,336 @@
+/* blobstore_local.c — the blob store on a local directory.
+ *
+ * DIR/blob-NNNNNNNN.data holds the chunks of one layer, each at a 4 KiB
+ * aligned offset and zero-padded; DIR/blob-NNNNNNNN.idx is its chunk-digest
+ * table (format in blobstore.h). At open, every table is read into an
+ * in-memory dedup index (open addressing on the digest), so a chunk stored by
+ * any earlier layer or image is found again. Later the same files will live
+ * in a reserved part of the strata namespace and be read through FUSE.
+ *
+ * Invariants:
+ *  1. A digest is in the index only after its bytes were written to the blob
+ *     and its record appended to the table.
+ *  2. Blob sizes are always multiples of IMG_BLOB_ALIGN.
+ *  3. Tables are trusted only after their header and length check out; a
+ *     corrupt one fails the open with -EBADMSG. */
+#include "blobstore.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "wire.h"
+
+static_assert(BLOBIDX_REC_SIZE == IMG_DIGEST_LEN + 8 + 4 + 4, "digest, offset, length, reserved");
+static_assert(BLOBIDX_HDR_SIZE == 4 + 2 + 2 + 4 + 4, "magic, version, hdr len, rec size, rsvd");
+
+struct slot {
+	uint8_t digest[IMG_DIGEST_LEN];
+	struct blob_loc loc;
+	bool used;
+};
+
+struct open_blob {
+	uint32_t id;
+	int data_fd, idx_fd;
+	uint64_t size;
+};
+
+struct local_store {
+	struct blobstore base;
+	char *dir;
+	struct slot *slots;
+	size_t cap, count;
+	uint32_t next_id;
+	struct open_blob *open;
+	size_t n_open;
+};
+
+static uint64_t digest_hash(const uint8_t *d)
+{
+	return le64_get(d);
+}
+
+static struct slot *find_slot(struct local_store *s, const uint8_t *d)
+{
+	size_t mask = s->cap - 1;
+	for (size_t i = digest_hash(d) & mask;; i = (i + 1) & mask)
+		if (!s->slots[i].used || !memcmp(s->slots[i].digest, d, IMG_DIGEST_LEN))
+			return &s->slots[i];
+}
+
+static int index_grow(struct local_store *s)
+{
+	size_t ncap = s->cap ? s->cap * 2 : 1024;
+	struct slot *old = s->slots;
+	size_t ocap = s->cap;
+	s->slots = calloc(ncap, sizeof(*s->slots));
+	if (!s->slots) {
+		s->slots = old;
+		return -ENOMEM;
+	}
+	s->cap = ncap;
+	for (size_t i = 0; i < ocap; i++)
+		if (old[i].used)
+			*find_slot(s, old[i].digest) = old[i];
+	free(old);
+	return 0;
+}
+
+static int index_add(struct local_store *s, const uint8_t *d, struct blob_loc loc)
+{
+	if ((s->count + 1) * 2 > s->cap) {
+		int r = index_grow(s);
+		if (r < 0)
+			return r;
+	}
+	struct slot *sl = find_slot(s, d);
+	if (sl->used)
+		return 0; /* first location wins */
+	memcpy(sl->digest, d, IMG_DIGEST_LEN);
+	sl->loc = loc;
+	sl->used = true;
+	s->count++;
+	return 0;
+}
+
+static int blob_file(struct local_store *s, uint32_t id, const char *ext, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "%s/blob-%08u.%s", s->dir, id, ext);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+static int load_table(struct local_store *s, uint32_t id)
+{
+	char path[4096];
+	int r = blob_file(s, id, "idx", path, sizeof(path));
+	if (r < 0)
+		return r;
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	uint8_t hdr[BLOBIDX_HDR_SIZE];
+	if (read(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) || le32_get(hdr) != BLOBIDX_MAGIC ||
+	    le16_get(hdr + 4) != BLOBIDX_VERSION || le16_get(hdr + 6) != BLOBIDX_HDR_SIZE ||
+	    le32_get(hdr + 8) != BLOBIDX_REC_SIZE)
+		return -EBADMSG;
+	uint8_t rec[BLOBIDX_REC_SIZE];
+	ssize_t n;
+	while ((n = read(fd, rec, sizeof(rec))) == (ssize_t)sizeof(rec)) {
+		struct blob_loc loc = {id, le64_get(rec + 32)};
+		if (loc.off % IMG_BLOB_ALIGN || le32_get(rec + 40) > IMG_CHUNK_SIZE)
+			return -EBADMSG;
+		r = index_add(s, rec, loc);
+		if (r < 0)
+			return r;
+	}
+	return n == 0 ? 0 : n < 0 ? -errno : -EBADMSG;
+}
+
+static int scan_dir(struct local_store *s)
+{
+	DIR *d = opendir(s->dir);
+	if (!d)
+		return -errno;
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		unsigned id;
+		char ext[8];
+		if (sscanf(de->d_name, "blob-%8u.%7s", &id, ext) != 2)
+			continue;
+		if (id >= s->next_id)
+			s->next_id = id + 1;
+		if (!strcmp(ext, "idx"))
+			r = load_table(s, id);
+	}
+	closedir(d);
+	return r;
+}
+
+static struct open_blob *find_open(struct local_store *s, uint32_t id)
+{
+	for (size_t i = 0; i < s->n_open; i++)
+		if (s->open[i].id == id)
+			return &s->open[i];
+	return NULL;
+}
+
+static int local_begin_blob(struct blobstore *bs, uint32_t *ret_blob)
+{
+	struct local_store *s = (struct local_store *)bs;
+	char path[4096];
+	uint32_t id = s->next_id;
+	struct open_blob *nb = realloc(s->open, (s->n_open + 1) * sizeof(*nb));
+	if (!nb)
+		return -ENOMEM;
+	s->open = nb;
+	int r = blob_file(s, id, "data", path, sizeof(path));
+	if (r < 0)
+		return r;
+	_cleanup_close_ int dfd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (dfd < 0)
+		return -errno;
+	r = blob_file(s, id, "idx", path, sizeof(path));
+	if (r < 0)
+		return r;
+	_cleanup_close_ int ifd =
+	    open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+	if (ifd < 0)
+		return -errno;
+	uint8_t hdr[BLOBIDX_HDR_SIZE] = {0};
+	le32_put(hdr, BLOBIDX_MAGIC);
+	le16_put(hdr + 4, BLOBIDX_VERSION);
+	le16_put(hdr + 6, BLOBIDX_HDR_SIZE);
+	le32_put(hdr + 8, BLOBIDX_REC_SIZE);
+	if (write(ifd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr))
+		return -EIO;
+	s->open[s->n_open++] = (struct open_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0};
+	s->next_id++;
+	*ret_blob = id;
+	return 0;
+}
+
+static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t k = pwrite(fd, p, n, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		p = (const uint8_t *)p + k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+static int append_chunk(struct open_blob *b, const uint8_t *digest, const void *data, uint32_t len)
+{
+	static const uint8_t zeros[IMG_BLOB_ALIGN];
+	uint32_t pad = (IMG_BLOB_ALIGN - len % IMG_BLOB_ALIGN) % IMG_BLOB_ALIGN;
+	int r = pwrite_all(b->data_fd, data, len, b->size);
+	if (r == 0 && pad)
+		r = pwrite_all(b->data_fd, zeros, pad, b->size + len);
+	if (r < 0)
+		return r;
+	uint8_t rec[BLOBIDX_REC_SIZE] = {0};
+	memcpy(rec, digest, IMG_DIGEST_LEN);
+	le64_put(rec + 32, b->size);
+	le32_put(rec + 40, len);
+	if (write(b->idx_fd, rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+		return -EIO;
+	b->size += (uint64_t)len + pad;
+	return 0;
+}
+
+static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *digest,
+			   const void *data, uint32_t len, struct blob_loc *ret, bool *ret_new)
+{
+	struct local_store *s = (struct local_store *)bs;
+	if (len == 0 || len > IMG_CHUNK_SIZE)
+		return -EINVAL;
+	if (s->cap) {
+		struct slot *sl = find_slot(s, digest);
+		if (sl->used) {
+			*ret = sl->loc;
+			*ret_new = false;
+			return 0;
+		}
+	}
+	struct open_blob *b = find_open(s, blob);
+	if (!b)
+		return -EBADF;
+	struct blob_loc loc = {blob, b->size};
+	int r = append_chunk(b, digest, data, len);
+	if (r == 0)
+		r = index_add(s, digest, loc);
+	if (r < 0)
+		return r;
+	*ret = loc;
+	*ret_new = true;
+	return 0;
+}
+
+static int local_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
+{
+	struct local_store *s = (struct local_store *)bs;
+	if (!s->cap)
+		return -ENOENT;
+	struct slot *sl = find_slot(s, digest);
+	if (!sl->used)
+		return -ENOENT;
+	*ret = sl->loc;
+	return 0;
+}
+
+static int local_end_blob(struct blobstore *bs, uint32_t blob)
+{
+	struct local_store *s = (struct local_store *)bs;
+	struct open_blob *b = find_open(s, blob);
+	if (!b)
+		return -EBADF;
+	int r = 0;
+	if (fsync(b->data_fd) < 0 || fsync(b->idx_fd) < 0)
+		r = -errno;
+	close(b->data_fd);
+	close(b->idx_fd);
+	*b = s->open[--s->n_open];
+	return r;
+}
+
+static int local_blob_path(struct blobstore *bs, uint32_t blob, char *buf, size_t cap)
+{
+	struct local_store *s = (struct local_store *)bs;
+	if (blob >= s->next_id)
+		return -ENOENT;
+	return blob_file(s, blob, "data", buf, cap);
+}
+
+static void local_free(struct blobstore *bs)
+{
+	struct local_store *s = (struct local_store *)bs;
+	for (size_t i = 0; i < s->n_open; i++) {
+		close(s->open[i].data_fd);
+		close(s->open[i].idx_fd);
+	}
+	free(s->open);
+	free(s->slots);
+	free(s->dir);
+	free(s);
+}
+
+static const struct blobstore_ops local_ops = {
+    .begin_blob = local_begin_blob,
+    .put_chunk = local_put_chunk,
+    .lookup = local_lookup,
+    .end_blob = local_end_blob,
+    .blob_path = local_blob_path,
+    .free = local_free,
+};
+
+int blobstore_local_open(const char *dir, struct blobstore **ret)
+{
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	struct local_store *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->base.ops = &local_ops;
+	s->dir = strdup(dir);
+	int r = s->dir ? scan_dir(s) : -ENOMEM;
+	if (r < 0) {
+		local_free(&s->base);
+		return r;
+	}
+	*ret = &s->base;
+	return 0;
+}
