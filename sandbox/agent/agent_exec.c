@@ -1,0 +1,382 @@
+/* agent_exec.c — running commands inside the sandbox for strata-agent.
+ *
+ * An EXEC request forks a child that becomes a session leader (so a timeout
+ * or SIGNAL reaches its whole process group), switches to the requested
+ * user, cwd and environment and execs argv. Output is forwarded as OUTPUT
+ * chunks until the exec's output cap; past it the pipes are still drained
+ * (the child never blocks on a full pipe) but the bytes are dropped and EXIT
+ * carries AG_EXIT_F_TRUNCATED. Start failures (no such binary, bad cwd or
+ * user) are the EXEC reply's status; after a successful reply exactly one
+ * EXIT follows. */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TAKE(fd)                                                                                   \
+	({                                                                                         \
+		int _t = (fd);                                                                     \
+		(fd) = -1;                                                                         \
+		_t;                                                                                \
+	})
+
+static struct ag_execp *find_exec(struct agent *a, uint32_t id)
+{
+	for (struct ag_execp *e = a->execs; e; e = e->next)
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* Looks up a user in /etc/passwd: "name", "uid" or "uid:gid" (the agent is
+ * static and has no NSS). A uid without an entry is fine (home "/"); a
+ * name must exist. A bare uid takes the entry's primary group, like
+ * Docker's --user. Returns 0 or -ENOENT. */
+static int lookup_user(const char *user, uid_t *uid, gid_t *gid, char *home, size_t home_cap)
+{
+	char *end, line[1024];
+	unsigned long u = strtoul(user, &end, 10);
+	bool numeric = end != user && (*end == 0 || *end == ':');
+	bool has_gid = numeric && *end == ':';
+	if (numeric) {
+		*uid = (uid_t)u;
+		*gid = has_gid ? (gid_t)strtoul(end + 1, NULL, 10) : (gid_t)u;
+		snprintf(home, home_cap, "/");
+	}
+	int r = numeric ? 0 : -ENOENT;
+	FILE *f = fopen("/etc/passwd", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *fld[7] = {0}, *s = line;
+		int n = 0;
+		for (char *t; n < 7 && (t = strsep(&s, ":\n")); n++)
+			fld[n] = t;
+		if (n < 6)
+			continue;
+		bool match = numeric ? strtoul(fld[2], NULL, 10) == u : !strcmp(fld[0], user);
+		if (!match)
+			continue;
+		*uid = (uid_t)strtoul(fld[2], NULL, 10);
+		if (!has_gid)
+			*gid = (gid_t)strtoul(fld[3], NULL, 10);
+		snprintf(home, home_cap, "%s", fld[5]);
+		r = 0;
+		break;
+	}
+	if (f)
+		fclose(f);
+	return r;
+}
+
+/* The child side of fork(): never returns. Reports an errno through errfd. */
+static void child(const struct ag_exec_req *q, int in, int out, int err, int errfd, uid_t uid,
+		  gid_t gid, bool ids, const char *home)
+{
+	sigset_t all;
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	setsid();
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		goto fail;
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, "0", 1);
+		close(fd);
+	}
+	if (chdir(q->cwd[0] ? q->cwd : "/") < 0)
+		goto fail;
+	if (ids && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0))
+		goto fail;
+	static char path_env[] = "PATH=" AG_DEFAULT_PATH;
+	char home_env[300];
+	snprintf(home_env, sizeof(home_env), "HOME=%s", home);
+	char *def_env[] = {path_env, home_env, NULL};
+	environ = q->envc ? q->env : def_env;
+	execvp(q->argv[0], q->argv);
+fail:;
+	int e = errno;
+	(void)!write(errfd, &e, sizeof(e));
+	_exit(127);
+}
+
+static int open_pipes(int p_out[2], int p_err[2], int p_in[2], int p_sync[2], bool want_in)
+{
+	if (pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0 ||
+	    pipe2(p_sync, O_CLOEXEC) < 0)
+		return -errno;
+	if (want_in) {
+		if (pipe2(p_in, O_CLOEXEC) < 0)
+			return -errno;
+	} else {
+		p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		p_in[1] = -1;
+		if (p_in[0] < 0)
+			return -errno;
+	}
+	fcntl(p_out[0], F_SETFL, O_NONBLOCK);
+	fcntl(p_err[0], F_SETFL, O_NONBLOCK);
+	if (p_in[1] >= 0)
+		fcntl(p_in[1], F_SETFL, O_NONBLOCK);
+	return 0;
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close_fd(&fds[i]);
+}
+
+/* Forks and execs; waits for the exec (or its failure) through a CLOEXEC
+ * pipe. Fills e on success. */
+static int spawn(struct ag_exec_req *q, struct ag_execp *e)
+{
+	uid_t uid = q->uid;
+	gid_t gid = q->gid;
+	bool ids = q->flags & AG_EXEC_F_UIDGID;
+	char home[256] = "/root";
+	int fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1}; /* out, err, in, sync */
+	int r;
+
+	if (q->user[0]) {
+		r = lookup_user(q->user, &uid, &gid, home, sizeof(home));
+		if (r < 0)
+			return r;
+		ids = true;
+	}
+	r = open_pipes(fds, fds + 2, fds + 4, fds + 6, q->flags & AG_EXEC_F_STDIN);
+	if (r < 0)
+		goto out;
+	pid_t pid = fork();
+	if (pid < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (pid == 0)
+		child(q, fds[4], fds[1], fds[3], fds[7], uid, gid, ids, home);
+	close_fd(&fds[7]);
+	int child_errno = 0;
+	ssize_t n;
+	do
+		n = read(fds[6], &child_errno, sizeof(child_errno));
+	while (n < 0 && errno == EINTR);
+	if (n == sizeof(child_errno)) {
+		waitpid(pid, NULL, 0);
+		r = -child_errno;
+		goto out;
+	}
+	e->pid = pid;
+	e->out_fd = TAKE(fds[0]);
+	e->err_fd = TAKE(fds[2]);
+	e->in_fd = TAKE(fds[5]);
+	r = 0;
+out:
+	close_all(fds, 8);
+	return r;
+}
+
+int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
+{
+	struct ag_exec_req *q = NULL;
+	if (a->nexecs >= AG_MAX_EXECS)
+		return -EAGAIN;
+	if (find_exec(a, id))
+		return -EEXIST;
+	int r = ag_exec_decode(p, len, &q);
+	if (r < 0)
+		return r;
+	struct ag_execp *e = calloc(1, sizeof(*e));
+	if (!e) {
+		free(q);
+		return -ENOMEM;
+	}
+	e->id = id;
+	e->cap = q->output_cap ? q->output_cap : AG_DEFAULT_OUTPUT_CAP;
+	e->start_us = ag_now_us();
+	e->deadline_us = q->timeout_ms ? e->start_us + (uint64_t)q->timeout_ms * 1000 : 0;
+	ag_wr_init(&e->in_buf);
+	r = spawn(q, e);
+	free(q);
+	if (r < 0) {
+		free(e);
+		return r;
+	}
+	e->next = a->execs;
+	a->execs = e;
+	a->nexecs++;
+	size_t off = ag_wr_begin(&a->out, AG_T_EXEC | AG_T_REPLY, id);
+	ag_wr_u32(&a->out, 0);
+	ag_wr_u32(&a->out, (uint32_t)e->pid);
+	ag_wr_end(&a->out, off);
+	return 0;
+}
+
+void ag_exec_stdin(struct agent *a, uint32_t id, const void *p, size_t len)
+{
+	struct ag_rd r;
+	uint32_t n = 0;
+	ag_rd_init(&r, p, len);
+	uint8_t eof = ag_rd_u8(&r);
+	const void *data = ag_rd_blob(&r, AG_MAX_DATA, &n);
+	struct ag_execp *e = find_exec(a, id);
+	if (r.err || !e || e->in_fd < 0 || e->in_eof)
+		return; /* stdin for a finished exec is dropped, like a closed pipe */
+	if (e->in_buf.len + n > AG_STDIN_MAX) {
+		close_fd(&e->in_fd); /* the child does not read: give it EOF/EPIPE */
+		return;
+	}
+	ag_wr_bytes(&e->in_buf, data, n);
+	e->in_eof = eof;
+	ag_exec_feed(e);
+}
+
+void ag_exec_feed(struct ag_execp *e)
+{
+	while (e->in_fd >= 0 && e->in_buf.len) {
+		ssize_t n = write(e->in_fd, e->in_buf.data, e->in_buf.len);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			close_fd(&e->in_fd); /* EPIPE: reader is gone */
+			break;
+		}
+		ag_wr_consume(&e->in_buf, (size_t)n);
+	}
+	if (e->in_eof && !e->in_buf.len)
+		close_fd(&e->in_fd);
+}
+
+int ag_exec_signal(struct agent *a, uint32_t id, const void *p, size_t len)
+{
+	struct ag_rd r;
+	ag_rd_init(&r, p, len);
+	int sig = (int)ag_rd_u32(&r);
+	if (r.err || sig < 0 || sig >= 65)
+		return -EINVAL;
+	struct ag_execp *e = find_exec(a, id);
+	if (!e)
+		return -ESRCH;
+	if (kill(-e->pid, sig) < 0 && kill(e->pid, sig) < 0)
+		return -errno;
+	return 0;
+}
+
+static void send_output(struct agent *a, struct ag_execp *e, int stream, const void *p, size_t n)
+{
+	if (stream == AG_STREAM_STDOUT)
+		e->out_bytes += n;
+	else
+		e->err_bytes += n;
+	if (e->sent >= e->cap) {
+		e->truncated = true;
+		return;
+	}
+	if (n > e->cap - e->sent) {
+		n = (size_t)(e->cap - e->sent);
+		e->truncated = true;
+	}
+	e->sent += n;
+	size_t off = ag_wr_begin(&a->out, AG_T_OUTPUT, e->id);
+	ag_wr_u8(&a->out, (uint8_t)stream);
+	ag_wr_blob(&a->out, p, (uint32_t)n);
+	ag_wr_end(&a->out, off);
+}
+
+bool ag_exec_pump(struct agent *a, struct ag_execp *e, int stream)
+{
+	static uint8_t buf[AG_OUTPUT_CHUNK];
+	int *fd = stream == AG_STREAM_STDOUT ? &e->out_fd : &e->err_fd;
+	for (int i = 0; i < 8 && *fd >= 0; i++) {
+		ssize_t n = read(*fd, buf, sizeof(buf));
+		if (n > 0) {
+			send_output(a, e, stream, buf, (size_t)n);
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return true;
+		close_fd(fd);
+		return false;
+	}
+	return *fd >= 0;
+}
+
+static void finish(struct agent *a, struct ag_execp *e, int status)
+{
+	/* Invariant 3: forward what the pipes hold right now, then report. */
+	ag_exec_pump(a, e, AG_STREAM_STDOUT);
+	ag_exec_pump(a, e, AG_STREAM_STDERR);
+	if (e->timed_out || e->killed)
+		kill(-e->pid, SIGKILL); /* stragglers of a killed group */
+	struct ag_exit x = {
+	    .exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+	    .signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+	    .flags =
+		(e->timed_out ? AG_EXIT_F_TIMED_OUT : 0) | (e->truncated ? AG_EXIT_F_TRUNCATED : 0),
+	    .stdout_bytes = e->out_bytes,
+	    .stderr_bytes = e->err_bytes,
+	    .duration_us = ag_now_us() - e->start_us,
+	};
+	size_t off = ag_wr_begin(&a->out, AG_T_EXIT, e->id);
+	ag_exit_encode(&a->out, &x);
+	ag_wr_end(&a->out, off);
+	close_fd(&e->out_fd);
+	close_fd(&e->err_fd);
+	close_fd(&e->in_fd);
+	ag_wr_done(&e->in_buf);
+}
+
+void ag_reap(struct agent *a)
+{
+	for (;;) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		if (pid <= 0)
+			return;
+		for (struct ag_execp **pp = &a->execs; *pp; pp = &(*pp)->next) {
+			struct ag_execp *e = *pp;
+			if (e->pid != pid)
+				continue;
+			finish(a, e, status);
+			*pp = e->next;
+			a->nexecs--;
+			free(e);
+			break;
+		}
+	}
+}
+
+int ag_exec_timeouts(struct agent *a)
+{
+	uint64_t now = ag_now_us(), next = 0;
+	for (struct ag_execp *e = a->execs; e; e = e->next) {
+		if (!e->deadline_us)
+			continue;
+		if (e->deadline_us <= now) {
+			e->timed_out = true;
+			e->deadline_us = 0;
+			kill(-e->pid, SIGKILL);
+			kill(e->pid, SIGKILL);
+			continue;
+		}
+		if (!next || e->deadline_us < next)
+			next = e->deadline_us;
+	}
+	if (!next)
+		return -1;
+	return (int)((next - now + 999) / 1000);
+}

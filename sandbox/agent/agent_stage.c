@@ -1,0 +1,173 @@
+/* agent_stage.c — the last step of starting a container sandbox, done by the
+ * agent itself ("strata-agent --stage").
+ *
+ * The container backend pre-starts sandboxes (sandbox/container/child.c):
+ * namespaces, cgroup, a private tmpfs root holding /u and /w (the writable
+ * layer), /lower (empty), /m (the future root) and a finished /proc, /dev and
+ * /sys, then execs the agent with fd 4 holding the seccomp BPF program. The
+ * staged agent keeps its privileges, serves only START and PING, and on
+ * START (with the rootfs as a detached mount tree in SCM_RIGHTS):
+ *
+ *   1. attaches the rootfs at /lower (move_mount)
+ *   2. mounts the overlay lower=/lower upper=/u work=/w on /m (nodev; the
+ *      lower tree arrives read-only, nosuid, nodev)
+ *   3. resizes the tmpfs (the writable layer's limit)
+ *   4. moves /proc, /dev, /sys into /m and chroots into /m
+ *   5. sets the hostname; a persistent sandbox (AG_START_F_PERSIST) also
+ *      listens on /agent.sock in the staging root, for a host that
+ *      re-adopts it after a restart
+ *   6. drops capabilities (bounding, ambient, effective/permitted/inheritable
+ *      to the kept set), sets no_new_privs, loads the seccomp filter
+ *
+ * chroot rather than pivot_root: the host root was already detached when the
+ * sandbox was staged, so the only thing outside the chroot is the staging
+ * tmpfs (the sandbox's own upper layer and its read-only lower mount): a
+ * root process that escapes the chroot (it keeps CAP_SYS_CHROOT, as in
+ * Docker) finds nothing it could not already see or write. The unmount that
+ * pivot_root would need costs an RCU grace period on the critical path. A
+ * failure replies the errno and exits (ending the sandbox). */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define STAGE_SECCOMP_FD 4
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+
+int ag_stage_init(struct agent *a)
+{
+	struct stat st;
+	if (fstat(STAGE_SECCOMP_FD, &st) < 0)
+		return -errno;
+	if (st.st_size <= 0 || st.st_size > 65536 || st.st_size % sizeof(struct sock_filter))
+		return -EINVAL;
+	a->seccomp = malloc((size_t)st.st_size);
+	if (!a->seccomp)
+		return -ENOMEM;
+	if (pread(STAGE_SECCOMP_FD, a->seccomp, (size_t)st.st_size, 0) != st.st_size)
+		return -EIO;
+	a->seccomp_len = (size_t)st.st_size;
+	close(STAGE_SECCOMP_FD);
+	a->staged = true;
+	return 0;
+}
+
+static int move_into(const char *from, const char *to)
+{
+	if (mkdir(to, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return mount(from, to, NULL, MS_MOVE, NULL) < 0 ? -errno : 0;
+}
+
+/* Persistent sandboxes: a unix socket in the staging root, outside the
+ * sandbox's chroot. The host reaches it as /proc/<agent>/root/../agent.sock;
+ * accept_host (agent.c) admits only peers from outside the sandbox. */
+static int listen_here(struct agent *a, uint32_t q_orphan_ms)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = "/agent.sock"};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sa.sun_path, 0600) < 0 ||
+	    listen(fd, 4) < 0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	a->listen_fd = fd;
+	a->orphan_timeout_ms = q_orphan_ms;
+	return 0;
+}
+
+static int enter_root(struct agent *a, int tree, const struct ag_start_req *q)
+{
+	char opts[96];
+	if (syscall(SYS_move_mount, tree, "", AT_FDCWD, "/lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return -errno;
+	/* nodev: device nodes shipped in an image cannot be opened (cgroup v2
+	 * has no devices controller here); /dev is a separate tmpfs. */
+	if (mount("overlay", "/m", "overlay", MS_NODEV, "lowerdir=/lower,upperdir=/u,workdir=/w") <
+	    0)
+		return -errno;
+	snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=%llu", (unsigned long long)q->disk_bytes,
+		 (unsigned long long)q->disk_inodes);
+	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts) < 0)
+		return -errno;
+	int r = move_into("/proc", "/m/proc");
+	if (r == 0)
+		r = move_into("/dev", "/m/dev");
+	if (r == 0)
+		r = move_into("/sys", "/m/sys");
+	if (r == 0 && (q->flags & AG_START_F_PERSIST))
+		r = listen_here(a, q->orphan_timeout_ms);
+	if (r < 0)
+		return r;
+	if (chdir("/m") < 0 || chroot(".") < 0 || chdir("/") < 0)
+		return -errno;
+	if (sethostname(q->hostname, strlen(q->hostname)) < 0)
+		return -errno;
+	return 0;
+}
+
+static int drop_privileges(struct agent *a, uint64_t keep)
+{
+	for (int c = 0; c < 64; c++)
+		if (!(keep & (1ull << c)) && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 &&
+		    errno != EINVAL)
+			return -errno;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		return -errno;
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	for (int i = 0; i < 2; i++)
+		d[i].effective = d[i].permitted = (uint32_t)(keep >> (32 * i));
+	if (syscall(SYS_capset, &h, d) < 0)
+		return -errno;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -errno;
+	struct sock_fprog prog = {.len =
+				      (unsigned short)(a->seccomp_len / sizeof(struct sock_filter)),
+				  .filter = a->seccomp};
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len)
+{
+	struct ag_start_req q;
+	int tree = ag_take_fd(a);
+	int r = tree < 0 ? -EBADF : ag_start_decode(p, len, &q);
+	if (r == 0)
+		r = enter_root(a, tree, &q);
+	if (tree >= 0)
+		close(tree);
+	if (r == 0)
+		r = drop_privileges(a, q.caps_keep);
+	ag_reply_status(a, AG_T_START, id, r);
+	if (r < 0) {
+		/* Half set up and still privileged: say why, then end the sandbox. */
+		fcntl(a->ctl, F_SETFL, 0);
+		(void)!write(a->ctl, a->out.data, a->out.len);
+		_exit(1);
+	}
+	a->staged = false;
+	free(a->seccomp);
+	a->seccomp = NULL;
+}

@@ -1,0 +1,429 @@
+/* cgroup.c — per-sandbox cgroups for memory, cpu, pids (and devices on v1).
+ *
+ * Version detection: if cgroup v1 hierarchies carry the memory and pids
+ * controllers we use v1 (this is what a machine with v1 controllers mounted
+ * has, even with an empty cgroup2 mount beside them); otherwise a cgroup2
+ * mount whose root offers memory and pids means v2. Our subtree is created
+ * below the cgroup our own process is in (per hierarchy on v1), so sandboxes
+ * stay accounted to whoever runs us.
+ *
+ * A slot is one sandbox's set of directories, made ahead of time by the pool
+ * (mkdir, devices whitelist, open fds); at create time only the limits are
+ * written (cg_slot_apply) and the child joins: on v1 it writes "0" to the
+ * pre-opened cgroup.procs files, on v2 clone3(CLONE_INTO_CGROUP) places it.
+ * Slots are not reused: a destroyed sandbox's directories are removed. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sandbox-internal.h"
+
+static const char *const ctrl_names[CG_NCTRL] = {"memory", "cpu", "pids", "devices"};
+
+int cg_ctrl_index(const char *name)
+{
+	for (int i = 0; i < CG_NCTRL; i++)
+		if (!strcmp(name, ctrl_names[i]))
+			return i;
+	return -1;
+}
+
+static bool has_option(const char *opts, const char *want)
+{
+	size_t n = strlen(want);
+	for (const char *p = opts; p && *p;) {
+		const char *c = strchr(p, ',');
+		size_t len = c ? (size_t)(c - p) : strlen(p);
+		if (len == n && !strncmp(p, want, n))
+			return true;
+		p = c ? c + 1 : NULL;
+	}
+	return false;
+}
+
+/* The cgroup of a process (file: /proc/<pid>/cgroup) in the hierarchy whose
+ * controller list contains ctrl ("" = the v2 line "0::"). */
+static int proc_cgroup(const char *file, const char *ctrl, char *buf, size_t cap)
+{
+	_cleanup_(fclosep) FILE *f = fopen(file, "re");
+	char line[PATH_MAX + 128];
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *ctrls = strchr(line, ':');
+		char *path = ctrls ? strchr(ctrls + 1, ':') : NULL;
+		if (!path)
+			continue;
+		*ctrls++ = 0;
+		*path++ = 0;
+		bool match = ctrl[0] ? has_option(ctrls, ctrl) : (!strcmp(line, "0") && !ctrls[0]);
+		if (match) {
+			snprintf(buf, cap, "%s", path);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* Finds the mount point of the v1 hierarchy with ctrl (or the cgroup2 mount
+ * when ctrl is NULL), from /proc/self/mountinfo. */
+static int find_mount(const char *ctrl, char *mnt, size_t cap, char *root, size_t rcap)
+{
+	_cleanup_(fclosep) FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		char mroot[PATH_MAX], point[PATH_MAX], fstype[64], super[1024];
+		char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*s %*s %*s %4095s %4095s", mroot, point) != 2 ||
+		    sscanf(dash + 3, "%63s %*s %1023s", fstype, super) != 2)
+			continue;
+		bool ok = ctrl ? !strcmp(fstype, "cgroup") && has_option(super, ctrl)
+			       : !strcmp(fstype, "cgroup2");
+		if (ok) {
+			snprintf(mnt, cap, "%s", point);
+			snprintf(root, rcap, "%s", mroot);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int write_at(int dirfd, const char *file, const char *val)
+{
+	_cleanup_close_ int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, val, strlen(val));
+	if (n < 0)
+		return -errno;
+	return 0;
+}
+
+/* Opens (creating) <mount>/<own cgroup>/<name> for one hierarchy. */
+/* Opens (creating) <mount>/<own cgroup>/<name> for one hierarchy, or
+ * <mount>/<name> with at_root. */
+static int open_base(const char *ctrl, const char *name, bool at_root, char *path, size_t cap)
+{
+	char mnt[PATH_MAX], mroot[PATH_MAX], own[PATH_MAX] = "/";
+	int r = find_mount(ctrl[0] ? ctrl : NULL, mnt, sizeof(mnt), mroot, sizeof(mroot));
+	if (r == 0 && !at_root)
+		r = proc_cgroup("/proc/self/cgroup", ctrl, own, sizeof(own));
+	if (r < 0)
+		return r;
+	const char *rel = own;
+	size_t rl = strlen(mroot);
+	if (strcmp(mroot, "/") && !strncmp(own, mroot, rl))
+		rel = own + rl;
+	int n = snprintf(path, cap, "%s%s/%s", mnt, strcmp(rel, "/") ? rel : "", name);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = open(path, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int init_v1(struct cg_driver *d, const char *name)
+{
+	for (int i = 0; i < CG_NCTRL; i++) {
+		d->base_fd[i] =
+		    open_base(ctrl_names[i], name, false, d->base[i], sizeof(d->base[i]));
+		d->has[i] = d->base_fd[i] >= 0;
+		if (!d->has[i] && i != CG_DEVICES && i != CG_CPU)
+			return d->base_fd[i];
+	}
+	d->memsw = faccessat(d->base_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", F_OK, 0) == 0;
+	d->version = 1;
+	return 0;
+}
+
+/* One controller at a time: a combined write is all or nothing. */
+static void enable_controllers(int dirfd)
+{
+	static const char *const want[] = {"+memory", "+pids", "+cpu"};
+	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
+		write_at(dirfd, "cgroup.subtree_control", want[i]);
+}
+
+static int try_v2(struct cg_driver *d, const char *name, bool at_root)
+{
+	char ctl[128] = "";
+	int fd = open_base("", name, at_root, d->base[0], sizeof(d->base[0]));
+	if (fd < 0)
+		return fd;
+	_cleanup_close_ int pfd = openat(fd, "..", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (pfd >= 0) /* fails when our own cgroup holds processes: checked below */
+		enable_controllers(pfd);
+	enable_controllers(fd);
+	_cleanup_close_ int cfd = openat(fd, "cgroup.subtree_control", O_RDONLY | O_CLOEXEC);
+	ssize_t n = cfd >= 0 ? read(cfd, ctl, sizeof(ctl) - 1) : -1;
+	ctl[n > 0 ? n : 0] = 0;
+	if (!strstr(ctl, "memory") || !strstr(ctl, "pids")) {
+		close(fd);
+		rmdir(d->base[0]);
+		return -ENOTSUP;
+	}
+	d->base_fd[0] = fd;
+	d->has[CG_MEMORY] = d->has[CG_PIDS] = true;
+	d->has[CG_CPU] = strstr(ctl, "cpu ") || strstr(ctl, "cpu\n");
+	d->version = 2;
+	return 0;
+}
+
+/* Below our own cgroup when it can delegate controllers (systemd
+ * Delegate=yes with us in a leaf), else below the root of the hierarchy
+ * (root only; a cgroup that holds processes cannot enable controllers for
+ * its children). */
+static int init_v2(struct cg_driver *d, const char *name)
+{
+	int r = try_v2(d, name, false);
+	return r == -ENOTSUP ? try_v2(d, name, true) : r;
+}
+
+/* Removes the empty sbx-* directories of our subtree: sandboxes that ended
+ * without their host (a persistent one past its orphan timeout, or any
+ * after a crash). A cgroup with processes cannot be removed, so live
+ * sandboxes (waiting to be adopted) stay. Slots made by a runtime that is
+ * still alive (their name carries its pid) may be empty for a moment before
+ * their sandbox joins, so they are left alone; our own only with own. */
+static void sweep(const struct cg_driver *d, bool own)
+{
+	for (int i = 0; i < CG_NCTRL; i++) {
+		if (d->base_fd[i] < 0)
+			continue;
+		int fd = openat(d->base_fd[i], ".", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+		DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+		if (!dir) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		struct dirent *de;
+		while ((de = readdir(dir))) {
+			int pid = 0;
+			if (sscanf(de->d_name, "sbx-%d-", &pid) != 1 || pid <= 0)
+				continue;
+			bool mine = pid == getpid();
+			if (mine ? !own : (kill(pid, 0) == 0 || errno == EPERM))
+				continue;
+			unlinkat(d->base_fd[i], de->d_name, AT_REMOVEDIR);
+		}
+		closedir(dir);
+	}
+}
+
+int cg_driver_init(struct cg_driver *d, const char *name, int version)
+{
+	memset(d, 0, sizeof(*d));
+	for (int i = 0; i < CG_NCTRL; i++)
+		d->base_fd[i] = -1;
+	char mnt[PATH_MAX], root[PATH_MAX];
+	bool v1 = find_mount("memory", mnt, sizeof(mnt), root, sizeof(root)) == 0 &&
+		  find_mount("pids", mnt, sizeof(mnt), root, sizeof(root)) == 0;
+	if (version)
+		v1 = version == 1;
+	int r = v1 ? init_v1(d, name) : init_v2(d, name);
+	if (r < 0) {
+		cg_driver_done(d);
+		return r == -ENOENT ? -ENOTSUP : r;
+	}
+	sweep(d, false);
+	return 0;
+}
+
+void cg_driver_done(struct cg_driver *d)
+{
+	sweep(d, true);
+	for (int i = 0; i < CG_NCTRL; i++) {
+		if (d->base_fd[i] < 0)
+			continue;
+		close(d->base_fd[i]);
+		d->base_fd[i] = -1;
+		rmdir(d->base[i]); /* fails while others still use the subtree: fine */
+	}
+	d->version = 0;
+}
+
+static const char *const dev_allow[] = {
+    "c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm",
+    "c 1:8 rwm", "c 1:9 rwm",		     /* null zero full random urandom */
+    "c 5:0 rwm", "c 5:2 rwm", "c 136:* rwm", /* tty ptmx pts */
+};
+
+static int setup_devices(int fd)
+{
+	int r = write_at(fd, "devices.deny", "a");
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(dev_allow); i++)
+		r = write_at(fd, "devices.allow", dev_allow[i]);
+	return r;
+}
+
+static int slot_mkdir(int base, const char *name, int *ret_fd)
+{
+	if (mkdirat(base, name, 0755) < 0) /* EEXIST too: never share a cgroup */
+		return -errno;
+	*ret_fd = openat(base, name, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	return *ret_fd < 0 ? -errno : 0;
+}
+
+int cg_slot_new(struct cg_driver *d, uint64_t seq, struct cg_slot **ret)
+{
+	struct cg_slot *s = calloc(1, sizeof(*s));
+	int r = 0;
+	if (!s)
+		return -ENOMEM;
+	for (int i = 0; i < CG_NCTRL; i++)
+		s->dir_fd[i] = s->procs_fd[i] = -1;
+	snprintf(s->name, sizeof(s->name), "sbx-%d-%" PRIu64, (int)getpid(), seq);
+	int n = d->version == 2 ? 1 : CG_NCTRL;
+	for (int i = 0; i < n && r == 0; i++) {
+		if (!d->has[i] && d->version == 1)
+			continue;
+		r = slot_mkdir(d->base_fd[i], s->name, &s->dir_fd[i]);
+		if (r == 0 && d->version == 1) {
+			s->procs_fd[i] = openat(s->dir_fd[i], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+			r = s->procs_fd[i] < 0 ? -errno : 0;
+		}
+		if (r == 0 && i == CG_DEVICES)
+			r = setup_devices(s->dir_fd[i]);
+	}
+	if (r < 0) {
+		cg_slot_free(d, s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+static int apply_v1(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32_t cpu,
+		    uint32_t pids)
+{
+	char v[32];
+	snprintf(v, sizeof(v), "%" PRIu64, mem);
+	int r = write_at(s->dir_fd[CG_MEMORY], "memory.limit_in_bytes", v);
+	if (r == 0 && d->memsw)
+		r = write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
+	snprintf(v, sizeof(v), "%" PRIu32, pids);
+	if (r == 0)
+		r = write_at(s->dir_fd[CG_PIDS], "pids.max", v);
+	if (r == 0 && cpu && d->has[CG_CPU]) {
+		snprintf(v, sizeof(v), "%" PRIu32, cpu * 100);
+		r = write_at(s->dir_fd[CG_CPU], "cpu.cfs_quota_us", v);
+	}
+	return r;
+}
+
+static int apply_v2(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32_t cpu,
+		    uint32_t pids)
+{
+	char v[48];
+	snprintf(v, sizeof(v), "%" PRIu64, mem);
+	int r = write_at(s->dir_fd[0], "memory.max", v);
+	if (r == 0)
+		write_at(s->dir_fd[0], "memory.swap.max", "0"); /* absent without swap */
+	snprintf(v, sizeof(v), "%" PRIu32, pids);
+	if (r == 0)
+		r = write_at(s->dir_fd[0], "pids.max", v);
+	if (r == 0 && cpu && d->has[CG_CPU]) {
+		snprintf(v, sizeof(v), "%" PRIu32 " 100000", cpu * 100);
+		r = write_at(s->dir_fd[0], "cpu.max", v);
+	}
+	return r;
+}
+
+int cg_slot_apply(struct cg_driver *d, struct cg_slot *s, const struct sbx_config *c)
+{
+	uint64_t mem = c->memory_bytes ? c->memory_bytes : 512ull << 20;
+	uint32_t pids = c->pids_max ? c->pids_max : 1024;
+	return d->version == 2 ? apply_v2(d, s, mem, c->cpu_millis, pids)
+			       : apply_v1(d, s, mem, c->cpu_millis, pids);
+}
+
+static void rmdir_retry(int base, const char *name)
+{
+	for (int i = 0; i < 200; i++) {
+		if (unlinkat(base, name, AT_REMOVEDIR) == 0 || errno != EBUSY)
+			return;
+		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+	}
+}
+
+void cg_slot_free(struct cg_driver *d, struct cg_slot *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < CG_NCTRL; i++) {
+		if (s->procs_fd[i] >= 0)
+			close(s->procs_fd[i]);
+		if (s->dir_fd[i] < 0)
+			continue;
+		close(s->dir_fd[i]);
+		rmdir_retry(d->base_fd[i], s->name);
+	}
+	free(s);
+}
+
+void cg_slot_close(struct cg_slot *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < CG_NCTRL; i++) {
+		if (s->procs_fd[i] >= 0)
+			close(s->procs_fd[i]);
+		if (s->dir_fd[i] >= 0)
+			close(s->dir_fd[i]);
+	}
+	free(s);
+}
+
+int cg_slot_adopt(struct cg_driver *d, pid_t pid, struct cg_slot **ret)
+{
+	char file[64], path[PATH_MAX];
+	snprintf(file, sizeof(file), "/proc/%d/cgroup", (int)pid);
+	int r = proc_cgroup(file, d->version == 2 ? "" : "memory", path, sizeof(path));
+	if (r < 0)
+		return r;
+	const char *name = strrchr(path, '/');
+	name = name ? name + 1 : path;
+	if (strncmp(name, "sbx-", 4) || strlen(name) >= sizeof(((struct cg_slot *)0)->name))
+		return -ESTALE; /* not one of ours (any more) */
+	struct cg_slot *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	for (int i = 0; i < CG_NCTRL; i++)
+		s->dir_fd[i] = s->procs_fd[i] = -1;
+	int n = d->version == 2 ? 1 : CG_NCTRL;
+	for (int i = 0; i < n && r == 0; i++) {
+		if (d->base_fd[i] < 0)
+			continue;
+		s->dir_fd[i] = openat(d->base_fd[i], name, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+		r = s->dir_fd[i] < 0 ? (errno == ENOENT ? -ESTALE : -errno) : 0;
+	}
+	if (r < 0) {
+		cg_slot_close(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+int cg_slot_path(const struct cg_driver *d, const struct cg_slot *s, int ctrl, char *buf,
+		 size_t cap)
+{
+	int i = d->version == 2 ? 0 : ctrl;
+	if (i < 0 || i >= CG_NCTRL || s->dir_fd[i] < 0)
+		return -ENOENT;
+	int n = snprintf(buf, cap, "%s/%s", d->base[i], s->name);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}

@@ -1,0 +1,228 @@
+/* child.c — staging a sandbox: what the new process does between clone3 and
+ * the exec of "strata-agent --stage".
+ *
+ * clone3 gave it new mount, pid, uts, ipc (and, for network "none", net)
+ * namespaces. Steps, in order; a failure writes {step, errno} to the error
+ * pipe and exits 127:
+ *
+ *   CGROUP    join the slot's v1 cgroups (v2: clone3 placed us already)
+ *   NETNS     bring lo up in the new network namespace
+ *   CGROUPNS  unshare a cgroup namespace, so /proc/self/cgroup reads "/"
+ *   PRIVATE   make every mount private (nothing propagates to the host)
+ *   TMPFS     mount a tmpfs on the staging dir (private to this namespace);
+ *             it will hold the writable layer and is resized at START
+ *   PIVOT     pivot_root into that tmpfs, detach the host root
+ *   DEV       /dev: tmpfs with null zero full random urandom tty, pts, shm,
+ *             mqueue and the usual links
+ *   PROC      /proc, with masked files and read-only kernel knobs
+ *   SYS       read-only sysfs with firmware, powercap, debug, security masked
+ *   FDS       fd 0-2 /dev/null, 3 the protocol socket, 4 the seccomp program
+ *   EXEC      execveat(agent memfd, "--stage")
+ *
+ * The staged agent then waits; START (agent_stage.c) mounts the overlay root,
+ * moves /proc, /dev and /sys into it, chroots and drops privileges. Every
+ * mount lives in the sandbox's mount namespace and goes with it: teardown
+ * unmounts nothing. The child must not allocate (see child_args). */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "sandbox-internal.h"
+
+enum {
+	ST_CGROUP = 1,
+	ST_NETNS,
+	ST_CGROUPNS,
+	ST_PRIVATE,
+	ST_TMPFS,
+	ST_PIVOT,
+	ST_DEV,
+	ST_PROC,
+	ST_SYS,
+	ST_FDS,
+	ST_EXEC,
+	ST_MAX
+};
+
+const char *child_step_name(int step)
+{
+	static const char *const names[ST_MAX] = {
+	    [ST_CGROUP] = "join cgroup",
+	    [ST_NETNS] = "network namespace",
+	    [ST_CGROUPNS] = "cgroup namespace",
+	    [ST_PRIVATE] = "make mounts private",
+	    [ST_TMPFS] = "staging tmpfs",
+	    [ST_PIVOT] = "pivot_root",
+	    [ST_DEV] = "/dev",
+	    [ST_PROC] = "/proc",
+	    [ST_SYS] = "/sys",
+	    [ST_FDS] = "file descriptors",
+	    [ST_EXEC] = "exec agent",
+	};
+	return step > 0 && step < ST_MAX && names[step] ? names[step] : "unknown step";
+}
+
+static int g_err_fd = -1;
+
+static _Noreturn void fail(int step)
+{
+	int v[2] = {step, errno};
+	(void)!write(g_err_fd, v, sizeof(v));
+	_exit(127);
+}
+
+#define TRY(step, expr)                                                                            \
+	do {                                                                                       \
+		if ((expr) < 0)                                                                    \
+			fail(step);                                                                \
+	} while (0)
+
+/* A mount whose target may legitimately be absent. */
+static int mount_opt(const char *src, const char *dst, const char *type, unsigned long fl,
+		     const char *data)
+{
+	return mount(src, dst, type, fl, data) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static int bind_ro(const char *p)
+{
+	if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return errno == ENOENT ? 0 : -1;
+	return mount(NULL, p, NULL,
+		     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+}
+
+static void setup_root(const struct child_args *a)
+{
+	static const char *const dirs[] = {"/u", "/w", "/m", "/lower", "/proc", "/dev", "/sys"};
+	TRY(ST_PRIVATE, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+	TRY(ST_TMPFS, mount("tmpfs", a->staging, "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts));
+	TRY(ST_PIVOT, chdir(a->staging));
+	TRY(ST_PIVOT, syscall(SYS_pivot_root, ".", "."));
+	TRY(ST_PIVOT, umount2(".", MNT_DETACH));
+	TRY(ST_PIVOT, chdir("/"));
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
+		TRY(ST_TMPFS, mkdir(dirs[i], 0755));
+}
+
+static void setup_dev(void)
+{
+	static const struct {
+		const char *path;
+		unsigned maj, min;
+	} devs[] = {{"/dev/null", 1, 3},   {"/dev/zero", 1, 5},	   {"/dev/full", 1, 7},
+		    {"/dev/random", 1, 8}, {"/dev/urandom", 1, 9}, {"/dev/tty", 5, 0}};
+	static const char *const links[][2] = {
+	    {"/proc/self/fd", "/dev/fd"},	{"/proc/self/fd/0", "/dev/stdin"},
+	    {"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
+	    {"pts/ptmx", "/dev/ptmx"},
+	};
+	const unsigned long nsne = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+	TRY(ST_DEV, mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_STRICTATIME,
+			  "mode=755,size=65536k,nr_inodes=4096"));
+	for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
+		TRY(ST_DEV, mknod(devs[i].path, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)));
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
+		TRY(ST_DEV, symlink(links[i][0], links[i][1]));
+	TRY(ST_DEV, mkdir("/dev/pts", 0755));
+	TRY(ST_DEV, mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+			  "newinstance,ptmxmode=0666,mode=0620,gid=5"));
+	TRY(ST_DEV, mkdir("/dev/shm", 01777));
+	TRY(ST_DEV, mount("shm", "/dev/shm", "tmpfs", nsne, "mode=1777,size=65536k"));
+	TRY(ST_DEV, mkdir("/dev/mqueue", 0755));
+	TRY(ST_DEV, mount("mqueue", "/dev/mqueue", "mqueue", nsne, NULL));
+}
+
+static void setup_proc(void)
+{
+	static const char *const masked[] = {
+	    "/proc/kcore",	  "/proc/keys",	       "/proc/key-users",     "/proc/timer_list",
+	    "/proc/timer_stats",  "/proc/sched_debug", "/proc/latency_stats", "/proc/kpagecgroup",
+	    "/proc/kpagecount",	  "/proc/kpageflags",  "/proc/kallsyms",      "/proc/vmallocinfo",
+	    "/proc/pagetypeinfo", "/proc/slabinfo",
+	};
+	static const char *const masked_dirs[] = {"/proc/acpi", "/proc/scsi", "/proc/asound",
+						  "/proc/driver"};
+	static const char *const ro[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+					 "/proc/sysrq-trigger"};
+
+	TRY(ST_PROC, mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
+	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
+		TRY(ST_PROC, mount_opt("/dev/null", masked[i], NULL, MS_BIND, NULL));
+	for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++)
+		TRY(ST_PROC, mount_opt("tmpfs", masked_dirs[i], "tmpfs", MS_RDONLY, "size=0"));
+	for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
+		TRY(ST_PROC, bind_ro(ro[i]));
+}
+
+static void setup_sys(void)
+{
+	static const char *const masked[] = {"/sys/firmware", "/sys/devices/virtual/powercap",
+					     "/sys/kernel/debug", "/sys/kernel/security"};
+	TRY(ST_SYS,
+	    mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
+	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
+		TRY(ST_SYS, mount_opt("tmpfs", masked[i], "tmpfs", MS_RDONLY, "size=0"));
+}
+
+/* fd 0-2 /dev/null, 3 socket, 4 seccomp program (inherited by the agent),
+ * 5 agent memfd (CLOEXEC), 6 error pipe (CLOEXEC). */
+static void setup_fds(const struct child_args *a)
+{
+	int s = fcntl(a->sock_fd, F_DUPFD_CLOEXEC, 10);
+	int f = fcntl(a->seccomp_fd, F_DUPFD_CLOEXEC, 10);
+	int m = fcntl(a->agent_fd, F_DUPFD_CLOEXEC, 10);
+	int e = fcntl(a->err_fd, F_DUPFD_CLOEXEC, 10);
+	int n = open("/dev/null", O_RDWR | O_CLOEXEC);
+	TRY(ST_FDS, s | f | m | e | n);
+	n = fcntl(n, F_DUPFD_CLOEXEC, 10);
+	TRY(ST_FDS, n);
+	g_err_fd = e;
+	TRY(ST_FDS, dup2(n, 0) | dup2(n, 1) | dup2(n, 2) | dup2(s, 3) | dup2(f, 4) | dup2(m, 5) |
+			dup2(e, 6));
+	g_err_fd = 6;
+	TRY(ST_FDS, fcntl(5, F_SETFD, FD_CLOEXEC) | fcntl(6, F_SETFD, FD_CLOEXEC));
+	TRY(ST_FDS, syscall(SYS_close_range, 7, ~0U, 0));
+}
+
+_Noreturn void child_main(const struct child_args *a)
+{
+	static char *const argv[] = {"strata-agent", "--stage", NULL};
+	static char *const envp[] = {NULL};
+	static const char oom[] = "-999";
+
+	g_err_fd = a->err_fd;
+	umask(0);
+	for (int i = 0; i < CG_NCTRL; i++)
+		if (a->procs_fd[i] >= 0)
+			TRY(ST_CGROUP, write(a->procs_fd[i], "0", 1));
+	if (a->new_netns)
+		TRY(ST_NETNS, netns_lo_up());
+	if (a->cgroupns)
+		TRY(ST_CGROUPNS, unshare(CLONE_NEWCGROUP));
+	setup_root(a);
+	setup_dev();
+	setup_proc();
+	setup_sys();
+	/* The agent is what keeps the sandbox alive: make the OOM killer pick
+	 * the workload instead (the agent resets it to 0 for its children). */
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, oom, sizeof(oom) - 1);
+		close(fd);
+	}
+	setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
+	setup_fds(a);
+	umask(022);
+	syscall(SYS_execveat, 5, "", argv, envp, AT_EMPTY_PATH);
+	fail(ST_EXEC);
+}

@@ -1,0 +1,143 @@
+/* sandbox-internal.h — private types of the container backend (strata_sandbox).
+ *
+ * Pieces: cgroup.c (v1/v2 driver and per-sandbox cgroup slots), netns.c
+ * (network namespaces made ahead of time), seccomp.c (the filter, compiled
+ * once to BPF), child.c (everything the new sandbox process does between
+ * clone3 and exec of the agent), sandbox.c (create/destroy), runtime.c (the
+ * runtime and its pools), client.c (the synchronous agent client). */
+#pragma once
+#include <limits.h>
+#include <linux/filter.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cleanup.h"
+#include "strata_sandbox.h"
+
+static inline void fclosep(FILE **f)
+{
+	if (*f)
+		fclose(*f);
+}
+
+enum { CG_MEMORY, CG_CPU, CG_PIDS, CG_DEVICES, CG_NCTRL };
+
+struct cg_driver {
+	int version;		       /* 0 none, 1, 2 */
+	bool has[CG_NCTRL];	       /* controller usable */
+	int base_fd[CG_NCTRL];	       /* our subtree per controller (v2: [0]) */
+	char base[CG_NCTRL][PATH_MAX]; /* its path */
+	bool memsw;		       /* v1 memory.memsw.* exists */
+};
+
+/* One sandbox's cgroups: a directory per v1 controller, or one on v2. */
+struct cg_slot {
+	char name[48];		/* sbx-<pid of the runtime that made it>-<seq> */
+	int dir_fd[CG_NCTRL];	/* -1 where absent; v2 uses [0] */
+	int procs_fd[CG_NCTRL]; /* v1: cgroup.procs, written "0" by the child */
+};
+
+/* version: 0 detect, 1 or 2 insist. Returns 0 or -ENOTSUP (no usable
+ * controllers), -errno. */
+int cg_driver_init(struct cg_driver *d, const char *name, int version);
+void cg_driver_done(struct cg_driver *d);
+int cg_slot_new(struct cg_driver *d, uint64_t seq, struct cg_slot **ret);
+int cg_slot_apply(struct cg_driver *d, struct cg_slot *s, const struct sbx_config *c);
+/* Closes and removes the slot's directories (retrying while busy). Accepts NULL. */
+void cg_slot_free(struct cg_driver *d, struct cg_slot *s);
+/* Closes a slot's fds and frees it, leaving the directories. */
+void cg_slot_close(struct cg_slot *s);
+/* The slot of a running sandbox, from /proc/<pid>/cgroup. -ESTALE if pid is
+ * not in one of our slots. */
+int cg_slot_adopt(struct cg_driver *d, pid_t pid, struct cg_slot **ret);
+int cg_slot_path(const struct cg_driver *d, const struct cg_slot *s, int ctrl, char *buf,
+		 size_t cap);
+int cg_ctrl_index(const char *name);
+
+/* Brings "lo" up in the caller's current network namespace. */
+int netns_lo_up(void);
+
+/* Builds the seccomp filter and returns it as a sealed memfd holding the raw
+ * BPF program (struct sock_filter[]). */
+int seccomp_build(int *ret_fd);
+/* Capabilities a sandbox keeps (bit mask). */
+uint64_t sbx_caps_keep(void);
+
+/* Everything the child needs, computed before clone3 (the child must not
+ * allocate: another thread of the parent may hold the malloc lock). */
+struct child_args {
+	const char *staging; /* empty dir: the staging tmpfs goes here */
+	char tmpfs_opts[64];
+	bool new_netns;		/* lo must be brought up */
+	bool cgroupns;		/* unshare a cgroup namespace after joining */
+	int procs_fd[CG_NCTRL]; /* v1 cgroup.procs to join, -1 if none */
+	int agent_fd;		/* memfd with the agent */
+	int seccomp_fd;		/* memfd with the BPF program */
+	int sock_fd;		/* agent end of the socketpair */
+	int err_fd;		/* write end of the error pipe */
+};
+
+/* Runs in the child; never returns. On failure writes {step, errno} to
+ * err_fd and exits 127. */
+_Noreturn void child_main(const struct child_args *a);
+/* Names a failing child step for messages. */
+const char *child_step_name(int step);
+
+/* Staging is mostly waiting (cgroup v1 migration and unmounting wait for RCU
+ * grace periods), so a few threads stage in parallel. */
+#define SBX_POOL_THREADS 4
+
+struct pool {
+	pthread_mutex_t lock;
+	pthread_cond_t wake, filled;
+	pthread_t threads[SBX_POOL_THREADS];
+	unsigned n_threads; /* started */
+	bool stop;
+	int err;	     /* first error of the pool thread; it then stops filling */
+	struct sbx **staged; /* staged sandboxes with network "none" */
+	unsigned n, want;
+	unsigned staging;  /* being staged by a thread right now */
+	struct sbx **reap; /* killed, to be waited for and removed */
+	unsigned n_reap, cap_reap;
+};
+
+struct sbx_runtime {
+	char *state_dir, *staging;
+	int agent_fd;	/* sealed memfd with strata-agent */
+	int seccomp_fd; /* sealed memfd with the BPF program */
+	struct cg_driver cg;
+	struct pool pool;
+	uint64_t seq; /* atomically incremented */
+};
+
+/* A sandbox; before START it is "staged" (pooled). */
+struct sbx {
+	struct sbx_runtime *rt;
+	pid_t pid;
+	int pidfd;
+	int ctl; /* host end of the protocol stream */
+	struct cg_slot *cg;
+	enum sbx_network net;
+	bool persist; /* survives its stream; released, not killed, by sbx_release */
+	uint32_t next_id;
+	char cg_path[PATH_MAX];
+};
+
+/* sandbox.c: starts a staged sandbox (clone3, child.c, agent HELLO). */
+int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret);
+/* runtime.c: a staged sandbox from the pool, or NULL. */
+struct sbx *pool_take(struct sbx_runtime *rt);
+/* runtime.c: wakes the pool thread to refill. */
+void pool_kick(struct sbx_runtime *rt);
+/* runtime.c: queues a killed sandbox for the thread to free. Returns 0, or
+ * -ENOMEM / -ESHUTDOWN (then the caller frees it itself). */
+int pool_reap(struct sbx_runtime *rt, struct sbx *s);
+/* sandbox.c: SIGKILL and close the stream (no waiting). */
+void sbx_kill(struct sbx *s);
+/* sandbox.c: kill, wait for every process, remove the cgroups, free. */
+void sbx_free_now(struct sbx *s);
+
+/* client.c: reads one frame into *buf (grown as needed) within timeout_ms. */
+struct ag_hdr;
+int client_read_frame(int fd, struct ag_hdr *h, uint8_t **buf, size_t *cap, int timeout_ms);

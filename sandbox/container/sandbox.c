@@ -1,0 +1,432 @@
+/* sandbox.c — staging, starting and destroying container sandboxes.
+ *
+ * A sandbox is made in two phases so that the expensive part can happen
+ * before anyone asks for it (runtime.c keeps a pool of staged sandboxes):
+ *
+ *   sbx_stage   cgroup slot, socketpair, clone3 (new mount, pid, uts, ipc
+ *               and, for network "none", net namespaces; a pidfd; straight
+ *               into the cgroup on v2), child.c builds the staging root and
+ *               execs "strata-agent --stage"; done at the agent's HELLO.
+ *               Costs ~2-4 ms: fork, cgroup migration (v1 waits for an RCU
+ *               grace period), detaching the host root, exec.
+ *   sbx_create  take a staged sandbox (or stage one inline), write the
+ *               cgroup limits, clone the rootfs as a detached mount
+ *               (open_tree) and send it with START; the agent mounts the
+ *               overlay, chroots, drops privileges (agent_stage.c).
+ *
+ * sbx_destroy: SIGKILL through the pidfd kills the agent, and with it (pid 1)
+ * every process of the sandbox, at once; the rest is handed to the runtime's
+ * thread (sbx_free_now): waiting on the pidfd (returns once every process is
+ * gone and the mount namespace, with all the sandbox's mounts, has been torn
+ * down, which costs an RCU grace period or two) and removing the cgroup
+ * directories. sbx_runtime_free waits for all of that. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "sandbox-internal.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#define STAGE_TMPFS_OPTS "size=256m,nr_inodes=131072,mode=755"
+#define START_TIMEOUT_MS 10000
+
+static int check_config(const struct sbx_config *c)
+{
+	struct stat st;
+	if (!c->rootfs || c->rootfs[0] != '/')
+		return -EINVAL;
+	if (strlen(c->rootfs) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	if (c->hostname && (strlen(c->hostname) > 64 || !c->hostname[0]))
+		return -EINVAL;
+	if (c->network != SBX_NET_NONE && c->network != SBX_NET_HOST)
+		return -EINVAL;
+	/* Below these a sandbox cannot even hold its agent. */
+	if ((c->memory_bytes && c->memory_bytes < SBX_MIN_MEMORY) ||
+	    (c->disk_bytes && c->disk_bytes < SBX_MIN_DISK) || (c->pids_max && c->pids_max < 2))
+		return -EINVAL;
+	if (stat(c->rootfs, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* Reads the child's {step, errno} report; 0 when the pipe closed (exec). */
+static int child_status(int fd)
+{
+	int v[2];
+	ssize_t n;
+	do
+		n = read(fd, v, sizeof(v));
+	while (n < 0 && errno == EINTR);
+	if (n != sizeof(v))
+		return 0;
+	return v[1] > 0 ? -v[1] : -EIO;
+}
+
+static int wait_hello(struct sbx *s)
+{
+	struct ag_hdr h;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	int r = client_read_frame(s->ctl, &h, &buf, &cap, START_TIMEOUT_MS);
+	if (r == 0 && h.type != AG_T_HELLO)
+		r = -EPROTO;
+	free(buf);
+	return r;
+}
+
+/* Kills the sandbox and waits until all its processes are gone. An adopted
+ * agent is not our child: its pidfd turns readable when it has exited, and
+ * waitid then fails with ECHILD (its new parent reaps it). */
+static void kill_wait(struct sbx *s)
+{
+	if (s->pidfd < 0)
+		return;
+	siginfo_t si;
+	struct pollfd pfd = {.fd = s->pidfd, .events = POLLIN};
+	syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+	while (poll(&pfd, 1, 10000) < 0 && errno == EINTR)
+		;
+	while (waitid((idtype_t)P_PIDFD, (id_t)s->pidfd, &si, WEXITED | __WALL) < 0 &&
+	       errno == EINTR)
+		;
+	close(s->pidfd);
+	s->pidfd = -1;
+}
+
+static void fill_args(struct sbx *s, struct child_args *a)
+{
+	struct sbx_runtime *rt = s->rt;
+	a->staging = rt->staging;
+	snprintf(a->tmpfs_opts, sizeof(a->tmpfs_opts), "%s", STAGE_TMPFS_OPTS);
+	a->new_netns = s->net == SBX_NET_NONE;
+	a->cgroupns = rt->cg.version != 0;
+	a->agent_fd = rt->agent_fd;
+	a->seccomp_fd = rt->seccomp_fd;
+	for (int i = 0; i < CG_NCTRL; i++)
+		a->procs_fd[i] = s->cg && rt->cg.version == 1 ? s->cg->procs_fd[i] : -1;
+}
+
+static int clone_child(struct sbx *s, struct child_args *a)
+{
+	int sp[2], ep[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return -errno;
+	if (pipe2(ep, O_CLOEXEC) < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return -errno;
+	}
+	s->ctl = sp[0];
+	a->sock_fd = sp[1];
+	a->err_fd = ep[1];
+	struct clone_args ca = {
+	    .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD |
+		     (a->new_netns ? CLONE_NEWNET : 0),
+	    .pidfd = (uint64_t)(uintptr_t)&s->pidfd,
+	    .exit_signal = 0, /* not SIGCHLD: a waitpid(-1) elsewhere cannot reap it */
+	};
+	if (s->rt->cg.version == 2) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)s->cg->dir_fd[0];
+	}
+	long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0)
+		child_main(a);
+	int r = pid < 0 ? -errno : 0;
+	close(sp[1]);
+	close(ep[1]);
+	if (r == 0) {
+		s->pid = (pid_t)pid;
+		r = child_status(ep[0]);
+	}
+	close(ep[0]);
+	return r;
+}
+
+int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
+{
+	struct child_args a = {0};
+	struct sbx *s = calloc(1, sizeof(*s));
+	int r = 0;
+	if (!s)
+		return -ENOMEM;
+	s->rt = rt;
+	s->pid = -1;
+	s->pidfd = s->ctl = -1;
+	s->net = net;
+	if (rt->cg.version)
+		r = cg_slot_new(&rt->cg, __atomic_add_fetch(&rt->seq, 1, __ATOMIC_RELAXED), &s->cg);
+	if (r == 0) {
+		fill_args(s, &a);
+		r = clone_child(s, &a);
+	}
+	if (r == 0)
+		r = wait_hello(s);
+	if (r < 0) {
+		sbx_free_now(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+/* Sends START with the rootfs tree in SCM_RIGHTS. */
+static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint32_t id)
+{
+	uint64_t disk = c->disk_bytes ? c->disk_bytes : 256ull << 20;
+	struct ag_start_req q = {.disk_bytes = disk,
+				 .disk_inodes = STRATA_MAX(disk / 2048, 8192),
+				 .caps_keep = sbx_caps_keep(),
+				 .flags = c->persist ? AG_START_F_PERSIST : 0,
+				 .orphan_timeout_ms = c->orphan_timeout_ms};
+	snprintf(q.hostname, sizeof(q.hostname), "%s", c->hostname ? c->hostname : "sandbox");
+	struct ag_wr w;
+	ag_wr_init(&w);
+	size_t off = ag_wr_begin(&w, AG_T_START, id);
+	ag_start_encode(&w, &q);
+	int r = ag_wr_end(&w, off);
+	if (r < 0) {
+		ag_wr_done(&w);
+		return r;
+	}
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = {.iov_base = w.data, .iov_len = w.len};
+	struct msghdr m = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &tree, sizeof(int));
+	ssize_t n = sendmsg(s->ctl, &m, MSG_NOSIGNAL);
+	r = n < 0 ? -errno : ((size_t)n == w.len ? 0 : -EIO); /* a small frame: all or nothing */
+	ag_wr_done(&w);
+	return r;
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The rootfs as a detached, read-only, nosuid, nodev mount tree: the lower
+ * layer must never be written, even by a process that escapes the sandbox's
+ * chroot into the staging tmpfs (agent_stage.c). */
+static int rootfs_tree(const char *rootfs)
+{
+	struct {
+		uint64_t attr_set, attr_clr, propagation, userns_fd;
+	} attr = {.attr_set = 0x1 | 0x2 | 0x4}; /* MOUNT_ATTR_RDONLY | NOSUID | NODEV */
+	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, rootfs,
+			      OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+	if (fd < 0)
+		return -errno;
+	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) <
+	    0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+static int start(struct sbx *s, const struct sbx_config *c)
+{
+	_cleanup_close_ int tree = rootfs_tree(c->rootfs);
+	if (tree < 0)
+		return tree;
+	uint32_t id = ++s->next_id;
+	int r = send_start(s, c, tree, id);
+	struct ag_hdr h;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	while (r == 0) {
+		r = client_read_frame(s->ctl, &h, &buf, &cap, START_TIMEOUT_MS);
+		if (r == 0 && h.type == (AG_T_START | AG_T_REPLY) && h.id == id)
+			break;
+	}
+	if (r == 0)
+		r = h.len >= 4 ? (int32_t)le32(buf) : -EBADMSG;
+	free(buf);
+	return r;
+}
+
+int sbx_create(struct sbx_runtime *rt, const struct sbx_config *c, struct sbx **ret)
+{
+	int r = check_config(c);
+	if (r < 0)
+		return r;
+	struct sbx *s = c->network == SBX_NET_NONE ? pool_take(rt) : NULL;
+	bool pooled = s != NULL;
+	for (;;) {
+		if (!s) {
+			r = sbx_stage(rt, c->network, &s);
+			if (r < 0)
+				break;
+		}
+		r = rt->cg.version ? cg_slot_apply(&rt->cg, s->cg, c) : 0;
+		if (r == 0)
+			r = start(s, c);
+		if (r == 0) {
+			s->persist = c->persist;
+			break;
+		}
+		sbx_free_now(s);
+		s = NULL;
+		/* A staged sandbox that died while it waited (killed from
+		 * outside): stage a fresh one, once. */
+		if (!pooled || r != -EPIPE)
+			break;
+		pooled = false;
+	}
+	pool_kick(rt);
+	if (r < 0)
+		return r;
+	*ret = s;
+	return 0;
+}
+
+void sbx_kill(struct sbx *s)
+{
+	if (s->pidfd >= 0)
+		syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+	if (s->ctl >= 0)
+		close(s->ctl);
+	s->ctl = -1;
+}
+
+void sbx_destroy(struct sbx *s)
+{
+	if (!s)
+		return;
+	sbx_kill(s);
+	if (s->rt && pool_reap(s->rt, s) == 0)
+		return;
+	sbx_free_now(s);
+}
+
+void sbx_free_now(struct sbx *s)
+{
+	if (!s)
+		return;
+	kill_wait(s);
+	if (s->ctl >= 0)
+		close(s->ctl);
+	if (s->rt)
+		cg_slot_free(&s->rt->cg, s->cg);
+	free(s);
+}
+
+pid_t sbx_pid(const struct sbx *s)
+{
+	return s->pid;
+}
+
+int sbx_agent_fd(const struct sbx *s)
+{
+	return s->ctl;
+}
+
+const char *sbx_cgroup_path(const struct sbx *s, const char *ctrl)
+{
+	struct sbx *m = (struct sbx *)s; /* caches the formatted path */
+	int i = cg_ctrl_index(ctrl);
+	if (!s->rt || !s->cg || i < 0 ||
+	    cg_slot_path(&s->rt->cg, s->cg, i, m->cg_path, sizeof(m->cg_path)) < 0)
+		return NULL;
+	return m->cg_path;
+}
+
+int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret)
+{
+	struct sbx *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->pid = pid;
+	s->ctl = fd;
+	s->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	if (pid > 0 && s->pidfd < 0) {
+		int r = -errno;
+		free(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+void sbx_release(struct sbx *s)
+{
+	if (!s)
+		return;
+	if (!s->persist) {
+		sbx_destroy(s); /* it would end with its stream anyway */
+		return;
+	}
+	if (s->ctl >= 0)
+		close(s->ctl);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	cg_slot_close(s->cg);
+	free(s);
+}
+
+/* Connects to a persistent agent's socket, outside the sandbox's root. */
+static int connect_agent(pid_t pid, int *ret_fd)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/%d/root/../agent.sock", (int)pid);
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return errno == ENOENT || errno == ECONNREFUSED ? -ENOTCONN : -errno;
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
+{
+	struct sbx *s = calloc(1, sizeof(*s));
+	int r = 0;
+	if (!s)
+		return -ENOMEM;
+	*s = (struct sbx){.rt = rt, .pid = pid, .ctl = -1, .persist = true};
+	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (s->pidfd < 0)
+		r = -errno;
+	if (r == 0)
+		r = connect_agent(pid, &s->ctl);
+	if (r == 0)
+		r = wait_hello(s);
+	if (r == 0 && rt->cg.version)
+		r = cg_slot_adopt(&rt->cg, pid, &s->cg);
+	if (r < 0) {
+		sbx_release(s); /* never kill what we could not adopt */
+		return r;
+	}
+	*ret = s;
+	return 0;
+}

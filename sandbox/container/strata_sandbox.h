@@ -1,0 +1,161 @@
+/* strata_sandbox.h — the container backend: isolated sandboxes on a root
+ * filesystem directory, each run by strata-agent as its pid 1.
+ *
+ * A runtime (sbx_runtime) holds what all sandboxes share and what is prepared
+ * ahead of time: the agent binary (sealed in a memfd), the compiled seccomp
+ * program, the cgroup driver (v1 or v2, detected) and a pool of staged
+ * sandboxes (namespaces, cgroup, /dev, /proc, /sys and the agent ready, the
+ * root filesystem not yet chosen) refilled by background threads, which also
+ * finish the teardown of destroyed sandboxes. A sandbox (sbx) is an overlay
+ * root over the rootfs with a size-limited writable layer, new mount, pid,
+ * uts, ipc, net and cgroup namespaces, a masked /proc and /sys, a minimal
+ * /dev, dropped capabilities, no_new_privs and seccomp, and the agent on the
+ * other end of a socketpair. sbx_exec and sbx_file_* are a
+ * synchronous client of the agent protocol (one request at a time per
+ * sandbox; use sbx_agent_fd and sandbox/agent/proto.h for anything async).
+ *
+ * All functions return 0 or a negative errno; output parameters are ret_*,
+ * last, untouched on failure. Thread safety: a runtime may be used from many
+ * threads; one sandbox from one thread at a time. The library never logs. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct sbx_runtime;
+struct sbx;
+
+struct sbx_runtime_config {
+	const char *agent_path;	 /* strata-agent binary (required) */
+	const char *state_dir;	 /* private dir for staging mounts; created; required */
+	const char *cgroup_name; /* our cgroup subtree, below our own cgroup; "strata-sandbox" */
+	unsigned pool_size;	 /* staged sandboxes kept ready (0 = stage inline) */
+	bool no_cgroups;	 /* run without cgroups (no limits at all) */
+	int cgroup_version;	 /* 0 = detect; 1 or 2 = insist (else -ENOTSUP) */
+};
+
+/* Returns 0 and a runtime, or -ENOTSUP (no usable cgroup controllers, no
+ * overlayfs), -EPERM (not root), -ENOENT (agent missing), -errno. Fills the
+ * pools before returning. Free with sbx_runtime_free. */
+int sbx_runtime_new(const struct sbx_runtime_config *cfg, struct sbx_runtime **ret);
+/* Finishes queued teardowns, stops the pool threads, destroys the staged
+ * sandboxes and removes the cgroup subtree if empty. Sandboxes must have
+ * been destroyed or released. Accepts NULL. */
+void sbx_runtime_free(struct sbx_runtime *rt);
+/* 1 or 2: the cgroup version in use; 0 with no_cgroups. */
+int sbx_runtime_cgroup_version(const struct sbx_runtime *rt);
+
+enum sbx_network { SBX_NET_NONE = 0, SBX_NET_HOST = 1 };
+
+#define SBX_MIN_MEMORY (16ull << 20)
+#define SBX_MIN_DISK (1ull << 20)
+
+struct sbx_config {
+	const char *rootfs;    /* lower layer (a directory; later an image mount) */
+	const char *hostname;  /* default "sandbox" */
+	uint64_t memory_bytes; /* 0 = 512 MiB; else >= SBX_MIN_MEMORY */
+	uint32_t cpu_millis;   /* 0 = unlimited; 1000 = one core */
+	uint32_t pids_max;     /* 0 = 1024; else >= 2 (the agent is one) */
+	uint64_t disk_bytes;   /* writable layer; 0 = 256 MiB; else >= SBX_MIN_DISK */
+	enum sbx_network network;
+	bool persist;		    /* outlives its host: see sbx_release and sbx_adopt */
+	uint32_t orphan_timeout_ms; /* persistent: ends after this long without a
+				       host (0 = never) */
+};
+
+/* Creates and starts a sandbox (a staged one from the pool when there is
+ * one) and returns when its agent is ready. Returns 0 and *ret, -EINVAL (bad
+ * config: relative rootfs, limits below the minimums, hostname empty or
+ * over 64 bytes), -ENOENT/-ENOTDIR (no rootfs), or the errno of the failing
+ * set-up step. On failure nothing is left behind. Destroy with sbx_destroy. */
+int sbx_create(struct sbx_runtime *rt, const struct sbx_config *cfg, struct sbx **ret);
+/* Kills every process of the sandbox (SIGKILL, at once) and frees s; waiting
+ * for them and removing the cgroups continue on the runtime's thread (the
+ * mounts go with the sandbox's mount namespace). sbx_runtime_free waits for
+ * that. Accepts NULL. */
+void sbx_destroy(struct sbx *s);
+
+pid_t sbx_pid(const struct sbx *s);    /* host pid of the agent */
+int sbx_agent_fd(const struct sbx *s); /* host end of the protocol stream */
+/* The sandbox's cgroup directory for controller ctrl ("memory", "pids",
+ * "cpu"; on v2 any name gives the one directory), or NULL. */
+const char *sbx_cgroup_path(const struct sbx *s, const char *ctrl);
+
+/* ---- exec ------------------------------------------------------------------ */
+
+struct sbx_exec_opts {
+	const char *const *argv; /* required, NULL-terminated */
+	const char *const *env;	 /* NULL = PATH and HOME only */
+	const char *cwd;	 /* NULL = "/" */
+	const char *user;	 /* "name", "uid" or "uid:gid"; NULL = root */
+	uint32_t timeout_ms;	 /* 0 = none */
+	uint64_t output_cap;	 /* stdout+stderr bytes forwarded; 0 = 16 MiB */
+	const void *stdin_data;	 /* NULL = /dev/null */
+	size_t stdin_len;	 /* <= 1 MiB */
+};
+
+struct sbx_exec_result {
+	int exit_code;			     /* -1 if killed by a signal */
+	int signo;			     /* the killing signal, else 0 */
+	bool timed_out;			     /* killed at timeout_ms */
+	bool truncated;			     /* output beyond output_cap was dropped */
+	uint64_t stdout_bytes, stderr_bytes; /* produced, including dropped */
+	uint64_t duration_us;
+};
+
+/* Called for every output chunk as it arrives; stream 1 = stdout, 2 = stderr.
+ * Return 0 to go on, negative to stop waiting (the exec is killed). */
+typedef int (*sbx_output_fn)(void *userdata, int stream, const void *data, size_t len);
+
+/* Runs a command and waits for it. Returns 0 and *ret when it ran (whatever
+ * its exit), -ENOENT/-EACCES/... when it could not start, -ETIMEDOUT when the
+ * agent did not answer, -EPIPE when the sandbox is gone. */
+int sbx_exec(struct sbx *s, const struct sbx_exec_opts *opts, sbx_output_fn fn, void *userdata,
+	     struct sbx_exec_result *ret);
+
+/* ---- files ----------------------------------------------------------------- */
+
+struct sbx_stat {
+	int type;      /* 1 reg, 2 dir, 3 symlink, 4 chr, 5 blk, 6 fifo, 7 sock, 0 other */
+	uint32_t mode; /* permission bits */
+	uint32_t uid, gid, nlink;
+	uint64_t size;
+	int64_t mtime_ns;
+};
+struct sbx_dirent {
+	char *name;
+	struct sbx_stat st;
+};
+
+/* Reads up to max bytes (<= 1 MiB) at offset. *ret_data is malloc'ed (caller
+ * frees), *ret_len its length; *ret_size (may be NULL) the file size. */
+int sbx_file_read(struct sbx *s, const char *path, uint64_t offset, uint32_t max, void **ret_data,
+		  size_t *ret_len, uint64_t *ret_size);
+/* Writes (<= 1 MiB, creating with mode, truncating) a whole file. */
+int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len, uint32_t mode);
+int sbx_file_stat(struct sbx *s, const char *path, struct sbx_stat *ret);
+/* Lists a directory; *ret (n entries) is freed with sbx_dirents_free. */
+int sbx_file_list(struct sbx *s, const char *path, struct sbx_dirent **ret, size_t *ret_n);
+void sbx_dirents_free(struct sbx_dirent *d, size_t n);
+int sbx_file_mkdir(struct sbx *s, const char *path, uint32_t mode, bool parents);
+int sbx_file_remove(struct sbx *s, const char *path, bool recursive);
+
+/* Lets go of a sandbox without stopping it, as a host that restarts would:
+ * a persistent one (sbx_config.persist) keeps running and can be adopted,
+ * by this process or the next one; any other ends when its stream closes.
+ * Frees s. Accepts NULL. */
+void sbx_release(struct sbx *s);
+/* Re-attaches to a persistent sandbox whose agent has host pid pid (the host
+ * remembers it): connects to the agent through /proc/<pid>/root/.. (a unix
+ * socket outside the sandbox's root, which only processes outside the
+ * sandbox may use), reads its HELLO and finds its cgroups. Returns 0 and
+ * *ret; -ESRCH (no such process), -ENOTCONN (not a persistent agent),
+ * -ESTALE (not in this runtime's cgroups), -ETIMEDOUT. A running exec of the
+ * previous host is not reattached (its output is dropped; it runs on). */
+int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
+
+/* Wraps an agent reached some other way (a VM's serial port, a test's
+ * socketpair) so that sbx_exec and sbx_file_* work on it. Takes ownership of
+ * fd; pid (> 0) is killed and waited for by sbx_destroy, 0 if none. */
+int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret);

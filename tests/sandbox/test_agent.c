@@ -1,0 +1,209 @@
+/* test_agent.c — strata-agent on its own, as a plain child process on a
+ * socketpair (no namespaces, no root needed): exec with output, exit codes,
+ * signals, stdin, env, cwd, timeouts and the output cap; the file
+ * operations in a temp dir; unknown requests; a corrupt frame ends the
+ * session. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "strata_sandbox.h"
+
+static int failed;
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
+			failed = 1;                                                                \
+		}                                                                                  \
+	} while (0)
+
+struct out {
+	char buf[2][65536];
+	size_t len[2];
+	size_t total;
+};
+
+static int collect(void *ud, int stream, const void *d, size_t n)
+{
+	struct out *o = ud;
+	size_t *l = &o->len[stream - 1];
+	size_t k = n < sizeof(o->buf[0]) - 1 - *l ? n : sizeof(o->buf[0]) - 1 - *l;
+	memcpy(o->buf[stream - 1] + *l, d, k);
+	*l += k;
+	o->buf[stream - 1][*l] = 0;
+	o->total += n;
+	return 0;
+}
+
+static int give_up(void *ud, int stream, const void *d, size_t n)
+{
+	return -ECANCELED;
+}
+
+static int run(struct sbx *s, struct sbx_exec_opts *o, struct out *out, struct sbx_exec_result *res)
+{
+	memset(out, 0, sizeof(*out));
+	return sbx_exec(s, o, collect, out, res);
+}
+
+static int spawn_agent(struct sbx **ret, int *ret_raw_fd)
+{
+	const char *bin = getenv("STRATA_BIN");
+	char agent[4096];
+	int sp[2];
+	snprintf(agent, sizeof(agent), "%s/strata-agent", bin ? bin : ".");
+	if (access(agent, X_OK) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return -errno;
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(sp[1], 3);
+		execl(agent, "strata-agent", (char *)NULL);
+		_exit(127);
+	}
+	close(sp[1]);
+	*ret_raw_fd = sp[0];
+	return sbx_attach_agent(sp[0], pid, ret);
+}
+
+static void test_exec(struct sbx *s)
+{
+	static struct out o;
+	struct sbx_exec_result r;
+	const char *echo[] = {"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3", NULL};
+	struct sbx_exec_opts opts = {.argv = echo};
+	CHECK(run(s, &opts, &o, &r) == 0);
+	CHECK(!strcmp(o.buf[0], "hello\n") && !strcmp(o.buf[1], "oops\n"));
+	CHECK(r.exit_code == 3 && r.signo == 0 && !r.timed_out && !r.truncated);
+
+	const char *sig[] = {"/bin/sh", "-c", "kill -TERM $$", NULL};
+	opts = (struct sbx_exec_opts){.argv = sig};
+	CHECK(run(s, &opts, &o, &r) == 0 && r.signo == SIGTERM && r.exit_code == -1);
+
+	const char *cat[] = {"cat", NULL};
+	opts = (struct sbx_exec_opts){.argv = cat, .stdin_data = "abc", .stdin_len = 3};
+	CHECK(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "abc") && r.exit_code == 0);
+
+	const char *env[] = {"/bin/sh", "-c", "echo $FOO; pwd", NULL};
+	const char *envv[] = {"FOO=bar", NULL};
+	opts = (struct sbx_exec_opts){.argv = env, .env = envv, .cwd = "/tmp"};
+	CHECK(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "bar\n/tmp\n"));
+
+	const char *nope[] = {"/nonexistent/binary", NULL};
+	opts = (struct sbx_exec_opts){.argv = nope};
+	CHECK(run(s, &opts, &o, &r) == -ENOENT);
+	opts = (struct sbx_exec_opts){.argv = echo, .cwd = "/nonexistent"};
+	CHECK(run(s, &opts, &o, &r) == -ENOENT);
+
+	const char *slp[] = {"/bin/sh", "-c", "sleep 10; echo late", NULL};
+	opts = (struct sbx_exec_opts){.argv = slp, .timeout_ms = 200};
+	CHECK(run(s, &opts, &o, &r) == 0 && r.timed_out && r.signo == SIGKILL);
+	CHECK(r.duration_us < 3000000 && o.len[0] == 0);
+
+	/* Output floods while the client is still sending 1 MiB of stdin:
+	 * neither side may block the other. */
+	size_t big = 1 << 20;
+	char *in = malloc(big);
+	memset(in, 'x', big);
+	const char *flood[] = {"/bin/sh", "-c", "yes | head -c 20000000; cat > /dev/null", NULL};
+	opts = (struct sbx_exec_opts){.argv = flood,
+				      .stdin_data = in,
+				      .stdin_len = big,
+				      .timeout_ms = 20000,
+				      .output_cap = 64 << 20};
+	CHECK(run(s, &opts, &o, &r) == 0 && r.exit_code == 0 && o.total == 20000000);
+	free(in);
+
+	/* The output callback gives up: the exec is killed, its error returned,
+	 * and the stream is still in sync for the next one. */
+	const char *yes0[] = {"yes", NULL};
+	opts = (struct sbx_exec_opts){.argv = yes0, .stdin_data = "", .stdin_len = 0};
+	CHECK(sbx_exec(s, &opts, give_up, NULL, &r) == -ECANCELED);
+	opts = (struct sbx_exec_opts){.argv = echo};
+	CHECK(run(s, &opts, &o, &r) == 0 && r.exit_code == 3);
+
+	const char *yes[] = {"yes", NULL};
+	opts = (struct sbx_exec_opts){.argv = yes, .timeout_ms = 1000, .output_cap = 100000};
+	CHECK(run(s, &opts, &o, &r) == 0 && r.truncated && o.total == 100000);
+	CHECK(r.stdout_bytes > 100000 && r.timed_out);
+}
+
+static void test_files(struct sbx *s)
+{
+	char dir[] = "/tmp/strata-agent-test-XXXXXX", p[256], q[256];
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(p, sizeof(p), "%s/f", dir);
+	CHECK(sbx_file_write(s, p, "data", 4, 0640) == 0);
+	void *d = NULL;
+	size_t n = 0;
+	uint64_t size = 0;
+	CHECK(sbx_file_read(s, p, 0, 100, &d, &n, &size) == 0 && n == 4 && size == 4 &&
+	      !memcmp(d, "data", 4));
+	free(d);
+	CHECK(sbx_file_read(s, p, 2, 100, &d, &n, NULL) == 0 && n == 2);
+	free(d);
+	struct sbx_stat st;
+	CHECK(sbx_file_stat(s, p, &st) == 0 && st.type == 1 && st.size == 4 && st.mode == 0640);
+	snprintf(q, sizeof(q), "%s/a/b/c", dir);
+	CHECK(sbx_file_mkdir(s, q, 0755, false) == -ENOENT);
+	CHECK(sbx_file_mkdir(s, q, 0755, true) == 0);
+	CHECK(sbx_file_mkdir(s, q, 0755, true) == 0);
+	struct sbx_dirent *ents = NULL;
+	size_t ne = 0;
+	CHECK(sbx_file_list(s, dir, &ents, &ne) == 0 && ne == 2);
+	sbx_dirents_free(ents, ne);
+	CHECK(sbx_file_read(s, dir, 0, 10, &d, &n, NULL) == -EISDIR);
+	snprintf(q, sizeof(q), "%s/fifo", dir);
+	mkfifo(q, 0600);
+	CHECK(sbx_file_read(s, q, 0, 10, &d, &n, NULL) == -EINVAL); /* and no hang */
+	snprintf(q, sizeof(q), "%s/a", dir);
+	CHECK(sbx_file_remove(s, q, false) == -ENOTEMPTY);
+	CHECK(sbx_file_remove(s, q, true) == 0);
+	CHECK(sbx_file_stat(s, q, &st) == -ENOENT);
+	CHECK(sbx_file_remove(s, dir, true) == 0);
+	CHECK(access(dir, F_OK) < 0);
+}
+
+/* An unknown request gets -EOPNOTSUPP; a corrupt header ends the agent. */
+static void test_raw(int fd, pid_t pid)
+{
+	uint8_t h[AG_HDR_SIZE], in[AG_HDR_SIZE + 4];
+	ag_hdr_encode(999, 42, 0, h);
+	CHECK(write(fd, h, sizeof(h)) == sizeof(h));
+	ssize_t n = 0, k;
+	while (n < (ssize_t)sizeof(in) && (k = read(fd, in + n, sizeof(in) - n)) > 0)
+		n += k;
+	struct ag_hdr d;
+	CHECK(n == sizeof(in) && ag_hdr_decode(in, &d) == 0 && d.id == 42 &&
+	      d.type == (999 | AG_T_REPLY));
+	CHECK((int32_t)(in[16] | in[17] << 8 | in[18] << 16 | (uint32_t)in[19] << 24) ==
+	      -EOPNOTSUPP);
+	memset(h, 0xee, sizeof(h));
+	CHECK(write(fd, h, sizeof(h)) == sizeof(h));
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+}
+
+int main(void)
+{
+	struct sbx *s = NULL;
+	int raw = -1;
+	int r = spawn_agent(&s, &raw);
+	if (r < 0) {
+		fprintf(stderr, "cannot start strata-agent: %s\n", strerror(-r));
+		return 1;
+	}
+	test_exec(s);
+	test_files(s);
+	test_raw(raw, sbx_pid(s));
+	sbx_destroy(s);
+	return failed;
+}

@@ -1,0 +1,355 @@
+/* test_sandbox_basic.c — container sandboxes on a busybox rootfs: exec
+ * (output, exit codes, signals, stdin, env, cwd, users, timeouts, output
+ * cap), file operations (confined to the sandbox's overlay), isolation
+ * (the agent is pid 1, hostname, only lo, own cgroup namespace, sandboxes do
+ * not see each other) and creation latency with and without the pools,
+ * printed for the log. Needs root; exits 77 with a reason otherwise. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sbx_test.h"
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void test_exec(struct sbx *s)
+{
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	CHECK(sbxt_sh(s, "echo hello; echo err >&2; exit 7", 0, &o, &r) == 0);
+	CHECK(!strcmp(o.out, "hello\n") && !strcmp(o.err, "err\n") && r.exit_code == 7);
+	CHECK(sbxt_sh(s, "kill -KILL $$", 0, &o, &r) == 0 && r.signo == SIGKILL);
+	CHECK(sbxt_sh(s, "sleep 30", 300, &o, &r) == 0 && r.timed_out && r.duration_us < 3000000);
+
+	const char *cat[] = {"cat", NULL};
+	struct sbx_exec_opts opts = {.argv = cat, .stdin_data = "in\n", .stdin_len = 3};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && !strcmp(o.out, "in\n"));
+
+	const char *envcmd[] = {"/bin/sh", "-c", "echo $A-$B; pwd; id -u; id -g", NULL};
+	const char *env[] = {"A=1", "B=two", NULL};
+	opts = (struct sbx_exec_opts){.argv = envcmd, .env = env, .cwd = "/tmp", .user = "user"};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && !strcmp(o.out, "1-two\n/tmp\n1000\n1000\n"));
+	opts = (struct sbx_exec_opts){.argv = envcmd, .user = "1234:4321"};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && strstr(o.out, "1234\n4321\n"));
+	opts = (struct sbx_exec_opts){.argv = envcmd, .user = "1000"}; /* group from passwd */
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && strstr(o.out, "1000\n1000\n"));
+	opts = (struct sbx_exec_opts){.argv = envcmd, .user = "1abc"};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == -ENOENT);
+	opts = (struct sbx_exec_opts){.argv = envcmd, .user = "nosuchuser"};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == -ENOENT);
+	const char *nope[] = {"nosuchcommand", NULL};
+	opts = (struct sbx_exec_opts){.argv = nope};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == -ENOENT);
+	/* Default environment: PATH finds busybox applets. */
+	CHECK(sbxt_sh(s, "echo $PATH", 0, &o, &r) == 0 && strstr(o.out, "/bin"));
+	/* A non-root user holds no capabilities. */
+	opts = (struct sbx_exec_opts){
+	    .argv = (const char *[]){"/bin/sh", "-c", "grep CapEff /proc/self/status", NULL},
+	    .user = "user"};
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && strstr(o.out, "0000000000000000"));
+}
+
+static void test_flood(struct sbx *s)
+{
+	const char *yes[] = {"yes", NULL};
+	struct sbx_exec_opts opts = {.argv = yes, .timeout_ms = 1500, .output_cap = 1 << 20};
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0);
+	CHECK(r.truncated && r.timed_out && o.total == 1 << 20 && r.stdout_bytes > (1 << 20));
+	fprintf(stderr, "flood: yes produced %llu bytes in 1.5 s, %zu forwarded\n",
+		(unsigned long long)r.stdout_bytes, o.total);
+}
+
+static void test_files(struct sbxt_env *e, struct sbx *s)
+{
+	void *d = NULL;
+	size_t n = 0;
+	char host[PATH_MAX + 64];
+	CHECK(sbx_file_write(s, "/tmp/x", "payload", 7, 0600) == 0);
+	CHECK(sbx_file_read(s, "/tmp/x", 0, 64, &d, &n, NULL) == 0 && n == 7 &&
+	      !memcmp(d, "payload", 7));
+	free(d);
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	CHECK(sbxt_sh(s, "cat /tmp/x", 0, &o, &r) == 0 && !strcmp(o.out, "payload"));
+	CHECK(sbx_file_mkdir(s, "/data/a/b", 0755, true) == 0);
+	struct sbx_stat st;
+	CHECK(sbx_file_stat(s, "/data/a/b", &st) == 0 && st.type == 2);
+	struct sbx_dirent *ents = NULL;
+	size_t ne = 0;
+	CHECK(sbx_file_list(s, "/bin", &ents, &ne) == 0 && ne > 100);
+	sbx_dirents_free(ents, ne);
+	CHECK(sbx_file_remove(s, "/data", true) == 0);
+	CHECK(sbx_file_stat(s, "/data", &st) == -ENOENT);
+	/* ".." cannot leave the sandbox root, and writes never reach the lower layer. */
+	CHECK(sbx_file_write(s, "/../../../../etc/strata-escape", "x", 1, 0644) == 0);
+	CHECK(access("/etc/strata-escape", F_OK) < 0);
+	snprintf(host, sizeof(host), "%s/etc/strata-escape", e->rootfs);
+	CHECK(access(host, F_OK) < 0);
+	CHECK(sbx_file_remove(s, "/etc/group", false) == 0); /* a whiteout in upper */
+	CHECK(sbx_file_stat(s, "/etc/group", &st) == -ENOENT);
+	snprintf(host, sizeof(host), "%s/etc/group", e->rootfs);
+	CHECK(access(host, F_OK) == 0);
+}
+
+static void test_isolation(struct sbxt_env *e, struct sbx *a, struct sbx *b)
+{
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	char host[256];
+	gethostname(host, sizeof(host));
+	CHECK(sbxt_sh(
+		  a,
+		  "cat /proc/1/comm; hostname; ls /sys/class/net; cat /proc/self/cgroup | head -1",
+		  0, &o, &r) == 0);
+	fprintf(stderr, "inside: %s", o.out);
+	CHECK(!strncmp(o.out, "strata-agent\nsbx-test\nlo\n", 24));
+	CHECK(strstr(o.out, ":/\n") != NULL);
+	CHECK(sbxt_sh(a, "ps -o pid,comm | wc -l", 0, &o, &r) == 0 && atoi(o.out) <= 5);
+	CHECK(sbxt_sh(a, "ip -o link | grep -c UP", 0, &o, &r) == 0 && atoi(o.out) == 1);
+	CHECK(sbxt_sh(a, "echo a > /tmp/only-a", 0, &o, &r) == 0 && r.exit_code == 0);
+	CHECK(sbxt_sh(b, "test -e /tmp/only-a", 0, &o, &r) == 0 && r.exit_code == 1);
+	CHECK(sbxt_sh(a, "ls /dev | tr '\\n' ' '", 0, &o, &r) == 0);
+	fprintf(stderr, "/dev: %s\n", o.out);
+	CHECK(strstr(o.out, "null") && strstr(o.out, "pts") && !strstr(o.out, "sda") &&
+	      !strstr(o.out, "vda"));
+	CHECK(sbxt_sh(a, "echo x > /dev/null && head -c 4 /dev/urandom | wc -c", 0, &o, &r) == 0 &&
+	      atoi(o.out) == 4);
+	char hn[256];
+	gethostname(hn, sizeof(hn));
+	CHECK(!strcmp(hn, host));
+	(void)e;
+}
+
+/* 1 MiB through stdin and back, in one exec. */
+static void test_big_stdin(struct sbx *s)
+{
+	size_t n = 1 << 20;
+	char *in = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		in[i] = (char)('a' + i % 26);
+	const char *argv[] = {"/bin/sh", "-c", "cat | md5sum; wc -c < /dev/null", NULL};
+	struct sbx_exec_opts opts = {.argv = argv, .stdin_data = in, .stdin_len = n};
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && r.exit_code == 0 && strlen(o.out) > 32);
+	const char *wc[] = {"wc", "-c", NULL};
+	opts.argv = wc;
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && atoi(o.out) == (int)n);
+	free(in);
+}
+
+static void test_host_network(struct sbxt_env *e)
+{
+	struct sbx_config cfg = sbxt_config(e);
+	cfg.network = SBX_NET_HOST;
+	struct sbx *s = NULL;
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	CHECK(sbx_create(e->rt, &cfg, &s) == 0);
+	if (!s)
+		return;
+	CHECK(sbxt_sh(s, "ls /sys/class/net | wc -l", 0, &o, &r) == 0 && atoi(o.out) >= 2);
+	sbx_destroy(s);
+	cfg.network = SBX_NET_NONE;
+	cfg.memory_bytes = 1 << 20;
+	CHECK(sbx_create(e->rt, &cfg, &s) == -EINVAL);
+	cfg.memory_bytes = 0;
+	cfg.rootfs = "relative/path";
+	CHECK(sbx_create(e->rt, &cfg, &s) == -EINVAL);
+	cfg.rootfs = "/nonexistent-rootfs";
+	CHECK(sbx_create(e->rt, &cfg, &s) == -ENOENT);
+}
+
+struct worker {
+	struct sbxt_env *e;
+	int ok;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct sbx_config cfg = sbxt_config(w->e);
+	for (int i = 0; i < 8; i++) {
+		struct sbx *s = NULL;
+		struct sbx_exec_result r;
+		const char *argv[] = {"true", NULL};
+		struct sbx_exec_opts opts = {.argv = argv};
+		if (sbx_create(w->e->rt, &cfg, &s) < 0)
+			continue;
+		if (sbx_exec(s, &opts, NULL, NULL, &r) == 0 && r.exit_code == 0)
+			w->ok++;
+		sbx_destroy(s);
+	}
+	return NULL;
+}
+
+/* Four threads create, exec and destroy at once: the runtime is shared. */
+static void test_concurrent(struct sbxt_env *e)
+{
+	pthread_t t[4];
+	struct worker w[4];
+	uint64_t t0 = now_us();
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){.e = e};
+		pthread_create(&t[i], NULL, worker_main, &w[i]);
+	}
+	int ok = 0;
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ok += w[i].ok;
+	}
+	double s = (now_us() - t0) / 1e6;
+	fprintf(stderr, "concurrent: 4 threads, %d of 32 create+exec+destroy in %.2f s (%.0f/s)\n",
+		ok, s, ok / s);
+	CHECK(ok == 32);
+}
+
+/* The cgroup v2 driver, whatever this machine mounts: a sandbox with its
+ * limits written, or -ENOTSUP (no v2 controllers) with nothing left over. */
+static void test_cgroup_v2(struct sbxt_env *e)
+{
+	char state[400], gone[2][300];
+	snprintf(state, sizeof(state), "%s/state-v2", e->dir);
+	struct sbx_runtime_config rc = {.agent_path = e->agent,
+					.state_dir = state,
+					.cgroup_name = e->cgname,
+					.cgroup_version = 2};
+	struct sbx_runtime *rt = NULL;
+	int r = sbx_runtime_new(&rc, &rt);
+	snprintf(gone[0], sizeof(gone[0]), "/sys/fs/cgroup/unified/%s", e->cgname);
+	snprintf(gone[1], sizeof(gone[1]), "/sys/fs/cgroup/%s", e->cgname);
+	if (r == -ENOTSUP) {
+		fprintf(stderr, "cgroup v2: no memory/pids controllers on v2 here\n");
+		CHECK(access(gone[0], F_OK) < 0 && access(gone[1], F_OK) < 0);
+		return;
+	}
+	CHECK(r == 0 && sbx_runtime_cgroup_version(rt) == 2);
+	struct sbx_config cfg = sbxt_config(e);
+	cfg.memory_bytes = 64ull << 20;
+	struct sbx *s = NULL;
+	CHECK(rt && sbx_create(rt, &cfg, &s) == 0);
+	if (s) {
+		char p[4200];
+		static struct sbxt_out o;
+		struct sbx_exec_result er;
+		snprintf(p, sizeof(p), "%s/memory.max", sbx_cgroup_path(s, "memory"));
+		FILE *f = fopen(p, "re");
+		long long v = 0;
+		CHECK(f && fscanf(f, "%lld", &v) == 1 && v == 64ll << 20);
+		if (f)
+			fclose(f);
+		CHECK(sbxt_sh(s, "cat /proc/self/cgroup", 0, &o, &er) == 0 &&
+		      !strcmp(o.out, "0::/\n"));
+		sbx_destroy(s);
+		fprintf(stderr, "cgroup v2: sandbox ran with memory.max %lld\n", v);
+	}
+	sbx_runtime_free(rt);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Creates and destroys n sandboxes one after the other, reporting p50/p99. */
+static void measure(struct sbxt_env *e, const char *label, int n)
+{
+	uint64_t *c = calloc((size_t)n, sizeof(*c)), *d = calloc((size_t)n, sizeof(*d));
+	struct sbx_config cfg = sbxt_config(e);
+	int ok = 0;
+	for (int i = 0; i < n; i++) {
+		struct sbx *s = NULL;
+		uint64_t t0 = now_us();
+		int r = sbx_create(e->rt, &cfg, &s);
+		uint64_t t1 = now_us();
+		if (r < 0) {
+			fprintf(stderr, "create: %s\n", strerror(-r));
+			CHECK(r == 0);
+			break;
+		}
+		sbx_destroy(s);
+		c[ok] = t1 - t0;
+		d[ok++] = now_us() - t1;
+		usleep(2000); /* let the pool thread refill, as between requests */
+	}
+	if (ok) {
+		qsort(c, (size_t)ok, sizeof(*c), cmp_u64);
+		qsort(d, (size_t)ok, sizeof(*d), cmp_u64);
+		fprintf(stderr,
+			"latency %s: n=%d create p50 %.2f ms p99 %.2f ms; destroy (kill; teardown "
+			"continues in the background) p50 %.2f ms p99 %.2f ms\n",
+			label, ok, c[ok / 2] / 1000.0, c[(ok * 99) / 100] / 1000.0,
+			d[ok / 2] / 1000.0, d[(ok * 99) / 100] / 1000.0);
+	}
+	free(c);
+	free(d);
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+int main(void)
+{
+	struct sbxt_env e;
+	int fds0 = count_fds();
+	int r = sbxt_setup(&e, 8);
+	if (r)
+		return r;
+	fprintf(stderr, "cgroup v%d\n", sbx_runtime_cgroup_version(e.rt));
+	struct sbx_config cfg = sbxt_config(&e);
+	struct sbx *a = NULL, *b = NULL;
+	r = sbx_create(e.rt, &cfg, &a);
+	if (r == 0)
+		r = sbx_create(e.rt, &cfg, &b);
+	if (r < 0) {
+		fprintf(stderr, "sbx_create: %s\n", strerror(-r));
+		sbx_destroy(a);
+		sbxt_teardown(&e);
+		return 1;
+	}
+	test_exec(a);
+	test_flood(a);
+	test_files(&e, a);
+	test_isolation(&e, a, b);
+	test_big_stdin(b);
+	/* The sandboxes' mounts are invisible to the host. */
+	CHECK(sbxt_mounts_with(e.dir) == 0);
+	sbx_destroy(a);
+	sbx_destroy(b);
+	test_host_network(&e);
+	test_cgroup_v2(&e);
+	test_concurrent(&e);
+	measure(&e, "pooled", 100);
+	sbxt_teardown(&e);
+
+	r = sbxt_setup(&e, 0);
+	if (r)
+		return r;
+	measure(&e, "no pool", 30);
+	sbxt_teardown(&e);
+	CHECK(sbxt_mounts_with("strata-sbx-test") == 0);
+	CHECK(count_fds() == fds0); /* every fd of every sandbox was closed */
+	return sbxt_failed;
+}
