@@ -50,11 +50,22 @@ static uint64_t parse_size(const char *s)
 	char *end;
 	double v = strtod(s, &end);
 	switch (*end) {
-	case 'k': case 'K': v *= 1024; break;
-	case 'm': case 'M': v *= MiB; break;
-	case 'g': case 'G': v *= MiB * 1024; break;
-	case '\0': break;
-	default: die("bad size '%s'", s);
+	case 'k':
+	case 'K':
+		v *= 1024;
+		break;
+	case 'm':
+	case 'M':
+		v *= MiB;
+		break;
+	case 'g':
+	case 'G':
+		v *= MiB * 1024;
+		break;
+	case '\0':
+		break;
+	default:
+		die("bad size '%s'", s);
 	}
 	if (v < BLOCK)
 		die("size %s is below 1 MiB", s);
@@ -133,7 +144,8 @@ static void *rr_thread(void *arg)
 			x ^= x << 25;
 			x ^= x >> 27;
 			uint64_t blk = (x * 0x2545F4914F6CDD1Dull) % a->blocks;
-			if (pread(a->fd, buf, sizeof(buf), (off_t)(blk * 4096)) != (ssize_t)sizeof(buf))
+			if (pread(a->fd, buf, sizeof(buf), (off_t)(blk * 4096)) !=
+			    (ssize_t)sizeof(buf))
 				die("pread at %llu: %s", (unsigned long long)blk * 4096,
 				    strerror(errno));
 			a->ops++;
@@ -154,8 +166,10 @@ static int randread(const char *path, int qd, double secs)
 	struct rr *a = calloc((size_t)qd, sizeof(*a));
 	double t0 = now();
 	for (int i = 0; i < qd; i++) {
-		a[i] = (struct rr){ .fd = fd, .blocks = (uint64_t)st.st_size / 4096,
-				    .until = t0 + secs, .seed = (unsigned)i + 1 };
+		a[i] = (struct rr){.fd = fd,
+				   .blocks = (uint64_t)st.st_size / 4096,
+				   .until = t0 + secs,
+				   .seed = (unsigned)i + 1};
 		pthread_create(&t[i], NULL, rr_thread, &a[i]);
 	}
 	uint64_t ops = 0;
@@ -172,7 +186,7 @@ static int randread(const char *path, int qd, double secs)
 }
 
 enum phase { P_CREATE, P_STAT, P_READDIR, P_UNLINK };
-static const char *phase_name[] = { "create", "stat", "readdir", "unlink" };
+static const char *phase_name[] = {"create", "stat", "readdir", "unlink"};
 
 struct mt {
 	const char *dir;
@@ -232,8 +246,10 @@ static int meta(const char *dir, int nfiles, int nthreads)
 		double t0 = now();
 		uint64_t ops = 0;
 		for (int i = 0; i < nthreads; i++) {
-			a[i] = (struct mt){ .dir = dir, .id = i, .phase = (enum phase)p,
-					    .nfiles = nfiles / nthreads + (i < nfiles % nthreads) };
+			a[i] = (struct mt){.dir = dir,
+					   .id = i,
+					   .phase = (enum phase)p,
+					   .nfiles = nfiles / nthreads + (i < nfiles % nthreads)};
 			pthread_create(&t[i], NULL, meta_thread, &a[i]);
 		}
 		for (int i = 0; i < nthreads; i++) {

@@ -534,6 +534,7 @@ struct cow {
 	uint8_t *scratch;  /* nbuild * BS */
 	uint8_t *hdr_raw;  /* new header bytes */
 	bool have_old;
+	uint64_t set_version; /* chunk_store_put: the version to publish; 0 = old + 1 */
 };
 
 static enum bkind classify(const struct cow *c, uint32_t b)
@@ -775,7 +776,8 @@ static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
 	char tp[64];
 	tmp_path(tp, c->ino, c->index);
 	c->new = (struct chunk_hdr){ .nblocks = nblocks_for(c->new_len), .ino = c->ino,
-				     .index = c->index, .version = c->old.version + 1,
+				     .index = c->index,
+				     .version = c->set_version ? c->set_version : c->old.version + 1,
 				     .data_len = c->new_len };
 	c->new.hdr_len = hdr_len_for(c->new.nblocks);
 	c->new.bcsum = calloc(c->new.nblocks ? c->new.nblocks : 1, sizeof(uint64_t));
@@ -980,5 +982,100 @@ int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret
 		return -errno;
 	*ret_total = (uint64_t)st.f_blocks * st.f_frsize;
 	*ret_free = (uint64_t)st.f_bavail * st.f_frsize;
+	return 0;
+}
+
+/* ---- resync: replace wholesale, list ------------------------------------ */
+
+int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const void *data,
+		    uint32_t len, uint64_t version, struct chunk_meta *ret)
+{
+	if (len > CHUNK_STORE_MAX_LEN)
+		return -EFBIG;
+	if (version == 0)
+		return -EINVAL;
+	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
+	RING_GUARD(g, cs);
+	/* No old version is loaded: every block comes from data (or is a hole
+	 * when len is 0), so a damaged old chunk is simply replaced. */
+	_cleanup_(cow_done) struct cow c = { .cs = cs, .ring = g.ring, .ino = ino, .index = index,
+					     .off = 0, .len = len, .new_len = len, .data = data,
+					     .oldfd = -1, .tmpfd = -1, .set_version = version };
+	return cow_run(&c, 0, ret);
+}
+
+/* Appends every chunk index of directory dp (inode ino) to *v. */
+static int list_ino_dir(struct chunk_store *cs, uint64_t ino, struct chunk_key **v, size_t *n,
+			size_t *cap)
+{
+	uint32_t *idx = NULL;
+	size_t ni = 0;
+	int r = list_chunks(cs, ino, 0, &idx, &ni);
+	for (size_t i = 0; r == 0 && i < ni; i++) {
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 256;
+			struct chunk_key *nv = realloc(*v, nc * sizeof(**v));
+			if (!nv) {
+				r = -ENOMEM;
+				break;
+			}
+			*v = nv;
+			*cap = nc;
+		}
+		(*v)[(*n)++] = (struct chunk_key){ ino, idx[i] };
+	}
+	free(idx);
+	return r;
+}
+
+static bool parse_ino(const char *name, uint64_t *ret)
+{
+	if (strlen(name) != 16)
+		return false;
+	char *end;
+	*ret = strtoull(name, &end, 16);
+	return *end == 0;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+	const struct chunk_key *x = a, *y = b;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->index < y->index ? -1 : x->index > y->index;
+}
+
+int chunk_store_list(struct chunk_store *cs, struct chunk_key **ret, size_t *ret_n)
+{
+	struct chunk_key *v = NULL;
+	size_t n = 0, cap = 0;
+	int r = 0;
+	for (int d = 0; d < 256 && r == 0; d++) {
+		char dp[16];
+		snprintf(dp, sizeof(dp), "chunks/%02x", d);
+		int fd = openat(cs->dirfd, dp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		DIR *dir = fdopendir(fd);
+		if (!dir) {
+			close(fd);
+			r = -errno;
+			break;
+		}
+		struct dirent *de;
+		uint64_t ino;
+		while (r == 0 && (de = readdir(dir)))
+			if (parse_ino(de->d_name, &ino))
+				r = list_ino_dir(cs, ino, &v, &n, &cap);
+		closedir(dir);
+	}
+	if (r < 0) {
+		free(v);
+		return r;
+	}
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_key);
+	*ret = v;
+	*ret_n = n;
 	return 0;
 }

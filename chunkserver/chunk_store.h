@@ -77,3 +77,17 @@ int chunk_store_sync(struct chunk_store *cs);
 int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_meta *ret);
 /* Capacity of the filesystem holding the target. */
 int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret_free);
+
+/* ---- resync (replica.c, resync.c) ---------------------------------------- */
+/* Replaces the chunk with data[0..len) published at `version` (the source
+ * replica's), whatever was there before (including a damaged chunk).
+ * Returns 0 and the new state in *ret (may be NULL), or -errno. */
+int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const void *data,
+		    uint32_t len, uint64_t version, struct chunk_meta *ret);
+struct chunk_key {
+	uint64_t ino;
+	uint32_t index;
+};
+/* Every chunk of the target, sorted by (ino, index), into a heap array
+ * (owned by the caller, free()). Returns 0 or -errno. */
+int chunk_store_list(struct chunk_store *cs, struct chunk_key **ret, size_t *ret_n);

@@ -25,14 +25,15 @@
 #include "log.h"
 #include "meta_client.h"
 #include "rpc.h"
+#include "replica.h"
 #include "service.h"
 #include "target_id.h"
 #include "uring_pool.h"
 
 #define CS_MAX_TARGETS 64
-#define CS_WORKERS 4
+#define CS_WORKERS 16 /* a forward holds its worker while the successor works: see README */
 #define REGISTER_TIMEOUT_MS 30000
-#define HEARTBEAT_MS 1000
+#define HEARTBEAT_MS 500 /* well inside strata-meta's lease (3 s default) */
 
 struct dtarget {
 	const char *path;
@@ -49,6 +50,7 @@ struct daemon {
 	struct uring_pool *pool;
 	struct rpc_server *srv;
 	struct meta_client *mc;
+	struct repl *repl;
 	uint32_t node_id;
 	char addr[80];
 	sigset_t sigs;
@@ -256,6 +258,8 @@ static void serve(struct daemon *d)
 		int r = mgmt_heartbeat(d->mc, d->node_id, infos, d->ntargets);
 		if (r == -ENOENT)
 			r = register_node(d);
+		if (r == 0)
+			r = repl_refresh(d->repl, 0);
 		if (r < 0 && !failing)
 			log_warn_errno(r, "Heartbeat to strata-meta at %s failed", d->meta);
 		else if (r == 0 && failing)
@@ -280,9 +284,16 @@ static int start(struct daemon *d)
 	d->mc = meta_client_new(d->meta, "chunkserver", NULL);
 	if (!d->mc)
 		return log_error_errno(-ENOMEM, "Failed to create the meta client");
+	if ((r = repl_new(d->mc, &d->svc, &d->repl)) < 0)
+		return log_error_errno(r, "Failed to set up replication");
+	d->svc.repl = d->repl;
 	r = register_node(d);
 	if (r < 0)
 		return r;
+	if ((r = repl_refresh(d->repl, 0)) < 0)
+		log_warn_errno(r, "Failed to fetch the routing table (retrying every second)");
+	if ((r = repl_start(d->repl)) < 0)
+		return log_error_errno(r, "Failed to start the resync thread");
 	if (d->addr_file && (r = write_addr_file(d->addr_file, d->addr)) < 0)
 		return log_error_errno(r, "Failed to write %s", d->addr_file);
 	log_info("Serving %d target(s) as node %u on %s", d->ntargets, d->node_id, d->addr);
@@ -292,6 +303,7 @@ static int start(struct daemon *d)
 static void stop(struct daemon *d)
 {
 	rpc_server_free(d->srv);
+	repl_free(d->repl);
 	meta_client_free(d->mc);
 	for (int i = 0; i < d->ntargets; i++)
 		chunk_store_free(d->t[i].store);

@@ -3,8 +3,10 @@
  *
  * A READ is read by the engine straight into the reply buffer (wbuf_reserve),
  * a WRITE's data is handed to the engine as a pointer into the request frame:
- * the server copies no chunk data. Chain versions are carried but not checked
- * yet (replication will answer -ESTALE on a mismatch). */
+ * the server copies no chunk data. With a replication engine attached
+ * (cs_service.repl, the daemon) reads, writes, truncates, LIST and PUT go
+ * through replica.c: chain checks, forwarding, CRAQ reads, resync. Without
+ * one (in-process tests) they are served locally with no chain checks. */
 #include "service.h"
 
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include "chunk_proto.h"
 #include "chunk_store.h"
 #include "proto.h"
+#include "replica.h"
 
 static struct chunk_store *find_target(struct cs_service *s, uint32_t target_id)
 {
@@ -94,11 +97,19 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	struct chunk_store *cs = find_target(s, r.route.target_id);
 	if (!cs)
 		return -ENXIO;
+	if (s->repl && (type == MSG_CHUNK_READ || type == MSG_CHUNK_WRITE ||
+			type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_TRUNCATE ||
+			type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT))
+		return repl_handle(s->repl, cs, type, &r, reply);
 	switch (type) {
 	case MSG_CHUNK_READ:
 		return do_read(cs, &r, reply);
 	case MSG_CHUNK_WRITE:
+	case MSG_CHUNK_WRITE_EX:
 		return do_write(cs, &r, reply);
+	case MSG_CHUNK_LIST:
+	case MSG_CHUNK_PUT:
+		return -EOPNOTSUPP; /* replication only */
 	case MSG_CHUNK_TRUNCATE:
 		return do_truncate(cs, &r, reply);
 	case MSG_CHUNK_REMOVE:

@@ -12,10 +12,13 @@ struct cs_target {
 	struct chunk_store *store;
 };
 
+struct repl;
+
 struct cs_service {
 	struct cs_target *targets;
 	int ntargets; /* published with __atomic_store_n (release) once the
 		       * targets' ids are known; read with acquire */
+	struct repl *repl; /* replication engine (replica.h); NULL: local only */
 };
 
 /* rpc_handler_fn; ctx is a struct cs_service. Errors: -EBADMSG (malformed

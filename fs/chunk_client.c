@@ -11,9 +11,16 @@
  * (rpc_reply.buf); a write sends the caller's buffer as a second iovec. The
  * client copies no chunk data.
  *
- * Until CRAQ replication exists, reads and writes both go to the chain's
- * head so that a read always sees the writes; REMOVE_FILE and SYNC go to
- * every target of the table. */
+ * Replication (chunkserver/replica.c): writes and truncates go to the
+ * chain's head (its first serving target) as WRITE_EX with this client's
+ * random id and a request id kept across retries; reads go to a serving
+ * replica chosen by chunk (CHUNK_READ_TAIL: always the tail), and to the
+ * tail after -EAGAIN. A transport failure is reported to strata-meta
+ * (mgmt_report), which probes the target and takes a dead one out of its
+ * chain at once; the call is retried on a refetched table with backoff
+ * until CC_RETRY_MS, then the error is returned (the FUSE client retries on
+ * and finally answers EIO). REMOVE_FILE and SYNC go to every serving and
+ * syncing target of the table. */
 #include "chunk_client.h"
 
 #include <errno.h>
@@ -21,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chunk_proto.h"
 #include "cleanup.h"
@@ -30,6 +39,10 @@
 #include "rpc.h"
 
 #define ROUTING_MAX_AGE_MS 5000
+#define CC_MAX_TIMEOUT_MS 5000 /* per call: give up on a frozen replica in time */
+#define CC_RETRY_MS 4000       /* failover window of one call (see call_chunk) */
+#define CC_READ_TIMEOUT_MS 2000 /* a replica that does not answer a read in time is
+				 * skipped: the next serving one is asked */
 
 struct rt_snap {
 	int refs;
@@ -37,6 +50,7 @@ struct rt_snap {
 };
 
 struct cc_conn {
+	bool fast; /* reads: short timeout, another replica is tried next */
 	char addr[64];
 	struct rpc_client *rpc;
 };
@@ -50,6 +64,9 @@ struct chunk_client {
 	bool pinned, fetching;
 	struct cc_conn *conns;
 	int nconns, capconns;
+	uint64_t client_id, next_req; /* exactly-once: (client_id, req id) per write */
+	int retry_ms;                 /* failover window of one call */
+	enum chunk_read_policy read_policy;
 };
 
 static int64_t now_ms(void)
@@ -82,7 +99,8 @@ static void *dup_array(const void *p, size_t n, size_t size)
 /* Deep copy in our own allocation scheme (freed by routing_free). */
 static int routing_dup(const struct strata_routing *src, struct strata_routing *ret)
 {
-	struct strata_routing r = { .version = src->version, .ntargets = src->ntargets,
+	struct strata_routing r = { .version = src->version, .lease_ms = src->lease_ms,
+				    .ntargets = src->ntargets,
 				    .nchains = src->nchains };
 	r.targets = dup_array(src->targets, src->ntargets, sizeof(*r.targets));
 	r.chains = dup_array(src->chains, src->nchains, sizeof(*r.chains));
@@ -173,16 +191,30 @@ static int snap_get(struct chunk_client *cc, bool force, struct rt_snap **ret)
 	return 0;
 }
 
+static uint64_t random_id(void)
+{
+	uint64_t v = 0;
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 32;
+	}
+	return v ? v : 1;
+}
+
 /* ---- connections ------------------------------------------------------- */
 
 /* Returns the pooled rpc client for addr (created on first use; lives until
  * chunk_client_free), or NULL on ENOMEM. */
-static struct rpc_client *conn_for(struct chunk_client *cc, const char *addr)
+static struct rpc_client *conn_for(struct chunk_client *cc, const char *addr, bool fast)
 {
 	struct rpc_client *rpc = NULL;
+	struct rpc_client_opts o = cc->opts;
+	if (fast && o.timeout_ms > CC_READ_TIMEOUT_MS)
+		o.timeout_ms = CC_READ_TIMEOUT_MS;
 	pthread_mutex_lock(&cc->lock);
 	for (int i = 0; i < cc->nconns && !rpc; i++)
-		if (strcmp(cc->conns[i].addr, addr) == 0)
+		if (cc->conns[i].fast == fast && strcmp(cc->conns[i].addr, addr) == 0)
 			rpc = cc->conns[i].rpc;
 	if (!rpc && cc->nconns == cc->capconns) {
 		int cap = cc->capconns ? 2 * cc->capconns : 8;
@@ -190,8 +222,9 @@ static struct rpc_client *conn_for(struct chunk_client *cc, const char *addr)
 		if (n)
 			cc->conns = n, cc->capconns = cap;
 	}
-	if (!rpc && cc->nconns < cc->capconns && (rpc = rpc_client_new(addr, &cc->opts))) {
+	if (!rpc && cc->nconns < cc->capconns && (rpc = rpc_client_new(addr, &o))) {
 		struct cc_conn *c = &cc->conns[cc->nconns++];
+		c->fast = fast;
 		snprintf(c->addr, sizeof(c->addr), "%s", addr);
 		c->rpc = rpc;
 	}
@@ -207,6 +240,10 @@ struct chunk_client *chunk_client_new(struct meta_client *mc, const struct rpc_c
 	cc->mc = mc;
 	if (opts)
 		cc->opts = *opts;
+	if (!cc->opts.timeout_ms || cc->opts.timeout_ms > CC_MAX_TIMEOUT_MS)
+		cc->opts.timeout_ms = CC_MAX_TIMEOUT_MS;
+	cc->retry_ms = CC_RETRY_MS;
+	cc->client_id = random_id();
 	pthread_mutex_init(&cc->lock, NULL);
 	return cc;
 }
@@ -230,12 +267,19 @@ int chunk_client_set_routing(struct chunk_client *cc, const struct strata_routin
 
 /* ---- calls ------------------------------------------------------------- */
 
-static bool worth_refetch(int r)
+static bool is_transport(int r)
 {
-	return r == -ENXIO || r == -ESTALE || r == -ECONNREFUSED;
+	return r == -ECONNREFUSED || r == -ECONNRESET || r == -ETIMEDOUT || r == -EPIPE ||
+	       r == -EHOSTUNREACH || r == -ENETUNREACH || r == -ENOTCONN || r == -ECONNABORTED;
 }
 
-/* Sends one request to target_id of chain. data (WRITE) goes as a second iovec. */
+static bool worth_refetch(int r)
+{
+	return r == -ENXIO || r == -ESTALE || r == -EAGAIN || is_transport(r);
+}
+
+/* Sends one request to target_id of chain. data (WRITE, WRITE_EX) goes as a
+ * second iovec. */
 static int call_target(struct chunk_client *cc, const struct strata_routing *rt,
 		       const struct strata_chain *chain, uint32_t target_id, uint16_t type,
 		       struct chunk_req *req, unsigned flags, struct rpc_reply *reply)
@@ -243,7 +287,8 @@ static int call_target(struct chunk_client *cc, const struct strata_routing *rt,
 	const struct strata_target *t = routing_target(rt, target_id);
 	if (!t)
 		return -ENXIO;
-	struct rpc_client *rpc = conn_for(cc, t->addr);
+	bool fast = type == MSG_CHUNK_READ && !cc->pinned;
+	struct rpc_client *rpc = conn_for(cc, t->addr, fast);
 	if (!rpc)
 		return -ENOMEM;
 	req->route = (struct chunk_route){ target_id, chain->chain_id, chain->version };
@@ -253,31 +298,78 @@ static int call_target(struct chunk_client *cc, const struct strata_routing *rt,
 	if (r < 0)
 		return r;
 	struct iovec iov[2] = { { wb.data, wb.len }, { (void *)req->data, req->data ? req->len : 0 } };
-	return rpc_callv(rpc, type, iov, req->data ? 2 : 1, flags, reply);
+	r = rpc_callv(rpc, type, iov, req->data ? 2 : 1, flags, reply);
+	if (is_transport(r) && cc->mc && !cc->pinned)
+		mgmt_report(cc->mc, target_id); /* strata-meta probes it, fails it if dead */
+	return r;
 }
 
-/* Sends one request about chunk `index` to its chain's head, retrying once on
- * a fresh routing table. On return *reply must be released (rpc_reply_done). */
+/* Which replica of chain serves this read: writes go to the head; reads to
+ * a serving replica picked by chunk (spreading a file's reads over the
+ * chain), or the tail after -EAGAIN (a pending write there) or with
+ * CHUNK_READ_TAIL; `skip` moves on to the next serving replica after a
+ * transport failure. Returns a target id or 0 if none serves. */
+static uint32_t pick_target(struct chunk_client *cc, const struct strata_routing *rt,
+			    const struct strata_chain *chain, uint16_t type, struct chunk_req *req,
+			    bool tail, int skip)
+{
+	bool read = type == MSG_CHUNK_READ;
+	int n = chain_nserving(rt, chain);
+	if (n == 0)
+		return 0;
+	if (!read) {
+		int h = chain_head(rt, chain);
+		return chain->targets[h];
+	}
+	if (tail || cc->read_policy == CHUNK_READ_TAIL)
+		return chain->targets[chain_tail(rt, chain)];
+	uint64_t k = (req->ino * 0x9E3779B97F4A7C15ull) ^ (req->index * 0x85EBCA6Bu);
+	int want = (int)((k >> 33) % (uint64_t)n + (uint64_t)skip) % n;
+	for (int i = 0; i < chain->ntargets; i++)
+		if (routing_state(rt, chain->targets[i]) == TARGET_SERVING && want-- == 0)
+			return chain->targets[i];
+	return 0;
+}
+
+static void backoff(int attempt)
+{
+	int ms = attempt < 5 ? 10 << attempt : 200;
+	struct timespec ts = { 0, (long)ms * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Sends one request about chunk `index` to its chain (head for writes, a
+ * replica for reads), retrying on a fresh routing table with the same
+ * request id while the chain fails over (up to cc->retry_ms). On return
+ * *reply must be released (rpc_reply_done). */
 static int call_chunk(struct chunk_client *cc, const struct strata_layout *layout, uint32_t index,
 		      uint16_t type, struct chunk_req *req, unsigned flags, struct rpc_reply *reply)
 {
 	void *buf = reply->buf;
 	size_t cap = reply->cap;
-	int r = 0;
-	for (int attempt = 0; attempt < 2; attempt++) {
+	int64_t deadline = now_ms() + cc->retry_ms;
+	bool tail = false;
+	int r = 0, skip = 0;
+	for (int attempt = 0;; attempt++) {
 		struct rt_snap *s;
-		r = snap_get(cc, attempt > 0, &s);
+		r = snap_get(cc, attempt > 0 && r != -EAGAIN, &s);
 		if (r < 0)
 			return r;
 		const struct strata_chain *chain = layout_chain_for_chunk(&s->r, layout, index);
-		r = !chain || chain->ntargets == 0
-			    ? -ENXIO
-			    : call_target(cc, &s->r, chain, chain->targets[0], type, req, flags, reply);
+		uint32_t tid = chain ? pick_target(cc, &s->r, chain, type, req, tail, skip) : 0;
+		r = !chain ? -ENXIO
+			   : !tid ? -EAGAIN
+				  : call_target(cc, &s->r, chain, tid, type, req,
+						cc->pinned ? flags : flags & ~RPC_IDEMPOTENT, reply);
 		snap_unref(s);
-		if (!worth_refetch(r) || attempt > 0)
+		if (!worth_refetch(r) || cc->pinned || now_ms() >= deadline)
 			break;
+		tail = r == -EAGAIN && type == MSG_CHUNK_READ;
+		skip += is_transport(r);
 		rpc_reply_done(reply);
 		*reply = (struct rpc_reply){ .buf = buf, .cap = cap };
+		if (r != -EAGAIN || !tail)
+			backoff(attempt);
 	}
 	return r;
 }
@@ -332,8 +424,15 @@ static int call_stat_reply(struct chunk_client *cc, const struct strata_layout *
 	return r;
 }
 
+static uint64_t next_req_id(struct chunk_client *cc)
+{
+	return __atomic_add_fetch(&cc->next_req, 1, __ATOMIC_RELAXED);
+}
+
 /* A write larger than CHUNK_IO_MAX (chunks above 4 MiB) is sent in pieces,
- * each atomic on its own. Resending a write is safe: same bytes, same place. */
+ * each atomic on its own. Each piece carries this client's id and a fresh
+ * request id, kept across its retries: a replica that already applied it
+ * answers from its dedup table (exactly once). */
 int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
 		uint32_t off, uint32_t len, const void *buf, unsigned flags)
 {
@@ -345,7 +444,9 @@ int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, str
 		req.chunk_size = layout->chunk_size;
 		req.flags = flags & CHUNK_WRITE_SYNC ? CHUNK_WF_SYNC : 0;
 		req.data = (const uint8_t *)buf + done;
-		int r = call_stat_reply(cc, layout, id, MSG_CHUNK_WRITE, &req, NULL);
+		req.client_id = cc->client_id;
+		req.req_id = next_req_id(cc);
+		int r = call_stat_reply(cc, layout, id, MSG_CHUNK_WRITE_EX, &req, NULL);
 		if (r < 0)
 			return r;
 		done += req.len;
@@ -359,6 +460,8 @@ int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
 	struct chunk_req req = req_for(id);
 	req.len = len;
 	req.chunk_size = layout->chunk_size;
+	req.client_id = cc->client_id;
+	req.req_id = next_req_id(cc);
 	return call_stat_reply(cc, layout, id, MSG_CHUNK_TRUNCATE, &req, NULL);
 }
 
@@ -369,7 +472,9 @@ int chunk_stat(struct chunk_client *cc, const struct strata_layout *layout, stru
 	return call_stat_reply(cc, layout, id, MSG_CHUNK_STAT, &req, ret);
 }
 
-/* Sends req to every distinct target of the layout's table. */
+/* Sends req to every distinct serving or syncing target of the layout's
+ * table (offline and waiting ones are brought up to date by resync). A
+ * failure of a syncing target is ignored. */
 static int call_table_once(struct chunk_client *cc, const struct strata_routing *rt,
 			   const struct strata_layout *layout, uint16_t type, struct chunk_req *req)
 {
@@ -384,17 +489,21 @@ static int call_table_once(struct chunk_client *cc, const struct strata_routing 
 		const struct strata_chain *c = routing_chain(rt, t->chain_ids[i]);
 		if (!c)
 			return -ENXIO;
+		if (chain_nserving(rt, c) == 0)
+			return -EAGAIN;
 		for (uint8_t j = 0; j < c->ntargets && j < STRATA_MAX_REPLICAS; j++) {
-			bool dup = false;
+			uint8_t st = routing_state(rt, c->targets[j]);
+			bool dup = st != TARGET_SERVING && st != TARGET_SYNCING;
 			for (size_t k = 0; k < nseen && !dup; k++)
 				dup = seen[k] == c->targets[j];
 			if (dup)
 				continue;
 			seen[nseen++] = c->targets[j];
 			struct rpc_reply rep = { 0 };
-			int r = call_target(cc, rt, c, c->targets[j], type, req, RPC_IDEMPOTENT, &rep);
+			int r = call_target(cc, rt, c, c->targets[j], type, req,
+					    cc->pinned ? RPC_IDEMPOTENT : 0, &rep);
 			rpc_reply_done(&rep);
-			if (r < 0)
+			if (r < 0 && st == TARGET_SERVING)
 				return r;
 		}
 	}
@@ -404,16 +513,18 @@ static int call_table_once(struct chunk_client *cc, const struct strata_routing 
 static int call_table(struct chunk_client *cc, const struct strata_layout *layout, uint16_t type,
 		      struct chunk_req *req)
 {
+	int64_t deadline = now_ms() + cc->retry_ms;
 	int r = 0;
-	for (int attempt = 0; attempt < 2; attempt++) {
+	for (int attempt = 0;; attempt++) {
 		struct rt_snap *s;
 		r = snap_get(cc, attempt > 0, &s);
 		if (r < 0)
 			return r;
 		r = call_table_once(cc, &s->r, layout, type, req);
 		snap_unref(s);
-		if (!worth_refetch(r))
+		if (!worth_refetch(r) || cc->pinned || now_ms() >= deadline)
 			break;
+		backoff(attempt);
 	}
 	return r;
 }
@@ -429,4 +540,37 @@ int chunk_sync(struct chunk_client *cc, const struct strata_layout *layout)
 {
 	struct chunk_req req = { 0 };
 	return call_table(cc, layout, MSG_CHUNK_SYNC, &req);
+}
+
+void chunk_client_set_read_policy(struct chunk_client *cc, enum chunk_read_policy p)
+{
+	cc->read_policy = p;
+}
+
+void chunk_client_set_retry_ms(struct chunk_client *cc, int ms)
+{
+	cc->retry_ms = ms < 0 ? 0 : ms;
+}
+
+int chunk_stat_target(struct chunk_client *cc, const struct strata_layout *layout,
+		      struct chunk_id id, uint32_t target_id, struct chunk_stat *ret)
+{
+	struct rt_snap *s;
+	int r = snap_get(cc, false, &s);
+	if (r < 0)
+		return r;
+	const struct strata_chain *chain = layout_chain_for_chunk(&s->r, layout, id.index);
+	struct chunk_req req = req_for(id);
+	struct rpc_reply rep = { 0 };
+	r = chain ? call_target(cc, &s->r, chain, target_id, MSG_CHUNK_STAT, &req, RPC_IDEMPOTENT,
+				&rep)
+		  : -ENXIO;
+	snap_unref(s);
+	if (r == 0) {
+		struct rbuf rb;
+		rbuf_init(&rb, rep.data, rep.len);
+		r = chunk_stat_get(&rb, ret);
+	}
+	rpc_reply_done(&rep);
+	return r;
 }

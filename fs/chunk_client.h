@@ -58,3 +58,19 @@ struct chunk_stat {
 };
 int chunk_stat(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
 	       struct chunk_stat *ret);
+
+/* ---- replication ---------------------------------------------------------
+ * Per-call timeouts are capped at 5 s (reads: 2 s, then the next replica) and one call retries through a chain
+ * failover for up to 4 s (same request id: exactly once) before returning
+ * the last error (-EAGAIN, -ESTALE or a transport error). */
+enum chunk_read_policy {
+	CHUNK_READ_ANY = 0, /* any serving replica, spread by chunk (default) */
+	CHUNK_READ_TAIL = 1, /* always the tail (benchmark baseline) */
+};
+void chunk_client_set_read_policy(struct chunk_client *cc, enum chunk_read_policy p);
+/* The failover window of one call in ms (0: no retries). */
+void chunk_client_set_retry_ms(struct chunk_client *cc, int ms);
+/* STAT of the chunk on one given target of its chain (replica comparison).
+ * Returns 0, -ENOENT (missing there), or -errno. */
+int chunk_stat_target(struct chunk_client *cc, const struct strata_layout *layout,
+		      struct chunk_id id, uint32_t target_id, struct chunk_stat *ret);

@@ -6,9 +6,11 @@
 #include <string.h>
 #include "proto.h"
 
+#define CHUNK_MSG_LAST MSG_CHUNK_PUT
+
 static bool has_route(uint16_t type)
 {
-	return type > MSG_CHUNK_PING && type <= MSG_CHUNK_STAT;
+	return type > MSG_CHUNK_PING && type <= CHUNK_MSG_LAST;
 }
 
 static bool has_index(uint16_t type)
@@ -23,7 +25,7 @@ static bool chunk_size_ok(uint32_t cs)
 
 int chunk_req_encode(uint16_t type, const struct chunk_req *r, struct wbuf *b)
 {
-	if (type < MSG_CHUNK_PING || type > MSG_CHUNK_STAT)
+	if (type < MSG_CHUNK_PING || type > CHUNK_MSG_LAST)
 		return -EINVAL;
 	if (has_route(type)) {
 		wbuf_put_u32(b, r->route.target_id);
@@ -45,9 +47,32 @@ int chunk_req_encode(uint16_t type, const struct chunk_req *r, struct wbuf *b)
 		wbuf_put_u32(b, r->chunk_size);
 		wbuf_put_u32(b, r->flags);
 		break;
+	case MSG_CHUNK_WRITE_EX:
+		wbuf_put_u32(b, r->off);
+		wbuf_put_u32(b, r->len);
+		wbuf_put_u32(b, r->chunk_size);
+		wbuf_put_u32(b, r->flags);
+		wbuf_put_u64(b, r->client_id);
+		wbuf_put_u64(b, r->req_id);
+		break;
 	case MSG_CHUNK_TRUNCATE:
 		wbuf_put_u32(b, r->len);
 		wbuf_put_u32(b, r->chunk_size);
+		if ((r->flags & CHUNK_WF_FWD) || r->client_id) {
+			wbuf_put_u32(b, r->flags & CHUNK_WF_FWD);
+			wbuf_put_u64(b, r->client_id);
+			wbuf_put_u64(b, r->req_id);
+		}
+		break;
+	case MSG_CHUNK_LIST:
+		wbuf_put_u32(b, r->len);
+		wbuf_put_u32(b, r->flags);
+		break;
+	case MSG_CHUNK_PUT:
+		wbuf_put_u64(b, r->version);
+		wbuf_put_u32(b, r->len);
+		wbuf_put_u32(b, r->chunk_size);
+		wbuf_put_u32(b, r->flags);
 		break;
 	}
 	return b->err;
@@ -65,15 +90,33 @@ static int chunk_req_check(uint16_t type, const struct chunk_req *r)
 				       end <= r->chunk_size && (r->flags & ~CHUNK_WF_SYNC) == 0
 			       ? 0
 			       : -EBADMSG;
+	case MSG_CHUNK_WRITE_EX:
+		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
+				       end <= r->chunk_size &&
+				       (r->flags & ~(CHUNK_WF_SYNC | CHUNK_WF_FWD)) == 0
+			       ? 0
+			       : -EBADMSG;
 	case MSG_CHUNK_TRUNCATE:
-		return chunk_size_ok(r->chunk_size) && r->len <= r->chunk_size ? 0 : -EBADMSG;
+		return chunk_size_ok(r->chunk_size) && r->len <= r->chunk_size &&
+				       (r->flags & ~CHUNK_WF_FWD) == 0
+			       ? 0
+			       : -EBADMSG;
+	case MSG_CHUNK_LIST:
+		return r->len >= 1 && r->len <= CHUNK_LIST_MAX && (r->flags & ~(CHUNK_LF_FIRST | CHUNK_LF_VERIFY)) == 0
+			       ? 0
+			       : -EBADMSG;
+	case MSG_CHUNK_PUT:
+		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
+				       r->len <= r->chunk_size && (r->flags & ~CHUNK_PF_REMOVE) == 0
+			       ? 0
+			       : -EBADMSG;
 	}
 	return 0;
 }
 
 int chunk_req_decode(uint16_t type, struct rbuf *b, struct chunk_req *ret)
 {
-	if (type < MSG_CHUNK_PING || type > MSG_CHUNK_STAT)
+	if (type < MSG_CHUNK_PING || type > CHUNK_MSG_LAST)
 		return -EINVAL;
 	struct chunk_req r = { 0 };
 	if (has_route(type)) {
@@ -98,9 +141,36 @@ int chunk_req_decode(uint16_t type, struct rbuf *b, struct chunk_req *ret)
 		if (rbuf_done(b) == 0 && chunk_req_check(type, &r) == 0)
 			r.data = rbuf_get_bytes(b, r.len);
 		break;
+	case MSG_CHUNK_WRITE_EX:
+		r.off = rbuf_get_u32(b);
+		r.len = rbuf_get_u32(b);
+		r.chunk_size = rbuf_get_u32(b);
+		r.flags = rbuf_get_u32(b);
+		r.client_id = rbuf_get_u64(b);
+		r.req_id = rbuf_get_u64(b);
+		if (rbuf_done(b) == 0 && chunk_req_check(type, &r) == 0)
+			r.data = rbuf_get_bytes(b, r.len);
+		break;
 	case MSG_CHUNK_TRUNCATE:
 		r.len = rbuf_get_u32(b);
 		r.chunk_size = rbuf_get_u32(b);
+		if (rbuf_remaining(b) >= 20) {
+			r.flags = rbuf_get_u32(b);
+			r.client_id = rbuf_get_u64(b);
+			r.req_id = rbuf_get_u64(b);
+		}
+		break;
+	case MSG_CHUNK_LIST:
+		r.len = rbuf_get_u32(b);
+		r.flags = rbuf_get_u32(b);
+		break;
+	case MSG_CHUNK_PUT:
+		r.version = rbuf_get_u64(b);
+		r.len = rbuf_get_u32(b);
+		r.chunk_size = rbuf_get_u32(b);
+		r.flags = rbuf_get_u32(b);
+		if (rbuf_done(b) == 0 && chunk_req_check(type, &r) == 0)
+			r.data = rbuf_get_bytes(b, r.len);
 		break;
 	}
 	if (rbuf_done(b) < 0 || chunk_req_check(type, &r) < 0)
@@ -145,4 +215,34 @@ int chunk_count_get(struct rbuf *b, uint32_t *ret)
 int chunk_read_reply_check(size_t n, uint32_t len)
 {
 	return n <= len ? 0 : -EBADMSG;
+}
+
+void chunk_list_put(struct wbuf *b, const struct chunk_list_ent *e, uint32_t n, bool more)
+{
+	wbuf_put_u32(b, n);
+	wbuf_put_u8(b, more ? 1 : 0);
+	for (uint32_t i = 0; i < n; i++) {
+		wbuf_put_u64(b, e[i].ino);
+		wbuf_put_u32(b, e[i].index);
+		chunk_stat_put(b, &e[i].st);
+	}
+}
+
+int chunk_list_get(struct rbuf *b, struct chunk_list_ent *ents, uint32_t cap, bool *ret_more)
+{
+	uint32_t n = rbuf_get_u32(b);
+	uint8_t more = rbuf_get_u8(b);
+	if (b->err || n > cap || (uint64_t)n * 32 > rbuf_remaining(b))
+		return -EBADMSG;
+	for (uint32_t i = 0; i < n; i++) {
+		ents[i].ino = rbuf_get_u64(b);
+		ents[i].index = rbuf_get_u32(b);
+		ents[i].st.version = rbuf_get_u64(b);
+		ents[i].st.length = rbuf_get_u32(b);
+		ents[i].st.checksum = rbuf_get_u64(b);
+	}
+	if (rbuf_done(b) < 0)
+		return -EBADMSG;
+	*ret_more = more != 0;
+	return (int)n;
 }

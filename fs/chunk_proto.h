@@ -18,6 +18,17 @@
  *   SYNC        route                                        reply: empty
  *   STAT        route, ino, index                            reply: chunk_stat
  *   PING        empty                                        reply: empty
+ *   WRITE_EX    as WRITE, then client_id u64, req_id u64, then the data
+ *               (flags may carry CHUNK_WF_FWD: forwarded down the chain)
+ *   LIST        route, ino, index (cursor), max u32, flags u32 (CHUNK_LF_FIRST:
+ *               start at the beginning, else strictly after the cursor)
+ *               reply: n u32, more u8, n x (ino u64, index u32, version u64,
+ *               length u32, checksum u64; version 0 = damaged chunk)
+ *   PUT         route, ino, index, version u64, len u32, chunk_size u32,
+ *               flags u32 (CHUNK_PF_REMOVE), then len data bytes: replaces
+ *               the chunk wholesale at that version (resync only)
+ *   TRUNCATE may carry trailing flags u32, client_id u64, req_id u64
+ *   (appended fields: an old peer ignores them).
  *
  * Fields are only ever appended (a newer minor's trailing bytes are ignored),
  * except after WRITE's data and in READ's reply, which have no room: they
@@ -34,6 +45,13 @@
 #define CHUNK_IO_MAX (4u << 20)
 /* WRITE flags */
 #define CHUNK_WF_SYNC 0x1
+#define CHUNK_WF_FWD 0x2 /* WRITE_EX/TRUNCATE: from the predecessor, not a client */
+/* LIST flags */
+#define CHUNK_LF_FIRST 0x1
+#define CHUNK_LF_VERIFY 0x2 /* read every block; a damaged chunk lists as version 0 */
+#define CHUNK_LIST_MAX 4096 /* entries per LIST page */
+/* PUT flags */
+#define CHUNK_PF_REMOVE 0x1 /* the source has no such chunk: remove it */
 
 struct chunk_route {
 	uint32_t target_id;
@@ -50,7 +68,19 @@ struct chunk_req {
 	uint32_t chunk_size; /* WRITE, TRUNCATE */
 	uint32_t flags;      /* WRITE */
 	const void *data;    /* WRITE: len bytes; decode: points into the rbuf */
+	uint64_t client_id, req_id; /* WRITE_EX, TRUNCATE: exactly-once; 0 = none */
+	uint64_t version;           /* PUT */
 };
+
+/* One LIST entry. */
+struct chunk_list_ent {
+	uint64_t ino;
+	uint32_t index;
+	struct chunk_stat st;
+};
+void chunk_list_put(struct wbuf *b, const struct chunk_list_ent *e, uint32_t n, bool more);
+/* Decodes up to cap entries into ents. Returns the count or -EBADMSG. */
+int chunk_list_get(struct rbuf *b, struct chunk_list_ent *ents, uint32_t cap, bool *ret_more);
 
 /* Encodes the request's fields. For WRITE only the fixed part is encoded: the
  * caller sends the data as a second iovec (no copy). Returns 0, -EINVAL for

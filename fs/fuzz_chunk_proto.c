@@ -19,7 +19,10 @@ static void check_req(uint16_t type, const uint8_t *p, size_t n)
 		if (r.len > CHUNK_IO_MAX)
 			__builtin_trap();
 	}
-	if (type == MSG_CHUNK_WRITE && (!r.data || (const uint8_t *)r.data + r.len > p + n))
+	if ((type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT) &&
+	    (!r.data && r.len) )
+		__builtin_trap();
+	if (r.data && (const uint8_t *)r.data + r.len > p + n)
 		__builtin_trap();
 	struct wbuf w;
 	wbuf_init(&w);
@@ -38,7 +41,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = size - 1;
 	struct rbuf b;
 	rbuf_init(&b, p, n);
-	switch (sel % 11) {
+	switch (sel % 15) {
+	case 11:
+	case 12:
+	case 13:
+		check_req((uint16_t)(MSG_CHUNK_WRITE_EX + sel % 15 - 11), p, n);
+		break;
+	case 14: {
+		struct chunk_list_ent ents[8];
+		bool more;
+		int k = chunk_list_get(&b, ents, 8, &more);
+		if (k > 8)
+			__builtin_trap();
+		break;
+	}
 	case 8: {
 		struct chunk_stat st;
 		if (chunk_stat_get(&b, &st) == 0 && st.length > STRATA_MAX_CHUNK_SIZE)
@@ -54,7 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		(void)chunk_read_reply_check(n, sel);
 		break;
 	default:
-		check_req((uint16_t)(MSG_CHUNK_PING + sel % 11), p, n);
+		check_req((uint16_t)(MSG_CHUNK_PING + sel % 15), p, n);
 		break;
 	}
 	return 0;

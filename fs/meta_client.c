@@ -518,3 +518,43 @@ int mgmt_routing(struct meta_client *mc, struct strata_routing *ret)
 	rbuf_init(&b, rep.data, rep.len);
 	return meta_routing_get(&b, ret);
 }
+
+/* ---- replication management ---------------------------------------------- */
+
+int mgmt_report(struct meta_client *mc, uint32_t target_id)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	int r;
+
+	wbuf_init(&w);
+	wbuf_put_u32(&w, target_id);
+	r = w.err ?: rpc_call(mc->rpc, MSG_MGMT_REPORT, &w, RPC_IDEMPOTENT, &rep);
+	wbuf_done(&w);
+	return r;
+}
+
+int mgmt_sync_done(struct meta_client *mc, const struct mgmt_sync *s)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	int r;
+
+	wbuf_init(&w);
+	mgmt_sync_put(&w, s);
+	r = w.err ?: rpc_call(mc->rpc, MSG_MGMT_SYNC_DONE, &w, RPC_IDEMPOTENT, &rep);
+	wbuf_done(&w);
+	return r;
+}
+
+int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct rbuf b;
+	int r = rpc_call(mc->rpc, MSG_MGMT_NODES, NULL, RPC_IDEMPOTENT, &rep);
+
+	if (r < 0)
+		return r;
+	rbuf_init(&b, rep.data, rep.len);
+	return mgmt_cluster_get(&b, ret);
+}

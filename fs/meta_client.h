@@ -118,3 +118,44 @@ int mgmt_heartbeat(struct meta_client *mc, uint32_t node_id,
  * release with strata_routing_done. */
 int mgmt_routing(struct meta_client *mc, struct strata_routing *ret);
 void strata_routing_done(struct strata_routing *r);
+
+/* ---- replication: failure reports, resync, admin ------------------------ */
+/* Tells strata-meta that target_id did not answer (connection refused, reset
+ * or timed out). strata-meta probes the target's node itself and, if the
+ * probe fails too, takes the node's targets out of their chains at once
+ * instead of waiting for the lease. Returns 0 (also when the probe
+ * succeeded: nothing changes) or -errno. */
+int mgmt_report(struct meta_client *mc, uint32_t target_id);
+
+/* Resync of target_id on chain_id (at chain version chain_ver), sent by its
+ * predecessor: progress (finished 0) or completion (finished 1, then the
+ * target becomes serving if the chain is still at chain_ver; -ESTALE if not). */
+struct mgmt_sync {
+	uint32_t chain_id, chain_ver, target_id;
+	uint64_t done, total; /* chunks compared so far / to compare */
+	uint8_t finished;
+};
+int mgmt_sync_done(struct meta_client *mc, const struct mgmt_sync *s);
+
+/* The admin view of the cluster map (besides mgmt_routing). */
+struct mgmt_node_info {
+	uint32_t node_id;
+	char addr[64];
+	int64_t age_ms; /* since the last heartbeat seen by this strata-meta run */
+	uint8_t alive;  /* within the lease */
+};
+struct mgmt_target_detail {
+	uint32_t target_id, node_id, chain_id; /* chain 0: spare, in no chain */
+	uint8_t state;                         /* enum strata_target_state */
+	char path[256];
+	uint64_t total_bytes, free_bytes;
+	uint64_t sync_done, sync_total; /* resync progress while syncing */
+};
+struct mgmt_cluster {
+	uint32_t lease_ms, replicas, expect_nodes;
+	uint32_t nnodes, ntargets;
+	struct mgmt_node_info *nodes;       /* heap, mgmt_cluster_done */
+	struct mgmt_target_detail *targets; /* heap, mgmt_cluster_done */
+};
+int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret);
+void mgmt_cluster_done(struct mgmt_cluster *c);

@@ -457,6 +457,7 @@ void meta_routing_put(struct wbuf *b, const struct strata_routing *r)
 		for (uint32_t j = 0; j < t->nchains; j++)
 			wbuf_put_u32(b, t->chain_ids[j]);
 	}
+	wbuf_put_u32(b, r->lease_ms); /* appended: older peers stop before it */
 }
 
 /* A count read from the wire is trusted only as far as the bytes that
@@ -540,6 +541,8 @@ int meta_routing_get(struct rbuf *b, struct strata_routing *ret)
 		e = chains_get(b, &r);
 	if (e == 0)
 		e = tables_get(b, &r);
+	if (e == 0 && rbuf_remaining(b) >= 4)
+		r.lease_ms = rbuf_get_u32(b);
 	if (e == 0 && rbuf_done(b) < 0)
 		e = -EBADMSG;
 	if (e < 0) {
@@ -570,5 +573,128 @@ int meta_name_check(const char *name)
 		return -EINVAL;
 	if (strlen(name) > STRATA_NAME_MAX)
 		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* ---- replication management ---------------------------------------------- */
+
+void mgmt_sync_put(struct wbuf *b, const struct mgmt_sync *s)
+{
+	wbuf_put_u32(b, s->chain_id);
+	wbuf_put_u32(b, s->chain_ver);
+	wbuf_put_u32(b, s->target_id);
+	wbuf_put_u64(b, s->done);
+	wbuf_put_u64(b, s->total);
+	wbuf_put_u8(b, s->finished);
+}
+
+int mgmt_sync_get(struct rbuf *b, struct mgmt_sync *ret)
+{
+	struct mgmt_sync s;
+
+	s.chain_id = rbuf_get_u32(b);
+	s.chain_ver = rbuf_get_u32(b);
+	s.target_id = rbuf_get_u32(b);
+	s.done = rbuf_get_u64(b);
+	s.total = rbuf_get_u64(b);
+	s.finished = rbuf_get_u8(b);
+	if (rbuf_done(b) < 0)
+		return -EBADMSG;
+	*ret = s;
+	return 0;
+}
+
+void mgmt_cluster_put(struct wbuf *b, const struct mgmt_cluster *c)
+{
+	wbuf_put_u32(b, c->lease_ms);
+	wbuf_put_u32(b, c->replicas);
+	wbuf_put_u32(b, c->expect_nodes);
+	wbuf_put_u32(b, c->nnodes);
+	for (uint32_t i = 0; i < c->nnodes; i++) {
+		wbuf_put_u32(b, c->nodes[i].node_id);
+		wbuf_put_str(b, c->nodes[i].addr);
+		wbuf_put_i64(b, c->nodes[i].age_ms);
+		wbuf_put_u8(b, c->nodes[i].alive);
+	}
+	wbuf_put_u32(b, c->ntargets);
+	for (uint32_t i = 0; i < c->ntargets; i++) {
+		const struct mgmt_target_detail *t = &c->targets[i];
+		wbuf_put_u32(b, t->target_id);
+		wbuf_put_u32(b, t->node_id);
+		wbuf_put_u32(b, t->chain_id);
+		wbuf_put_u8(b, t->state);
+		wbuf_put_str(b, t->path);
+		wbuf_put_u64(b, t->total_bytes);
+		wbuf_put_u64(b, t->free_bytes);
+		wbuf_put_u64(b, t->sync_done);
+		wbuf_put_u64(b, t->sync_total);
+	}
+}
+
+void mgmt_cluster_done(struct mgmt_cluster *c)
+{
+	if (!c)
+		return;
+	free(c->nodes);
+	free(c->targets);
+	memset(c, 0, sizeof(*c));
+}
+
+static int cluster_nodes_get(struct rbuf *b, struct mgmt_cluster *c)
+{
+	if (count_get(b, 17, &c->nnodes) < 0)
+		return -EBADMSG;
+	c->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*c->nodes));
+	if (!c->nodes)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < c->nnodes && !b->err; i++) {
+		c->nodes[i].node_id = rbuf_get_u32(b);
+		rbuf_get_str(b, c->nodes[i].addr, sizeof(c->nodes[i].addr));
+		c->nodes[i].age_ms = rbuf_get_i64(b);
+		c->nodes[i].alive = rbuf_get_u8(b);
+	}
+	return b->err ? -EBADMSG : 0;
+}
+
+static int cluster_targets_get(struct rbuf *b, struct mgmt_cluster *c)
+{
+	if (count_get(b, 49, &c->ntargets) < 0)
+		return -EBADMSG;
+	c->targets = calloc(c->ntargets ? c->ntargets : 1, sizeof(*c->targets));
+	if (!c->targets)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < c->ntargets && !b->err; i++) {
+		struct mgmt_target_detail *t = &c->targets[i];
+		t->target_id = rbuf_get_u32(b);
+		t->node_id = rbuf_get_u32(b);
+		t->chain_id = rbuf_get_u32(b);
+		t->state = rbuf_get_u8(b);
+		rbuf_get_str(b, t->path, sizeof(t->path));
+		t->total_bytes = rbuf_get_u64(b);
+		t->free_bytes = rbuf_get_u64(b);
+		t->sync_done = rbuf_get_u64(b);
+		t->sync_total = rbuf_get_u64(b);
+	}
+	return b->err ? -EBADMSG : 0;
+}
+
+int mgmt_cluster_get(struct rbuf *b, struct mgmt_cluster *ret)
+{
+	struct mgmt_cluster c = {0};
+	int e;
+
+	c.lease_ms = rbuf_get_u32(b);
+	c.replicas = rbuf_get_u32(b);
+	c.expect_nodes = rbuf_get_u32(b);
+	e = cluster_nodes_get(b, &c);
+	if (e == 0)
+		e = cluster_targets_get(b, &c);
+	if (e == 0 && rbuf_done(b) < 0)
+		e = -EBADMSG;
+	if (e < 0) {
+		mgmt_cluster_done(&c);
+		return e;
+	}
+	*ret = c;
 	return 0;
 }

@@ -71,6 +71,16 @@ void meta_readdir_end(struct wbuf *b, size_t hdr_off, uint32_t count, bool more)
 int meta_readdir_get(struct rbuf *b, struct meta_dirent *ents, int max, int *ret_more);
 
 void meta_routing_put(struct wbuf *b, const struct strata_routing *r);
+/* MSG_MGMT_REPORT: target id u32. MSG_MGMT_SYNC_DONE: chain u32, chain ver
+ * u32, target u32, done u64, total u64, finished u8. MSG_MGMT_NODES reply:
+ * lease_ms, replicas, expect_nodes u32; nodes (n u32; id u32, addr str,
+ * age_ms i64, alive u8); targets (n u32; id, node, chain u32, state u8,
+ * path str, total, free, sync_done, sync_total u64). All return 0 or
+ * -EBADMSG. */
+void mgmt_sync_put(struct wbuf *b, const struct mgmt_sync *s);
+int mgmt_sync_get(struct rbuf *b, struct mgmt_sync *ret);
+void mgmt_cluster_put(struct wbuf *b, const struct mgmt_cluster *c);
+int mgmt_cluster_get(struct rbuf *b, struct mgmt_cluster *ret);
 /* Fills *ret with heap arrays (strata_routing_done) or returns -EBADMSG /
  * -ENOMEM with *ret untouched. */
 int meta_routing_get(struct rbuf *b, struct strata_routing *ret);

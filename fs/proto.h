@@ -38,9 +38,15 @@ enum strata_msg {
 	MSG_CHUNK_REMOVE_FILE,
 	MSG_CHUNK_SYNC,
 	MSG_CHUNK_STAT,
+	MSG_CHUNK_WRITE_EX, /* WRITE with client id + request id (exactly-once, chain forward) */
+	MSG_CHUNK_LIST,     /* a page of (ino, index, version, length, checksum): resync */
+	MSG_CHUNK_PUT,      /* replace a whole chunk with a given version: resync */
 
 	/* metadata service: cluster management */
 	MSG_MGMT_REGISTER = 0x0300,
 	MSG_MGMT_HEARTBEAT,
 	MSG_MGMT_ROUTING,
+	MSG_MGMT_REPORT,    /* "target T did not answer": meta probes it, fails its node */
+	MSG_MGMT_SYNC_DONE, /* resync progress / completion of a target on a chain */
+	MSG_MGMT_NODES,     /* admin: nodes with lease ages, target details */
 };

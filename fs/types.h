@@ -100,6 +100,7 @@ struct strata_chain_table {
 /* The whole routing table as fetched from strata-meta. */
 struct strata_routing {
 	uint64_t version; /* bumps on any change */
+	uint32_t lease_ms; /* node lease of strata-meta (0 from an old server) */
 	uint32_t ntargets, nchains, ntables;
 	struct strata_target *targets;
 	struct strata_chain *chains;

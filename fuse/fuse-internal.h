@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "blobcache.h"
 #include "chunk_client.h"
 #include "meta_client.h"
 #include "types.h"
@@ -86,6 +87,7 @@ struct sfs_file {
 	struct sfs_inode *inode; /* referenced */
 	uint64_t session;
 	uint32_t flags;
+	const struct bc_table *blob;  /* image blob: reads verified via fs->bc */
 	struct sfs_file *prev, *next; /* fs->files; fs->files_lock */
 };
 
@@ -105,7 +107,8 @@ struct sfs_opts {
 	const char *meta_addr;
 	const char *mountpoint;
 	const char *client_id;
-	const char *cache_dir;
+	const char *cache_dir; /* node chunk cache of image blobs (blobcache.h) */
+	uint64_t cache_bytes;
 	bool foreground;
 	bool writeback;
 	double attr_timeout, entry_timeout, negative_timeout;
@@ -116,6 +119,7 @@ struct sfs {
 	struct sfs_opts o;
 	struct meta_client *mc;
 	struct chunk_client *cc;
+	struct blobcache *bc; /* NULL without --cache-dir */
 	struct fuse_session *se;
 	struct sfs_itable itable;
 	pthread_mutex_t files_lock;
@@ -174,6 +178,8 @@ long sfs_final_err(long r);
 #define SFS_IDEM true
 #define SFS_ONCE false
 
+/* Starts a helper thread with every signal blocked. Returns 0 or -errno. */
+int sfs_thread_start(pthread_t *ret, void *(*fn)(void *), void *arg);
 uint64_t sfs_now_ns(void);
 int64_t sfs_realtime_ns(void);
 

@@ -3,7 +3,7 @@
  *   strata-fuse --meta HOST:PORT --mount DIR [--client-id ID] [--cache-dir DIR]
  *               [--foreground] [--log-level L]
  *               [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]
- *               [--no-writeback-cache] [--retry-ms MS]
+ *               [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]
  *
  * Start-up: check that strata-meta answers, then (unless --foreground) fork;
  * the child mounts with allow_other, default_permissions, fsname=strata,
@@ -36,10 +36,10 @@ static void usage(FILE *f)
 		"usage: strata-fuse --meta HOST:PORT --mount DIR [--client-id ID]\n"
 		"                   [--cache-dir DIR] [--foreground] [--log-level L]\n"
 		"                   [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]\n"
-		"                   [--no-writeback-cache] [--retry-ms MS]\n");
+		"                   [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]\n");
 }
 
-enum { OPT_ATTR = 256, OPT_ENTRY, OPT_NEG, OPT_NOWB, OPT_RETRY };
+enum { OPT_ATTR = 256, OPT_ENTRY, OPT_NEG, OPT_NOWB, OPT_RETRY, OPT_CACHE_SIZE };
 
 static int parse_seconds(const char *s, double *ret)
 {
@@ -49,6 +49,18 @@ static int parse_seconds(const char *s, double *ret)
 	if (end == s || *end || v < 0 || v > 3600)
 		return -EINVAL;
 	*ret = v;
+	return 0;
+}
+
+/* --cache-size in MiB: 1 MiB .. 16 TiB. */
+static int parse_cache_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s || *end || v < 1 || v > (16ull << 20))
+		return -EINVAL;
+	*ret = (uint64_t)v << 20;
 	return 0;
 }
 
@@ -67,6 +79,7 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 	    {"negative-timeout", required_argument, NULL, OPT_NEG},
 	    {"no-writeback-cache", no_argument, NULL, OPT_NOWB},
 	    {"retry-ms", required_argument, NULL, OPT_RETRY},
+	    {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -108,6 +121,9 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 		case OPT_RETRY:
 			o->retry_ms = atoi(optarg);
 			bad |= o->retry_ms < 0 || o->retry_ms > 600000;
+			break;
+		case OPT_CACHE_SIZE:
+			bad |= parse_cache_size(optarg, &o->cache_bytes) < 0;
 			break;
 		case 'h':
 			usage(stdout);
@@ -303,16 +319,37 @@ static int run_loop(struct sfs *fs)
 	fuse_loop_cfg_set_clone_fd(cfg, 1);
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
 	fuse_loop_cfg_set_max_threads(cfg, 64);
-	if (pthread_create(&tuner, NULL, tune_bdi, (void *)fs->o.mountpoint) == 0)
+	if (sfs_thread_start(&tuner, tune_bdi, (void *)fs->o.mountpoint) == 0)
 		pthread_detach(tuner);
 	r = fuse_session_loop_mt(fs->se, cfg);
 	fuse_loop_cfg_destroy(cfg);
 	return r;
 }
 
+/* The node chunk cache of image blobs, in <cache-dir>/blobcache. */
+static int open_blobcache(struct sfs *fs)
+{
+	_cleanup_free_ char *dir = NULL;
+	int r;
+
+	if (!fs->o.cache_dir)
+		return 0;
+	if (asprintf(&dir, "%s/blobcache", fs->o.cache_dir) < 0)
+		return -ENOMEM;
+	r = blobcache_open(dir, fs->o.cache_bytes, &fs->bc);
+	if (r < 0)
+		return log_error_errno(r, "Failed to open the chunk cache in %s", dir);
+	log_info("Chunk cache in %s, %llu MiB", dir, (unsigned long long)(fs->o.cache_bytes >> 20));
+	return 0;
+}
+
 static int serve(struct sfs *fs, int *ready_fd)
 {
-	int r = open_clients(fs);
+	int r = open_blobcache(fs);
+
+	if (r < 0)
+		return r;
+	r = open_clients(fs);
 
 	if (r < 0) {
 		log_error_errno(r, "Failed to reach strata-meta at %s", fs->o.meta_addr);
@@ -344,7 +381,8 @@ int main(int argc, char **argv)
 			       .attr_timeout = 1.0,
 			       .entry_timeout = 1.0,
 			       .negative_timeout = 1.0,
-			       .retry_ms = 15000}};
+			       .retry_ms = 15000,
+			       .cache_bytes = 8192ull << 20}};
 	_cleanup_free_ char *client_id = NULL;
 	char mnt[PATH_MAX];
 	int level = LOG_LVL_INFO, r, ready_fd = -1;
@@ -390,6 +428,7 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&fs.files_lock, NULL);
 	r = serve(&fs, &ready_fd);
 	report_ready(&ready_fd, 1);
+	blobcache_free(fs.bc);
 	chunk_client_free(fs.cc);
 	meta_client_free(fs.mc);
 	sfs_itable_done(&fs.itable);

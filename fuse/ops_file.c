@@ -12,7 +12,12 @@
  * meta_set_length on flush, fsync and release (meta_close carries it).
  *
  * fsync: chunk_sync on the file's chain table when chunk writes happened
- * since the last fsync, then the length, then meta_sync. */
+ * since the last fsync, then the length, then meta_sync.
+ *
+ * Image blobs (sticky bit + xattr trusted.strata.blob, see blobcache.h) are
+ * read through the node chunk cache when it is enabled (--cache-dir): the
+ * digest table is loaded at the first open (failing the open with EIO if it
+ * cannot be), and every read is verified chunk by chunk. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -33,6 +38,103 @@ static struct sfs *FS(fuse_req_t req)
 static struct sfs_file *FH(struct fuse_file_info *fi)
 {
 	return (struct sfs_file *)(uintptr_t)fi->fh;
+}
+
+static int do_io(struct sfs *fs, strata_ino_t ino, const struct strata_layout *layout, uint64_t off,
+		 size_t len, char *buf, bool write, unsigned wflags);
+
+/* Reads [off, off+len) of a file of any length, at most 16 chunks per round
+ * (each round's chunks in parallel). */
+static int read_range(struct sfs *fs, strata_ino_t ino, const struct strata_layout *l, uint64_t off,
+		      size_t len, char *buf)
+{
+	size_t step = (size_t)STRATA_MIN((uint64_t)l->chunk_size * 16, (uint64_t)SFS_MAX_IO * 16);
+
+	while (len > 0) {
+		size_t n = STRATA_MIN(len, step - (size_t)(off % step));
+		int r = do_io(fs, ino, l, off, n, buf, false, 0);
+
+		if (r < 0)
+			return r;
+		off += n;
+		buf += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* ---- image blobs ---------------------------------------------------------------- */
+struct blob_ctx {
+	struct sfs *fs;
+	strata_ino_t ino;
+	struct strata_layout layout;
+};
+
+static int blob_fetch(void *ctx, uint64_t off, size_t len, void *buf)
+{
+	struct blob_ctx *c = ctx;
+
+	return read_range(c->fs, c->ino, &c->layout, off, len, buf);
+}
+
+/* Loads the digest table stored in inode tino. */
+static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct bc_table **ret)
+{
+	_cleanup_free_ char *buf = NULL;
+	struct strata_attr a;
+	int r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, tino, &a));
+
+	if (r < 0)
+		return r;
+	if (!S_ISREG(a.mode) || a.size < BC_TABLE_HDR || a.size > BC_TABLE_MAX ||
+	    !a.layout.chunk_size)
+		return -EBADMSG;
+	buf = malloc(a.size);
+	if (!buf)
+		return -ENOMEM;
+	r = read_range(fs, tino, &a.layout, 0, a.size, buf);
+	if (r < 0)
+		return r;
+	return bc_table_parse(buf, a.size, ret);
+}
+
+/* Sets *ret to the blob table of in (NULL if in is no blob or the cache is
+ * off). A blob whose table cannot be loaded is -EIO: never served
+ * unverified. */
+static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct bc_table **ret)
+{
+	uint8_t x[BC_XATTR_SIZE + 16];
+	struct bc_table *t = NULL;
+	uint64_t tino;
+	uint32_t mode;
+	int r;
+
+	*ret = NULL;
+	if (!fs->bc)
+		return 0;
+	pthread_mutex_lock(&in->lock);
+	mode = in->mode;
+	pthread_mutex_unlock(&in->lock);
+	if (!(mode & S_ISVTX))
+		return 0;
+	*ret = blobcache_table(fs->bc, in->ino);
+	if (*ret)
+		return 0;
+	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, in->ino, BC_XATTR, x, sizeof(x)));
+	if (r == -ENODATA)
+		return 0; /* sticky, but no blob */
+	if (r >= 0)
+		r = bc_xattr_parse(x, (size_t)r, &tino);
+	if (r >= 0)
+		r = blob_load_table(fs, tino, &t);
+	if (r >= 0)
+		r = blobcache_attach(fs->bc, in->ino, t); /* takes t */
+	if (r < 0)
+		return log_warn_errno(r == -ENOMEM ? r : -EIO,
+				      "Failed to load the digest table of blob inode %llu (%s)",
+				      (unsigned long long)in->ino, strerror(-r));
+	*ret = blobcache_table(fs->bc, in->ino);
+	return *ret ? 0 : -EIO;
 }
 
 /* ---- handles ---------------------------------------------------------------- */
@@ -143,6 +245,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs *fs = FS(req);
 	struct sfs_inode *in = sfs_inode_get(fs, ino, true);
 	uint32_t flags = (uint32_t)fi->flags & ~(uint32_t)(O_TRUNC | O_CREAT | O_EXCL);
+	const struct bc_table *blob = NULL;
 	struct sfs_file *f;
 	uint64_t session;
 	int r;
@@ -152,6 +255,8 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	r = ensure_layout(fs, in);
+	if (r == 0)
+		r = blob_table(fs, in, &blob);
 	if (r == 0)
 		r = SFS_CALL(fs, SFS_IDEM, meta_open(fs->mc, ino, flags, &session));
 	if (r < 0) {
@@ -166,6 +271,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	f->blob = blob;
 	pthread_mutex_lock(&in->lock);
 	fi->keep_cache = keep_cache_locked(in);
 	pthread_mutex_unlock(&in->lock);
@@ -211,8 +317,11 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
 	r = SFS_CALL(fs, SFS_ONCE,
 		     meta_create(fs->mc, parent, name, m, uid, gid, flags, &a, &session));
-	if (r == 0 && (fi->flags & O_TRUNC) && a.size > 0)
+	if (r == 0 && (fi->flags & O_TRUNC) && a.size > 0) {
 		r = create_truncate(fs, &a);
+		if (r < 0)
+			SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, a.ino, session, -1, -1));
+	}
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
@@ -380,7 +489,7 @@ static int run_segs(struct io_job *jobs, int n)
 	int r = 0;
 
 	for (int i = 1; i < n; i++)
-		started[i] = pthread_create(&tids[i], NULL, io_thread, &jobs[i]) == 0;
+		started[i] = sfs_thread_start(&tids[i], io_thread, &jobs[i]) == 0;
 	io_thread(&jobs[0]);
 	for (int i = 1; i < n; i++) {
 		if (started[i])
@@ -416,7 +525,8 @@ static int do_io(struct sfs *fs, strata_ino_t ino, const struct strata_layout *l
 void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_inode *in = FH(fi)->inode;
+	struct sfs_file *f = FH(fi);
+	struct sfs_inode *in = f->inode;
 	struct strata_layout layout;
 	_cleanup_free_ char *buf = NULL;
 	uint64_t n;
@@ -439,7 +549,13 @@ void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	r = do_io(fs, ino, &layout, (uint64_t)off, n, buf, false, 0);
+	if (f->blob) {
+		struct blob_ctx c = {.fs = fs, .ino = ino, .layout = layout};
+
+		r = blobcache_read(fs->bc, f->blob, (uint64_t)off, n, buf, blob_fetch, &c);
+	} else {
+		r = do_io(fs, ino, &layout, (uint64_t)off, n, buf, false, 0);
+	}
 	if (r < 0) {
 		if (r == -EIO)
 			log_warn("Read of inode %llu at %lld failed: bad chunk or lost chunkserver",

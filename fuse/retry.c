@@ -12,8 +12,11 @@
  * -EHOSTUNREACH, -ENETUNREACH) or on the first attempt after a reset (the
  * usual case: a pooled connection that went stale when the server
  * restarted). A reset in the middle of a live call may, rarely, apply a
- * mutation twice; the second attempt then reports e.g. -EEXIST. */
+ * mutation twice; the second attempt then reports e.g. -EEXIST.
+ *
+ * Also here: the clocks, and starting helper threads with signals blocked. */
 #include <errno.h>
+#include <signal.h>
 #include <time.h>
 
 #include "fuse-internal.h"
@@ -98,4 +101,18 @@ long sfs_final_err(long r)
 	if (sfs_is_transport_err(r) || r == -EAGAIN)
 		return -EIO;
 	return r;
+}
+
+int sfs_thread_start(pthread_t *ret, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	int r;
+
+	/* Signals must reach libfuse's loop threads, not our helpers: the loop
+	 * only notices SIGTERM when one of its own threads is interrupted. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	r = pthread_create(ret, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -r;
 }

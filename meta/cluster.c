@@ -1,19 +1,23 @@
 /* cluster.c — the cluster map: nodes, targets, chains and chain tables.
  *
  * A chunkserver registers (MSG_MGMT_REGISTER) with its address and targets;
- * new nodes and targets get ids from persisted counters. Until replication
- * lands every target is its own one-replica chain. Whenever registration
- * adds chains, a new chain table holding every chain is created, the root
- * directory's layout is pointed at it (so new files and directories under
- * the root use it) and it becomes ns->newest_table. The routing version
- * bumps on every change of nodes, targets, chains or tables; heartbeats
- * only refresh sizes and last-seen times and do not bump it.
+ * new nodes and targets get ids from persisted counters. Which chains the
+ * targets join, and how their states change, is chainmap.c's business:
+ * registration loads the map, records the node's targets in it, brings them
+ * back (cmap_node_up), places spares (cmap_place) and writes everything in
+ * one batch. Whenever chains are formed, a new chain table holding every
+ * chain is created, the root directory's layout is pointed at it (so new
+ * files and directories under the root use it) and it becomes
+ * ns->newest_table. The routing version bumps on every change of nodes,
+ * targets, chains or tables; heartbeats refresh sizes, last-seen times and
+ * the node's lease, and bring back targets that were taken out while the
+ * node still lived.
  *
  * Records (values after the version byte):
  *   N node   : addr str, last_seen i64
  *   T target : node u32, state u8, path str, addr str, total u64, free u64,
  *              last_seen i64
- *   H chain  : version u32, n u8, target ids u32 x n
+ *   H chain  : version u32, n u8, target ids u32 x n, want u8
  *   B table  : n u32, chain ids u32 x n */
 #include <errno.h>
 #include <stdio.h>
@@ -22,7 +26,7 @@
 #include "cleanup.h"
 #include "ns-internal.h"
 
-static void put_target(struct kv_batch *b, const struct cluster_target *t)
+void cluster_put_target(struct kv_batch *b, const struct cluster_target *t)
 {
 	struct wbuf w;
 	struct key k;
@@ -95,7 +99,7 @@ static void put_node(struct kv_batch *b, uint32_t id, const char *addr, int64_t 
 	wbuf_done(&w);
 }
 
-static void put_chain(struct kv_batch *b, const struct strata_chain *c)
+void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c, uint8_t want)
 {
 	struct wbuf w;
 	struct key k;
@@ -106,14 +110,15 @@ static void put_chain(struct kv_batch *b, const struct strata_chain *c)
 	wbuf_put_u8(&w, c->ntargets);
 	for (int i = 0; i < c->ntargets; i++)
 		wbuf_put_u32(&w, c->targets[i]);
+	wbuf_put_u8(&w, want);
 	key_init(&k, K_CHAIN);
 	key_u32(&k, c->chain_id);
 	kv_batch_put(b, k.b, k.len, w.data, w.len);
 	wbuf_done(&w);
 }
 
-static int decode_chain(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-			struct strata_chain *c)
+int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+			 struct strata_chain *c, uint8_t *ret_want)
 {
 	struct rbuf b;
 
@@ -130,6 +135,9 @@ static int decode_chain(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl
 		return -EIO;
 	for (int i = 0; i < c->ntargets; i++)
 		c->targets[i] = rbuf_get_u32(&b);
+	uint8_t want = rbuf_remaining(&b) >= 1 ? rbuf_get_u8(&b) : c->ntargets;
+	if (ret_want)
+		*ret_want = want;
 	return rbuf_done(&b) < 0 ? -EIO : 0;
 }
 
@@ -175,7 +183,7 @@ static int collect_chain(void *ctx, const uint8_t *k, size_t kl, const uint8_t *
 
 	if (grow((void **)&r->chains, r->nchains, sizeof(*r->chains)) < 0)
 		return -ENOMEM;
-	int e = decode_chain(k, kl, v, vl, &r->chains[r->nchains]);
+	int e = cluster_chain_decode(k, kl, v, vl, &r->chains[r->nchains], NULL);
 	if (e == 0)
 		r->nchains++;
 	return e;
@@ -221,6 +229,7 @@ static int routing_locked(struct ns *ns, struct strata_routing *r)
 
 	memset(r, 0, sizeof(*r));
 	r->version = ns->routing_version;
+	r->lease_ms = ns->lease_ms;
 	e = scan_tag(ns, K_TARGET, collect_target, r);
 	if (e == 0)
 		e = scan_tag(ns, K_CHAIN, collect_chain, r);
@@ -240,64 +249,19 @@ int ns_routing(struct ns *ns, struct strata_routing *ret)
 
 /* ---- register ------------------------------------------------------------ */
 
-struct reg {
-	struct kv_batch *b;
-	uint32_t node_id;
-	const char *addr;
-	int64_t now;
-	uint32_t new_chains[NS_MAX_TARGETS];
-	int nnew;
-	bool changed;
-};
-
-/* Records one target; a new one gets an id and its own chain. */
-static int reg_target(struct ns *ns, struct reg *g, struct mgmt_target_info *ti)
-{
-	struct cluster_target t = {0};
-	int r = -ENOENT;
-
-	if (ti->target_id)
-		r = get_target(ns, ti->target_id, &t);
-	if (r < 0 && r != -ENOENT)
-		return r;
-	bool fresh = r == -ENOENT;
-	if (!ti->target_id)
-		ti->target_id = ns->next_target++;
-	else if (ti->target_id >= ns->next_target)
-		ns->next_target = ti->target_id + 1;
-	if (fresh || t.node_id != g->node_id || strcmp(t.addr, g->addr) != 0 ||
-	    t.state != TARGET_SERVING)
-		g->changed = true;
-	t.target_id = ti->target_id;
-	t.node_id = g->node_id;
-	t.state = TARGET_SERVING;
-	snprintf(t.path, sizeof(t.path), "%s", ti->path);
-	snprintf(t.addr, sizeof(t.addr), "%s", g->addr);
-	t.total_bytes = ti->total_bytes;
-	t.free_bytes = ti->free_bytes;
-	t.last_seen_ns = g->now;
-	put_target(g->b, &t);
-	if (fresh) {
-		struct strata_chain c = {ns->next_chain++, 1, 1, {t.target_id}};
-		put_chain(g->b, &c);
-		g->new_chains[g->nnew++] = c.chain_id;
-	}
-	return 0;
-}
-
 static int collect_chain_ids(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v,
 			     size_t vl)
 {
 	struct wbuf *w = ctx;
 
+	(void)v;
+	(void)vl;
 	if (kl == 5)
 		wbuf_put_u32(w, key_get_u32(k + 1));
 	return w->err;
 }
 
-/* A new table of every chain (stored ones plus this batch's), made the
- * newest and the root directory's. */
-static int reg_new_table(struct ns *ns, struct reg *g)
+int cluster_new_table(struct ns *ns, struct kv_batch *b, const uint32_t *extra, int n)
 {
 	uint8_t tag = K_CHAIN;
 	struct wbuf ids, w;
@@ -307,8 +271,8 @@ static int reg_new_table(struct ns *ns, struct reg *g)
 
 	wbuf_init(&ids);
 	r = kv_scan(ns->kv, &tag, 1, NULL, 0, collect_chain_ids, &ids);
-	for (int i = 0; r == 0 && i < g->nnew; i++)
-		wbuf_put_u32(&ids, g->new_chains[i]);
+	for (int i = 0; r == 0 && i < n; i++)
+		wbuf_put_u32(&ids, extra[i]);
 	if (r == 0)
 		r = ids.err ?: ns_get_inode(ns, STRATA_ROOT_INO, &root);
 	if (r == 0) {
@@ -319,18 +283,18 @@ static int reg_new_table(struct ns *ns, struct reg *g)
 		wbuf_put_bytes(&w, ids.data, ids.len);
 		key_init(&k, K_TABLE);
 		key_u32(&k, table);
-		kv_batch_put(g->b, k.b, k.len, w.data, w.len);
+		kv_batch_put(b, k.b, k.len, w.data, w.len);
 		r = w.err;
 		wbuf_done(&w);
 		ns->newest_table = table;
 		root.a.layout.table_id = table;
-		ns_put_inode(g->b, &root);
+		ns_put_inode(b, &root);
 	}
 	wbuf_done(&ids);
 	return r;
 }
 
-static void reg_counters(struct ns *ns, struct kv_batch *b)
+void cluster_put_counters(struct ns *ns, struct kv_batch *b)
 {
 	ns_put_counter(b, "next_node", ns->next_node);
 	ns_put_counter(b, "next_target", ns->next_target);
@@ -340,36 +304,73 @@ static void reg_counters(struct ns *ns, struct kv_batch *b)
 	ns_put_counter(b, "routing_version", ns->routing_version);
 }
 
-static int register_locked(struct ns *ns, struct reg *g, struct mgmt_target_info *targets,
-			   int ntargets)
+/* Records one target of the registering node in the map; a new one gets an
+ * id (it joins a chain in cmap_place). */
+static int reg_target(struct ns *ns, struct cmap *m, uint32_t node_id, const char *addr,
+		      int64_t now, struct mgmt_target_info *ti, bool *changed)
 {
-	int r = 0;
+	struct cluster_target t = {0};
+	bool fresh;
 
-	if (!g->node_id) {
-		g->node_id = ns->next_node++;
-		g->changed = true;
-	} else if (g->node_id >= ns->next_node) {
-		ns->next_node = g->node_id + 1;
-		g->changed = true;
-	}
-	put_node(g->b, g->node_id, g->addr, g->now);
-	for (int i = 0; i < ntargets && r == 0; i++)
-		r = reg_target(ns, g, &targets[i]);
-	if (r == 0 && g->nnew > 0)
-		r = reg_new_table(ns, g);
+	if (!ti->target_id)
+		ti->target_id = ns->next_target++;
+	else if (ti->target_id >= ns->next_target)
+		ns->next_target = ti->target_id + 1;
+	t.target_id = ti->target_id;
+	t.node_id = node_id;
+	t.state = TARGET_SERVING;
+	snprintf(t.path, sizeof(t.path), "%s", ti->path);
+	snprintf(t.addr, sizeof(t.addr), "%s", addr);
+	t.total_bytes = ti->total_bytes;
+	t.free_bytes = ti->free_bytes;
+	t.last_seen_ns = now;
+	int r = cmap_upsert_target(m, &t, &fresh);
+	if (fresh)
+		*changed = true;
+	return r;
+}
+
+static int register_locked(struct ns *ns, struct kv_batch *b, uint32_t *node_id,
+			   const char *addr, struct mgmt_target_info *targets, int ntargets)
+{
+	struct cmap *m = NULL;
+	bool changed = false;
+	int64_t now = ns_now();
+	int r = cmap_load(ns, &m);
+
 	if (r < 0)
 		return r;
-	if (g->changed)
+	if (!*node_id) {
+		*node_id = ns->next_node++;
+		changed = true;
+	} else if (*node_id >= ns->next_node) {
+		ns->next_node = *node_id + 1;
+		changed = true;
+	}
+	put_node(b, *node_id, addr, now);
+	for (int i = 0; i < ntargets && r == 0; i++)
+		r = reg_target(ns, m, *node_id, addr, now, &targets[i], &changed);
+	if (r == 0) {
+		uint32_t ids[NS_MAX_TARGETS];
+		for (int i = 0; i < ntargets; i++)
+			ids[i] = targets[i].target_id;
+		cmap_node_up(m, *node_id, ids, ntargets, true);
+		r = cmap_place(ns, m, b);
+	}
+	if (r == 0 && (cmap_write(m, b) || changed))
 		ns->routing_version++;
-	reg_counters(ns, g->b);
-	return ns_commit(ns, g->b);
+	cmap_free(m);
+	if (r < 0)
+		return r;
+	cluster_put_counters(ns, b);
+	return ns_commit(ns, b);
 }
 
 int ns_register(struct ns *ns, uint32_t *node_id, const char *addr,
 		struct mgmt_target_info *targets, int ntargets)
 {
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	struct reg g = {.b = b, .node_id = *node_id, .addr = addr, .now = ns_now()};
+	uint32_t node = *node_id;
 	int r;
 
 	if (!b)
@@ -378,13 +379,37 @@ int ns_register(struct ns *ns, uint32_t *node_id, const char *addr,
 	    strlen(addr) >= sizeof(((struct strata_target *)0)->addr))
 		return -EINVAL;
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	r = register_locked(ns, &g, targets, ntargets);
-	if (r == 0)
-		*node_id = g.node_id;
+	r = register_locked(ns, b, &node, addr, targets, ntargets);
+	if (r == 0) {
+		*node_id = node;
+		ns_live_touch(ns, node);
+	}
 	return r;
 }
 
 /* ---- heartbeat ----------------------------------------------------------- */
+
+/* A live node whose targets were taken out (a lease that ran out under load,
+ * a failed probe) brings them back: waiting, then resynced. */
+static int returning_locked(struct ns *ns, struct kv_batch *b, uint32_t node_id,
+			    const struct mgmt_target_info *targets, int ntargets)
+{
+	uint32_t ids[NS_MAX_TARGETS];
+	struct cmap *m = NULL;
+	int r = cmap_load(ns, &m);
+
+	if (r < 0)
+		return r;
+	for (int i = 0; i < ntargets; i++)
+		ids[i] = targets[i].target_id;
+	cmap_node_up(m, node_id, ids, ntargets, false);
+	if (cmap_write(m, b)) {
+		ns->routing_version++;
+		cluster_put_counters(ns, b);
+	}
+	cmap_free(m);
+	return 0;
+}
 
 static int heartbeat_locked(struct ns *ns, struct kv_batch *b, uint32_t node_id,
 			    const struct mgmt_target_info *targets, int ntargets)
@@ -406,9 +431,9 @@ static int heartbeat_locked(struct ns *ns, struct kv_batch *b, uint32_t node_id,
 		t.total_bytes = targets[i].total_bytes;
 		t.free_bytes = targets[i].free_bytes;
 		t.last_seen_ns = now;
-		put_target(b, &t);
+		cluster_put_target(b, &t);
 	}
-	return 0;
+	return returning_locked(ns, b, node_id, targets, ntargets);
 }
 
 int ns_heartbeat(struct ns *ns, uint32_t node_id, const struct mgmt_target_info *targets,
@@ -423,6 +448,8 @@ int ns_heartbeat(struct ns *ns, uint32_t node_id, const struct mgmt_target_info 
 		return -EINVAL;
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
 	r = heartbeat_locked(ns, b, node_id, targets, ntargets);
+	if (r == 0)
+		ns_live_touch(ns, node_id);
 	if (r < 0 || kv_batch_count(b) == 0)
 		return r;
 	return ns_commit(ns, b);

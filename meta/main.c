@@ -24,12 +24,13 @@
 struct opts {
 	const char *listen, *db, *addr_file;
 	int log_level;
+	uint32_t lease_ms, replicas, expect_nodes;
 };
 
 struct daemon {
 	struct ns *ns;
 	struct rpc_server *srv;
-	struct ticker *sync_t, *gc_t;
+	struct ticker *sync_t, *gc_t, *lease_t;
 	struct meta_client *mc; /* to ourselves: routing for the chunk client */
 	struct chunk_client *cc;
 	char self[96];
@@ -39,7 +40,9 @@ struct daemon {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: strata-meta --listen HOST:PORT --db DIR [--addr-file F] "
-		   "[--log-level error|warn|info|debug]\n");
+		   "[--log-level error|warn|info|debug]\n"
+		   "                   [--lease-ms MS (3000)] [--replicas N (3)] "
+		   "[--expect-nodes N (1)]\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -48,11 +51,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"listen", required_argument, NULL, 'l'}, {"db", required_argument, NULL, 'd'},
 		{"addr-file", required_argument, NULL, 'a'},
 		{"log-level", required_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+		{"lease-ms", required_argument, NULL, 'L'}, {"replicas", required_argument, NULL, 'R'},
+		{"expect-nodes", required_argument, NULL, 'E'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
 
-	*o = (struct opts){.log_level = LOG_LVL_INFO};
+	*o = (struct opts){.log_level = LOG_LVL_INFO, .lease_ms = NS_DEFAULT_LEASE_MS,
+			   .replicas = NS_DEFAULT_REPLICAS, .expect_nodes = 1};
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'l': o->listen = optarg; break;
@@ -64,6 +70,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				return -EINVAL;
 			}
 			break;
+		case 'L': o->lease_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'R': o->replicas = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'E': o->expect_nodes = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
@@ -144,7 +153,18 @@ static void gc_tick(void *ctx)
 	d->gc_failed_logged = failed > 0;
 }
 
-static int start_background(struct daemon *d)
+static void lease_tick(void *ctx)
+{
+	struct daemon *d = ctx;
+	int n = ns_lease_check(d->ns);
+
+	if (n < 0)
+		log_error_errno(n, "Failed to check node leases");
+	else if (n > 0)
+		log_warn("lease: %d target(s) went silent; taken out of their chains", n);
+}
+
+static int start_background(struct daemon *d, uint32_t lease_ms)
 {
 	int r;
 
@@ -155,6 +175,8 @@ static int start_background(struct daemon *d)
 	r = ticker_start(100, sync_tick, d, &d->sync_t);
 	if (r == 0)
 		r = ticker_start(1000, gc_tick, d, &d->gc_t);
+	if (r == 0)
+		r = ticker_start((int)STRATA_MAX(lease_ms / 6, 50u), lease_tick, d, &d->lease_t);
 	if (r < 0)
 		return log_error_errno(r, "Failed to start background threads");
 	return 0;
@@ -189,6 +211,10 @@ static int start(struct daemon *d, const struct opts *o)
 
 	if (r < 0)
 		return log_error_errno(r, "Failed to open metadata store '%s' (%s)", o->db, why);
+	r = ns_set_cluster_opts(d->ns, o->lease_ms, o->replicas, o->expect_nodes);
+	if (r < 0)
+		return log_error_errno(r, "Bad --lease-ms (>= 200), --replicas (1..%d) or "
+				       "--expect-nodes (>= 1)", STRATA_MAX_REPLICAS);
 	struct rpc_server_opts so = {.name = "meta", .listen = o->listen, .handler = meta_handle,
 				     .ctx = d->ns};
 	r = rpc_server_start(&so, &d->srv);
@@ -197,7 +223,7 @@ static int start(struct daemon *d, const struct opts *o)
 	r = self_addr(o->listen, rpc_server_port(d->srv), d->self, sizeof(d->self));
 	if (r < 0)
 		return log_error_errno(r, "Bad listen address '%s'", o->listen);
-	if ((r = start_background(d)) < 0)
+	if ((r = start_background(d, o->lease_ms)) < 0)
 		return r;
 	if (o->addr_file && (r = write_addr_file(o->addr_file, d->self)) < 0)
 		return log_error_errno(r, "Failed to write '%s'", o->addr_file);
@@ -208,6 +234,7 @@ static int start(struct daemon *d, const struct opts *o)
 static void stop(struct daemon *d)
 {
 	rpc_server_free(d->srv);
+	ticker_stop(d->lease_t);
 	ticker_stop(d->gc_t);
 	ticker_stop(d->sync_t);
 	chunk_client_free(d->cc);

@@ -26,6 +26,12 @@
 #include "ns.h"
 #include "wire.h"
 
+struct ns_live {
+	uint32_t node_id; /* or target id (probes) */
+	int64_t heard_ms;
+};
+#define NS_PROBE_SLOTS 256
+
 /* key tags: first byte of every key */
 enum {
 	K_COUNTER = 'M', /* M name                     -> u64 */
@@ -86,6 +92,19 @@ struct ns {
 	uint32_t newest_table; /* 0: no chain table yet */
 	uint64_t routing_version;
 	_Atomic uint64_t dirty; /* batches written since the last sync */
+	/* replication (chainmap.c): options and in-memory liveness */
+	uint32_t lease_ms, replicas, expect_nodes;
+	pthread_mutex_t live_mu; /* guards the two arrays below */
+	struct ns_live *live;    /* node -> last heartbeat (monotonic ms) */
+	uint32_t nlive, caplive;
+	struct ns_prog *prog; /* target -> resync progress */
+	uint32_t nprog, capprog;
+	struct ns_live probes[NS_PROBE_SLOTS]; /* target -> last probe (ms); see ns_probe_due */
+};
+
+struct ns_prog {
+	uint32_t target_id;
+	uint64_t done, total;
 };
 
 int64_t ns_now(void);
@@ -154,3 +173,29 @@ struct cluster_target {
 	int64_t last_seen_ns;
 };
 int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret);
+void cluster_put_target(struct kv_batch *b, const struct cluster_target *t);
+/* Chain records carry `want` (the replication factor it was formed with)
+ * after the target ids; records without it read as want = n. */
+void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c, uint8_t want);
+int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+			 struct strata_chain *c, uint8_t *ret_want);
+/* Adds to b a new chain table of every stored chain plus extra[0..n), makes
+ * it the newest and the root directory's. */
+int cluster_new_table(struct ns *ns, struct kv_batch *b, const uint32_t *extra, int n);
+void cluster_put_counters(struct ns *ns, struct kv_batch *b);
+
+/* chainmap.c: the in-memory view of targets and chains a mutation edits. */
+struct cmap;
+int cmap_load(struct ns *ns, struct cmap **ret);
+void cmap_free(struct cmap *m);
+/* Inserts or updates a registering target (node, addr, path, sizes). */
+int cmap_upsert_target(struct cmap *m, const struct cluster_target *t, bool *ret_fresh);
+/* The node's targets ids[0..n) come back (restarted: it registered again). */
+void cmap_node_up(struct cmap *m, uint32_t node_id, const uint32_t *ids, int n, bool restarted);
+/* Takes every target of the node out of its chains (offline, at the end). */
+void cmap_node_down(struct cmap *m, uint32_t node_id);
+/* Puts targets in no chain into chains (replacements, then new chains). */
+int cmap_place(struct ns *ns, struct cmap *m, struct kv_batch *b);
+/* Writes changed records to b; returns true if anything routing-relevant changed. */
+bool cmap_write(struct cmap *m, struct kv_batch *b);
+void ns_live_touch(struct ns *ns, uint32_t node_id);

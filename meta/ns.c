@@ -321,6 +321,10 @@ int ns_open(const char *dir, struct ns **ret, char *why, size_t why_cap)
 	if (!ns)
 		return -ENOMEM;
 	pthread_mutex_init(&ns->mu, NULL);
+	pthread_mutex_init(&ns->live_mu, NULL);
+	ns->lease_ms = NS_DEFAULT_LEASE_MS;
+	ns->replicas = NS_DEFAULT_REPLICAS;
+	ns->expect_nodes = 1;
 	r = kv_open(dir, &ns->kv, why, why_cap);
 	if (r == 0)
 		r = load_counters(ns);
@@ -345,6 +349,9 @@ void ns_close(struct ns *ns)
 		return;
 	kv_close(ns->kv);
 	pthread_mutex_destroy(&ns->mu);
+	pthread_mutex_destroy(&ns->live_mu);
+	free(ns->live);
+	free(ns->prog);
 	free(ns);
 }
 

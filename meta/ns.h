@@ -102,3 +102,25 @@ int ns_heartbeat(struct ns *ns, uint32_t node_id, const struct mgmt_target_info 
 /* Fills *ret with heap arrays; release with strata_routing_done. */
 int ns_routing(struct ns *ns, struct strata_routing *ret);
 
+/* ---- replication (chainmap.c; README.md "Chains and failures") ---------- */
+#define NS_DEFAULT_LEASE_MS 3000
+#define NS_DEFAULT_REPLICAS 3
+/* lease_ms: a node silent that long is taken out of its chains (>= 200).
+ * replicas: wanted replication factor of new chains (1..STRATA_MAX_REPLICAS).
+ * expect_nodes: no chain is formed before that many nodes registered (>= 1).
+ * Call before serving. Returns 0 or -EINVAL. */
+int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas,
+			uint32_t expect_nodes);
+/* Takes out of their chains the nodes whose lease ran out; returns how many. */
+int ns_lease_check(struct ns *ns);
+/* True if target_id was not probed in the last NS_PROBE_EVERY_MS (and
+ * records this probe): failure reports of one target cost one probe. */
+#define NS_PROBE_EVERY_MS 1000
+bool ns_probe_due(struct ns *ns, uint32_t target_id);
+/* Fails the node holding target_id at once (a probe of it failed). */
+int ns_fail_target_node(struct ns *ns, uint32_t target_id);
+/* Resync progress or completion (see mgmt_sync_done). */
+int ns_sync_done(struct ns *ns, const struct mgmt_sync *s);
+/* The admin view; release with mgmt_cluster_done. */
+int ns_cluster(struct ns *ns, struct mgmt_cluster *ret);
+

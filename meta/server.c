@@ -5,8 +5,12 @@
  * a short function that calls ns_* and encodes the reply. Management
  * messages have their own request struct (heap: it holds up to 64 targets). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cleanup.h"
+#include "log.h"
+#include "rpc.h"
 #include "meta_proto.h"
 #include "ns.h"
 #include "proto.h"
@@ -299,6 +303,73 @@ static int handle_mgmt(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 	return ns_heartbeat(ns, q->node_id, q->targets, q->ntargets);
 }
 
+/* Is the chunkserver holding target_id reachable? 0 if it answers a PING
+ * within PROBE_TIMEOUT_MS, else the transport error. */
+#define PROBE_TIMEOUT_MS 500
+static int probe_target(struct ns *ns, uint32_t target_id)
+{
+	struct strata_routing rt;
+	char addr[64] = "";
+	int r = ns_routing(ns, &rt);
+
+	if (r < 0)
+		return r;
+	for (uint32_t i = 0; i < rt.ntargets; i++)
+		if (rt.targets[i].target_id == target_id)
+			snprintf(addr, sizeof(addr), "%s", rt.targets[i].addr);
+	strata_routing_done(&rt);
+	if (!addr[0])
+		return -ENOENT;
+	struct rpc_client_opts o = {.timeout_ms = PROBE_TIMEOUT_MS,
+				    .connect_timeout_ms = PROBE_TIMEOUT_MS, .max_conns = 1};
+	struct rpc_client *c = rpc_client_new(addr, &o);
+	struct rpc_reply rep = {0};
+	if (!c)
+		return -ENOMEM;
+	r = rpc_call(c, MSG_CHUNK_PING, NULL, 0, &rep);
+	rpc_reply_done(&rep);
+	rpc_client_free(c);
+	return r;
+}
+
+/* Replication messages: failure reports, resync progress, the admin view. */
+static int handle_repl(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *w)
+{
+	struct mgmt_cluster c;
+	struct mgmt_sync s;
+	int r;
+
+	switch (type) {
+	case MSG_MGMT_REPORT: {
+		uint32_t id = rbuf_get_u32(req);
+		if (rbuf_done(req) < 0)
+			return -EBADMSG;
+		if (!ns_probe_due(ns, id))
+			return 0; /* probed a moment ago */
+		r = probe_target(ns, id);
+		if (r == 0 || r == -ENOENT)
+			return 0;
+		log_warn("target %u did not answer a probe (%s): taking its node out of its chains",
+			 id, strerror(-r));
+		return ns_fail_target_node(ns, id);
+	}
+	case MSG_MGMT_SYNC_DONE:
+		if (mgmt_sync_get(req, &s) < 0)
+			return -EBADMSG;
+		r = ns_sync_done(ns, &s);
+		if (r == 0 && s.finished)
+			log_info("target %u synced on chain %u: serving", s.target_id, s.chain_id);
+		return r;
+	case MSG_MGMT_NODES:
+		if ((r = ns_cluster(ns, &c)) < 0)
+			return r;
+		mgmt_cluster_put(w, &c);
+		mgmt_cluster_done(&c);
+		return w->err;
+	}
+	return -EOPNOTSUPP;
+}
+
 int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		const struct rpc_peer *peer)
 {
@@ -306,5 +377,7 @@ int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 
 	if (type >= MSG_MGMT_REGISTER && type <= MSG_MGMT_ROUTING)
 		return handle_mgmt(ns, type, req, reply);
+	if (type >= MSG_MGMT_REPORT && type <= MSG_MGMT_NODES)
+		return handle_repl(ns, type, req, reply);
 	return handle_meta(ns, type, req, reply);
 }

@@ -24,7 +24,7 @@
 #define CLI_PATH 4096
 
 struct cli_home {
-	char home[CLI_PATH];  /* absolute */
+	char home[CLI_PATH];   /* absolute */
 	char bindir[CLI_PATH]; /* where strata-meta & co. live */
 	char mount[CLI_PATH];
 	int nodes;   /* chunkservers */
@@ -37,8 +37,8 @@ struct cli_home {
 enum cli_kind { D_META, D_CS, D_FUSE };
 struct cli_daemon {
 	enum cli_kind kind;
-	int index;          /* chunkserver number, 1-based */
-	char name[16];      /* "meta", "cs1", "fuse" */
+	int index;	    /* chunkserver number, 1-based */
+	char name[16];	    /* "meta", "cs1", "fuse" */
 	const char *binary; /* "strata-meta", ... */
 };
 
@@ -64,7 +64,7 @@ int cli_home_save(const struct cli_home *h);
 int cli_home_create(const struct cli_home *h);
 /* Path helpers: snprintf into buf[CLI_PATH]; return buf. */
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* Number of daemons (meta + nodes + fuse) and the i-th of them. */
 int cli_daemon_count(const struct cli_home *h);
 void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret);
@@ -120,3 +120,6 @@ int cli_tcp_probe(const char *addr, int timeout_ms);
 int cmd_up(int argc, char **argv);
 int cmd_down(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_admin(int argc, char **argv);
+int cmd_image(int argc, char **argv);
+int cmd_sandbox(int argc, char **argv);

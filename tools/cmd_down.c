@@ -25,10 +25,10 @@ static void usage(FILE *f)
 int cmd_down(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "home", required_argument, NULL, 'H' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{},
+	    {"home", required_argument, NULL, 'H'},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"help", no_argument, NULL, 'h'},
+	    {},
 	};
 	struct cli_home h;
 	const char *home = NULL;
@@ -43,7 +43,8 @@ int cmd_down(int argc, char **argv)
 			break;
 		case 'T':
 			if (cli_parse_int(optarg, 1, 3600, &timeout_s) < 0) {
-				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'", optarg);
+				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'",
+					optarg);
 				return 2;
 			}
 			break;
@@ -68,6 +69,14 @@ int cmd_down(int argc, char **argv)
 		return 0;
 	}
 
+	/* Which daemons run now (strata-fuse exits by itself once unmounted). */
+	bool was_alive[CLI_MAX_NODES + 2];
+	for (int i = 0; i < cli_daemon_count(&h); i++) {
+		struct cli_daemon d;
+		cli_daemon_get(&h, i, &d);
+		was_alive[i] = cli_pid_alive(cli_daemon_pid(&h, &d), d.binary);
+	}
+
 	/* Unmount while strata-fuse still runs, so it can exit on its own. */
 	enum cli_mount_state ms = cli_mount_state(h.mount);
 	if (ms == MNT_OK || ms == MNT_STALE) {
@@ -90,8 +99,9 @@ int cmd_down(int argc, char **argv)
 				failed++;
 				continue;
 			}
-			stopped++;
 		}
+		if (was_alive[i])
+			stopped++;
 		unlink(cli_path(path, &h, "run/%s.pid", d.name));
 	}
 	/* The fuse daemon may have left the mount behind if it was killed. */

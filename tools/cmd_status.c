@@ -44,10 +44,10 @@ static void json_str(const char *s)
 int cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "home", required_argument, NULL, 'H' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{},
+	    {"home", required_argument, NULL, 'H'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {},
 	};
 	struct cli_home h;
 	const char *home = NULL;
@@ -126,7 +126,8 @@ int cmd_status(int argc, char **argv)
 			json_str(addr);
 			printf(",\"state\":\"%s\"}", state);
 		} else {
-			printf("  %-6s %-8d %-22s %s\n", d.name, (int)pid, addr[0] ? addr : "-", state);
+			printf("  %-6s %-8d %-22s %s\n", d.name, (int)pid, addr[0] ? addr : "-",
+			       state);
 		}
 	}
 	if (ms != MNT_OK)

@@ -29,22 +29,23 @@ struct up_ctx {
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: strata up [--home DIR] [--mount DIR] [--nodes N] [--targets M] [--replicas R]\n"
-		"\n"
-		"Starts a single-node cluster (strata-meta, N chunkservers with M targets each,\n"
-		"strata-fuse) from the home DIR, or repairs one whose daemons died.\n"
-		"\n"
-		"  --home DIR      cluster home (default $STRATA_HOME, else ./.strata)\n"
-		"  --mount DIR     mount point (default <home>/mnt)\n"
-		"  --nodes N       chunkservers (default 1, at most %d)\n"
-		"  --targets M     target directories per chunkserver (default 2, at most %d)\n"
-		"  --replicas R    replicas per chain (default 1; stored for later)\n"
-		"  --timeout S     seconds to wait for each daemon (default 60)\n"
-		"\n"
-		"Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
-		"Writes <home>/cluster.env (STRATA_META, STRATA_MOUNT) for clients.\n",
-		CLI_MAX_NODES, CLI_MAX_TARGETS);
+	fprintf(
+	    f,
+	    "Usage: strata up [--home DIR] [--mount DIR] [--nodes N] [--targets M] [--replicas R]\n"
+	    "\n"
+	    "Starts a single-node cluster (strata-meta, N chunkservers with M targets each,\n"
+	    "strata-fuse) from the home DIR, or repairs one whose daemons died.\n"
+	    "\n"
+	    "  --home DIR      cluster home (default $STRATA_HOME, else ./.strata)\n"
+	    "  --mount DIR     mount point (default <home>/mnt)\n"
+	    "  --nodes N       chunkservers (default 1, at most %d)\n"
+	    "  --targets M     target directories per chunkserver (default 2, at most %d)\n"
+	    "  --replicas R    replicas per chain, on distinct nodes (default min(3, N))\n"
+	    "  --timeout S     seconds to wait for each daemon (default 60)\n"
+	    "\n"
+	    "Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
+	    "Writes <home>/cluster.env (STRATA_META, STRATA_MOUNT) for clients.\n",
+	    CLI_MAX_NODES, CLI_MAX_TARGETS);
 }
 
 /* The last non-empty line of a log, for a one-line error. */
@@ -84,6 +85,28 @@ static int write_pid(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
 	return cli_write_file(cli_path(path, &c->h, "run/%s.pid", d->name), buf);
 }
 
+/* True if `bin --help` mentions opt: options added to a daemon after the
+ * command-line contract (CONVENTIONS.md) are passed only to binaries that
+ * know them. */
+static bool binary_has_option(const char *bin, const char *opt)
+{
+	char cmd[CLI_PATH + 64], line[512];
+	bool found = false;
+	FILE *p;
+
+	if (strchr(bin, '\''))
+		return false;
+	snprintf(cmd, sizeof(cmd), "'%s' --help 2>&1", bin);
+	p = popen(cmd, "re");
+	if (!p)
+		return false;
+	while (fgets(line, sizeof(line), p))
+		if (strstr(line, opt))
+			found = true;
+	pclose(p);
+	return found;
+}
+
 /* Starts d with its command line; for daemons with an addr file, waits until
  * it is written. listen is "" for daemons that do not listen. */
 static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char *listen,
@@ -91,6 +114,7 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 {
 	char bin[CLI_PATH + 32], log[CLI_PATH], addrf[CLI_PATH], db[CLI_PATH];
 	char tdirs[CLI_MAX_TARGETS][CLI_PATH], cache[CLI_PATH], client_id[64];
+	char replicas[16], nodes[16];
 	char *argv[32];
 	int a = 0;
 	pid_t pid;
@@ -113,6 +137,14 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		argv[a++] = cli_path(db, &c->h, "meta/db");
 		argv[a++] = "--addr-file";
 		argv[a++] = addrf;
+		if (binary_has_option(bin, "--replicas")) {
+			snprintf(replicas, sizeof(replicas), "%d", c->h.replicas);
+			snprintf(nodes, sizeof(nodes), "%d", c->h.nodes);
+			argv[a++] = "--replicas";
+			argv[a++] = replicas;
+			argv[a++] = "--expect-nodes";
+			argv[a++] = nodes;
+		}
 		break;
 	case D_CS:
 		argv[a++] = "--listen";
@@ -274,8 +306,10 @@ static int up_chunkservers(struct up_ctx *c)
 				cli_err(VERB, "cannot read routing from strata-meta at %s: %s",
 					c->meta_addr, strerror(-r));
 			else
-				cli_err(VERB, "only %d of %d targets registered with strata-meta after %d s",
-					r, want, c->timeout_ms / 1000);
+				cli_err(
+				    VERB,
+				    "only %d of %d targets registered with strata-meta after %d s",
+				    r, want, c->timeout_ms / 1000);
 			return -ETIMEDOUT;
 		}
 		cli_sleep_ms(100);
@@ -339,8 +373,8 @@ static int write_env(struct up_ctx *c)
 {
 	char path[CLI_PATH], text[3 * CLI_PATH];
 
-	snprintf(text, sizeof(text), "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\n",
-		 c->h.home, c->meta_addr, c->h.mount);
+	snprintf(text, sizeof(text), "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\n", c->h.home,
+		 c->meta_addr, c->h.mount);
 	return cli_write_file(cli_path(path, &c->h, "cluster.env"), text);
 }
 
@@ -372,14 +406,10 @@ static void print_summary(struct up_ctx *c)
 int cmd_up(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "home", required_argument, NULL, 'H' },
-		{ "mount", required_argument, NULL, 'm' },
-		{ "nodes", required_argument, NULL, 'n' },
-		{ "targets", required_argument, NULL, 't' },
-		{ "replicas", required_argument, NULL, 'r' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{},
+	    {"home", required_argument, NULL, 'H'},	{"mount", required_argument, NULL, 'm'},
+	    {"nodes", required_argument, NULL, 'n'},	{"targets", required_argument, NULL, 't'},
+	    {"replicas", required_argument, NULL, 'r'}, {"timeout", required_argument, NULL, 'T'},
+	    {"help", no_argument, NULL, 'h'},		{},
 	};
 	struct up_ctx c;
 	const char *home = NULL, *mount = NULL;
@@ -419,7 +449,8 @@ int cmd_up(int argc, char **argv)
 			break;
 		case 'T':
 			if (cli_parse_int(optarg, 1, 3600, &timeout_s) < 0) {
-				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'", optarg);
+				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'",
+					optarg);
 				return 2;
 			}
 			break;
@@ -439,8 +470,10 @@ int cmd_up(int argc, char **argv)
 		cli_err(VERB, "bad home directory: %s", strerror(-r));
 		return 1;
 	}
-	if (c.h.have_conf && ((nodes && nodes != c.h.nodes) || (targets && targets != c.h.targets))) {
-		cli_err(VERB, "%s was created with --nodes %d --targets %d; remove it to change that",
+	if (c.h.have_conf &&
+	    ((nodes && nodes != c.h.nodes) || (targets && targets != c.h.targets))) {
+		cli_err(VERB,
+			"%s was created with --nodes %d --targets %d; remove it to change that",
 			c.h.home, c.h.nodes, c.h.targets);
 		return 1;
 	}
@@ -450,9 +483,12 @@ int cmd_up(int argc, char **argv)
 		c.h.targets = targets;
 	if (replicas)
 		c.h.replicas = replicas;
-	if (c.h.replicas > c.h.nodes * c.h.targets) {
-		cli_err(VERB, "--replicas %d needs at least %d targets (have %d)", c.h.replicas,
-			c.h.replicas, c.h.nodes * c.h.targets);
+	else if (!c.h.have_conf)
+		c.h.replicas = c.h.nodes < 3 ? c.h.nodes : 3; /* chains on distinct nodes */
+	if (c.h.replicas > c.h.nodes) {
+		cli_err(VERB,
+			"--replicas %d needs at least %d nodes (replicas live on distinct nodes)",
+			c.h.replicas, c.h.replicas);
 		return 1;
 	}
 	if (mount) {

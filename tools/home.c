@@ -217,8 +217,7 @@ int cli_home_resolve(const char *home_opt, struct cli_home *ret)
 		else if (!strcmp(line, "targets") &&
 			 cli_parse_int(val, 1, CLI_MAX_TARGETS, &v) == 0)
 			ret->targets = v;
-		else if (!strcmp(line, "replicas") &&
-			 cli_parse_int(val, 1, CLI_MAX_NODES, &v) == 0)
+		else if (!strcmp(line, "replicas") && cli_parse_int(val, 1, CLI_MAX_NODES, &v) == 0)
 			ret->replicas = v;
 		else if (!strcmp(line, "mount") && val[0] == '/')
 			snprintf(ret->mount, sizeof(ret->mount), "%s", val);

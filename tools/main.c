@@ -13,9 +13,12 @@ struct verb {
 };
 
 static const struct verb verbs[] = {
-	{ "up", cmd_up, "start (or repair) a single-node cluster" },
-	{ "down", cmd_down, "unmount and stop the cluster" },
-	{ "status", cmd_status, "show the daemons, their addresses and the mount" },
+    {"up", cmd_up, "start (or repair) a single-node cluster"},
+    {"down", cmd_down, "unmount and stop the cluster"},
+    {"admin", cmd_admin, "cluster map: nodes, targets, chains; replica verify"},
+    {"status", cmd_status, "show the daemons, their addresses and the mount"},
+    {"image", cmd_image, "import, pull, list, remove, prefetch and mount images"},
+    {"sandbox", cmd_sandbox, "create, exec in, list and remove sandboxes"},
 };
 
 static void usage(FILE *f)
@@ -23,7 +26,8 @@ static void usage(FILE *f)
 	fprintf(f, "Usage: strata VERB [OPTIONS]   (strata VERB --help for each)\n\nVerbs:\n");
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
 		fprintf(f, "  %-8s %s\n", verbs[i].name, verbs[i].summary);
-	fprintf(f, "\nThe cluster is found through --home DIR or $STRATA_HOME (default ./.strata).\n");
+	fprintf(f,
+		"\nThe cluster is found through --home DIR or $STRATA_HOME (default ./.strata).\n");
 }
 
 int main(int argc, char **argv)

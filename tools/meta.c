@@ -42,14 +42,15 @@ static int split_addr(const char *addr, char *host, size_t hcap, char *port, siz
 int cli_tcp_probe(const char *addr, int timeout_ms)
 {
 	char host[256], port[16];
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
 	int r;
 
 	if (split_addr(addr, host, sizeof(host), port, sizeof(port)) < 0)
 		return -EINVAL;
 	if (getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, &ai) != 0 || !ai)
 		return -EHOSTUNREACH;
-	_cleanup_close_ int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	_cleanup_close_ int fd =
+	    socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		r = -errno;
 		freeaddrinfo(ai);
@@ -61,7 +62,7 @@ int cli_tcp_probe(const char *addr, int timeout_ms)
 		return 0;
 	if (errno != EINPROGRESS)
 		return -errno;
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	struct pollfd p = {.fd = fd, .events = POLLOUT};
 	if (poll(&p, 1, timeout_ms) <= 0)
 		return -ETIMEDOUT;
 	int err = 0;
@@ -74,7 +75,7 @@ int cli_tcp_probe(const char *addr, int timeout_ms)
 #ifdef STRATA_HAVE_META_CLIENT
 static struct meta_client *client(const char *addr)
 {
-	struct rpc_client_opts o = { .timeout_ms = 2000, .connect_timeout_ms = 1000, .max_conns = 1 };
+	struct rpc_client_opts o = {.timeout_ms = 2000, .connect_timeout_ms = 1000, .max_conns = 1};
 	return meta_client_new(addr, "strata-cli", &o);
 }
 

@@ -13,7 +13,9 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/close_range.h>
 #include <time.h>
 #include <unistd.h>
 #include "cleanup.h"
@@ -30,7 +32,7 @@ long long cli_now_ms(void)
 
 void cli_sleep_ms(int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
 }
@@ -103,6 +105,12 @@ pid_t cli_spawn(char *const argv[], const char *logpath)
 			close(in);
 		if (log > 2)
 			close(log);
+		/* Nothing else we hold (a caller's pipes, sockets) may outlive us in
+		 * the daemon: mark every other fd close-on-exec. */
+		if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) < 0)
+			for (int fd = 3; fd < 1024; fd++)
+				if (fd != errpipe[1])
+					fcntl(fd, F_SETFD, FD_CLOEXEC);
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);

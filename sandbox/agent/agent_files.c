@@ -12,7 +12,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -235,12 +234,61 @@ void ag_file_mkdir(struct agent *a, uint32_t id, const void *p, size_t len)
 	ag_reply_status(a, AG_T_MKDIR, id, err);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* Recursive remove, post-order, without leaving the file system of the
+ * directory being removed. The walk does not compare st_dev (overlayfs
+ * reports each non-directory's st_dev from its layer, so an st_dev test
+ * such as nftw's FTW_MOUNT skips every file that came from the image or
+ * the upper layer); it asks statx whether a sub-directory is a mount root
+ * and refuses (-EBUSY) to remove one. Symlinks are removed, not followed.
+ * Depth is bounded so that a hostile tree cannot exhaust fds or stack. */
+#define RM_MAX_DEPTH 256
+
+static int rm_tree_at(int dfd, const char *name, int depth);
+
+static int rm_children(int fd, int depth)
 {
-	(void)st;
-	(void)ftw;
-	int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-	return r < 0 ? -errno : 0;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	int err = 0;
+	struct dirent *de;
+	errno = 0;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		int r = rm_tree_at(dirfd(d), de->d_name, depth + 1);
+		if (r < 0 && !err && r != -ENOENT)
+			err = r;
+		errno = 0;
+	}
+	if (!err && errno)
+		err = -errno;
+	closedir(d);
+	return err;
+}
+
+static int rm_tree_at(int dfd, const char *name, int depth)
+{
+	struct statx stx;
+	if (statx(dfd, name, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &stx) < 0)
+		return -errno;
+	if (!S_ISDIR(stx.stx_mode))
+		return unlinkat(dfd, name, 0) < 0 ? -errno : 0;
+	if ((stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+	    (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+		return -EBUSY;
+	if (depth >= RM_MAX_DEPTH)
+		return -ELOOP;
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int err = rm_children(fd, depth);
+	if (err < 0)
+		return err;
+	return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }
 
 void ag_file_remove(struct agent *a, uint32_t id, const void *p, size_t len)
@@ -254,9 +302,7 @@ void ag_file_remove(struct agent *a, uint32_t id, const void *p, size_t len)
 	if (!err && lstat(path, &st) < 0)
 		err = -errno;
 	if (!err && S_ISDIR(st.st_mode) && recursive) {
-		err = nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-		if (err == -1) /* nftw's own failure; rm_one returns -errno < -1 */
-			err = errno ? -errno : -EIO;
+		err = rm_tree_at(AT_FDCWD, path, 0);
 	} else if (!err && S_ISDIR(st.st_mode))
 		err = rmdir(path) < 0 ? -errno : 0;
 	else if (!err)

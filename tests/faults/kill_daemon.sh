@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# tests/faults/kill_daemon.sh NAME — kill -9 one daemon (meta or cs1) while a
-# workload writes and fsyncs files on the mount; `strata up` must bring it
-# back (on the same address), every fsync-acknowledged file must be intact
-# and the mount must answer and accept writes again.
+# tests/faults/kill_daemon.sh NAME [MODE [UP ARGS...]] — kill -9 one daemon
+# (meta, cs1, ...) while a workload writes and fsyncs files on the mount;
+# `strata up` must bring it back (on the same address), every
+# fsync-acknowledged file must be intact and the mount must answer and accept
+# writes again.
+# MODE "survive" (with replicas, e.g. `cs2 survive --nodes 3 --replicas 3`):
+# while the daemon is still down the workload must keep making progress and
+# every file acknowledged so far must read back intact.
 set -euo pipefail
 name=$1
+mode=${2:-restart}
+shift $(($# >= 2 ? 2 : 1))
 . "${STRATA_SRC:-$(dirname "$0")/../..}/tests/lib/cluster.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 cluster_require
-cluster_start
+cluster_start "$@"
 
 work=$CLUSTER_TMP/work
 mkdir -p "$work"
@@ -37,6 +43,21 @@ grep -q "$name .* dead" "$work/status.out" || {
 	cat "$work/status.out" >&2
 	cluster_fail "strata status does not report $name as dead"
 }
+
+if [ "$mode" = survive ]; then
+	down_at=$(wc -l <"$ack")
+	cluster_log "$name is down: the workload must go on ($down_at acknowledged so far)"
+	deadline=$((SECONDS + 60))
+	while [ "$(wc -l <"$ack")" -lt $((down_at + 5)) ]; do
+		[ $SECONDS -lt $deadline ] || cluster_fail "fewer than 5 files acknowledged in 60 s with $name down"
+		kill -0 $writer 2>/dev/null || cluster_fail "the workload died: $(cat "$work/writer.out")"
+		sleep 0.2
+	done
+	cp "$ack" "$work/ack.down"
+	cluster_log "reading every acknowledged file with $name still down"
+	python3 "$here/workload.py" verify "$MNT/w" "$work/ack.down" ||
+		cluster_fail "acknowledged files unreadable or damaged with $name down"
+fi
 
 cluster_log "strata up: restarting $name"
 cluster_up

@@ -58,7 +58,7 @@ static int dial(void)
 {
 	char host[256];
 	const char *colon = strrchr(g_addr, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
 	size_t hl = (size_t)(colon - g_addr);
 	int fd;
 
@@ -119,7 +119,7 @@ static int recv_exact(int fd, void *p, size_t n, int timeout_ms)
 {
 	uint8_t *b = p;
 	while (n) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
 		int r = poll(&pf, 1, timeout_ms);
 		if (r == 0)
 			return -ETIMEDOUT;
@@ -361,7 +361,8 @@ int main(int argc, char **argv)
 	begin("every known type with an empty payload");
 	fd = dial();
 	for (int i = 0; i < ntypes; i++) {
-		n = frame(buf, types[i], WIRE_MAJOR, WIRE_MINOR, 100 + (uint64_t)i, NULL, 0, 0, false);
+		n = frame(buf, types[i], WIRE_MAJOR, WIRE_MINOR, 100 + (uint64_t)i, NULL, 0, 0,
+			  false);
 		send_all(fd, buf, n);
 		r = read_reply(fd, 5000, &st, &rid);
 		if (r < 0)
@@ -408,7 +409,8 @@ int main(int argc, char **argv)
 		if (r < 0)
 			fail("type 0x%04x, %u random bytes: %s", t, len, strerror(-r));
 		if (rid != 1000 + (uint64_t)round)
-			fail("reply req_id %llu for request %d", (unsigned long long)rid, 1000 + round);
+			fail("reply req_id %llu for request %d", (unsigned long long)rid,
+			     1000 + round);
 	}
 	ping_on(fd, "same connection after random payloads");
 	close(fd);
@@ -419,7 +421,7 @@ int main(int argc, char **argv)
 	n = frame(buf, g_ping, WIRE_MAJOR, WIRE_MINOR, 11, NULL, 0, 0, false);
 	for (size_t i = 0; i < n; i++) {
 		send_all(fd, buf + i, 1);
-		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		struct timespec ts = {0, 5 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
 	if (read_reply(fd, 5000, &st, &rid) < 0 || st != 0)

@@ -32,8 +32,8 @@
 #define STRATA_MINU(a, b) ((a) < (b) ? (a) : (b))
 
 static uint64_t g_rng;
-static uint8_t *g_model;  /* expected content, MAXLEN bytes */
-static uint64_t g_size;   /* expected size */
+static uint8_t *g_model; /* expected content, MAXLEN bytes */
+static uint64_t g_size;	 /* expected size */
 static uint64_t g_maxlen = 8ull * CHUNK;
 static uint64_t g_seed;
 static long g_op;
@@ -147,8 +147,7 @@ static void check_size(const char *when)
 	if (fstat(g_fd, &st) < 0)
 		die("fstat: %s", strerror(errno));
 	if ((uint64_t)st.st_size != g_size)
-		die("size %s: expected %" PRIu64 ", got %lld", when, g_size,
-		    (long long)st.st_size);
+		die("size %s: expected %" PRIu64 ", got %lld", when, g_size, (long long)st.st_size);
 }
 
 static void compare_fd(int fd, uint64_t off, uint64_t len, const char *what)
@@ -172,8 +171,8 @@ static void compare_fd(int fd, uint64_t off, uint64_t len, const char *what)
 			uint64_t bad = off + i, end = bad;
 			while (end < off + got && g_buf[end - off] != g_model[end])
 				end++;
-			die("%s: content differs at offset %" PRIu64 " (chunk %" PRIu64
-			    " +%" PRIu64 ") for %" PRIu64 "+ bytes: expected 0x%02x, got 0x%02x",
+			die("%s: content differs at offset %" PRIu64 " (chunk %" PRIu64 " +%" PRIu64
+			    ") for %" PRIu64 "+ bytes: expected 0x%02x, got 0x%02x",
 			    what, bad, bad / CHUNK, bad % CHUNK, end - bad, g_model[bad], g_buf[i]);
 		}
 	}

@@ -19,9 +19,15 @@ strata)
 	cluster_require
 	cluster_start
 	"$fsx" -n "$ops" "${seed_args[@]}" "$MNT"
-	# A second, independent sequence on a fresh open after the first: the
-	# mount must still answer.
-	"$fsx" -n $((ops / 3)) -l $((3 * 1024 * 1024)) "$MNT"
+	# Then two independent sequences at once (different files, same mount).
+	"$fsx" -n $((ops / 4)) -l $((3 * 1024 * 1024)) "$MNT" &
+	p1=$!
+	"$fsx" -n $((ops / 4)) -l $((5 * 1024 * 1024)) "$MNT" &
+	p2=$!
+	rc=0
+	wait $p1 || rc=1
+	wait $p2 || rc=1
+	[ $rc -eq 0 ] || cluster_fail "a concurrent fsx run failed"
 	;;
 *)
 	echo "usage: run.sh FSX local|strata OPS" >&2

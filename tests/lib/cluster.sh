@@ -60,7 +60,7 @@ _cluster_pids_of() {
 	local p cmd
 	for p in /proc/[0-9]*; do
 		[ "${p#/proc/}" = "$$" ] && continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+		cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
 		case "$cmd" in
 		*"$1"*) echo "${p#/proc/}" ;;
 		esac
@@ -77,13 +77,11 @@ cluster_dump_logs() {
 	done
 }
 
-cluster_teardown() {
-	local rc=$? m p
-	trap - EXIT INT TERM
-	[ -n "$CLUSTER_TMP" ] || exit $rc
-	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
-		cluster_dump_logs
-	fi
+# Stops and removes everything of the cluster in $CLUSTER_TMP: `strata down`,
+# lazy unmount of whatever is mounted below, SIGKILL for processes naming the
+# dir, then the dir itself (unless KEEP_HOME=1).
+_cluster_cleanup() {
+	local m p
 	timeout 60 "$STRATA" down --home "$STRATA_HOME" --timeout 10 >/dev/null 2>&1 || true
 	for m in $(_cluster_mounts_under "$CLUSTER_TMP"); do
 		umount -l "$m" 2>/dev/null || true
@@ -98,7 +96,32 @@ cluster_teardown() {
 	else
 		echo "warning: mounts remain under $CLUSTER_TMP, not removing it" >&2
 	fi
+}
+
+cluster_teardown() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$CLUSTER_TMP" ] || exit $rc
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+		cluster_dump_logs
+	fi
+	_cluster_cleanup
 	exit $rc
+}
+
+# A detached guard that cleans up if the test shell dies without running its
+# EXIT trap (SIGKILL, e.g. a ctest timeout): the daemons run in their own
+# sessions and would otherwise outlive it, mounted. The normal teardown kills
+# the guard (its command line names the temp dir).
+_cluster_start_guard() {
+	[ "${KEEP_HOME:-0}" = 1 ] && return 0
+	setsid bash -c '
+		. "$1"
+		parent=$2 CLUSTER_TMP=$3 STRATA_HOME=$4 STRATA=$5
+		while kill -0 "$parent" 2>/dev/null; do sleep 1; done
+		[ -d "$CLUSTER_TMP" ] && _cluster_cleanup
+	' strata-test-guard "${BASH_SOURCE[0]}" "$$" "$CLUSTER_TMP" "$STRATA_HOME" "$STRATA" \
+		</dev/null >/dev/null 2>&1 &
 }
 
 # Creates the temp dir and the trap; does not start anything.
@@ -109,6 +132,7 @@ cluster_prepare() {
 	MNT="$STRATA_HOME/mnt"
 	trap cluster_teardown EXIT
 	trap 'exit 130' INT TERM
+	_cluster_start_guard
 }
 
 # Reads cluster.env into STRATA_META / MNT.

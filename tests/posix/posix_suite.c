@@ -70,10 +70,32 @@ static const char *errname(int e)
 #define E(x)                                                                                       \
 	case x:                                                                                    \
 		return #x
-		E(EPERM); E(ENOENT); E(EIO); E(EBADF); E(EACCES); E(EBUSY); E(EEXIST); E(EXDEV);
-		E(ENOTDIR); E(EISDIR); E(EINVAL); E(ENOSPC); E(EROFS); E(EMLINK); E(ERANGE);
-		E(ENAMETOOLONG); E(ENOSYS); E(ENOTEMPTY); E(ELOOP); E(ENODATA); E(ENOTSUP);
-		E(ETIMEDOUT); E(ENOTCONN); E(EFBIG); E(EOVERFLOW); E(E2BIG);
+		E(EPERM);
+		E(ENOENT);
+		E(EIO);
+		E(EBADF);
+		E(EACCES);
+		E(EBUSY);
+		E(EEXIST);
+		E(EXDEV);
+		E(ENOTDIR);
+		E(EISDIR);
+		E(EINVAL);
+		E(ENOSPC);
+		E(EROFS);
+		E(EMLINK);
+		E(ERANGE);
+		E(ENAMETOOLONG);
+		E(ENOSYS);
+		E(ENOTEMPTY);
+		E(ELOOP);
+		E(ENODATA);
+		E(ENOTSUP);
+		E(ETIMEDOUT);
+		E(ENOTCONN);
+		E(EFBIG);
+		E(EOVERFLOW);
+		E(E2BIG);
 #undef E
 	case 0:
 		return "success";
@@ -567,10 +589,10 @@ static void t_stat(void)
 	ERR(stat(P("s1/x"), &st), ENOTDIR);
 
 	check("chmod: changes the mode and ctime");
-	struct timespec old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+	struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
 	OK(utimensat(AT_FDCWD, P("s1"), old, 0));
 	int64_t c0 = ts_ns(st_of(P("s1")).st_ctim);
-	struct timespec pause = { 0, 20 * 1000 * 1000 };
+	struct timespec pause = {0, 20 * 1000 * 1000};
 	nanosleep(&pause, NULL);
 	OK(chmod(P("s1"), 0600));
 	st = st_of(P("s1"));
@@ -593,7 +615,7 @@ static void t_stat(void)
 	OK(chown(P("s1"), 0, 0));
 
 	check("utimensat: exact times with nanoseconds");
-	struct timespec ts[2] = { { 1500000000, 123456789 }, { 1600000000, 987654321 } };
+	struct timespec ts[2] = {{1500000000, 123456789}, {1600000000, 987654321}};
 	OK(utimensat(AT_FDCWD, P("s1"), ts, 0));
 	st = st_of(P("s1"));
 	EQ(ts_ns(st.st_atim), ts_ns(ts[0]));
@@ -601,7 +623,7 @@ static void t_stat(void)
 
 	check("utimensat: UTIME_OMIT keeps, UTIME_NOW sets the current time");
 	int64_t before = now_ns();
-	struct timespec ts2[2] = { { 0, UTIME_OMIT }, { 0, UTIME_NOW } };
+	struct timespec ts2[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
 	OK(utimensat(AT_FDCWD, P("s1"), ts2, 0));
 	int64_t after = now_ns();
 	st = st_of(P("s1"));
@@ -609,7 +631,7 @@ static void t_stat(void)
 	if (ts_ns(st.st_mtim) < before - 1000000000ll || ts_ns(st.st_mtim) > after + 1000000000ll)
 		fail("mtime after UTIME_NOW: expected within 1 s of %lld, got %lld",
 		     (long long)before, (long long)ts_ns(st.st_mtim));
-	struct timespec ts3[2] = { { 0, UTIME_NOW }, { 0, UTIME_OMIT } };
+	struct timespec ts3[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
 	OK(utimensat(AT_FDCWD, P("s1"), ts3, 0));
 	st2 = st_of(P("s1"));
 	EQ(ts_ns(st2.st_mtim), ts_ns(st.st_mtim));
@@ -749,7 +771,7 @@ static void t_rename(void)
 	write_file(P("rf4"), "winner");
 	int fd = (int)OK(open(P("rf3"), O_RDONLY));
 	OK(rename(P("rf4"), P("rf3")));
-	char buf[16] = { 0 };
+	char buf[16] = {0};
 	EQ(OK(pread(fd, buf, sizeof(buf) - 1, 0)), 6);
 	TRUE(strcmp(buf, "victim") == 0);
 	OK(close(fd));
@@ -1214,7 +1236,7 @@ static void t_unlinked(void)
 	EQ(st.st_size, 2 * MiB);
 	expect_content(fd, 0, 2 * MiB, 21, "unlinked file");
 	pwrite_all(fd, "tail", 4, 2 * MiB);
-	char buf[8] = { 0 };
+	char buf[8] = {0};
 	EQ(OK(pread(fd2, buf, 4, 2 * MiB)), 4);
 	TRUE(memcmp(buf, "tail", 4) == 0);
 	OK(close(fd));
@@ -1268,7 +1290,7 @@ static void perm_child(void)
 	check("perm: chown to another uid is EPERM");
 	ERR(chown(P("p_open/mine"), 0, 0), EPERM);
 	check("perm: utimensat with explicit times on someone else's file is EPERM");
-	struct timespec ts[2] = { { 1, 0 }, { 1, 0 } };
+	struct timespec ts[2] = {{1, 0}, {1, 0}};
 	ERR(utimensat(AT_FDCWD, P("p_public"), ts, 0), EPERM);
 	check("perm: sticky directory: others' files cannot be removed");
 	ERR(unlink(P("p_sticky/rootfile")), EPERM);
@@ -1348,8 +1370,8 @@ static void t_names(void)
 	OK(stat(g_root, &b));
 	EQ(a.st_ino, b.st_ino);
 	check("names: odd but valid bytes (spaces, UTF-8, newline, high bytes)");
-	const char *odd[] = { "with space", "ünïcödé-名前", "new\nline", "\x01\x7f\xff", "-dash",
-			      "...", "a.b.c" };
+	const char *odd[] = {"with space", "ünïcödé-名前", "new\nline", "\x01\x7f\xff",
+			     "-dash",	   "...",	   "a.b.c"};
 	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
 		write_file(P("%s", odd[i]), odd[i]);
 		expect_file(P("%s", odd[i]), odd[i]);
@@ -1515,7 +1537,7 @@ static void t_semantics(void)
 	OK(close(a));
 
 	check("directory mtime changes on unlink and rename");
-	struct timespec old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+	struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
 	OK(mkdir(P("mdt"), 0755));
 	write_file(P("mdt/a"), "a");
 	OK(utimensat(AT_FDCWD, P("mdt"), old, 0));
@@ -1527,24 +1549,173 @@ static void t_semantics(void)
 	TRUE(ts_ns(st_of(P("mdt")).st_mtim) > 1000000000ll * 1000000000ll);
 }
 
+/* Children race on a small pool of names; afterwards the namespace must be
+ * self-consistent: the listing equals the names that lstat finds, each file's
+ * nlink equals the number of names pointing at it, and files hold one of the
+ * contents that were written. */
+#define RACE_NAMES 12
+#define RACE_PROCS 4
+#define RACE_OPS 400
+
+static void race_child(int id)
+{
+	uint64_t x = (uint64_t)id * 0x9E3779B97F4A7C15ull + 12345;
+	char a[PATH_MAX], b[PATH_MAX];
+	for (int i = 0; i < RACE_OPS; i++) {
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		uint64_t r = x * 0x2545F4914F6CDD1Dull;
+		snprintf(a, sizeof(a), "%s/race/n%d", g_root, (int)(r % RACE_NAMES));
+		snprintf(b, sizeof(b), "%s/race/n%d", g_root, (int)((r >> 8) % RACE_NAMES));
+		int fd;
+		switch ((r >> 16) % 8) {
+		case 0:
+		case 1:
+			fd = open(a, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+			if (fd >= 0) {
+				char content[32];
+				int n = snprintf(content, sizeof(content), "content-%d-%d", id, i);
+				if (write(fd, content, (size_t)n) < 0 && errno != EISDIR)
+					_exit(10);
+				close(fd);
+			}
+			break;
+		case 2:
+			rename(a, b);
+			break;
+		case 3:
+			unlink(a);
+			break;
+		case 4:
+			link(a, b);
+			break;
+		case 5:
+			mkdir(a, 0755);
+			break;
+		case 6:
+			rmdir(a);
+			break;
+		case 7:
+			renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+			break;
+		}
+	}
+	_exit(0);
+}
+
+static void t_concurrent(void)
+{
+	char chk[128];
+	snprintf(chk, sizeof(chk),
+		 "concurrent: %d processes x %d create/rename/unlink/link/mkdir/rmdir/exchange",
+		 RACE_PROCS, RACE_OPS);
+	check(chk);
+	OK(mkdir(P("race"), 0755));
+	pid_t pids[RACE_PROCS];
+	for (int i = 0; i < RACE_PROCS; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0)
+			fail("fork: %s", strerror(errno));
+		if (pids[i] == 0)
+			race_child(i);
+	}
+	for (int i = 0; i < RACE_PROCS; i++) {
+		int status;
+		if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) ||
+		    WEXITSTATUS(status) != 0)
+			fail("racing child %d failed (status 0x%x)", i, status);
+	}
+
+	check("concurrent: listing matches lstat, nlink matches names, content intact");
+	bool listed[RACE_NAMES] = {false};
+	DIR *d = opendir(P("race"));
+	struct dirent *e;
+	TRUE(d != NULL);
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		int n = -1;
+		if (sscanf(e->d_name, "n%d", &n) != 1 || n < 0 || n >= RACE_NAMES)
+			fail("unexpected entry '%s'", e->d_name);
+		if (listed[n])
+			fail("entry '%s' listed twice", e->d_name);
+		listed[n] = true;
+	}
+	closedir(d);
+	struct stat st[RACE_NAMES];
+	bool exists[RACE_NAMES];
+	for (int n = 0; n < RACE_NAMES; n++) {
+		exists[n] = lstat(P("race/n%d", n), &st[n]) == 0;
+		if (!exists[n] && errno != ENOENT)
+			fail("lstat n%d: %s", n, errname(errno));
+		if (exists[n] != listed[n])
+			fail("n%d: readdir says %s, lstat says %s", n,
+			     listed[n] ? "present" : "absent", exists[n] ? "present" : "absent");
+	}
+	for (int n = 0; n < RACE_NAMES; n++) {
+		if (!exists[n] || S_ISDIR(st[n].st_mode))
+			continue;
+		TRUE(S_ISREG(st[n].st_mode));
+		unsigned names = 0;
+		for (int m = 0; m < RACE_NAMES; m++)
+			if (exists[m] && st[m].st_ino == st[n].st_ino)
+				names++;
+		if (st[n].st_nlink != names)
+			fail("n%d (inode %llu): nlink %lu, but %u names in the directory", n,
+			     (unsigned long long)st[n].st_ino, (unsigned long)st[n].st_nlink,
+			     names);
+		char buf[64] = {0};
+		int fd = (int)OK(open(P("race/n%d", n), O_RDONLY));
+		ssize_t len = OK(read(fd, buf, sizeof(buf) - 1));
+		OK(close(fd));
+		if (len != st[n].st_size)
+			fail("n%d: read %zd bytes, size %lld", n, len, (long long)st[n].st_size);
+		if (len && strncmp(buf, "content-", 8) != 0) {
+			char hex[3 * 16 + 1] = "";
+			for (int k = 0; k < len && k < 16; k++)
+				snprintf(hex + 3 * k, 4, "%02x ", (unsigned char)buf[k]);
+			fail(
+			    "n%d (inode %llu, nlink %lu, size %lld): content was never written: %s",
+			    n, (unsigned long long)st[n].st_ino, (unsigned long)st[n].st_nlink,
+			    (long long)st[n].st_size, hex);
+		}
+	}
+	for (int n = 0; n < RACE_NAMES; n++) {
+		if (!exists[n])
+			continue;
+		if (S_ISDIR(st[n].st_mode)) {
+			int dn = 0;
+			DIR *sd = opendir(P("race/n%d", n));
+			TRUE(sd != NULL);
+			while ((e = readdir(sd)))
+				dn++;
+			closedir(sd);
+			EQ(dn, 2);
+		}
+	}
+}
+
 struct test_group {
 	const char *name;
 	void (*fn)(void);
 };
 static const struct test_group groups[] = {
-	{ "open", t_open },	     { "rw", t_rw },	       { "truncate", t_truncate },
-	{ "stat", t_stat },	     { "dirs", t_dirs },       { "rename", t_rename },
-	{ "link", t_link },	     { "symlink", t_symlink }, { "readdir", t_readdir },
-	{ "special", t_special },    { "xattr", t_xattr },     { "statfs", t_statfs },
-	{ "sync", t_sync },	     { "unlinked", t_unlinked }, { "perm", t_perm },
-	{ "names", t_names },	     { "semantics", t_semantics },
+    {"open", t_open},		{"rw", t_rw},
+    {"truncate", t_truncate},	{"stat", t_stat},
+    {"dirs", t_dirs},		{"rename", t_rename},
+    {"link", t_link},		{"symlink", t_symlink},
+    {"readdir", t_readdir},	{"special", t_special},
+    {"xattr", t_xattr},		{"statfs", t_statfs},
+    {"sync", t_sync},		{"unlinked", t_unlinked},
+    {"perm", t_perm},		{"names", t_names},
+    {"semantics", t_semantics}, {"concurrent", t_concurrent},
 };
 
 int main(int argc, char **argv)
 {
 	if (argc < 2 || !strcmp(argv[1], "--help")) {
-		fprintf(argc < 2 ? stderr : stdout,
-			"Usage: posix_suite DIR [GROUP...]\nGroups:");
+		fprintf(argc < 2 ? stderr : stdout, "Usage: posix_suite DIR [GROUP...]\nGroups:");
 		for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
 			fprintf(argc < 2 ? stderr : stdout, " %s", groups[i].name);
 		fprintf(argc < 2 ? stderr : stdout, "\n");

@@ -1,0 +1,718 @@
+/* replica.c — CRAQ in strata-chunkserver: chain checks, write forwarding,
+ * commit on the way back, reads from any replica, exactly-once retries.
+ *
+ * The protocol. A chain (from strata-meta's routing table) lists targets
+ * head first; writers are its serving and syncing targets, in order; the
+ * tail is the last serving target. A client's WRITE_EX/TRUNCATE goes to the
+ * head. Each writer, holding the chunk's ordering lock:
+ *   1. marks the chunk pending (in memory),
+ *   2. forwards the request to the next writer (flag CHUNK_WF_FWD) and waits
+ *      for its acknowledgement — which the next writer sends only after it
+ *      applied the write itself, so the acknowledgement is the commit
+ *      travelling back up,
+ *   3. applies it to its own chunk file (a new copy-on-write version),
+ *   4. records (client id, request id) -> result in the dedup table,
+ *   5. clears pending and answers.
+ * The last writer applies first: once the tail has applied, the write is
+ * committed; once the head has applied, every writer has, and the client
+ * gets its acknowledgement.
+ *
+ * State of one chunk on one replica (functions making each transition):
+ *
+ *      committed(v) --repl_write (pending count +1)--> pending(v -> v+1)
+ *      pending      --write_locked: forward_write ok, apply_local ok,
+ *                     dedup_add--> committed(v+1)
+ *      pending      --forward_write or apply_local failed--> committed(v)
+ *                     (error to the caller; the client retries with the
+ *                      same request id; replicas below may hold v+1, and
+ *                      answer the retry from their dedup table)
+ *      committed(v) --repl_write: dedup_find hit--> committed(v) (answered
+ *                     with the recorded result, nothing applied)
+ *      any          --repl_put (a resync PUT from sync_chunk in resync.c)-->
+ *                     committed(the predecessor's version)
+ *      any, read    --repl_read: pending and not the tail--> -EAGAIN
+ *
+ * Invariants:
+ *   1. A replica acknowledges a write only after every writer below it in the
+ *      chain applied it; so the head's state contains every acknowledged
+ *      write, and so does every serving replica that is not pending.
+ *   2. Writes to one chunk are applied in the same order on every replica:
+ *      the ordering lock is held across the forward, so the successor sees
+ *      them one at a time, in the head's order. The lock is exact per
+ *      (target, ino, index) — never shared between chunks — so waits follow
+ *      a chain's order and cannot form a cycle across nodes.
+ *   3. Every hop checks the chain version the request carries against its
+ *      own table (refetching when the request's is newer): a mismatch is
+ *      -ESTALE and nothing is applied. A client write is accepted only at
+ *      the head, a forwarded one only by a serving or syncing target.
+ *   4. A read is served only by a serving target whose table is younger than
+ *      half the lease (a frozen node that comes back cannot serve what it
+ *      held before it was taken out); a non-tail replica with the chunk
+ *      pending answers -EAGAIN and the client reads from the tail.
+ *   5. A retried request (same client id and request id, non-zero) that was
+ *      applied here is answered from the dedup table without applying or
+ *      forwarding it again (bounded table: DEDUP_SLOTS, oldest overwritten).
+ *   6. A replica whose writes may have diverged (a crash between the tail's
+ *      apply and the head's) is brought back to its predecessor's state by
+ *      resync before it serves again: strata-meta makes every restarted or
+ *      returning target wait and sync (meta/chainmap.c).
+ *
+ * Without an engine attached (service.c, repl == NULL) requests are served
+ * locally with no chain checks (in-process tests). */
+#include "replica.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chunk_store.h"
+#include "cleanup.h"
+#include "layout.h"
+#include "proto.h"
+#include "rpc.h"
+#include "service.h"
+
+#define ORDER_STRIPES 1024
+#define PENDING_SLOTS 4096
+#define DEDUP_SLOTS 16384
+#define FWD_TIMEOUT_MS 2500
+#define FWD_CONNECT_MS 1000
+#define REFRESH_MIN_MS 20
+
+struct rsnap {
+	int refs;
+	int64_t fetched_ms;
+	struct strata_routing r;
+};
+
+struct rconn {
+	char addr[64];
+	struct rpc_client *rpc;
+};
+
+struct dedup_ent {
+	uint64_t client_id, req_id;
+	uint32_t target_id;
+	struct chunk_stat st;
+};
+
+/* Exact per-chunk locks (no two chunks share one: a shared stripe could link
+ * the chains of two chunks into a cycle of waits across nodes). */
+struct held_key {
+	uint32_t target, index;
+	uint64_t ino;
+};
+struct order_stripe {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct held_key *held;
+	int nheld, cap;
+};
+
+struct repl {
+	struct meta_client *mc;
+	struct cs_service *svc;
+	pthread_mutex_t mu; /* snap, tried_ms, conns */
+	struct rsnap *snap;
+	int64_t tried_ms;
+	struct rconn *conns;
+	int nconns, capconns;
+	struct order_stripe order[ORDER_STRIPES];
+	uint32_t pending[PENDING_SLOTS]; /* atomic counters */
+	pthread_mutex_t dedup_mu;
+	struct dedup_ent *dedup;
+	pthread_t resync_thr;
+	pthread_mutex_t stop_mu;
+	pthread_cond_t stop_cv;
+	bool started, stop;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t chunk_hash(uint32_t target, uint64_t ino, uint32_t index)
+{
+	uint64_t h = (ino * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)index * 0xC2B2AE3D27D4EB4Full) ^
+		     ((uint64_t)target * 0x165667B19E3779F9ull);
+	return h ^ (h >> 29);
+}
+
+/* ---- routing snapshots ---------------------------------------------------- */
+
+static void snap_put(struct rsnap *s)
+{
+	if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
+	strata_routing_done(&s->r);
+	free(s);
+}
+
+static struct rsnap *snap_get(struct repl *rp)
+{
+	pthread_mutex_lock(&rp->mu);
+	struct rsnap *s = rp->snap;
+	if (s)
+		__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_unlock(&rp->mu);
+	return s;
+}
+
+int repl_refresh(struct repl *rp, int min_age_ms)
+{
+	pthread_mutex_lock(&rp->mu);
+	bool skip = now_ms() - rp->tried_ms < min_age_ms;
+	if (!skip)
+		rp->tried_ms = now_ms();
+	pthread_mutex_unlock(&rp->mu);
+	if (skip)
+		return 0;
+	struct rsnap *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	int r = mgmt_routing(rp->mc, &s->r);
+	if (r < 0) {
+		free(s);
+		return r;
+	}
+	s->refs = 1;
+	s->fetched_ms = now_ms();
+	pthread_mutex_lock(&rp->mu);
+	struct rsnap *drop = rp->snap;
+	if (drop && drop->r.version > s->r.version) { /* a slower, older answer */
+		__atomic_store_n(&drop->fetched_ms, s->fetched_ms, __ATOMIC_RELEASE);
+		drop = s;
+	} else {
+		rp->snap = s;
+	}
+	pthread_mutex_unlock(&rp->mu);
+	snap_put(drop);
+	return 0;
+}
+
+int repl_routing_copy(struct repl *rp, struct strata_routing *ret)
+{
+	struct rsnap *s = snap_get(rp);
+	if (!s)
+		return -ENXIO;
+	int r = strata_routing_copy(&s->r, ret);
+	snap_put(s);
+	return r;
+}
+
+struct meta_client *repl_meta(struct repl *rp)
+{
+	return rp->mc;
+}
+
+struct cs_service *repl_service(struct repl *rp)
+{
+	return rp->svc;
+}
+
+/* ---- connections to the other chunkservers -------------------------------- */
+
+static struct rpc_client *conn_for(struct repl *rp, const char *addr)
+{
+	struct rpc_client *rpc = NULL;
+	pthread_mutex_lock(&rp->mu);
+	for (int i = 0; i < rp->nconns && !rpc; i++)
+		if (strcmp(rp->conns[i].addr, addr) == 0)
+			rpc = rp->conns[i].rpc;
+	if (!rpc && rp->nconns == rp->capconns) {
+		int cap = rp->capconns ? 2 * rp->capconns : 8;
+		struct rconn *n = realloc(rp->conns, (size_t)cap * sizeof(*n));
+		if (n)
+			rp->conns = n, rp->capconns = cap;
+	}
+	struct rpc_client_opts o = { .timeout_ms = FWD_TIMEOUT_MS,
+				     .connect_timeout_ms = FWD_CONNECT_MS };
+	if (!rpc && rp->nconns < rp->capconns && (rpc = rpc_client_new(addr, &o))) {
+		snprintf(rp->conns[rp->nconns].addr, sizeof(rp->conns[0].addr), "%s", addr);
+		rp->conns[rp->nconns++].rpc = rpc;
+	}
+	pthread_mutex_unlock(&rp->mu);
+	return rpc;
+}
+
+int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chunk_req *req,
+	      struct rpc_reply *reply)
+{
+	struct rpc_client *rpc = conn_for(rp, addr);
+	if (!rpc)
+		return -ENOMEM;
+	_cleanup_(wbuf_done) struct wbuf wb;
+	wbuf_init(&wb);
+	int r = chunk_req_encode(type, req, &wb);
+	if (r < 0)
+		return r;
+	bool data = type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT;
+	struct iovec iov[2] = { { wb.data, wb.len }, { (void *)req->data, data ? req->len : 0 } };
+	return rpc_callv(rpc, type, iov, data && req->len ? 2 : 1, 0, reply);
+}
+
+/* ---- ordering locks, pending marks, dedup ---------------------------------- */
+
+static int held_find(const struct order_stripe *o, uint32_t target, uint64_t ino, uint32_t index)
+{
+	for (int i = 0; i < o->nheld; i++)
+		if (o->held[i].target == target && o->held[i].ino == ino && o->held[i].index == index)
+			return i;
+	return -1;
+}
+
+void repl_order_lock(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	struct order_stripe *o = &rp->order[chunk_hash(target, ino, index) % ORDER_STRIPES];
+	pthread_mutex_lock(&o->mu);
+	while (held_find(o, target, ino, index) >= 0)
+		pthread_cond_wait(&o->cv, &o->mu);
+	while (o->nheld == o->cap) {
+		int cap = o->cap ? o->cap * 2 : 4;
+		struct held_key *h = realloc(o->held, (size_t)cap * sizeof(*h));
+		if (h) {
+			o->held = h;
+			o->cap = cap;
+		} else { /* out of memory: wait for a holder to leave */
+			pthread_cond_wait(&o->cv, &o->mu);
+		}
+	}
+	o->held[o->nheld++] = (struct held_key){ target, index, ino };
+	pthread_mutex_unlock(&o->mu);
+}
+
+void repl_order_unlock(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	struct order_stripe *o = &rp->order[chunk_hash(target, ino, index) % ORDER_STRIPES];
+	pthread_mutex_lock(&o->mu);
+	int i = held_find(o, target, ino, index);
+	if (i >= 0)
+		o->held[i] = o->held[--o->nheld];
+	pthread_cond_broadcast(&o->cv);
+	pthread_mutex_unlock(&o->mu);
+}
+
+static uint32_t *pending_slot(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	return &rp->pending[(chunk_hash(target, ino, index) >> 7) % PENDING_SLOTS];
+}
+
+/* A hash slot may be shared: a false "pending" only sends a read to the tail. */
+static bool is_pending(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	return __atomic_load_n(pending_slot(rp, target, ino, index), __ATOMIC_ACQUIRE) > 0;
+}
+
+static struct dedup_ent *dedup_slot(struct repl *rp, uint32_t target, uint64_t cid, uint64_t rid)
+{
+	uint64_t h = chunk_hash(target, cid, (uint32_t)rid) ^ (rid * 0x27D4EB2F165667C5ull);
+	return &rp->dedup[(h >> 17) % DEDUP_SLOTS];
+}
+
+static bool dedup_find(struct repl *rp, uint32_t target, const struct chunk_req *r,
+		       struct chunk_stat *ret)
+{
+	if (!r->client_id)
+		return false;
+	pthread_mutex_lock(&rp->dedup_mu);
+	struct dedup_ent *e = dedup_slot(rp, target, r->client_id, r->req_id);
+	bool hit = e->client_id == r->client_id && e->req_id == r->req_id && e->target_id == target;
+	if (hit)
+		*ret = e->st;
+	pthread_mutex_unlock(&rp->dedup_mu);
+	return hit;
+}
+
+static void dedup_add(struct repl *rp, uint32_t target, const struct chunk_req *r,
+		      const struct chunk_stat *st)
+{
+	if (!r->client_id)
+		return;
+	pthread_mutex_lock(&rp->dedup_mu);
+	*dedup_slot(rp, target, r->client_id, r->req_id) =
+		(struct dedup_ent){ r->client_id, r->req_id, target, *st };
+	pthread_mutex_unlock(&rp->dedup_mu);
+}
+
+/* ---- chain checks ------------------------------------------------------------ */
+
+/* Where this request's target stands in its chain, by our table. */
+struct place {
+	struct rsnap *s;
+	const struct strata_chain *c;
+	int pos;
+};
+
+static void place_done(struct place *p)
+{
+	snap_put(p->s);
+	p->s = NULL;
+}
+
+static const struct strata_chain *find_chain(struct rsnap *s, uint32_t id)
+{
+	return s ? routing_chain(&s->r, id) : NULL;
+}
+
+/* Invariant 3: the request's chain version must be ours; a newer one makes
+ * us refetch first. Returns 0 with *p filled (release with place_done) or
+ * -ESTALE. */
+static int place_of(struct repl *rp, const struct chunk_route *rt, struct place *p)
+{
+	p->s = snap_get(rp);
+	p->c = find_chain(p->s, rt->chain_id);
+	if (!p->c || p->c->version < rt->chain_ver) {
+		place_done(p);
+		repl_refresh(rp, REFRESH_MIN_MS);
+		p->s = snap_get(rp);
+		p->c = find_chain(p->s, rt->chain_id);
+	}
+	p->pos = chain_pos(p->c, rt->target_id);
+	if (!p->c || p->c->version != rt->chain_ver || p->pos < 0) {
+		place_done(p);
+		return -ESTALE;
+	}
+	return 0;
+}
+
+/* Invariant 4 (first half): a multi-replica chain is read only from a table
+ * younger than half the lease. */
+static int fresh_enough(struct repl *rp, struct place *p)
+{
+	uint32_t lease = p->s->r.lease_ms;
+	if (p->c->ntargets < 2 || !lease ||
+	    now_ms() - __atomic_load_n(&p->s->fetched_ms, __ATOMIC_ACQUIRE) <= lease / 2)
+		return 0;
+	repl_refresh(rp, 0);
+	struct rsnap *s = snap_get(rp);
+	int r = s && now_ms() - __atomic_load_n(&s->fetched_ms, __ATOMIC_ACQUIRE) <= lease / 2
+			? 0
+			: -ESTALE;
+	snap_put(s);
+	return r;
+}
+
+/* ---- reads --------------------------------------------------------------------- */
+
+static int read_local(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	if (r->len == 0)
+		return 0;
+	uint8_t *dst = wbuf_reserve(reply, r->len);
+	if (!dst)
+		return -ENOMEM;
+	ssize_t n = chunk_store_read(cs, r->ino, r->index, r->off, r->len, dst);
+	if (n < 0)
+		return (int)n;
+	reply->len -= r->len - (size_t)n;
+	return 0;
+}
+
+/* Invariant 4. */
+static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
+		     struct wbuf *reply)
+{
+	_cleanup_(place_done) struct place p = { 0 };
+	int e = place_of(rp, &r->route, &p);
+	if (e < 0)
+		return e;
+	if (routing_state(&p.s->r, r->route.target_id) != TARGET_SERVING)
+		return -ESTALE;
+	if ((e = fresh_enough(rp, &p)) < 0)
+		return e;
+	if (p.pos != chain_tail(&p.s->r, p.c) &&
+	    is_pending(rp, r->route.target_id, r->ino, r->index))
+		return -EAGAIN;
+	if ((e = read_local(cs, r, reply)) < 0)
+		return e;
+	/* frozen between the check and the read: what it read may be stale */
+	return fresh_enough(rp, &p) < 0 ? -ESTALE : 0;
+}
+
+/* ---- writes -------------------------------------------------------------------- */
+
+/* Sends the write on to the chain's next writer; the reply is its commit. */
+static int forward_write(struct repl *rp, struct place *p, int next, uint16_t type,
+			 const struct chunk_req *r)
+{
+	uint32_t tid = p->c->targets[next];
+	const struct strata_target *t = routing_target(&p->s->r, tid);
+	if (!t)
+		return -ESTALE;
+	struct chunk_req f = *r;
+	f.route = (struct chunk_route){ tid, p->c->chain_id, p->c->version };
+	f.flags |= CHUNK_WF_FWD;
+	uint16_t ftype = type == MSG_CHUNK_WRITE ? MSG_CHUNK_WRITE_EX : type;
+	struct rpc_reply rep = { 0 };
+	int e = repl_call(rp, t->addr, ftype, &f, &rep);
+	rpc_reply_done(&rep);
+	if (e == -ECONNREFUSED || e == -ECONNRESET || e == -ETIMEDOUT || e == -EPIPE ||
+	    e == -EHOSTUNREACH || e == -ENETUNREACH) {
+		mgmt_report(rp->mc, tid); /* strata-meta probes it and fails its node */
+		repl_refresh(rp, 0);
+		return -EAGAIN;
+	}
+	return e;
+}
+
+static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		       struct chunk_stat *ret)
+{
+	struct chunk_meta m = { 0 };
+	int e;
+	if (type == MSG_CHUNK_TRUNCATE)
+		e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
+	else
+		e = chunk_store_write(cs, r->ino, r->index, r->off, r->len, r->data,
+				      r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
+	*ret = (struct chunk_stat){ m.version, m.length, m.checksum };
+	return e;
+}
+
+/* Invariant 3: who may accept this write here. */
+static int write_allowed(const struct place *p, const struct chunk_req *r)
+{
+	uint8_t st = routing_state(&p->s->r, r->route.target_id);
+	if (r->flags & CHUNK_WF_FWD)
+		return st == TARGET_SERVING || st == TARGET_SYNCING ? 0 : -ESTALE;
+	return st == TARGET_SERVING && p->pos == chain_head(&p->s->r, p->c) ? 0 : -ESTALE;
+}
+
+/* Steps 2-4 of the protocol, under the ordering lock with the chunk pending.
+ * The chain is looked up again under the lock: a write that queued behind
+ * one whose forward failed must not forward by the table of before. */
+static int write_locked(struct repl *rp, struct chunk_store *cs, struct place *p, uint16_t type,
+			const struct chunk_req *r, struct chunk_stat *st)
+{
+	if (dedup_find(rp, r->route.target_id, r, st))
+		return 0;
+	place_done(p);
+	int e = place_of(rp, &r->route, p);
+	if (e == 0)
+		e = write_allowed(p, r);
+	if (e < 0)
+		return e;
+	int next = chain_next_writer(&p->s->r, p->c, p->pos);
+	e = next >= 0 ? forward_write(rp, p, next, type, r) : 0;
+	if (e == 0)
+		e = apply_local(cs, type, r, st);
+	if (e == 0)
+		dedup_add(rp, r->route.target_id, r, st);
+	return e;
+}
+
+static int repl_write(struct repl *rp, struct chunk_store *cs, uint16_t type,
+		      const struct chunk_req *r, struct wbuf *reply)
+{
+	_cleanup_(place_done) struct place p = { 0 };
+	struct chunk_stat st;
+	int e = place_of(rp, &r->route, &p);
+	if (e == 0)
+		e = write_allowed(&p, r);
+	if (e < 0)
+		return e;
+	if (dedup_find(rp, r->route.target_id, r, &st)) {
+		chunk_stat_put(reply, &st);
+		return 0;
+	}
+	uint32_t tid = r->route.target_id, *pend = pending_slot(rp, tid, r->ino, r->index);
+	repl_order_lock(rp, tid, r->ino, r->index);
+	__atomic_add_fetch(pend, 1, __ATOMIC_ACQ_REL);
+	e = write_locked(rp, cs, &p, type, r, &st);
+	__atomic_sub_fetch(pend, 1, __ATOMIC_ACQ_REL);
+	repl_order_unlock(rp, tid, r->ino, r->index);
+	if (e == 0)
+		chunk_stat_put(reply, &st);
+	return e;
+}
+
+/* ---- resync: listing and wholesale puts ---------------------------------------- */
+
+/* The chunk's state; with verify every block is read and checked, and a
+ * damaged chunk is reported with version 0 so that resync replaces it. */
+static void list_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, bool verify,
+		      uint8_t *scratch, struct chunk_stat *ret)
+{
+	struct chunk_meta m;
+	*ret = (struct chunk_stat){ 0 };
+	if (chunk_store_stat(cs, ino, index, &m) < 0)
+		return;
+	for (uint32_t off = 0; verify && off < m.length; off += CHUNK_IO_MAX) {
+		uint32_t n = STRATA_MIN(CHUNK_IO_MAX, m.length - off);
+		if (chunk_store_read(cs, ino, index, off, n, scratch) != (ssize_t)n)
+			return;
+	}
+	*ret = (struct chunk_stat){ m.version, m.length, m.checksum };
+}
+
+static bool key_after(const struct chunk_key *k, const struct chunk_req *r)
+{
+	return k->ino > r->ino || (k->ino == r->ino && k->index > r->index);
+}
+
+static int do_list(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	_cleanup_free_ struct chunk_key *keys = NULL;
+	size_t n = 0, i = 0;
+	int e = chunk_store_list(cs, &keys, &n);
+	if (e < 0)
+		return e;
+	bool verify = r->flags & CHUNK_LF_VERIFY;
+	_cleanup_free_ uint8_t *scratch = verify ? malloc(CHUNK_IO_MAX) : NULL;
+	_cleanup_free_ struct chunk_list_ent *ents = calloc(r->len, sizeof(*ents));
+	if (!ents || (verify && !scratch))
+		return -ENOMEM;
+	while (i < n && !(r->flags & CHUNK_LF_FIRST) && !key_after(&keys[i], r))
+		i++;
+	uint32_t k = 0;
+	for (; i < n && k < r->len; i++, k++) {
+		ents[k].ino = keys[i].ino;
+		ents[k].index = keys[i].index;
+		list_stat(cs, keys[i].ino, keys[i].index, verify, scratch, &ents[k].st);
+	}
+	chunk_list_put(reply, ents, k, i < n);
+	return reply->err;
+}
+
+/* A resync put: only a syncing target takes one, at the current version. */
+static int repl_put(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
+		    struct wbuf *reply)
+{
+	_cleanup_(place_done) struct place p = { 0 };
+	int e = place_of(rp, &r->route, &p);
+	if (e < 0)
+		return e;
+	if (routing_state(&p.s->r, r->route.target_id) != TARGET_SYNCING)
+		return -ESTALE;
+	struct chunk_meta m = { 0 };
+	uint32_t tid = r->route.target_id;
+	repl_order_lock(rp, tid, r->ino, r->index);
+	if (r->flags & CHUNK_PF_REMOVE)
+		e = chunk_store_remove(cs, r->ino, r->index);
+	else
+		e = chunk_store_put(cs, r->ino, r->index, r->data, r->len, r->version, &m);
+	repl_order_unlock(rp, tid, r->ino, r->index);
+	if (e < 0)
+		return e;
+	struct chunk_stat st = { m.version, m.length, m.checksum };
+	chunk_stat_put(reply, &st);
+	return 0;
+}
+
+/* ---- dispatch ------------------------------------------------------------------- */
+
+int repl_handle(struct repl *rp, struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		struct wbuf *reply)
+{
+	switch (type) {
+	case MSG_CHUNK_READ:
+		return repl_read(rp, cs, r, reply);
+	case MSG_CHUNK_WRITE:
+	case MSG_CHUNK_WRITE_EX:
+	case MSG_CHUNK_TRUNCATE:
+		return repl_write(rp, cs, type, r, reply);
+	case MSG_CHUNK_LIST:
+		return do_list(cs, r, reply);
+	case MSG_CHUNK_PUT:
+		return repl_put(rp, cs, r, reply);
+	}
+	return -EOPNOTSUPP;
+}
+
+/* ---- life cycle ------------------------------------------------------------------ */
+
+int repl_new(struct meta_client *mc, struct cs_service *svc, struct repl **ret)
+{
+	struct repl *rp = calloc(1, sizeof(*rp));
+	if (!rp)
+		return -ENOMEM;
+	rp->dedup = calloc(DEDUP_SLOTS, sizeof(*rp->dedup));
+	if (!rp->dedup) {
+		free(rp);
+		return -ENOMEM;
+	}
+	rp->mc = mc;
+	rp->svc = svc;
+	pthread_mutex_init(&rp->mu, NULL);
+	pthread_mutex_init(&rp->dedup_mu, NULL);
+	pthread_mutex_init(&rp->stop_mu, NULL);
+	pthread_cond_init(&rp->stop_cv, NULL);
+	for (int i = 0; i < ORDER_STRIPES; i++) {
+		pthread_mutex_init(&rp->order[i].mu, NULL);
+		pthread_cond_init(&rp->order[i].cv, NULL);
+	}
+	*ret = rp;
+	return 0;
+}
+
+static void *resync_main(void *arg)
+{
+	struct repl *rp = arg;
+	pthread_mutex_lock(&rp->stop_mu);
+	while (!rp->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&rp->stop_cv, &rp->stop_mu, &ts);
+		if (rp->stop)
+			break;
+		pthread_mutex_unlock(&rp->stop_mu);
+		repl_resync_pass(rp);
+		pthread_mutex_lock(&rp->stop_mu);
+	}
+	pthread_mutex_unlock(&rp->stop_mu);
+	return NULL;
+}
+
+int repl_start(struct repl *rp)
+{
+	int r = pthread_create(&rp->resync_thr, NULL, resync_main, rp);
+	if (r != 0)
+		return -r;
+	rp->started = true;
+	return 0;
+}
+
+bool repl_stopping(struct repl *rp)
+{
+	pthread_mutex_lock(&rp->stop_mu);
+	bool s = rp->stop;
+	pthread_mutex_unlock(&rp->stop_mu);
+	return s;
+}
+
+void repl_free(struct repl *rp)
+{
+	if (!rp)
+		return;
+	if (rp->started) {
+		pthread_mutex_lock(&rp->stop_mu);
+		rp->stop = true;
+		pthread_cond_signal(&rp->stop_cv);
+		pthread_mutex_unlock(&rp->stop_mu);
+		pthread_join(rp->resync_thr, NULL);
+	}
+	for (int i = 0; i < rp->nconns; i++)
+		rpc_client_free(rp->conns[i].rpc);
+	free(rp->conns);
+	snap_put(rp->snap);
+	for (int i = 0; i < ORDER_STRIPES; i++) {
+		pthread_mutex_destroy(&rp->order[i].mu);
+		pthread_cond_destroy(&rp->order[i].cv);
+		free(rp->order[i].held);
+	}
+	pthread_mutex_destroy(&rp->mu);
+	pthread_mutex_destroy(&rp->dedup_mu);
+	pthread_mutex_destroy(&rp->stop_mu);
+	pthread_cond_destroy(&rp->stop_cv);
+	free(rp->dedup);
+	free(rp);
+}

@@ -1,0 +1,80 @@
+/* blobcache.h — verified lazy reads of image blobs and the node chunk cache.
+ *
+ * Image blobs (imagesvc/store.h) are regular files of the namespace, marked
+ * at import with the xattr trusted.strata.blob (and the sticky bit, a cheap
+ * filter) naming the inode of their chunk-digest table. When the kernel
+ * reads such a file (EROFS reads its extra devices through the FUSE mount),
+ * strata-fuse serves the read from here:
+ *
+ *  - the read is mapped onto the blob's chunks (table records: offset,
+ *    length, SHA-256); bytes in padding or between records read as zeros;
+ *  - a chunk not in the node cache is fetched whole from the store (one
+ *    fetch call for a run of adjacent missing chunks), its SHA-256 checked
+ *    before any byte is used (a mismatch is -EIO and a log line, never
+ *    wrong bytes), and written to the cache;
+ *  - the cache is a directory on local disk, one file per chunk named by
+ *    its digest (DIR/chunks/XX/HEX, written tmp + rename), shared by every
+ *    image and blob (a chunk is cached once), bounded in bytes with LRU
+ *    eviction, and kept across restarts (rescanned at open; a chunk found
+ *    on disk is re-verified on its first use after a restart).
+ *
+ * DIR/stats holds counters (text, rewritten after each read) for tools and
+ * benchmarks: fetched_bytes, fetches, hits, misses, bad, evicted, bytes.
+ *
+ * Invariants:
+ *  1. A cache file's content always has the SHA-256 of its name (written
+ *     only after verification; renamed into place atomically).
+ *  2. cached bytes <= limit after every insertion (the entry just inserted
+ *     is evicted last).
+ *  3. Tables attached to an inode are never freed before blobcache_free, so
+ *     a pointer from blobcache_table() stays valid. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define BC_XATTR "trusted.strata.blob"
+#define BC_XATTR_MAGIC 0x584c4253u /* "SBLX" */
+#define BC_XATTR_SIZE 16
+#define BC_TABLE_MAGIC 0x494c4253u /* "SBLI", imagesvc/blobstore.h */
+#define BC_TABLE_HDR 16
+#define BC_TABLE_REC 48
+#define BC_TABLE_MAX (64u << 20) /* bytes of one digest table */
+#define BC_MAX_TABLES 65536	 /* blobs attached at once */
+#define BC_CHUNK_MAX (1u << 20)
+#define BC_ALIGN 4096u
+
+struct blobcache;
+struct bc_table;
+
+/* Fetches len raw bytes of the blob at off from the store into buf.
+ * Returns 0 or -errno. */
+typedef int (*bc_fetch_fn)(void *ctx, uint64_t off, size_t len, void *buf);
+
+/* Opens (creating) the cache in dir, limited to max_bytes. Returns 0 and
+ * *ret, or -errno. */
+int blobcache_open(const char *dir, uint64_t max_bytes, struct blobcache **ret);
+/* Frees bc and every attached table; accepts NULL; returns NULL. */
+struct blobcache *blobcache_free(struct blobcache *bc);
+
+/* Parses a digest table (blobstore.h format). Returns 0 and *ret, or
+ * -EBADMSG / -ENOMEM. */
+int bc_table_parse(const void *buf, size_t len, struct bc_table **ret);
+struct bc_table *bc_table_free(struct bc_table *t);
+/* Parses the xattr value; returns 0 and the table's inode, or -EBADMSG. */
+int bc_xattr_parse(const void *buf, size_t len, uint64_t *ret_ino);
+
+/* Attaches t (ownership passes, also on failure) to inode ino. Returns 0,
+ * -ENOSPC (too many tables) or -ENOMEM. An existing table is kept. */
+int blobcache_attach(struct blobcache *bc, uint64_t ino, struct bc_table *t);
+/* The table attached to ino, or NULL. */
+const struct bc_table *blobcache_table(struct blobcache *bc, uint64_t ino);
+
+/* Reads [off, off+len) of the blob described by t into buf (verified).
+ * Returns 0 or -errno (-EIO on a digest mismatch). */
+int blobcache_read(struct blobcache *bc, const struct bc_table *t, uint64_t off, size_t len,
+		   void *buf, bc_fetch_fn fetch, void *ctx);
+
+struct blobcache_stats {
+	uint64_t fetched_bytes, fetches, hits, misses, bad, evicted, bytes, entries;
+};
+void blobcache_get_stats(struct blobcache *bc, struct blobcache_stats *ret);

@@ -1,0 +1,504 @@
+/* store_import.c — converting an image into the store and publishing it.
+ *
+ * img_store_import() holds the store lock for the whole import:
+ *   1. garbage-collects (clears tmp/ debris and unreferenced blobs), so blob
+ *      ids can be allocated past the highest one present;
+ *   2. loads every published digest table into the dedup index;
+ *   3. applies the layers into a tree; new chunks go to staged blobs under
+ *      tmp/ID/ (a blobstore implementation over the staging directory that
+ *      deduplicates against the published index and the blobs of this import);
+ *   4. writes the EROFS metadata image, the record and copies of the manifest
+ *      and config into tmp/ID/image/;
+ *   5. publishes: referenced new blobs are marked (xattr pointing at their
+ *      table, mode 01444) and renamed into blobs/, then the image directory
+ *      is renamed to images/HEX, then the ref is written (tmp + rename).
+ * Any failure before step 5 removes tmp/ID, so nothing new is visible. */
+#include "store-internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "erofs_writer.h"
+#include "istream.h"
+#include "tar.h"
+#include "tree.h"
+#include "wire.h"
+
+#define IMPORT_MAX_LAYER_BYTES (64ull << 30) /* expanded size of one layer */
+
+struct slot {
+	uint8_t digest[IMG_DIGEST_LEN];
+	struct blob_loc loc;
+	bool used;
+};
+
+struct staged_blob {
+	uint32_t id;
+	int data_fd, idx_fd;
+	uint64_t size, chunks;
+};
+
+struct import_bs {
+	struct blobstore base;
+	struct img_store *s;
+	char dir[PATH_MAX]; /* tmp/ID */
+	struct slot *slots;
+	size_t cap, count;
+	uint32_t next_id, first_id;
+	struct staged_blob *blobs;
+	size_t n_blobs;
+};
+
+/* ---- dedup index ---------------------------------------------------------------- */
+static struct slot *find_slot(struct import_bs *b, const uint8_t *d)
+{
+	size_t mask = b->cap - 1;
+	for (size_t i = le64_get(d) & mask;; i = (i + 1) & mask)
+		if (!b->slots[i].used || !memcmp(b->slots[i].digest, d, IMG_DIGEST_LEN))
+			return &b->slots[i];
+}
+
+static int index_add(struct import_bs *b, const uint8_t *d, struct blob_loc loc)
+{
+	if ((b->count + 1) * 2 > b->cap) {
+		size_t ocap = b->cap, ncap = ocap ? ocap * 2 : 4096;
+		struct slot *old = b->slots;
+		if (!(b->slots = calloc(ncap, sizeof(*b->slots)))) {
+			b->slots = old;
+			return -ENOMEM;
+		}
+		b->cap = ncap;
+		for (size_t i = 0; i < ocap; i++)
+			if (old[i].used)
+				*find_slot(b, old[i].digest) = old[i];
+		free(old);
+	}
+	struct slot *sl = find_slot(b, d);
+	if (!sl->used) {
+		memcpy(sl->digest, d, IMG_DIGEST_LEN);
+		sl->loc = loc;
+		sl->used = true;
+		b->count++;
+	}
+	return 0;
+}
+
+struct load_ctx {
+	struct import_bs *b;
+	uint32_t blob;
+};
+
+static int load_rec(void *arg, const uint8_t *digest, uint64_t off, uint32_t len)
+{
+	struct load_ctx *c = arg;
+	return index_add(c->b, digest, (struct blob_loc){c->blob, off});
+}
+
+/* Loads every published digest table (the store's digest index). */
+static int load_index(struct import_bs *b, struct img_err *e)
+{
+	for (uint32_t id = 0; id < b->first_id; id++) {
+		char p[PATH_MAX];
+		int r = img_store_blob_path(b->s, id, "idx", p, sizeof(p));
+		if (r == 0)
+			r = img_blobidx_read(p, load_rec, &(struct load_ctx){b, id});
+		if (r == -ENOENT)
+			continue;
+		if (r < 0)
+			return img_err_set(e, r, "digest table %s: %s", p,
+					   r == -EBADMSG ? "corrupt" : strerror(-r));
+	}
+	return 0;
+}
+
+/* ---- the staged blob store --------------------------------------------------------- */
+static struct staged_blob *find_blob(struct import_bs *b, uint32_t id)
+{
+	for (size_t i = 0; i < b->n_blobs; i++)
+		if (b->blobs[i].id == id)
+			return &b->blobs[i];
+	return NULL;
+}
+
+static int staged_path(struct import_bs *b, uint32_t id, const char *ext, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "%s/%08u.%s", b->dir, id, ext);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+static int ib_begin(struct blobstore *bs, uint32_t *ret)
+{
+	struct import_bs *b = (struct import_bs *)bs;
+	char p[PATH_MAX];
+	struct staged_blob *nb = realloc(b->blobs, (b->n_blobs + 1) * sizeof(*nb));
+	if (!nb)
+		return -ENOMEM;
+	b->blobs = nb;
+	uint32_t id = b->next_id;
+	int r = staged_path(b, id, "data", p, sizeof(p));
+	_cleanup_close_ int dfd = r < 0 ? -1 : open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (dfd < 0)
+		return r < 0 ? r : -errno;
+	if ((r = staged_path(b, id, "idx", p, sizeof(p))) < 0)
+		return r;
+	_cleanup_close_ int ifd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (ifd < 0)
+		return -errno;
+	uint8_t hdr[BLOBIDX_HDR_SIZE] = {0};
+	le32_put(hdr, BLOBIDX_MAGIC);
+	le16_put(hdr + 4, BLOBIDX_VERSION);
+	le16_put(hdr + 6, BLOBIDX_HDR_SIZE);
+	le32_put(hdr + 8, BLOBIDX_REC_SIZE);
+	if ((r = store_write_all(ifd, hdr, sizeof(hdr))) < 0)
+		return r;
+	b->blobs[b->n_blobs++] = (struct staged_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0, 0};
+	b->next_id++;
+	*ret = id;
+	return 0;
+}
+
+static int append(struct staged_blob *sb, const uint8_t *digest, const void *data, uint32_t len)
+{
+	static const uint8_t zeros[IMG_BLOB_ALIGN];
+	uint32_t pad = (IMG_BLOB_ALIGN - len % IMG_BLOB_ALIGN) % IMG_BLOB_ALIGN;
+	int r = store_write_all(sb->data_fd, data, len);
+	if (r == 0 && pad)
+		r = store_write_all(sb->data_fd, zeros, pad);
+	uint8_t rec[BLOBIDX_REC_SIZE] = {0};
+	memcpy(rec, digest, IMG_DIGEST_LEN);
+	le64_put(rec + 32, sb->size);
+	le32_put(rec + 40, len);
+	if (r == 0)
+		r = store_write_all(sb->idx_fd, rec, sizeof(rec));
+	if (r == 0) {
+		sb->size += (uint64_t)len + pad;
+		sb->chunks++;
+	}
+	return r;
+}
+
+static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, const void *data,
+		  uint32_t len, struct blob_loc *ret, bool *ret_new)
+{
+	struct import_bs *b = (struct import_bs *)bs;
+	if (len == 0 || len > IMG_CHUNK_SIZE)
+		return -EINVAL;
+	if (b->cap) {
+		struct slot *sl = find_slot(b, digest);
+		if (sl->used) {
+			*ret = sl->loc;
+			*ret_new = false;
+			return 0;
+		}
+	}
+	struct staged_blob *sb = find_blob(b, blob);
+	if (!sb || sb->data_fd < 0)
+		return -EBADF;
+	struct blob_loc loc = {blob, sb->size};
+	int r = append(sb, digest, data, len);
+	if (r == 0)
+		r = index_add(b, digest, loc);
+	if (r < 0)
+		return r;
+	*ret = loc;
+	*ret_new = true;
+	return 0;
+}
+
+static int ib_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
+{
+	struct import_bs *b = (struct import_bs *)bs;
+	struct slot *sl = b->cap ? find_slot(b, digest) : NULL;
+	if (!sl || !sl->used)
+		return -ENOENT;
+	*ret = sl->loc;
+	return 0;
+}
+
+static int ib_end(struct blobstore *bs, uint32_t blob)
+{
+	struct staged_blob *sb = find_blob((struct import_bs *)bs, blob);
+	if (!sb || sb->data_fd < 0)
+		return -EBADF;
+	int r = (fsync(sb->data_fd) < 0 || fsync(sb->idx_fd) < 0) ? -errno : 0;
+	close(sb->data_fd);
+	close(sb->idx_fd);
+	sb->data_fd = sb->idx_fd = -1;
+	return r;
+}
+
+static int ib_path(struct blobstore *bs, uint32_t blob, char *buf, size_t cap)
+{
+	struct import_bs *b = (struct import_bs *)bs;
+	return blob >= b->first_id ? staged_path(b, blob, "data", buf, cap)
+				   : img_store_blob_path(b->s, blob, "data", buf, cap);
+}
+
+static void ib_free(struct blobstore *bs)
+{
+	struct import_bs *b = (struct import_bs *)bs;
+	for (size_t i = 0; i < b->n_blobs; i++) {
+		if (b->blobs[i].data_fd >= 0)
+			close(b->blobs[i].data_fd);
+		if (b->blobs[i].idx_fd >= 0)
+			close(b->blobs[i].idx_fd);
+	}
+	free(b->blobs);
+	free(b->slots);
+	free(b);
+}
+
+static const struct blobstore_ops import_ops = {
+    .begin_blob = ib_begin,
+    .put_chunk = ib_put,
+    .lookup = ib_lookup,
+    .end_blob = ib_end,
+    .blob_path = ib_path,
+    .free = ib_free,
+};
+
+/* ---- conversion ---------------------------------------------------------------------- */
+static int apply_layer(struct tree *t, struct import_bs *b, const struct img_layer_src *l,
+		       unsigned n, struct tree_stats *st, struct img_err *e)
+{
+	_cleanup_close_ int fd = open(l->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return img_err_set(e, -errno, "layer %u (%s): %m", n, l->path);
+	struct istream *in = NULL;
+	struct tar_reader *tr = NULL;
+	uint32_t blob;
+	int r = istream_open(img_fd_read, &fd, IMPORT_MAX_LAYER_BYTES, &in);
+	if (r == 0)
+		r = tar_reader_new(NULL, istream_read_fn, in, &tr);
+	if (r == 0) {
+		tar_reader_describe_source(tr, istream_error_fn);
+		r = blobstore_begin_blob(&b->base, &blob);
+	}
+	if (r < 0) {
+		img_err_set(e, r, "layer %u (%s): %s", n, l->digest, strerror(-r));
+	} else {
+		r = tree_apply_layer(t, tr, &b->base, blob, n, st);
+		if (r < 0)
+			img_err_set(e, r, "layer %u (%s, %s): %s", n, l->digest,
+				    istream_kind_name(istream_kind(in)), tree_error(t));
+		int r2 = blobstore_end_blob(&b->base, blob);
+		if (r == 0 && r2 < 0)
+			r = img_err_set(e, r2, "layer %u: writing its blob: %s", n, strerror(-r2));
+	}
+	tar_reader_free(tr);
+	istream_free(in);
+	return r;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+	_cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	char buf[65536];
+	if (in < 0 || out < 0)
+		return -errno;
+	for (ssize_t n; (n = store_read_all(in, buf, sizeof(buf))) != 0;) {
+		if (n < 0)
+			return (int)n;
+		int r = store_write_all(out, buf, (size_t)n);
+		if (r < 0)
+			return r;
+	}
+	return fsync(out) < 0 ? -errno : 0;
+}
+
+/* Writes meta.img, the record and the documents into DIR/image. */
+static int write_image_dir(struct import_bs *b, struct tree *t, const struct img_import_req *req,
+			   const uint8_t manifest[32], struct img_record *rec,
+			   struct img_import_stats *st, struct img_err *e)
+{
+	char dir[PATH_MAX], p[PATH_MAX + 32];
+	snprintf(dir, sizeof(dir), "%s/image", b->dir);
+	if (mkdir(dir, 0755) < 0)
+		return img_err_set(e, -errno, "cannot create %s: %m", dir);
+	snprintf(p, sizeof(p), "%s/meta.img", dir);
+	_cleanup_close_ int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	struct erofs_image_info info = {0};
+	int r = fd < 0 ? -errno : erofs_write_image(t, fd, &info);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (r < 0) {
+		free(info.blobs);
+		return img_err_set(e, r, "writing the EROFS metadata image: %s", strerror(-r));
+	}
+	memcpy(rec->manifest, manifest, 32);
+	rec->blobs = info.blobs;
+	rec->n_blobs = (uint32_t)info.n_blobs;
+	rec->meta_size = info.size;
+	st->meta_size = info.size;
+	st->n_blobs = rec->n_blobs;
+	if ((r = img_sha256_file(p, rec->meta_sha, NULL)) < 0)
+		return img_err_set(e, r, "hashing %s: %s", p, strerror(-r));
+	if (req->manifest_path && (snprintf(p, sizeof(p), "%s/manifest.json", dir), 1) &&
+	    (r = copy_file(req->manifest_path, p)) < 0)
+		return img_err_set(e, r, "copying the manifest: %s", strerror(-r));
+	if (req->config_path && (snprintf(p, sizeof(p), "%s/config.json", dir), 1) &&
+	    (r = copy_file(req->config_path, p)) < 0)
+		return img_err_set(e, r, "copying the config: %s", strerror(-r));
+	_cleanup_free_ uint8_t *buf = malloc(store_record_size(rec));
+	if (!buf)
+		return img_err_set(e, -ENOMEM, "out of memory");
+	store_record_encode(rec, buf);
+	snprintf(p, sizeof(p), "%s/image", dir);
+	if ((r = store_write_file(p, buf, store_record_size(rec))) < 0)
+		return img_err_set(e, r, "writing the image record: %s", strerror(-r));
+	return 0;
+}
+
+/* Marks a staged blob and renames it (data and table) into blobs/. */
+static int publish_blob(struct import_bs *b, uint32_t id)
+{
+	char from[PATH_MAX], to[PATH_MAX], ifrom[PATH_MAX], ito[PATH_MAX];
+	struct stat st;
+	int r = staged_path(b, id, "data", from, sizeof(from));
+	if (r == 0)
+		r = staged_path(b, id, "idx", ifrom, sizeof(ifrom));
+	if (r == 0)
+		r = img_store_blob_path(b->s, id, "data", to, sizeof(to));
+	if (r == 0)
+		r = img_store_blob_path(b->s, id, "idx", ito, sizeof(ito));
+	if (r < 0)
+		return r;
+	if (stat(ifrom, &st) < 0)
+		return -errno;
+	uint8_t x[IMG_BLOB_XATTR_SIZE] = {0};
+	le32_put(x, IMG_BLOB_XATTR_MAGIC);
+	le16_put(x + 4, 1);
+	le16_put(x + 6, IMG_BLOB_XATTR_SIZE);
+	le64_put(x + 8, (uint64_t)st.st_ino);
+	if (setxattr(from, IMG_BLOB_XATTR, x, sizeof(x), 0) < 0 && errno != ENOTSUP)
+		return -errno;
+	if (chmod(from, 01444) < 0 || chmod(ifrom, 0444) < 0)
+		return -errno;
+	if (rename(ifrom, ito) < 0 || rename(from, to) < 0)
+		return -errno;
+	return 0;
+}
+
+static bool is_new_blob(struct import_bs *b, uint32_t id)
+{
+	return id >= b->first_id && id < b->next_id;
+}
+
+static int publish(struct import_bs *b, const struct img_record *rec, const char *hex,
+		   const char *name, struct img_import_stats *st, struct img_err *e)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	int r = 0;
+	for (uint32_t i = 0; r == 0 && i < rec->n_blobs; i++)
+		if (is_new_blob(b, rec->blobs[i])) {
+			r = publish_blob(b, rec->blobs[i]);
+			st->blobs_new++;
+		}
+	if (r < 0)
+		return img_err_set(e, r, "publishing blobs: %s", strerror(-r));
+	snprintf(from, sizeof(from), "%s/image", b->dir);
+	if ((r = img_store_image_path(b->s, hex, NULL, to, sizeof(to))) < 0 || rename(from, to) < 0)
+		return img_err_set(e, r < 0 ? r : -errno, "publishing image %.12s: %s", hex,
+				   strerror(r < 0 ? -r : errno));
+	if (name && (r = img_store_set_ref(b->s, name, hex)) < 0)
+		return img_err_set(e, r, "writing the name '%s': %s", name, strerror(-r));
+	return 0;
+}
+
+static int convert(struct import_bs *b, const struct img_import_req *req, const uint8_t man[32],
+		   const char *hex, struct img_import_stats *st, struct img_err *e)
+{
+	struct tree *t = NULL;
+	struct tree_stats ts = {0};
+	struct img_record rec = {.created = store_now_s(), .n_layers = (uint32_t)req->n_layers};
+	int r = load_index(b, e);
+	if (r == 0 && (r = tree_new(&t)) < 0)
+		img_err_set(e, r, "out of memory");
+	rec.layers = calloc(req->n_layers + 1, 32);
+	if (r == 0 && !rec.layers)
+		r = img_err_set(e, -ENOMEM, "out of memory");
+	for (size_t i = 0; r == 0 && i < req->n_layers; i++) {
+		if (img_digest_parse(req->layers[i].digest, rec.layers[i]) < 0)
+			r = img_err_set(e, -EINVAL, "bad layer digest '%s'", req->layers[i].digest);
+		else
+			r = apply_layer(t, b, &req->layers[i], (unsigned)i, &ts, e);
+	}
+	rec.bytes = ts.bytes;
+	rec.chunks = ts.chunks;
+	rec.chunks_new = ts.chunks_new;
+	*st = (struct img_import_stats){.entries = ts.entries,
+					.files = ts.files,
+					.bytes = ts.bytes,
+					.chunks = ts.chunks,
+					.chunks_new = ts.chunks_new,
+					.chunks_dedup = ts.chunks_dedup};
+	if (r == 0)
+		r = write_image_dir(b, t, req, man, &rec, st, e);
+	tree_free(t);
+	if (r == 0)
+		r = publish(b, &rec, hex, req->name, st, e);
+	img_record_done(&rec);
+	return r;
+}
+
+static int import_locked(struct img_store *s, const struct img_import_req *req,
+			 const uint8_t man[32], const char *hex, struct img_import_stats *st,
+			 struct img_err *e)
+{
+	char p[PATH_MAX];
+	int r = store_gc_locked(s);
+	if (r < 0)
+		return img_err_set(e, r, "cleaning the store: %s", strerror(-r));
+	if (img_store_image_path(s, hex, "image", p, sizeof(p)) == 0 && access(p, F_OK) == 0) {
+		st->existed = true;
+		r = req->name ? img_store_set_ref(s, req->name, hex) : 0;
+		return r < 0 ? img_err_set(e, r, "writing the name: %s", strerror(-r)) : 0;
+	}
+	struct import_bs *b = calloc(1, sizeof(*b));
+	if (!b)
+		return img_err_set(e, -ENOMEM, "out of memory");
+	b->base.ops = &import_ops;
+	b->s = s;
+	b->first_id = b->next_id = store_max_blob(s);
+	snprintf(b->dir, sizeof(b->dir), "%s/tmp/import-%d-%s", img_store_root(s), (int)getpid(),
+		 hex);
+	if (mkdir(b->dir, 0755) < 0)
+		r = img_err_set(e, -errno, "cannot create %s: %m", b->dir);
+	if (r == 0)
+		r = convert(b, req, man, hex, st, e);
+	store_rm_rf(b->dir); /* debris: unpublished blobs, or nothing */
+	ib_free(&b->base);
+	return r;
+}
+
+int img_store_import(struct img_store *s, const struct img_import_req *req,
+		     struct img_import_stats *ret, struct img_err *e)
+{
+	uint8_t man[32];
+	char hex[65], file[NAME_MAX + 1];
+	struct img_import_stats st = {0};
+	if (img_digest_parse(req->manifest_digest, man) < 0)
+		return img_err_set(e, -EINVAL, "bad manifest digest '%s'", req->manifest_digest);
+	if (req->n_layers > IMG_MAX_LAYERS)
+		return img_err_set(e, -E2BIG, "%zu layers (at most %d)", req->n_layers,
+				   IMG_MAX_LAYERS);
+	if (req->name && store_ref_file(req->name, file, sizeof(file)) < 0)
+		return img_err_set(e, -EINVAL, "invalid image name '%s'", req->name);
+	img_digest_hex(man, hex);
+	int r = store_lock(s);
+	if (r < 0)
+		return img_err_set(e, r, "cannot lock the store: %s", strerror(-r));
+	r = import_locked(s, req, man, hex, &st, e);
+	store_unlock(s);
+	if (r == 0 && ret)
+		*ret = st;
+	return r;
+}

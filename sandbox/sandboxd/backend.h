@@ -1,0 +1,132 @@
+/* backend.h — the interface between strata-sandboxd's core and its backends
+ * ("container"/"docker", "fncall", "firecracker", "qemu").
+ *
+ * The core owns the HTTP API, validation, admission, the registry of
+ * sandboxes, persistence, TTLs and output framing; a backend owns the
+ * isolation: it creates, execs in, serves files of, pauses, resumes and
+ * destroys one sandbox. All calls run on sandboxd's single event-loop thread;
+ * a backend that waits for something registers a watch in the loop.
+ *
+ * Errors are negative errno; the few that the core maps to API errors:
+ *   -ENODEV      backend unavailable on this node (reason in why)
+ *   -EOPNOTSUPP  feature not supported by this backend (typed error up front)
+ *   -ENOENT      (files) no such path;  -ENOEXEC  image unusable
+ * A backend never logs through the HTTP client: it fills `why` and returns. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct sbd_loop;
+struct sbd_sandbox;
+
+/* What a backend can do; published by GET /v1/capabilities and the SDK. */
+struct sbd_caps {
+	bool available;
+	bool exec, exec_stream, exec_stdin, python;
+	bool files, tar, pause, persistent, network_host;
+	bool limits_memory, limits_pids, limits_cpu, limits_disk;
+	char why[256]; /* when !available: the reason */
+};
+
+/* One exec request, validated by the core. */
+struct sbd_exec_req {
+	char **argv;	    /* NULL-terminated; NULL when python is set */
+	const char *python; /* Python source to run in a warm interpreter, or NULL */
+	char **env;	    /* NULL-terminated "K=V": sandbox env overlaid with the call's */
+	const char *cwd;    /* absolute */
+	const char *user;
+	const uint8_t *stdin_data; /* given up front; closed after it */
+	size_t stdin_len;
+	int64_t timeout_ms;  /* > 0 */
+	uint64_t output_cap; /* bytes of stdout+stderr forwarded */
+};
+
+struct sbd_exit {
+	int exit_code; /* -1 when killed by a signal */
+	int signo;
+	bool timed_out, truncated;
+	uint64_t stdout_bytes, stderr_bytes; /* produced, including discarded */
+	int64_t duration_us;
+	char error[200]; /* set when the command could not be started */
+};
+
+/* Where an exec's output goes. output() is called as data arrives; exit() is
+ * called exactly once, last, unless the exec was cancelled. */
+struct sbd_exec_sink {
+	void (*output)(void *ctx, int stream /* 1 stdout, 2 stderr */, const void *p, size_t n);
+	void (*exit)(void *ctx, const struct sbd_exit *e);
+	/* True while the consumer is behind (a slow client): the backend stops
+	 * reading output, so that the command blocks on its pipe, and asks
+	 * again a few milliseconds later. May be NULL. */
+	bool (*congested)(void *ctx);
+	void *ctx;
+};
+
+enum sbd_ftype { SBD_FT_OTHER = 0, SBD_FT_REG, SBD_FT_DIR, SBD_FT_LNK };
+struct sbd_stat {
+	char name[256];
+	enum sbd_ftype type;
+	uint32_t mode;
+	uint64_t size;
+	int64_t mtime_s;
+};
+
+/* One file operation; paths are absolute, normalised and free of "..". */
+enum sbd_fop { SBD_F_READ, SBD_F_WRITE, SBD_F_LIST, SBD_F_STAT, SBD_F_MKDIR, SBD_F_REMOVE };
+struct sbd_file_req {
+	enum sbd_fop op;
+	const char *path;
+	const uint8_t *data; /* WRITE */
+	size_t len;
+	uint32_t mode;	/* WRITE, MKDIR */
+	bool parents;	/* MKDIR */
+	bool recursive; /* REMOVE */
+	bool append;	/* WRITE */
+	uint64_t max;	/* READ: refuse files larger than this (-EFBIG) */
+	/* results (caller frees data and entries) */
+	uint8_t *out_data;
+	size_t out_len;
+	struct sbd_stat st;	  /* STAT */
+	struct sbd_stat *entries; /* LIST */
+	size_t nentries;
+};
+
+struct sbd_backend {
+	const char *name;
+	struct sbd_loop *loop;
+	void *priv;
+	/* Fills caps (including availability and its reason). */
+	void (*caps)(struct sbd_backend *b, struct sbd_caps *ret);
+	/* Creates the sandbox described by sb (its spec is filled in). Returns 0
+	 * or -errno with a reason in why. */
+	int (*create)(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap);
+	/* Re-attaches to a sandbox created by an earlier sandboxd (from its
+	 * persisted state). Returns 0, or -errno if it is gone. */
+	int (*adopt)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* Starts an exec; *ret_handle identifies it for exec_cancel. */
+	int (*exec)(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
+		    const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap);
+	/* Kills a running exec; its sink is not called again. */
+	void (*exec_cancel)(struct sbd_backend *b, void *handle);
+	int (*file)(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *req);
+	int (*pause)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	int (*resume)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* Destroys the sandbox and everything it holds; 0 or -errno. */
+	int (*destroy)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* sandboxd is stopping: let go of sb without destroying it if the
+	 * backend can adopt it again later, else destroy it. May be NULL. */
+	void (*release)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* Periodic housekeeping (pools), once a second. May be NULL. */
+	void (*tick)(struct sbd_backend *b);
+	/* Frees the backend (at shutdown; sandboxes are left running). */
+	void (*free)(struct sbd_backend *b);
+};
+
+/* Constructors. Each returns a backend (possibly one that reports itself
+ * unavailable) or NULL on allocation failure. */
+struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min);
+struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir);
+struct sbd_backend *sbd_backend_vm_new(struct sbd_loop *loop,
+				       const char *kind /* "firecracker"|"qemu" */);

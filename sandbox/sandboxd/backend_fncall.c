@@ -1,0 +1,1436 @@
+/* backend_fncall.c — the "fncall" backend: stateless calls on warm,
+ * pre-isolated processes of an image.
+ *
+ * A pool per (image root, kind, network) holds idle workers. A worker is a
+ * process cloned into new mount, pid, uts, ipc and (network "none") net
+ * namespaces; it has already bind-mounted the image root read-only, put a
+ * fresh tmpfs on /tmp and /dev, mounted /proc, pivoted into the root, brought
+ * up loopback and dropped its capability bounding set. A "cmd" worker then
+ * waits on its control pipe for one request (argv, env, cwd, user, limits)
+ * and execs it; a "python" worker has already exec'd the image's python3,
+ * which waits for source to run. Either way a worker serves exactly one call
+ * and is gone after it (that is the cleanup between calls: nothing a call
+ * does survives it). Pools grow with demand (the calls of the last second),
+ * shrink back after 10 s without calls, and are refilled after the calls
+ * returned (deferred work, off the critical path).
+ *
+ * What fncall cannot do is refused up front with -EOPNOTSUPP: files that
+ * persist, pause and resume. cpu is not enforced; memory (RLIMIT_DATA),
+ * pids (RLIMIT_NPROC, non-root users) and disk (RLIMIT_FSIZE) are rlimits.
+ *
+ * Invariants:
+ *  1. A worker is in at most one place: a pool's idle list or a running call
+ *     (owned by its sbd_proc), never both.
+ *  2. Idle workers die with sandboxd (PDEATHSIG and EOF on their control
+ *     pipe); a restarted sandboxd starts new pools. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "loop.h"
+#include "proc.h"
+#include "sandboxd.h"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+enum { KIND_CMD = 0, KIND_PY = 1 };
+#define POOL_MAX 32
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct fn_worker {
+	pid_t pid;
+	int pidfd, ctl, in, out, err;
+	int calls;	 /* python workers: calls served */
+	bool pid_reaped; /* python workers: reaped through the call's pidfd */
+	uint64_t cg_id;
+	int mntns; /* holds its mount namespace: see ns_release */
+	struct fn_backend *fb;
+	struct fn_worker *next;
+};
+
+#define PY_MAX_CALLS 1000 /* a warm interpreter is replaced after this many */
+#define PY_PIDS 256
+#define PY_MEMORY (1LL << 30)
+
+/* A call on a warm interpreter (see py_boot). */
+struct py_call {
+	struct fn_backend *fb;
+	struct fn_pool *pool;
+	struct fn_worker *w;
+	struct sbd_watch w_out, w_err, w_ctl, w_pid, w_timer;
+	int timer_fd;
+	struct sbd_exec_sink sink;
+	uint64_t cap, forwarded;
+	struct sbd_exit ex;
+	int64_t start_us;
+	uint8_t resp[64];
+	size_t resp_len;
+	struct py_call *next; /* in fb->calls */
+};
+
+struct fn_pool {
+	char *rootfs;
+	int kind;
+	bool net_host;
+	struct fn_worker *idle;
+	int nidle, target, uses, peak;
+	int64_t last_use_ms;
+	bool refill_queued;
+	struct fn_backend *fb;
+	struct fn_pool *next;
+};
+
+/* Per-worker cgroups (pids, memory): v1 hierarchies or a cgroup2 tree,
+ * below our own cgroup, in a "strata-fncall" directory. A worker is put in
+ * its cgroup right after clone (it has not forked yet); a call's limits are
+ * written before its request is sent; the cgroup is removed once the worker
+ * is gone (retried from tick while the kernel still holds it). */
+struct fn_cg {
+	int version;		/* 0: none (rlimits only), 1, 2 */
+	char base[2][PATH_MAX]; /* v1: pids, memory; v2: [0] */
+	uint64_t next_id;	/* names the worker cgroups: w<owner>-<id> */
+	pid_t owner;
+	uint64_t *pending; /* cgroups to remove again */
+	size_t npending;
+};
+
+struct fn_backend {
+	struct sbd_backend b;
+	struct fn_cg cg;
+	int closer_fd; /* write end: fds for the closer thread, or -1 */
+	pthread_t closer;
+	int pool_min;
+	struct fn_pool *pools;
+	struct py_call *calls; /* in flight on warm interpreters */
+	struct cmd_call *cmds; /* command calls in flight */
+};
+
+/* The warm interpreter: serves calls one after another. A call is a frame
+ * (u32 LE length, JSON {source, env, cwd, stdin}) on fd 3; its output goes
+ * to fds 1 and 2 as it is printed; its answer is a frame {exit_code} on fd 3
+ * once its output was flushed. Between calls: fresh globals, the modules it
+ * imported dropped, stdio, cwd and environment reset (best effort: the
+ * calls of one image share this process, as fncall calls are stateless). */
+static const char py_boot[] =
+    "import os,sys,json,io,struct,base64,traceback\n"
+    "base=set(sys.modules)\n"
+    "so,se=sys.stdout,sys.stderr\n"
+    "def rd(n):\n"
+    "    b=b''\n"
+    "    while len(b)<n:\n"
+    "        c=os.read(3,n-len(b))\n"
+    "        if not c: os._exit(0)\n"
+    "        b+=c\n"
+    "    return b\n"
+    "while True:\n"
+    "    r=json.loads(rd(struct.unpack('<I',rd(4))[0]))\n"
+    "    os.environ.clear()\n"
+    "    os.environ.update(dict(e.split('=',1) for e in r['env']))\n"
+    "    code=0\n"
+    "    sys.stdout,sys.stderr=so,se\n"
+    "    sys.stdin=io.TextIOWrapper(io.BytesIO(base64.b64decode(r.get('stdin') or '')))\n"
+    "    sys.argv=['-c']\n"
+    "    g={'__name__':'__main__','__builtins__':__builtins__}\n"
+    "    try:\n"
+    "        os.chdir(r['cwd'])\n"
+    "        exec(compile(r['source'],'<fncall>','exec'),g)\n"
+    "    except SystemExit as e:\n"
+    "        c=e.code\n"
+    "        code=0 if c is None else c if isinstance(c,int) else (print(c,file=sys.stderr) or 1)\n"
+    "    except BaseException:\n"
+    "        traceback.print_exc(); code=1\n"
+    "    for f in (sys.stdout,sys.stderr,so,se):\n"
+    "        try: f.flush()\n"
+    "        except Exception: pass\n"
+    "    sys.stdout,sys.stderr=so,se\n"
+    "    for m in set(sys.modules)-base: sys.modules.pop(m,None)\n"
+    "    del g\n"
+    "    a=json.dumps({'exit_code':code&255}).encode()\n"
+    "    os.write(3,struct.pack('<I',len(a))+a)\n";
+
+/* ---- cgroups ------------------------------------------------------------------ */
+
+static int write_file(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = write(fd, v, strlen(v)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+/* Our own cgroup in the hierarchy with ctrl ("" for cgroup2). */
+static int own_cgroup(const char *ctrl, char *buf, size_t cap)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[1024];
+	int r = -ENOENT;
+	while (f && r < 0 && fgets(line, sizeof(line), f)) {
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+		if (!b)
+			continue;
+		*b = 0;
+		line[strcspn(line, "\n")] = 0;
+		b[1 + strcspn(b + 1, "\n")] = 0;
+		bool hit = ctrl[0] ? strstr(a + 1, ctrl) != NULL : !a[1];
+		if (hit && snprintf(buf, cap, "%s", b + 1) < (int)cap)
+			r = 0;
+	}
+	if (f)
+		fclose(f);
+	return r;
+}
+
+static int cg_setup_dir(char *dst, const char *mnt, const char *ctrl)
+{
+	char own[PATH_MAX / 2];
+	int r = own_cgroup(ctrl, own, sizeof(own));
+	if (r < 0)
+		return r;
+	snprintf(dst, PATH_MAX, "%s%s/strata-fncall", mnt, strcmp(own, "/") ? own : "");
+	return mkdir(dst, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+static void cg_init(struct fn_cg *cg)
+{
+	cg->owner = getpid();
+	if (access("/sys/fs/cgroup/pids/cgroup.procs", F_OK) == 0 &&
+	    access("/sys/fs/cgroup/memory/cgroup.procs", F_OK) == 0) {
+		if (cg_setup_dir(cg->base[0], "/sys/fs/cgroup/pids", "pids") == 0 &&
+		    cg_setup_dir(cg->base[1], "/sys/fs/cgroup/memory", "memory") == 0)
+			cg->version = 1;
+		return;
+	}
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 &&
+	    cg_setup_dir(cg->base[0], "/sys/fs/cgroup", "") == 0) {
+		char p[PATH_MAX + 32];
+		snprintf(p, sizeof(p), "%s/cgroup.subtree_control", cg->base[0]);
+		if (write_file(p, "+pids +memory") == 0)
+			cg->version = 2;
+	}
+}
+
+static void cg_path(const struct fn_cg *cg, int i, uint64_t id, const char *file, char *buf,
+		    size_t cap)
+{
+	/* named by sandboxd's pid too: several sandboxds share strata-fncall */
+	snprintf(buf, cap, "%s/w%d-%llu%s%s", cg->base[i], (int)cg->owner, (unsigned long long)id,
+		 file ? "/" : "", file ? file : "");
+}
+
+static int cg_count(const struct fn_cg *cg)
+{
+	return cg->version == 1 ? 2 : cg->version;
+}
+
+/* In the worker, before it pivots: creates its cgroups, moves itself in
+ * (the slow part of cgroups v1, kept off sandboxd's loop) and keeps the
+ * directories open at fds 4 (pids; v2: the one directory) and 5 (memory),
+ * close-on-exec, for the limits of its call. Failures leave it unlimited
+ * but for its rlimits. */
+static void cg_enter(const struct fn_cg *cg, uint64_t id)
+{
+	char p[PATH_MAX + 64];
+	for (int i = 0; i < cg_count(cg); i++) {
+		cg_path(cg, i, id, NULL, p, sizeof(p));
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return;
+		cg_path(cg, i, id, "cgroup.procs", p, sizeof(p));
+		if (write_file(p, "0") < 0)
+			return;
+		cg_path(cg, i, id, NULL, p, sizeof(p));
+		int fd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && fd != 4 + i) {
+			dup3(fd, 4 + i, O_CLOEXEC);
+			close(fd);
+		}
+	}
+}
+
+static void write_at(int dfd, const char *file, long long v)
+{
+	char b[32];
+	int n = snprintf(b, sizeof(b), "%lld", v);
+	int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (write(fd, b, (size_t)n) < 0) {
+		/* a limit that cannot be set leaves the rlimits */
+	}
+	close(fd);
+}
+
+/* In the worker: the limits of its call, through the fds cg_enter left. */
+static void cg_limit_self(const struct fn_cg *cg, int64_t pids, int64_t mem)
+{
+	if (!cg->version || fcntl(4, F_GETFD) < 0)
+		return;
+	write_at(4, "pids.max", pids);
+	if (cg->version == 2) {
+		write_at(4, "memory.max", mem);
+		write_at(4, "memory.swap.max", 0);
+	} else if (fcntl(5, F_GETFD) >= 0) {
+		write_at(5, "memory.limit_in_bytes", mem);
+	}
+}
+
+/* Removes a worker's cgroups; returns false if the kernel still holds one. */
+static bool cg_try_remove(struct fn_cg *cg, uint64_t id)
+{
+	char p[PATH_MAX + 64];
+	bool done = true;
+	for (int i = 0; i < cg_count(cg); i++) {
+		cg_path(cg, i, id, NULL, p, sizeof(p));
+		if (rmdir(p) < 0 && errno != ENOENT)
+			done = false;
+	}
+	return done;
+}
+
+static void cg_remove(struct fn_cg *cg, uint64_t id)
+{
+	if (!cg->version || cg_try_remove(cg, id))
+		return;
+	uint64_t *n = realloc(cg->pending, (cg->npending + 1) * sizeof(*n));
+	if (n) {
+		cg->pending = n;
+		cg->pending[cg->npending++] = id;
+	}
+}
+
+static void cg_retry(struct fn_cg *cg)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < cg->npending; i++)
+		if (!cg_try_remove(cg, cg->pending[i]))
+			cg->pending[k++] = cg->pending[i];
+	cg->npending = k;
+}
+
+/* ---- the worker (runs in the cloned child; exits, never returns) ---------- */
+
+static void __attribute__((noreturn)) die(const char *what)
+{
+	dprintf(2, "strata-fncall: %s: %s\n", what, strerror(errno));
+	_exit(126);
+}
+
+static void move_fds(int in, int out, int err, int ctl)
+{
+	int src[4] = {in, out, err, ctl};
+	for (int i = 0; i < 4; i++)
+		if ((src[i] = fcntl(src[i], F_DUPFD, 64)) < 0)
+			_exit(126);
+	for (int i = 0; i < 4; i++)
+		if (dup2(src[i], i) < 0)
+			_exit(126);
+	syscall(SYS_close_range, 4U, ~0U, 0U);
+}
+
+static void mount_dev(void)
+{
+	static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
+	if (access("dev", F_OK) < 0)
+		return;
+	if (mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") < 0)
+		die("mount /dev");
+	for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
+		char src[32], dst[32];
+		snprintf(src, sizeof(src), "/dev/%s", devs[i]);
+		snprintf(dst, sizeof(dst), "dev/%s", devs[i]);
+		int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+		if (fd >= 0)
+			close(fd);
+		if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+			unlink(dst);
+	}
+	symlink("/proc/self/fd", "dev/fd");
+	symlink("/proc/self/fd/0", "dev/stdin");
+	symlink("/proc/self/fd/1", "dev/stdout");
+	symlink("/proc/self/fd/2", "dev/stderr");
+	mkdir("dev/shm", 01777);
+}
+
+/* Docker's masked and read-only /proc paths (relative to the new root):
+ * the command runs as uid 0 without capabilities, and some of these check
+ * only file permissions (writing /proc/sysrq-trigger needs no capability). */
+static void mask_proc(void)
+{
+	static const char *const masked[] = {
+	    "proc/kcore",	"proc/keys",	    "proc/latency_stats", "proc/timer_list",
+	    "proc/sched_debug", "proc/kpagecgroup", "proc/kpagecount",	  "proc/kpageflags",
+	    "proc/acpi",	"proc/scsi"};
+	static const char *const ro[] = {"proc/sysrq-trigger", "proc/sys", "proc/irq", "proc/bus",
+					 "proc/fs"};
+	for (size_t i = 0; i < ARRAY_SIZE(masked); i++) {
+		struct stat st;
+		if (lstat(masked[i], &st) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)
+			? mount("tmpfs", masked[i], "tmpfs", MS_RDONLY, "size=0") < 0
+			: mount("/dev/null", masked[i], NULL, MS_BIND, NULL) < 0)
+			die(masked[i]);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(ro); i++) {
+		if (access(ro[i], F_OK) < 0)
+			continue;
+		if (mount(ro[i], ro[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+		    mount(NULL, ro[i], NULL,
+			  MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  NULL) < 0)
+			die(ro[i]);
+	}
+}
+
+struct mount_attr_ {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+static void enter_root(const char *rootfs)
+{
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die("make mounts private");
+	/* The host's own root as an image (tests, trusted tools): no pivot,
+	 * the same read-only treatment in our private mount namespace. */
+	bool host = !strcmp(rootfs, "/");
+	if (!host && mount(rootfs, rootfs, NULL, MS_BIND | MS_REC, NULL) < 0)
+		die("bind the image root");
+	struct mount_attr_ ma = {.attr_set = 0x1 /* MOUNT_ATTR_RDONLY */ | 0x2 /* NOSUID */};
+	if (syscall(SYS_mount_setattr, AT_FDCWD, rootfs, 0x8000 /* AT_RECURSIVE */, &ma,
+		    sizeof(ma)) < 0)
+		die("make the image root read-only");
+	if (chdir(rootfs) < 0)
+		die("chdir to the image root");
+	if (access("tmp", F_OK) == 0 &&
+	    mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777") < 0)
+		die("mount /tmp");
+	if (access("proc", F_OK) == 0) {
+		if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+			die("mount /proc");
+		mask_proc();
+	}
+	mount_dev();
+	if (host)
+		return;
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		die("pivot_root");
+	if (umount2(".", MNT_DETACH) < 0)
+		die("detach the old root");
+	if (chdir("/") < 0)
+		die("chdir /");
+}
+
+static void loopback_up(void)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr = {0};
+	strcpy(ifr.ifr_name, "lo");
+	if (s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		ioctl(s, SIOCSIFFLAGS, &ifr);
+	}
+	if (s >= 0)
+		close(s);
+}
+
+static void drop_bounding(void)
+{
+	for (int c = 0; c < 64; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno == EINVAL)
+			break;
+}
+
+static void drop_caps(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2] = {{0}};
+	if (syscall(SYS_capset, &h, d) < 0)
+		die("drop capabilities");
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		die("no_new_privs");
+}
+
+/* The child of a raw clone3 of a multi-threaded sandboxd must not call
+ * malloc (another thread may have held an allocator lock at the clone), so
+ * a command request is a flat list of NUL-terminated fields, read into
+ * mmap'ed memory and walked in place:
+ *   "SBDREQ1" uid gid data_limit fsize_limit nproc_limit cg_pids cg_memory
+ *   cwd argc argv... envc env...                                           */
+#define REQ_MAGIC "SBDREQ1"
+
+static char *read_all(int fd, size_t *ret_len)
+{
+	size_t len = 0, cap = 1 << 20;
+	char *b = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b == MAP_FAILED)
+		return NULL;
+	for (;;) {
+		if (len + 1 >= cap) {
+			char *n = mremap(b, cap, cap * 2, MREMAP_MAYMOVE);
+			if (n == MAP_FAILED)
+				return NULL;
+			b = n;
+			cap *= 2;
+		}
+		ssize_t k = read(fd, b + len, cap - len - 1);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return NULL;
+		if (k == 0)
+			break;
+		len += (size_t)k;
+	}
+	b[len] = 0;
+	*ret_len = len;
+	return b;
+}
+
+static void set_limit(int res, int64_t v)
+{
+	struct rlimit rl = {(rlim_t)v, (rlim_t)v};
+	if (v > 0)
+		setrlimit(res, &rl);
+}
+
+struct req_reader {
+	char *p, *end;
+};
+
+static const char *req_str(struct req_reader *r)
+{
+	if (r->p >= r->end)
+		_exit(126);
+	const char *s = r->p;
+	r->p += strlen(s) + 1;
+	return s;
+}
+
+static long long req_num(struct req_reader *r)
+{
+	return strtoll(req_str(r), NULL, 10);
+}
+
+/* A NULL-terminated vector of the next count strings, in mmap'ed memory. */
+static char **req_vec(struct req_reader *r)
+{
+	long long n = req_num(r);
+	if (n < 0 || n > 1 << 20)
+		_exit(126);
+	char **v = mmap(NULL, (size_t)(n + 1) * sizeof(char *), PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (v == MAP_FAILED)
+		_exit(126);
+	for (long long i = 0; i < n; i++)
+		v[i] = (char *)req_str(r);
+	v[n] = NULL;
+	return v;
+}
+
+static void __attribute__((noreturn)) run_request(const struct fn_cg *cg)
+{
+	size_t len;
+	char *buf = read_all(3, &len);
+	if (!buf || !len)
+		_exit(0); /* sandboxd went away or retired this worker */
+	close(3);
+	struct req_reader r = {buf, buf + len};
+	if (strcmp(req_str(&r), REQ_MAGIC))
+		_exit(126);
+	long long uid = req_num(&r), gid = req_num(&r), data = req_num(&r), fsize = req_num(&r);
+	long long nproc = req_num(&r), cg_pids = req_num(&r), cg_mem = req_num(&r);
+	const char *cwd = req_str(&r);
+	char **argv = req_vec(&r), **env = req_vec(&r);
+	if (!argv[0])
+		_exit(126);
+	set_limit(RLIMIT_DATA, data);
+	set_limit(RLIMIT_FSIZE, fsize);
+	if (uid != 0)
+		set_limit(RLIMIT_NPROC, nproc);
+	set_limit(RLIMIT_CORE, 0);
+	if (cg_pids > 0 && cg_mem > 0)
+		cg_limit_self(cg, cg_pids, cg_mem);
+	if (uid != 0 &&
+	    (setgroups(0, NULL) < 0 || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
+	     setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0))
+		die("switch user");
+	drop_caps();
+	if (cwd[0] && chdir(cwd) < 0)
+		die(cwd);
+	environ = env; /* PATH is in it: the request always carries one */
+	execvp(argv[0], argv);
+	dprintf(2, "strata: cannot run '%s': %s\n", argv[0], strerror(errno));
+	_exit(errno == ENOENT ? 127 : 126);
+}
+
+static void __attribute__((noreturn))
+worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, int ctl)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	move_fds(in, out, err, ctl);
+	cg_enter(&p->fb->cg, cg_id);
+	if (p->kind == KIND_PY)
+		cg_limit_self(&p->fb->cg, PY_PIDS, PY_MEMORY); /* shared by its calls */
+	signal(SIGPIPE, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	enter_root(p->rootfs);
+	sethostname("sandbox", 7);
+	if (!p->net_host)
+		loopback_up();
+	drop_bounding();
+	if (p->kind == KIND_CMD)
+		run_request(&p->fb->cg);
+	drop_caps();
+	char *env[] = {"PATH=" DEFAULT_PATH, "LANG=C.UTF-8", NULL};
+	char *argv[] = {"python3", "-I", "-c", (char *)py_boot, NULL};
+	execve("/usr/bin/python3", argv, env);
+	die("exec /usr/bin/python3");
+}
+
+/* ---- releasing mount namespaces off the loop ------------------------------------
+ *
+ * The last reference to a mount namespace unmounts its tree, and the kernel
+ * then waits for an RCU grace period (milliseconds). A worker that held the
+ * last reference would pay that in its exit, before its pidfd reports it:
+ * on every call's critical path. So sandboxd holds each worker's mount
+ * namespace open (/proc/<pid>/ns/mnt) and, once the call has been answered,
+ * hands the fd to this thread, which closes it. */
+
+static void *closer_main(void *arg)
+{
+	int rfd = (int)(intptr_t)arg, fd;
+	while (read(rfd, &fd, sizeof(fd)) == sizeof(fd))
+		close(fd);
+	close(rfd);
+	return NULL;
+}
+
+static void closer_start(struct fn_backend *fb)
+{
+	int p[2];
+	fb->closer_fd = -1;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return;
+	if (pthread_create(&fb->closer, NULL, closer_main, (void *)(intptr_t)p[0]) != 0) {
+		close(p[0]);
+		close(p[1]);
+		return;
+	}
+	fb->closer_fd = p[1];
+}
+
+static void ns_release(struct fn_backend *fb, int fd)
+{
+	if (fd < 0)
+		return;
+	if (fb->closer_fd < 0 || write(fb->closer_fd, &fd, sizeof(fd)) != sizeof(fd))
+		close(fd);
+}
+
+static void closer_stop(struct fn_backend *fb)
+{
+	if (fb->closer_fd < 0)
+		return;
+	close(fb->closer_fd);
+	pthread_join(fb->closer, NULL);
+	fb->closer_fd = -1;
+}
+
+/* ---- pools -------------------------------------------------------------------- */
+
+struct clone_args_ {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+};
+
+static void worker_free(struct fn_worker *w)
+{
+	int fds[] = {w->pidfd, w->ctl, w->in, w->out, w->err};
+	if (w->pidfd >= 0) { /* else a call owns the process (and its cgroup) */
+		syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, NULL, 0);
+		waitid(P_PIDFD, (id_t)w->pidfd, &(siginfo_t){0}, WEXITED);
+		cg_remove(&w->fb->cg, w->cg_id);
+	} else if (w->pid_reaped) {
+		cg_remove(&w->fb->cg, w->cg_id);
+	}
+	ns_release(w->fb, w->mntns); /* -1 when a call took it over */
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(w);
+}
+
+static int worker_spawn(struct fn_pool *p, struct fn_worker **ret)
+{
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ctl[2] = {-1, -1};
+	struct fn_worker *w = calloc(1, sizeof(*w));
+	int r = 0;
+	if (!w || pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+	    pipe2(err, O_CLOEXEC) < 0 ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0)
+		r = -errno ?: -ENOMEM;
+	int pidfd = -1;
+	struct clone_args_ ca = {
+	    .flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
+		     (p->net_host ? 0 : CLONE_NEWNET),
+	    .pidfd = (uint64_t)(uintptr_t)&pidfd,
+	    .exit_signal = SIGCHLD,
+	};
+	uint64_t cg_id = ++p->fb->cg.next_id;
+	pid_t pid = r < 0 ? -1 : (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0)
+		worker_main(p, cg_id, in[0], out[1], err[1], ctl[0]);
+	if (r == 0 && pid < 0)
+		r = -errno;
+	int child_ends[] = {in[0], out[1], err[1], ctl[0]};
+	for (size_t i = 0; i < 4; i++)
+		if (child_ends[i] >= 0)
+			close(child_ends[i]);
+	if (r < 0) {
+		int ours[] = {in[1], out[0], err[0], ctl[1]};
+		for (size_t i = 0; i < 4; i++)
+			if (ours[i] >= 0)
+				close(ours[i]);
+		free(w);
+		return r;
+	}
+	*w = (struct fn_worker){.pid = pid,
+				.pidfd = pidfd,
+				.ctl = ctl[1],
+				.in = in[1],
+				.out = out[0],
+				.err = err[0],
+				.fb = p->fb,
+				.cg_id = cg_id,
+				.mntns = -1};
+	char nsp[64];
+	snprintf(nsp, sizeof(nsp), "/proc/%d/ns/mnt", (int)pid);
+	w->mntns = open(nsp, O_RDONLY | O_CLOEXEC);
+	*ret = w;
+	return 0;
+}
+
+static bool worker_alive(const struct fn_worker *w)
+{
+	struct pollfd pf = {.fd = w->pidfd, .events = POLLIN};
+	return poll(&pf, 1, 0) == 0;
+}
+
+static struct fn_pool *pool_get(struct fn_backend *fb, const char *rootfs, int kind, bool net_host)
+{
+	for (struct fn_pool *p = fb->pools; p; p = p->next)
+		if (p->kind == kind && p->net_host == net_host && !strcmp(p->rootfs, rootfs))
+			return p;
+	struct fn_pool *p = calloc(1, sizeof(*p));
+	if (!p || !(p->rootfs = strdup(rootfs))) {
+		free(p);
+		return NULL;
+	}
+	p->kind = kind;
+	p->net_host = net_host;
+	p->target = fb->pool_min;
+	p->fb = fb;
+	p->last_use_ms = sbd_now_ms();
+	p->next = fb->pools;
+	fb->pools = p;
+	return p;
+}
+
+static void pool_refill(void *ctx)
+{
+	struct fn_pool *p = ctx;
+	p->refill_queued = false;
+	for (int i = 0; i < 4 && p->nidle < p->target; i++) {
+		struct fn_worker *w;
+		if (worker_spawn(p, &w) < 0)
+			return;
+		w->next = p->idle;
+		p->idle = w;
+		p->nidle++;
+	}
+	if (p->nidle < p->target && sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
+		p->refill_queued = true;
+}
+
+static void pool_kick(struct fn_pool *p)
+{
+	if (!p->refill_queued && p->nidle < p->target &&
+	    sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
+		p->refill_queued = true;
+}
+
+static void discard_pending(int fd)
+{
+	char b[4096];
+	while (read(fd, b, sizeof(b)) > 0)
+		;
+}
+
+/* Takes an idle live worker or spawns one. */
+static int pool_take(struct fn_pool *p, struct fn_worker **ret)
+{
+	p->uses++;
+	p->last_use_ms = sbd_now_ms();
+	if (!p->idle && p->target < POOL_MAX)
+		p->target++;
+	while (p->idle) {
+		struct fn_worker *w = p->idle;
+		p->idle = w->next;
+		p->nidle--;
+		if (worker_alive(w)) {
+			if (w->calls) { /* a warm interpreter: drop stray output */
+				discard_pending(w->out);
+				discard_pending(w->err);
+			}
+			*ret = w;
+			pool_kick(p);
+			return 0;
+		}
+		worker_free(w);
+	}
+	pool_kick(p);
+	return worker_spawn(p, ret);
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+static int parse_user(const char *rootfs, const char *user, int64_t *uid, int64_t *gid)
+{
+	*uid = *gid = 0;
+	if (!user || !user[0] || !strcmp(user, "root"))
+		return 0;
+	if (!strcmp(user, "nobody")) {
+		*uid = *gid = 65534;
+		return 0;
+	}
+	char *end;
+	long u = strtol(user, &end, 10);
+	if (end != user && (*end == 0 || *end == ':')) {
+		*uid = u;
+		*gid = *end == ':' ? strtol(end + 1, NULL, 10) : u;
+		return 0;
+	}
+	char path[4200], line[512];
+	snprintf(path, sizeof(path), "%s/etc/passwd", rootfs);
+	FILE *f = fopen(path, "re");
+	size_t n = strlen(user);
+	while (f && fgets(line, sizeof(line), f)) {
+		long lu, lg;
+		if (!strncmp(line, user, n) && line[n] == ':' &&
+		    sscanf(line + n, ":%*[^:]:%ld:%ld:", &lu, &lg) == 2) {
+			*uid = lu;
+			*gid = lg;
+			fclose(f);
+			return 0;
+		}
+	}
+	if (f)
+		fclose(f);
+	return -ENOENT;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = write(fd, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) { /* a warm interpreter still reading */
+			struct pollfd pf = {.fd = fd, .events = POLLOUT};
+			if (poll(&pf, 1, 5000) <= 0)
+				return -ETIMEDOUT;
+			continue;
+		}
+		if (k < 0)
+			return -errno;
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static void put_field(struct jw *w, const char *s)
+{
+	jw_append(w, s, strlen(s) + 1);
+}
+
+static void put_num(struct jw *w, long long v)
+{
+	char b[32];
+	snprintf(b, sizeof(b), "%lld", v);
+	put_field(w, b);
+}
+
+/* The flat request of a command worker (see run_request). */
+static void request_flat(struct jw *w, const struct sbd_sandbox *sb, const struct sbd_exec_req *req,
+			 int64_t uid, int64_t gid)
+{
+	put_field(w, REQ_MAGIC);
+	put_num(w, uid);
+	put_num(w, gid);
+	put_num(w, sb->memory_mb << 20); /* RLIMIT_DATA */
+	put_num(w, sb->disk_mb << 20);	 /* RLIMIT_FSIZE */
+	put_num(w, sb->pids);		 /* RLIMIT_NPROC (not for root) */
+	put_num(w, sb->pids);		 /* pids cgroup */
+	put_num(w, sb->memory_mb << 20); /* memory cgroup */
+	put_field(w, req->cwd);
+	long long n = 0, have_path = 0;
+	for (char **a = req->argv; *a; a++)
+		n++;
+	put_num(w, n);
+	for (char **a = req->argv; *a; a++)
+		put_field(w, *a);
+	n = 0;
+	for (char **e = req->env; e && *e; e++, n++)
+		have_path |= !strncmp(*e, "PATH=", 5);
+	put_num(w, n + !have_path);
+	for (char **e = req->env; e && *e; e++)
+		put_field(w, *e);
+	if (!have_path)
+		put_field(w, "PATH=" DEFAULT_PATH);
+}
+
+static bool has_python(const char *rootfs)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/usr/bin/python3", rootfs);
+	return access(p, X_OK) == 0;
+}
+
+/* ---- calls on warm interpreters -------------------------------------------- */
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void py_forward(struct py_call *c, int stream, bool final)
+{
+	int fd = stream == 1 ? c->w->out : c->w->err;
+	uint64_t *count = stream == 1 ? &c->ex.stdout_bytes : &c->ex.stderr_bytes;
+	char buf[65536];
+	for (int i = 0; i < 64; i++) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n <= 0)
+			return;
+		*count += (uint64_t)n;
+		uint64_t room = c->cap > c->forwarded ? c->cap - c->forwarded : 0;
+		size_t fwd = (uint64_t)n < room ? (size_t)n : (size_t)room;
+		if (fwd < (size_t)n)
+			c->ex.truncated = true;
+		if (fwd) {
+			c->forwarded += fwd;
+			c->sink.output(c->sink.ctx, stream, buf, fwd);
+		}
+		if (!final && n < (ssize_t)sizeof(buf))
+			return;
+	}
+}
+
+static void py_unwatch(struct py_call *c)
+{
+	struct sbd_loop *l = c->fb->b.loop;
+	sbd_watch_del(l, &c->w_out);
+	sbd_watch_del(l, &c->w_err);
+	sbd_watch_del(l, &c->w_ctl);
+	sbd_watch_del(l, &c->w_pid);
+	sbd_watch_del(l, &c->w_timer);
+	if (c->timer_fd >= 0)
+		close(c->timer_fd);
+	c->timer_fd = -1;
+	for (struct py_call **p = &c->fb->calls; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+}
+
+/* Ends a call: the worker goes back to its pool when it is healthy (keep),
+ * else it is killed. Reports the exit unless cancelled. */
+static void py_finish(struct py_call *c, bool keep, bool report)
+{
+	py_unwatch(c);
+	struct fn_pool *p = c->pool;
+	struct fn_worker *w = c->w;
+	if (keep && ++w->calls < PY_MAX_CALLS && p->nidle < POOL_MAX) {
+		w->next = p->idle;
+		p->idle = w;
+		p->nidle++;
+	} else {
+		worker_free(w);
+		pool_kick(p);
+	}
+	struct sbd_exit ex = c->ex;
+	ex.duration_us = mono_us() - c->start_us;
+	struct sbd_exec_sink sink = c->sink;
+	free(c);
+	if (report)
+		sink.exit(sink.ctx, &ex);
+}
+
+static void py_out_io(void *ctx, uint32_t ev)
+{
+	py_forward(ctx, 1, false);
+}
+
+static void py_err_io(void *ctx, uint32_t ev)
+{
+	py_forward(ctx, 2, false);
+}
+
+static void py_ctl_io(void *ctx, uint32_t ev)
+{
+	struct py_call *c = ctx;
+	ssize_t n = read(c->w->ctl, c->resp + c->resp_len, sizeof(c->resp) - c->resp_len);
+	if (n < 0 && errno == EAGAIN)
+		return;
+	if (n <= 0)
+		return; /* the worker died: the pidfd reports it */
+	c->resp_len += (size_t)n;
+	if (c->resp_len < 4)
+		return;
+	uint32_t len = c->resp[0] | (uint32_t)c->resp[1] << 8 | (uint32_t)c->resp[2] << 16 |
+		       (uint32_t)c->resp[3] << 24;
+	if (len > sizeof(c->resp) - 4) {
+		py_finish(c, false, true);
+		return;
+	}
+	if (c->resp_len < 4 + len)
+		return;
+	struct json *j = json_parse((char *)c->resp + 4, len, NULL, 0);
+	int64_t code = 1;
+	json_int(json_get(j, "exit_code"), 0, 255, &code);
+	json_free(j);
+	c->ex.exit_code = (int)code;
+	/* Output printed before the answer is in the pipes already. */
+	py_forward(c, 1, true);
+	py_forward(c, 2, true);
+	py_finish(c, c->resp_len == 4 + len, true);
+}
+
+static void py_pid_io(void *ctx, uint32_t ev)
+{
+	struct py_call *c = ctx;
+	siginfo_t si = {0};
+	if (waitid(P_PIDFD, (id_t)c->w->pidfd, &si, WEXITED | WNOHANG) < 0 || !si.si_pid)
+		return;
+	close(c->w->pidfd);
+	c->w->pidfd = -1; /* reaped */
+	c->w->pid_reaped = true;
+	py_forward(c, 1, true);
+	py_forward(c, 2, true);
+	if (si.si_code == CLD_EXITED) {
+		c->ex.exit_code = si.si_status;
+	} else {
+		c->ex.exit_code = -1;
+		c->ex.signo = si.si_status;
+	}
+	py_finish(c, false, true);
+}
+
+static void py_timer_io(void *ctx, uint32_t ev)
+{
+	struct py_call *c = ctx;
+	c->ex.timed_out = true;
+	syscall(SYS_pidfd_send_signal, c->w->pidfd, SIGKILL, NULL, 0);
+	sbd_watch_del(c->fb->b.loop, &c->w_timer);
+}
+
+static void py_request(struct jw *w, const struct sbd_exec_req *req)
+{
+	size_t at = w->len;
+	jw_append(w, "\0\0\0\0", 4);
+	jw_obj(w);
+	jw_kstr(w, "source", req->python);
+	jw_key(w, "env");
+	jw_arr(w);
+	for (char **e = req->env; e && *e; e++)
+		jw_str(w, *e);
+	jw_arr_end(w);
+	jw_kstr(w, "cwd", req->cwd);
+	jw_key(w, "stdin");
+	jw_b64(w, req->stdin_data ? (const void *)req->stdin_data : "", req->stdin_len);
+	jw_obj_end(w);
+	if (w->err)
+		return;
+	uint32_t n = (uint32_t)(w->len - at - 4);
+	uint8_t h[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+	memcpy(w->buf + at, h, 4);
+}
+
+static int py_arm(struct py_call *c, const struct sbd_exec_req *req)
+{
+	struct sbd_loop *l = c->fb->b.loop;
+	struct fn_worker *w = c->w;
+	struct itimerspec its = {
+	    .it_value = {req->timeout_ms / 1000, (req->timeout_ms % 1000) * 1000000}};
+	int r;
+	c->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (c->timer_fd < 0 || timerfd_settime(c->timer_fd, 0, &its, NULL) < 0)
+		return -errno;
+	int fds[] = {w->out, w->err, w->ctl};
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+		if (fcntl(fds[i], F_SETFL, O_NONBLOCK) < 0)
+			return -errno;
+	if ((r = sbd_watch_add(l, &c->w_out, w->out, EPOLLIN, py_out_io, c)) < 0 ||
+	    (r = sbd_watch_add(l, &c->w_err, w->err, EPOLLIN, py_err_io, c)) < 0 ||
+	    (r = sbd_watch_add(l, &c->w_ctl, w->ctl, EPOLLIN, py_ctl_io, c)) < 0 ||
+	    (r = sbd_watch_add(l, &c->w_pid, w->pidfd, EPOLLIN, py_pid_io, c)) < 0 ||
+	    (r = sbd_watch_add(l, &c->w_timer, c->timer_fd, EPOLLIN, py_timer_io, c)) < 0)
+		return r;
+	return 0;
+}
+
+static int py_exec(struct fn_backend *fb, struct fn_pool *p, const struct sbd_exec_req *req,
+		   const struct sbd_exec_sink *sink, void **ret)
+{
+	struct fn_worker *w = NULL;
+	int r = pool_take(p, &w);
+	if (r < 0)
+		return r;
+	struct py_call *c = calloc(1, sizeof(*c));
+	if (!c) {
+		worker_free(w);
+		return -ENOMEM;
+	}
+	c->w_out.fd = c->w_err.fd = c->w_ctl.fd = c->w_pid.fd = c->w_timer.fd = c->timer_fd = -1;
+	*c = (struct py_call){.fb = fb,
+			      .pool = p,
+			      .w = w,
+			      .sink = *sink,
+			      .cap = req->output_cap,
+			      .start_us = mono_us(),
+			      .timer_fd = -1,
+			      .w_out.fd = -1,
+			      .w_err.fd = -1,
+			      .w_ctl.fd = -1,
+			      .w_pid.fd = -1,
+			      .w_timer.fd = -1};
+	c->next = fb->calls;
+	fb->calls = c;
+	int busy = 0;
+	for (struct py_call *k = fb->calls; k; k = k->next)
+		busy += k->pool == p;
+	if (busy > p->peak)
+		p->peak = busy;
+	if (w->in >= 0) { /* stdin travels in the request */
+		close(w->in);
+		w->in = -1;
+	}
+	struct jw j;
+	jw_init(&j);
+	py_request(&j, req);
+	r = j.err ?: write_all(w->ctl, j.buf, j.len);
+	jw_done(&j);
+	if (r == 0)
+		r = py_arm(c, req);
+	if (r < 0) {
+		py_finish(c, false, false);
+		return r;
+	}
+	*ret = c;
+	return 0;
+}
+
+static bool py_cancel(struct fn_backend *fb, void *handle)
+{
+	for (struct py_call *c = fb->calls; c; c = c->next)
+		if (c == handle) {
+			py_finish(c, false, false);
+			return true;
+		}
+	return false;
+}
+
+/* A command call: its process is owned by an sbd_proc; this wraps the sink
+ * to remove the worker's cgroup once the process is gone. */
+struct cmd_call {
+	struct fn_backend *fb;
+	struct sbd_proc *proc;
+	uint64_t cg_id;
+	int mntns;
+	struct sbd_exec_sink sink;
+	struct cmd_call *next; /* in fb->cmds */
+};
+
+static void cmd_unlink(struct cmd_call *cc)
+{
+	for (struct cmd_call **p = &cc->fb->cmds; *p; p = &(*p)->next)
+		if (*p == cc) {
+			*p = cc->next;
+			return;
+		}
+}
+
+static void cmd_output(void *ctx, int stream, const void *p, size_t n)
+{
+	struct cmd_call *cc = ctx;
+	cc->sink.output(cc->sink.ctx, stream, p, n);
+}
+
+static bool cmd_congested(void *ctx)
+{
+	struct cmd_call *cc = ctx;
+	return cc->sink.congested && cc->sink.congested(cc->sink.ctx);
+}
+
+static void cmd_exit(void *ctx, const struct sbd_exit *e)
+{
+	struct cmd_call *cc = ctx;
+	struct sbd_exec_sink sink = cc->sink;
+	cmd_unlink(cc);
+	struct fn_backend *fb = cc->fb;
+	int ns = cc->mntns;
+	uint64_t cg_id = cc->cg_id;
+	free(cc);
+	sink.exit(sink.ctx, e); /* answer first: cleaning up is off the critical path */
+	cg_remove(&fb->cg, cg_id);
+	ns_release(fb, ns);
+}
+
+static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
+		   const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap)
+{
+	struct fn_backend *fb = b->priv;
+	int64_t uid, gid;
+	if (parse_user(sb->rootfs, req->user, &uid, &gid) < 0) {
+		snprintf(why, cap, "user '%s' is not in the image's /etc/passwd", req->user);
+		return -EINVAL;
+	}
+	struct sbd_exec_req q = *req;
+	char *pyargv[] = {"/usr/bin/python3", "-c", (char *)req->python, NULL};
+	int kind = KIND_CMD;
+	if (req->python) {
+		if (!has_python(sb->rootfs)) {
+			snprintf(why, cap, "image '%s' has no /usr/bin/python3", sb->image);
+			return -EOPNOTSUPP;
+		}
+		if (uid == 0)
+			kind = KIND_PY; /* warm interpreters run as root without capabilities */
+		else {
+			q.python = NULL;
+			q.argv = pyargv;
+		}
+	}
+	struct fn_pool *p = pool_get(fb, sb->rootfs, kind, sb->net_host);
+	if (p && kind == KIND_PY) {
+		int r = py_exec(fb, p, &q, sink, ret_handle);
+		if (r < 0)
+			snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+		return r;
+	}
+	struct fn_worker *w = NULL;
+	int r = p ? pool_take(p, &w) : -ENOMEM;
+	if (r < 0) {
+		snprintf(why, cap, "cannot start a worker: %s", strerror(-r));
+		return r;
+	}
+	struct cmd_call *cc = calloc(1, sizeof(*cc));
+	if (!cc) {
+		worker_free(w);
+		return -ENOMEM;
+	}
+	*cc = (struct cmd_call){.fb = fb, .cg_id = w->cg_id, .mntns = w->mntns, .sink = *sink};
+	w->mntns = -1; /* the call owns it now */
+	struct jw j;
+	jw_init(&j);
+	request_flat(&j, sb, &q, uid, gid);
+	r = j.err ?: write_all(w->ctl, j.buf, j.len);
+	jw_done(&j);
+	close(w->ctl);
+	w->ctl = -1;
+	struct sbd_proc_fds fds = {w->pid, w->pidfd, w->in, w->out, w->err};
+	struct sbd_exec_sink mine = {cmd_output, cmd_exit, cmd_congested, cc};
+	if (r == 0) {
+		r = sbd_proc_start(b->loop, &fds, &q, &mine, &cc->proc);
+		w->pidfd = w->in = w->out = w->err = -1; /* the proc owns them now */
+		if (r < 0)
+			cg_remove(&fb->cg, cc->cg_id); /* the proc killed and reaped it */
+	}
+	worker_free(w);
+	if (r < 0) {
+		ns_release(fb, cc->mntns);
+		free(cc);
+		snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+		return r;
+	}
+	cc->next = fb->cmds;
+	fb->cmds = cc;
+	*ret_handle = cc;
+	return 0;
+}
+
+static void fn_exec_cancel(struct sbd_backend *b, void *handle)
+{
+	struct fn_backend *fb = b->priv;
+	if (py_cancel(fb, handle))
+		return;
+	struct cmd_call *cc = handle;
+	sbd_proc_cancel(cc->proc); /* kills and reaps */
+	cmd_unlink(cc);
+	cg_remove(&fb->cg, cc->cg_id);
+	ns_release(fb, cc->mntns);
+	free(cc);
+}
+
+static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
+{
+	struct fn_backend *fb = b->priv;
+	*k = (struct sbd_caps){.available = true,
+			       .exec = true,
+			       .exec_stream = true,
+			       .exec_stdin = true,
+			       .python = true,
+			       .network_host = true,
+			       .limits_memory = true,
+			       .limits_pids = fb->cg.version != 0,
+			       .limits_disk = true};
+}
+
+static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
+{
+	struct fn_backend *fb = b->priv;
+	struct fn_pool *p = pool_get(fb, sb->rootfs, KIND_CMD, sb->net_host);
+	if (!p)
+		return -ENOMEM;
+	pool_kick(p);
+	if (has_python(sb->rootfs) && (p = pool_get(fb, sb->rootfs, KIND_PY, sb->net_host)))
+		pool_kick(p);
+	return 0;
+}
+
+static int fn_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	return 0; /* a fncall sandbox is a record: its calls did not survive */
+}
+
+static int fn_unsupported(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	return -EOPNOTSUPP;
+}
+
+static int fn_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *req)
+{
+	return -EOPNOTSUPP;
+}
+
+static int fn_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	return 0;
+}
+
+static void fn_tick(struct sbd_backend *b)
+{
+	struct fn_backend *fb = b->priv;
+	cg_retry(&fb->cg);
+	int64_t now = sbd_now_ms();
+	for (struct fn_pool *p = fb->pools; p; p = p->next) {
+		/* one-shot workers: enough for a tenth of a second of calls;
+		 * interpreters: the peak of concurrent calls, plus one. */
+		int busy = 0;
+		for (struct py_call *c = fb->calls; c; c = c->next)
+			busy += c->pool == p;
+		if (busy > p->peak)
+			p->peak = busy;
+		int want = p->kind == KIND_CMD ? p->uses / 10 + 1 : p->peak + 1;
+		if (want < fb->pool_min)
+			want = fb->pool_min;
+		p->uses = 0;
+		p->peak = 0;
+		if (want > POOL_MAX)
+			want = POOL_MAX;
+		if (want >= p->target || now - p->last_use_ms > 10000)
+			p->target = want;
+		while (p->nidle > p->target && p->idle) {
+			struct fn_worker *w = p->idle;
+			p->idle = w->next;
+			p->nidle--;
+			worker_free(w);
+		}
+		pool_kick(p);
+	}
+}
+
+static void fn_free(struct sbd_backend *b)
+{
+	struct fn_backend *fb = b->priv;
+	while (fb->calls)
+		py_finish(fb->calls, false, false);
+	while (fb->cmds)
+		fn_exec_cancel(b, fb->cmds);
+	while (fb->pools) {
+		struct fn_pool *p = fb->pools;
+		fb->pools = p->next;
+		while (p->idle) {
+			struct fn_worker *w = p->idle;
+			p->idle = w->next;
+			worker_free(w);
+		}
+		free(p->rootfs);
+		free(p);
+	}
+	closer_stop(fb);
+	cg_retry(&fb->cg);
+	for (int i = 0; i < cg_count(&fb->cg); i++)
+		rmdir(fb->cg.base[i]); /* fails while another sandboxd uses it */
+	free(fb->cg.pending);
+	free(fb);
+}
+
+struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min)
+{
+	struct fn_backend *fb = calloc(1, sizeof(*fb));
+	if (!fb)
+		return NULL;
+	fb->pool_min = pool_min;
+	cg_init(&fb->cg);
+	closer_start(fb);
+	fb->b = (struct sbd_backend){
+	    .name = "fncall",
+	    .loop = loop,
+	    .priv = fb,
+	    .caps = fn_caps,
+	    .create = fn_create,
+	    .adopt = fn_adopt,
+	    .exec = fn_exec,
+	    .exec_cancel = fn_exec_cancel,
+	    .file = fn_file,
+	    .pause = fn_unsupported,
+	    .resume = fn_unsupported,
+	    .destroy = fn_destroy,
+	    .tick = fn_tick,
+	    .free = fn_free,
+	};
+	return &fb->b;
+}

@@ -1,0 +1,176 @@
+/* images.c — the image registry of strata-sandboxd, for now.
+ *
+ * Until the image service (imagesvc/) mounts images lazily, an "image" is a
+ * root filesystem directory registered by name, from `--image NAME=DIR` or
+ * from a directory of NAME.json files. This file is what the image mounts
+ * replace later: images_find() will then return the mount of an imported
+ * image instead of a registered directory. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "sandboxd.h"
+
+static bool valid_name(const char *n)
+{
+	size_t len = strlen(n);
+	if (!len || len > 200)
+		return false;
+	for (const char *p = n; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || strchr("._-:/@", *p)))
+			return false;
+	return true;
+}
+
+static void image_free(struct sbd_image *im)
+{
+	if (!im)
+		return;
+	free(im->name);
+	free(im->rootfs);
+	if (im->env)
+		for (char **e = im->env; *e; e++)
+			free(*e);
+	free(im->env);
+	free(im->cwd);
+	free(im->user);
+	free(im);
+}
+
+static int add(struct sandboxd *d, struct sbd_image *im)
+{
+	struct stat st;
+	if (!valid_name(im->name))
+		return -EINVAL;
+	if (stat(im->rootfs, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	if (images_find(d, im->name) && !strcmp(images_find(d, im->name)->name, im->name))
+		return -EEXIST;
+	char *abs = realpath(im->rootfs, NULL);
+	if (!abs)
+		return -errno;
+	free(im->rootfs);
+	im->rootfs = abs;
+	im->next = d->images;
+	d->images = im;
+	return 0;
+}
+
+int images_add_spec(struct sandboxd *d, const char *spec)
+{
+	const char *eq = strchr(spec, '=');
+	if (!eq || eq == spec || !eq[1])
+		return -EINVAL;
+	struct sbd_image *im = calloc(1, sizeof(*im));
+	if (!im)
+		return -ENOMEM;
+	im->name = strndup(spec, eq - spec);
+	im->rootfs = strdup(eq + 1);
+	if (!im->name || !im->rootfs) {
+		image_free(im);
+		return -ENOMEM;
+	}
+	int r = add(d, im);
+	if (r < 0)
+		image_free(im);
+	return r;
+}
+
+static char **str_array(const struct json *a)
+{
+	if (!a || a->type != JSON_ARR || a->len > SBD_MAX_ENV)
+		return NULL;
+	char **v = calloc(a->len + 1, sizeof(char *));
+	size_t i = 0;
+	for (struct json *c = a->child; v && c; c = c->next) {
+		const char *s = json_cstr(c);
+		if (!s || !strchr(s, '=') || !(v[i++] = strdup(s))) {
+			for (size_t k = 0; k < i; k++)
+				free(v[k]);
+			free(v);
+			return NULL;
+		}
+	}
+	return v;
+}
+
+static int load_one(struct sandboxd *d, int dfd, const char *fname)
+{
+	_cleanup_close_ int fd = openat(dfd, fname, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	char buf[65536];
+	ssize_t n = read(fd, buf, sizeof(buf));
+	if (n < 0)
+		return -errno;
+	struct json *j = json_parse(buf, (size_t)n, NULL, 0);
+	const char *name = json_cstr(json_get(j, "name")), *root = json_cstr(json_get(j, "rootfs"));
+	int r = -EINVAL;
+	struct sbd_image *im = calloc(1, sizeof(*im));
+	if (j && name && root && im) {
+		im->name = strdup(name);
+		im->rootfs = strdup(root);
+		im->env = json_get(j, "env") ? str_array(json_get(j, "env")) : NULL;
+		const char *cwd = json_cstr(json_get(j, "cwd")),
+			   *user = json_cstr(json_get(j, "user"));
+		im->cwd = cwd ? strdup(cwd) : NULL;
+		im->user = user ? strdup(user) : NULL;
+		r = im->name && im->rootfs ? add(d, im) : -ENOMEM;
+	}
+	if (r < 0)
+		image_free(im);
+	json_free(j);
+	return r;
+}
+
+int images_load_dir(struct sandboxd *d, const char *dir)
+{
+	DIR *dp = opendir(dir);
+	if (!dp)
+		return -errno;
+	int count = 0;
+	struct dirent *de;
+	while ((de = readdir(dp))) {
+		size_t n = strlen(de->d_name);
+		if (n > 5 && !strcmp(de->d_name + n - 5, ".json") &&
+		    load_one(d, dirfd(dp), de->d_name) == 0)
+			count++;
+	}
+	closedir(dp);
+	return count;
+}
+
+struct sbd_image *images_find(struct sandboxd *d, const char *name)
+{
+	for (struct sbd_image *im = d->images; im; im = im->next)
+		if (!strcmp(im->name, name))
+			return im;
+	/* "x" matches "x:latest" and "x:latest" matches a plain "x". */
+	size_t n = strlen(name);
+	for (struct sbd_image *im = d->images; im; im = im->next) {
+		size_t k = strlen(im->name);
+		if (k == n + 7 && !strncmp(im->name, name, n) && !strcmp(im->name + n, ":latest"))
+			return im;
+		if (n == k + 7 && !strncmp(name, im->name, k) && !strcmp(name + k, ":latest"))
+			return im;
+	}
+	return NULL;
+}
+
+void images_free(struct sandboxd *d)
+{
+	while (d->images) {
+		struct sbd_image *im = d->images;
+		d->images = im->next;
+		image_free(im);
+	}
+}

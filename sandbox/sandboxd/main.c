@@ -1,0 +1,383 @@
+/* main.c — strata-sandboxd: the node agent. Parses the command line, sets
+ * up the state dir, backends and images, re-adopts the sandboxes an earlier
+ * sandboxd left running, and runs the event loop until SIGTERM/SIGINT. On
+ * exit it leaves every sandbox running (their state is on disk) and removes
+ * only its socket.
+ *
+ *   strata-sandboxd [--home DIR] [--socket PATH] [--state-dir DIR]
+ *                   [--image NAME=DIR]... [--images-dir DIR]
+ *                   [--listen-tcp HOST:PORT --token T] [--max-sandboxes N]
+ *                   [--memory-budget-mb N] [--pids-budget N] [--reserve-mb N]
+ *                   [--max-body-mb N] [--fncall-pool N] [--log-level L]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "sandboxd.h"
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f, "Usage: strata-sandboxd [OPTIONS]\n"
+	       "  --home DIR             cluster home (default $STRATA_HOME or ./.strata)\n"
+	       "  --socket PATH          API socket (default HOME/run/sandboxd.sock)\n"
+	       "  --state-dir DIR        sandbox state (default HOME/sandboxd)\n"
+	       "  --image NAME=DIR       register a root filesystem directory as image NAME\n"
+	       "  --images-dir DIR       register every DIR/*.json {\"name\",\"rootfs\",...}\n"
+	       "  --listen-tcp HOST:PORT also serve TCP (needs --token or $STRATA_SANDBOXD_TOKEN)\n"
+	       "  --token T              bearer token for TCP clients\n"
+	       "  --max-sandboxes N      admission: sandboxes on this node (default 4096)\n"
+	       "  --memory-budget-mb N   admission: sum of memory_mb (default 32 x RAM)\n"
+	       "  --pids-budget N        admission: sum of pids (default 4 x pid_max)\n"
+	       "  --reserve-mb N         refuse creates below this MemAvailable (default 128)\n"
+	       "  --max-body-mb N        largest request body (default 64)\n"
+	       "  --fncall-pool N        warm fncall workers per image (default 2)\n"
+	       "  --log-level L          error|warn|info|debug (default info)\n");
+}
+
+static int64_t mem_total_mb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	long long kb = 0;
+	if (f) {
+		if (fscanf(f, "MemTotal: %lld kB", &kb) != 1)
+			kb = 0;
+		fclose(f);
+	}
+	return kb ? kb / 1024 : 4096;
+}
+
+static int64_t pid_max(void)
+{
+	FILE *f = fopen("/proc/sys/kernel/pid_max", "re");
+	long long v = 32768;
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = 32768;
+		fclose(f);
+	}
+	return v;
+}
+
+static void defaults(struct sandboxd_config *c)
+{
+	c->max_sandboxes = 4096;
+	c->memory_budget_mb = 32 * mem_total_mb(); /* limits, not reservations */
+	c->pids_budget = 4 * pid_max();
+	c->reserve_mb = 128;
+	c->max_body = 64LL << 20;
+	c->default_output_cap = 1LL << 20;
+	c->max_output_cap = 64LL << 20;
+	c->default_timeout_ms = 60000;
+	c->max_timeout_ms = 24LL * 3600 * 1000;
+	c->fncall_pool = 2;
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+				return -errno;
+			*p = '/';
+		}
+	return mkdir(buf, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+static bool parse_num(const char *s, int64_t lo, int64_t hi, int64_t *ret)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return false;
+	*ret = v;
+	return true;
+}
+
+enum {
+	O_HOME = 256,
+	O_SOCKET,
+	O_STATE,
+	O_IMAGE,
+	O_IMAGES_DIR,
+	O_TCP,
+	O_TOKEN,
+	O_MAXSB,
+	O_MEM,
+	O_PIDS,
+	O_RESERVE,
+	O_BODY,
+	O_POOL,
+	O_LOG
+};
+
+static const struct option opts[] = {{"home", 1, 0, O_HOME},
+				     {"socket", 1, 0, O_SOCKET},
+				     {"state-dir", 1, 0, O_STATE},
+				     {"image", 1, 0, O_IMAGE},
+				     {"images-dir", 1, 0, O_IMAGES_DIR},
+				     {"listen-tcp", 1, 0, O_TCP},
+				     {"token", 1, 0, O_TOKEN},
+				     {"max-sandboxes", 1, 0, O_MAXSB},
+				     {"memory-budget-mb", 1, 0, O_MEM},
+				     {"pids-budget", 1, 0, O_PIDS},
+				     {"reserve-mb", 1, 0, O_RESERVE},
+				     {"max-body-mb", 1, 0, O_BODY},
+				     {"fncall-pool", 1, 0, O_POOL},
+				     {"log-level", 1, 0, O_LOG},
+				     {"help", 0, 0, 'h'},
+				     {0}};
+
+static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images, size_t *nimages)
+{
+	struct sandboxd_config *c = &d->cfg;
+	int64_t v = 0;
+	switch (o) {
+	case O_HOME:
+		free(c->home);
+		c->home = strdup(arg);
+		return 0;
+	case O_SOCKET:
+		free(c->socket_path);
+		c->socket_path = strdup(arg);
+		return 0;
+	case O_STATE:
+		free(c->state_dir);
+		c->state_dir = strdup(arg);
+		return 0;
+	case O_IMAGES_DIR:
+		free(c->images_dir);
+		c->images_dir = strdup(arg);
+		return 0;
+	case O_TCP:
+		free(c->tcp_listen);
+		c->tcp_listen = strdup(arg);
+		return 0;
+	case O_TOKEN:
+		free(c->token);
+		c->token = strdup(arg);
+		return 0;
+	case O_IMAGE: {
+		char **n = realloc(*images, (*nimages + 1) * sizeof(char *));
+		if (!n)
+			return -ENOMEM;
+		*images = n;
+		n[(*nimages)++] = (char *)arg;
+		return 0;
+	}
+	case O_LOG:
+		if (log_level_parse(arg) < 0)
+			return -EINVAL;
+		log_set_level(log_level_parse(arg));
+		return 0;
+	}
+	if (!parse_num(arg, 0, INT64_MAX / 4, &v))
+		return -EINVAL;
+	switch (o) {
+	case O_MAXSB:
+		c->max_sandboxes = v;
+		break;
+	case O_MEM:
+		c->memory_budget_mb = v;
+		break;
+	case O_PIDS:
+		c->pids_budget = v;
+		break;
+	case O_RESERVE:
+		c->reserve_mb = v;
+		break;
+	case O_BODY:
+		c->max_body = v << 20;
+		break;
+	case O_POOL:
+		c->fncall_pool = v > 64 ? 64 : (int)v;
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int finish_config(struct sandboxd_config *c)
+{
+	if (!c->home) {
+		const char *h = getenv("STRATA_HOME");
+		c->home = strdup(h && h[0] ? h : "./.strata");
+	}
+	if (!c->token && getenv("STRATA_SANDBOXD_TOKEN"))
+		c->token = strdup(getenv("STRATA_SANDBOXD_TOKEN"));
+	if (!c->socket_path && asprintf(&c->socket_path, "%s/run/sandboxd.sock", c->home) < 0)
+		return -ENOMEM;
+	if (!c->state_dir && asprintf(&c->state_dir, "%s/sandboxd", c->home) < 0)
+		return -ENOMEM;
+	char sub[4200], sockdir[4096];
+	snprintf(sub, sizeof(sub), "%s/sandboxes", c->state_dir);
+	snprintf(sockdir, sizeof(sockdir), "%s", c->socket_path);
+	char *slash = strrchr(sockdir, '/');
+	if (slash && slash != sockdir) {
+		*slash = 0;
+		int r = mkdir_p(sockdir);
+		if (r < 0)
+			return log_error_errno(r, "Failed to create %s", sockdir);
+	}
+	int r = mkdir_p(sub);
+	return r < 0 ? log_error_errno(r, "Failed to create %s", sub) : 0;
+}
+
+static int parse_args(struct sandboxd *d, int argc, char **argv)
+{
+	_cleanup_free_ char **images = NULL;
+	size_t nimages = 0;
+	int o;
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (o == 'h') {
+			usage(stdout);
+			exit(0);
+		}
+		if (o == '?' || parse_opt(d, o, optarg, &images, &nimages) < 0) {
+			if (o != '?')
+				log_error("invalid value for --%s: '%s'", opts[o - O_HOME].name,
+					  optarg);
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		log_error("unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	int r = finish_config(&d->cfg);
+	for (size_t i = 0; r == 0 && i < nimages; i++)
+		if ((r = images_add_spec(d, images[i])) < 0)
+			log_error_errno(
+			    r, "Invalid --image '%s' (want NAME=DIR, DIR an existing directory)",
+			    images[i]);
+	if (r == 0 && d->cfg.images_dir && (r = images_load_dir(d, d->cfg.images_dir)) < 0)
+		log_error_errno(r, "Failed to load images from %s", d->cfg.images_dir);
+	return r < 0 ? r : 0;
+}
+
+static void timer_io(void *ctx, uint32_t ev)
+{
+	struct sandboxd *d = ctx;
+	uint64_t x;
+	if (read(d->timer_fd, &x, sizeof(x)) < 0)
+		return;
+	registry_reap(d);
+	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
+		if (d->backends[i] && d->backends[i]->tick)
+			d->backends[i]->tick(d->backends[i]);
+}
+
+static void signal_io(void *ctx, uint32_t ev)
+{
+	struct sandboxd *d = ctx;
+	struct signalfd_siginfo si;
+	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si))
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+			d->stopping = true;
+}
+
+static int setup_loop(struct sandboxd *d)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	d->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	d->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	struct itimerspec its = {{1, 0}, {1, 0}};
+	if (d->signal_fd < 0 || d->timer_fd < 0 || timerfd_settime(d->timer_fd, 0, &its, NULL) < 0)
+		return -errno;
+	int r = sbd_watch_add(d->loop, &d->w_signal, d->signal_fd, EPOLLIN, signal_io, d);
+	return r < 0 ? r : sbd_watch_add(d->loop, &d->w_timer, d->timer_fd, EPOLLIN, timer_io, d);
+}
+
+static int setup_backends(struct sandboxd *d)
+{
+	d->backends[0] = sbd_backend_container_new(d->loop, d->cfg.state_dir);
+	d->backends[1] = sbd_backend_fncall_new(d->loop, d->cfg.fncall_pool);
+	d->backends[2] = sbd_backend_vm_new(d->loop, "firecracker");
+	d->backends[3] = sbd_backend_vm_new(d->loop, "qemu");
+	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++) {
+		if (!d->backends[i])
+			return -ENOMEM;
+		struct sbd_caps k = {0};
+		d->backends[i]->caps(d->backends[i], &k);
+		if (k.available)
+			log_info("backend %s: available", d->backends[i]->name);
+		else
+			log_info("backend %s: unavailable (%s)", d->backends[i]->name, k.why);
+	}
+	return 0;
+}
+
+static void teardown(struct sandboxd *d)
+{
+	server_close(d);
+	registry_free_all(d); /* the sandboxes keep running: only our memory */
+	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
+		if (d->backends[i])
+			d->backends[i]->free(d->backends[i]);
+	images_free(d);
+	if (d->timer_fd >= 0)
+		close(d->timer_fd);
+	if (d->signal_fd >= 0)
+		close(d->signal_fd);
+	sbd_loop_free(d->loop);
+	struct sandboxd_config *c = &d->cfg;
+	free(c->home);
+	free(c->state_dir);
+	free(c->socket_path);
+	free(c->tcp_listen);
+	free(c->token);
+	free(c->images_dir);
+}
+
+int main(int argc, char **argv)
+{
+	struct sandboxd d = {.listen_fd = -1, .tcp_fd = -1, .timer_fd = -1, .signal_fd = -1};
+	log_init("strata-sandboxd", LOG_LVL_INFO);
+	defaults(&d.cfg);
+	d.started_ms = sbd_now_ms();
+	int r = parse_args(&d, argc, argv);
+	if (r == 0 && !(d.loop = sbd_loop_new()))
+		r = -ENOMEM;
+	if (r == 0)
+		r = setup_loop(&d);
+	if (r == 0)
+		r = setup_backends(&d);
+	if (r == 0) {
+		registry_adopt_all(&d);
+		r = server_listen(&d);
+	}
+	if (r < 0) {
+		if (d.loop)
+			teardown(&d);
+		return 1;
+	}
+	log_info("serving on %s (%zu sandboxes adopted, state in %s)", d.cfg.socket_path, d.count,
+		 d.cfg.state_dir);
+	while (!d.stopping && (r = sbd_loop_run_once(d.loop, 1000)) == 0)
+		;
+	log_info("stopping; %zu sandboxes left running", d.count);
+	teardown(&d);
+	return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,404 @@
+/* registry.c — the sandboxes a strata-sandboxd knows: lookup, admission,
+ * persistence (one state dir per sandbox), re-adoption at start, and the TTL
+ * and idle-timeout reaper. Invariants are listed in sandboxd.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "sandboxd.h"
+
+const char *sbd_state_name(enum sbd_state s)
+{
+	return s == SBD_PAUSED ? "paused" : "running";
+}
+
+struct sbd_backend *registry_backend(struct sandboxd *d, const char *name)
+{
+	if (!strcmp(name, "docker"))
+		name = "container";
+	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
+		if (d->backends[i] && !strcmp(d->backends[i]->name, name))
+			return d->backends[i];
+	return NULL;
+}
+
+struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id)
+{
+	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
+		if (!strcmp(sb->id, id))
+			return sb;
+	return NULL;
+}
+
+struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key)
+{
+	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
+		if (sb->idem_key && !strcmp(sb->idem_key, key))
+			return sb;
+	return NULL;
+}
+
+static int64_t mem_available_mb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	char line[256];
+	long long kb = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb < 0 ? -1 : kb / 1024;
+}
+
+int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
+{
+	const struct sandboxd_config *c = &d->cfg;
+	if ((int64_t)d->count >= c->max_sandboxes) {
+		snprintf(why, cap, "node has %zu sandboxes, the limit is %lld", d->count,
+			 (long long)c->max_sandboxes);
+		return -ENOSPC;
+	}
+	if (sb->reserves && d->mem_used_mb + sb->memory_mb > c->memory_budget_mb) {
+		snprintf(
+		    why, cap, "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
+		    (long long)sb->memory_mb, (long long)(c->memory_budget_mb - d->mem_used_mb),
+		    (long long)c->memory_budget_mb);
+		return -ENOSPC;
+	}
+	if (sb->reserves && d->pids_used + sb->pids > c->pids_budget) {
+		snprintf(why, cap, "node pids: %lld requested, %lld of %lld left to admit",
+			 (long long)sb->pids, (long long)(c->pids_budget - d->pids_used),
+			 (long long)c->pids_budget);
+		return -ENOSPC;
+	}
+	int64_t avail = mem_available_mb();
+	if (avail >= 0 && avail < c->reserve_mb) {
+		snprintf(why, cap, "node memory available is %lld MB, below the reserve of %lld MB",
+			 (long long)avail, (long long)c->reserve_mb);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+void registry_insert(struct sandboxd *d, struct sbd_sandbox *sb)
+{
+	sb->next = d->sandboxes;
+	d->sandboxes = sb;
+	d->count++;
+	if (sb->reserves) {
+		d->mem_used_mb += sb->memory_mb;
+		d->pids_used += sb->pids;
+	}
+}
+
+static void registry_remove(struct sandboxd *d, struct sbd_sandbox *sb)
+{
+	for (struct sbd_sandbox **p = &d->sandboxes; *p; p = &(*p)->next)
+		if (*p == sb) {
+			*p = sb->next;
+			d->count--;
+			if (sb->reserves) {
+				d->mem_used_mb -= sb->memory_mb;
+				d->pids_used -= sb->pids;
+			}
+			return;
+		}
+}
+
+void sandbox_free(struct sbd_sandbox *sb)
+{
+	if (!sb)
+		return;
+	free(sb->image);
+	free(sb->rootfs);
+	free(sb->backend_name);
+	if (sb->env)
+		for (char **e = sb->env; *e; e++)
+			free(*e);
+	free(sb->env);
+	free(sb->cwd);
+	free(sb->user);
+	for (size_t i = 0; i < sb->nlabels; i++) {
+		free(sb->labels[i].key);
+		free(sb->labels[i].value);
+	}
+	free(sb->labels);
+	free(sb->idem_key);
+	free(sb->bstate);
+	free(sb);
+}
+
+void sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
+{
+	jw_obj(w);
+	jw_kstr(w, "id", sb->id);
+	jw_kstr(w, "image", sb->image);
+	jw_kstr(w, "backend", sb->backend_name);
+	jw_kstr(w, "state", sbd_state_name(sb->state));
+	jw_key(w, "cpu");
+	jw_num(w, sb->cpu);
+	jw_kint(w, "memory_mb", sb->memory_mb);
+	jw_kint(w, "pids", sb->pids);
+	jw_kint(w, "disk_mb", sb->disk_mb);
+	jw_key(w, "env");
+	jw_obj(w);
+	for (char **e = sb->env; e && *e; e++) {
+		char *eq = strchr(*e, '=');
+		*eq = 0; /* the key, briefly */
+		jw_key(w, *e);
+		*eq = '=';
+		jw_str(w, eq + 1);
+	}
+	jw_obj_end(w);
+	jw_kstr(w, "cwd", sb->cwd);
+	jw_kstr(w, "user", sb->user);
+	jw_kstr(w, "network", sb->net_host ? "host" : "none");
+	jw_kint(w, "ttl", sb->ttl_s);
+	jw_kint(w, "idle_timeout", sb->idle_s);
+	jw_kint(w, "created_at", sb->created_at);
+	jw_kint(w, "expires_at", sb->expires_at);
+	jw_key(w, "labels");
+	jw_obj(w);
+	for (size_t i = 0; i < sb->nlabels; i++)
+		jw_kstr(w, sb->labels[i].key, sb->labels[i].value);
+	jw_obj_end(w);
+	jw_key(w, "idempotency_key");
+	jw_str(w, sb->idem_key);
+	jw_kint(w, "execs", (int64_t)sb->execs_total);
+	jw_kint(w, "running_execs", sb->running_execs);
+	jw_obj_end(w);
+}
+
+static int state_path(struct sandboxd *d, const char *id, const char *leaf, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "%s/sandboxes/%s%s%s", d->cfg.state_dir, id, leaf ? "/" : "",
+			 leaf ? leaf : "");
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
+{
+	char dir[4096], tmp[4200], fin[4200];
+	if (state_path(d, sb->id, NULL, dir, sizeof(dir)) < 0)
+		return -ENAMETOOLONG;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(tmp, sizeof(tmp), "%s/state.json.tmp", dir);
+	snprintf(fin, sizeof(fin), "%s/state.json", dir);
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kint(&w, "version", 1);
+	jw_kstr(&w, "rootfs", sb->rootfs);
+	jw_key(&w, "sandbox");
+	sandbox_to_json(sb, &w);
+	jw_key(&w, "backend_state");
+	if (sb->bstate)
+		jw_raw(&w, sb->bstate, strlen(sb->bstate));
+	else
+		jw_null(&w);
+	jw_obj_end(&w);
+	jw_append(&w, "\n", 1);
+	int r = w.err;
+	if (r == 0) {
+		_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write(fd, w.buf, w.len) != (ssize_t)w.len || rename(tmp, fin) < 0)
+			r = errno ? -errno : -EIO;
+	}
+	jw_done(&w);
+	return r;
+}
+
+static void unpersist(struct sandboxd *d, const char *id)
+{
+	char p[4200];
+	if (state_path(d, id, "state.json", p, sizeof(p)) == 0)
+		unlink(p);
+	if (state_path(d, id, "state.json.tmp", p, sizeof(p)) == 0)
+		unlink(p);
+	if (state_path(d, id, NULL, p, sizeof(p)) == 0 && rmdir(p) < 0 && errno != ENOENT)
+		log_warn_errno(-errno, "Failed to remove state dir %s", p);
+}
+
+int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
+{
+	api_cancel_execs(d, sb, why);
+	int r = sb->backend ? sb->backend->destroy(sb->backend, sb) : 0;
+	if (r < 0)
+		log_warn_errno(r, "Backend %s failed to destroy sandbox %s", sb->backend_name,
+			       sb->id);
+	log_info("sandbox %s destroyed (%s)", sb->id, why);
+	registry_remove(d, sb);
+	unpersist(d, sb->id);
+	d->deletes_total++;
+	sandbox_free(sb);
+	return r;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+int sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
+{
+	const char *id = json_cstr(json_get(j, "id"));
+	const char *image = json_cstr(json_get(j, "image"));
+	const char *backend = json_cstr(json_get(j, "backend"));
+	if (!id || strlen(id) > SBD_ID_LEN || !image || !backend)
+		return -EINVAL;
+	strcpy(sb->id, id);
+	sb->image = strdup(image);
+	sb->backend_name = strdup(backend);
+	sb->state =
+	    !strcmp(json_cstr(json_get(j, "state")) ?: "", "paused") ? SBD_PAUSED : SBD_RUNNING;
+	struct json *cpu = json_get(j, "cpu");
+	sb->cpu = cpu && cpu->type == JSON_NUM ? cpu->num : 0;
+	json_int(json_get(j, "memory_mb"), 0, INT64_MAX, &sb->memory_mb);
+	json_int(json_get(j, "pids"), 0, INT64_MAX, &sb->pids);
+	json_int(json_get(j, "disk_mb"), 0, INT64_MAX, &sb->disk_mb);
+	json_int(json_get(j, "ttl"), 0, INT64_MAX, &sb->ttl_s);
+	json_int(json_get(j, "idle_timeout"), 0, INT64_MAX, &sb->idle_s);
+	json_int(json_get(j, "created_at"), 0, INT64_MAX, &sb->created_at);
+	json_int(json_get(j, "expires_at"), 0, INT64_MAX, &sb->expires_at);
+	sb->cwd = dup_or_null(json_cstr(json_get(j, "cwd")) ?: "/");
+	sb->user = dup_or_null(json_cstr(json_get(j, "user")) ?: "");
+	sb->net_host = !strcmp(json_cstr(json_get(j, "network")) ?: "", "host");
+	sb->idem_key = dup_or_null(json_cstr(json_get(j, "idempotency_key")));
+	const struct json *env = json_get(j, "env"), *labels = json_get(j, "labels");
+	size_t ne = env && env->type == JSON_OBJ ? env->len : 0;
+	sb->env = calloc(ne + 1, sizeof(char *));
+	if (!sb->env)
+		return -ENOMEM;
+	size_t i = 0;
+	for (struct json *c = ne ? env->child : NULL; c; c = c->next) {
+		const char *v = json_cstr(c);
+		if (v && asprintf(&sb->env[i], "%s=%s", c->key, v) >= 0)
+			i++;
+	}
+	size_t nl = labels && labels->type == JSON_OBJ ? labels->len : 0;
+	sb->labels = calloc(nl + 1, sizeof(*sb->labels));
+	if (!sb->labels)
+		return -ENOMEM;
+	for (struct json *c = nl ? labels->child : NULL; c; c = c->next) {
+		const char *v = json_cstr(c);
+		if (!v)
+			continue;
+		sb->labels[sb->nlabels].key = strdup(c->key);
+		sb->labels[sb->nlabels++].value = strdup(v);
+	}
+	return sb->image && sb->backend_name && sb->cwd && sb->user ? 0 : -ENOMEM;
+}
+
+static int adopt_one(struct sandboxd *d, const char *id)
+{
+	char p[4200];
+	if (state_path(d, id, "state.json", p, sizeof(p)) < 0)
+		return -ENAMETOOLONG;
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	_cleanup_free_ char *buf = malloc(1 << 20);
+	ssize_t n = buf ? read(fd, buf, 1 << 20) : -1;
+	if (n < 0)
+		return -EIO;
+	struct json *j = json_parse(buf, (size_t)n, NULL, 0);
+	struct sbd_sandbox *sb = calloc(1, sizeof(*sb));
+	int r = j && sb ? sandbox_from_json(json_get(j, "sandbox"), sb) : -EINVAL;
+	if (r == 0 && strcmp(sb->id, id))
+		r = -EINVAL;
+	const char *rootfs = json_cstr(json_get(j, "rootfs"));
+	if (r == 0) {
+		sb->rootfs = rootfs ? strdup(rootfs) : NULL;
+		struct json *bs = json_get(j, "backend_state");
+		if (bs && bs->type != JSON_NULL) {
+			struct jw w;
+			jw_init(&w);
+			json_emit(&w, bs);
+			sb->bstate = jw_take(&w, NULL);
+		}
+		sb->backend = registry_backend(d, sb->backend_name);
+		r = sb->backend && sb->rootfs ? sb->backend->adopt(sb->backend, sb) : -ENODEV;
+		if (r == 0) {
+			struct sbd_caps k = {0};
+			sb->backend->caps(sb->backend, &k);
+			sb->reserves = k.persistent;
+		}
+	}
+	json_free(j);
+	if (r < 0) {
+		sandbox_free(sb);
+		return r;
+	}
+	sb->last_active_ms = sbd_now_ms();
+	registry_insert(d, sb);
+	return 0;
+}
+
+void registry_adopt_all(struct sandboxd *d)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/sandboxes", d->cfg.state_dir);
+	DIR *dp = opendir(p);
+	if (!dp)
+		return;
+	struct dirent *de;
+	int ok = 0, gone = 0;
+	while ((de = readdir(dp))) {
+		if (de->d_name[0] == '.')
+			continue;
+		int r = adopt_one(d, de->d_name);
+		if (r == 0) {
+			ok++;
+			continue;
+		}
+		log_warn_errno(r, "Sandbox %s could not be re-adopted; removing its state",
+			       de->d_name);
+		unpersist(d, de->d_name);
+		gone++;
+	}
+	closedir(dp);
+	if (ok || gone)
+		log_info("re-adopted %d sandboxes (%d gone)", ok, gone);
+}
+
+void registry_reap(struct sandboxd *d)
+{
+	int64_t now = sbd_wall_s(), mono = sbd_now_ms();
+	struct sbd_sandbox *sb = d->sandboxes;
+	while (sb) {
+		struct sbd_sandbox *next = sb->next;
+		const char *why = NULL;
+		if (sb->expires_at && now >= sb->expires_at)
+			why = "ttl expired";
+		else if (sb->idle_s && !sb->running_execs && sb->state == SBD_RUNNING &&
+			 mono - sb->last_active_ms >= sb->idle_s * 1000)
+			why = "idle timeout";
+		if (why) {
+			d->reaped_total++;
+			registry_destroy(d, sb, why);
+		}
+		sb = next;
+	}
+}
+
+void registry_free_all(struct sandboxd *d)
+{
+	while (d->sandboxes) {
+		struct sbd_sandbox *sb = d->sandboxes;
+		d->sandboxes = sb->next;
+		if (sb->backend && sb->backend->release)
+			sb->backend->release(sb->backend, sb);
+		sandbox_free(sb);
+	}
+	d->count = 0;
+}

@@ -1,0 +1,165 @@
+/* sandboxd.h — strata-sandboxd's internal types: the daemon context, the
+ * registry entry of one sandbox, and the functions the files of the daemon
+ * share (server.c: connections; api.c: routes; registry.c: sandboxes,
+ * admission, persistence and the reaper; images.c: the image registry).
+ *
+ * Sandbox states and the functions that move between them:
+ *
+ *   (create) --registry_create--> RUNNING --api pause--> PAUSED
+ *                                  ^   |  <--api resume--
+ *                                  |   +--delete / ttl / idle (registry_destroy)--> gone
+ *   (start)  --registry_adopt----->+
+ *
+ * Invariants:
+ *  1. A sandbox in the registry has a state dir <state>/sandboxes/<id>/ with a
+ *     state.json written atomically (tmp + rename) after every state change;
+ *     removing the dir is the last step of destroy.
+ *  2. The admission counters (count, memory, pids) are the sums over the
+ *     registry; they change only in registry_insert and registry_remove. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "backend.h"
+#include "json.h"
+#include "loop.h"
+
+#define SBD_ID_LEN 20
+#define SBD_MAX_LABELS 32
+#define SBD_MAX_ENV 256
+#define SBD_NAME_MAX 255
+
+enum sbd_state { SBD_RUNNING, SBD_PAUSED };
+
+struct sbd_label {
+	char *key, *value;
+};
+
+struct sbd_sandbox {
+	char id[SBD_ID_LEN + 1];
+	char *image;  /* name as registered */
+	char *rootfs; /* the image's root directory */
+	char *backend_name;
+	struct sbd_backend *backend;
+	void *bpriv; /* the backend's own data */
+	enum sbd_state state;
+	double cpu;
+	int64_t memory_mb, pids, disk_mb;
+	char **env; /* NULL-terminated "K=V" */
+	char *cwd, *user;
+	bool net_host;
+	bool reserves; /* counts against the memory/pids budgets (not fncall:
+			* an idle fncall sandbox holds nothing) */
+	int64_t ttl_s, idle_s;
+	int64_t created_at;	/* wall seconds */
+	int64_t expires_at;	/* wall seconds, 0 = never */
+	int64_t last_active_ms; /* monotonic */
+	struct sbd_label *labels;
+	size_t nlabels;
+	char *idem_key;
+	char *bstate; /* the backend's persisted state (JSON text) or NULL */
+	int running_execs;
+	void *execs; /* api.c: the exec streams in flight */
+	uint64_t execs_total;
+	struct sbd_sandbox *next;
+};
+
+struct sbd_image {
+	char *name, *rootfs;
+	char **env; /* image config env, NULL-terminated, may be NULL */
+	char *cwd, *user;
+	struct sbd_image *next;
+};
+
+struct sandboxd_config {
+	char *home, *state_dir, *socket_path, *tcp_listen, *token;
+	char *images_dir;
+	int64_t max_sandboxes;
+	int64_t memory_budget_mb; /* sum of memory_mb admitted */
+	int64_t pids_budget;
+	int64_t reserve_mb; /* refuse when MemAvailable is below */
+	int64_t max_body;
+	int64_t default_output_cap, max_output_cap;
+	int64_t default_timeout_ms, max_timeout_ms;
+	int fncall_pool;
+};
+
+struct sandboxd {
+	struct sandboxd_config cfg;
+	struct sbd_loop *loop;
+	struct sbd_backend *backends[4]; /* container, fncall, firecracker, qemu */
+	struct sbd_image *images;
+	struct sbd_sandbox *sandboxes;
+	size_t count;
+	int64_t mem_used_mb, pids_used;
+	int listen_fd, tcp_fd, timer_fd, signal_fd;
+	struct sbd_watch w_listen, w_tcp, w_timer, w_signal;
+	bool stopping;
+	int64_t started_ms;
+	uint64_t creates_total, deletes_total, execs_total, refused_total, reaped_total;
+	int conns;
+};
+
+/* ---- images.c ---------------------------------------------------------- */
+/* Registers "NAME=DIR". Returns 0 or -EINVAL/-ENOENT/-EEXIST/-ENOMEM. */
+int images_add_spec(struct sandboxd *d, const char *spec);
+/* Loads every *.json in dir ({"name":..,"rootfs":..,"env":[..],"cwd":..,
+ * "user":..}). Returns the number loaded or -errno. */
+int images_load_dir(struct sandboxd *d, const char *dir);
+/* Finds an image by name; "x" also matches "x:latest". NULL if none. */
+struct sbd_image *images_find(struct sandboxd *d, const char *name);
+void images_free(struct sandboxd *d);
+
+/* ---- registry.c --------------------------------------------------------- */
+struct sbd_backend *registry_backend(struct sandboxd *d, const char *name);
+struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id);
+struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key);
+/* Admission: 0 if a sandbox of sb's size fits, else -ENOSPC with why. */
+int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap);
+void registry_insert(struct sandboxd *d, struct sbd_sandbox *sb);
+/* Writes the sandbox's state.json. Returns 0 or -errno. */
+int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
+/* Destroys through the backend, unlinks and frees. Returns the backend's
+ * result (the sandbox is removed from the registry either way). */
+int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
+/* Re-adopts every sandbox persisted under the state dir. */
+void registry_adopt_all(struct sandboxd *d);
+/* TTL and idle reaper; called once a second. */
+void registry_reap(struct sandboxd *d);
+void sandbox_free(struct sbd_sandbox *sb);
+void sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
+const char *sbd_state_name(enum sbd_state s);
+/* Parses a persisted or requested sandbox. */
+int sandbox_from_json(const struct json *j, struct sbd_sandbox *sb);
+void registry_free_all(struct sandboxd *d);
+
+/* ---- server.c ------------------------------------------------------------ */
+struct conn;
+int server_listen(struct sandboxd *d);
+void server_close(struct sandboxd *d);
+/* Queues a complete JSON response (body = w's buffer, consumed). */
+void conn_reply_json(struct conn *c, int status, struct jw *body);
+/* Queues an error response {"error":{"code":..,"message":..}}. */
+void conn_reply_error(struct conn *c, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Queues a raw response (e.g. file contents). */
+void conn_reply_raw(struct conn *c, int status, const char *ctype, const void *p, size_t n);
+/* Marks the connection as owned by an asynchronous response (no further
+ * request is read from it) before anything is sent, or releases it. */
+void conn_hold(struct conn *c, bool hold);
+/* Starts a chunked response; then conn_stream_chunk(); conn_stream_end(). */
+void conn_stream_begin(struct conn *c, int status, const char *ctype);
+void conn_stream_chunk(struct conn *c, const void *p, size_t n);
+void conn_stream_end(struct conn *c);
+/* Called when the peer of a stream goes away: set by api.c. */
+void conn_set_abort(struct conn *c, void (*fn)(void *ctx), void *ctx);
+struct sandboxd *conn_daemon(struct conn *c);
+/* Bytes queued on the connection and not yet sent. */
+size_t conn_pending(const struct conn *c);
+
+/* ---- api.c ---------------------------------------------------------------- */
+/* Dispatches one complete request. */
+void api_dispatch(struct conn *c, const char *method, const char *path, const char *query,
+		  const char *body, size_t body_len);
+/* Ends every exec stream of sb (its sandbox is going away). */
+void api_cancel_execs(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);

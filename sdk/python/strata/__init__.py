@@ -1,0 +1,31 @@
+"""strata — the Python SDK of the strata sandbox runtime (standard library
+only).
+
+    from strata import Sandbox
+    with Sandbox.create("sample:latest", backend="container", memory_mb=512, ttl=600) as sb:
+        r = sb.exec(["python3", "-c", "print(2+2)"], timeout=10)
+        print(r.exit_code, r.stdout)
+        sb.files.write("/tmp/x", b"data")
+        assert sb.files.read("/tmp/x") == b"data"
+
+One parameter, ``backend=``, chooses among "container" (alias "docker"),
+"fncall", "firecracker" and "qemu"; what a backend cannot do raises a typed
+error (:class:`Unsupported`, :class:`BackendUnavailable`) before anything
+runs. :func:`capabilities` says what each backend offers on the node.
+
+sandboxd is reached through its unix socket: ``socket=`` on every
+constructor, else ``$STRATA_SANDBOXD_SOCKET``, else
+``$STRATA_HOME/run/sandboxd.sock`` (TCP: ``url=``/``$STRATA_SANDBOXD_URL``
+with a bearer ``token``).
+"""
+from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
+                     BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict)
+from .sandbox import Sandbox, ExecResult, ExecEvent, FileInfo, capabilities, node_metrics, health
+from .aio import AsyncSandbox
+
+__all__ = [
+    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "FileInfo", "capabilities",
+    "node_metrics", "health", "StrataError", "NotFound", "ImageNotFound", "Timeout",
+    "NoCapacity", "BackendUnavailable", "Unsupported", "Exited", "InvalidRequest", "Conflict",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,118 @@
+"""HTTP/1.1 to strata-sandboxd over its unix socket (or TCP with a bearer
+token), with the standard library's http.client.
+
+Where sandboxd is found, first match wins:
+  1. the ``socket=`` / ``url=`` arguments,
+  2. ``$STRATA_SANDBOXD_SOCKET`` or ``$STRATA_SANDBOXD_URL`` (+ ``$STRATA_SANDBOXD_TOKEN``),
+  3. ``$STRATA_HOME/run/sandboxd.sock``, else ``./.strata/run/sandboxd.sock``.
+
+One connection per request: connecting to a unix socket costs microseconds,
+and it makes every object safe to share between threads.
+"""
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+
+from . import errors
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTPConnection to a unix socket path."""
+
+    def __init__(self, path, timeout=DEFAULT_TIMEOUT):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self._path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
+def default_socket():
+    """The sandboxd socket path this process would use."""
+    if os.environ.get("STRATA_SANDBOXD_SOCKET"):
+        return os.environ["STRATA_SANDBOXD_SOCKET"]
+    home = os.environ.get("STRATA_HOME") or os.path.join(os.getcwd(), ".strata")
+    return os.path.join(home, "run", "sandboxd.sock")
+
+
+class Client:
+    """A sandboxd endpoint. Cheap; holds no connection."""
+
+    def __init__(self, socket=None, url=None, token=None):
+        if url is None and socket is None:
+            url = os.environ.get("STRATA_SANDBOXD_URL")
+        self.url = url
+        self.token = token or os.environ.get("STRATA_SANDBOXD_TOKEN")
+        self.socket = None if url else (socket or default_socket())
+
+    def __repr__(self):
+        return "Client(%r)" % (self.url or self.socket)
+
+    def _conn(self, timeout):
+        if self.url:
+            u = urllib.parse.urlsplit(self.url)
+            return http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+        return UnixHTTPConnection(self.socket, timeout=timeout)
+
+    def open(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT,
+             content_type="application/json"):
+        """Sends a request; returns (connection, response). The caller reads
+        the response and closes the connection."""
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        headers = {}
+        if body is not None:
+            if not isinstance(body, (bytes, bytearray)):
+                body = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        if self.token and self.url:
+            headers["Authorization"] = "Bearer " + self.token
+        conn = self._conn(timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except socket.timeout as e:
+            conn.close()
+            raise errors.Timeout("no answer from sandboxd within %.1f s" % timeout) from e
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            conn.close()
+            raise errors.StrataError("sandboxd is not reachable at %s: %s"
+                                     % (self.url or self.socket, e)) from e
+        except OSError as e:
+            conn.close()
+            raise errors.StrataError("request to sandboxd failed: %s" % e) from e
+        if resp.status >= 400:
+            try:
+                data = resp.read()
+                parsed = json.loads(data) if data else None
+            except (ValueError, OSError):
+                parsed = None
+            finally:
+                conn.close()
+            raise errors.from_response(resp.status, parsed)
+        return conn, resp
+
+    def call(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT, raw=False,
+             content_type="application/json"):
+        """One request; returns the parsed JSON body (or bytes with raw)."""
+        conn, resp = self.open(method, path, body, query, timeout, content_type)
+        try:
+            data = resp.read()
+        except socket.timeout as e:
+            raise errors.Timeout("sandboxd did not answer within %.1f s" % timeout) from e
+        finally:
+            conn.close()
+        if raw:
+            return data
+        return json.loads(data) if data else None

@@ -1,0 +1,93 @@
+"""Typed exceptions of the strata SDK.
+
+Every error the SDK raises is a :class:`StrataError`. The API's error codes
+map to subclasses, so callers can catch exactly what they handle::
+
+    try:
+        sb = Sandbox.create("python:3.11", backend="container")
+    except NoCapacity:
+        ...   # try another node later
+"""
+
+
+class StrataError(Exception):
+    """Base class. ``code`` is the API's error code (or None), ``status`` the
+    HTTP status (or None)."""
+
+    def __init__(self, message, code=None, status=None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+
+class NotFound(StrataError):
+    """The sandbox (or file) does not exist."""
+
+
+class ImageNotFound(NotFound):
+    """The image is not known on the node."""
+
+
+class Timeout(StrataError):
+    """A wait ran out of time: an exec past its timeout (``result`` holds what
+    it printed), or no answer from sandboxd in time."""
+
+    def __init__(self, message, result=None, **kw):
+        super().__init__(message, **kw)
+        self.result = result
+
+
+class NoCapacity(StrataError):
+    """The node has no room (memory, pids or sandbox count); the message says
+    which."""
+
+
+class BackendUnavailable(StrataError):
+    """The backend cannot run on this node (the message says why)."""
+
+
+class Unsupported(StrataError):
+    """The backend does not offer this feature (e.g. files on fncall); raised
+    before anything runs."""
+
+
+class Exited(StrataError):
+    """The sandbox is gone (deleted, its TTL or idle timeout expired) while it
+    was used."""
+
+
+class InvalidRequest(StrataError, ValueError):
+    """The request was refused as malformed (bad field, unknown field, path
+    traversal, body too large)."""
+
+
+class Conflict(StrataError):
+    """The sandbox is in the wrong state for this (e.g. exec while paused)."""
+
+
+_BY_CODE = {
+    "not_found": NotFound,
+    "image_not_found": ImageNotFound,
+    "no_capacity": NoCapacity,
+    "backend_unavailable": BackendUnavailable,
+    "unsupported": Unsupported,
+    "bad_request": InvalidRequest,
+    "unknown_field": InvalidRequest,
+    "invalid_path": InvalidRequest,
+    "too_large": InvalidRequest,
+    "paused": Conflict,
+    "not_paused": Conflict,
+    "busy": Conflict,
+    "timeout": Timeout,
+}
+
+
+def from_response(status, body):
+    """Returns the exception for an error response (status, parsed body)."""
+    code, message = None, "HTTP %d" % status
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        code = body["error"].get("code")
+        message = body["error"].get("message") or message
+    cls = _BY_CODE.get(code, StrataError)
+    return cls(message, code=code, status=status)

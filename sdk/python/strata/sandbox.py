@@ -1,0 +1,473 @@
+"""The synchronous SDK: :class:`Sandbox`, its :class:`Files`, and the results
+of exec.
+
+A Sandbox is a handle on one sandbox of a strata-sandboxd; it holds only the
+sandbox's id and description, so it is cheap, picklable in spirit, and safe to
+use from several threads. ``with Sandbox.create(...) as sb:`` deletes the
+sandbox when the block ends, whatever happens in it.
+"""
+import base64
+import concurrent.futures
+import http.client
+import io
+import json
+import os
+import posixpath
+import shutil
+import socket
+import tarfile
+
+from . import errors
+from ._http import Client, DEFAULT_TIMEOUT
+
+#: Extra seconds the SDK waits for an exec beyond the exec's own timeout.
+EXEC_GRACE = 10.0
+
+
+class ExecResult:
+    """What a finished command left: ``exit_code`` (None when killed by a
+    signal), ``signal`` (or None), ``stdout`` and ``stderr`` (str, decoded as
+    UTF-8 with replacement), ``stdout_raw``/``stderr_raw`` (bytes),
+    ``truncated`` (output went over the cap and was cut), ``timed_out``,
+    ``duration`` (seconds, as measured in the sandbox)."""
+
+    def __init__(self, exit_code, signal, stdout_raw, stderr_raw, truncated=False,
+                 timed_out=False, duration=0.0, error=None):
+        self.exit_code = exit_code
+        self.signal = signal
+        self.stdout_raw = stdout_raw
+        self.stderr_raw = stderr_raw
+        self.truncated = truncated
+        self.timed_out = timed_out
+        self.duration = duration
+        self.error = error
+
+    @property
+    def stdout(self):
+        return self.stdout_raw.decode("utf-8", "replace")
+
+    @property
+    def stderr(self):
+        return self.stderr_raw.decode("utf-8", "replace")
+
+    @property
+    def ok(self):
+        """True when the command exited with status 0."""
+        return self.exit_code == 0
+
+    def __repr__(self):
+        return ("ExecResult(exit_code=%r, signal=%r, stdout=%r, stderr=%r, truncated=%r)"
+                % (self.exit_code, self.signal, self.stdout[:80], self.stderr[:80],
+                   self.truncated))
+
+
+class ExecEvent:
+    """One event of :meth:`Sandbox.exec_stream`: ``kind`` is "stdout",
+    "stderr" (``data`` holds the bytes) or "exit" (``result`` holds the
+    :class:`ExecResult`, whose stdout/stderr are empty: they were streamed)."""
+
+    def __init__(self, kind, data=b"", result=None):
+        self.kind = kind
+        self.data = data
+        self.result = result
+
+    @property
+    def text(self):
+        return self.data.decode("utf-8", "replace")
+
+    def __repr__(self):
+        if self.kind == "exit":
+            return "ExecEvent(exit, %r)" % (self.result,)
+        return "ExecEvent(%s, %r)" % (self.kind, self.data[:80])
+
+
+class FileInfo:
+    """A directory entry or stat result: ``name``, ``type`` ("file", "dir",
+    "symlink", "other"), ``mode`` (permission bits), ``size``, ``mtime``."""
+
+    def __init__(self, d, name=None):
+        self.name = d.get("name", name)
+        self.type = d.get("type")
+        self.mode = d.get("mode")
+        self.size = d.get("size")
+        self.mtime = d.get("mtime")
+
+    @property
+    def is_dir(self):
+        return self.type == "dir"
+
+    def __repr__(self):
+        return "FileInfo(%r, %s, size=%r)" % (self.name, self.type, self.size)
+
+
+def _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap):
+    if (cmd is None) == (python is None):
+        raise ValueError("give exactly one of cmd and python")
+    body = {}
+    if cmd is not None:
+        body["cmd"] = cmd if isinstance(cmd, str) else [str(a) for a in cmd]
+    else:
+        body["python"] = python
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if cwd:
+        body["cwd"] = cwd
+    if user is not None:
+        body["user"] = user
+    if stdin is not None:
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
+        body["stdin"] = base64.b64encode(stdin).decode()
+    if timeout is not None:
+        body["timeout"] = timeout
+    if output_cap is not None:
+        body["output_cap"] = int(output_cap)
+    return body
+
+
+def _result_from_exit(ev, out=b"", err=b""):
+    return ExecResult(ev.get("exit_code"), ev.get("signal"), out, err,
+                      truncated=bool(ev.get("truncated")), timed_out=bool(ev.get("timed_out")),
+                      duration=(ev.get("duration_us") or 0) / 1e6, error=ev.get("error"))
+
+
+class Files:
+    """File operations in a sandbox (``sb.files``). Paths are absolute paths
+    inside the sandbox; ``..`` is refused."""
+
+    def __init__(self, sandbox):
+        self._sb = sandbox
+
+    def _call(self, method, sub, path, body=None, timeout=DEFAULT_TIMEOUT, raw=False, **q):
+        query = {"path": path}
+        query.update({k: v for k, v in q.items() if v is not None})
+        return self._sb._client.call(method, self._sb._path("files" + sub), body=body,
+                                     query=query, timeout=timeout, raw=raw,
+                                     content_type="application/octet-stream")
+
+    def read(self, path, timeout=DEFAULT_TIMEOUT):
+        """Returns the contents of a file as bytes."""
+        return self._call("GET", "", path, timeout=timeout, raw=True)
+
+    def read_text(self, path, encoding="utf-8", timeout=DEFAULT_TIMEOUT):
+        return self.read(path, timeout).decode(encoding)
+
+    def write(self, path, data, mode=0o644, timeout=DEFAULT_TIMEOUT):
+        """Creates or replaces a file with data (bytes or str)."""
+        if isinstance(data, str):
+            data = data.encode()
+        self._call("PUT", "", path, body=bytes(data), timeout=timeout, mode="%o" % mode)
+
+    def list(self, path="/", timeout=DEFAULT_TIMEOUT):
+        """Returns the entries of a directory as :class:`FileInfo`."""
+        r = self._call("GET", "/list", path, timeout=timeout)
+        return [FileInfo(e) for e in r["entries"]]
+
+    def stat(self, path, timeout=DEFAULT_TIMEOUT):
+        """Returns a :class:`FileInfo` for path (NotFound if it is absent)."""
+        return FileInfo(self._call("GET", "/stat", path, timeout=timeout),
+                        name=posixpath.basename(path))
+
+    def exists(self, path, timeout=DEFAULT_TIMEOUT):
+        try:
+            self.stat(path, timeout)
+            return True
+        except errors.NotFound:
+            return False
+
+    def mkdir(self, path, parents=True, mode=0o755, timeout=DEFAULT_TIMEOUT):
+        """Creates a directory (and its parents)."""
+        self._call("POST", "/mkdir", path, timeout=timeout,
+                   parents="1" if parents else None, mode="%o" % mode)
+
+    def remove(self, path, recursive=False, timeout=DEFAULT_TIMEOUT):
+        """Removes a file, or a directory (recursive for a non-empty one)."""
+        self._call("DELETE", "", path, timeout=timeout, recursive="1" if recursive else None)
+
+    def upload(self, local_dir, remote_dir, timeout=DEFAULT_TIMEOUT):
+        """Copies a local directory tree into the sandbox at remote_dir (as
+        one tar stream). Returns the number of files written."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for root, dirs, files in os.walk(local_dir):
+                for name in sorted(dirs) + sorted(files):
+                    full = os.path.join(root, name)
+                    if os.path.islink(full):
+                        continue
+                    tf.add(full, arcname=os.path.relpath(full, local_dir), recursive=False)
+        r = self._call("PUT", "/tar", remote_dir, body=buf.getvalue(), timeout=timeout)
+        return r["files"]
+
+    def upload_tar(self, data, remote_dir, timeout=DEFAULT_TIMEOUT):
+        """Unpacks a tar archive (bytes) under remote_dir. Returns the number
+        of files written."""
+        return self._call("PUT", "/tar", remote_dir, body=bytes(data), timeout=timeout)["files"]
+
+    def download_tar(self, remote_dir, timeout=DEFAULT_TIMEOUT):
+        """Returns the tree at remote_dir as a tar archive (bytes)."""
+        return self._call("GET", "/tar", remote_dir, timeout=timeout, raw=True)
+
+    def download(self, remote_dir, local_dir, timeout=DEFAULT_TIMEOUT):
+        """Copies the tree at remote_dir of the sandbox into local_dir.
+        Only regular files and directories are extracted, and only inside
+        local_dir. Returns the number of files written."""
+        data = self.download_tar(remote_dir, timeout)
+        os.makedirs(local_dir, exist_ok=True)
+        base = os.path.realpath(local_dir)
+        count = 0
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tf:
+            for m in tf.getmembers():
+                dst = os.path.realpath(os.path.join(base, m.name))
+                if not (dst == base or dst.startswith(base + os.sep)):
+                    raise errors.InvalidRequest("archive member %r leaves %s" % (m.name, local_dir))
+                if m.isdir():
+                    os.makedirs(dst, exist_ok=True)
+                elif m.isfile():
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    with tf.extractfile(m) as src, open(dst, "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    os.chmod(dst, m.mode & 0o777)
+                    count += 1
+        return count
+
+
+class Sandbox:
+    """One sandbox. Create with :meth:`create`, attach with :meth:`connect`.
+
+    Every method takes ``timeout`` (seconds): how long to wait for sandboxd
+    (and, for exec, for the command) before raising :class:`Timeout`.
+    """
+
+    def __init__(self, info, client):
+        self._client = client
+        self._info = info
+        self.id = info["id"]
+        self.files = Files(self)
+        self._killed = False
+
+    # -- construction ----------------------------------------------------
+    @classmethod
+    def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
+               disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
+               idle_timeout=None, labels=None, idempotency_key=None, socket=None, url=None,
+               token=None, timeout=DEFAULT_TIMEOUT):
+        """Creates a sandbox from ``image`` on ``backend`` ("container" or
+        "docker", "fncall", "firecracker", "qemu") and returns it.
+
+        Raises ImageNotFound, NoCapacity (with the node's reason),
+        BackendUnavailable, Unsupported, InvalidRequest. With an
+        ``idempotency_key``, creating again returns the same sandbox."""
+        body = {"image": image, "backend": backend}
+        for k, v in (("cpu", cpu), ("memory_mb", memory_mb), ("pids", pids),
+                     ("disk_mb", disk_mb), ("env", env), ("cwd", cwd), ("user", user),
+                     ("network", network), ("ttl", ttl), ("idle_timeout", idle_timeout),
+                     ("labels", labels), ("idempotency_key", idempotency_key)):
+            if v is not None:
+                body[k] = v
+        client = Client(socket=socket, url=url, token=token)
+        info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout)
+        return cls(info, client)
+
+    @classmethod
+    def create_many(cls, image, count, backend="container", *, idempotency_key=None,
+                    parallelism=16, timeout=DEFAULT_TIMEOUT, **kw):
+        """Creates ``count`` sandboxes concurrently and returns them in order.
+        With ``idempotency_key`` K, sandbox i gets key "K-i", so a retry after
+        a partial failure returns the ones already made. If any creation
+        fails, the others are deleted and the first error is raised."""
+        def one(i):
+            key = None if idempotency_key is None else "%s-%d" % (idempotency_key, i)
+            return cls.create(image, backend, idempotency_key=key, timeout=timeout, **kw)
+        made, first_error = [None] * count, None
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(parallelism, count))) as ex:
+            futs = {ex.submit(one, i): i for i in range(count)}
+            for f in concurrent.futures.as_completed(futs):
+                try:
+                    made[futs[f]] = f.result()
+                except errors.StrataError as e:
+                    first_error = first_error or e
+        if first_error is not None:
+            for sb in made:
+                if sb is not None:
+                    sb.kill(timeout=timeout)
+            raise first_error
+        return made
+
+    @classmethod
+    def connect(cls, sandbox_id, *, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+        """Attaches to an existing sandbox by id (NotFound if there is none)."""
+        client = Client(socket=socket, url=url, token=token)
+        info = client.call("GET", "/v1/sandboxes/" + sandbox_id, timeout=timeout)
+        return cls(info, client)
+
+    @classmethod
+    def list(cls, labels=None, state=None, backend=None, *, socket=None, url=None, token=None,
+             timeout=DEFAULT_TIMEOUT):
+        """Returns the sandboxes of the node, filtered by labels (a dict; all
+        must match), state ("running", "paused") and backend."""
+        client = Client(socket=socket, url=url, token=token)
+        q = {}
+        if labels:
+            q["label"] = ",".join("%s=%s" % (k, v) for k, v in labels.items())
+        if state:
+            q["state"] = state
+        if backend:
+            q["backend"] = backend
+        r = client.call("GET", "/v1/sandboxes", query=q, timeout=timeout)
+        return [cls(i, client) for i in r["sandboxes"]]
+
+    # -- description ------------------------------------------------------
+    def _path(self, sub=""):
+        return "/v1/sandboxes/%s%s" % (self.id, "/" + sub if sub else "")
+
+    @property
+    def info(self):
+        """The description returned by the last create/get/refresh (a dict)."""
+        return self._info
+
+    @property
+    def backend(self):
+        return self._info.get("backend")
+
+    @property
+    def state(self):
+        return self._info.get("state")
+
+    @property
+    def labels(self):
+        return dict(self._info.get("labels") or {})
+
+    def refresh(self, timeout=DEFAULT_TIMEOUT):
+        """Fetches the current description; returns it."""
+        self._info = self._call("GET", "", timeout=timeout)
+        return self._info
+
+    def _call(self, method, sub, body=None, timeout=DEFAULT_TIMEOUT):
+        try:
+            return self._client.call(method, self._path(sub), body=body, timeout=timeout)
+        except errors.NotFound as e:
+            if self._killed:
+                raise errors.Exited("sandbox %s was killed" % self.id, code=e.code,
+                                    status=e.status) from e
+            raise
+
+    # -- exec --------------------------------------------------------------
+    def exec(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
+             timeout=60.0, output_cap=None):
+        """Runs a command (a list of arguments, or a string for /bin/sh -c),
+        or Python source with ``python=``, and returns an
+        :class:`ExecResult`. Raises Timeout (with ``.result``) when it ran
+        past ``timeout`` seconds and was killed."""
+        out, err, result = [], [], None
+        for ev in self.exec_stream(cmd, python=python, env=env, cwd=cwd, user=user,
+                                   stdin=stdin, timeout=timeout, output_cap=output_cap,
+                                   _raise_timeout=False):
+            if ev.kind == "stdout":
+                out.append(ev.data)
+            elif ev.kind == "stderr":
+                err.append(ev.data)
+            else:
+                result = ev.result
+        result.stdout_raw, result.stderr_raw = b"".join(out), b"".join(err)
+        if result.timed_out:
+            raise errors.Timeout("command ran past its timeout of %s s" % timeout, result=result)
+        return result
+
+    def exec_stream(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
+                    timeout=60.0, output_cap=None, _raise_timeout=True):
+        """Runs a command like :meth:`exec` and yields :class:`ExecEvent`
+        objects as output arrives, the last one of kind "exit". ``stdin``
+        (bytes or str) is fed to the command. Closing the iterator early
+        kills the command."""
+        body = _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap)
+        wait = (timeout or 60.0) + EXEC_GRACE
+        try:
+            conn, resp = self._client.open("POST", self._path("exec"), body=body, timeout=wait)
+        except errors.NotFound as e:
+            if self._killed:
+                raise errors.Exited("sandbox %s was killed" % self.id) from e
+            raise
+        try:
+            while True:
+                try:
+                    line = resp.readline()
+                except socket.timeout as e:
+                    raise errors.Timeout("no output or exit from the command within %.1f s"
+                                         % wait) from e
+                except (http.client.HTTPException, OSError) as e:
+                    raise errors.Exited("the exec stream broke: %s" % e) from e
+                if not line:
+                    raise errors.Exited("sandboxd ended the exec stream without an exit")
+                ev = json.loads(line)
+                kind = ev.get("type")
+                if kind in ("stdout", "stderr"):
+                    yield ExecEvent(kind, base64.b64decode(ev["data"]))
+                    continue
+                result = _result_from_exit(ev)
+                if result.error and result.error.startswith("sandbox exited"):
+                    raise errors.Exited(result.error)
+                if result.error and result.exit_code == -1:
+                    raise errors.StrataError(result.error)
+                if _raise_timeout and result.timed_out:
+                    raise errors.Timeout("command ran past its timeout of %s s" % timeout,
+                                         result=result)
+                yield ExecEvent("exit", result=result)
+                return
+        finally:
+            conn.close()
+
+    # -- lifecycle ----------------------------------------------------------
+    def pause(self, timeout=DEFAULT_TIMEOUT):
+        """Freezes every process of the sandbox (Unsupported on fncall)."""
+        self._info = self._call("POST", "pause", timeout=timeout)
+
+    def resume(self, timeout=DEFAULT_TIMEOUT):
+        """Thaws a paused sandbox."""
+        self._info = self._call("POST", "resume", timeout=timeout)
+
+    def kill(self, timeout=DEFAULT_TIMEOUT):
+        """Deletes the sandbox and everything in it. Idempotent: killing a
+        sandbox that is already gone is not an error."""
+        try:
+            self._client.call("DELETE", self._path(), timeout=timeout)
+        except errors.NotFound:
+            pass
+        self._killed = True
+
+    delete = kill
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+    def __repr__(self):
+        return "Sandbox(%s, %s, %s)" % (self.id, self._info.get("image"), self.backend)
+
+
+def capabilities(backend=None, *, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """What each backend of the node can do: a dict backend -> dict of
+    features ("available", "reason", "exec", "files", "pause", "python", ...),
+    or the dict of one backend."""
+    r = Client(socket=socket, url=url, token=token).call("GET", "/v1/capabilities",
+                                                         timeout=timeout)
+    caps = r["backends"]
+    if backend is None:
+        return caps
+    name = r.get("aliases", {}).get(backend, backend)
+    if name not in caps:
+        raise errors.InvalidRequest("unknown backend %r" % backend)
+    return caps[name]
+
+
+def node_metrics(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """The node's counters and admission state (a dict)."""
+    return Client(socket=socket, url=url, token=token).call("GET", "/v1/node", timeout=timeout)
+
+
+def health(*, socket=None, url=None, token=None, timeout=5.0):
+    """Returns True when sandboxd answers its health check."""
+    r = Client(socket=socket, url=url, token=token).call("GET", "/v1/health", timeout=timeout)
+    return r.get("status") == "ok"

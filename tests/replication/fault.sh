@@ -1,0 +1,263 @@
+#!/bin/bash
+# tests/replication/fault.sh SCENARIO — one replication fault test on a
+# 3-node cluster (tests/replication/netns.sh: one network namespace per
+# chunkserver), 3 replicas, with a continuous write+read workload through the
+# FUSE mount (workload.py: every record is fsynced; only acknowledged
+# records are checked, and none may be lost or read back wrong).
+#
+#   kill_head | kill_middle | kill_tail   kill -9 that replica of the chain;
+#        the workload must go on within STALL_MAX seconds; the node restarts,
+#        resyncs, and all replicas end byte-for-byte equal (strata admin verify)
+#   partition   SIGSTOP the middle replica; writes go on after the lease; on
+#        SIGCONT it answers reads routed by the old chain version with
+#        -ESTALE/-EAGAIN, never data; it resyncs and rejoins
+#   rejoin      a node is down while 300 records are written, comes back:
+#        resync, then equal replicas (checksums of every chunk compared)
+#   two_failures  head and tail killed one after the other: the survivor
+#        keeps reading and writing; both return and resync
+#   all_down    every chunkserver killed: a write fails with EIO within
+#        EIO_MAX seconds, no hang; all return: full service, nothing lost
+#   replace     a node's disk is replaced by an empty one (new node and
+#        target ids): it takes the lost replica's place in the chain and is
+#        filled by resync with no command; replicas equal
+#   churn       (soak) 12 rounds: kill -9 a random node, the workload goes
+#        on, the node returns and resyncs; replicas equal at the end
+#   torn        the tail is killed, one of its chunk files torn (cut in half)
+#        and another one's data flipped; on restart the chain repairs both
+#        (strata admin verify --deep: every block of every replica checked)
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/netns.sh"
+SCEN=${1:?scenario}
+STALL_MAX=${STALL_MAX:-8}
+EIO_MAX=${EIO_MAX:-40}
+WL_PID=""
+
+rc_on_teardown() {
+	[ -n "$WL_PID" ] && kill -9 "$WL_PID" 2>/dev/null
+	true
+}
+
+mono() { python3 -c 'import time; print("%.3f" % time.monotonic())'; }
+acked() { awk '{print $1}' "$RC_DIR/wl.progress" 2>/dev/null || echo 0; }
+
+wl_start() {
+	python3 "$HERE/workload.py" "$RC_MNT" --out "$RC_DIR/wl.json" \
+		--progress "$RC_DIR/wl.progress" --seconds 600 &
+	WL_PID=$!
+	wait_acked 20 30 || rc_fail "workload did not start"
+}
+
+# Waits until at least $1 records are acked (timeout $2 s).
+wait_acked() {
+	local i
+	for i in $(seq 1 $(($2 * 10))); do
+		[ "$(acked)" -ge "$1" ] && return 0
+		kill -0 "$WL_PID" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# The workload goes on: $1 more records within $2 s.
+wl_progresses() {
+	local base
+	base=$(acked)
+	wait_acked $((base + $1)) "$2" || rc_fail "workload stalled at $base records ($(cat "$RC_DIR/wl.progress"))"
+	rc_log "workload progressing: $(acked) records acked"
+}
+
+wl_stop_check() {
+	touch "$RC_MNT/wl.stop"
+	wait "$WL_PID" || rc_fail "workload lost or corrupted acknowledged data: $(python3 -c '
+import json,sys; d=json.load(open(sys.argv[1])); d.pop("acks"); print(d)' "$RC_DIR/wl.json")"
+	WL_PID=""
+	local stall
+	stall=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_stall_s"])' "$RC_DIR/wl.json")
+	rc_log "workload: max stall ${stall}s"
+	python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)' \
+		"$stall" "$STALL_MAX" || rc_fail "stall ${stall}s above ${STALL_MAX}s"
+}
+
+# Seconds from monotonic time $1 to the first acknowledged write after it.
+first_ack_after() {
+	python3 -c '
+import json,sys
+d=json.load(open(sys.argv[1])); t=float(sys.argv[2])
+a=[x[0] for x in d["acks"] if x[0] > t]
+print("%.3f" % (a[0]-t) if a else "none")' "$RC_DIR/wl.json" "$1"
+}
+
+node_at() { # position (0 head .. 2 tail) of chain 0 -> node number
+	local t
+	t=$(rc_chain_targets 0 | awk -v p=$(($1 + 1)) '{print $p}')
+	rc_node_of_target "$t"
+}
+
+restart_and_resync() {
+	local i
+	for i in "$@"; do rc_start_node "$i"; done
+	for i in "$@"; do rc_wait_node "$i"; done
+	rc_wait_serving 90 || rc_fail "replicas did not resync"
+	rc_log "all replicas serving again: $(rc_admin chains | sed -n 2p)"
+}
+
+verify_equal() {
+	rc_admin verify "$@" >&2 || rc_fail "replicas differ"
+}
+
+kill_role() {
+	local pos=$1 n t0
+	n=$(node_at "$pos")
+	rc_log "killing node $n (position $pos of $(rc_chain_targets 0))"
+	t0=$(mono)
+	rc_kill_node "$n"
+	wl_progresses 30 "$STALL_MAX"
+	rc_admin chains | sed -n 2p >&2
+	restart_and_resync "$n"
+	wl_progresses 20 10
+	wl_stop_check
+	rc_log "kill -9 to first acknowledged write: $(first_ack_after "$t0") s"
+	verify_equal
+}
+
+partition() {
+	local n t old_ver probe_out
+	n=$(node_at 1)
+	t=$(rc_chain_targets 0 | awk '{print $2}')
+	old_ver=$(rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])')
+	rc_log "freezing node $n (target $t, chain version $old_ver)"
+	rc_stop_node "$n"
+	# a frozen replica is given up on after the lease or a 5 s call timeout
+	STALL_MAX=$((STALL_MAX + 3))
+	wl_progresses 30 "$STALL_MAX"
+	rc_admin chains | sed -n 2p >&2
+	rc_cont_node "$n"
+	# the frozen replica must not serve what it holds to old routing
+	probe_out=$("$STRATA_BUILD/tests/repl_probe" "${RC_ADDR[$n]}" "$t" 1 "$old_ver" 2 0)
+	rc_log "read at the thawed replica with chain version $old_ver: $probe_out"
+	case "$probe_out" in
+	"status -116 "* | "status -11 "*) ;;
+	*) rc_fail "thawed replica answered a stale-routed read: $probe_out" ;;
+	esac
+	rc_wait_serving 90 || rc_fail "thawed replica did not resync"
+	wl_progresses 20 10
+	wl_stop_check
+	verify_equal
+}
+
+rejoin() {
+	local n
+	n=$(node_at 2)
+	rc_kill_node "$n"
+	wl_progresses 300 60
+	restart_and_resync "$n"
+	wl_stop_check
+	verify_equal
+	verify_equal --deep
+}
+
+two_failures() {
+	local h t
+	h=$(node_at 0)
+	t=$(node_at 2)
+	rc_kill_node "$h"
+	wl_progresses 20 "$STALL_MAX"
+	rc_kill_node "$t"
+	wl_progresses 30 "$STALL_MAX"
+	rc_admin chains | sed -n 2p >&2
+	restart_and_resync "$h" "$t"
+	wl_progresses 20 10
+	wl_stop_check
+	verify_equal
+}
+
+all_down() {
+	local t0 t1 rc
+	touch "$RC_MNT/wl.stop"
+	wait "$WL_PID" || rc_fail "workload failed before the fault"
+	WL_PID=""
+	for i in 1 2 3; do rc_kill_node "$i"; done
+	t0=$(date +%s)
+	timeout 120 dd if=/dev/urandom of="$RC_MNT/eio" bs=64k count=4 conv=fsync 2>"$RC_DIR/dd.err"
+	rc=$?
+	t1=$(date +%s)
+	rc_log "write with every replica down: exit $rc after $((t1 - t0)) s: $(tail -1 "$RC_DIR/dd.err")"
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || rc_fail "write with every replica down did not fail (rc $rc)"
+	grep -q "Input/output error" "$RC_DIR/dd.err" || rc_fail "expected EIO"
+	[ $((t1 - t0)) -le "$EIO_MAX" ] || rc_fail "EIO took $((t1 - t0)) s"
+	restart_and_resync 1 2 3
+	python3 "$HERE/workload.py" "$RC_MNT" --out "$RC_DIR/wl2.json" --seconds 0 --readers 0 \
+		>/dev/null 2>&1 || true # re-reads every record acked before the fault
+	dd if=/dev/urandom of="$RC_MNT/after" bs=1M count=4 conv=fsync 2>/dev/null ||
+		rc_fail "no full service after the replicas returned"
+	verify_equal
+}
+
+torn() {
+	local n f g
+	wait_acked 80 60 || rc_fail "workload too slow"
+	touch "$RC_MNT/wl.stop"
+	wait "$WL_PID" || rc_fail "workload failed before the fault"
+	WL_PID=""
+	n=$(node_at 2)
+	rc_kill_node "$n"
+	f=$(find "$RC_DIR/cs$n/t1/chunks" -type f | sort | sed -n 1p)
+	g=$(find "$RC_DIR/cs$n/t1/chunks" -type f | sort | sed -n 2p)
+	[ -n "$f" ] && [ -n "$g" ] || rc_fail "no chunk files on node $n"
+	truncate -s $(($(stat -c %s "$f") / 2)) "$f"
+	printf 'XXXXXXXX' | dd of="$g" bs=1 seek=$((4096 + 1000)) conv=notrunc 2>/dev/null
+	rc_log "tore $f (cut in half) and flipped bytes in $g"
+	restart_and_resync "$n"
+	verify_equal --deep
+	python3 "$HERE/workload.py" "$RC_MNT" --out "$RC_DIR/wl2.json" --seconds 0 --readers 0 \
+		>/dev/null 2>&1 || true
+}
+
+replace() {
+	local n
+	n=$(node_at 1)
+	rc_kill_node "$n"
+	wl_progresses 30 "$STALL_MAX"
+	rm -rf "$RC_DIR/cs$n/t1"
+	rc_log "node $n returns with an empty disk"
+	restart_and_resync "$n"
+	rc_admin chains >&2
+	wl_progresses 20 10
+	wl_stop_check
+	verify_equal
+	verify_equal --deep
+}
+
+churn() {
+	local k n
+	for k in $(seq 1 12); do
+		n=$(((RANDOM % 3) + 1))
+		rc_log "round $k: killing node $n"
+		rc_kill_node "$n"
+		wl_progresses 20 "$STALL_MAX"
+		restart_and_resync "$n"
+		wl_progresses 20 10
+	done
+	wl_stop_check
+	verify_equal
+	verify_equal --deep
+}
+
+rc_require
+rc_start 3 1 3
+wl_start
+case "$SCEN" in
+kill_head) kill_role 0 ;;
+kill_middle) kill_role 1 ;;
+kill_tail) kill_role 2 ;;
+partition) partition ;;
+rejoin) rejoin ;;
+two_failures) two_failures ;;
+all_down) all_down ;;
+torn) torn ;;
+churn) churn ;;
+replace) replace ;;
+*) rc_fail "unknown scenario $SCEN" ;;
+esac
+rc_log "PASS: $SCEN"

@@ -1,0 +1,418 @@
+/* cmd_admin.c — `strata admin nodes | targets | chains | verify`: the cluster
+ * map as strata-meta holds it (mgmt_cluster, mgmt_routing), and a replica
+ * comparison.
+ *
+ *   nodes    each chunkserver node: address, alive (within the lease), time
+ *            since its last heartbeat
+ *   targets  each target: node, chain, state (serving/syncing/waiting/
+ *            offline), space, resync progress (chunks compared / to compare)
+ *   chains   each chain: version, replication factor, targets head first
+ *            with their states; then the chain tables
+ *   verify   for every chain, lists the chunks of every serving target
+ *            (MSG_CHUNK_LIST) and compares version, length and checksum of
+ *            each chunk on each of them with MSG_CHUNK_STAT; exit 0 when
+ *            all replicas are equal, 1 when not (the differences listed);
+ *            --deep: every replica reads and checks every block of every
+ *            chunk (LIST with CHUNK_LF_VERIFY) and the lists must match
+ *
+ * --json prints one object per verb. The cluster is found through --meta
+ * HOST:PORT, else $STRATA_META, else the home (--home / $STRATA_HOME). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chunk_proto.h"
+#include "cleanup.h"
+#include "cli.h"
+#include "layout.h"
+#include "meta_client.h"
+#include "proto.h"
+#include "rpc.h"
+
+#define VERB "admin"
+
+static const char *state_name(uint8_t s)
+{
+	static const char *n[] = { "serving", "syncing", "waiting", "offline" };
+	return s < 4 ? n[s] : "unknown";
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--json] "
+		   "nodes|targets|chains|verify [--deep]\n"
+		   "\n"
+		   "  nodes    chunkserver nodes, liveness and last heartbeat\n"
+		   "  targets  targets with chain, state, space and resync progress\n"
+		   "  chains   chains (version, replicas, targets head first) and chain tables\n"
+		   "  verify   compare every chunk across the serving replicas of each chain\n"
+		   "           (exit 1 if any differ)\n");
+}
+
+/* ---- nodes, targets ---------------------------------------------------- */
+
+static int show_nodes(const struct mgmt_cluster *c, bool json)
+{
+	if (json)
+		printf("{\"lease_ms\":%u,\"replicas\":%u,\"expect_nodes\":%u,\"nodes\":[",
+		       c->lease_ms, c->replicas, c->expect_nodes);
+	else
+		printf("%-6s %-24s %-6s %s\n", "NODE", "ADDRESS", "ALIVE", "LAST-HEARTBEAT");
+	for (uint32_t i = 0; i < c->nnodes; i++) {
+		const struct mgmt_node_info *n = &c->nodes[i];
+		if (json)
+			printf("%s{\"node\":%u,\"addr\":\"%s\",\"alive\":%s,\"age_ms\":%lld}",
+			       i ? "," : "", n->node_id, n->addr, n->alive ? "true" : "false",
+			       (long long)n->age_ms);
+		else
+			printf("%-6u %-24s %-6s %lld ms ago\n", n->node_id, n->addr,
+			       n->alive ? "yes" : "NO", (long long)n->age_ms);
+	}
+	if (json)
+		printf("]}\n");
+	return 0;
+}
+
+static int show_targets(const struct mgmt_cluster *c, bool json)
+{
+	if (json)
+		printf("{\"targets\":[");
+	else
+		printf("%-7s %-5s %-6s %-8s %-18s %s\n", "TARGET", "NODE", "CHAIN", "STATE",
+		       "FREE/TOTAL MiB", "RESYNC");
+	for (uint32_t i = 0; i < c->ntargets; i++) {
+		const struct mgmt_target_detail *t = &c->targets[i];
+		if (json) {
+			printf("%s{\"target\":%u,\"node\":%u,\"chain\":%u,\"state\":\"%s\","
+			       "\"path\":\"%s\",\"total_bytes\":%llu,\"free_bytes\":%llu,"
+			       "\"sync_done\":%llu,\"sync_total\":%llu}",
+			       i ? "," : "", t->target_id, t->node_id, t->chain_id,
+			       state_name(t->state), t->path, (unsigned long long)t->total_bytes,
+			       (unsigned long long)t->free_bytes, (unsigned long long)t->sync_done,
+			       (unsigned long long)t->sync_total);
+			continue;
+		}
+		char sz[32], rs[40] = "-";
+		snprintf(sz, sizeof(sz), "%llu/%llu", (unsigned long long)(t->free_bytes >> 20),
+			 (unsigned long long)(t->total_bytes >> 20));
+		if (t->sync_total)
+			snprintf(rs, sizeof(rs), "%llu/%llu chunks", (unsigned long long)t->sync_done,
+				 (unsigned long long)t->sync_total);
+		printf("%-7u %-5u %-6u %-8s %-18s %s\n", t->target_id, t->node_id, t->chain_id,
+		       state_name(t->state), sz, rs);
+	}
+	if (json)
+		printf("]}\n");
+	return 0;
+}
+
+/* ---- chains --------------------------------------------------------------- */
+
+static void print_chain(const struct strata_routing *rt, const struct strata_chain *ch, bool json)
+{
+	if (json)
+		printf("{\"chain\":%u,\"version\":%u,\"replicas\":%u,\"serving\":%d,\"targets\":[",
+		       ch->chain_id, ch->version, ch->ntargets, chain_nserving(rt, ch));
+	else
+		printf("%-6u %-8u %-9u ", ch->chain_id, ch->version, ch->ntargets);
+	for (int j = 0; j < ch->ntargets; j++) {
+		const struct strata_target *t = routing_target(rt, ch->targets[j]);
+		const char *st = state_name(routing_state(rt, ch->targets[j]));
+		if (json)
+			printf("%s{\"target\":%u,\"node\":%u,\"state\":\"%s\",\"addr\":\"%s\"}",
+			       j ? "," : "", ch->targets[j], t ? t->node_id : 0, st, t ? t->addr : "");
+		else
+			printf("%s%u@n%u:%s", j ? " -> " : "", ch->targets[j], t ? t->node_id : 0, st);
+	}
+	printf(json ? "]}" : "\n");
+}
+
+static int show_chains(const struct strata_routing *rt, bool json)
+{
+	if (json)
+		printf("{\"routing_version\":%llu,\"chains\":[", (unsigned long long)rt->version);
+	else
+		printf("%-6s %-8s %-9s %s\n", "CHAIN", "VERSION", "REPLICAS", "TARGETS (head first)");
+	for (uint32_t i = 0; i < rt->nchains; i++) {
+		if (json && i)
+			printf(",");
+		print_chain(rt, &rt->chains[i], json);
+	}
+	printf(json ? "],\"tables\":[" : "\n%-6s %s\n", "TABLE", "CHAINS");
+	for (uint32_t i = 0; i < rt->ntables; i++) {
+		const struct strata_chain_table *t = &rt->tables[i];
+		printf(json ? "%s{\"table\":%u,\"chains\":[" : "%s%-6u ", json && i ? "," : "",
+		       t->table_id);
+		for (uint32_t j = 0; j < t->nchains; j++)
+			printf(json ? "%s%u" : "%s%u", j ? (json ? "," : " ") : "", t->chain_ids[j]);
+		printf(json ? "]}" : "\n");
+	}
+	if (json)
+		printf("]}\n");
+	return 0;
+}
+
+/* ---- verify ---------------------------------------------------------------- */
+
+/* One request to one target; stat reply into *ret. */
+static int target_call(const struct strata_target *t, const struct strata_chain *ch, uint16_t type,
+		       struct chunk_req *q, struct rpc_reply *rep)
+{
+	struct rpc_client_opts o = { .timeout_ms = 10000, .max_conns = 1 };
+	struct rpc_client *c = rpc_client_new(t->addr, &o);
+	if (!c)
+		return -ENOMEM;
+	q->route = (struct chunk_route){ t->target_id, ch->chain_id, ch->version };
+	struct wbuf w;
+	wbuf_init(&w);
+	int r = chunk_req_encode(type, q, &w);
+	if (r == 0)
+		r = rpc_call(c, type, &w, RPC_IDEMPOTENT, rep);
+	wbuf_done(&w);
+	rpc_client_free(c);
+	return r;
+}
+
+static int list_all(const struct strata_target *t, const struct strata_chain *ch, bool deep,
+		    struct chunk_list_ent **ret, size_t *ret_n)
+{
+	struct chunk_list_ent *v = NULL;
+	size_t n = 0;
+	uint32_t vf = deep ? CHUNK_LF_VERIFY : 0;
+	struct chunk_req q = { .len = CHUNK_LIST_MAX, .flags = CHUNK_LF_FIRST | vf };
+	for (bool more = true; more;) {
+		struct chunk_list_ent *nv = realloc(v, (n + CHUNK_LIST_MAX) * sizeof(*v));
+		if (!nv) {
+			free(v);
+			return -ENOMEM;
+		}
+		v = nv;
+		struct rpc_reply rep = { 0 };
+		int r = target_call(t, ch, MSG_CHUNK_LIST, &q, &rep);
+		if (r == 0) {
+			struct rbuf b;
+			rbuf_init(&b, rep.data, rep.len);
+			r = chunk_list_get(&b, v + n, CHUNK_LIST_MAX, &more);
+		}
+		rpc_reply_done(&rep);
+		if (r < 0) {
+			free(v);
+			return r;
+		}
+		n += (size_t)r;
+		if (r == 0)
+			break;
+		q.ino = v[n - 1].ino, q.index = v[n - 1].index, q.flags = vf;
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+static int stat_on(const struct strata_target *t, const struct strata_chain *ch, uint64_t ino,
+		   uint32_t index, struct chunk_stat *st)
+{
+	struct chunk_req q = { .ino = ino, .index = index };
+	struct rpc_reply rep = { 0 };
+	int r = target_call(t, ch, MSG_CHUNK_STAT, &q, &rep);
+	if (r == 0) {
+		struct rbuf b;
+		rbuf_init(&b, rep.data, rep.len);
+		r = chunk_stat_get(&b, st);
+	}
+	rpc_reply_done(&rep);
+	if (r == -ENOENT)
+		*st = (struct chunk_stat){ 0 };
+	return r == -ENOENT ? 0 : r;
+}
+
+static bool same_ent(const struct chunk_list_ent *a, const struct chunk_list_ent *b)
+{
+	return a->ino == b->ino && a->index == b->index && a->st.version == b->st.version &&
+	       a->st.length == b->st.length && a->st.checksum == b->st.checksum;
+}
+
+/* --deep: every replica lists its chunks reading every block (a damaged
+ * chunk lists as version 0); the lists must be identical. */
+static int verify_deep(const struct strata_target *const *tg, int nt,
+		       const struct strata_chain *ch, uint64_t *ret_chunks, uint64_t *ret_diffs)
+{
+	_cleanup_free_ struct chunk_list_ent *base = NULL;
+	size_t nb = 0;
+	int r = tg[0] ? list_all(tg[0], ch, true, &base, &nb) : -ENXIO;
+	if (r < 0)
+		return r;
+	*ret_chunks += nb;
+	for (size_t i = 0; i < nb; i++)
+		*ret_diffs += base[i].st.version == 0;
+	for (int a = 1; a < nt; a++) {
+		_cleanup_free_ struct chunk_list_ent *v = NULL;
+		size_t n = 0;
+		if ((r = tg[a] ? list_all(tg[a], ch, true, &v, &n) : -ENXIO) < 0)
+			return r;
+		for (size_t i = 0; i < STRATA_MAX(n, nb); i++)
+			if (i >= n || i >= nb || !same_ent(&v[i], &base[i])) {
+				(*ret_diffs)++;
+				printf("DIFF chain %u target %u entry %zu (ino %llu index %u)\n",
+				       ch->chain_id, tg[a]->target_id, i,
+				       (unsigned long long)(i < n ? v[i].ino : base[i].ino),
+				       i < n ? v[i].index : base[i].index);
+			}
+	}
+	return 0;
+}
+
+/* Compares every chunk listed on any serving replica on all of them. */
+static int verify_chain(const struct strata_routing *rt, const struct strata_chain *ch, bool json,
+			bool deep, uint64_t *ret_chunks, uint64_t *ret_diffs)
+{
+	const struct strata_target *tg[STRATA_MAX_REPLICAS];
+	int nt = 0;
+	for (int j = 0; j < ch->ntargets; j++)
+		if (routing_state(rt, ch->targets[j]) == TARGET_SERVING)
+			tg[nt++] = routing_target(rt, ch->targets[j]);
+	if (deep && nt > 0)
+		return verify_deep(tg, nt, ch, ret_chunks, ret_diffs);
+	for (int a = 0; a < nt; a++) {
+		_cleanup_free_ struct chunk_list_ent *ents = NULL;
+		size_t n = 0;
+		int r = tg[a] ? list_all(tg[a], ch, false, &ents, &n) : -ENXIO;
+		if (r < 0)
+			return r;
+		for (size_t i = 0; i < n; i++) {
+			struct chunk_stat st[STRATA_MAX_REPLICAS];
+			bool differ = false;
+			for (int b = 0; b < nt; b++) {
+				if ((r = stat_on(tg[b], ch, ents[i].ino, ents[i].index, &st[b])) < 0)
+					return r;
+				differ |= st[b].version != st[0].version ||
+					  st[b].length != st[0].length ||
+					  st[b].checksum != st[0].checksum;
+			}
+			*ret_chunks += a == 0;
+			if (!differ || a > 0)
+				continue;
+			(*ret_diffs)++;
+			if (!json)
+				for (int b = 0; b < nt; b++)
+					printf("DIFF chain %u ino %llu index %u target %u: v%llu len %u "
+					       "xxh3 %016llx\n",
+					       ch->chain_id, (unsigned long long)ents[i].ino,
+					       ents[i].index, tg[b]->target_id,
+					       (unsigned long long)st[b].version, st[b].length,
+					       (unsigned long long)st[b].checksum);
+		}
+	}
+	return 0;
+}
+
+static int do_verify(const struct strata_routing *rt, bool json, bool deep)
+{
+	uint64_t chunks = 0, diffs = 0;
+	for (uint32_t i = 0; i < rt->nchains; i++) {
+		int r = verify_chain(rt, &rt->chains[i], json, deep, &chunks, &diffs);
+		if (r < 0) {
+			cli_err(VERB, "verify: chain %u: %s", rt->chains[i].chain_id, strerror(-r));
+			return 1;
+		}
+	}
+	if (json)
+		printf("{\"chains\":%u,\"chunks\":%llu,\"differences\":%llu,\"equal\":%s}\n",
+		       rt->nchains, (unsigned long long)chunks, (unsigned long long)diffs,
+		       diffs ? "false" : "true");
+	else
+		printf("%u chain(s), %llu chunk(s) compared across serving replicas: %s\n",
+		       rt->nchains, (unsigned long long)chunks,
+		       diffs ? "REPLICAS DIFFER" : "all equal");
+	return diffs ? 1 : 0;
+}
+
+/* ---- entry ------------------------------------------------------------------- */
+
+static int meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap)
+{
+	if (opt_meta || getenv("STRATA_META")) {
+		snprintf(buf, cap, "%s", opt_meta ? opt_meta : getenv("STRATA_META"));
+		return 0;
+	}
+	struct cli_home h;
+	int r = cli_home_resolve(home, &h);
+	if (r < 0 || !h.have_conf)
+		return r < 0 ? r : -ENOENT;
+	for (int i = 0; i < cli_daemon_count(&h); i++) {
+		struct cli_daemon d;
+		cli_daemon_get(&h, i, &d);
+		if (d.kind == D_META)
+			cli_daemon_addr(&h, &d, buf, cap);
+	}
+	return buf[0] ? 0 : -ENOENT;
+}
+
+static int run(struct meta_client *mc, const char *what, bool json, bool deep)
+{
+	struct mgmt_cluster c;
+	struct strata_routing rt;
+	int r;
+	if (!strcmp(what, "nodes") || !strcmp(what, "targets")) {
+		if ((r = mgmt_cluster(mc, &c)) < 0) {
+			cli_err(VERB, "cannot read the cluster map: %s", strerror(-r));
+			return 1;
+		}
+		r = !strcmp(what, "nodes") ? show_nodes(&c, json) : show_targets(&c, json);
+		mgmt_cluster_done(&c);
+		return r;
+	}
+	if ((r = mgmt_routing(mc, &rt)) < 0) {
+		cli_err(VERB, "cannot read the routing table: %s", strerror(-r));
+		return 1;
+	}
+	r = !strcmp(what, "chains") ? show_chains(&rt, json) : do_verify(&rt, json, deep);
+	strata_routing_done(&rt);
+	return r;
+}
+
+int cmd_admin(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "home", required_argument, NULL, 'H' }, { "meta", required_argument, NULL, 'm' },
+		{ "json", no_argument, NULL, 'j' },       { "help", no_argument, NULL, 'h' },
+		{ "deep", no_argument, NULL, 'd' },
+		{},
+	};
+	const char *home = NULL, *meta = NULL;
+	bool json = false, deep = false;
+	int o;
+	opterr = 0;
+	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'H': home = optarg; break;
+		case 'm': meta = optarg; break;
+		case 'j': json = true; break;
+		case 'd': deep = true; break;
+		case 'h': usage(stdout); return 0;
+		default: cli_bad_option(VERB, o, argv); return 2;
+		}
+	}
+	const char *what = optind < argc ? argv[optind] : NULL;
+	if (!what || optind + 1 != argc ||
+	    (strcmp(what, "nodes") && strcmp(what, "targets") && strcmp(what, "chains") &&
+	     strcmp(what, "verify"))) {
+		usage(stderr);
+		return 2;
+	}
+	char addr[128] = "";
+	if (meta_addr(meta, home, addr, sizeof(addr)) < 0) {
+		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
+		return 1;
+	}
+	struct meta_client *mc = meta_client_new(addr, "strata-admin", NULL);
+	if (!mc) {
+		cli_err(VERB, "out of memory");
+		return 1;
+	}
+	int r = run(mc, what, json, deep);
+	meta_client_free(mc);
+	return r;
+}

@@ -1,0 +1,631 @@
+/* cmd_image.c — `strata image`: import, pull, ls, inspect, rm, prefetch,
+ * mount, umount, gc. A thin layer over imagesvc/ (store.h, mount.h,
+ * prefetch.h) and imagesvc/pull/ (oci.h, registry.h): it finds the store on
+ * the cluster's mount (<mount>/.strata/images) and the node cache
+ * (<home>/cache/images), parses options, and prints results (text, or JSON
+ * with --json) or one error line. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "mount.h"
+#include "oci.h"
+#include "prefetch.h"
+#include "registry.h"
+#include "store.h"
+
+#define VERB "image"
+
+enum {
+	O_HOME = 1 << 0,
+	O_JSON = 1 << 1,
+	O_NAME = 1 << 2,
+	O_INSECURE = 1 << 3,
+	O_EAGER = 1 << 4,
+	O_FORCE = 1 << 5,
+	O_WRITABLE = 1 << 6,
+	O_NOPF = 1 << 7,
+	O_RECORD = 1 << 8,
+	O_THREADS = 1 << 9,
+	O_TAG = 1 << 10,
+};
+
+struct opts {
+	const char *home, *name, *tag;
+	bool json, insecure, eager, force, writable, no_prefetch, record;
+	int threads, record_after;
+	unsigned seen;
+	char **pos;
+	int npos;
+};
+
+struct ctx {
+	struct cli_home h;
+	struct img_store *s;
+	char cache[CLI_PATH];
+	struct opts o;
+};
+
+struct sub {
+	const char *name;
+	int (*fn)(struct ctx *c);
+	unsigned allowed;
+	int min_pos, max_pos;
+	const char *usage;
+};
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int fail(const char *sub, const struct img_err *e, int r)
+{
+	cli_err(VERB, "%s: %s", sub, e->code ? e->msg : strerror(-r));
+	return 1;
+}
+
+/* ---- import / pull --------------------------------------------------------------- */
+static int stage_dir(struct ctx *c, char *buf)
+{
+	cli_path(buf, &c->h, "cache/stage-%d-%lld", (int)getpid(), cli_now_ms());
+	char parent[CLI_PATH];
+	return cli_mkdir_p(cli_path(parent, &c->h, "cache"), 0755);
+}
+
+/* Default name of an imported PATH: its base name without extensions. */
+static void default_name(const char *path, char *buf, size_t cap)
+{
+	char tmp[CLI_PATH];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	size_t n = strlen(tmp);
+	while (n > 1 && tmp[n - 1] == '/')
+		tmp[--n] = '\0';
+	const char *b = strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
+	snprintf(buf, cap, "%s", b);
+	char *dot = strchr(buf, '.');
+	if (dot && dot != buf)
+		*dot = '\0';
+	for (char *p = buf; *p; p++)
+		if (*p == ':' || (unsigned char)*p < 0x21)
+			*p = '_';
+}
+
+static void print_import(struct ctx *c, const char *name, const struct oci_image *img,
+			 const struct img_import_stats *st, double secs)
+{
+	if (!c->o.json) {
+		printf("%s %s: %zu layers, %llu files, %llu bytes; %llu chunks (%llu new, %llu "
+		       "deduplicated), %u blobs (%u new), metadata %llu bytes%s, %.2f s\n",
+		       name ? name : "(no name)", img->manifest_digest, img->n_layers,
+		       (unsigned long long)st->files, (unsigned long long)st->bytes,
+		       (unsigned long long)st->chunks, (unsigned long long)st->chunks_new,
+		       (unsigned long long)st->chunks_dedup, st->n_blobs, st->blobs_new,
+		       (unsigned long long)st->meta_size, st->existed ? " (already stored)" : "",
+		       secs);
+		return;
+	}
+	printf("{\"name\":");
+	json_str(name);
+	printf(",\"digest\":\"%s\",\"layers\":%zu,\"files\":%llu,\"bytes\":%llu,\"chunks\":%llu,"
+	       "\"chunks_new\":%llu,\"chunks_dedup\":%llu,\"blobs\":%u,\"blobs_new\":%u,"
+	       "\"meta_size\":%llu,\"existed\":%s,\"seconds\":%.3f}\n",
+	       img->manifest_digest, img->n_layers, (unsigned long long)st->files,
+	       (unsigned long long)st->bytes, (unsigned long long)st->chunks,
+	       (unsigned long long)st->chunks_new, (unsigned long long)st->chunks_dedup,
+	       st->n_blobs, st->blobs_new, (unsigned long long)st->meta_size,
+	       st->existed ? "true" : "false", secs);
+}
+
+/* Converts a loaded stage into the store under name. */
+static int import_stage(struct ctx *c, const char *stage, const char *name, double t0)
+{
+	struct oci_err oe = {0};
+	struct img_err e = {0};
+	struct oci_image *img = NULL;
+	char man[CLI_PATH], cfg[CLI_PATH];
+	int r = oci_stage_load(stage, false, &img, &oe);
+	if (r < 0) {
+		cli_err(VERB, "import: %s", oe.msg[0] ? oe.msg : strerror(-r));
+		return 1;
+	}
+	struct img_layer_src *ls = calloc(img->n_layers + 1, sizeof(*ls));
+	for (size_t i = 0; ls && i < img->n_layers; i++)
+		ls[i] = (struct img_layer_src){img->layers[i].path, img->layers[i].digest};
+	snprintf(man, sizeof(man), "%s/manifest.json", stage);
+	snprintf(cfg, sizeof(cfg), "%s/config.json", stage);
+	struct img_import_req req = {.manifest_digest = img->manifest_digest,
+				     .name = name,
+				     .manifest_path = man,
+				     .config_path = cfg,
+				     .layers = ls,
+				     .n_layers = img->n_layers};
+	struct img_import_stats st = {0};
+	r = ls ? img_store_import(c->s, &req, &st, &e) : -ENOMEM;
+	if (r == 0)
+		print_import(c, name, img, &st, now_s() - t0);
+	else
+		fail("import", &e, r);
+	free(ls);
+	oci_image_free(img);
+	return r < 0 ? 1 : 0;
+}
+
+static int rm_stage(const char *stage)
+{
+	char cmd[CLI_PATH + 32];
+	snprintf(cmd, sizeof(cmd), "rm -rf -- '%s'", stage);
+	return access(stage, F_OK) == 0 ? system(cmd) : 0;
+}
+
+static int sub_import(struct ctx *c)
+{
+	char stage[CLI_PATH], name[256];
+	struct oci_err oe = {0};
+	double t0 = now_s();
+	const char *src = c->o.pos[0];
+	if (stage_dir(c, stage) < 0)
+		return cli_err(VERB, "import: cannot create the staging directory"), 1;
+	if (c->o.name)
+		snprintf(name, sizeof(name), "%s", c->o.name);
+	else
+		default_name(src, name, sizeof(name));
+	int r = oci_import(src, c->o.tag, stage, NULL, &oe);
+	if (r < 0)
+		cli_err(VERB, "import: %s", oe.msg[0] ? oe.msg : strerror(-r));
+	else
+		r = import_stage(c, stage, name, t0) ? -EIO : 0;
+	rm_stage(stage);
+	return r < 0 ? 1 : 0;
+}
+
+static int sub_pull(struct ctx *c)
+{
+	char stage[CLI_PATH], name[512];
+	struct oci_err oe = {0};
+	struct registry_ref ref = {0};
+	struct registry_opts ro = {.insecure = c->o.insecure};
+	double t0 = now_s();
+	int r = registry_ref_parse(c->o.pos[0], &ref, &oe);
+	if (r < 0)
+		return cli_err(VERB, "pull: %s", oe.msg[0] ? oe.msg : strerror(-r)), 1;
+	if (c->o.name)
+		snprintf(name, sizeof(name), "%s", c->o.name);
+	else
+		snprintf(name, sizeof(name), "%s:%s", ref.repo, ref.tag ? ref.tag : "latest");
+	registry_ref_done(&ref);
+	if (stage_dir(c, stage) < 0)
+		return cli_err(VERB, "pull: cannot create the staging directory"), 1;
+	r = registry_pull(c->o.pos[0], stage, &ro, &oe);
+	if (r < 0)
+		cli_err(VERB, "pull: %s", oe.msg[0] ? oe.msg : strerror(-r));
+	else
+		r = import_stage(c, stage, name, t0) ? -EIO : 0;
+	rm_stage(stage);
+	return r < 0 ? 1 : 0;
+}
+
+/* ---- ls / inspect ------------------------------------------------------------------ */
+struct ls_ctx {
+	struct ctx *c;
+	int n;
+};
+
+static int ls_one(void *arg, const char *name, const char *hex)
+{
+	struct ls_ctx *l = arg;
+	struct img_record rec;
+	char node[256] = "";
+	if (img_store_record(l->c->s, hex, &rec) < 0)
+		return 0;
+	int leases = img_store_leases(l->c->s, hex, node, sizeof(node));
+	if (l->c->o.json) {
+		printf("%s{\"name\":", l->n ? "," : "");
+		json_str(name);
+		printf(",\"digest\":\"sha256:%s\",\"bytes\":%llu,\"layers\":%u,\"blobs\":%u,"
+		       "\"meta_size\":%llu,\"created\":%llu,\"mounted\":%d}",
+		       hex, (unsigned long long)rec.bytes, rec.n_layers, rec.n_blobs,
+		       (unsigned long long)rec.meta_size, (unsigned long long)rec.created,
+		       leases > 0 ? leases : 0);
+	} else {
+		if (l->n == 0)
+			printf("%-32s %-12s %12s %6s %s\n", "NAME", "DIGEST", "BYTES", "LAYERS",
+			       "MOUNTED");
+		printf("%-32s %-12.12s %12llu %6u %s\n", name ? name : "<none>", hex,
+		       (unsigned long long)rec.bytes, rec.n_layers, leases > 0 ? node : "-");
+	}
+	l->n++;
+	img_record_done(&rec);
+	return 0;
+}
+
+static int sub_ls(struct ctx *c)
+{
+	struct ls_ctx l = {c, 0};
+	if (c->o.json)
+		printf("[");
+	int r = img_store_list(c->s, ls_one, &l);
+	if (c->o.json)
+		printf("]\n");
+	if (r < 0)
+		return cli_err(VERB, "ls: %s", strerror(-r)), 1;
+	return 0;
+}
+
+static void inspect_json(struct ctx *c, const char *hex, const struct img_record *rec,
+			 const char *names, int leases, const char *node)
+{
+	char p[CLI_PATH], lh[65];
+	printf("{\"digest\":\"sha256:%s\",\"names\":", hex);
+	json_str(names);
+	printf(",\"bytes\":%llu,\"chunks\":%llu,\"chunks_new\":%llu,\"meta_size\":%llu,"
+	       "\"created\":%llu,\"mounted_on\":",
+	       (unsigned long long)rec->bytes, (unsigned long long)rec->chunks,
+	       (unsigned long long)rec->chunks_new, (unsigned long long)rec->meta_size,
+	       (unsigned long long)rec->created);
+	json_str(leases > 0 ? node : "");
+	printf(",\"prefetch\":%s,\"layers\":[", img_prefetch_exists(c->s, hex) ? "true" : "false");
+	for (uint32_t i = 0; i < rec->n_layers; i++) {
+		img_digest_hex(rec->layers[i], lh);
+		printf("%s\"sha256:%s\"", i ? "," : "", lh);
+	}
+	printf("],\"blobs\":[");
+	for (uint32_t i = 0; i < rec->n_blobs; i++) {
+		img_store_blob_path(c->s, rec->blobs[i], "data", p, sizeof(p));
+		printf("%s{\"id\":%u,\"path\":", i ? "," : "", rec->blobs[i]);
+		json_str(p);
+		printf("}");
+	}
+	img_store_image_path(c->s, hex, "meta.img", p, sizeof(p));
+	printf("],\"meta\":");
+	json_str(p);
+	printf("}\n");
+}
+
+static int sub_inspect(struct ctx *c)
+{
+	struct img_err e = {0};
+	struct img_record rec;
+	char hex[65], names[1024], node[256] = "", lh[65], p[CLI_PATH];
+	int r = img_store_resolve(c->s, c->o.pos[0], hex, &e);
+	if (r < 0)
+		return fail("inspect", &e, r);
+	if ((r = img_store_record(c->s, hex, &rec)) < 0)
+		return cli_err(VERB, "inspect: record of %.12s: %s", hex, strerror(-r)), 1;
+	img_store_names_of(c->s, hex, names, sizeof(names));
+	int leases = img_store_leases(c->s, hex, node, sizeof(node));
+	if (c->o.json) {
+		inspect_json(c, hex, &rec, names, leases, node);
+	} else {
+		printf("digest     sha256:%s\nnames      %s\nbytes      %llu\nchunks     %llu "
+		       "(%llu stored by this image)\nmetadata   %llu bytes\nmounted on %s\n"
+		       "prefetch   %s\n",
+		       hex, names[0] ? names : "-", (unsigned long long)rec.bytes,
+		       (unsigned long long)rec.chunks, (unsigned long long)rec.chunks_new,
+		       (unsigned long long)rec.meta_size, leases > 0 ? node : "-",
+		       img_prefetch_exists(c->s, hex) ? "recorded" : "none");
+		for (uint32_t i = 0; i < rec.n_layers; i++) {
+			img_digest_hex(rec.layers[i], lh);
+			printf("layer %-4u sha256:%s\n", i, lh);
+		}
+		for (uint32_t i = 0; i < rec.n_blobs; i++) {
+			img_store_blob_path(c->s, rec.blobs[i], "data", p, sizeof(p));
+			printf("blob  %-4u %s\n", i, p);
+		}
+	}
+	img_record_done(&rec);
+	return 0;
+}
+
+/* ---- rm / gc / prefetch ------------------------------------------------------------- */
+static int sub_rm(struct ctx *c)
+{
+	struct img_err e = {0};
+	int r = img_store_rm(c->s, c->o.pos[0], c->o.force, &e);
+	return r < 0 ? fail("rm", &e, r) : 0;
+}
+
+static int sub_gc(struct ctx *c)
+{
+	int r = img_store_gc(c->s);
+	if (r < 0)
+		return cli_err(VERB, "gc: %s", strerror(-r)), 1;
+	if (c->o.json)
+		printf("{\"blobs_removed\":%d}\n", r);
+	else
+		printf("%d unreferenced blob(s) removed\n", r);
+	return 0;
+}
+
+static void print_pf(struct ctx *c, const char *what, const struct img_prefetch_stats *st)
+{
+	if (c->o.json)
+		printf("{\"action\":\"%s\",\"chunks\":%llu,\"bytes\":%llu,\"seconds\":%.3f}\n",
+		       what, (unsigned long long)st->chunks, (unsigned long long)st->bytes,
+		       st->seconds);
+	else
+		printf("%s: %llu chunks, %llu bytes in %.3f s\n", what,
+		       (unsigned long long)st->chunks, (unsigned long long)st->bytes, st->seconds);
+}
+
+/* Replays the list (or, eager, everything) through a mount of the image on
+ * this node, mounting it for the duration if need be. */
+static int prefetch_now(struct ctx *c, const char *hex, struct img_prefetch_stats *st,
+			struct img_err *e)
+{
+	char root[CLI_PATH];
+	bool held = false;
+	int r = 0;
+	if (!c->o.eager && img_node_root(c->cache, hex, root, sizeof(root)) < 0) {
+		r = img_node_acquire(c->s, c->cache, hex, root, sizeof(root), NULL, e);
+		held = r == 0;
+	}
+	if (r == 0)
+		r = img_prefetch_run(c->s, hex, root, c->o.eager, c->o.threads, st, e);
+	if (held)
+		img_node_release(c->s, c->cache, hex, NULL);
+	return r;
+}
+
+static int sub_prefetch(struct ctx *c)
+{
+	struct img_err e = {0};
+	struct img_prefetch_stats st = {0};
+	char hex[65], root[CLI_PATH];
+	int r = img_store_resolve(c->s, c->o.pos[0], hex, &e);
+	if (r < 0)
+		return fail("prefetch", &e, r);
+	if (c->o.record && img_node_root(c->cache, hex, root, sizeof(root)) < 0)
+		return cli_err(VERB, "prefetch: image %.12s is not mounted on this node", hex), 1;
+	if (c->o.record)
+		r = img_prefetch_record(c->s, hex, root, &st, &e);
+	else
+		r = prefetch_now(c, hex, &st, &e);
+	if (r < 0)
+		return fail("prefetch", &e, r);
+	print_pf(c, c->o.record ? "recorded" : c->o.eager ? "fetched (eager)" : "fetched", &st);
+	return 0;
+}
+
+/* ---- mount / umount ------------------------------------------------------------------ */
+/* Records the prefetch list record_after seconds from now, in a detached child. */
+static void spawn_recorder(struct ctx *c, const char *hex, int after)
+{
+	pid_t pid = fork();
+	if (pid != 0) {
+		if (pid > 0)
+			waitpid(pid, NULL, 0);
+		return;
+	}
+	if (fork() != 0) /* the grandchild is reparented: nobody waits for it */
+		_exit(0);
+	setsid();
+	freopen("/dev/null", "w", stdout);
+	sleep((unsigned)after);
+	char root[CLI_PATH];
+	if (!img_prefetch_exists(c->s, hex) &&
+	    img_node_root(c->cache, hex, root, sizeof(root)) == 0)
+		img_prefetch_record(c->s, hex, root, NULL, NULL);
+	_exit(0);
+}
+
+static int sub_mount(struct ctx *c)
+{
+	struct img_err e = {0};
+	struct img_prefetch_stats st = {0};
+	char hex[65];
+	bool fresh = false;
+	double t0 = now_s();
+	int r = img_store_resolve(c->s, c->o.pos[0], hex, &e);
+	if (r < 0)
+		return fail("mount", &e, r);
+	r = img_node_mount(c->s, c->cache, hex, c->o.pos[1], c->o.writable, &fresh, &e);
+	if (r < 0)
+		return fail("mount", &e, r);
+	bool have_list = img_prefetch_exists(c->s, hex);
+	char root[CLI_PATH];
+	if (fresh && have_list && !c->o.no_prefetch &&
+	    img_node_root(c->cache, hex, root, sizeof(root)) == 0 &&
+	    img_prefetch_run(c->s, hex, root, false, c->o.threads, &st, &e) < 0)
+		fprintf(stderr, "strata image: mount: warning: %s\n", e.msg);
+	if (fresh && !have_list && c->o.record_after > 0)
+		spawn_recorder(c, hex, c->o.record_after);
+	if (c->o.json)
+		printf("{\"digest\":\"sha256:%s\",\"dir\":\"%s\",\"fresh\":%s,\"prefetched_bytes\":"
+		       "%llu,"
+		       "\"seconds\":%.3f}\n",
+		       hex, c->o.pos[1], fresh ? "true" : "false", (unsigned long long)st.bytes,
+		       now_s() - t0);
+	return 0;
+}
+
+static int sub_umount(struct ctx *c)
+{
+	struct img_err e = {0};
+	int r = img_node_umount(c->s, c->cache, c->o.pos[0], &e);
+	return r < 0 ? fail("umount", &e, r) : 0;
+}
+
+/* ---- dispatch -------------------------------------------------------------------------- */
+static const struct sub subs[] = {
+    {"import", sub_import, O_HOME | O_JSON | O_NAME | O_TAG, 1, 1,
+     "import PATH [--name NAME[:TAG]] [--tag T] [--json]\n"
+     "      OCI image layout directory or docker-save tarball (--tag picks one image)"},
+    {"pull", sub_pull, O_HOME | O_JSON | O_NAME | O_INSECURE, 1, 1,
+     "pull REF [--insecure] [--name NAME[:TAG]] [--json]\n"
+     "      [http[s]://]HOST[:PORT]/NAME[:TAG][@sha256:HEX] from an OCI registry"},
+    {"ls", sub_ls, O_HOME | O_JSON, 0, 0, "ls [--json]"},
+    {"inspect", sub_inspect, O_HOME | O_JSON, 1, 1, "inspect REF [--json]"},
+    {"rm", sub_rm, O_HOME | O_FORCE, 1, 1,
+     "rm REF [--force]   (refuses an image mounted on a node unless --force)"},
+    {"prefetch", sub_prefetch, O_HOME | O_JSON | O_EAGER | O_RECORD | O_THREADS, 1, 1,
+     "prefetch REF [--eager] [--record] [--threads N] [--json]\n"
+     "      fetch the recorded files and ranges (--eager: every chunk) into the\n"
+     "      node cache; --record: record the list now from what this node has read"},
+    {"mount", sub_mount, O_HOME | O_JSON | O_WRITABLE | O_NOPF | O_RECORD | O_THREADS, 2, 2,
+     "mount REF DIR [--writable] [--no-prefetch] [--record-after S] [--json]\n"
+     "      read-only, or --writable: an overlay root with a fresh upper directory"},
+    {"umount", sub_umount, O_HOME, 1, 1, "umount DIR"},
+    {"gc", sub_gc, O_HOME | O_JSON, 0, 0, "gc [--json]   (remove unreferenced blobs)"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: strata image SUBCOMMAND [--home DIR] ...\n\n");
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
+		fprintf(f, "  strata image %s\n", subs[i].usage);
+	fprintf(f, "\nREF: name[:tag], sha256:HEX or a unique digest prefix. The store lives on "
+		   "the\ncluster's mount (<mount>/.strata/images), the node cache in "
+		   "<home>/cache/images.\n");
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+	    {"home", required_argument, NULL, 'H'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"name", required_argument, NULL, 'n'},
+	    {"tag", required_argument, NULL, 't'},
+	    {"insecure", no_argument, NULL, 'k'},
+	    {"eager", no_argument, NULL, 'e'},
+	    {"force", no_argument, NULL, 'f'},
+	    {"writable", no_argument, NULL, 'w'},
+	    {"no-prefetch", no_argument, NULL, 'P'},
+	    {"record", no_argument, NULL, 'r'},
+	    {"record-after", required_argument, NULL, 'R'},
+	    {"threads", required_argument, NULL, 'T'},
+	    {"help", no_argument, NULL, 'h'},
+	    {},
+	};
+	int ch;
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'H':
+			o->home = optarg, o->seen |= O_HOME;
+			break;
+		case 'j':
+			o->json = true, o->seen |= O_JSON;
+			break;
+		case 'n':
+			o->name = optarg, o->seen |= O_NAME;
+			break;
+		case 't':
+			o->tag = optarg, o->seen |= O_TAG;
+			break;
+		case 'k':
+			o->insecure = true, o->seen |= O_INSECURE;
+			break;
+		case 'e':
+			o->eager = true, o->seen |= O_EAGER;
+			break;
+		case 'f':
+			o->force = true, o->seen |= O_FORCE;
+			break;
+		case 'w':
+			o->writable = true, o->seen |= O_WRITABLE;
+			break;
+		case 'P':
+			o->no_prefetch = true, o->seen |= O_NOPF;
+			break;
+		case 'r':
+			o->record = true, o->seen |= O_RECORD;
+			break;
+		case 'R':
+			o->seen |= O_RECORD;
+			if (cli_parse_int(optarg, 0, 3600, &o->record_after) < 0)
+				return cli_err(VERB, "--record-after: 0..3600 seconds"), -EINVAL;
+			break;
+		case 'T':
+			o->seen |= O_THREADS;
+			if (cli_parse_int(optarg, 1, 64, &o->threads) < 0)
+				return cli_err(VERB, "--threads: 1..64"), -EINVAL;
+			break;
+		case 'h':
+			return 1;
+		default:
+			cli_bad_option(VERB, ch, argv);
+			return -EINVAL;
+		}
+	}
+	o->pos = argv + optind;
+	o->npos = argc - optind;
+	return 0;
+}
+
+static int open_store(struct ctx *c)
+{
+	char root[CLI_PATH];
+	int r = cli_home_resolve(c->o.home, &c->h);
+	if (r < 0)
+		return cli_err(VERB, "bad home directory: %s", strerror(-r)), r;
+	if (cli_mount_state(c->h.mount) != MNT_OK)
+		return cli_err(VERB, "the strata mount at %s is not up (run strata up)",
+			       c->h.mount),
+		       -ENOTCONN;
+	snprintf(root, sizeof(root), "%s/" IMG_STORE_SUBDIR, c->h.mount);
+	cli_path(c->cache, &c->h, "cache/images");
+	if ((r = img_store_open(root, &c->s)) < 0)
+		cli_err(VERB, "cannot open the image store at %s: %s", root, strerror(-r));
+	return r;
+}
+
+int cmd_image(int argc, char **argv)
+{
+	struct ctx c = {.o = {.record_after = 5}};
+	const struct sub *sc = NULL;
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
+		if (!strcmp(argv[1], subs[i].name))
+			sc = &subs[i];
+	if (!sc)
+		return cli_err(VERB, "unknown subcommand '%s' (see strata image --help)", argv[1]),
+		       2;
+	int r = parse(argc - 1, argv + 1, &c.o);
+	if (r != 0) {
+		if (r > 0)
+			printf("Usage: strata image %s\n  --home DIR   cluster home (default "
+			       "$STRATA_HOME, else ./.strata)\n",
+			       sc->usage);
+		return r > 0 ? 0 : 2;
+	}
+	if (c.o.seen & ~sc->allowed)
+		return cli_err(VERB, "%s: an option does not apply (see strata image %s --help)",
+			       sc->name, sc->name),
+		       2;
+	if (c.o.npos < sc->min_pos || c.o.npos > sc->max_pos)
+		return cli_err(VERB, "usage: strata image %s", sc->usage), 2;
+	if (open_store(&c) < 0)
+		return 1;
+	r = sc->fn(&c);
+	img_store_free(c.s);
+	return r;
+}

@@ -1,0 +1,482 @@
+/* cmd_sandbox.c — `strata sandbox create | exec | ls | rm`: the sandbox
+ * runtime from the command line, over strata-sandboxd's HTTP API on its unix
+ * socket (sandbox/sandboxd/API.md), found at --socket PATH, else
+ * $STRATA_SANDBOXD_SOCKET, else <home>/run/sandboxd.sock.
+ *
+ *   strata sandbox create IMAGE [--backend B] [--cpu N] [--memory MB] [--ttl S]
+ *                         [--label k=v]... [--json]      prints the id
+ *   strata sandbox exec ID [--timeout S] -- CMD...      streams the output;
+ *                         exits with the command's status (128+N for signal N)
+ *   strata sandbox ls [--json]
+ *   strata sandbox rm ID...
+ *
+ * tools/ links only strata_fs, so this file shares sandboxd's JSON codec by
+ * including its source (one translation unit; nothing else in `strata` uses
+ * it). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "../sandbox/sandboxd/json.c"
+
+#define VERB "sandbox"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: strata sandbox create IMAGE [--backend fncall|container|firecracker|qemu]\n"
+		"                             [--cpu N] [--memory MB] [--ttl S] [--label k=v]... "
+		"[--json]\n"
+		"       strata sandbox exec ID [--timeout S] -- CMD...\n"
+		"       strata sandbox ls [--json]\n"
+		"       strata sandbox rm ID...\n"
+		"\n"
+		"Common options: --home DIR (default $STRATA_HOME, else ./.strata),\n"
+		"                --socket PATH (default $STRATA_SANDBOXD_SOCKET, else "
+		"HOME/run/sandboxd.sock)\n");
+}
+
+struct http_resp {
+	int status;
+	bool chunked;
+	char *body; /* unchunked responses */
+	size_t len;
+};
+
+static int connect_sock(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -errno;
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/* Sends one request; returns the connected fd with the response head read
+ * into *resp (status, chunked) and what followed it in *rest. */
+static int request(const char *sock, const char *method, const char *path, const char *body,
+		   struct http_resp *resp, char **rest, size_t *rest_len)
+{
+	int fd = connect_sock(sock);
+	if (fd < 0)
+		return fd;
+	char head[512];
+	size_t bl = body ? strlen(body) : 0;
+	int n = snprintf(head, sizeof(head),
+			 "%s %s HTTP/1.1\r\nHost: sandboxd\r\nConnection: close\r\n"
+			 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+			 method, path, bl);
+	int r = n > 0 && (size_t)n < sizeof(head) ? send_all(fd, head, (size_t)n) : -ENAMETOOLONG;
+	if (r == 0 && bl)
+		r = send_all(fd, body, bl);
+	size_t len = 0, cap = 8192;
+	char *buf = malloc(cap);
+	char *end = NULL;
+	while (r == 0 && buf && !end) {
+		if (len + 1 >= cap && !(buf = realloc(buf, cap *= 2)))
+			break;
+		ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
+		if (k <= 0) {
+			r = k < 0 ? -errno : -EPROTO;
+			break;
+		}
+		len += (size_t)k;
+		buf[len] = 0;
+		end = strstr(buf, "\r\n\r\n");
+	}
+	if (r == 0 && (!buf || !end || sscanf(buf, "HTTP/1.1 %d", &resp->status) != 1))
+		r = -EPROTO;
+	if (r < 0) {
+		free(buf);
+		close(fd);
+		return r;
+	}
+	*end = 0;
+	resp->chunked = strcasestr(buf, "Transfer-Encoding: chunked") != NULL;
+	*rest_len = len - (size_t)(end + 4 - buf);
+	*rest = malloc(*rest_len + 1);
+	memcpy(*rest, end + 4, *rest_len);
+	free(buf);
+	return fd;
+}
+
+/* A whole (unchunked) response: the body as a parsed JSON object. */
+static int call(const char *sock, const char *method, const char *path, const char *body,
+		int *ret_status, struct json **ret)
+{
+	struct http_resp resp = {0};
+	char *rest = NULL;
+	size_t len = 0;
+	int fd = request(sock, method, path, body, &resp, &rest, &len);
+	if (fd < 0)
+		return fd;
+	for (;;) {
+		char tmp[8192];
+		ssize_t k = recv(fd, tmp, sizeof(tmp), 0);
+		if (k <= 0)
+			break;
+		rest = realloc(rest, len + (size_t)k + 1);
+		memcpy(rest + len, tmp, (size_t)k);
+		len += (size_t)k;
+	}
+	close(fd);
+	*ret_status = resp.status;
+	*ret = json_parse(rest, len, NULL, 0);
+	free(rest);
+	return *ret ? 0 : -EPROTO;
+}
+
+static int api_error(int status, struct json *j)
+{
+	struct json *e = json_get(j, "error");
+	cli_err(VERB, "%s (HTTP %d)", json_cstr(json_get(e, "message")) ?: "error", status);
+	json_free(j);
+	return 1;
+}
+
+static int cmd_create(const char *sock, int argc, char **argv)
+{
+	static const struct option o[] = {{"backend", 1, 0, 'b'},
+					  {"cpu", 1, 0, 'c'},
+					  {"memory", 1, 0, 'm'},
+					  {"ttl", 1, 0, 't'},
+					  {"label", 1, 0, 'l'},
+					  {"json", 0, 0, 'j'},
+					  {0}};
+	struct jw w, labels;
+	jw_init(&w);
+	jw_init(&labels);
+	jw_obj(&w);
+	jw_obj(&labels);
+	bool json = false;
+	int c, v;
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		char *eq;
+		switch (c) {
+		case 'b':
+			jw_kstr(&w, "backend", optarg);
+			break;
+		case 'c':
+			jw_key(&w, "cpu");
+			jw_num(&w, atof(optarg));
+			break;
+		case 'm':
+		case 't':
+			if (cli_parse_int(optarg, 0, 1 << 30, &v) < 0) {
+				cli_err(VERB, "--%s wants a number", c == 'm' ? "memory" : "ttl");
+				return 2;
+			}
+			jw_kint(&w, c == 'm' ? "memory_mb" : "ttl", v);
+			break;
+		case 'l':
+			if (!(eq = strchr(optarg, '='))) {
+				cli_err(VERB, "--label wants k=v");
+				return 2;
+			}
+			*eq = 0;
+			jw_kstr(&labels, optarg, eq + 1);
+			break;
+		case 'j':
+			json = true;
+			break;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		usage(stderr);
+		return 2;
+	}
+	jw_kstr(&w, "image", argv[optind]);
+	jw_obj_end(&labels);
+	jw_key(&w, "labels");
+	jw_raw(&w, labels.buf, labels.len);
+	jw_obj_end(&w);
+	int status;
+	struct json *j = NULL;
+	int r = call(sock, "POST", "/v1/sandboxes", w.buf, &status, &j);
+	jw_done(&w);
+	jw_done(&labels);
+	if (r < 0) {
+		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+		return 1;
+	}
+	if (status >= 300)
+		return api_error(status, j);
+	if (json) {
+		struct jw out;
+		jw_init(&out);
+		json_emit(&out, j);
+		printf("%s\n", out.buf);
+		jw_done(&out);
+	} else {
+		printf("%s\n", json_cstr(json_get(j, "id")));
+	}
+	json_free(j);
+	return 0;
+}
+
+/* Handles one line of the exec stream; sets *code on the exit event. */
+static void exec_event(const char *line, size_t n, int *code)
+{
+	struct json *j = json_parse(line, n, NULL, 0);
+	const char *type = json_cstr(json_get(j, "type"));
+	struct json *data = json_get(j, "data");
+	if (type && data && data->type == JSON_STR) {
+		uint8_t *out;
+		size_t len;
+		if (b64_decode(data->str, data->len, &out, &len) == 0) {
+			fwrite(out, 1, len, !strcmp(type, "stderr") ? stderr : stdout);
+			fflush(!strcmp(type, "stderr") ? stderr : stdout);
+			free(out);
+		}
+	} else if (type && !strcmp(type, "exit")) {
+		int64_t v;
+		const char *err = json_cstr(json_get(j, "error"));
+		if (err)
+			cli_err(VERB, "%s", err);
+		if (json_int(json_get(j, "signal"), 1, 128, &v))
+			*code = 128 + (int)v;
+		else if (json_int(json_get(j, "exit_code"), -1, 255, &v))
+			*code = v < 0 ? 1 : (int)v;
+		if (json_get(j, "truncated") && json_get(j, "truncated")->b)
+			cli_err(VERB, "output was truncated at the output cap");
+		if (json_get(j, "timed_out") && json_get(j, "timed_out")->b)
+			cli_err(VERB, "the command ran past its timeout and was killed");
+	}
+	json_free(j);
+}
+
+/* De-chunks the stream in buf, handling each complete line. Returns bytes
+ * consumed. */
+static size_t exec_consume(char *buf, size_t len, struct jw *lines, int *code)
+{
+	size_t off = 0;
+	for (;;) {
+		char *crlf = memmem(buf + off, len - off, "\r\n", 2);
+		if (!crlf)
+			break;
+		size_t n = strtoul(buf + off, NULL, 16);
+		size_t start = (size_t)(crlf + 2 - buf);
+		if (len < start + n + 2)
+			break;
+		jw_append(lines, buf + start, n);
+		off = start + n + 2;
+		if (n == 0)
+			break;
+	}
+	char *nl;
+	while (lines->len && (nl = memchr(lines->buf, '\n', lines->len))) {
+		size_t k = (size_t)(nl - lines->buf);
+		exec_event(lines->buf, k, code);
+		memmove(lines->buf, nl + 1, lines->len - k - 1);
+		lines->len -= k + 1;
+	}
+	return off;
+}
+
+static int cmd_exec(const char *sock, int argc, char **argv)
+{
+	static const struct option o[] = {{"timeout", 1, 0, 't'}, {0}};
+	int c, timeout = 0;
+	if (argc < 3) {
+		usage(stderr);
+		return 2;
+	}
+	const char *id = argv[1];
+	argc--; /* options follow the id: parse argv[1..] as if it were argv[0..] */
+	argv++;
+	while ((c = getopt_long(argc, argv, "+", o, NULL)) != -1) {
+		if (c != 't' || cli_parse_int(optarg, 1, 86400, &timeout) < 0) {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_key(&w, "cmd");
+	jw_arr(&w);
+	for (int i = optind; i < argc; i++)
+		jw_str(&w, argv[i]);
+	jw_arr_end(&w);
+	if (timeout)
+		jw_kint(&w, "timeout", timeout);
+	jw_obj_end(&w);
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%.40s/exec", id);
+	struct http_resp resp = {0};
+	char *rest = NULL;
+	size_t len = 0;
+	int fd = request(sock, "POST", path, w.buf, &resp, &rest, &len);
+	jw_done(&w);
+	if (fd < 0) {
+		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-fd));
+		return 1;
+	}
+	if (!resp.chunked) { /* an error answer */
+		char tmp[4096];
+		ssize_t k;
+		while ((k = recv(fd, tmp, sizeof(tmp), 0)) > 0) {
+			rest = realloc(rest, len + (size_t)k);
+			memcpy(rest + len, tmp, (size_t)k);
+			len += (size_t)k;
+		}
+		close(fd);
+		struct json *j = json_parse(rest, len, NULL, 0);
+		free(rest);
+		return api_error(resp.status, j);
+	}
+	int code = 1;
+	struct jw lines;
+	jw_init(&lines);
+	for (;;) {
+		size_t used = exec_consume(rest, len, &lines, &code);
+		memmove(rest, rest + used, len - used);
+		len -= used;
+		rest = realloc(rest, len + 65536);
+		ssize_t k = recv(fd, rest + len, 65536, 0);
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+	}
+	close(fd);
+	free(rest);
+	jw_done(&lines);
+	return code;
+}
+
+static int cmd_ls(const char *sock, int argc, char **argv)
+{
+	bool json = argc > 1 && !strcmp(argv[1], "--json");
+	int status;
+	struct json *j = NULL;
+	int r = call(sock, "GET", "/v1/sandboxes", NULL, &status, &j);
+	if (r < 0) {
+		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+		return 1;
+	}
+	if (status >= 300)
+		return api_error(status, j);
+	struct json *list = json_get(j, "sandboxes");
+	if (json) {
+		struct jw out;
+		jw_init(&out);
+		json_emit(&out, list);
+		printf("%s\n", out.buf);
+		jw_done(&out);
+	} else {
+		printf("%-20s %-24s %-10s %-8s %s\n", "ID", "IMAGE", "BACKEND", "STATE", "LABELS");
+		for (struct json *s = list ? list->child : NULL; s; s = s->next) {
+			printf("%-20s %-24s %-10s %-8s", json_cstr(json_get(s, "id")),
+			       json_cstr(json_get(s, "image")), json_cstr(json_get(s, "backend")),
+			       json_cstr(json_get(s, "state")));
+			struct json *l = json_get(s, "labels");
+			for (struct json *k = l ? l->child : NULL; k; k = k->next)
+				printf(" %s=%s", k->key, json_cstr(k) ?: "");
+			printf("\n");
+		}
+	}
+	json_free(j);
+	return 0;
+}
+
+static int cmd_rm(const char *sock, int argc, char **argv)
+{
+	int rc = 0;
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	for (int i = 1; i < argc; i++) {
+		char path[128];
+		snprintf(path, sizeof(path), "/v1/sandboxes/%.40s", argv[i]);
+		int status;
+		struct json *j = NULL;
+		int r = call(sock, "DELETE", path, NULL, &status, &j);
+		if (r < 0) {
+			cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+			return 1;
+		}
+		if (status >= 300)
+			rc = api_error(status, j);
+		else
+			json_free(j);
+	}
+	return rc;
+}
+
+int cmd_sandbox(int argc, char **argv)
+{
+	const char *home = NULL, *sock = getenv("STRATA_SANDBOXD_SOCKET");
+	int i = 1;
+	/* common options before the sub-command */
+	while (i + 1 < argc && (!strcmp(argv[i], "--home") || !strcmp(argv[i], "--socket"))) {
+		if (!strcmp(argv[i], "--home"))
+			home = argv[i + 1];
+		else
+			sock = argv[i + 1];
+		i += 2;
+	}
+	if (i >= argc || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+		usage(i >= argc ? stderr : stdout);
+		return i >= argc ? 2 : 0;
+	}
+	char path[CLI_PATH];
+	if (!sock || !sock[0]) {
+		struct cli_home h;
+		int r = cli_home_resolve(home, &h);
+		if (r < 0) {
+			cli_err(VERB, "cannot resolve the home: %s", strerror(-r));
+			return 1;
+		}
+		sock = cli_path(path, &h, "run/sandboxd.sock");
+	}
+	const char *sub = argv[i];
+	int sargc = argc - i;
+	char **sargv = argv + i;
+	optind = 1;
+	if (!strcmp(sub, "create"))
+		return cmd_create(sock, sargc, sargv);
+	if (!strcmp(sub, "exec"))
+		return cmd_exec(sock, sargc, sargv);
+	if (!strcmp(sub, "ls"))
+		return cmd_ls(sock, sargc, sargv);
+	if (!strcmp(sub, "rm"))
+		return cmd_rm(sock, sargc, sargv);
+	cli_err(VERB, "unknown sub-command '%s' (create, exec, ls, rm)", sub);
+	return 2;
+}
