@@ -20,6 +20,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -33,6 +34,12 @@
 #define SFS_DIR_PAGE 128	 /* directory entries fetched per meta_readdir */
 #define SFS_ITABLE_BUCKETS 65536 /* inode-table hash buckets (power of two) */
 #define SFS_CLIENT_ID_MAX 64	 /* meta's limit on session client ids */
+/* Default kernel cache timeouts (seconds), see "Caching and consistency" in
+ * README.md: long, as in 3FS, because this mount's own changes are always
+ * seen at once; another node's after at most this long. */
+#define SFS_ATTR_TIMEOUT 30.0
+#define SFS_ENTRY_TIMEOUT 30.0
+#define SFS_NEGATIVE_TIMEOUT 1.0
 
 /* ---- inode table --------------------------------------------------------- */
 struct sfs_inode {
@@ -57,6 +64,11 @@ struct sfs_inode {
 	bool cache_valid; /* kernel page cache matches cache_mtime/size */
 	int64_t cache_mtime;
 	uint64_t cache_size;
+	/* attribute cache (attrcache.c) */
+	struct strata_attr cattr; /* meta's attributes as fetched (not adjusted) */
+	uint64_t cattr_stamp;	  /* fs->attr_clock when that fetch started; 0: none */
+	uint64_t cattr_expire_ns; /* sfs_now_ns() past which cattr is stale */
+	uint64_t changed_at;	  /* fs->attr_clock at the last local change */
 };
 
 struct sfs_itable {
@@ -125,6 +137,8 @@ struct sfs {
 	pthread_mutex_t files_lock;
 	struct sfs_file *files; /* open files, closed at shutdown */
 	bool writeback;		/* negotiated with the kernel */
+	_Atomic uint64_t attr_clock;	/* attrcache.c: ticks at every change */
+	_Atomic uint64_t ns_changed_at; /* attr_clock at the last unlink/rename/... */
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
@@ -148,6 +162,29 @@ void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode
 void sfs_close_all(struct sfs *fs);
 /* The layout of ino, from the table or from meta. */
 int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret);
+
+/* ---- attribute cache (attrcache.c) ---------------------------------------
+ * GETATTR answered from the attributes meta returned less than attr_timeout
+ * ago, unless this mount changed the inode since the call that fetched them
+ * started. A stamp from the clock is taken before each meta call whose reply
+ * is cached; every local change ticks the clock after it is done, so a reply
+ * that may predate a change is never cached. */
+/* Returns the stamp to take before a meta call whose reply may be cached. */
+uint64_t sfs_attr_stamp(struct sfs *fs);
+/* Caches a (meta's reply to a call started at stamp) if ino is in the table. */
+void sfs_attr_put(struct sfs *fs, const struct strata_attr *a, uint64_t stamp);
+/* Sets *ret to fresh cached attributes of ino; returns false if there are none. */
+bool sfs_attr_get(struct sfs *fs, strata_ino_t ino, struct strata_attr *ret);
+/* in (or ino) changed through this mount. The _locked form needs in->lock. */
+void sfs_attr_changed_locked(struct sfs *fs, struct sfs_inode *in);
+void sfs_attr_changed(struct sfs *fs, strata_ino_t ino);
+/* A change that touches inodes we cannot name (unlink, rmdir, rename, link). */
+void sfs_attr_changed_all(struct sfs *fs);
+/* child was created in parent by a call started at stamp: applies meta's
+ * change of the parent (mtime = ctime = child's ctime, nlink+1 for a
+ * directory) to its cached attributes, or drops them. */
+void sfs_attr_created(struct sfs *fs, strata_ino_t parent, const struct strata_attr *child,
+		      uint64_t stamp);
 
 /* ---- retries ----------------------------------------------------------------
  * Transport failures (a restarted strata-meta or chunkserver) are retried

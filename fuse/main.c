@@ -377,10 +377,11 @@ static int serve(struct sfs *fs, int *ready_fd)
 
 int main(int argc, char **argv)
 {
-	struct sfs fs = {.o = {.writeback = true,
-			       .attr_timeout = 1.0,
-			       .entry_timeout = 1.0,
-			       .negative_timeout = 1.0,
+	struct sfs fs = {.attr_clock = 1,
+			 .o = {.writeback = true,
+			       .attr_timeout = SFS_ATTR_TIMEOUT,
+			       .entry_timeout = SFS_ENTRY_TIMEOUT,
+			       .negative_timeout = SFS_NEGATIVE_TIMEOUT,
 			       .retry_ms = 15000,
 			       .cache_bytes = 8192ull << 20}};
 	_cleanup_free_ char *client_id = NULL;

@@ -226,6 +226,8 @@ static int file_close(struct sfs *fs, struct sfs_file *f)
 	r = SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, in->ino, f->session, len, mtime));
 	if (r < 0 && len >= 0) /* e.g. the session was lost: keep the length */
 		r = SFS_CALL(fs, SFS_IDEM, meta_set_length(fs->mc, in->ino, (uint64_t)len, mtime));
+	if (len >= 0 || mtime >= 0)
+		sfs_attr_changed_locked(fs, in);
 	if (r == 0) {
 		in->size_dirty = false;
 		in->data_written = false;
@@ -310,13 +312,18 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	struct fuse_entry_param e = {0};
 	struct sfs_inode *in;
 	struct sfs_file *f;
-	struct strata_attr a;
-	uint64_t session;
+	struct strata_attr a, raw;
+	uint64_t session, stamp;
 	int r;
 
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
+	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE,
 		     meta_create(fs->mc, parent, name, m, uid, gid, flags, &a, &session));
+	if (r == 0)
+		sfs_attr_created(fs, parent, &a, stamp);
+	else
+		sfs_attr_changed(fs, parent);
 	if (r == 0 && (fi->flags & O_TRUNC) && a.size > 0) {
 		r = create_truncate(fs, &a);
 		if (r < 0)
@@ -330,7 +337,10 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	e.generation = a.generation;
 	e.attr_timeout = fs->o.attr_timeout;
 	e.entry_timeout = fs->o.entry_timeout;
+	raw = a;
 	sfs_inode_note(fs, &a, true);
+	if (!(fi->flags & O_TRUNC))
+		sfs_attr_put(fs, &raw, stamp);
 	sfs_fill_stat(fs, &a, &e.attr);
 	in = sfs_inode_get(fs, a.ino, true);
 	f = in ? file_new(fs, in, session, (uint32_t)fi->flags) : NULL;
@@ -366,6 +376,7 @@ int sfs_record_length_locked(struct sfs *fs, struct sfs_inode *in)
 		return 0;
 	mtime = in->data_written ? in->write_mtime : -1;
 	r = SFS_CALL(fs, SFS_IDEM, meta_set_length(fs->mc, in->ino, in->size, mtime));
+	sfs_attr_changed_locked(fs, in);
 	if (r < 0)
 		return r;
 	in->size_dirty = false;
@@ -430,6 +441,7 @@ void sfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t
 	if (!(mode & FALLOC_FL_KEEP_SIZE) && end > in->size) {
 		r = SFS_CALL(fs, SFS_IDEM,
 			     meta_set_length(fs->mc, in->ino, end, sfs_realtime_ns()));
+		sfs_attr_changed_locked(fs, in);
 		if (r == 0)
 			in->size = end;
 	}
@@ -599,6 +611,7 @@ void sfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
 	}
 	in->data_written = true;
 	in->write_mtime = sfs_realtime_ns();
+	sfs_attr_changed_locked(fs, in);
 	if (!sync)
 		in->unsynced = true;
 	if (sync)

@@ -49,13 +49,16 @@ void sfs_fill_stat(struct sfs *fs, const struct strata_attr *a, struct stat *st)
 	st->st_ctim.tv_nsec = a->ctime_ns % 1000000000ll;
 }
 
-/* Replies with an entry for a (counted as one kernel lookup). */
-static void reply_entry(fuse_req_t req, struct strata_attr *a)
+/* Replies with an entry for a (counted as one kernel lookup); caches a if
+ * stamp (sfs_attr_stamp before the meta call) is not 0. */
+static void reply_entry(fuse_req_t req, struct strata_attr *a, uint64_t stamp)
 {
 	struct sfs *fs = FS(req);
 	struct fuse_entry_param e = {0};
+	struct strata_attr raw = *a;
 
 	sfs_inode_note(fs, a, true);
+	sfs_attr_put(fs, &raw, stamp);
 	e.ino = a->ino;
 	e.generation = a->generation;
 	e.attr_timeout = fs->o.attr_timeout;
@@ -79,6 +82,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = FS(req);
 	struct strata_attr a;
+	uint64_t stamp = sfs_attr_stamp(fs);
 	int r = SFS_CALL(fs, SFS_IDEM, meta_lookup(fs->mc, parent, name, &a));
 
 	if (r == -ENOENT && fs->o.negative_timeout > 0) {
@@ -91,7 +95,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_entry(req, &a);
+	reply_entry(req, &a, stamp);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -111,12 +115,20 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct sfs *fs = FS(req);
 	struct strata_attr a;
-	int r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, ino, &a));
+	uint64_t stamp;
+	int r;
 
+	if (sfs_attr_get(fs, ino, &a)) {
+		reply_attr(req, &a);
+		return;
+	}
+	stamp = sfs_attr_stamp(fs);
+	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, ino, &a));
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
+	sfs_attr_put(fs, &a, stamp);
 	reply_attr(req, &a);
 }
 
@@ -180,6 +192,8 @@ int sfs_truncate_locked(struct sfs *fs, struct sfs_inode *in, strata_ino_t ino,
 			return r;
 	}
 	r = SFS_CALL(fs, SFS_IDEM, meta_setattr(fs->mc, ino, sa, ret_attr));
+	if (in)
+		sfs_attr_changed_locked(fs, in);
 	if (r < 0)
 		return r;
 	if (in) {
@@ -320,6 +334,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		r = setattr_size(fs, ino, &sa, &a);
 	else
 		r = SFS_CALL(fs, SFS_IDEM, meta_setattr(fs->mc, ino, &sa, &a));
+	sfs_attr_changed(fs, ino);
 	if (r == -ENOENT && !(sa.valid & ~TIMES_ONLY) && gone_attr(fs, ino, st, &a) == 0)
 		r = 0;
 	if (r < 0) {
@@ -363,15 +378,19 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct sfs *fs = FS(req);
 	uint32_t m = mode, uid, gid;
 	struct strata_attr a;
+	uint64_t stamp;
 	int r;
 
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
+	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_mknod(fs->mc, parent, name, m, rdev, uid, gid, &a));
 	if (r < 0) {
+		sfs_attr_changed(fs, parent);
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_entry(req, &a);
+	sfs_attr_created(fs, parent, &a, stamp);
+	reply_entry(req, &a, stamp);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -379,15 +398,19 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct sfs *fs = FS(req);
 	uint32_t m = S_IFDIR | (mode & 07777), uid, gid;
 	struct strata_attr a;
+	uint64_t stamp;
 	int r;
 
 	sfs_new_owner(req, parent, true, &m, &uid, &gid);
+	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_mkdir(fs->mc, parent, name, m, uid, gid, &a));
 	if (r < 0) {
+		sfs_attr_changed(fs, parent);
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_entry(req, &a);
+	sfs_attr_created(fs, parent, &a, stamp);
+	reply_entry(req, &a, stamp);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -395,6 +418,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct sfs *fs = FS(req);
 	int r = SFS_CALL(fs, SFS_ONCE, meta_unlink(fs->mc, parent, name));
 
+	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
 }
 
@@ -403,6 +427,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct sfs *fs = FS(req);
 	int r = SFS_CALL(fs, SFS_ONCE, meta_rmdir(fs->mc, parent, name));
 
+	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
 }
 
@@ -411,18 +436,22 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	struct sfs *fs = FS(req);
 	const struct fuse_ctx *c = fuse_req_ctx(req);
 	struct strata_attr a;
+	uint64_t stamp;
 	int r;
 
 	if (strlen(link) >= STRATA_PATH_MAX) {
 		fuse_reply_err(req, ENAMETOOLONG);
 		return;
 	}
+	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_symlink(fs->mc, parent, name, link, c->uid, c->gid, &a));
 	if (r < 0) {
+		sfs_attr_changed(fs, parent);
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_entry(req, &a);
+	sfs_attr_created(fs, parent, &a, stamp);
+	reply_entry(req, &a, stamp);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -454,6 +483,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return;
 	}
 	r = SFS_CALL(fs, SFS_ONCE, meta_rename(fs->mc, parent, name, newparent, newname, flags));
+	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
 }
 
@@ -463,11 +493,12 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	struct strata_attr a;
 	int r = SFS_CALL(fs, SFS_ONCE, meta_link(fs->mc, ino, newparent, newname, &a));
 
+	sfs_attr_changed_all(fs);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_entry(req, &a);
+	reply_entry(req, &a, 0);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -543,6 +574,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		return;
 	}
 	r = SFS_CALL(fs, SFS_IDEM, meta_setxattr(fs->mc, ino, name, value, size, (uint32_t)flags));
+	sfs_attr_changed(fs, ino);
 	if (r == 0)
 		caps_set(fs, ino, name, 1);
 	fuse_reply_err(req, -r);
@@ -605,6 +637,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	struct sfs *fs = FS(req);
 	int r = SFS_CALL(fs, SFS_IDEM, meta_removexattr(fs->mc, ino, name));
 
+	sfs_attr_changed(fs, ino);
 	if (r == 0 || r == -ENODATA)
 		caps_set(fs, ino, name, 0);
 	fuse_reply_err(req, -r);

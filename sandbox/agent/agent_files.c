@@ -14,7 +14,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/stat.h> /* struct statx: musl (which the agent may be built with) lacks it */
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static void stat_to_ag(const struct stat *st, struct ag_stat *o)
@@ -273,7 +275,7 @@ static int rm_children(int fd, int depth)
 static int rm_tree_at(int dfd, const char *name, int depth)
 {
 	struct statx stx;
-	if (statx(dfd, name, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &stx) < 0)
+	if (syscall(SYS_statx, dfd, name, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &stx) < 0)
 		return -errno;
 	if (!S_ISDIR(stx.stx_mode))
 		return unlinkat(dfd, name, 0) < 0 ? -errno : 0;

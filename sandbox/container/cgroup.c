@@ -11,13 +11,20 @@
  * (mkdir, devices whitelist, open fds); at create time only the limits are
  * written (cg_slot_apply) and the child joins: on v1 it writes "0" to the
  * pre-opened cgroup.procs files, on v2 clone3(CLONE_INTO_CGROUP) places it.
- * Slots are not reused: a destroyed sandbox's directories are removed. */
+ * Slots are reused: when a destroyed sandbox's slot is empty (no process
+ * left, little memory still charged) the runtime keeps it for the next
+ * staging (cg_slot_recyclable), which saves a mkdir and an rmdir per
+ * hierarchy and the memory cgroup's online/offline work, the largest single
+ * cost of staging after fork. A reused slot keeps its devices whitelist;
+ * cg_slot_apply resets the limits it may have carried (memsw, cpu quota).
+ * Its statistics (failcnt, max_usage) carry over; nothing here reads them. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -309,15 +316,20 @@ static int apply_v1(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 		    uint32_t pids)
 {
 	char v[32];
+	int r = 0;
+	/* memsw >= limit at every step: lift the previous sandbox's memsw first. */
+	if (s->reused && d->memsw)
+		r = write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", "-1");
 	snprintf(v, sizeof(v), "%" PRIu64, mem);
-	int r = write_at(s->dir_fd[CG_MEMORY], "memory.limit_in_bytes", v);
+	if (r == 0)
+		r = write_at(s->dir_fd[CG_MEMORY], "memory.limit_in_bytes", v);
 	if (r == 0 && d->memsw)
 		r = write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
 	snprintf(v, sizeof(v), "%" PRIu32, pids);
 	if (r == 0)
 		r = write_at(s->dir_fd[CG_PIDS], "pids.max", v);
-	if (r == 0 && cpu && d->has[CG_CPU]) {
-		snprintf(v, sizeof(v), "%" PRIu32, cpu * 100);
+	if (r == 0 && (cpu || s->reused) && d->has[CG_CPU]) {
+		snprintf(v, sizeof(v), "%" PRId64, cpu ? (int64_t)cpu * 100 : -1);
 		r = write_at(s->dir_fd[CG_CPU], "cpu.cfs_quota_us", v);
 	}
 	return r;
@@ -337,6 +349,8 @@ static int apply_v2(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 	if (r == 0 && cpu && d->has[CG_CPU]) {
 		snprintf(v, sizeof(v), "%" PRIu32 " 100000", cpu * 100);
 		r = write_at(s->dir_fd[0], "cpu.max", v);
+	} else if (r == 0 && s->reused && d->has[CG_CPU]) {
+		r = write_at(s->dir_fd[0], "cpu.max", "max 100000");
 	}
 	return r;
 }
@@ -347,6 +361,42 @@ int cg_slot_apply(struct cg_driver *d, struct cg_slot *s, const struct sbx_confi
 	uint32_t pids = c->pids_max ? c->pids_max : 1024;
 	return d->version == 2 ? apply_v2(d, s, mem, c->cpu_millis, pids)
 			       : apply_v1(d, s, mem, c->cpu_millis, pids);
+}
+
+/* Reads a small cgroup file into buf (NUL-terminated). Returns its length
+ * or -errno. */
+static ssize_t read_at(int dirfd, const char *file, char *buf, size_t cap)
+{
+	_cleanup_close_ int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, cap - 1);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	return n;
+}
+
+/* A slot is kept for reuse only if it charges less than this: what a dead
+ * sandbox leaves charged (page cache of files it read) counts against the
+ * next one's limit. */
+#define SLOT_REUSE_MAX_CHARGE (4ull << 20)
+
+bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
+{
+	char buf[64];
+	int n = d->version == 2 ? 1 : CG_NCTRL;
+	for (int i = 0; i < n; i++) {
+		if (s->dir_fd[i] < 0)
+			continue;
+		if (read_at(s->dir_fd[i], "cgroup.procs", buf, sizeof(buf)) != 0)
+			return false; /* a process left, or unreadable */
+	}
+	int mfd = s->dir_fd[d->version == 2 ? 0 : CG_MEMORY];
+	const char *usage = d->version == 2 ? "memory.current" : "memory.usage_in_bytes";
+	if (mfd < 0 || read_at(mfd, usage, buf, sizeof(buf)) <= 0)
+		return false;
+	return strtoull(buf, NULL, 10) < SLOT_REUSE_MAX_CHARGE;
 }
 
 static void rmdir_retry(int base, const char *name)

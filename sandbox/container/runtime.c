@@ -11,7 +11,9 @@
  * pool.err) so a broken machine does not spin.
  *
  * The same threads finish destroyed sandboxes (sbx_destroy only kills;
- * waiting and removing cgroups happen here, off the caller's path).
+ * waiting and recycling or removing cgroups happen here, off the caller's
+ * path). Empty cgroup slots of finished sandboxes are kept (up to
+ * SBX_SPARE_SLOTS) and handed to the next staging.
  *
  * Pool invariants: n + staging <= want; a staged sandbox in the pool belongs
  * to no caller and has network "none"; a sandbox in reap is killed and
@@ -206,6 +208,42 @@ void pool_kick(struct sbx_runtime *rt)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* ---- spare cgroup slots -------------------------------------------------- */
+
+struct cg_slot *slot_take(struct sbx_runtime *rt)
+{
+	struct cg_slot *cg = NULL;
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_spare)
+		cg = rt->spare[--rt->n_spare];
+	pthread_mutex_unlock(&rt->pool.lock);
+	return cg;
+}
+
+void slot_recycle(struct sbx_runtime *rt, struct cg_slot *cg)
+{
+	if (!cg)
+		return;
+	if (cg_slot_recyclable(&rt->cg, cg)) {
+		pthread_mutex_lock(&rt->pool.lock);
+		bool kept = rt->n_spare < SBX_SPARE_SLOTS;
+		if (kept) {
+			cg->reused = true;
+			rt->spare[rt->n_spare++] = cg;
+		}
+		pthread_mutex_unlock(&rt->pool.lock);
+		if (kept)
+			return;
+	}
+	cg_slot_free(&rt->cg, cg);
+}
+
+static void slots_free(struct sbx_runtime *rt)
+{
+	while (rt->n_spare)
+		cg_slot_free(&rt->cg, rt->spare[--rt->n_spare]);
+}
+
 /* ---- runtime ------------------------------------------------------------- */
 
 static int runtime_init(struct sbx_runtime *rt, const struct sbx_runtime_config *cfg)
@@ -263,6 +301,7 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 	if (!rt)
 		return;
 	pool_stop(rt);
+	slots_free(rt);
 	cg_driver_done(&rt->cg);
 	if (rt->agent_fd >= 0)
 		close(rt->agent_fd);

@@ -36,6 +36,7 @@ struct cg_slot {
 	char name[48];		/* sbx-<pid of the runtime that made it>-<seq> */
 	int dir_fd[CG_NCTRL];	/* -1 where absent; v2 uses [0] */
 	int procs_fd[CG_NCTRL]; /* v1: cgroup.procs, written "0" by the child */
+	bool reused;		/* held an earlier sandbox: apply resets old limits */
 };
 
 /* version: 0 detect, 1 or 2 insist. Returns 0 or -ENOTSUP (no usable
@@ -46,6 +47,9 @@ int cg_slot_new(struct cg_driver *d, uint64_t seq, struct cg_slot **ret);
 int cg_slot_apply(struct cg_driver *d, struct cg_slot *s, const struct sbx_config *c);
 /* Closes and removes the slot's directories (retrying while busy). Accepts NULL. */
 void cg_slot_free(struct cg_driver *d, struct cg_slot *s);
+/* True when a dead sandbox's slot may serve another one: no process left in
+ * it and little memory still charged to it. */
+bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s);
 /* Closes a slot's fds and frees it, leaving the directories. */
 void cg_slot_close(struct cg_slot *s);
 /* The slot of a running sandbox, from /proc/<pid>/cgroup. -ESTALE if pid is
@@ -102,8 +106,13 @@ struct pool {
 	unsigned n_reap, cap_reap;
 };
 
+/* Empty cgroup slots of destroyed sandboxes kept for reuse (under pool.lock). */
+#define SBX_SPARE_SLOTS 64
+
 struct sbx_runtime {
 	char *state_dir, *staging;
+	struct cg_slot *spare[SBX_SPARE_SLOTS];
+	unsigned n_spare;
 	int agent_fd;	/* sealed memfd with strata-agent */
 	int seccomp_fd; /* sealed memfd with the BPF program */
 	struct cg_driver cg;
@@ -133,6 +142,10 @@ void pool_kick(struct sbx_runtime *rt);
 /* runtime.c: queues a killed sandbox for the thread to free. Returns 0, or
  * -ENOMEM / -ESHUTDOWN (then the caller frees it itself). */
 int pool_reap(struct sbx_runtime *rt, struct sbx *s);
+/* runtime.c: an empty slot kept from a destroyed sandbox, or NULL. */
+struct cg_slot *slot_take(struct sbx_runtime *rt);
+/* runtime.c: keeps a dead sandbox's slot for reuse if it can, else removes it. */
+void slot_recycle(struct sbx_runtime *rt, struct cg_slot *cg);
 /* sandbox.c: SIGKILL and close the stream (no waiting). */
 void sbx_kill(struct sbx *s);
 /* sandbox.c: kill, wait for every process, remove the cgroups, free. */

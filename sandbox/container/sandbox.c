@@ -173,7 +173,7 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 	s->pid = -1;
 	s->pidfd = s->ctl = -1;
 	s->net = net;
-	if (rt->cg.version)
+	if (rt->cg.version && !(s->cg = slot_take(rt)))
 		r = cg_slot_new(&rt->cg, __atomic_add_fetch(&rt->seq, 1, __ATOMIC_RELAXED), &s->cg);
 	if (r == 0) {
 		fill_args(s, &a);
@@ -336,7 +336,7 @@ void sbx_free_now(struct sbx *s)
 	if (s->ctl >= 0)
 		close(s->ctl);
 	if (s->rt)
-		cg_slot_free(&s->rt->cg, s->cg);
+		slot_recycle(s->rt, s->cg);
 	free(s);
 }
 

@@ -334,7 +334,7 @@ static void api_create(struct conn *c, const char *body, size_t len)
 	const char *bname = json_cstr(json_get(j, "backend")) ?: "container";
 	const char *idem = json_cstr(json_get(j, "idempotency_key"));
 	struct sbd_sandbox *prev = idem ? registry_find_idem(d, idem) : NULL;
-	struct sbd_image *im = image ? images_find(d, image) : NULL;
+	struct sbd_image *im = NULL;
 	struct sbd_backend *b = registry_backend(d, bname);
 	struct sbd_caps caps = {0};
 	if (b)
@@ -349,27 +349,32 @@ static void api_create(struct conn *c, const char *body, size_t len)
 		conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
 		goto out;
 	}
-	if (!im) {
-		conn_reply_error(c, 404, "image_not_found",
-				 "image '%s' is not registered on this node", image);
-		goto out;
-	}
 	if (!b) {
 		conn_reply_error(
 		    c, 400, "bad_request",
 		    "unknown backend '%s' (container, docker, fncall, firecracker, qemu)", bname);
 		goto out;
 	}
+	r = images_acquire(d, image, &im, why, sizeof(why));
+	if (r == -ENOENT) {
+		conn_reply_error(c, 404, "image_not_found", "%s", why);
+		goto out;
+	}
+	if (r < 0) {
+		reply_errno(c, r, "create", why);
+		goto out;
+	}
 	sb = calloc(1, sizeof(*sb));
 	char *id = new_id();
 	if (!sb || !id) {
 		free(id);
+		images_release(d, im->rootfs);
 		conn_reply_error(c, 500, "internal", "out of memory");
 		goto out;
 	}
 	strcpy(sb->id, id);
 	free(id);
-	sb->image = strdup(im->name);
+	sb->image = strdup(im->hex[0] ? image : im->name); /* store: as the user named it */
 	sb->rootfs = strdup(im->rootfs);
 	sb->backend_name = strdup(b->name);
 	sb->backend = b;
@@ -390,6 +395,7 @@ static void api_create(struct conn *c, const char *body, size_t len)
 		r = b->create(b, sb, why, sizeof(why));
 	if (r < 0) {
 		reply_errno(c, r, "create", why);
+		images_release(d, im->rootfs);
 		sandbox_free(sb);
 		goto out;
 	}
@@ -1020,20 +1026,9 @@ static void api_caps(struct conn *c)
 
 static void api_images(struct conn *c)
 {
-	struct sandboxd *d = conn_daemon(c);
 	struct jw w;
 	jw_init(&w);
-	jw_obj(&w);
-	jw_key(&w, "images");
-	jw_arr(&w);
-	for (struct sbd_image *im = d->images; im; im = im->next) {
-		jw_obj(&w);
-		jw_kstr(&w, "name", im->name);
-		jw_kstr(&w, "rootfs", im->rootfs);
-		jw_obj_end(&w);
-	}
-	jw_arr_end(&w);
-	jw_obj_end(&w);
+	images_to_json(conn_daemon(c), &w);
 	conn_reply_json(c, 200, &w);
 }
 

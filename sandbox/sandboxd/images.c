@@ -1,10 +1,11 @@
-/* images.c — the image registry of strata-sandboxd, for now.
+/* images.c — registered image directories of strata-sandboxd (images.h).
  *
- * Until the image service (imagesvc/) mounts images lazily, an "image" is a
- * root filesystem directory registered by name, from `--image NAME=DIR` or
- * from a directory of NAME.json files. This file is what the image mounts
- * replace later: images_find() will then return the mount of an imported
- * image instead of a registered directory. */
+ * An image here is a root filesystem directory registered by name, from
+ * `--image NAME=DIR` or from a directory of NAME.json files. They come first
+ * when a reference is resolved (an explicit choice of the node's operator,
+ * and no round trip to the cluster); everything else is looked up in the
+ * cluster's image store (image_store.c). Also the helpers both share: image
+ * entries and JSON string arrays. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,16 +30,22 @@ static bool valid_name(const char *n)
 	return true;
 }
 
-static void image_free(struct sbd_image *im)
+static void strv_free(char **v)
+{
+	for (char **e = v; e && *e; e++)
+		free(*e);
+	free(v);
+}
+
+void image_free(struct sbd_image *im)
 {
 	if (!im)
 		return;
 	free(im->name);
 	free(im->rootfs);
-	if (im->env)
-		for (char **e = im->env; *e; e++)
-			free(*e);
-	free(im->env);
+	strv_free(im->env);
+	strv_free(im->entrypoint);
+	strv_free(im->cmd);
 	free(im->cwd);
 	free(im->user);
 	free(im);
@@ -85,7 +92,7 @@ int images_add_spec(struct sandboxd *d, const char *spec)
 	return r;
 }
 
-static char **str_array(const struct json *a)
+char **images_str_array(const struct json *a, bool env)
 {
 	if (!a || a->type != JSON_ARR || a->len > SBD_MAX_ENV)
 		return NULL;
@@ -93,10 +100,8 @@ static char **str_array(const struct json *a)
 	size_t i = 0;
 	for (struct json *c = a->child; v && c; c = c->next) {
 		const char *s = json_cstr(c);
-		if (!s || !strchr(s, '=') || !(v[i++] = strdup(s))) {
-			for (size_t k = 0; k < i; k++)
-				free(v[k]);
-			free(v);
+		if (!s || (env && !strchr(s, '=')) || !(v[i++] = strdup(s))) {
+			strv_free(v);
 			return NULL;
 		}
 	}
@@ -119,7 +124,7 @@ static int load_one(struct sandboxd *d, int dfd, const char *fname)
 	if (j && name && root && im) {
 		im->name = strdup(name);
 		im->rootfs = strdup(root);
-		im->env = json_get(j, "env") ? str_array(json_get(j, "env")) : NULL;
+		im->env = json_get(j, "env") ? images_str_array(json_get(j, "env"), true) : NULL;
 		const char *cwd = json_cstr(json_get(j, "cwd")),
 			   *user = json_cstr(json_get(j, "user"));
 		im->cwd = cwd ? strdup(cwd) : NULL;
@@ -168,6 +173,7 @@ struct sbd_image *images_find(struct sandboxd *d, const char *name)
 
 void images_free(struct sandboxd *d)
 {
+	images_store_free(d);
 	while (d->images) {
 		struct sbd_image *im = d->images;
 		d->images = im->next;

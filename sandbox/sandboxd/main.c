@@ -279,6 +279,7 @@ static void timer_io(void *ctx, uint32_t ev)
 	if (read(d->timer_fd, &x, sizeof(x)) < 0)
 		return;
 	registry_reap(d);
+	images_tick(d);
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
 		if (d->backends[i] && d->backends[i]->tick)
 			d->backends[i]->tick(d->backends[i]);

@@ -238,6 +238,7 @@ int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why
 			       sb->id);
 	log_info("sandbox %s destroyed (%s)", sb->id, why);
 	registry_remove(d, sb);
+	images_release(d, sb->rootfs);
 	unpersist(d, sb->id);
 	d->deletes_total++;
 	sandbox_free(sb);
@@ -341,6 +342,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	}
 	sb->last_active_ms = sbd_now_ms();
 	registry_insert(d, sb);
+	images_adopted(d, sb->rootfs);
 	return 0;
 }
 

@@ -1,7 +1,7 @@
 /* sandboxd.h — strata-sandboxd's internal types: the daemon context, the
  * registry entry of one sandbox, and the functions the files of the daemon
  * share (server.c: connections; api.c: routes; registry.c: sandboxes,
- * admission, persistence and the reaper; images.c: the image registry).
+ * admission, persistence and the reaper; images.c, image_store.c: images.h).
  *
  * Sandbox states and the functions that move between them:
  *
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "backend.h"
+#include "images.h"
 #include "json.h"
 #include "loop.h"
 
@@ -64,13 +65,6 @@ struct sbd_sandbox {
 	struct sbd_sandbox *next;
 };
 
-struct sbd_image {
-	char *name, *rootfs;
-	char **env; /* image config env, NULL-terminated, may be NULL */
-	char *cwd, *user;
-	struct sbd_image *next;
-};
-
 struct sandboxd_config {
 	char *home, *state_dir, *socket_path, *tcp_listen, *token;
 	char *images_dir;
@@ -88,7 +82,8 @@ struct sandboxd {
 	struct sandboxd_config cfg;
 	struct sbd_loop *loop;
 	struct sbd_backend *backends[4]; /* container, fncall, firecracker, qemu */
-	struct sbd_image *images;
+	struct sbd_image *images;	   /* registered directories (images.h) */
+	struct sbd_imgstore *imgstore; /* the cluster's image store (image_store.c) */
 	struct sbd_sandbox *sandboxes;
 	size_t count;
 	int64_t mem_used_mb, pids_used;
@@ -99,16 +94,6 @@ struct sandboxd {
 	uint64_t creates_total, deletes_total, execs_total, refused_total, reaped_total;
 	int conns;
 };
-
-/* ---- images.c ---------------------------------------------------------- */
-/* Registers "NAME=DIR". Returns 0 or -EINVAL/-ENOENT/-EEXIST/-ENOMEM. */
-int images_add_spec(struct sandboxd *d, const char *spec);
-/* Loads every *.json in dir ({"name":..,"rootfs":..,"env":[..],"cwd":..,
- * "user":..}). Returns the number loaded or -errno. */
-int images_load_dir(struct sandboxd *d, const char *dir);
-/* Finds an image by name; "x" also matches "x:latest". NULL if none. */
-struct sbd_image *images_find(struct sandboxd *d, const char *name);
-void images_free(struct sandboxd *d);
 
 /* ---- registry.c --------------------------------------------------------- */
 struct sbd_backend *registry_backend(struct sandboxd *d, const char *name);

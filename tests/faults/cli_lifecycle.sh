@@ -60,7 +60,8 @@ cluster_up
 
 cluster_log "strata down leaves no daemon, pid file or mount"
 "$STRATA" down
-[ -z "$(_cluster_pids_of "$STRATA_HOME")" ] || cluster_fail "processes left after down: $(_cluster_pids_of "$STRATA_HOME")"
+left=$(ps -eo pid=,args= | grep -E "strata-(meta|chunkserver|fuse) .*$STRATA_HOME/" | grep -v grep || true)
+[ -z "$left" ] || cluster_fail "daemons left after down: $left"
 [ -z "$(_cluster_mounts_under "$MNT")" ] || cluster_fail "mount left after down"
 ls "$STRATA_HOME"/run/*.pid >/dev/null 2>&1 && cluster_fail "pid files left after down"
 set +e

@@ -84,6 +84,34 @@ cat "$work/writer.out" >&2
 cluster_log "verifying $(wc -l <"$ack") acknowledged files"
 python3 "$here/workload.py" verify "$MNT/w" "$ack"
 
+if [ "$mode" = survive ]; then
+	# The restarted replica must catch up (resync) and then be able to serve
+	# every acknowledged file alone.
+	cluster_log "waiting until every target serves again (resync of $name)"
+	deadline=$((SECONDS + 90))
+	until "$STRATA" admin targets --json 2>/dev/null | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["targets"]
+sys.exit(0 if t and all(x["state"] == "serving" for x in t) else 1)'; do
+		[ $SECONDS -lt $deadline ] || {
+			"$STRATA" admin targets >&2 || true
+			cluster_fail "targets not all serving 90 s after $name came back"
+		}
+		sleep 0.5
+	done
+	for d in "$STRATA_HOME"/run/cs*.pid; do
+		other=$(basename "$d" .pid)
+		[ "$other" = "$name" ] && continue
+		cluster_log "kill -9 $other: $name must serve alone"
+		kill -9 "$(cat "$d")"
+	done
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	python3 "$here/workload.py" verify "$MNT/w" "$ack" ||
+		cluster_fail "the resynced replica $name cannot serve every acknowledged file alone"
+	cluster_up
+fi
+
 cluster_log "the mount answers and accepts new writes"
 cluster_wait_mount 30
 echo "after $name restart" >"$MNT/after"

@@ -20,6 +20,9 @@
 #   replace     a node's disk is replaced by an empty one (new node and
 #        target ids): it takes the lost replica's place in the chain and is
 #        filled by resync with no command; replicas equal
+#   dedup       the same WRITE_EX (client id, request id) sent twice to the
+#        head is applied once (the chunk version moves once); a new request
+#        id applies again; replicas stay equal
 #   churn       (soak) 12 rounds: kill -9 a random node, the workload goes
 #        on, the node returns and resyncs; replicas equal at the end
 #   torn        the tail is killed, one of its chunk files torn (cut in half)
@@ -229,6 +232,23 @@ replace() {
 	verify_equal --deep
 }
 
+dedup() {
+	local t n ver a b c probe=$STRATA_BUILD/tests/repl_probe
+	touch "$RC_MNT/wl.stop"
+	wait "$WL_PID" || rc_fail "workload failed"
+	WL_PID=""
+	t=$(rc_chain_targets 0 | awk '{print $1}')
+	n=$(rc_node_of_target "$t")
+	ver=$(rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])')
+	a=$("$probe" "${RC_ADDR[$n]}" "$t" 1 "$ver" 999999 0 4242 7)
+	b=$("$probe" "${RC_ADDR[$n]}" "$t" 1 "$ver" 999999 0 4242 7)
+	c=$("$probe" "${RC_ADDR[$n]}" "$t" 1 "$ver" 999999 0 4242 8)
+	rc_log "write req 7: $a; again: $b; req 8: $c"
+	[ "$a" = "status 0 version 1" ] && [ "$b" = "$a" ] && [ "$c" = "status 0 version 2" ] ||
+		rc_fail "retried write not applied exactly once"
+	verify_equal
+}
+
 churn() {
 	local k n
 	for k in $(seq 1 12); do
@@ -257,6 +277,7 @@ two_failures) two_failures ;;
 all_down) all_down ;;
 torn) torn ;;
 churn) churn ;;
+dedup) dedup ;;
 replace) replace ;;
 *) rc_fail "unknown scenario $SCEN" ;;
 esac

@@ -5,10 +5,14 @@
  * -EAGAIN, not data, to a client still routing by the old chain version).
  *
  *   repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX
+ *   repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX CLIENT_ID REQ_ID
  *
- * Prints "status N bytes M" and exits 0 if the call completed (any status),
- * 2 on usage errors, 1 on a transport failure. */
+ * The first form READs 64 KiB and prints "status N bytes M"; the second
+ * sends a 4 KiB WRITE_EX with that client and request id (the dedup test)
+ * and prints "status N version V". Exits 0 if the call completed (any
+ * status), 2 on usage errors, 1 on a transport failure. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +23,24 @@
 
 int main(int argc, char **argv)
 {
-	if (argc != 7) {
-		fprintf(stderr, "usage: repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX\n");
+	if (argc != 7 && argc != 9) {
+		fprintf(stderr, "usage: repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX "
+				"[CLIENT_ID REQ_ID]\n");
 		return 2;
 	}
+	static uint8_t data[4096];
+	bool write = argc == 9;
+	uint16_t type = write ? MSG_CHUNK_WRITE_EX : MSG_CHUNK_READ;
 	struct chunk_req q = {
 		.route = { (uint32_t)strtoul(argv[2], NULL, 0), (uint32_t)strtoul(argv[3], NULL, 0),
 			   (uint32_t)strtoul(argv[4], NULL, 0) },
 		.ino = strtoull(argv[5], NULL, 0),
 		.index = (uint32_t)strtoul(argv[6], NULL, 0),
 		.off = 0,
-		.len = 65536,
+		.len = write ? sizeof(data) : 65536,
+		.chunk_size = 1u << 20,
+		.client_id = write ? strtoull(argv[7], NULL, 0) : 0,
+		.req_id = write ? strtoull(argv[8], NULL, 0) : 0,
 	};
 	struct rpc_client_opts o = { .timeout_ms = 5000, .max_conns = 1 };
 	struct rpc_client *c = rpc_client_new(argv[1], &o);
@@ -37,10 +48,20 @@ int main(int argc, char **argv)
 		return 1;
 	struct wbuf w;
 	wbuf_init(&w);
-	chunk_req_encode(MSG_CHUNK_READ, &q, &w);
+	chunk_req_encode(type, &q, &w);
+	if (write)
+		wbuf_put_bytes(&w, data, sizeof(data));
 	struct rpc_reply rep = { 0 };
-	int r = rpc_call(c, MSG_CHUNK_READ, &w, 0, &rep);
-	printf("status %d bytes %zu\n", r, r == 0 ? rep.len : 0);
+	int r = rpc_call(c, type, &w, 0, &rep);
+	struct chunk_stat st = { 0 };
+	if (write && r == 0) {
+		struct rbuf b;
+		rbuf_init(&b, rep.data, rep.len);
+		chunk_stat_get(&b, &st);
+		printf("status %d version %llu\n", r, (unsigned long long)st.version);
+	} else {
+		printf("status %d bytes %zu\n", r, r == 0 ? rep.len : 0);
+	}
 	rpc_reply_done(&rep);
 	wbuf_done(&w);
 	rpc_client_free(c);

@@ -1,0 +1,489 @@
+/* image_store.c — strata-sandboxd's images from the cluster's image store
+ * (images.h): resolving a reference through imagesvc's store, mounting the
+ * image once per node with imagesvc's node mount manager, counting the
+ * sandboxes on each mount, and letting the mount go when it has been unused
+ * for IMAGES_LINGER_S. The container backend builds each sandbox's overlay
+ * root (its own writable layer above) on the shared mount; fncall workers
+ * bind it read-only.
+ *
+ * The image's OCI config (Env, Entrypoint, Cmd, WorkingDir, User) is read
+ * once per image from ROOT/images/HEX/config.json and becomes the sandbox
+ * defaults (env, cwd and user; entrypoint and cmd are published by
+ * GET /v1/images).
+ *
+ * A fresh mount replays the image's recorded prefetch list (synchronously:
+ * the first sandbox of an image on a node waits for it) or, when the image
+ * has none yet, starts a thread that records one IMAGES_RECORD_AFTER_S
+ * seconds later from what the sandboxes have read (imagesvc/prefetch.h).
+ *
+ * Everything here runs on sandboxd's loop thread except the recorder, which
+ * only uses its own store handle and copies of the paths. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "mount.h"
+#include "prefetch.h"
+#include "sandboxd.h"
+#include "store.h"
+
+#define IMAGES_RECORD_AFTER_S 5
+
+struct sbd_imgstore {
+	char home[PATH_MAX], cache[PATH_MAX], markers[PATH_MAX];
+	struct img_store *store; /* NULL until the cluster's store is reachable */
+	struct sbd_image *list;	 /* store images this sandboxd knows */
+};
+
+static int fmt(char *buf, size_t cap, const char *f, const char *a, const char *b)
+{
+	int n = snprintf(buf, cap, f, a, b);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+static bool is_hex64(const char *s)
+{
+	size_t n = strspn(s, "0123456789abcdef");
+	return n == 64 && !s[n];
+}
+
+/* ---- entries and markers ---------------------------------------------------- */
+
+static struct sbd_image *entry_new(struct sbd_imgstore *g, const char *hex)
+{
+	struct sbd_image *im = calloc(1, sizeof(*im));
+	if (!im)
+		return NULL;
+	snprintf(im->hex, sizeof(im->hex), "%s", hex);
+	if (asprintf(&im->rootfs, "%s/%s/root", g->cache, hex) < 0 ||
+	    asprintf(&im->name, "sha256:%s", hex) < 0) {
+		im->rootfs = im->name = NULL;
+		image_free(im);
+		return NULL;
+	}
+	im->next = g->list;
+	g->list = im;
+	return im;
+}
+
+static struct sbd_image *entry_find(struct sbd_imgstore *g, const char *hex)
+{
+	for (struct sbd_image *im = g->list; im; im = im->next)
+		if (!strcmp(im->hex, hex))
+			return im;
+	return NULL;
+}
+
+static struct sbd_image *entry_by_rootfs(struct sbd_imgstore *g, const char *rootfs)
+{
+	for (struct sbd_image *im = rootfs ? g->list : NULL; im; im = im->next)
+		if (!strcmp(im->rootfs, rootfs))
+			return im;
+	return NULL;
+}
+
+static void marker_set(struct sbd_imgstore *g, const char *hex, bool on)
+{
+	char p[PATH_MAX];
+	if (fmt(p, sizeof(p), "%s/%s", g->markers, hex) < 0)
+		return;
+	if (!on) {
+		unlink(p);
+		return;
+	}
+	_cleanup_close_ int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		log_warn_errno(-errno, "Failed to create %s", p);
+}
+
+/* Node references an earlier sandboxd held: ours now, unused until the
+ * sandboxes it left are re-adopted. */
+static void load_markers(struct sbd_imgstore *g)
+{
+	DIR *dp = opendir(g->markers);
+	struct dirent *de;
+	while (dp && (de = readdir(dp))) {
+		if (!is_hex64(de->d_name) || entry_find(g, de->d_name))
+			continue;
+		struct sbd_image *im = entry_new(g, de->d_name);
+		if (im) {
+			im->held = true;
+			im->idle_since_ms = sbd_now_ms();
+		}
+	}
+	if (dp)
+		closedir(dp);
+}
+
+static int mkdir_p(char *path)
+{
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			int r = mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
+			*p = '/';
+			if (r < 0)
+				return r;
+		}
+	return mkdir(path, 0700) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+static struct sbd_imgstore *st_get(struct sandboxd *d)
+{
+	if (d->imgstore)
+		return d->imgstore;
+	struct sbd_imgstore *g = calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	char *abs = realpath(d->cfg.home, NULL);
+	snprintf(g->home, sizeof(g->home), "%s", abs ? abs : d->cfg.home);
+	free(abs);
+	if (fmt(g->cache, sizeof(g->cache), "%s/%s", g->home, "cache/images") < 0 ||
+	    fmt(g->markers, sizeof(g->markers), "%s/%s", d->cfg.state_dir, "images") < 0) {
+		free(g);
+		return NULL;
+	}
+	int r = mkdir_p(g->markers);
+	if (r < 0)
+		log_warn_errno(r, "Failed to create %s", g->markers);
+	load_markers(g);
+	d->imgstore = g;
+	return g;
+}
+
+/* ---- the store ------------------------------------------------------------------- */
+
+/* The cluster's mount: STRATA_MOUNT of <home>/cluster.env, else <home>/mnt. */
+static void cluster_mount(const struct sbd_imgstore *g, char *buf, size_t cap)
+{
+	char p[PATH_MAX], line[PATH_MAX + 32];
+	snprintf(buf, cap, "%s/mnt", g->home);
+	if (fmt(p, sizeof(p), "%s/%s", g->home, "cluster.env") < 0)
+		return;
+	FILE *f = fopen(p, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!strncmp(line, "STRATA_MOUNT=", 13) && line[13])
+			snprintf(buf, cap, "%s", line + 13);
+	}
+	if (f)
+		fclose(f);
+}
+
+static int st_open(struct sbd_imgstore *g, char *why, size_t cap)
+{
+	char mnt[PATH_MAX], root[PATH_MAX];
+	struct stat st;
+	if (g->store)
+		return 0;
+	cluster_mount(g, mnt, sizeof(mnt));
+	if (fmt(root, sizeof(root), "%s/%s", mnt, IMG_STORE_SUBDIR) < 0)
+		return -ENAMETOOLONG;
+	/* Only an existing store: never create one on a mount point whose
+	 * cluster is down (that would write into the bare directory). */
+	if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		int r = errno == ENOTCONN ? -ENOTCONN : -ENOENT;
+		snprintf(why, cap, "no image store at %s (%s; start the cluster with strata up --home %s)",
+			 root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
+			 g->home);
+		return r;
+	}
+	int r = img_store_open(root, &g->store);
+	if (r < 0)
+		snprintf(why, cap, "cannot open the image store at %s: %s", root, strerror(-r));
+	else
+		log_info("image store: %s, node cache %s", root, g->cache);
+	return r;
+}
+
+/* Reads the OCI config of the image (Env, Entrypoint, Cmd, WorkingDir, User). */
+static void load_config(struct sbd_imgstore *g, struct sbd_image *im)
+{
+	char p[PATH_MAX];
+	im->config_loaded = true;
+	if (img_store_image_path(g->store, im->hex, "config.json", p, sizeof(p)) < 0)
+		return;
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	_cleanup_free_ char *buf = fd < 0 ? NULL : malloc(IMAGES_CONFIG_MAX);
+	ssize_t n = 0, k;
+	while (buf && n < IMAGES_CONFIG_MAX && (k = read(fd, buf + n, IMAGES_CONFIG_MAX - n)) > 0)
+		n += k;
+	struct json *j = buf ? json_parse(buf, (size_t)n, NULL, 0) : NULL;
+	const struct json *c = json_get(j, "config");
+	if (!c) {
+		if (fd >= 0)
+			log_warn("image %.12s: no usable config in %s", im->hex, p);
+		json_free(j);
+		return;
+	}
+	im->env = images_str_array(json_get(c, "Env"), true);
+	im->entrypoint = images_str_array(json_get(c, "Entrypoint"), false);
+	im->cmd = images_str_array(json_get(c, "Cmd"), false);
+	const char *wd = json_cstr(json_get(c, "WorkingDir"));
+	const char *user = json_cstr(json_get(c, "User"));
+	im->cwd = wd && wd[0] == '/' ? strdup(wd) : NULL;
+	im->user = user && user[0] && strlen(user) <= 64 ? strdup(user) : NULL;
+	json_free(j);
+}
+
+/* ---- prefetch recording ------------------------------------------------------ */
+
+struct recorder {
+	char store_root[PATH_MAX], cache[PATH_MAX], hex[65];
+};
+
+static void *record_thread(void *arg)
+{
+	struct recorder *rc = arg;
+	struct img_store *s = NULL;
+	char root[PATH_MAX];
+	sleep(IMAGES_RECORD_AFTER_S);
+	if (img_store_open(rc->store_root, &s) == 0 && !img_prefetch_exists(s, rc->hex) &&
+	    img_node_root(rc->cache, rc->hex, root, sizeof(root)) == 0)
+		img_prefetch_record(s, rc->hex, root, NULL, NULL);
+	img_store_free(s);
+	free(rc);
+	return NULL;
+}
+
+static void start_recorder(struct sbd_imgstore *g, const char *hex)
+{
+	struct recorder *rc = calloc(1, sizeof(*rc));
+	pthread_t t;
+	pthread_attr_t a;
+	if (!rc)
+		return;
+	snprintf(rc->store_root, sizeof(rc->store_root), "%s", img_store_root(g->store));
+	snprintf(rc->cache, sizeof(rc->cache), "%s", g->cache);
+	snprintf(rc->hex, sizeof(rc->hex), "%s", hex);
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &a, record_thread, rc) != 0)
+		free(rc);
+	pthread_attr_destroy(&a);
+}
+
+/* ---- node references ------------------------------------------------------------ */
+
+/* Takes sandboxd's node reference on im (mounting it if it is not). */
+static int hold(struct sbd_imgstore *g, struct sbd_image *im, char *why, size_t cap)
+{
+	struct img_err e = {0};
+	char root[PATH_MAX];
+	bool fresh = false;
+	int64_t t0 = sbd_now_ms();
+	int r = img_node_acquire(g->store, g->cache, im->hex, root, sizeof(root), &fresh, &e);
+	if (r < 0) {
+		snprintf(why, cap, "mounting image %.12s: %s", im->hex, e.msg);
+		return r;
+	}
+	im->held = true;
+	marker_set(g, im->hex, true);
+	if (!fresh)
+		return 0;
+	struct img_prefetch_stats ps = {0};
+	if (!img_prefetch_exists(g->store, im->hex))
+		start_recorder(g, im->hex);
+	else if (img_prefetch_run(g->store, im->hex, root, false, 0, &ps, &e) < 0)
+		log_warn("image %.12s: prefetch: %s", im->hex, e.msg);
+	log_info("image %.12s mounted at %s in %lld ms (prefetched %llu bytes)", im->hex, root,
+		 (long long)(sbd_now_ms() - t0), (unsigned long long)ps.bytes);
+	return 0;
+}
+
+static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
+{
+	struct img_err e = {0};
+	int r = img_node_release(g->store, g->cache, im->hex, &e);
+	if (r < 0)
+		log_warn("image %.12s: releasing the node mount: %s", im->hex, e.msg);
+	else
+		log_info("image %.12s: node reference dropped (unused for %d s)", im->hex,
+			 IMAGES_LINGER_S);
+	im->held = false;
+	marker_set(g, im->hex, false);
+}
+
+/* ---- the API of images.h ---------------------------------------------------- */
+
+static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], char *why, size_t cap)
+{
+	struct img_err e = {0};
+	int r = st_open(g, why, cap);
+	if (r < 0) {
+		char tmp[512];
+		snprintf(tmp, sizeof(tmp), "%s", why);
+		snprintf(why, cap, "image '%s' is not registered on this node and %s", ref, tmp);
+		return r == -ENOTCONN ? -ENOTCONN : -ENOENT;
+	}
+	r = img_store_resolve(g->store, ref, hex, &e);
+	if (r == -ENOENT)
+		snprintf(why, cap, "image '%s' is neither registered on this node nor in the image "
+			 "store (strata image ls)", ref);
+	else if (r < 0)
+		snprintf(why, cap, "image reference '%s': %s", ref, e.msg[0] ? e.msg : strerror(-r));
+	return r;
+}
+
+int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
+		   size_t cap)
+{
+	struct sbd_image *im = images_find(d, ref);
+	if (im) {
+		*ret = im;
+		return 0;
+	}
+	struct sbd_imgstore *g = st_get(d);
+	char hex[65];
+	if (!g)
+		return -ENOMEM;
+	int r = resolve(g, ref, hex, why, cap);
+	if (r < 0)
+		return r;
+	im = entry_find(g, hex) ?: entry_new(g, hex);
+	if (!im)
+		return -ENOMEM;
+	if (!im->config_loaded)
+		load_config(g, im);
+	if (!im->held && (r = hold(g, im, why, cap)) < 0)
+		return r;
+	im->users++;
+	*ret = im;
+	return 0;
+}
+
+void images_release(struct sandboxd *d, const char *rootfs)
+{
+	struct sbd_image *im = d->imgstore ? entry_by_rootfs(d->imgstore, rootfs) : NULL;
+	if (!im || im->users <= 0)
+		return;
+	if (--im->users == 0)
+		im->idle_since_ms = sbd_now_ms();
+}
+
+/* "<cache>/<hex>/root" -> hex, else false. */
+static bool hex_of_rootfs(const struct sbd_imgstore *g, const char *rootfs, char hex[65])
+{
+	size_t n = strlen(g->cache);
+	if (!rootfs || strncmp(rootfs, g->cache, n) || rootfs[n] != '/')
+		return false;
+	snprintf(hex, 65, "%.64s", rootfs + n + 1);
+	return is_hex64(hex) && !strcmp(rootfs + n + 65, "/root");
+}
+
+void images_adopted(struct sandboxd *d, const char *rootfs)
+{
+	struct sbd_imgstore *g = st_get(d);
+	char hex[65], why[512] = "";
+	if (!g || !hex_of_rootfs(g, rootfs, hex))
+		return;
+	struct sbd_image *im = entry_find(g, hex) ?: entry_new(g, hex);
+	if (!im)
+		return;
+	im->users++;
+	if (im->held)
+		return;
+	int r = st_open(g, why, sizeof(why));
+	if (r == 0)
+		r = hold(g, im, why, sizeof(why));
+	if (r < 0)
+		log_warn_errno(r, "Re-adopted sandbox on image %.12s without a node reference: %s",
+			       hex, why);
+}
+
+void images_tick(struct sandboxd *d)
+{
+	struct sbd_imgstore *g = d->imgstore;
+	int64_t now = sbd_now_ms();
+	char why[512];
+	for (struct sbd_image *im = g ? g->list : NULL; im; im = im->next)
+		if (im->held && im->users == 0 && now - im->idle_since_ms >= IMAGES_LINGER_S * 1000 &&
+		    st_open(g, why, sizeof(why)) == 0)
+			unhold(g, im);
+}
+
+static void strv_json(struct jw *w, const char *key, char **v)
+{
+	jw_key(w, key);
+	if (!v) {
+		jw_null(w);
+		return;
+	}
+	jw_arr(w);
+	for (; *v; v++)
+		jw_str(w, *v);
+	jw_arr_end(w);
+}
+
+static int list_one(void *ctx, const char *name, const char *hex)
+{
+	struct jw *w = ((void **)ctx)[0];
+	struct sbd_imgstore *g = ((void **)ctx)[1];
+	struct sbd_image *im = entry_find(g, hex);
+	char digest[80];
+	snprintf(digest, sizeof(digest), "sha256:%s", hex);
+	jw_obj(w);
+	jw_kstr(w, "name", name ? name : digest);
+	jw_kstr(w, "digest", digest);
+	jw_kstr(w, "source", "store");
+	jw_kbool(w, "mounted", im && im->held);
+	jw_kint(w, "sandboxes", im ? im->users : 0);
+	if (im && im->held)
+		jw_kstr(w, "rootfs", im->rootfs);
+	if (im && im->config_loaded) {
+		strv_json(w, "entrypoint", im->entrypoint);
+		strv_json(w, "cmd", im->cmd);
+	}
+	jw_obj_end(w);
+	return 0;
+}
+
+void images_to_json(struct sandboxd *d, struct jw *w)
+{
+	struct sbd_imgstore *g = st_get(d);
+	char why[512];
+	jw_obj(w);
+	jw_key(w, "images");
+	jw_arr(w);
+	for (struct sbd_image *im = d->images; im; im = im->next) {
+		jw_obj(w);
+		jw_kstr(w, "name", im->name);
+		jw_kstr(w, "rootfs", im->rootfs);
+		jw_kstr(w, "source", "dir");
+		jw_obj_end(w);
+	}
+	void *ctx[2] = {w, g};
+	if (g && st_open(g, why, sizeof(why)) == 0)
+		img_store_list(g->store, list_one, ctx);
+	jw_arr_end(w);
+	jw_obj_end(w);
+}
+
+void images_store_free(struct sandboxd *d)
+{
+	struct sbd_imgstore *g = d->imgstore;
+	char why[512];
+	if (!g)
+		return;
+	while (g->list) {
+		struct sbd_image *im = g->list;
+		g->list = im->next;
+		/* Unused references go now; those of live sandboxes stay (with
+		 * their markers) for the sandboxd that re-adopts them. */
+		if (im->held && im->users == 0 && st_open(g, why, sizeof(why)) == 0)
+			unhold(g, im);
+		image_free(im);
+	}
+	img_store_free(g->store);
+	free(g);
+	d->imgstore = NULL;
+}

@@ -1,0 +1,89 @@
+/* images.h — where strata-sandboxd's images come from: the image store of
+ * the cluster (imagesvc/), mounted once per node and shared by every sandbox
+ * of the image, and, as a fallback and for tests and benchmarks without a
+ * cluster, root filesystem directories registered by name (--image NAME=DIR,
+ * --images-dir).
+ *
+ * A reference resolves in this order:
+ *   1. a registered directory of that name ("x" also matches "x:latest");
+ *      registered names are the node operator's explicit choice and cost no
+ *      round trip to the cluster;
+ *   2. the image store at <mount>/.strata/images, the mount named by
+ *      <home>/cluster.env (STRATA_MOUNT): name[:tag], sha256:HEX or a unique
+ *      hex prefix. The image is mounted by imagesvc's node mount manager
+ *      (<home>/cache/images/HEX/root, the same cache `strata image mount`
+ *      uses) and that mount is the lower layer of every sandbox root.
+ *
+ * Store images are reference counted twice: sandboxd holds one node
+ * reference (img_node_acquire) per image it uses, and counts its sandboxes
+ * on that image in memory. The node reference is taken by the first sandbox
+ * and dropped IMAGES_LINGER_S after the last one is gone (so create/delete
+ * loops do not mount and unmount the image each time). A marker file
+ * <state>/images/HEX says sandboxd holds the node reference, so a restarted
+ * sandboxd takes it over together with the sandboxes it re-adopts.
+ *
+ * Invariants:
+ *  1. held == (the marker exists) == (sandboxd owns one img_node_acquire
+ *     reference on hex); it is dropped only when users == 0.
+ *  2. users is the number of sandboxes in the registry whose rootfs is this
+ *     image's root. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "json.h"
+
+#define IMAGES_LINGER_S 30
+#define IMAGES_CONFIG_MAX (1 << 20) /* bytes of an OCI image config we read */
+
+struct sandboxd;
+
+struct sbd_image {
+	char *name, *rootfs;
+	char **env; /* image config env, NULL-terminated, may be NULL */
+	char *cwd, *user;
+	char **entrypoint, **cmd; /* image config, NULL-terminated, may be NULL */
+	/* store images only (hex[0] == 0 for a registered directory) */
+	char hex[65];
+	bool config_loaded, held;
+	int64_t users;
+	int64_t idle_since_ms;
+	struct sbd_image *next;
+};
+
+/* ---- registered directories (images.c) ---------------------------------- */
+/* Registers "NAME=DIR". Returns 0 or -EINVAL/-ENOENT/-EEXIST/-ENOMEM. */
+int images_add_spec(struct sandboxd *d, const char *spec);
+/* Loads every *.json in dir ({"name":..,"rootfs":..,"env":[..],"cwd":..,
+ * "user":..}). Returns the number loaded or -errno. */
+int images_load_dir(struct sandboxd *d, const char *dir);
+/* Finds a registered image by name; "x" also matches "x:latest". */
+struct sbd_image *images_find(struct sandboxd *d, const char *name);
+/* Frees the registered images and the store state (dropping node references
+ * no sandbox uses; those of live sandboxes stay for the next sandboxd). */
+void images_free(struct sandboxd *d);
+/* Frees one image entry; accepts NULL. */
+void image_free(struct sbd_image *im);
+/* A NULL-terminated copy of a JSON array of strings (env entries must hold
+ * '='), or NULL. */
+char **images_str_array(const struct json *a, bool env);
+
+/* ---- the image store (image_store.c) -------------------------------------- */
+/* Resolves ref (registered first, then the store) and, for a store image,
+ * takes a reference for one sandbox (mounting the image on first use).
+ * Returns 0 and *ret (owned by sandboxd), -ENOENT (no such image; why says
+ * where it looked), -EINVAL (malformed reference) or -errno with why. */
+int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
+		   size_t cap);
+/* Gives back the reference of a sandbox with this rootfs (no-op for a
+ * registered directory). */
+void images_release(struct sandboxd *d, const char *rootfs);
+/* Counts a re-adopted sandbox with this rootfs (taking the node reference
+ * over from the earlier sandboxd, or acquiring one). */
+void images_adopted(struct sandboxd *d, const char *rootfs);
+/* Drops node references that have lingered unused; once a second. */
+void images_tick(struct sandboxd *d);
+/* Writes {"images": [...]}: registered directories and stored images. */
+void images_to_json(struct sandboxd *d, struct jw *w);
+/* Store part of images_free. */
+void images_store_free(struct sandboxd *d);
