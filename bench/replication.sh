@@ -42,8 +42,8 @@ one() (
 )
 
 fig() { awk '{print $2}' "$OUT/$1" 2>/dev/null; }
-one 1 || exit 1
-one 3 || exit 1
+one 1 2>>"$OUT/log" || { cat "$OUT/log" >&2; exit 1; }
+one 3 2>>"$OUT/log" || { cat "$OUT/log" >&2; exit 1; }
 w1=$(fig w1) w3=$(fig w3) ra=$(fig ra3) rt=$(fig rt3) fo=$(fig fo)
 echo "chain replication, $MB MiB, $THREADS threads, 3 nodes (one netns each), 1 MiB chunks"
 printf "  %-44s %10s MB/s\n" "sequential write, 1 replica" "$w1"

@@ -14,8 +14,8 @@
  *   lib    ROOTFS AGENT CONC SECS POOL  libstrata_sandbox directly
  *   api    SOCK IMAGE CONC SECS         strata-sandboxd's HTTP API (keep-alive)
  *   fncall SOCK IMAGE cmd|python CONC SECS   calls on fncall sandboxes
- *   mem    SOCK IMAGE N                 N idle container sandboxes: host memory
- *                                       per sandbox, sandboxd's RSS
+ *   mem    SOCK IMAGE N SANDBOXD_PID    N idle container sandboxes: memory per
+ *                                       sandbox, sandboxd's RSS
  *   memspawn N                          N idle `sleep` processes (baseline)
  *   purge  SOCK                         deletes every sandbox of a sandboxd
  *
@@ -23,6 +23,7 @@
  * connection per thread, Content-Length or chunked answers. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -411,7 +413,7 @@ struct api_ctx {
 static int api_create(struct hc *h, const struct api_ctx *c, char *id, size_t cap)
 {
 	char body[512];
-	snprintf(body, sizeof(body), "{\"image\":\"%s\",\"backend\":\"%s\",\"memory_mb\":64}",
+	snprintf(body, sizeof(body), "{\"image\":\"%s\",\"backend\":\"%s\",\"memory_mb\":64,\"pids\":32}",
 		 c->image, c->backend);
 	int st = hc_req(h, "POST", "/v1/sandboxes", body);
 	if (st < 0)
@@ -540,21 +542,61 @@ static void settle(void)
 	usleep(1500 * 1000);
 }
 
-static int mode_mem(const struct api_ctx *c, int n)
+/* Bytes charged to a v1 memory cgroup directory (its subtree), -1 if none. */
+static long long cg_usage(const char *dir)
+{
+	char p[4096];
+	long long v = -1;
+	snprintf(p, sizeof(p), "%s/memory.usage_in_bytes", dir);
+	FILE *f = fopen(p, "re");
+	if (f && fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* The v1 memory cgroup directory of pid (0: ourselves). */
+static int memcg_dir(pid_t pid, char *buf, size_t cap)
+{
+	char p[64], line[4096];
+	snprintf(p, sizeof(p), pid ? "/proc/%d/cgroup" : "/proc/self/cgroup", (int)pid);
+	FILE *f = fopen(p, "re");
+	int r = -ENOENT;
+	while (f && r < 0 && fgets(line, sizeof(line), f)) {
+		char *c = strstr(line, ":memory:");
+		if (!c)
+			continue;
+		c[strcspn(c, "\n")] = 0;
+		snprintf(buf, cap, "/sys/fs/cgroup/memory%s", strcmp(c + 8, "/") ? c + 8 : "");
+		r = 0;
+	}
+	if (f)
+		fclose(f);
+	return r;
+}
+
+/* Prints host memory per sandbox two ways: charged to the sandboxes' memory
+ * cgroups (exact, what a limit sees) and MemTotal - MemAvailable (includes
+ * what no cgroup is charged for; noisy while others run). */
+static int mode_mem(const struct api_ctx *c, int n, pid_t sd_pid)
 {
 	struct hc h = {.fd = -1};
 	int r = hc_connect(&h, c->sock);
 	char(*ids)[128] = calloc((size_t)n, sizeof(*ids));
+	char cg[4096] = "";
 	if (r < 0 || !ids)
 		return 1;
+	if (memcg_dir(sd_pid, cg, sizeof(cg) - 32) == 0)
+		strcat(cg, "/strata-sandbox");
 	settle();
-	long long before = mem_used_kb();
+	long long before = mem_used_kb(), cg_before = cg_usage(cg);
 	int made = 0;
 	for (; made < n; made++)
 		if ((r = api_create(&h, c, ids[made], sizeof(ids[made]))) < 0)
 			break;
 	settle();
-	long long after = mem_used_kb();
+	long long after = mem_used_kb(), cg_after = cg_usage(cg);
 	long long rss = -1;
 	if (hc_req(&h, "GET", "/v1/node", NULL) == 200) {
 		const char *p = strstr(h.body, "\"sandboxd_rss_kb\":");
@@ -563,7 +605,10 @@ static int mode_mem(const struct api_ctx *c, int n)
 	}
 	for (int i = 0; i < made; i++)
 		api_delete(&h, ids[i]);
-	printf("RESULT mem_per_sandbox %.1f KiB\n", made ? (double)(after - before) / made : 0.0);
+	double k = made ? 1.0 / made : 0;
+	printf("RESULT mem_cg_per_sandbox %.1f KiB\n",
+	       cg_before >= 0 && cg_after >= 0 ? (double)(cg_after - cg_before) / 1024 * k : -1.0);
+	printf("RESULT mem_host_per_sandbox %.1f KiB\n", (double)(after - before) * k);
 	printf("RESULT sandboxd_rss %.1f MiB %d\n", (double)rss / 1024, made);
 	if (made < n)
 		fprintf(stderr, "mem: only %d of %d sandboxes: %s\n", made, n, strerror(-r));
@@ -572,27 +617,68 @@ static int mode_mem(const struct api_ctx *c, int n)
 	return made == n ? 0 : 1;
 }
 
-static int mode_memspawn(int n)
+/* The child of mode_memspawn: joins the cgroup, spawns n sleeps when told,
+ * says so, and kills them at EOF. */
+static _Noreturn void memspawn_child(const char *cg, int n, int in, int out)
 {
+	char p[4096], b;
+	snprintf(p, sizeof(p), "%s/cgroup.procs", cg);
+	FILE *f = fopen(p, "we");
+	if (!f || fprintf(f, "0\n") < 0 || fclose(f) != 0)
+		_exit(1);
 	pid_t *pids = calloc((size_t)n, sizeof(*pids));
 	char *argv[] = {"/bin/sleep", "600", NULL};
+	if (!pids || write(out, "a", 1) != 1 || read(in, &b, 1) != 1)
+		_exit(1);
 	int made = 0;
-	if (!pids)
-		return 1;
-	settle();
-	long long before = mem_used_kb();
-	for (; made < n; made++)
-		if (posix_spawn(&pids[made], argv[0], NULL, NULL, argv, environ))
-			break;
-	settle();
-	long long after = mem_used_kb();
+	while (made < n && posix_spawn(&pids[made], argv[0], NULL, NULL, argv, environ) == 0)
+		made++;
+	if (write(out, "b", 1) != 1)
+		_exit(1);
+	while (read(in, &b, 1) > 0)
+		;
 	for (int i = 0; i < made; i++)
 		kill(pids[i], SIGKILL);
 	for (int i = 0; i < made; i++)
 		waitpid(pids[i], NULL, 0);
-	printf("RESULT mem_per_process %.1f KiB\n", made ? (double)(after - before) / made : 0.0);
-	free(pids);
-	return made == n ? 0 : 1;
+	_exit(made == n ? 0 : 1);
+}
+
+/* Baseline: n idle `sleep` processes, measured like mode_mem. */
+static int mode_memspawn(int n)
+{
+	char cg[4096];
+	int to[2], from[2];
+	if (memcg_dir(0, cg, sizeof(cg) - 64) < 0 || pipe(to) < 0 || pipe(from) < 0)
+		return 1;
+	snprintf(cg + strlen(cg), 64, "/strata-bench-sleep-%d", (int)getpid());
+	if (mkdir(cg, 0755) < 0)
+		return 1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		memspawn_child(cg, n, to[0], from[1]);
+	}
+	close(to[0]);
+	close(from[1]);
+	char b;
+	int ok = pid > 0 && read(from[0], &b, 1) == 1;
+	settle();
+	long long before = mem_used_kb(), cg_before = cg_usage(cg);
+	ok = ok && write(to[1], "g", 1) == 1 && read(from[0], &b, 1) == 1;
+	settle();
+	long long after = mem_used_kb(), cg_after = cg_usage(cg);
+	close(to[1]);
+	int st = 1;
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	for (int i = 0; i < 100 && rmdir(cg) < 0 && errno == EBUSY; i++)
+		usleep(10000);
+	printf("RESULT mem_cg_per_process %.1f KiB\n", (double)(cg_after - cg_before) / 1024 / n);
+	printf("RESULT mem_host_per_process %.1f KiB\n", (double)(after - before) / n);
+	close(from[0]);
+	return ok && st == 0 ? 0 : 1;
 }
 
 /* Deletes every sandbox the daemon has (the clean-up of an interrupted run). */
@@ -675,9 +761,9 @@ int main(int argc, char **argv)
 		    .name = name, .op = op_fncall, .init = fn_init, .done = fn_done, .arg = &c};
 		return run_bench(&b, atoi(argv[5]), atof(argv[6]));
 	}
-	if (!strcmp(m, "mem") && argc == 5) {
+	if (!strcmp(m, "mem") && argc == 6) {
 		struct api_ctx c = {.sock = argv[2], .image = argv[3], .backend = "container"};
-		return mode_mem(&c, atoi(argv[4]));
+		return mode_mem(&c, atoi(argv[4]), atoi(argv[5]));
 	}
 	if (!strcmp(m, "purge") && argc == 3)
 		return mode_purge(argv[2]);

@@ -987,6 +987,21 @@ int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret
 
 /* ---- resync: replace wholesale, list ------------------------------------ */
 
+int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index,
+			 uint32_t **ret, size_t *ret_n)
+{
+	*ret = NULL;
+	*ret_n = 0;
+	return list_chunks(cs, ino, first_index, ret, ret_n);
+}
+
+void chunk_store_rmdir_ino(struct chunk_store *cs, uint64_t ino)
+{
+	char dp[64];
+	chunk_dir_path(dp, ino);
+	unlinkat(cs->dirfd, dp, AT_REMOVEDIR); /* ENOTEMPTY: a racing writer; fine */
+}
+
 int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const void *data,
 		    uint32_t len, uint64_t version, struct chunk_meta *ret)
 {

@@ -84,6 +84,12 @@ int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret
  * Returns 0 and the new state in *ret (may be NULL), or -errno. */
 int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const void *data,
 		    uint32_t len, uint64_t version, struct chunk_meta *ret);
+/* The chunk indexes >= first_index of ino, unsorted, into a heap array
+ * (free()); none is 0 with *ret NULL. Returns 0 or -errno. */
+int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index,
+			 uint32_t **ret, size_t *ret_n);
+/* Removes ino's (empty) chunk directory, if it is empty. */
+void chunk_store_rmdir_ino(struct chunk_store *cs, uint64_t ino);
 struct chunk_key {
 	uint64_t ino;
 	uint32_t index;

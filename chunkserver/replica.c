@@ -605,6 +605,31 @@ static int repl_put(struct repl *rp, struct chunk_store *cs, const struct chunk_
 	return 0;
 }
 
+/* REMOVE_FILE one chunk at a time under its ordering lock, so that a resync
+ * PUT of the chunk in flight (from a predecessor holding its own lock) lands
+ * before the removal here, never after. Clients send REMOVE_FILE down the
+ * chain's order (serving before syncing targets). */
+static int repl_remove_file(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
+			    struct wbuf *reply)
+{
+	_cleanup_free_ uint32_t *idx = NULL;
+	size_t n = 0;
+	int e = chunk_store_list_ino(cs, r->ino, r->index, &idx, &n);
+	uint32_t removed = 0, tid = r->route.target_id;
+	for (size_t i = 0; e >= 0 && i < n; i++) {
+		repl_order_lock(rp, tid, r->ino, idx[i]);
+		e = chunk_store_remove(cs, r->ino, idx[i]);
+		repl_order_unlock(rp, tid, r->ino, idx[i]);
+		removed += e > 0;
+	}
+	if (e < 0)
+		return e;
+	if (r->index == 0)
+		chunk_store_rmdir_ino(cs, r->ino);
+	chunk_count_put(reply, removed);
+	return 0;
+}
+
 /* ---- dispatch ------------------------------------------------------------------- */
 
 int repl_handle(struct repl *rp, struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
@@ -621,6 +646,8 @@ int repl_handle(struct repl *rp, struct chunk_store *cs, uint16_t type, const st
 		return do_list(cs, r, reply);
 	case MSG_CHUNK_PUT:
 		return repl_put(rp, cs, r, reply);
+	case MSG_CHUNK_REMOVE_FILE:
+		return repl_remove_file(rp, cs, r, reply);
 	}
 	return -EOPNOTSUPP;
 }

@@ -99,7 +99,8 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return -ENXIO;
 	if (s->repl && (type == MSG_CHUNK_READ || type == MSG_CHUNK_WRITE ||
 			type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_TRUNCATE ||
-			type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT))
+			type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT ||
+			type == MSG_CHUNK_REMOVE_FILE))
 		return repl_handle(s->repl, cs, type, &r, reply);
 	switch (type) {
 	case MSG_CHUNK_READ:

@@ -34,6 +34,9 @@ struct transport_ops {
 		     int timeout_ms);
 	/* Receives exactly n bytes. Returns 0, -ETIMEDOUT, -ECONNRESET on EOF, or -errno. */
 	int (*recv_exact)(struct transport_conn *c, void *buf, size_t n, int timeout_ms);
+	/* Waits for data and receives what is there (at least one byte) into
+	 * iov. Returns the bytes received, -ETIMEDOUT, -ECONNRESET on EOF, or -errno. */
+	ssize_t (*recvv)(struct transport_conn *c, struct iovec *iov, int iovcnt, int timeout_ms);
 	/* True if an idle connection was closed or broken by the peer. */
 	bool (*hung_up)(struct transport_conn *c);
 	void (*close)(struct transport_conn *c);

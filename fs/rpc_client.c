@@ -10,7 +10,9 @@
  *  1. A connection that saw any error (timeout, reset, malformed reply) is
  *     closed, never returned to the pool: its stream position is unknown.
  *  2. An idle connection is checked for a hang-up before reuse (a restarted
- *     server closed it), so a request is not lost on a dead socket. */
+ *     server closed it), so a request is not lost on a dead socket.
+ *  3. A reply is read with as few syscalls as the transport allows: header
+ *     and payload in one receive into the caller's buffer when they fit. */
 #include "rpc.h"
 #include <errno.h>
 #include <poll.h>
@@ -126,27 +128,52 @@ void rpc_reply_done(struct rpc_reply *r)
 	r->len = 0;
 }
 
+/* Where a reply payload of len bytes goes: the caller's buffer if it fits,
+ * else the heap (reply->heap_). got bytes of it already arrived in first. */
+static uint8_t *payload_dst(struct rpc_reply *reply, uint32_t len, const uint8_t *first, size_t got)
+{
+	if (reply->buf && len <= reply->cap) {
+		if (first != reply->buf)
+			memcpy(reply->buf, first, got);
+		return reply->buf;
+	}
+	reply->heap_ = malloc(len ? len : 1);
+	if (reply->heap_)
+		memcpy(reply->heap_, first, got);
+	return reply->heap_;
+}
+
+/* Receives the reply frame. The first recvmsg takes the header and as much
+ * of the payload as is there, straight into the caller's buffer (or a small
+ * stack buffer), so a small reply costs one syscall. Only one request is in
+ * flight per connection: nothing may follow the reply. */
 static int recv_reply(struct rpc_client *c, struct transport_conn *tc, uint64_t req_id,
 		      uint16_t type, struct rpc_reply *reply)
 {
-	uint8_t hdr[WIRE_HDR_SIZE];
+	uint8_t hdr[WIRE_HDR_SIZE], small[4096];
 	struct wire_hdr h;
-	int r = c->tops->recv_exact(tc, hdr, WIRE_HDR_SIZE, c->opts.timeout_ms);
+	struct iovec iov[2] = {{.iov_base = hdr, .iov_len = WIRE_HDR_SIZE}};
+	iov[1] = reply->buf && reply->cap >= sizeof(small)
+			 ? (struct iovec){.iov_base = reply->buf, .iov_len = reply->cap}
+			 : (struct iovec){.iov_base = small, .iov_len = sizeof(small)};
+	ssize_t n = c->tops->recvv(tc, iov, 2, c->opts.timeout_ms);
+	if (n < 0)
+		return (int)n;
+	size_t got = 0;
+	int r = 0;
+	if ((size_t)n < WIRE_HDR_SIZE)
+		r = c->tops->recv_exact(tc, hdr + n, WIRE_HDR_SIZE - (size_t)n, c->opts.timeout_ms);
+	else
+		got = (size_t)n - WIRE_HDR_SIZE;
 	if (r < 0)
 		return r;
 	if (wire_hdr_decode(hdr, &h, NULL) < 0 || !(h.flags & WIRE_F_REPLY) ||
-	    h.req_id != req_id || h.type != type)
+	    h.req_id != req_id || h.type != type || got > h.payload_len)
 		return -EPROTO;
-	uint8_t *dst;
-	if (reply->buf && h.payload_len <= reply->cap) {
-		dst = reply->buf;
-	} else {
-		reply->heap_ = malloc(h.payload_len ? h.payload_len : 1);
-		if (!reply->heap_)
-			return -ENOMEM;
-		dst = reply->heap_;
-	}
-	r = c->tops->recv_exact(tc, dst, h.payload_len, c->opts.timeout_ms);
+	uint8_t *dst = payload_dst(reply, h.payload_len, iov[1].iov_base, got);
+	if (!dst)
+		return -ENOMEM;
+	r = c->tops->recv_exact(tc, dst + got, h.payload_len - got, c->opts.timeout_ms);
 	if (r < 0)
 		return r;
 	if (wire_payload_verify(hdr, &h, dst) < 0)

@@ -274,9 +274,11 @@ static int conn_read(struct rpc_server *s, struct rpc_conn *c)
 		} else {
 			c->payload_got += n;
 		}
-		if (c->hdr_got == WIRE_HDR_SIZE && c->payload_got == c->h.payload_len &&
-		    frame_complete(s, c) < 0)
-			return -1;
+		/* One frame per wake-up: our clients never pipeline (a call owns its
+		 * connection), so reading on would only earn an EAGAIN; if more is
+		 * there, the level-triggered epoll reports the socket again. */
+		if (c->hdr_got == WIRE_HDR_SIZE && c->payload_got == c->h.payload_len)
+			return frame_complete(s, c) < 0 ? -1 : 0;
 	}
 }
 

@@ -1,8 +1,13 @@
 /* transport_tcp.c — the TCP implementation of struct transport_ops.
  *
- * Sockets are non-blocking; a call that would block waits in poll() for at
- * most its timeout. TCP_NODELAY is set (requests are small and latency bound)
- * and socket buffers are enlarged for 1 MiB chunk transfers. */
+ * Client connections are blocking sockets with SO_RCVTIMEO/SO_SNDTIMEO set to
+ * the call's timeout (set again only when it changes), so a round trip is
+ * one sendmsg and usually one recvmsg: no EAGAIN-then-poll dance per call.
+ * Connecting is non-blocking with a poll() deadline. The server's sockets
+ * (tcp_sendv_fd, tcp_recv_exact_fd) are non-blocking: a call that would
+ * block waits in poll() for at most its timeout. TCP_NODELAY is set
+ * (requests are small and latency bound) and socket buffers are enlarged for
+ * 1 MiB chunk transfers. */
 #include "rpc.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +25,7 @@
 
 struct transport_conn {
 	int fd;
+	int timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO now set; 0: none yet */
 };
 
 int addr_parse(const char *addr, char *host, size_t host_cap, uint16_t *ret_port)
@@ -125,14 +131,44 @@ static int tcp_dial(const char *addr, int timeout_ms, struct transport_conn **re
 	freeaddrinfo(res);
 	if (fd < 0)
 		return fd;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
 	struct transport_conn *c = malloc(sizeof(*c));
 	if (!c) {
 		close(fd);
 		return -ENOMEM;
 	}
 	c->fd = fd;
+	c->timeout_ms = 0;
 	*ret = c;
 	return 0;
+}
+
+/* Sets the blocking socket's send and receive timeouts to timeout_ms. */
+static int set_timeouts(struct transport_conn *c, int timeout_ms)
+{
+	if (timeout_ms <= 0)
+		timeout_ms = 1;
+	if (c->timeout_ms == timeout_ms)
+		return 0;
+	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		return -errno;
+	c->timeout_ms = timeout_ms;
+	return 0;
+}
+
+/* Maps a failed blocking socket call: a timeout is EAGAIN there. */
+static int sock_err(int e)
+{
+	if (e == EAGAIN || e == EWOULDBLOCK)
+		return -ETIMEDOUT;
+	return e == EPIPE ? -ECONNRESET : -e;
 }
 
 int tcp_sendv_fd(int fd, const struct iovec *iov_in, int iovcnt, int timeout_ms)
@@ -192,15 +228,79 @@ int tcp_recv_exact_fd(int fd, void *buf, size_t len, int timeout_ms)
 	return 0;
 }
 
-static int tcp_sendv(struct transport_conn *c, const struct iovec *iov, int iovcnt,
+static int tcp_sendv(struct transport_conn *c, const struct iovec *iov_in, int iovcnt,
 		     int timeout_ms)
 {
-	return tcp_sendv_fd(c->fd, iov, iovcnt, timeout_ms);
+	struct iovec iov[8];
+	if (iovcnt > 8)
+		return -EINVAL;
+	int r = set_timeouts(c, timeout_ms);
+	if (r < 0)
+		return r;
+	memcpy(iov, iov_in, sizeof(*iov) * iovcnt);
+	struct iovec *cur = iov;
+	int64_t deadline = now_ms() + timeout_ms;
+	while (iovcnt > 0) {
+		struct msghdr msg = {.msg_iov = cur, .msg_iovlen = iovcnt};
+		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR && now_ms() < deadline)
+				continue;
+			return sock_err(errno);
+		}
+		while (iovcnt > 0 && (size_t)n >= cur->iov_len) {
+			n -= cur->iov_len;
+			cur++;
+			iovcnt--;
+		}
+		if (iovcnt > 0) {
+			cur->iov_base = (char *)cur->iov_base + n;
+			cur->iov_len -= n;
+			if (now_ms() >= deadline)
+				return -ETIMEDOUT;
+		}
+	}
+	return 0;
 }
 
-static int tcp_recv_exact(struct transport_conn *c, void *buf, size_t n, int timeout_ms)
+static int tcp_recv_exact(struct transport_conn *c, void *buf, size_t len, int timeout_ms)
 {
-	return tcp_recv_exact_fd(c->fd, buf, n, timeout_ms);
+	int r = set_timeouts(c, timeout_ms);
+	if (r < 0)
+		return r;
+	size_t got = 0;
+	int64_t deadline = now_ms() + timeout_ms;
+	while (got < len) {
+		ssize_t n = recv(c->fd, (char *)buf + got, len - got, MSG_WAITALL);
+		if (n > 0) {
+			got += n;
+		} else if (n == 0) {
+			return -ECONNRESET;
+		} else if (errno != EINTR) {
+			return sock_err(errno);
+		}
+		if (got < len && now_ms() >= deadline)
+			return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+static ssize_t tcp_recvv(struct transport_conn *c, struct iovec *iov, int iovcnt, int timeout_ms)
+{
+	int r = set_timeouts(c, timeout_ms);
+	if (r < 0)
+		return r;
+	int64_t deadline = now_ms() + timeout_ms;
+	for (;;) {
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = iovcnt};
+		ssize_t n = recvmsg(c->fd, &msg, 0);
+		if (n > 0)
+			return n;
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno != EINTR || now_ms() >= deadline)
+			return sock_err(errno);
+	}
 }
 
 static bool tcp_hung_up(struct transport_conn *c)
@@ -223,6 +323,7 @@ const struct transport_ops transport_tcp = {
 	.dial = tcp_dial,
 	.sendv = tcp_sendv,
 	.recv_exact = tcp_recv_exact,
+	.recvv = tcp_recvv,
 	.hung_up = tcp_hung_up,
 	.close = tcp_close,
 };

@@ -110,12 +110,13 @@ for c in $CONCS; do
   measure api "$work/sd.sock" bb "$c" "$SECS"
 done
 for c in $FN_CONCS; do
+  case " $CONCS " in *" $c "*) ;; *) measure spawn "$c" "$SECS" ;; esac
   measure fncall "$work/sd.sock" py cmd "$c" "$SECS"
   measure fncall "$work/sd.sock" py python "$c" "$SECS"
   "$BENCH" spawn "$c" "$SECS" /usr/bin/python3 -I -c 'x = 1' |
     sed 's/^RESULT spawn_/RESULT spawnpy_/' | tee -a "$res" >&2
 done
-measure mem "$work/sd.sock" bb "$MEM_N"
+measure mem "$work/sd.sock" bb "$MEM_N" "$sd_pid"
 measure memspawn "$MEM_N"
 
 # ---- report ----------------------------------------------------------------
@@ -143,13 +144,16 @@ for c in $FN_CONCS; do
   line "fncall python    conc $c" "fncall_python_c$c" "spawn python3 -c" "spawnpy_c$c"
 done
 echo
-echo "== memory with $MEM_N idle container sandboxes (MemTotal - MemAvailable; noisy when others run)"
-printf '%-28s %9s KiB | %-20s %9s KiB | %s\n' "host memory per sandbox" "$(get mem_per_sandbox 3)" \
-  "per idle sleep proc" "$(get mem_per_process 3)" \
-  "$(ratio "$(get mem_per_sandbox 3)" "$(get mem_per_process 3)")"
+echo "== memory with $MEM_N idle container sandboxes (cgroup: charged to their memory cgroups, exact;"
+echo "   host: change of MemTotal - MemAvailable, meaningless while others build; baseline: $MEM_N idle 'sleep' processes)"
+printf '%-28s %9s KiB | %-20s %9s KiB | %s\n' "memory per sandbox (cgroup)" "$(get mem_cg_per_sandbox 3)" \
+  "per sleep (cgroup)" "$(get mem_cg_per_process 3)" \
+  "$(ratio "$(get mem_cg_per_sandbox 3)" "$(get mem_cg_per_process 3)")"
+printf '%-28s %9s KiB | %-20s %9s KiB | %s\n' "memory per sandbox (host)" "$(get mem_host_per_sandbox 3)" \
+  "per sleep (host)" "$(get mem_host_per_process 3)" \
+  "$(ratio "$(get mem_host_per_sandbox 3)" "$(get mem_host_per_process 3)")"
 printf '%-28s %9s MiB | %-20s %9s MiB | %s\n' "sandboxd RSS" "$(get sandboxd_rss 3)" \
   "goal" "100" "$(ratio "$(get sandboxd_rss 3)" 100)"
-
 echo
 echo "== goals"
 goal() { awk -v v="$2" -v g="$3" -v op="$4" -v n="$1" 'BEGIN {

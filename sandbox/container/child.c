@@ -22,7 +22,9 @@
  * The staged agent then waits; START (agent_stage.c) mounts the overlay root,
  * moves /proc, /dev and /sys into it, chroots and drops privileges. Every
  * mount lives in the sandbox's mount namespace and goes with it: teardown
- * unmounts nothing. The child must not allocate (see child_args). */
+ * unmounts nothing. The child must not allocate (see child_args), and must
+ * write no global memory: on cgroup v1 it shares its parent's memory until
+ * it execs (sandbox.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -70,7 +72,11 @@ const char *child_step_name(int step)
 	return step > 0 && step < ST_MAX && names[step] ? names[step] : "unknown step";
 }
 
-static int g_err_fd = -1;
+/* Thread-local, not global: the child may run in its parent's memory
+ * (CLONE_VM|CLONE_VFORK, see sandbox.c), where it uses the TLS of the pool
+ * thread that cloned it (suspended meanwhile) while other pool threads
+ * stage their own children. */
+static __thread int g_err_fd = -1;
 
 static _Noreturn void fail(int step)
 {
@@ -102,7 +108,7 @@ static int bind_ro(const char *p)
 
 static void setup_root(const struct child_args *a)
 {
-	static const char *const dirs[] = {"/u", "/w", "/m", "/lower", "/proc", "/dev", "/sys"};
+	static const char *const dirs[] = {"/u", "/w", "/m", "/lower", "/proc", "/dev", "/sys", "/e"};
 	TRY(ST_PRIVATE, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
 	TRY(ST_TMPFS, mount("tmpfs", a->staging, "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts));
 	TRY(ST_PIVOT, chdir(a->staging));
@@ -111,6 +117,18 @@ static void setup_root(const struct child_args *a)
 	TRY(ST_PIVOT, chdir("/"));
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
 		TRY(ST_TMPFS, mkdir(dirs[i], 0755));
+	/* /e: one empty read-only tmpfs, bound over every masked directory of
+	 * /proc and /sys (a bind mount is much cheaper to make and to tear
+	 * down than a tmpfs superblock each; the flags of /e travel with the
+	 * binds). It stays outside the sandbox's chroot. */
+	TRY(ST_TMPFS, mount("tmpfs", "/e", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			    "size=0,mode=555"));
+}
+
+/* Masks a directory with the empty read-only /e (absent targets are fine). */
+static int mask_dir(const char *dir)
+{
+	return mount_opt("/e", dir, NULL, MS_BIND, NULL);
 }
 
 static void setup_dev(void)
@@ -159,7 +177,7 @@ static void setup_proc(void)
 	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
 		TRY(ST_PROC, mount_opt("/dev/null", masked[i], NULL, MS_BIND, NULL));
 	for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++)
-		TRY(ST_PROC, mount_opt("tmpfs", masked_dirs[i], "tmpfs", MS_RDONLY, "size=0"));
+		TRY(ST_PROC, mask_dir(masked_dirs[i]));
 	for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
 		TRY(ST_PROC, bind_ro(ro[i]));
 }
@@ -171,7 +189,7 @@ static void setup_sys(void)
 	TRY(ST_SYS,
 	    mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
 	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
-		TRY(ST_SYS, mount_opt("tmpfs", masked[i], "tmpfs", MS_RDONLY, "size=0"));
+		TRY(ST_SYS, mask_dir(masked[i]));
 }
 
 /* fd 0-2 /dev/null, 3 socket, 4 seccomp program (inherited by the agent),

@@ -25,10 +25,12 @@
 #include <inttypes.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -47,6 +49,7 @@
 #endif
 #define STAGE_TMPFS_OPTS "size=256m,nr_inodes=131072,mode=755"
 #define START_TIMEOUT_MS 10000
+#define CHILD_STACK_SIZE (256u << 10) /* the staging child (child.c) before its exec */
 
 static int check_config(const struct sbx_config *c)
 {
@@ -125,6 +128,50 @@ static void fill_args(struct sbx *s, struct child_args *a)
 		a->procs_fd[i] = s->cg && rt->cg.version == 1 ? s->cg->procs_fd[i] : -1;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define STRATA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STRATA_ASAN 1
+#endif
+#endif
+#ifdef STRATA_ASAN
+#include <sanitizer/asan_interface.h>
+#define ASAN_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#else
+#define ASAN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* The child of clone_vm, on its own stack in our memory. */
+static int child_vm(void *arg)
+{
+	child_main(arg);
+}
+
+/* Like fork (new namespaces, no SIGCHLD), but the child runs in our memory
+ * until it execs the agent, as posix_spawn's child does: no copy of the
+ * page tables of a large multi-threaded host (sandboxd), no copy-on-write
+ * faults and TLB shootdowns in its other threads afterwards. CLONE_VFORK
+ * suspends this thread until the exec (or the child's failure), so the
+ * child may use this thread's TLS and the args on its stack; child.c writes
+ * no global memory. Returns the pid (pidfd in *ret_pidfd), or -1 and errno. */
+static long clone_vm(uint64_t flags, int *ret_pidfd, struct child_args *a)
+{
+	size_t size = CHILD_STACK_SIZE;
+	char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -1;
+	long pid = clone(child_vm, stack + size, (int)(flags | CLONE_VM | CLONE_VFORK), a,
+			 ret_pidfd);
+	int e = errno;
+	/* The child's frames left ASan's shadow of this stack poisoned. */
+	ASAN_UNPOISON(stack, size);
+	munmap(stack, size);
+	errno = e;
+	return pid;
+}
+
 static int clone_child(struct sbx *s, struct child_args *a)
 {
 	int sp[2], ep[2];
@@ -144,13 +191,16 @@ static int clone_child(struct sbx *s, struct child_args *a)
 	    .pidfd = (uint64_t)(uintptr_t)&s->pidfd,
 	    .exit_signal = 0, /* not SIGCHLD: a waitpid(-1) elsewhere cannot reap it */
 	};
+	long pid;
 	if (s->rt->cg.version == 2) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)s->cg->dir_fd[0];
+		pid = syscall(SYS_clone3, &ca, sizeof(ca));
+		if (pid == 0)
+			child_main(a);
+	} else {
+		pid = clone_vm(ca.flags, &s->pidfd, a);
 	}
-	long pid = syscall(SYS_clone3, &ca, sizeof(ca));
-	if (pid == 0)
-		child_main(a);
 	int r = pid < 0 ? -errno : 0;
 	close(sp[1]);
 	close(ep[1]);
@@ -417,6 +467,10 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (s->pidfd < 0)
 		r = -errno;
+	/* A pidfd is readable once its process exited: a zombie (not reaped
+	 * yet, e.g. by the thread that finishes a destroy) is gone as well. */
+	if (r == 0 && poll(&(struct pollfd){.fd = s->pidfd, .events = POLLIN}, 1, 0) > 0)
+		r = -ESRCH;
 	if (r == 0)
 		r = connect_agent(pid, &s->ctl);
 	if (r == 0)

@@ -14,7 +14,8 @@
  *
  * It is compiled once per runtime with libseccomp and exported as a BPF
  * program into a sealed memfd; the staged agent reads it and loads it at
- * START (one prctl), so the agent needs no libseccomp. Only the native
+ * START (one prctl), so the agent needs no libseccomp. The program is a
+ * binary tree over syscall numbers (libseccomp's optimize level 2). Only the native
  * architecture is allowed; other ABIs (i386, x32) are killed. */
 #include <errno.h>
 #include <fcntl.h>
@@ -390,6 +391,12 @@ int seccomp_build(int *ret_fd)
 	int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
 	if (r == 0)
 		r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* the agent sets it itself */
+	/* A binary tree over syscall numbers instead of a linear chain: a
+	 * syscall costs ~9 comparisons instead of up to ~350, and loading the
+	 * filter is cheaper too (the kernel emulates it once per syscall number
+	 * to build its action cache, with interrupts off). */
+	if (r == 0)
+		r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	if (r == 0)
 		r = add_allow_list(ctx);
 	if (r == 0)

@@ -150,7 +150,7 @@ void sbx_release(struct sbx *s);
  * remembers it): connects to the agent through /proc/<pid>/root/.. (a unix
  * socket outside the sandbox's root, which only processes outside the
  * sandbox may use), reads its HELLO and finds its cgroups. Returns 0 and
- * *ret; -ESRCH (no such process), -ENOTCONN (not a persistent agent),
+ * *ret; -ESRCH (no such process, or it exited), -ENOTCONN (not a persistent agent),
  * -ESTALE (not in this runtime's cgroups), -ETIMEDOUT. A running exec of the
  * previous host is not reattached (its output is dropped; it runs on). */
 int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);

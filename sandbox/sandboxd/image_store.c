@@ -42,6 +42,8 @@ struct sbd_imgstore {
 	char home[PATH_MAX], cache[PATH_MAX], markers[PATH_MAX];
 	struct img_store *store; /* NULL until the cluster's store is reachable */
 	struct sbd_image *list;	 /* store images this sandboxd knows */
+	int64_t linger_ms;
+	dev_t fuse_dev; /* device of the store's mount when it was opened */
 };
 
 static int fmt(char *buf, size_t cap, const char *f, const char *a, const char *b)
@@ -155,6 +157,8 @@ static struct sbd_imgstore *st_get(struct sandboxd *d)
 	int r = mkdir_p(g->markers);
 	if (r < 0)
 		log_warn_errno(r, "Failed to create %s", g->markers);
+	const char *l = getenv("STRATA_SANDBOXD_IMAGE_LINGER_S"); /* tests */
+	g->linger_ms = (l && l[0] ? strtoll(l, NULL, 10) : IMAGES_LINGER_S) * 1000;
 	load_markers(g);
 	d->imgstore = g;
 	return g;
@@ -192,11 +196,13 @@ static int st_open(struct sbd_imgstore *g, char *why, size_t cap)
 	 * cluster is down (that would write into the bare directory). */
 	if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		int r = errno == ENOTCONN ? -ENOTCONN : -ENOENT;
-		snprintf(why, cap, "no image store at %s (%s; start the cluster with strata up --home %s)",
+		snprintf(why, cap,
+			 "no image store at %s (%s; start the cluster with strata up --home %s)",
 			 root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
 			 g->home);
 		return r;
 	}
+	g->fuse_dev = st.st_dev;
 	int r = img_store_open(root, &g->store);
 	if (r < 0)
 		snprintf(why, cap, "cannot open the image store at %s: %s", root, strerror(-r));
@@ -307,8 +313,8 @@ static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
 	if (r < 0)
 		log_warn("image %.12s: releasing the node mount: %s", im->hex, e.msg);
 	else
-		log_info("image %.12s: node reference dropped (unused for %d s)", im->hex,
-			 IMAGES_LINGER_S);
+		log_info("image %.12s: node reference dropped (%lld sandboxes on it)", im->hex,
+			 (long long)im->users);
 	im->held = false;
 	marker_set(g, im->hex, false);
 }
@@ -327,11 +333,35 @@ static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], char *
 	}
 	r = img_store_resolve(g->store, ref, hex, &e);
 	if (r == -ENOENT)
-		snprintf(why, cap, "image '%s' is neither registered on this node nor in the image "
-			 "store (strata image ls)", ref);
+		snprintf(why, cap,
+			 "image '%s' is neither registered on this node nor in the image "
+			 "store (strata image ls)",
+			 ref);
 	else if (r < 0)
-		snprintf(why, cap, "image reference '%s': %s", ref, e.msg[0] ? e.msg : strerror(-r));
+		snprintf(why, cap, "image reference '%s': %s", ref,
+			 e.msg[0] ? e.msg : strerror(-r));
 	return r;
+}
+
+/* A mounted image that ref named a moment ago (a hot path: no round trip
+ * through the FUSE mount for every sandbox). */
+static struct sbd_image *cached(struct sbd_imgstore *g, const char *ref)
+{
+	int64_t now = sbd_now_ms();
+	for (struct sbd_image *im = g->list; im; im = im->next)
+		if (im->held && im->last_ref && now - im->last_ref_ms < IMAGES_REF_CACHE_MS &&
+		    !strcmp(im->last_ref, ref))
+			return im;
+	return NULL;
+}
+
+static void remember(struct sbd_image *im, const char *ref)
+{
+	if (!im->last_ref || strcmp(im->last_ref, ref)) {
+		free(im->last_ref);
+		im->last_ref = strdup(ref);
+	}
+	im->last_ref_ms = sbd_now_ms();
 }
 
 int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
@@ -346,12 +376,18 @@ int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, 
 	char hex[65];
 	if (!g)
 		return -ENOMEM;
+	if ((im = cached(g, ref))) {
+		im->users++;
+		*ret = im;
+		return 0;
+	}
 	int r = resolve(g, ref, hex, why, cap);
 	if (r < 0)
 		return r;
 	im = entry_find(g, hex) ?: entry_new(g, hex);
 	if (!im)
 		return -ENOMEM;
+	remember(im, ref);
 	if (!im->config_loaded)
 		load_config(g, im);
 	if (!im->held && (r = hold(g, im, why, cap)) < 0)
@@ -400,14 +436,34 @@ void images_adopted(struct sandboxd *d, const char *rootfs)
 			       hex, why);
 }
 
+/* After a restart of strata-fuse (a new mount, a new device) the image
+ * mounts made over the old one cannot read their blobs: give their node
+ * references back, so that the next sandbox mounts them afresh. */
+static void check_fuse(struct sbd_imgstore *g)
+{
+	struct stat st;
+	if (stat(img_store_root(g->store), &st) < 0 || st.st_dev == g->fuse_dev)
+		return;
+	log_warn("the strata mount was replaced (strata-fuse restarted): renewing image mounts");
+	g->fuse_dev = st.st_dev;
+	for (struct sbd_image *im = g->list; im; im = im->next)
+		if (im->held)
+			unhold(g, im);
+}
+
 void images_tick(struct sandboxd *d)
 {
 	struct sbd_imgstore *g = d->imgstore;
 	int64_t now = sbd_now_ms();
+	bool any = false;
 	char why[512];
 	for (struct sbd_image *im = g ? g->list : NULL; im; im = im->next)
-		if (im->held && im->users == 0 && now - im->idle_since_ms >= IMAGES_LINGER_S * 1000 &&
-		    st_open(g, why, sizeof(why)) == 0)
+		any |= im->held;
+	if (!any || st_open(g, why, sizeof(why)) < 0)
+		return;
+	check_fuse(g);
+	for (struct sbd_image *im = g->list; im; im = im->next)
+		if (im->held && im->users == 0 && now - im->idle_since_ms >= g->linger_ms)
 			unhold(g, im);
 }
 

@@ -48,6 +48,7 @@ void image_free(struct sbd_image *im)
 	strv_free(im->cmd);
 	free(im->cwd);
 	free(im->user);
+	free(im->last_ref);
 	free(im);
 }
 

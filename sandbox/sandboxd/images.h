@@ -33,8 +33,11 @@
 
 #include "json.h"
 
-#define IMAGES_LINGER_S 30
+#define IMAGES_LINGER_S 30	    /* $STRATA_SANDBOXD_IMAGE_LINGER_S overrides (tests) */
 #define IMAGES_CONFIG_MAX (1 << 20) /* bytes of an OCI image config we read */
+/* A name resolved this recently is not looked up in the store again
+ * (re-pointing a name takes effect within this time). */
+#define IMAGES_REF_CACHE_MS 1000
 
 struct sandboxd;
 
@@ -45,6 +48,8 @@ struct sbd_image {
 	char **entrypoint, **cmd; /* image config, NULL-terminated, may be NULL */
 	/* store images only (hex[0] == 0 for a registered directory) */
 	char hex[65];
+	char *last_ref;	     /* the reference last resolved to it ... */
+	int64_t last_ref_ms; /* ... and when (names are cached briefly) */
 	bool config_loaded, held;
 	int64_t users;
 	int64_t idle_since_ms;

@@ -1,0 +1,175 @@
+"""strata-sandboxd on images of the cluster's image store, through the SDK.
+
+Run by test_image_store.sh, which starts a cluster, imports the busybox
+sample as busybox:latest and starts sandboxd with --home; it exports
+STRATA_IMAGE_TEST=1, STRATA_IMAGE_HEX (the image digest) and STRATA_HOME.
+Without them (e.g. the pytest run of the whole directory) every test skips.
+
+    test_image_store.py --create REF   creates a container sandbox, writes
+                                       /tmp/keep in it and prints its id
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+if os.environ.get("STRATA_IMAGE_TEST") != "1" and __name__ != "__main__":
+    pytest.skip("run by test_image_store.sh (needs a cluster with an imported image)",
+                allow_module_level=True)
+
+import strata  # noqa: E402
+from strata import Sandbox  # noqa: E402
+from strata._http import Client  # noqa: E402
+
+HOME = os.environ.get("STRATA_HOME", "")
+HEX = os.environ.get("STRATA_IMAGE_HEX", "")
+IMG_ROOT = os.path.join(HOME, "cache", "images", HEX, "root")
+LINGER_S = int(os.environ.get("STRATA_SANDBOXD_IMAGE_LINGER_S", "30"))
+
+
+def agent_pid(sb):
+    p = os.path.join(HOME, "sandboxd", "sandboxes", sb.id, "state.json")
+    with open(p) as f:
+        return json.load(f)["backend_state"]["agent_pid"]
+
+
+def staging(sb, leaf):
+    """A path in the sandbox's staging root (outside its chroot): /u is its
+    writable layer, /lower the image tree below its overlay."""
+    return "/proc/%d/root/../%s" % (agent_pid(sb), leaf)
+
+
+def erofs_mounts_at(path):
+    n = 0
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            sep = parts.index("-")
+            if parts[4] == path and parts[sep + 1] == "erofs":
+                n += 1
+    return n
+
+
+def users():
+    try:
+        with open(os.path.join(HOME, "cache", "images", HEX, "users")) as f:
+            return int(f.read().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def store_image(name):
+    for im in Client().call("GET", "/v1/images")["images"]:
+        if im.get("source") == "store" and im["name"] == name:
+            return im
+    return None
+
+
+def wait_unmounted():
+    deadline = time.monotonic() + LINGER_S + 10
+    while time.monotonic() < deadline:
+        if erofs_mounts_at(IMG_ROOT) == 0 and users() == 0:
+            return
+        time.sleep(0.5)
+    pytest.fail("the image mount is still there %d s after its last sandbox" % (LINGER_S + 10))
+
+
+def test_create_exec_from_store_ref():
+    with Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120) as sb:
+        assert sb.info["image"] == "busybox:latest"
+        r = sb.exec(["sh", "-c", "echo hi; pwd; echo $STRATA_SAMPLE; id -u"], timeout=30)
+        assert r.exit_code == 0, r
+        # The image config is the default: WorkingDir /app, Env, User 0:0.
+        assert r.stdout.split() == ["hi", "/app", "busybox", "0"], r.stdout
+        assert sb.info["cwd"] == "/app"
+        assert sb.info["env"].get("STRATA_SAMPLE") == "busybox"
+        sb.files.write("/tmp/x", b"data")
+        assert sb.files.read("/tmp/x") == b"data"
+
+
+def test_two_sandboxes_share_one_mount():
+    a = Sandbox.create("busybox", backend="container", memory_mb=128, ttl=120)
+    b = Sandbox.create("sha256:" + HEX, backend="container", memory_mb=128, ttl=120)
+    try:
+        assert erofs_mounts_at(IMG_ROOT) == 1
+        assert users() == 1  # sandboxd holds one node reference for both
+        node_dev = os.stat(IMG_ROOT).st_dev
+        for sb in (a, b):
+            assert os.stat(staging(sb, "lower")).st_dev == node_dev
+        im = store_image("busybox:latest")
+        assert im and im["mounted"] and im["sandboxes"] == 2, im
+        assert im["cmd"] == ["/app/hello.sh"], im
+        # Each has its own writable layer.
+        assert a.exec(["sh", "-c", "echo A > /tmp/only-a"], timeout=30).exit_code == 0
+        assert os.path.exists(staging(a, "u/tmp/only-a"))
+        assert not os.path.exists(staging(b, "u/tmp/only-a"))
+        assert b.exec(["cat", "/tmp/only-a"], timeout=30).exit_code != 0
+        ua, ub = os.stat(staging(a, "u")), os.stat(staging(b, "u"))
+        assert (ua.st_dev, ua.st_ino) != (ub.st_dev, ub.st_ino)
+        # The image itself is unchanged.
+        assert not os.path.exists(os.path.join(IMG_ROOT, "tmp", "only-a"))
+    finally:
+        a.kill()
+        b.kill()
+    assert store_image("busybox:latest")["sandboxes"] == 0
+    wait_unmounted()
+
+
+def test_fncall_from_store_ref():
+    with Sandbox.create("busybox:latest", backend="fncall") as sb:
+        r = sb.exec(["sh", "-c", "cat /etc/hostname 2>/dev/null; echo ok"], timeout=30)
+        assert r.exit_code == 0 and r.stdout.strip().endswith("ok"), r
+
+
+def test_unknown_image():
+    with pytest.raises(strata.ImageNotFound) as ei:
+        Sandbox.create("no-such-image:latest", backend="container")
+    assert "no-such-image" in str(ei.value)
+    with pytest.raises(strata.ImageNotFound):
+        Sandbox.create("sha256:" + "0" * 64, backend="container")
+
+
+def test_fuse_replaced_renews_mount():
+    """strata-fuse restarted under a mounted image: sandboxd gives the stale
+    mount back and the next sandbox gets a fresh one that reads."""
+    a = Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120)
+    try:
+        old_dev = os.stat(IMG_ROOT).st_dev
+        fuse_pid = int(open(os.path.join(HOME, "run", "fuse.pid")).read())
+        os.kill(fuse_pid, 9)
+        strata = os.path.join(os.environ["STRATA_BIN"], "strata")
+        subprocess.run([strata, "up", "--home", HOME], check=True, stdout=subprocess.DEVNULL)
+        time.sleep(2.5)  # sandboxd notices the new mount within a tick
+        with Sandbox.create("busybox:latest", backend="container", memory_mb=128) as b:
+            r = b.exec(["sh", "-c", "busybox | head -1 && md5sum /bin/busybox"], timeout=30)
+            assert r.exit_code == 0 and "BusyBox" in r.stdout, r
+            assert os.stat(IMG_ROOT).st_dev != old_dev
+    finally:
+        a.kill()
+    wait_unmounted()
+
+
+def test_restart_readopts():
+    sid = os.environ.get("STRATA_SANDBOX_ID")
+    if not sid:
+        pytest.skip("needs a sandbox made before a sandboxd restart")
+    sb = Sandbox.connect(sid)
+    r = sb.exec(["cat", "/tmp/keep"], timeout=30)
+    assert r.exit_code == 0 and r.stdout == "kept\n", r
+    assert erofs_mounts_at(IMG_ROOT) == 1 and users() == 1
+    im = store_image("busybox:latest")
+    assert im and im["sandboxes"] == 1, im
+    sb.kill()
+    wait_unmounted()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--create":
+        s = Sandbox.create(sys.argv[2], backend="container", memory_mb=128, ttl=300)
+        s.files.write("/tmp/keep", b"kept\n")
+        print(s.id)
+        sys.exit(0)
+    sys.exit("usage: test_image_store.py --create REF")

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# tests/sandboxd/test_image_store.sh — strata-sandboxd on images of the
+# cluster's image store, end to end: a single-node cluster
+# (tests/lib/cluster.sh), the busybox sample imported as busybox:latest,
+# strata-sandboxd started against the cluster's home (--home), then the
+# Python checks of test_image_store.py through the SDK (container sandboxes
+# from store references, one shared image mount, an upper dir each, the image
+# config as defaults, ImageNotFound, the node reference dropped after use,
+# re-adoption by a restarted sandboxd).
+#
+# The trap deletes every sandbox through the API, stops sandboxd, kills any
+# agent left (by the pids in the state files), unmounts image mounts and then
+# tears the cluster down.
+set -euo pipefail
+: "${STRATA_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
+. "$STRATA_SRC/tests/lib/cluster.sh"
+. "$STRATA_SRC/tests/image/lib.sh"
+
+export STRATA_BIN
+[ -x "$STRATA_BIN/strata-sandboxd" ] || cluster_skip "strata-sandboxd is not built"
+SBD_PID=""
+LINGER_S=2
+export STRATA_SANDBOXD_IMAGE_LINGER_S=$LINGER_S
+
+# Deletes every sandbox through the API (quietly; sandboxd may be gone).
+sandboxd_delete_all() {
+	[ -S "$STRATA_HOME/run/sandboxd.sock" ] || return 0
+	PYTHONPATH="$STRATA_SRC/sdk/python" timeout 60 $PY -c '
+import strata
+for sb in strata.Sandbox.list():
+    try:
+        sb.kill()
+    except Exception as e:
+        print("cleanup: %s: %s" % (sb.id, e))
+' >&2 2>&1 || true
+}
+
+sandboxd_stop() {
+	[ -n "$SBD_PID" ] || return 0
+	kill -TERM "$SBD_PID" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$SBD_PID" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$SBD_PID" 2>/dev/null || true
+	wait "$SBD_PID" 2>/dev/null || true
+	SBD_PID=""
+}
+
+# Agents of sandboxes no sandboxd deleted (state files name their pids).
+kill_left_agents() {
+	local f pid
+	for f in "$STRATA_HOME"/sandboxd/sandboxes/*/state.json; do
+		[ -f "$f" ] || continue
+		pid=$(grep -o '"agent_pid":[0-9]*' "$f" | cut -d: -f2) || continue
+		[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+	done
+}
+
+cleanup() {
+	local rc=$?
+	set +e
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && [ -f "$STRATA_HOME/log/sandboxd-test.log" ]; then
+		echo "----- last lines of sandboxd-test.log -----" >&2
+		tail -n 40 "$STRATA_HOME/log/sandboxd-test.log" >&2
+	fi
+	sandboxd_delete_all
+	sandboxd_stop
+	kill_left_agents
+	image_cleanup_mounts
+	(exit $rc)
+	cluster_teardown
+}
+
+# True when `strata up` runs strata-sandboxd itself (status lists it).
+cli_runs_sandboxd() {
+	local st
+	st=$(strata_cli status --json 2>/dev/null) || true
+	case "$st" in *'"name":"sandboxd"'*) return 0 ;; esac
+	return 1
+}
+
+wait_socket() {
+	for _ in $(seq 300); do
+		$PY -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' \
+			"$STRATA_HOME/run/sandboxd.sock" 2>/dev/null && return 0
+		kill -0 "$SBD_PID" 2>/dev/null || cluster_fail "strata-sandboxd exited at start"
+		sleep 0.1
+	done
+	cluster_fail "strata-sandboxd did not accept on its socket in 30 s"
+}
+
+# Starts sandboxd: through `strata up` when the CLI manages it, else here.
+sandboxd_start() {
+	mkdir -p "$STRATA_HOME/log"
+	if cli_runs_sandboxd; then
+		strata_cli up >/dev/null
+		SBD_PID=$(cluster_pid sandboxd)
+	else
+		rm -f "$STRATA_HOME/run/sandboxd.sock"
+		"$STRATA_BIN/strata-sandboxd" --home "$STRATA_HOME" \
+			>>"$STRATA_HOME/log/sandboxd-test.log" 2>&1 &
+		SBD_PID=$!
+	fi
+	wait_socket
+}
+
+image_setup
+trap cleanup EXIT
+
+cluster_log "importing the busybox sample as busybox:latest"
+out=$(strata_cli image import "$BUSYBOX" --name busybox:latest --json)
+HEX=$(json_get "$out" digest)
+HEX=${HEX#sha256:}
+[ ${#HEX} -eq 64 ] || cluster_fail "import printed no digest: $out"
+
+sandboxd_start
+cluster_log "strata-sandboxd up (pid $SBD_PID)"
+
+export STRATA_IMAGE_TEST=1 STRATA_IMAGE_HEX="$HEX" STRATA_HOME
+export PYTHONPATH="$STRATA_SRC/sdk/python"
+$PY -m pytest -q -p no:cacheprovider -rs -k "not readopts" "$STRATA_SRC/tests/sandboxd/test_image_store.py"
+
+# Restart: a sandbox on a store image survives a sandboxd restart, and the
+# new sandboxd takes over the node reference (no second mount, no leak).
+cluster_log "restarting strata-sandboxd with a live sandbox"
+sbid=$($PY "$STRATA_SRC/tests/sandboxd/test_image_store.py" --create busybox)
+sandboxd_stop
+sandboxd_start
+STRATA_SANDBOX_ID=$sbid $PY -m pytest -q -p no:cacheprovider -rs -k "readopts" \
+	"$STRATA_SRC/tests/sandboxd/test_image_store.py"
+
+if cli_runs_sandboxd; then
+	cluster_log "strata down with a live sandbox and image mounts: nothing left"
+	sbid=$($PY "$STRATA_SRC/tests/sandboxd/test_image_store.py" --create busybox)
+	pid=$(grep -o '"agent_pid":[0-9]*' "$STRATA_HOME/sandboxd/sandboxes/$sbid/state.json" | cut -d: -f2)
+	mkdir -p "$IMG_WORK/ro" "$IMG_WORK/rw"
+	strata_cli image mount busybox "$IMG_WORK/ro" --record-after 0 >/dev/null
+	strata_cli image mount busybox "$IMG_WORK/rw" --writable --record-after 0 >/dev/null
+	strata_cli down >/dev/null
+	SBD_PID=""
+	left=$(_cluster_mounts_under "$CLUSTER_TMP")
+	[ -z "$left" ] || cluster_fail "mounts left after strata down: $left"
+	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -0 "$pid" 2>/dev/null && cluster_fail "the sandbox's agent (pid $pid) outlived strata down"
+	ls "$STRATA_HOME"/mnt/.strata 2>/dev/null && cluster_fail "the cluster's mount is still there"
+	strata_cli up >/dev/null
+	cluster_load_env
+	leases=$(ls "$MNT/.strata/images/leases")
+	[ -z "$leases" ] || cluster_fail "leases left after strata down: $leases"
+fi
+cluster_log "OK"
