@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/run-all.sh BUILD_DIR — every benchmark, one after the other (make bench):
-# bench/fs first, then every other executable script in bench/ (each takes
+# bench/fs first, then every other executable script in bench/ and every
+# bench/*/run.sh (each takes
 # BUILD_DIR as its first argument). A failing benchmark is reported and the
 # others still run; the exit status says whether all succeeded.
 set -uo pipefail
@@ -17,5 +18,6 @@ for b in "$here"/*; do
 	fs | run-all.sh | *.c | *.md | CMakeLists.txt) continue ;;
 	esac
 	[ -f "$b" ] && [ -x "$b" ] && run "$b"
+	[ -d "$b" ] && [ -x "$b/run.sh" ] && run "$b/run.sh"
 done
 exit $rc

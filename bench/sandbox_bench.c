@@ -21,7 +21,9 @@
  *
  * The HTTP client is a minimal HTTP/1.1 one on a unix socket: one keep-alive
  * connection per thread, Content-Length or chunked answers. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <signal.h>
 #include <pthread.h>

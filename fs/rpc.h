@@ -65,7 +65,7 @@ struct rpc_server_opts {
 	rpc_handler_fn handler;
 	void *ctx;
 };
-/* Binds and starts the loop and workers. Returns 0 and *ret (owned by the
+/* Binds and starts the workers (rpc_server.c). Returns 0 and *ret (owned by the
  * caller, release with rpc_server_free), or -errno. */
 int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret);
 /* The bound port (useful with port 0). */

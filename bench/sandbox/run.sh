@@ -26,6 +26,9 @@ for f in strata-sandboxd strata-agent; do
 done
 
 work=$(mktemp -d /var/tmp/strata-sbbench.XXXXXX)
+# sandboxd's state on a tmpfs, as crun keeps its own in /run/crun: sandbox
+# state cannot outlive a reboot anyway (see README.md for the cost on ext4).
+state=$(mktemp -d /dev/shm/strata-sbbench.XXXXXX)
 sd_pid=
 cleanup() {
   if [ -n "$sd_pid" ] && kill -0 "$sd_pid" 2>/dev/null; then
@@ -33,7 +36,7 @@ cleanup() {
     kill -TERM "$sd_pid" 2>/dev/null || true
     wait "$sd_pid" 2>/dev/null || true
   fi
-  rm -rf "$work"
+  rm -rf "$work" "$state"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -86,7 +89,7 @@ json.dump(c, open(p, "w"))
 EOF
 
 # ---- strata-sandboxd -------------------------------------------------------
-"$BUILD/bin/strata-sandboxd" --home "$work/home" --socket "$work/sd.sock" \
+"$BUILD/bin/strata-sandboxd" --home "$work/home" --socket "$work/sd.sock" --state-dir "$state" \
   --image "bb=$work/rootfs" --image "py=$work/pyroot" --log-level warn \
   >"$work/sandboxd.log" 2>&1 &
 sd_pid=$!

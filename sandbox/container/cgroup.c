@@ -386,9 +386,17 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 {
 	char buf[64];
 	int n = d->version == 2 ? 1 : CG_NCTRL;
+	/* Only slots this runtime made: an adopted one has no cgroup.procs fds
+	 * to join through, and one named after a dead runtime may be swept
+	 * (removed) by the next runtime that starts while it waits here. */
+	int len = snprintf(buf, sizeof(buf), "sbx-%d-", (int)getpid());
+	if (strncmp(s->name, buf, (size_t)len) != 0)
+		return false;
 	for (int i = 0; i < n; i++) {
 		if (s->dir_fd[i] < 0)
 			continue;
+		if (d->version == 1 && s->procs_fd[i] < 0)
+			return false;
 		if (read_at(s->dir_fd[i], "cgroup.procs", buf, sizeof(buf)) != 0)
 			return false; /* a process left, or unreadable */
 	}

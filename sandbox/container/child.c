@@ -212,6 +212,11 @@ static void setup_fds(const struct child_args *a)
 	TRY(ST_FDS, syscall(SYS_close_range, 7, ~0U, 0));
 }
 
+int child_main_vm(void *arg)
+{
+	child_main(arg);
+}
+
 _Noreturn void child_main(const struct child_args *a)
 {
 	static char *const argv[] = {"strata-agent", "--stage", NULL};

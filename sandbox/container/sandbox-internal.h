@@ -85,6 +85,10 @@ struct child_args {
 /* Runs in the child; never returns. On failure writes {step, errno} to
  * err_fd and exits 127. */
 _Noreturn void child_main(const struct child_args *a);
+/* child_main for clone(CLONE_VM): runs on its own stack in its parent's
+ * memory. child.c is compiled without ASan, whose no-return bookkeeping
+ * would otherwise see a foreign stack. */
+int child_main_vm(void *arg);
 /* Names a failing child step for messages. */
 const char *child_step_name(int step);
 

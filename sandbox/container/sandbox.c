@@ -142,12 +142,6 @@ static void fill_args(struct sbx *s, struct child_args *a)
 #define ASAN_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-/* The child of clone_vm, on its own stack in our memory. */
-static int child_vm(void *arg)
-{
-	child_main(arg);
-}
-
 /* Like fork (new namespaces, no SIGCHLD), but the child runs in our memory
  * until it execs the agent, as posix_spawn's child does: no copy of the
  * page tables of a large multi-threaded host (sandboxd), no copy-on-write
@@ -162,10 +156,11 @@ static long clone_vm(uint64_t flags, int *ret_pidfd, struct child_args *a)
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (stack == MAP_FAILED)
 		return -1;
-	long pid = clone(child_vm, stack + size, (int)(flags | CLONE_VM | CLONE_VFORK), a,
+	long pid = clone(child_main_vm, stack + size, (int)(flags | CLONE_VM | CLONE_VFORK), a,
 			 ret_pidfd);
 	int e = errno;
-	/* The child's frames left ASan's shadow of this stack poisoned. */
+	/* child.c is built without ASan; anything it called that is
+	 * instrumented may have left the shadow of this stack poisoned. */
 	ASAN_UNPOISON(stack, size);
 	munmap(stack, size);
 	errno = e;

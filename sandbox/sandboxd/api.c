@@ -684,8 +684,14 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 {
 	const struct json *cmd = json_get(j, "cmd"), *py = json_get(j, "python");
 	struct sbd_exec_req *q = &a->req;
-	if (!!cmd == !!py) {
+	if (cmd && py) {
 		snprintf(why, cap, "give exactly one of 'cmd' and 'python'");
+		return -EINVAL;
+	}
+	/* Neither: the image's own command (OCI Entrypoint + Cmd), if it has one. */
+	if (!cmd && !py && !(a->argv = images_default_cmd(d, sb->rootfs))) {
+		snprintf(why, cap,
+			 "give one of 'cmd' and 'python' (the image has no Entrypoint or Cmd)");
 		return -EINVAL;
 	}
 	int r = cmd ? parse_cmd(cmd, &a->argv, why, cap) : 0;

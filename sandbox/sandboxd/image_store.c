@@ -406,6 +406,19 @@ void images_release(struct sandboxd *d, const char *rootfs)
 		im->idle_since_ms = sbd_now_ms();
 }
 
+struct sbd_image *images_by_rootfs(struct sandboxd *d, const char *rootfs)
+{
+	char why[512];
+	for (struct sbd_image *im = rootfs ? d->images : NULL; im; im = im->next)
+		if (!strcmp(im->rootfs, rootfs))
+			return im;
+	struct sbd_imgstore *g = d->imgstore;
+	struct sbd_image *im = g ? entry_by_rootfs(g, rootfs) : NULL;
+	if (im && !im->config_loaded && st_open(g, why, sizeof(why)) == 0)
+		load_config(g, im); /* an image known from re-adoption only */
+	return im;
+}
+
 /* "<cache>/<hex>/root" -> hex, else false. */
 static bool hex_of_rootfs(const struct sbd_imgstore *g, const char *rootfs, char hex[65])
 {

@@ -126,6 +126,8 @@ static int load_one(struct sandboxd *d, int dfd, const char *fname)
 		im->name = strdup(name);
 		im->rootfs = strdup(root);
 		im->env = json_get(j, "env") ? images_str_array(json_get(j, "env"), true) : NULL;
+		im->entrypoint = images_str_array(json_get(j, "entrypoint"), false);
+		im->cmd = images_str_array(json_get(j, "cmd"), false);
 		const char *cwd = json_cstr(json_get(j, "cwd")),
 			   *user = json_cstr(json_get(j, "user"));
 		im->cwd = cwd ? strdup(cwd) : NULL;
@@ -153,6 +155,27 @@ int images_load_dir(struct sandboxd *d, const char *dir)
 	}
 	closedir(dp);
 	return count;
+}
+
+static size_t strv_len(char **v)
+{
+	size_t n = 0;
+	while (v && v[n])
+		n++;
+	return n;
+}
+
+char **images_default_cmd(struct sandboxd *d, const char *rootfs)
+{
+	struct sbd_image *im = images_by_rootfs(d, rootfs);
+	size_t ne = im ? strv_len(im->entrypoint) : 0, nc = im ? strv_len(im->cmd) : 0, k = 0;
+	char **v = ne + nc ? calloc(ne + nc + 1, sizeof(char *)) : NULL;
+	for (size_t i = 0; v && i < ne + nc; i++)
+		if (!(v[k++] = strdup(i < ne ? im->entrypoint[i] : im->cmd[i - ne]))) {
+			strv_free(v);
+			return NULL;
+		}
+	return v;
 }
 
 struct sbd_image *images_find(struct sandboxd *d, const char *name)

@@ -88,6 +88,12 @@ void images_release(struct sandboxd *d, const char *rootfs);
 void images_adopted(struct sandboxd *d, const char *rootfs);
 /* Drops node references that have lingered unused; once a second. */
 void images_tick(struct sandboxd *d);
+/* The image (registered or stored) whose root is rootfs, or NULL. */
+struct sbd_image *images_by_rootfs(struct sandboxd *d, const char *rootfs);
+/* The image's own command for a sandbox with this rootfs: a new
+ * NULL-terminated copy of Entrypoint + Cmd (caller frees), or NULL if it has
+ * neither (or on allocation failure). */
+char **images_default_cmd(struct sandboxd *d, const char *rootfs);
 /* Writes {"images": [...]}: registered directories and stored images. */
 void images_to_json(struct sandboxd *d, struct jw *w);
 /* Store part of images_free. */

@@ -8,6 +8,7 @@ Without them (e.g. the pytest run of the whole directory) every test skips.
     test_image_store.py --create REF   creates a container sandbox, writes
                                        /tmp/keep in it and prints its id
 """
+import base64
 import json
 import os
 import subprocess
@@ -88,6 +89,19 @@ def test_create_exec_from_store_ref():
         assert sb.info["env"].get("STRATA_SAMPLE") == "busybox"
         sb.files.write("/tmp/x", b"data")
         assert sb.files.read("/tmp/x") == b"data"
+
+
+def test_exec_image_command():
+    """An exec with neither cmd nor python runs the image's Entrypoint + Cmd."""
+    with Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120) as sb:
+        conn, resp = Client().open("POST", "/v1/sandboxes/%s/exec" % sb.id, {}, timeout=30)
+        try:
+            events = [json.loads(line) for line in resp.read().splitlines() if line.strip()]
+        finally:
+            conn.close()
+        out = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout")
+        assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 0, events
+        assert out == b"hello from the strata busybox sample\n", out
 
 
 def test_two_sandboxes_share_one_mount():

@@ -1,0 +1,134 @@
+/* test_images.c — unit tests of strata-sandboxd's image resolution without a
+ * cluster (images.h): registered directories (--image NAME=DIR and
+ * --images-dir JSON with env, cwd, user, entrypoint, cmd), the "x" / "x:latest"
+ * alias, the image's own command, references that are neither registered nor
+ * reachable in a store (-ENOENT with a reason naming the store), and the
+ * GET /v1/images listing. The store path itself runs against a real cluster
+ * in test_image_store.sh. Exit 0 pass, 1 fail. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sandboxd.h"
+#include "testutil.h"
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void strv_free(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
+static void test_registered(struct sandboxd *d, const char *tmp)
+{
+	char spec[PATH_MAX + 16], root[PATH_MAX], jdir[PATH_MAX], json[2 * PATH_MAX];
+	snprintf(root, sizeof(root), "%s/rootfs", tmp);
+	CHECK(mkdir(root, 0755) == 0);
+	snprintf(spec, sizeof(spec), "bb=%s", root);
+	CHECK_EQ(images_add_spec(d, spec), 0);
+	CHECK_EQ(images_add_spec(d, spec), -EEXIST);
+	CHECK_EQ(images_add_spec(d, "nodir"), -EINVAL);
+	CHECK_EQ(images_add_spec(d, "x=/nonexistent/dir"), -ENOENT);
+
+	snprintf(jdir, sizeof(jdir), "%s/images", tmp);
+	CHECK(mkdir(jdir, 0755) == 0);
+	snprintf(
+	    json, sizeof(json),
+	    "{\"name\": \"py:3.11\", \"rootfs\": \"%s\", \"env\": [\"A=1\"], \"cwd\": \"/app\","
+	    " \"user\": \"app\", \"entrypoint\": [\"/bin/sh\", \"-c\"], \"cmd\": [\"echo hi\"]}",
+	    root);
+	char p[PATH_MAX + 16];
+	snprintf(p, sizeof(p), "%s/py.json", jdir);
+	write_file(p, json);
+	snprintf(p, sizeof(p), "%s/broken.json", jdir);
+	write_file(p, "{\"name\": 1}");
+	CHECK_EQ(images_load_dir(d, jdir), 1);
+
+	struct sbd_image *im = images_find(d, "bb:latest"); /* alias of "bb" */
+	CHECK(im && !strcmp(im->name, "bb") && !im->hex[0]);
+	im = images_find(d, "py:3.11");
+	CHECK(im && !strcmp(im->cwd, "/app") && !strcmp(im->user, "app"));
+	CHECK(im->env && !strcmp(im->env[0], "A=1") && !im->env[1]);
+
+	/* Acquiring a registered image takes no reference and needs no store. */
+	char why[512] = "";
+	struct sbd_image *got = NULL;
+	CHECK_EQ(images_acquire(d, "bb", &got, why, sizeof(why)), 0);
+	CHECK(got == images_find(d, "bb"));
+	images_release(d, got->rootfs); /* a no-op for a directory */
+
+	/* Both registered images share the root: the first registered wins. */
+	CHECK(images_by_rootfs(d, im->rootfs) != NULL);
+	char **cmd = images_default_cmd(d, im->rootfs);
+	struct sbd_image *owner = images_by_rootfs(d, im->rootfs);
+	if (owner == im) {
+		CHECK(cmd && !strcmp(cmd[0], "/bin/sh") && !strcmp(cmd[1], "-c") &&
+		      !strcmp(cmd[2], "echo hi") && !cmd[3]);
+	} else {
+		CHECK(cmd == NULL); /* "bb" has no command */
+	}
+	strv_free(cmd);
+	CHECK(images_default_cmd(d, "/not/a/root") == NULL);
+}
+
+static void test_unknown_without_store(struct sandboxd *d)
+{
+	char why[512] = "";
+	struct sbd_image *got = NULL;
+	/* The home has no cluster.env and no mount: the store cannot be found. */
+	CHECK_EQ(images_acquire(d, "nope:latest", &got, why, sizeof(why)), -ENOENT);
+	CHECK(got == NULL);
+	CHECK(strstr(why, "nope:latest") && strstr(why, "no image store"));
+}
+
+static void test_listing(struct sandboxd *d)
+{
+	struct jw w;
+	jw_init(&w);
+	images_to_json(d, &w);
+	CHECK(w.err == 0);
+	struct json *j = json_parse(w.buf, w.len, NULL, 0);
+	struct json *list = json_get(j, "images");
+	CHECK(list && list->type == JSON_ARR && list->len == 2);
+	for (struct json *c = list->child; c; c = c->next)
+		CHECK(!strcmp(json_cstr(json_get(c, "source")), "dir"));
+	json_free(j);
+	jw_done(&w);
+}
+
+int main(void)
+{
+	char tmp[] = "/tmp/strata-images-test.XXXXXX", home[64], state[64], cmd[128];
+	CHECK(mkdtemp(tmp));
+	snprintf(home, sizeof(home), "%s/home", tmp);
+	snprintf(state, sizeof(state), "%s/state", tmp);
+	CHECK(mkdir(home, 0755) == 0 && mkdir(state, 0755) == 0);
+	struct sandboxd d = {.listen_fd = -1, .tcp_fd = -1, .timer_fd = -1, .signal_fd = -1};
+	d.cfg.home = home;
+	d.cfg.state_dir = state;
+
+	test_registered(&d, tmp);
+	test_unknown_without_store(&d);
+	test_listing(&d);
+	images_tick(&d);
+	images_free(&d);
+	CHECK(d.images == NULL && d.imgstore == NULL);
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+	CHECK(system(cmd) == 0);
+	printf("ok\n");
+	return 0;
+}
