@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # bench/run-all.sh BUILD_DIR — every benchmark, one after the other (make bench):
 # bench/fs first, then every other executable script in bench/ and every
-# bench/*/run.sh (each takes
-# BUILD_DIR as its first argument). A failing benchmark is reported and the
+# bench/*/run.sh (each takes BUILD_DIR as its first argument). A failing benchmark is reported and the
 # others still run; the exit status says whether all succeeded.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
