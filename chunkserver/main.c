@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -170,6 +172,18 @@ static int advertise_addr(struct daemon *d)
 	return 0;
 }
 
+/* The id of the filesystem holding path (statvfs f_fsid, else st_dev), so
+ * that strata-meta counts targets sharing one filesystem once; 0 unknown. */
+static uint64_t target_fsid(const char *path)
+{
+	struct statvfs sv;
+	struct stat st;
+
+	if (statvfs(path, &sv) == 0 && sv.f_fsid != 0)
+		return (uint64_t)sv.f_fsid;
+	return stat(path, &st) == 0 ? (uint64_t)st.st_dev : 0;
+}
+
 static void fill_infos(struct daemon *d, struct mgmt_target_info *infos)
 {
 	for (int i = 0; i < d->ntargets; i++) {
@@ -178,6 +192,7 @@ static void fill_infos(struct daemon *d, struct mgmt_target_info *infos)
 		m->target_id = d->t[i].target_id;
 		snprintf(m->path, sizeof(m->path), "%s", d->t[i].path);
 		chunk_store_space(d->t[i].store, &m->total_bytes, &m->free_bytes);
+		m->fsid = target_fsid(d->t[i].path);
 	}
 }
 

@@ -106,6 +106,10 @@ struct mgmt_target_info {
 	uint32_t target_id; /* 0 = assign a new id */
 	char path[256];     /* informational */
 	uint64_t total_bytes, free_bytes;
+	/* The filesystem the target lives on, unique on its node (statvfs
+	 * f_fsid); 0 = unknown. statfs counts each (node, fsid) once. Sent in a
+	 * trailing section of the request (older peers skip or omit it). */
+	uint64_t fsid;
 };
 /* A chunkserver announces itself and its targets. node_id 0 asks for a new
  * id. On return *ret_node_id holds the node's id and targets[i].target_id the

@@ -258,6 +258,20 @@ int mgmt_req_encode(uint16_t type, const struct mgmt_req *r, struct wbuf *b)
 	wbuf_put_u32(b, r->ntargets);
 	for (int i = 0; i < r->ntargets; i++)
 		target_put(b, &r->targets[i]);
+	/* appended later: the targets' filesystem ids, u32 count then u64 each */
+	wbuf_put_u32(b, r->ntargets);
+	for (int i = 0; i < r->ntargets; i++)
+		wbuf_put_u64(b, r->targets[i].fsid);
+	return b->err;
+}
+
+/* The optional trailing section of filesystem ids (absent: all 0). */
+static int fsids_get(struct rbuf *b, struct mgmt_req *r)
+{
+	if (rbuf_get_u32(b) != (uint32_t)r->ntargets)
+		return -EBADMSG;
+	for (int i = 0; i < r->ntargets && !b->err; i++)
+		r->targets[i].fsid = rbuf_get_u64(b);
 	return b->err;
 }
 
@@ -274,6 +288,8 @@ int mgmt_req_decode(uint16_t type, struct rbuf *b, struct mgmt_req *ret)
 	ret->ntargets = (int)n;
 	for (uint32_t i = 0; i < n && !b->err; i++)
 		target_get(b, &ret->targets[i]);
+	if (!b->err && rbuf_remaining(b) > 0 && fsids_get(b, ret) < 0)
+		return -EBADMSG;
 	return rbuf_done(b) < 0 ? -EBADMSG : 0;
 }
 

@@ -83,14 +83,8 @@ static void conn_unref(struct rpc_conn *c)
 	free(c);
 }
 
-/* Takes the connection out of the epoll set and the list; the fd closes
- * with the last ref. Called by its owner (or at shutdown, with no workers). */
-static void conn_kill(struct rpc_server *s, struct rpc_conn *c)
+static void conn_unlist(struct rpc_server *s, struct rpc_conn *c)
 {
-	if (atomic_exchange(&c->dead, true))
-		return;
-	epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
-	shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_lock(&s->conns_lock);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -100,6 +94,17 @@ static void conn_kill(struct rpc_server *s, struct rpc_conn *c)
 		c->next->prev = c->prev;
 	s->nconns--;
 	pthread_mutex_unlock(&s->conns_lock);
+}
+
+/* Takes the connection out of the epoll set and the list; the fd closes
+ * with the last ref. Called by its owner (or at shutdown, with no workers). */
+static void conn_kill(struct rpc_server *s, struct rpc_conn *c)
+{
+	if (atomic_exchange(&c->dead, true))
+		return;
+	epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+	shutdown(c->fd, SHUT_RDWR);
+	conn_unlist(s, c);
 	conn_unref(c);
 }
 
@@ -135,7 +140,7 @@ static void send_reply(struct rpc_server *s, struct rpc_conn *c, const struct wi
 	if (r < 0 && r != -ECONNRESET)
 		log_warn_errno(r, "%s: failed to send reply to %s", s->name, c->peer.addr);
 	if (r < 0)
-		shutdown(c->fd, SHUT_RDWR); /* the loop sees the hang-up and drops it */
+		shutdown(c->fd, SHUT_RDWR); /* the next wake-up sees the hang-up and drops it */
 }
 
 /* Runs the handler on the frame (payload taken from c) and replies. */
@@ -280,15 +285,7 @@ static void accept_all(struct rpc_server *s)
 					 .data.ptr = c};
 		if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			atomic_store(&c->dead, true); /* never armed: no other owner */
-			pthread_mutex_lock(&s->conns_lock);
-			if (c->prev)
-				c->prev->next = c->next;
-			else
-				s->conns = c->next;
-			if (c->next)
-				c->next->prev = c->prev;
-			s->nconns--;
-			pthread_mutex_unlock(&s->conns_lock);
+			conn_unlist(s, c);
 			conn_unref(c);
 		}
 	}

@@ -98,6 +98,12 @@ int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const
 	return r;
 }
 
+uint64_t wire_xxh3_64(const void *buf, size_t len, uint64_t seed)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return payload_hash(seed, &iov, 1);
+}
+
 int wire_payload_verify(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
 			const void *payload)
 {

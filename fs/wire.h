@@ -66,6 +66,10 @@ int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const
 /* Returns 0 if the payload matches h->checksum, -EBADMSG otherwise. */
 int wire_payload_verify(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
 			const void *payload);
+/* Returns XXH3-64 of buf with seed, computed with AVX2 when the CPU has it
+ * (same value as the library's XXH3_64bits_withSeed, about twice as fast for
+ * big buffers). */
+uint64_t wire_xxh3_64(const void *buf, size_t len, uint64_t seed);
 
 /* ---- growable write buffer -------------------------------------------- */
 struct wbuf {

@@ -135,8 +135,8 @@ struct sfs {
 	struct fuse_session *se;
 	struct sfs_itable itable;
 	pthread_mutex_t files_lock;
-	struct sfs_file *files; /* open files, closed at shutdown */
-	bool writeback;		/* negotiated with the kernel */
+	struct sfs_file *files;		/* open files, closed at shutdown */
+	bool writeback;			/* negotiated with the kernel */
 	_Atomic uint64_t attr_clock;	/* attrcache.c: ticks at every change */
 	_Atomic uint64_t ns_changed_at; /* attr_clock at the last unlink/rename/... */
 };

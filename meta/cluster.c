@@ -40,6 +40,7 @@ void cluster_put_target(struct kv_batch *b, const struct cluster_target *t)
 	wbuf_put_u64(&w, t->total_bytes);
 	wbuf_put_u64(&w, t->free_bytes);
 	wbuf_put_i64(&w, t->last_seen_ns);
+	wbuf_put_u64(&w, t->fsid);
 	key_init(&k, K_TARGET);
 	key_u32(&k, t->target_id);
 	kv_batch_put(b, k.b, k.len, w.data, w.len);
@@ -61,6 +62,8 @@ int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *r
 	t.total_bytes = rbuf_get_u64(&b);
 	t.free_bytes = rbuf_get_u64(&b);
 	t.last_seen_ns = rbuf_get_i64(&b);
+	if (!b.err && rbuf_remaining(&b) >= 8)
+		t.fsid = rbuf_get_u64(&b);
 	if (rbuf_done(&b) < 0)
 		return -EIO;
 	*ret = t;
@@ -323,6 +326,7 @@ static int reg_target(struct ns *ns, struct cmap *m, uint32_t node_id, const cha
 	snprintf(t.addr, sizeof(t.addr), "%s", addr);
 	t.total_bytes = ti->total_bytes;
 	t.free_bytes = ti->free_bytes;
+	t.fsid = ti->fsid;
 	t.last_seen_ns = now;
 	int r = cmap_upsert_target(m, &t, &fresh);
 	if (fresh)
@@ -430,6 +434,7 @@ static int heartbeat_locked(struct ns *ns, struct kv_batch *b, uint32_t node_id,
 			return -EINVAL;
 		t.total_bytes = targets[i].total_bytes;
 		t.free_bytes = targets[i].free_bytes;
+		t.fsid = targets[i].fsid;
 		t.last_seen_ns = now;
 		cluster_put_target(b, &t);
 	}

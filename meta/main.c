@@ -1,7 +1,7 @@
 /* main.c — the strata-meta daemon: parses the command line (CONVENTIONS.md),
  * opens the engine on --db, serves RPC on --listen, writes --addr-file once
- * serving, runs the WAL sync timer (100 ms) and the GC (1 s), and stops
- * cleanly on SIGTERM/SIGINT (WAL synced on close).
+ * serving, runs the WAL sync timer (100 ms), the lease check and the chunk GC
+ * (meta/gc.h), and stops cleanly on SIGTERM/SIGINT (WAL synced on close).
  *
  *   strata-meta --listen HOST:PORT --db DIR [--addr-file F] [--log-level L] */
 #include <errno.h>
@@ -21,6 +21,8 @@
 #include "server.h"
 #include "ticker.h"
 
+#define GC_RETRY_MS 1000 /* failover window of one GC removal */
+
 struct opts {
 	const char *listen, *db, *addr_file;
 	int log_level;
@@ -30,7 +32,8 @@ struct opts {
 struct daemon {
 	struct ns *ns;
 	struct rpc_server *srv;
-	struct ticker *sync_t, *gc_t, *lease_t;
+	struct ticker *sync_t, *lease_t;
+	struct gc *gc;
 	struct meta_client *mc; /* to ourselves: routing for the chunk client */
 	struct chunk_client *cc;
 	char self[96];
@@ -137,20 +140,18 @@ static int gc_remove(void *ctx, const struct ns_gc_item *it)
 	return r;
 }
 
-static void gc_tick(void *ctx)
+static void gc_report(void *ctx, int read_error, const struct gc_stats *sweep, int wait_ms)
 {
 	struct daemon *d = ctx;
-	int failed = 0;
-	int n = gc_pass(d->ns, gc_remove, d, &failed);
 
-	if (n < 0)
-		log_error_errno(n, "gc: failed to read the GC queue");
-	if (n > 0)
-		log_debug("gc: collected %d inodes", n);
-	if (failed && !d->gc_failed_logged)
-		log_warn("gc: %d inodes could not be collected yet; retrying every second",
-			 failed);
-	d->gc_failed_logged = failed > 0;
+	if (read_error < 0)
+		log_error_errno(read_error, "gc: failed to read the GC queue");
+	if (sweep->done > 0)
+		log_debug("gc: collected %d inodes", sweep->done);
+	if (sweep->failed && !d->gc_failed_logged)
+		log_warn("gc: %d inodes could not be collected yet; retrying with backoff "
+			 "(next in %d ms)", sweep->failed, wait_ms);
+	d->gc_failed_logged = sweep->failed > 0;
 }
 
 static void lease_tick(void *ctx)
@@ -172,9 +173,13 @@ static int start_background(struct daemon *d, uint32_t lease_ms)
 	d->cc = d->mc ? chunk_client_new(d->mc, NULL) : NULL;
 	if (!d->cc)
 		return log_error_errno(-ENOMEM, "Failed to create the GC's chunk client");
+	/* A removal that fails gives up after GC_RETRY_MS and stays queued:
+	 * the collector retries it with backoff rather than blocking a pass. */
+	chunk_client_set_retry_ms(d->cc, GC_RETRY_MS);
+	struct gc_opts go = {.remove = gc_remove, .report = gc_report, .ctx = d};
 	r = ticker_start(100, sync_tick, d, &d->sync_t);
 	if (r == 0)
-		r = ticker_start(1000, gc_tick, d, &d->gc_t);
+		r = gc_start(d->ns, &go, &d->gc);
 	if (r == 0)
 		r = ticker_start((int)STRATA_MAX(lease_ms / 6, 50u), lease_tick, d, &d->lease_t);
 	if (r < 0)
@@ -235,7 +240,7 @@ static void stop(struct daemon *d)
 {
 	rpc_server_free(d->srv);
 	ticker_stop(d->lease_t);
-	ticker_stop(d->gc_t);
+	gc_stop(d->gc);
 	ticker_stop(d->sync_t);
 	chunk_client_free(d->cc);
 	meta_client_free(d->mc);

@@ -171,6 +171,7 @@ struct cluster_target {
 	char addr[64];
 	uint64_t total_bytes, free_bytes;
 	int64_t last_seen_ns;
+	uint64_t fsid; /* appended to the record; absent = 0 (unknown) */
 };
 int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret);
 void cluster_put_target(struct kv_batch *b, const struct cluster_target *t);

@@ -91,8 +91,12 @@ struct ns_gc_item {
 };
 /* Fills up to max queued items; returns the count. */
 int ns_gc_list(struct ns *ns, struct ns_gc_item *items, int max);
+/* Same, in inode order from the first queued inode > after (0: the first). */
+int ns_gc_list_after(struct ns *ns, strata_ino_t after, struct ns_gc_item *items, int max);
 /* Removes ino from the queue (its chunks are gone). */
 int ns_gc_done(struct ns *ns, strata_ino_t ino);
+/* Removes n inodes from the queue in one write batch. Returns 0 or -errno. */
+int ns_gc_done_many(struct ns *ns, const strata_ino_t *inos, int n);
 
 /* Cluster map: see README.md, "Cluster map". */
 int ns_register(struct ns *ns, uint32_t *node_id, const char *addr,

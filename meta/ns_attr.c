@@ -164,9 +164,39 @@ int ns_readdir(struct ns *ns, strata_ino_t ino, const char *after, bool want_att
 
 /* ---- statfs -------------------------------------------------------------- */
 
+/* Targets that share a filesystem (same node, same fsid) report the same
+ * space: each (node, fsid) is counted once. A target whose fsid is unknown
+ * (0: a chunkserver that does not send it) counts on its own. */
+struct sf_fs {
+	uint32_t node_id;
+	uint64_t fsid;
+};
+
 struct sf_ctx {
 	struct strata_statfs *s;
+	struct sf_fs *seen;
+	size_t nseen, cap;
 };
+
+/* Returns true if (node, fsid) was counted already; else remembers it. */
+static bool sf_seen(struct sf_ctx *c, uint32_t node_id, uint64_t fsid)
+{
+	if (fsid == 0)
+		return false;
+	for (size_t i = 0; i < c->nseen; i++)
+		if (c->seen[i].node_id == node_id && c->seen[i].fsid == fsid)
+			return true;
+	if (c->nseen == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct sf_fs *p = realloc(c->seen, cap * sizeof(*p));
+		if (!p)
+			return false; /* best-effort: may count it twice */
+		c->seen = p;
+		c->cap = cap;
+	}
+	c->seen[c->nseen++] = (struct sf_fs){node_id, fsid};
+	return false;
+}
 
 static int sf_target(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
 {
@@ -175,6 +205,8 @@ static int sf_target(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, s
 
 	if (cluster_target_decode(v, vl, &t) < 0)
 		return 0; /* statfs stays best-effort */
+	if (sf_seen(c, t.node_id, t.fsid))
+		return 0;
 	c->s->total_bytes += t.total_bytes;
 	c->s->free_bytes += t.free_bytes;
 	return 0;
@@ -183,11 +215,12 @@ static int sf_target(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, s
 int ns_statfs(struct ns *ns, struct strata_statfs *ret)
 {
 	struct strata_statfs s = {0};
-	struct sf_ctx c = {&s};
+	struct sf_ctx c = {.s = &s};
 	uint8_t tag = K_TARGET;
 	int r;
 
 	r = kv_scan(ns->kv, &tag, 1, NULL, 0, sf_target, &c);
+	free(c.seen);
 	if (r < 0)
 		return r;
 	s.avail_bytes = s.free_bytes;

@@ -6,7 +6,7 @@
  * unlinked file stays as an orphan (nlink 0, O(ino)); the close that ends
  * the last session of an orphan deletes it and queues G(ino) in the same
  * batch. The GC thread (meta/gc.c) removes the queued file's chunks and then
- * the G entry (ns_gc_done). */
+ * the G entries of a batch (ns_gc_done_many). */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -287,23 +287,40 @@ static int gc_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size
 	return 0;
 }
 
-int ns_gc_list(struct ns *ns, struct ns_gc_item *items, int max)
+int ns_gc_list_after(struct ns *ns, strata_ino_t after, struct ns_gc_item *items, int max)
 {
 	struct gc_ctx c = {items, max, 0};
 	uint8_t tag = K_GC;
-	int r = kv_scan(ns->kv, &tag, 1, NULL, 0, gc_one, &c);
+	struct key start;
+	int r;
 
+	key_ino(&start, K_GC, after);
+	r = kv_scan(ns->kv, &tag, 1, after ? start.b : NULL, after ? start.len : 0, gc_one, &c);
 	return r < 0 ? r : c.n;
 }
 
-int ns_gc_done(struct ns *ns, strata_ino_t ino)
+int ns_gc_list(struct ns *ns, struct ns_gc_item *items, int max)
+{
+	return ns_gc_list_after(ns, 0, items, max);
+}
+
+int ns_gc_done_many(struct ns *ns, const strata_ino_t *inos, int n)
 {
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
 	struct key k;
 
 	if (!b)
 		return -ENOMEM;
-	key_ino(&k, K_GC, ino);
-	kv_batch_del(b, k.b, k.len);
+	if (n <= 0)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		key_ino(&k, K_GC, inos[i]);
+		kv_batch_del(b, k.b, k.len);
+	}
 	return ns_commit(ns, b);
+}
+
+int ns_gc_done(struct ns *ns, strata_ino_t ino)
+{
+	return ns_gc_done_many(ns, &ino, 1);
 }

@@ -1,5 +1,5 @@
 /* ticker.h — a thread that calls fn(ctx) every interval_ms until stopped.
- * strata-meta runs two: the WAL sync timer (100 ms) and the GC (1 s). */
+ * strata-meta runs two: the WAL sync timer (100 ms) and the lease check. */
 #pragma once
 
 struct ticker;

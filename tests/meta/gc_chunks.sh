@@ -3,7 +3,8 @@
 # the chunks of a removed file disappear from the chunkserver's targets
 # within a few seconds (strata-meta's GC thread), while a file that is
 # unlinked but still open keeps its chunks and stays readable until its last
-# close.
+# close, and a file removed while its chunkserver is down stays queued and is
+# collected (with backoff) once the chunkserver is back.
 set -euo pipefail
 . "${STRATA_SRC:-$(dirname "$0")/../..}/tests/lib/cluster.sh"
 cluster_require
@@ -45,4 +46,22 @@ sleep 2.5 # more than two GC passes
 cmp - "$CLUSTER_TMP/b.ref" <&3 || cluster_fail "open, unlinked file does not read back"
 exec 3<&-
 wait_no_chunks "$ino"
+
+cluster_log "chunkserver down: the file stays queued, collected once it is back"
+dd if=/dev/urandom of="$MNT/c" bs=1M count=1 conv=fsync status=none
+ino=$(stat -c %i "$MNT/c")
+[ "$(chunks_of "$ino")" -ge 1 ] || cluster_fail "no chunk files found for inode $ino"
+kill -9 "$(cluster_pid cs1)"
+rm "$MNT/c"
+sleep 2 # a few failing GC sweeps
+[ "$(chunks_of "$ino")" -ge 1 ] || cluster_fail "chunks of inode $ino vanished with cs1 down"
+cluster_up
+# the collector backs off (1, 2, 4 ... 16 s) while removals fail
+for ((i = 0; i < 300; i++)); do
+	[ "$(chunks_of "$ino")" -eq 0 ] && break
+	sleep 0.1
+done
+[ "$(chunks_of "$ino")" -eq 0 ] || cluster_fail "chunks of inode $ino still there 30 s after cs1 returned"
+grep -q "gc: .* could not be collected yet" "$STRATA_HOME/log/meta.log" ||
+	cluster_fail "no GC warning in meta.log while cs1 was down"
 cluster_log "ok"
