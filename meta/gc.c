@@ -7,6 +7,7 @@
 #include <time.h>
 #include "cleanup.h"
 #include "gc.h"
+#include "ticker.h"
 
 /* ---- one pass ------------------------------------------------------------- */
 
@@ -102,37 +103,11 @@ int gc_pass(struct ns *ns, strata_ino_t after, int max, int nworkers, gc_remove_
 struct gc {
 	struct ns *ns;
 	struct gc_opts o;
-	pthread_t thr;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	atomic_bool stop;
-	bool kicked;
+	struct ticker *ticker;
+	atomic_bool stop; /* lets a running pass end early */
+	int backoff_ms;
 };
 
-static void deadline_in(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
-/* Waits ms, or until kicked or stopped. */
-static void gc_wait(struct gc *g, int ms)
-{
-	struct timespec ts;
-
-	deadline_in(&ts, ms);
-	pthread_mutex_lock(&g->mu);
-	while (!atomic_load(&g->stop) && !g->kicked &&
-	       pthread_cond_timedwait(&g->cv, &g->mu, &ts) != ETIMEDOUT)
-		;
-	g->kicked = false;
-	pthread_mutex_unlock(&g->mu);
-}
 
 /* One sweep: passes back to back from the start of the queue until a pass
  * comes out short (the end), fails or the collector stops. Returns 0 or the
@@ -158,32 +133,27 @@ static int gc_sweep(struct gc *g, struct gc_stats *sweep)
 	return 0;
 }
 
-static void *gc_main(void *arg)
+/* One turn of the collector on its ticker thread: a sweep, then the delay
+ * before the next one (idle, or a growing backoff while removals fail). */
+static int gc_tick(void *arg)
 {
 	struct gc *g = arg;
-	int backoff = 0;
+	struct gc_stats sweep;
+	int r = gc_sweep(g, &sweep);
+	bool failing = r < 0 || sweep.failed > 0;
 
-	while (!atomic_load(&g->stop)) {
-		struct gc_stats sweep;
-		int r = gc_sweep(g, &sweep);
-		bool failing = r < 0 || sweep.failed > 0;
-
-		backoff = failing ? STRATA_MIN(STRATA_MAX(backoff * 2, g->o.idle_ms * 2),
-					       g->o.backoff_max_ms)
-				  : 0;
-		int wait = failing ? backoff : g->o.idle_ms;
-		if (g->o.report)
-			g->o.report(g->o.ctx, r, &sweep, wait);
-		gc_wait(g, wait);
-	}
-	return NULL;
+	g->backoff_ms = failing ? STRATA_MIN(STRATA_MAX(g->backoff_ms * 2, g->o.idle_ms * 2),
+					     g->o.backoff_max_ms)
+				: 0;
+	int wait = failing ? g->backoff_ms : g->o.idle_ms;
+	if (g->o.report)
+		g->o.report(g->o.ctx, r, &sweep, wait);
+	return wait;
 }
 
 int gc_start(struct ns *ns, const struct gc_opts *o, struct gc **ret)
 {
 	struct gc *g = calloc(1, sizeof(*g));
-	pthread_condattr_t ca;
-	int r;
 
 	if (!g)
 		return -ENOMEM;
@@ -193,40 +163,26 @@ int gc_start(struct ns *ns, const struct gc_opts *o, struct gc **ret)
 		g->o.idle_ms = 500;
 	if (g->o.backoff_max_ms <= 0)
 		g->o.backoff_max_ms = 16000;
-	pthread_mutex_init(&g->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&g->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	r = pthread_create(&g->thr, NULL, gc_main, g);
-	if (r != 0) {
-		pthread_cond_destroy(&g->cv);
-		pthread_mutex_destroy(&g->mu);
+	int r = ticker_start(g->o.idle_ms, gc_tick, g, &g->ticker);
+	if (r < 0) {
 		free(g);
-		return -r;
+		return r;
 	}
+	ticker_kick(g->ticker); /* the first sweep runs at once */
 	*ret = g;
 	return 0;
 }
 
 void gc_kick(struct gc *g)
 {
-	pthread_mutex_lock(&g->mu);
-	g->kicked = true;
-	pthread_cond_signal(&g->cv);
-	pthread_mutex_unlock(&g->mu);
+	ticker_kick(g->ticker);
 }
 
 void gc_stop(struct gc *g)
 {
 	if (!g)
 		return;
-	pthread_mutex_lock(&g->mu);
 	atomic_store(&g->stop, true);
-	pthread_cond_signal(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-	pthread_join(g->thr, NULL);
-	pthread_cond_destroy(&g->cv);
-	pthread_mutex_destroy(&g->mu);
+	ticker_stop(g->ticker);
 	free(g);
 }

@@ -118,13 +118,14 @@ static int write_addr_file(const char *path, const char *addr)
 	return rename(tmp, path) < 0 ? -errno : 0;
 }
 
-static void sync_tick(void *ctx)
+static int sync_tick(void *ctx)
 {
 	struct daemon *d = ctx;
 	int r = ns_sync_if_dirty(d->ns);
 
 	if (r < 0)
 		log_error_errno(r, "Failed to sync the metadata WAL");
+	return -1;
 }
 
 static int gc_remove(void *ctx, const struct ns_gc_item *it)
@@ -154,7 +155,7 @@ static void gc_report(void *ctx, int read_error, const struct gc_stats *sweep, i
 	d->gc_failed_logged = sweep->failed > 0;
 }
 
-static void lease_tick(void *ctx)
+static int lease_tick(void *ctx)
 {
 	struct daemon *d = ctx;
 	int n = ns_lease_check(d->ns);
@@ -163,6 +164,7 @@ static void lease_tick(void *ctx)
 		log_error_errno(n, "Failed to check node leases");
 	else if (n > 0)
 		log_warn("lease: %d target(s) went silent; taken out of their chains", n);
+	return -1;
 }
 
 static int start_background(struct daemon *d, uint32_t lease_ms)

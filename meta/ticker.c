@@ -33,9 +33,11 @@ static void *ticker_main(void *arg)
 	struct ticker *t = arg;
 	struct timespec ts;
 
+	int next_ms = t->interval_ms;
+
 	pthread_mutex_lock(&t->mu);
 	while (!t->stop) {
-		deadline(&ts, t->interval_ms);
+		deadline(&ts, next_ms);
 		while (!t->stop && !t->kicked &&
 		       pthread_cond_timedwait(&t->cv, &t->mu, &ts) != ETIMEDOUT)
 			;
@@ -43,7 +45,8 @@ static void *ticker_main(void *arg)
 			break;
 		t->kicked = false;
 		pthread_mutex_unlock(&t->mu);
-		t->fn(t->ctx);
+		int r = t->fn(t->ctx);
+		next_ms = r >= 0 ? r : t->interval_ms;
 		pthread_mutex_lock(&t->mu);
 	}
 	pthread_mutex_unlock(&t->mu);
