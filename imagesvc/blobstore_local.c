@@ -14,6 +14,7 @@
  *  3. Tables are trusted only after their header and length check out; a
  *     corrupt one fails the open with -EBADMSG. */
 #include "blobstore.h"
+#include "digest_index.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -31,12 +32,6 @@
 static_assert(BLOBIDX_REC_SIZE == IMG_DIGEST_LEN + 8 + 4 + 4, "digest, offset, length, reserved");
 static_assert(BLOBIDX_HDR_SIZE == 4 + 2 + 2 + 4 + 4, "magic, version, hdr len, rec size, rsvd");
 
-struct slot {
-	uint8_t digest[IMG_DIGEST_LEN];
-	struct blob_loc loc;
-	bool used;
-};
-
 struct open_blob {
 	uint32_t id;
 	int data_fd, idx_fd;
@@ -46,60 +41,11 @@ struct open_blob {
 struct local_store {
 	struct blobstore base;
 	char *dir;
-	struct slot *slots;
-	size_t cap, count;
+	struct digest_index index;
 	uint32_t next_id;
 	struct open_blob *open;
 	size_t n_open;
 };
-
-static uint64_t digest_hash(const uint8_t *d)
-{
-	return le64_get(d);
-}
-
-static struct slot *find_slot(struct local_store *s, const uint8_t *d)
-{
-	size_t mask = s->cap - 1;
-	for (size_t i = digest_hash(d) & mask;; i = (i + 1) & mask)
-		if (!s->slots[i].used || !memcmp(s->slots[i].digest, d, IMG_DIGEST_LEN))
-			return &s->slots[i];
-}
-
-static int index_grow(struct local_store *s)
-{
-	size_t ncap = s->cap ? s->cap * 2 : 1024;
-	struct slot *old = s->slots;
-	size_t ocap = s->cap;
-	s->slots = calloc(ncap, sizeof(*s->slots));
-	if (!s->slots) {
-		s->slots = old;
-		return -ENOMEM;
-	}
-	s->cap = ncap;
-	for (size_t i = 0; i < ocap; i++)
-		if (old[i].used)
-			*find_slot(s, old[i].digest) = old[i];
-	free(old);
-	return 0;
-}
-
-static int index_add(struct local_store *s, const uint8_t *d, struct blob_loc loc)
-{
-	if ((s->count + 1) * 2 > s->cap) {
-		int r = index_grow(s);
-		if (r < 0)
-			return r;
-	}
-	struct slot *sl = find_slot(s, d);
-	if (sl->used)
-		return 0; /* first location wins */
-	memcpy(sl->digest, d, IMG_DIGEST_LEN);
-	sl->loc = loc;
-	sl->used = true;
-	s->count++;
-	return 0;
-}
 
 static int blob_file(struct local_store *s, uint32_t id, const char *ext, char *buf, size_t cap)
 {
@@ -127,7 +73,7 @@ static int load_table(struct local_store *s, uint32_t id)
 		struct blob_loc loc = {id, le64_get(rec + 32)};
 		if (loc.off % IMG_BLOB_ALIGN || le32_get(rec + 40) > IMG_CHUNK_SIZE)
 			return -EBADMSG;
-		r = index_add(s, rec, loc);
+		r = digest_index_add(&s->index, rec, loc);
 		if (r < 0)
 			return r;
 	}
@@ -238,13 +184,11 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 	struct local_store *s = (struct local_store *)bs;
 	if (len == 0 || len > IMG_CHUNK_SIZE)
 		return -EINVAL;
-	if (s->cap) {
-		struct slot *sl = find_slot(s, digest);
-		if (sl->used) {
-			*ret = sl->loc;
-			*ret_new = false;
-			return 0;
-		}
+	const struct blob_loc *have = digest_index_find(&s->index, digest);
+	if (have) {
+		*ret = *have;
+		*ret_new = false;
+		return 0;
 	}
 	struct open_blob *b = find_open(s, blob);
 	if (!b)
@@ -252,7 +196,7 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 	struct blob_loc loc = {blob, b->size};
 	int r = append_chunk(b, digest, data, len);
 	if (r == 0)
-		r = index_add(s, digest, loc);
+		r = digest_index_add(&s->index, digest, loc);
 	if (r < 0)
 		return r;
 	*ret = loc;
@@ -263,12 +207,10 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 static int local_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
 {
 	struct local_store *s = (struct local_store *)bs;
-	if (!s->cap)
+	const struct blob_loc *have = digest_index_find(&s->index, digest);
+	if (!have)
 		return -ENOENT;
-	struct slot *sl = find_slot(s, digest);
-	if (!sl->used)
-		return -ENOENT;
-	*ret = sl->loc;
+	*ret = *have;
 	return 0;
 }
 
@@ -303,7 +245,7 @@ static void local_free(struct blobstore *bs)
 		close(s->open[i].idx_fd);
 	}
 	free(s->open);
-	free(s->slots);
+	digest_index_done(&s->index);
 	free(s->dir);
 	free(s);
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "digest_index.h"
 #include "erofs_writer.h"
 #include "istream.h"
 #include "tar.h"
@@ -32,12 +33,6 @@
 #include "wire.h"
 
 #define IMPORT_MAX_LAYER_BYTES (64ull << 30) /* expanded size of one layer */
-
-struct slot {
-	uint8_t digest[IMG_DIGEST_LEN];
-	struct blob_loc loc;
-	bool used;
-};
 
 struct staged_blob {
 	uint32_t id;
@@ -49,47 +44,13 @@ struct import_bs {
 	struct blobstore base;
 	struct img_store *s;
 	char dir[PATH_MAX]; /* tmp/ID */
-	struct slot *slots;
-	size_t cap, count;
+	struct digest_index index;
 	uint32_t next_id, first_id;
 	struct staged_blob *blobs;
 	size_t n_blobs;
 };
 
-/* ---- dedup index ---------------------------------------------------------------- */
-static struct slot *find_slot(struct import_bs *b, const uint8_t *d)
-{
-	size_t mask = b->cap - 1;
-	for (size_t i = le64_get(d) & mask;; i = (i + 1) & mask)
-		if (!b->slots[i].used || !memcmp(b->slots[i].digest, d, IMG_DIGEST_LEN))
-			return &b->slots[i];
-}
-
-static int index_add(struct import_bs *b, const uint8_t *d, struct blob_loc loc)
-{
-	if ((b->count + 1) * 2 > b->cap) {
-		size_t ocap = b->cap, ncap = ocap ? ocap * 2 : 4096;
-		struct slot *old = b->slots;
-		if (!(b->slots = calloc(ncap, sizeof(*b->slots)))) {
-			b->slots = old;
-			return -ENOMEM;
-		}
-		b->cap = ncap;
-		for (size_t i = 0; i < ocap; i++)
-			if (old[i].used)
-				*find_slot(b, old[i].digest) = old[i];
-		free(old);
-	}
-	struct slot *sl = find_slot(b, d);
-	if (!sl->used) {
-		memcpy(sl->digest, d, IMG_DIGEST_LEN);
-		sl->loc = loc;
-		sl->used = true;
-		b->count++;
-	}
-	return 0;
-}
-
+/* ---- dedup index: loaded from the published digest tables ---------------- */
 struct load_ctx {
 	struct import_bs *b;
 	uint32_t blob;
@@ -98,7 +59,7 @@ struct load_ctx {
 static int load_rec(void *arg, const uint8_t *digest, uint64_t off, uint32_t len)
 {
 	struct load_ctx *c = arg;
-	return index_add(c->b, digest, (struct blob_loc){c->blob, off});
+	return digest_index_add(&c->b->index, digest, (struct blob_loc){c->blob, off});
 }
 
 /* Loads every published digest table (the store's digest index). */
@@ -190,13 +151,11 @@ static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, co
 	struct import_bs *b = (struct import_bs *)bs;
 	if (len == 0 || len > IMG_CHUNK_SIZE)
 		return -EINVAL;
-	if (b->cap) {
-		struct slot *sl = find_slot(b, digest);
-		if (sl->used) {
-			*ret = sl->loc;
-			*ret_new = false;
-			return 0;
-		}
+	const struct blob_loc *have = digest_index_find(&b->index, digest);
+	if (have) {
+		*ret = *have;
+		*ret_new = false;
+		return 0;
 	}
 	struct staged_blob *sb = find_blob(b, blob);
 	if (!sb || sb->data_fd < 0)
@@ -204,7 +163,7 @@ static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, co
 	struct blob_loc loc = {blob, sb->size};
 	int r = append(sb, digest, data, len);
 	if (r == 0)
-		r = index_add(b, digest, loc);
+		r = digest_index_add(&b->index, digest, loc);
 	if (r < 0)
 		return r;
 	*ret = loc;
@@ -215,10 +174,10 @@ static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, co
 static int ib_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
 {
 	struct import_bs *b = (struct import_bs *)bs;
-	struct slot *sl = b->cap ? find_slot(b, digest) : NULL;
-	if (!sl || !sl->used)
+	const struct blob_loc *have = digest_index_find(&b->index, digest);
+	if (!have)
 		return -ENOENT;
-	*ret = sl->loc;
+	*ret = *have;
 	return 0;
 }
 
@@ -251,7 +210,7 @@ static void ib_free(struct blobstore *bs)
 			close(b->blobs[i].idx_fd);
 	}
 	free(b->blobs);
-	free(b->slots);
+	digest_index_done(&b->index);
 	free(b);
 }
 
