@@ -11,6 +11,8 @@
  *                        the next `up` reuses the same ports)
  *   H/log/<name>.log     its stderr
  *   H/cluster.env        STRATA_META / STRATA_MOUNT / STRATA_HOME for clients
+ *   H/run/sandboxd.sock  strata-sandboxd's API socket (sandbox/sandboxd/API.md)
+ *   H/cache/images       node image mounts (imagesvc/mount.h), also sandboxd's
  *
  * Functions return 0 or a negative errno; they never print, except the
  * cli_err() family which is the CLI's one-line error boundary. */
@@ -33,12 +35,13 @@ struct cli_home {
 	bool have_conf; /* strata.conf existed */
 };
 
-/* Which daemon: meta, chunkserver i (1-based) or fuse. */
-enum cli_kind { D_META, D_CS, D_FUSE };
+/* Which daemon: meta, chunkserver i (1-based), fuse or the node agent
+ * (strata-sandboxd, started last and stopped first). */
+enum cli_kind { D_META, D_CS, D_FUSE, D_SANDBOXD };
 struct cli_daemon {
 	enum cli_kind kind;
 	int index;	    /* chunkserver number, 1-based */
-	char name[16];	    /* "meta", "cs1", "fuse" */
+	char name[16];	    /* "meta", "cs1", "fuse", "sandboxd" */
 	const char *binary; /* "strata-meta", ... */
 };
 
@@ -65,7 +68,7 @@ int cli_home_create(const struct cli_home *h);
 /* Path helpers: snprintf into buf[CLI_PATH]; return buf. */
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Number of daemons (meta + nodes + fuse) and the i-th of them. */
+/* Number of daemons (meta + nodes + fuse + sandboxd) and the i-th of them. */
 int cli_daemon_count(const struct cli_home *h);
 void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret);
 
@@ -115,6 +118,19 @@ int cli_meta_ping(const char *addr);
 int cli_meta_targets(const char *addr);
 /* Returns 0 if a TCP connection to addr succeeds. */
 int cli_tcp_probe(const char *addr, int timeout_ms);
+
+/* ---- strata-sandboxd -------------------------------------------------------- */
+/* Its API socket: H/run/sandboxd.sock into buf[CLI_PATH]; returns buf. */
+char *cli_sandboxd_socket(const struct cli_home *h, char *buf);
+/* Returns 0 if the socket accepts a connection, else -errno. */
+int cli_sandboxd_ping(const char *sock);
+/* Deletes every sandbox sandboxd at sock knows (cmd_sandbox.c). Returns the
+ * number deleted or -errno (the first failure; the rest are still tried). */
+int cli_sandboxd_delete_all(const char *sock);
+/* Unmounts the node's image mounts of home h: overlay and bind mounts made by
+ * `strata image mount`, then the shared EROFS mounts, dropping their leases
+ * (cmd_down.c). Returns the number unmounted. */
+int cli_images_unmount_all(const struct cli_home *h);
 
 /* ---- verbs --------------------------------------------------------------- */
 int cmd_up(int argc, char **argv);

@@ -1,14 +1,25 @@
-/* cmd_down.c — `strata down`: unmount, then stop strata-fuse, the chunkservers
- * and strata-meta (in that order: clients before servers), SIGTERM first and
- * SIGKILL after a timeout. Pid files are removed; address files stay so that
- * the next `strata up` gets the same ports back. */
+/* cmd_down.c — `strata down`: first the node agent (strata-sandboxd deletes
+ * its sandboxes, then stops), then the image mounts of the home (overlay and
+ * bind mounts of `strata image mount`, the shared EROFS mounts, their leases):
+ * they hold files of the cluster's mount open. Then unmount, and stop
+ * strata-fuse, the chunkservers and strata-meta (in that order: clients
+ * before servers), SIGTERM first and SIGKILL after a timeout. Pid files are
+ * removed; address files stay so that the next `strata up` gets the same
+ * ports back. */
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mount.h"
+#include "store.h"
 
 #define VERB "down"
 
@@ -16,10 +27,152 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: strata down [--home DIR] [--timeout S]\n"
 		   "\n"
-		   "Unmounts the cluster's mount and stops its daemons (SIGTERM, then SIGKILL\n"
-		   "after S seconds, default 10). Data in the home stays.\n"
+		   "Deletes the sandboxes of the node agent and stops it, unmounts the image\n"
+		   "mounts and the cluster's mount and stops the other daemons (SIGTERM, then\n"
+		   "SIGKILL after S seconds, default 10). Data in the home stays.\n"
 		   "\n"
 		   "  --home DIR   cluster home (default $STRATA_HOME, else ./.strata)\n");
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* What `strata image mount` put at directories (CACHE/binds/KEY holds "HEX
+ * KIND DIR"; an overlay's writable layer is CACHE/roots/KEY). */
+static int unmount_binds(const char *cache)
+{
+	char dir[CLI_PATH], rec[CLI_PATH + 300], text[CLI_PATH + 128];
+	char hex[65], kind[16], target[CLI_PATH];
+	int n = 0;
+	struct dirent *de;
+
+	snprintf(dir, sizeof(dir), "%s/binds", cache);
+	DIR *dp = opendir(dir);
+	while (dp && (de = readdir(dp))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(rec, sizeof(rec), "%s/%s", dir, de->d_name);
+		if (cli_read_file(rec, text, sizeof(text)) > 0 &&
+		    sscanf(text, "%64s %15s %4095[^\n]", hex, kind, target) == 3 &&
+		    umount2(target, MNT_DETACH) == 0)
+			n++;
+		unlink(rec);
+		snprintf(rec, sizeof(rec), "%s/roots/%s", cache, de->d_name);
+		nftw(rec, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	}
+	if (dp)
+		closedir(dp);
+	return n;
+}
+
+static bool is_hex64(const char *s)
+{
+	return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
+
+/* The shared EROFS mounts (CACHE/HEX/root): every reference is given back at
+ * once (users set to 1, then released: unmount and lease dropped). */
+static int unmount_images(const struct cli_home *h, const char *cache)
+{
+	char root[CLI_PATH], path[CLI_PATH + 80];
+	struct img_store *s = NULL;
+	int n = 0;
+	struct dirent *de;
+
+	snprintf(root, sizeof(root), "%s/" IMG_STORE_SUBDIR, h->mount);
+	if (cli_mount_state(h->mount) != MNT_OK || access(root, F_OK) < 0 ||
+	    img_store_open(root, &s) < 0)
+		s = NULL;
+	DIR *dp = opendir(cache);
+	while (dp && (de = readdir(dp))) {
+		if (!is_hex64(de->d_name))
+			continue;
+		if (img_node_root(cache, de->d_name, root, sizeof(root)) < 0)
+			continue;
+		if (s) {
+			snprintf(path, sizeof(path), "%s/%s/users", cache, de->d_name);
+			cli_write_file(path, "1\n");
+			if (img_node_release(s, cache, de->d_name, NULL) == 0) {
+				n++;
+				continue;
+			}
+		}
+		if (umount2(root, MNT_DETACH) == 0) /* the store is gone: just unmount */
+			n++;
+	}
+	if (dp)
+		closedir(dp);
+	img_store_free(s);
+	return n;
+}
+
+int cli_images_unmount_all(const struct cli_home *h)
+{
+	char cache[CLI_PATH], markers[CLI_PATH];
+	struct dirent *de;
+
+	cli_path(cache, h, "cache/images");
+	int n = unmount_binds(cache) + unmount_images(h, cache);
+	/* strata-sandboxd's record of the references it held: given back above. */
+	DIR *dp = opendir(cli_path(markers, h, "sandboxd/images"));
+	while (dp && (de = readdir(dp)))
+		if (is_hex64(de->d_name))
+			unlinkat(dirfd(dp), de->d_name, 0);
+	if (dp)
+		closedir(dp);
+	return n;
+}
+
+/* Deletes every sandbox through sandboxd's API in a child, so that a hung
+ * sandboxd cannot hang `down`: the child is killed after timeout_s. Returns
+ * the number deleted (at most 254 counted) or -errno. */
+static int delete_sandboxes(const char *sock, int timeout_s)
+{
+	pid_t child = fork();
+	int status = 0;
+	if (child < 0)
+		return -errno;
+	if (child == 0) {
+		int r = cli_sandboxd_delete_all(sock);
+		_exit(r < 0 ? 255 : r > 254 ? 254 : r);
+	}
+	long long deadline = cli_now_ms() + timeout_s * 1000LL;
+	while (waitpid(child, &status, WNOHANG) == 0) {
+		if (cli_now_ms() > deadline) {
+			kill(child, SIGKILL);
+			waitpid(child, NULL, 0);
+			return -ETIMEDOUT;
+		}
+		cli_sleep_ms(20);
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) == 255)
+		return -EIO;
+	return WEXITSTATUS(status);
+}
+
+/* The node agent: its sandboxes deleted through its API, then SIGTERM. */
+static int down_sandboxd(const struct cli_home *h, int timeout_s)
+{
+	struct cli_daemon d;
+	char sock[CLI_PATH];
+	int r;
+
+	cli_daemon_get(h, h->nodes + 2, &d);
+	pid_t pid = cli_daemon_pid(h, &d);
+	if (!cli_pid_alive(pid, d.binary))
+		return 0;
+	r = delete_sandboxes(cli_sandboxd_socket(h, sock), timeout_s);
+	if (r > 0)
+		printf("strata: deleted %d sandbox(es)\n", r);
+	else if (r < 0)
+		fprintf(stderr, "strata down: warning: deleting the sandboxes: %s\n", strerror(-r));
+	if ((r = cli_stop_pid(pid, d.binary, timeout_s * 1000)) < 0)
+		cli_err(VERB, "cannot stop sandboxd (pid %d): %s", (int)pid, strerror(-r));
+	return r;
 }
 
 int cmd_down(int argc, char **argv)
@@ -70,12 +223,17 @@ int cmd_down(int argc, char **argv)
 	}
 
 	/* Which daemons run now (strata-fuse exits by itself once unmounted). */
-	bool was_alive[CLI_MAX_NODES + 2];
+	bool was_alive[CLI_MAX_NODES + 3];
 	for (int i = 0; i < cli_daemon_count(&h); i++) {
 		struct cli_daemon d;
 		cli_daemon_get(&h, i, &d);
 		was_alive[i] = cli_pid_alive(cli_daemon_pid(&h, &d), d.binary);
 	}
+
+	if (down_sandboxd(&h, timeout_s) < 0)
+		failed++;
+	if ((r = cli_images_unmount_all(&h)) > 0)
+		printf("strata: unmounted %d image mount(s)\n", r);
 
 	/* Unmount while strata-fuse still runs, so it can exit on its own. */
 	enum cli_mount_state ms = cli_mount_state(h.mount);

@@ -439,6 +439,32 @@ static int cmd_rm(const char *sock, int argc, char **argv)
 	return rc;
 }
 
+int cli_sandboxd_delete_all(const char *sock)
+{
+	int status, n = 0, first = 0;
+	struct json *j = NULL;
+	int r = call(sock, "GET", "/v1/sandboxes", NULL, &status, &j);
+	if (r < 0 || status >= 300) {
+		json_free(j);
+		return r < 0 ? r : -EIO;
+	}
+	struct json *list = json_get(j, "sandboxes");
+	for (struct json *s = list ? list->child : NULL; s; s = s->next) {
+		char path[128];
+		struct json *k = NULL;
+		snprintf(path, sizeof(path), "/v1/sandboxes/%.40s",
+			 json_cstr(json_get(s, "id")) ?: "");
+		r = call(sock, "DELETE", path, NULL, &status, &k);
+		json_free(k);
+		if (r == 0 && status < 300)
+			n++;
+		else if (!first)
+			first = r < 0 ? r : -EIO;
+	}
+	json_free(j);
+	return first < 0 ? first : n;
+}
+
 int cmd_sandbox(int argc, char **argv)
 {
 	const char *home = NULL, *sock = getenv("STRATA_SANDBOXD_SOCKET");

@@ -1,5 +1,6 @@
 /* cmd_status.c — `strata status`: every daemon of the home with its pid,
- * address and state (running/dead/stopped), and the state of the mount.
+ * address and state (running/starting/dead/stopped; strata-sandboxd: its
+ * socket as the address, "starting" until it accepts), and the mount.
  * --json prints one object for machines:
  *   {"home":..., "meta":..., "mount":{"path":...,"state":...},
  *    "daemons":[{"name":..,"binary":..,"pid":..,"addr":..,"state":..},...]}
@@ -94,11 +95,11 @@ int cmd_status(int argc, char **argv)
 	} else {
 		printf("cluster %s  (%d chunkserver(s) x %d target(s), %d replica(s))\n", h.home,
 		       h.nodes, h.targets, h.replicas);
-		printf("  %-6s %-8s %-22s %s\n", "NAME", "PID", "ADDRESS", "STATE");
+		printf("  %-8s %-8s %-22s %s\n", "NAME", "PID", "ADDRESS", "STATE");
 	}
 	for (int i = 0; i < cli_daemon_count(&h); i++) {
 		struct cli_daemon d;
-		char addr[128];
+		char addr[CLI_PATH];
 		pid_t pid;
 		const char *state;
 
@@ -115,6 +116,9 @@ int cmd_status(int argc, char **argv)
 			state = "running";
 		else
 			state = "dead";
+		if (d.kind == D_SANDBOXD && !strcmp(state, "running") &&
+		    cli_sandboxd_ping(addr) < 0)
+			state = "starting"; /* alive, its socket not accepting yet */
 		if (strcmp(state, "running") != 0)
 			all_ok = false;
 		if (json) {
@@ -126,7 +130,7 @@ int cmd_status(int argc, char **argv)
 			json_str(addr);
 			printf(",\"state\":\"%s\"}", state);
 		} else {
-			printf("  %-6s %-8d %-22s %s\n", d.name, (int)pid, addr[0] ? addr : "-",
+			printf("  %-8s %-8d %-22s %s\n", d.name, (int)pid, addr[0] ? addr : "-",
 			       state);
 		}
 	}

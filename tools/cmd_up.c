@@ -1,7 +1,9 @@
 /* cmd_up.c — `strata up`: bring a single-node cluster to "everything running".
  *
  * Order: strata-meta, then the chunkservers (they register with meta), then
- * strata-fuse (it needs routing). Each step first looks at what is already
+ * strata-fuse (it needs routing), then strata-sandboxd (the node agent; it
+ * finds the image store through H/cluster.env, ready when H/run/sandboxd.sock
+ * accepts). Each step first looks at what is already
  * there, so `up` is idempotent and also a repair: a daemon that died is
  * started again on the address it had (from H/run/<name>.addr), a stale
  * mount (its fuse daemon gone) is lazily unmounted before a new strata-fuse
@@ -34,7 +36,8 @@ static void usage(FILE *f)
 	    "Usage: strata up [--home DIR] [--mount DIR] [--nodes N] [--targets M] [--replicas R]\n"
 	    "\n"
 	    "Starts a single-node cluster (strata-meta, N chunkservers with M targets each,\n"
-	    "strata-fuse) from the home DIR, or repairs one whose daemons died.\n"
+	    "strata-fuse, strata-sandboxd) from the home DIR, or repairs one whose daemons\n"
+	    "died.\n"
 	    "\n"
 	    "  --home DIR      cluster home (default $STRATA_HOME, else ./.strata)\n"
 	    "  --mount DIR     mount point (default <home>/mnt)\n"
@@ -177,6 +180,10 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		argv[a++] = cache;
 		argv[a++] = "--foreground";
 		break;
+	case D_SANDBOXD:
+		argv[a++] = "--home";
+		argv[a++] = c->h.home;
+		break;
 	}
 	if (c->log_level) {
 		argv[a++] = "--log-level";
@@ -196,7 +203,7 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		return r;
 	}
 	*ret_pid = pid;
-	if (d->kind == D_FUSE)
+	if (d->kind == D_FUSE || d->kind == D_SANDBOXD)
 		return 0;
 
 	long long deadline = cli_now_ms() + c->timeout_ms;
@@ -369,6 +376,51 @@ static int up_fuse(struct up_ctx *c)
 	return 0;
 }
 
+/* Waits until strata-sandboxd (pid) accepts on its socket. */
+static int wait_sandboxd(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
+{
+	char sock[CLI_PATH];
+	long long deadline = cli_now_ms() + c->timeout_ms;
+
+	cli_sandboxd_socket(&c->h, sock);
+	while (cli_sandboxd_ping(sock) < 0) {
+		if (!cli_pid_alive(pid, d->binary))
+			return died(c, d, "exited before its socket accepted");
+		if (cli_now_ms() > deadline) {
+			cli_err(VERB, "strata-sandboxd did not accept on %s within %d s", sock,
+				c->timeout_ms / 1000);
+			return -ETIMEDOUT;
+		}
+		cli_sleep_ms(50);
+	}
+	return 0;
+}
+
+/* The node agent, last. A build without it (no binary) still has a working
+ * cluster: then there is nothing to start. */
+static int up_sandboxd(struct up_ctx *c)
+{
+	struct cli_daemon d;
+	char bin[CLI_PATH + 32], sock[CLI_PATH];
+	pid_t pid;
+	int r;
+
+	cli_daemon_get(&c->h, c->h.nodes + 2, &d);
+	snprintf(bin, sizeof(bin), "%s/%s", c->h.bindir, d.binary);
+	if (access(bin, X_OK) != 0)
+		return 0;
+	pid = cli_daemon_pid(&c->h, &d);
+	if (cli_pid_alive(pid, d.binary)) {
+		c->already++;
+		return wait_sandboxd(c, &d, pid); /* it may still be starting */
+	}
+	unlink(cli_sandboxd_socket(&c->h, sock)); /* the socket of a dead one */
+	if ((r = start_daemon(c, &d, "", &pid)) < 0)
+		return r == -ECHILD ? died(c, &d, "exited during start-up") : r;
+	c->started++;
+	return wait_sandboxd(c, &d, pid);
+}
+
 static int write_env(struct up_ctx *c)
 {
 	char path[CLI_PATH], text[3 * CLI_PATH];
@@ -394,10 +446,13 @@ static void print_summary(struct up_ctx *c)
 		char addr[128];
 		cli_daemon_get(&c->h, i, &d);
 		cli_daemon_addr(&c->h, &d, addr, sizeof(addr));
-		printf("  %-6s pid %-7d %-21s log %s\n", d.name, (int)cli_daemon_pid(&c->h, &d),
-		       d.kind == D_FUSE ? "-" : addr, cli_path(p, &c->h, "log/%s.log", d.name));
+		printf("  %-8s pid %-7d %-21s log %s\n", d.name, (int)cli_daemon_pid(&c->h, &d),
+		       d.kind == D_FUSE || d.kind == D_SANDBOXD ? "-" : addr,
+		       cli_path(p, &c->h, "log/%s.log", d.name));
 	}
 	printf("  mount  %s\n", c->h.mount);
+	if (cli_sandboxd_ping(cli_sandboxd_socket(&c->h, p)) == 0)
+		printf("  api    %s   (strata-sandboxd: Python SDK, strata sandbox)\n", p);
 	printf("  env    %s   (STRATA_HOME=%s for clients)\n", cli_path(p, &c->h, "cluster.env"),
 	       c->h.home);
 	printf("  stop   strata down --home %s\n", c->h.home);
@@ -520,6 +575,10 @@ int cmd_up(int argc, char **argv)
 		cli_err(VERB, "cannot write %s/cluster.env: %s", c.h.home, strerror(-r));
 		return 1;
 	}
+	/* The storage cluster works without the node agent: its failure to
+	 * start is reported (and shown by strata status) but not fatal. */
+	if (up_sandboxd(&c) < 0)
+		fprintf(stderr, "strata up: warning: the cluster is up without strata-sandboxd\n");
 	print_summary(&c);
 	return 0;
 }

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include "cleanup.h"
 #include "cli.h"
@@ -258,7 +260,7 @@ int cli_home_create(const struct cli_home *h)
 
 int cli_daemon_count(const struct cli_home *h)
 {
-	return h->nodes + 2;
+	return h->nodes + 3;
 }
 
 void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret)
@@ -273,10 +275,14 @@ void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret)
 		ret->index = i;
 		ret->binary = "strata-chunkserver";
 		snprintf(ret->name, sizeof(ret->name), "cs%d", i);
-	} else {
+	} else if (i == h->nodes + 1) {
 		ret->kind = D_FUSE;
 		ret->binary = "strata-fuse";
 		snprintf(ret->name, sizeof(ret->name), "fuse");
+	} else {
+		ret->kind = D_SANDBOXD;
+		ret->binary = "strata-sandboxd";
+		snprintf(ret->name, sizeof(ret->name), "sandboxd");
 	}
 }
 
@@ -296,6 +302,27 @@ void cli_daemon_addr(const struct cli_home *h, const struct cli_daemon *d, char 
 {
 	char path[CLI_PATH];
 
+	if (d->kind == D_SANDBOXD) {
+		snprintf(buf, cap, "%s", cli_sandboxd_socket(h, path));
+		return;
+	}
 	if (cli_read_file(cli_path(path, h, "run/%s.addr", d->name), buf, cap) < 0)
 		buf[0] = '\0';
+}
+
+char *cli_sandboxd_socket(const struct cli_home *h, char *buf)
+{
+	return cli_path(buf, h, "run/sandboxd.sock");
+}
+
+int cli_sandboxd_ping(const char *sock)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(sock) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, sock, strlen(sock) + 1);
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	return connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
 }

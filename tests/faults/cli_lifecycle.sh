@@ -33,7 +33,7 @@ echo "$out" | grep -q "already up" || cluster_fail "second strata up: $out"
 import json, sys
 s = json.load(sys.stdin)
 assert s["ok"] is True, s
-assert {d["name"] for d in s["daemons"]} == {"meta", "cs1", "fuse"}, s
+assert {d["name"] for d in s["daemons"]} == {"meta", "cs1", "fuse", "sandboxd"}, s
 assert all(d["state"] == "running" and d["pid"] > 0 for d in s["daemons"]), s
 assert s["mount"]["state"] == "mounted", s
 ' || cluster_fail "strata status --json"
@@ -52,7 +52,7 @@ cluster_up
 [ "$(cat "$MNT/survivor")" = survivor ] || cluster_fail "file lost across a fuse restart"
 
 cluster_log "kill -9 every daemon: up brings all back on the same addresses"
-for n in fuse cs1 meta; do kill -9 "$(cluster_pid $n)"; done
+for n in sandboxd fuse cs1 meta; do kill -9 "$(cluster_pid $n)"; done
 sleep 0.5
 cluster_up
 [ "$(addrs)" = "$a0" ] || cluster_fail "addresses changed: $a0 -> $(addrs)"
@@ -60,7 +60,7 @@ cluster_up
 
 cluster_log "strata down leaves no daemon, pid file or mount"
 "$STRATA" down
-left=$(ps -eo pid=,args= | grep -E "strata-(meta|chunkserver|fuse) .*$STRATA_HOME/" | grep -v grep || true)
+left=$(ps -eo pid=,args= | grep -E "strata-(meta|chunkserver|fuse|sandboxd) .*$STRATA_HOME" | grep -v grep || true)
 [ -z "$left" ] || cluster_fail "daemons left after down: $left"
 [ -z "$(_cluster_mounts_under "$MNT")" ] || cluster_fail "mount left after down"
 ls "$STRATA_HOME"/run/*.pid >/dev/null 2>&1 && cluster_fail "pid files left after down"
