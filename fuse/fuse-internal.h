@@ -83,8 +83,12 @@ void sfs_itable_done(struct sfs_itable *t);
 /* Records attr from meta: creates the entry if `lookup` (an entry reply, which
  * also counts one kernel lookup) and updates size/mode/layout if present.
  * Then adjusts *a to what the kernel should see: size = max(meta's, local
- * unrecorded writes), mtime/ctime no older than unrecorded writes. */
-void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup);
+ * unrecorded writes), mtime/ctime no older than unrecorded writes.
+ * stamp is sfs_attr_stamp() taken before the meta call (0: unknown): a reply
+ * whose call began before this mount's last change of the inode is stale and
+ * never changes the local size (a getattr racing a write + fsync would
+ * otherwise shrink it back, and reads would be clamped short). */
+void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup, uint64_t stamp);
 /* Drops n kernel lookups. */
 void sfs_inode_forget(struct sfs *fs, strata_ino_t ino, uint64_t n);
 /* Returns a referenced entry, or NULL if the kernel holds no lookup of ino
@@ -112,6 +116,7 @@ struct sfs_dir {
 	uint64_t base;		  /* listing index of ents[0] */
 	bool more;		  /* meta has entries after the window */
 	bool loaded;		  /* the window has been fetched at least once */
+	uint64_t stamp;		  /* sfs_attr_stamp() before the window's fetch */
 };
 
 /* ---- daemon context -------------------------------------------------------- */

@@ -99,9 +99,10 @@ static void maybe_drop_locked(struct sfs_itable *t, struct sfs_inode *in)
 	}
 }
 
-static void apply_attr(struct sfs_inode *in, struct strata_attr *a)
+static void apply_attr(struct sfs_inode *in, struct strata_attr *a, uint64_t stamp)
 {
 	pthread_mutex_lock(&in->lock);
+	bool stale = stamp != 0 && in->changed_at > stamp;
 	in->mode = a->mode;
 	in->gid = a->gid;
 	if (S_ISREG(a->mode) || S_ISDIR(a->mode)) {
@@ -110,7 +111,7 @@ static void apply_attr(struct sfs_inode *in, struct strata_attr *a)
 	}
 	in->seen_mtime = a->mtime_ns;
 	in->seen_size = a->size;
-	if (!in->size_dirty || a->size > in->size)
+	if (!stale && (!in->size_dirty || a->size > in->size))
 		in->size = a->size;
 	a->size = in->size;
 	if (in->data_written && in->write_mtime > a->mtime_ns) {
@@ -120,7 +121,7 @@ static void apply_attr(struct sfs_inode *in, struct strata_attr *a)
 	pthread_mutex_unlock(&in->lock);
 }
 
-void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup)
+void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup, uint64_t stamp)
 {
 	struct sfs_itable *t = &fs->itable;
 	struct sfs_inode *in;
@@ -138,7 +139,7 @@ void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup)
 	in->nref++;
 	pthread_mutex_unlock(&t->lock);
 
-	apply_attr(in, a);
+	apply_attr(in, a, stamp);
 	sfs_inode_put(fs, in);
 }
 

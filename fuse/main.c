@@ -287,7 +287,7 @@ static int open_clients(struct sfs *fs)
 		return r;
 	if (r > 0)
 		log_info("Closed %d sessions left by a previous mount as %s", r, fs->o.client_id);
-	sfs_inode_note(fs, &root, true); /* the root is never forgotten */
+	sfs_inode_note(fs, &root, true, 0); /* the root is never forgotten */
 	return 0;
 }
 

@@ -75,6 +75,7 @@ void sfs_op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 static int fetch(struct sfs *fs, struct sfs_dir *d, const char *after, uint64_t base, bool plus)
 {
 	int more = 0;
+	uint64_t stamp = sfs_attr_stamp(fs);
 	int n = SFS_CALL(fs, SFS_IDEM,
 			 meta_readdir(fs->mc, d->ino, after, plus, d->ents, SFS_DIR_PAGE, &more));
 
@@ -85,6 +86,7 @@ static int fetch(struct sfs *fs, struct sfs_dir *d, const char *after, uint64_t 
 	d->more = more != 0 && n > 0;
 	d->plus = plus;
 	d->loaded = true;
+	d->stamp = stamp;
 	return 0;
 }
 
@@ -112,7 +114,8 @@ static int seek_window(struct sfs *fs, struct sfs_dir *d, uint64_t idx, bool plu
 /* Adds one entry to buf; returns its size or 0 if it does not fit. For
  * readdirplus the entry counts as a lookup only once it fits. */
 static size_t add_entry(fuse_req_t req, char *buf, size_t rem, const char *name,
-			struct meta_dirent *de, strata_ino_t self, off_t next, bool plus)
+			struct meta_dirent *de, strata_ino_t self, off_t next, bool plus,
+			uint64_t stamp)
 {
 	struct sfs *fs = FS(req);
 	struct fuse_entry_param e = {0};
@@ -136,7 +139,7 @@ static size_t add_entry(fuse_req_t req, char *buf, size_t rem, const char *name,
 		return 0;
 	/* Counted as a lookup only now that it fits; the reported size is the
 	 * max with local writes. */
-	sfs_inode_note(fs, &de->attr, true);
+	sfs_inode_note(fs, &de->attr, true, stamp);
 	e.ino = de->ino;
 	e.generation = de->attr.generation;
 	e.attr_timeout = fs->o.attr_timeout;
@@ -181,7 +184,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			de = &d->ents[pos - 2 - d->base];
 			name = de->name;
 		}
-		sz = add_entry(req, buf + used, size - used, name, de, ino, (off_t)(pos + 1), plus);
+		sz = add_entry(req, buf + used, size - used, name, de, ino, (off_t)(pos + 1), plus,
+			       d->stamp);
 		if (sz == 0)
 			break;
 		used += sz;

@@ -186,12 +186,13 @@ static int ensure_layout(struct sfs *fs, struct sfs_inode *in)
 	pthread_mutex_unlock(&in->lock);
 	if (have)
 		return 0;
+	uint64_t stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, in->ino, &a));
 	if (r < 0)
 		return r;
 	if (!S_ISREG(a.mode))
 		return S_ISDIR(a.mode) ? -EISDIR : -EINVAL;
-	sfs_inode_note(fs, &a, false);
+	sfs_inode_note(fs, &a, false, stamp);
 	return 0;
 }
 
@@ -338,7 +339,7 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	e.attr_timeout = fs->o.attr_timeout;
 	e.entry_timeout = fs->o.entry_timeout;
 	raw = a;
-	sfs_inode_note(fs, &a, true);
+	sfs_inode_note(fs, &a, true, stamp);
 	if (!(fi->flags & O_TRUNC))
 		sfs_attr_put(fs, &raw, stamp);
 	sfs_fill_stat(fs, &a, &e.attr);

@@ -57,7 +57,7 @@ static void reply_entry(fuse_req_t req, struct strata_attr *a, uint64_t stamp)
 	struct fuse_entry_param e = {0};
 	struct strata_attr raw = *a;
 
-	sfs_inode_note(fs, a, true);
+	sfs_inode_note(fs, a, true, stamp);
 	sfs_attr_put(fs, &raw, stamp);
 	e.ino = a->ino;
 	e.generation = a->generation;
@@ -68,12 +68,14 @@ static void reply_entry(fuse_req_t req, struct strata_attr *a, uint64_t stamp)
 		sfs_inode_forget(fs, a->ino, 1);
 }
 
-static void reply_attr(fuse_req_t req, struct strata_attr *a)
+/* stamp: as for sfs_inode_note (0 for an attribute served from the cache,
+ * which is only served while no local change is newer than it). */
+static void reply_attr(fuse_req_t req, struct strata_attr *a, uint64_t stamp)
 {
 	struct sfs *fs = FS(req);
 	struct stat st;
 
-	sfs_inode_note(fs, a, false);
+	sfs_inode_note(fs, a, false, stamp);
 	sfs_fill_stat(fs, a, &st);
 	fuse_reply_attr(req, &st, fs->o.attr_timeout);
 }
@@ -119,7 +121,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int r;
 
 	if (sfs_attr_get(fs, ino, &a)) {
-		reply_attr(req, &a);
+		reply_attr(req, &a, 0);
 		return;
 	}
 	stamp = sfs_attr_stamp(fs);
@@ -129,7 +131,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	sfs_attr_put(fs, &a, stamp);
-	reply_attr(req, &a);
+	reply_attr(req, &a, stamp);
 }
 
 int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret)
@@ -149,10 +151,11 @@ int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret)
 	}
 	if (have)
 		return 0;
+	uint64_t stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, ino, &a));
 	if (r < 0)
 		return r;
-	sfs_inode_note(fs, &a, false);
+	sfs_inode_note(fs, &a, false, stamp);
 	*ret = a.layout;
 	return 0;
 }
@@ -341,7 +344,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_attr(req, &a);
+	reply_attr(req, &a, 0); /* the reply of our own change: not stale */
 }
 
 void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode, uint32_t *uid,

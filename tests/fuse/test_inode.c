@@ -37,10 +37,10 @@ static void test_lookup_forget(struct sfs *fs)
 	struct strata_attr a = file_attr(42, 10);
 	struct sfs_inode *in;
 
-	sfs_inode_note(fs, &a, false); /* not looked up: not kept */
+	sfs_inode_note(fs, &a, false, 0); /* not looked up: not kept */
 	CHECK(sfs_inode_get(fs, 42, false) == NULL);
-	sfs_inode_note(fs, &a, true);
-	sfs_inode_note(fs, &a, true);
+	sfs_inode_note(fs, &a, true, 0);
+	sfs_inode_note(fs, &a, true, 0);
 	in = sfs_inode_get(fs, 42, false);
 	CHECK(in != NULL);
 	if (in) {
@@ -61,7 +61,7 @@ static void test_pending_length(struct sfs *fs)
 	struct strata_attr a = file_attr(7, 100);
 	struct sfs_inode *in;
 
-	sfs_inode_note(fs, &a, true);
+	sfs_inode_note(fs, &a, true, 0);
 	in = sfs_inode_get(fs, 7, false);
 	CHECK(in != NULL);
 	if (!in)
@@ -72,21 +72,52 @@ static void test_pending_length(struct sfs *fs)
 	in->data_written = true;
 	in->write_mtime = 9000;
 	a = file_attr(7, 100);
-	sfs_inode_note(fs, &a, false);
+	sfs_inode_note(fs, &a, false, 0);
 	CHECK(a.size == 5000);
 	CHECK(a.mtime_ns == 9000);
 	/* meta ahead of us (another writer): its size wins */
 	a = file_attr(7, 8000);
-	sfs_inode_note(fs, &a, false);
+	sfs_inode_note(fs, &a, false, 0);
 	CHECK(a.size == 8000 && in->size == 8000);
 	/* recorded: meta's size is the truth again, even when smaller */
 	in->size_dirty = false;
 	in->data_written = false;
 	a = file_attr(7, 3);
-	sfs_inode_note(fs, &a, false);
+	sfs_inode_note(fs, &a, false, 0);
 	CHECK(a.size == 3 && in->size == 3);
 	sfs_inode_put(fs, in);
 	sfs_inode_forget(fs, 7, 1);
+	CHECK(fs->itable.count == 0);
+}
+
+/* A getattr whose meta call began before a local write + fsync replies with
+ * the old size after the new one was recorded (size_dirty already cleared):
+ * the stale reply must not shrink the local size, or reads of the new bytes
+ * would be clamped short. A reply that began after the change is the truth. */
+static void test_stale_reply(struct sfs *fs)
+{
+	struct strata_attr a = file_attr(9, 100);
+	struct sfs_inode *in;
+
+	sfs_inode_note(fs, &a, true, 0);
+	in = sfs_inode_get(fs, 9, false);
+	CHECK(in != NULL);
+	if (!in)
+		return;
+	uint64_t before = sfs_attr_stamp(fs); /* the racing getattr starts */
+	pthread_mutex_lock(&in->lock);
+	in->size = 5000; /* write past the end, then fsync recorded it */
+	in->size_dirty = false;
+	sfs_attr_changed_locked(fs, in);
+	pthread_mutex_unlock(&in->lock);
+	a = file_attr(9, 100); /* its reply: the size before the write */
+	sfs_inode_note(fs, &a, false, before);
+	CHECK(in->size == 5000 && a.size == 5000);
+	a = file_attr(9, 7000); /* a later reply (another writer) still counts */
+	sfs_inode_note(fs, &a, false, sfs_attr_stamp(fs));
+	CHECK(in->size == 7000);
+	sfs_inode_put(fs, in);
+	sfs_inode_forget(fs, 9, 1);
 	CHECK(fs->itable.count == 0);
 }
 
@@ -95,7 +126,7 @@ static void test_many(struct sfs *fs)
 	for (strata_ino_t i = 1; i <= 10000; i++) {
 		struct strata_attr a = file_attr(i * 65536, 1); /* collide in buckets */
 
-		sfs_inode_note(fs, &a, true);
+		sfs_inode_note(fs, &a, true, 0);
 	}
 	CHECK(fs->itable.count == 10000);
 	for (strata_ino_t i = 1; i <= 10000; i += 2)
@@ -113,12 +144,14 @@ int main(void)
 	struct sfs fs;
 
 	memset(&fs, 0, sizeof(fs));
+	fs.attr_clock = 1; /* as strata-fuse starts it: stamp 0 means unknown */
 	if (sfs_itable_init(&fs.itable) < 0) {
 		fprintf(stderr, "out of memory\n");
 		return 1;
 	}
 	test_lookup_forget(&fs);
 	test_pending_length(&fs);
+	test_stale_reply(&fs);
 	test_many(&fs);
 	sfs_itable_done(&fs.itable);
 	if (failures) {
