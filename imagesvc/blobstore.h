@@ -98,3 +98,10 @@ int blobstore_local_open(const char *dir, struct blobstore **ret);
 #define BLOBIDX_VERSION 1
 #define BLOBIDX_HDR_SIZE 16
 #define BLOBIDX_REC_SIZE 48
+
+/* Appends one chunk at byte off of a blob: its data padded to IMG_BLOB_ALIGN
+ * in data_fd, and its record at the end of the digest table idx_fd (opened
+ * O_APPEND or positioned at its end). Returns 0 and the offset after the
+ * padded chunk in *ret_next, or -errno (the blob is then unusable). */
+int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
+		      const void *data, uint32_t len, uint64_t *ret_next);

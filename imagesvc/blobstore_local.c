@@ -159,22 +159,38 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
 	return 0;
 }
 
-static int append_chunk(struct open_blob *b, const uint8_t *digest, const void *data, uint32_t len)
+static int write_all(int fd, const void *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t k = write(fd, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		p = (const uint8_t *)p + k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
+		      const void *data, uint32_t len, uint64_t *ret_next)
 {
 	static const uint8_t zeros[IMG_BLOB_ALIGN];
 	uint32_t pad = (IMG_BLOB_ALIGN - len % IMG_BLOB_ALIGN) % IMG_BLOB_ALIGN;
-	int r = pwrite_all(b->data_fd, data, len, b->size);
+	int r = pwrite_all(data_fd, data, len, off);
 	if (r == 0 && pad)
-		r = pwrite_all(b->data_fd, zeros, pad, b->size + len);
+		r = pwrite_all(data_fd, zeros, pad, off + len);
 	if (r < 0)
 		return r;
 	uint8_t rec[BLOBIDX_REC_SIZE] = {0};
 	memcpy(rec, digest, IMG_DIGEST_LEN);
-	le64_put(rec + 32, b->size);
+	le64_put(rec + 32, off);
 	le32_put(rec + 40, len);
-	if (write(b->idx_fd, rec, sizeof(rec)) != (ssize_t)sizeof(rec))
-		return -EIO;
-	b->size += (uint64_t)len + pad;
+	r = write_all(idx_fd, rec, sizeof(rec));
+	if (r < 0)
+		return r;
+	*ret_next = off + len + pad;
 	return 0;
 }
 
@@ -184,9 +200,7 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 	struct local_store *s = (struct local_store *)bs;
 	if (len == 0 || len > IMG_CHUNK_SIZE)
 		return -EINVAL;
-	const struct blob_loc *have = digest_index_find(&s->index, digest);
-	if (have) {
-		*ret = *have;
+	if (digest_index_lookup(&s->index, digest, ret) == 0) {
 		*ret_new = false;
 		return 0;
 	}
@@ -194,7 +208,7 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 	if (!b)
 		return -EBADF;
 	struct blob_loc loc = {blob, b->size};
-	int r = append_chunk(b, digest, data, len);
+	int r = blob_append_chunk(b->data_fd, b->idx_fd, b->size, digest, data, len, &b->size);
 	if (r == 0)
 		r = digest_index_add(&s->index, digest, loc);
 	if (r < 0)
@@ -206,12 +220,7 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 
 static int local_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
 {
-	struct local_store *s = (struct local_store *)bs;
-	const struct blob_loc *have = digest_index_find(&s->index, digest);
-	if (!have)
-		return -ENOENT;
-	*ret = *have;
-	return 0;
+	return digest_index_lookup(&((struct local_store *)bs)->index, digest, ret);
 }
 
 static int local_end_blob(struct blobstore *bs, uint32_t blob)

@@ -14,12 +14,23 @@ static struct digest_slot *probe(const struct digest_index *x, const uint8_t *d)
 			return &x->slots[i];
 }
 
-const struct blob_loc *digest_index_find(const struct digest_index *x, const uint8_t *digest)
+static const struct blob_loc *digest_index_find(const struct digest_index *x,
+						const uint8_t *digest)
 {
 	if (!x->cap)
 		return NULL;
 	const struct digest_slot *sl = probe(x, digest);
 	return sl->used ? &sl->loc : NULL;
+}
+
+int digest_index_lookup(const struct digest_index *x, const uint8_t *digest,
+			struct blob_loc *ret)
+{
+	const struct blob_loc *loc = digest_index_find(x, digest);
+	if (!loc)
+		return -ENOENT;
+	*ret = *loc;
+	return 0;
 }
 
 static int grow(struct digest_index *x)

@@ -18,8 +18,9 @@ struct digest_index {
 	size_t cap, count;
 };
 
-/* Returns the location stored for digest, or NULL. */
-const struct blob_loc *digest_index_find(const struct digest_index *x, const uint8_t *digest);
+/* Copies the location of digest into *ret. Returns 0 or -ENOENT. */
+int digest_index_lookup(const struct digest_index *x, const uint8_t *digest,
+			struct blob_loc *ret);
 /* Adds digest -> loc unless the digest is present. Returns 0 or -ENOMEM. */
 int digest_index_add(struct digest_index *x, const uint8_t *digest, struct blob_loc loc);
 /* Frees the table; x is empty afterwards. */

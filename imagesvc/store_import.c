@@ -127,21 +127,9 @@ static int ib_begin(struct blobstore *bs, uint32_t *ret)
 
 static int append(struct staged_blob *sb, const uint8_t *digest, const void *data, uint32_t len)
 {
-	static const uint8_t zeros[IMG_BLOB_ALIGN];
-	uint32_t pad = (IMG_BLOB_ALIGN - len % IMG_BLOB_ALIGN) % IMG_BLOB_ALIGN;
-	int r = store_write_all(sb->data_fd, data, len);
-	if (r == 0 && pad)
-		r = store_write_all(sb->data_fd, zeros, pad);
-	uint8_t rec[BLOBIDX_REC_SIZE] = {0};
-	memcpy(rec, digest, IMG_DIGEST_LEN);
-	le64_put(rec + 32, sb->size);
-	le32_put(rec + 40, len);
+	int r = blob_append_chunk(sb->data_fd, sb->idx_fd, sb->size, digest, data, len, &sb->size);
 	if (r == 0)
-		r = store_write_all(sb->idx_fd, rec, sizeof(rec));
-	if (r == 0) {
-		sb->size += (uint64_t)len + pad;
 		sb->chunks++;
-	}
 	return r;
 }
 
@@ -151,9 +139,7 @@ static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, co
 	struct import_bs *b = (struct import_bs *)bs;
 	if (len == 0 || len > IMG_CHUNK_SIZE)
 		return -EINVAL;
-	const struct blob_loc *have = digest_index_find(&b->index, digest);
-	if (have) {
-		*ret = *have;
+	if (digest_index_lookup(&b->index, digest, ret) == 0) {
 		*ret_new = false;
 		return 0;
 	}
@@ -173,12 +159,7 @@ static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, co
 
 static int ib_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
 {
-	struct import_bs *b = (struct import_bs *)bs;
-	const struct blob_loc *have = digest_index_find(&b->index, digest);
-	if (!have)
-		return -ENOENT;
-	*ret = *have;
-	return 0;
+	return digest_index_lookup(&((struct import_bs *)bs)->index, digest, ret);
 }
 
 static int ib_end(struct blobstore *bs, uint32_t blob)
