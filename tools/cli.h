@@ -1,5 +1,5 @@
 /* cli.h — what the verbs of the `strata` command line share: the home
- * directory of a single-node cluster and the daemons that run from it.
+ * directory of a cluster on this machine and the daemons that run from it.
  *
  * A home H (CONVENTIONS.md) holds
  *   H/strata.conf        the shape chosen at the first `strata up` (nodes,
@@ -12,6 +12,8 @@
  *   H/log/<name>.log     its stderr
  *   H/cluster.env        STRATA_META / STRATA_MOUNT / STRATA_HOME for clients
  *   H/run/sandboxd.sock  strata-sandboxd's API socket (sandbox/sandboxd/API.md)
+ *   H/run/net            the network of a multi-node home: its subnet and the
+ *                        bridge, namespaces and veths `up` created (netns.c)
  *   H/cache/images       node image mounts (imagesvc/mount.h), also sandboxd's
  *
  * Functions return 0 or a negative errno; they never print, except the
@@ -32,6 +34,9 @@ struct cli_home {
 	int nodes;   /* chunkservers */
 	int targets; /* targets per chunkserver */
 	int replicas;
+	/* Chunkservers as separate hosts (own network namespace and address)
+	 * when nodes > 1: 1 yes, 0 loopback ports (--no-netns), -1 not chosen. */
+	int netns;
 	bool have_conf; /* strata.conf existed */
 };
 
@@ -76,6 +81,8 @@ void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret);
 /* Reads a small text file (trailing newline stripped) into buf[cap].
  * Returns its length or -errno. */
 int cli_read_file(const char *path, char *buf, size_t cap);
+/* The last non-empty line of a text file (a log) into out[cap]; "" if none. */
+void cli_last_line(const char *path, char *out, size_t cap);
 /* Writes text atomically (tmp + rename). */
 int cli_write_file(const char *path, const char *text);
 int cli_mkdir_p(const char *path, mode_t mode);
@@ -90,6 +97,8 @@ void cli_daemon_addr(const struct cli_home *h, const struct cli_daemon *d, char 
 /* Starts argv[0] (a path) in a new session with stdin from /dev/null and
  * stdout+stderr appended to logpath. Returns the pid or -errno. */
 pid_t cli_spawn(char *const argv[], const char *logpath);
+/* The same, in the network namespace bound at netns_path (NULL: ours). */
+pid_t cli_spawn_in(char *const argv[], const char *logpath, const char *netns_path);
 /* Sends SIGTERM, waits up to timeout_ms, then SIGKILL. Returns 0 once the
  * process is gone, -errno otherwise. */
 int cli_stop_pid(pid_t pid, const char *binary, int timeout_ms);
@@ -108,6 +117,44 @@ enum cli_mount_state cli_mount_state(const char *path);
 const char *cli_mount_state_name(enum cli_mount_state s);
 /* Unmounts path (lazy if busy). Returns 0 or -errno. */
 int cli_umount(const char *path);
+
+/* ---- chunkservers as hosts (netns.c) ----------------------------------------
+ * Node i of a multi-node home lives in network namespace strata-<tag>-cs<i>
+ * with address 10.78.Y.(10+i)/24 on a veth to the bridge stu<tag>br, whose
+ * address 10.78.Y.1 strata-meta listens on (tag: a hash of the home's path;
+ * Y: a /24 free on this machine, kept in H/run/net). Only on-link traffic:
+ * nothing is forwarded or routed off the machine. */
+struct cli_net {
+	char tag[9];	 /* 8 hex digits */
+	char bridge[16]; /* interface name */
+	int subnet;	 /* Y of 10.78.Y.0/24; 0 = none chosen yet */
+	bool created;	 /* H/run/net lists a bridge: this home's network exists */
+	bool on;	 /* this run: the chunkservers live in namespaces */
+	char err[256];	 /* what failed, for the message at the boundary */
+};
+/* Names from the home, subnet and what exists from H/run/net. on = created
+ * and the bridge is there. */
+void cli_net_load(const struct cli_home *h, struct cli_net *ret);
+/* Returns 0 if namespaces can be made here, else -errno with why[cap]. */
+int cli_net_usable(char *why, size_t cap);
+/* Creates what is missing of the bridge and the namespaces of nodes 1..N
+ * (recorded in H/run/net before they exist) and re-applies their addresses:
+ * idempotent, and a repair after a reboot. Sets on. Returns 0 or -errno
+ * (n->err says what failed). */
+int cli_net_up(const struct cli_home *h, struct cli_net *n);
+/* Deletes what H/run/net lists (namespaces, veths, bridge); keeps the subnet
+ * there for the next `up`. Returns the number deleted or -errno (n->err). */
+int cli_net_down(const struct cli_home *h, struct cli_net *n);
+/* Node i's namespace name into buf[cap]; returns buf. */
+char *cli_net_ns_name(const struct cli_net *n, int node, char *buf, size_t cap);
+/* Its path (/run/netns/NAME) into buf[cap]; returns buf. */
+char *cli_net_ns_path(const struct cli_net *n, int node, char *buf, size_t cap);
+/* Host part of an address: node i's (i >= 1) or the bridge's (i = 0). */
+char *cli_net_ip(const struct cli_net *n, int node, char *buf, size_t cap);
+/* True if node i's namespace exists (a mounted nsfs file). */
+bool cli_net_ns_exists(const struct cli_net *n, int node);
+/* True if pid runs in node i's namespace. */
+bool cli_net_pid_in(const struct cli_net *n, int node, pid_t pid);
 
 /* ---- the meta service ------------------------------------------------------- */
 /* Returns 0 if strata-meta at addr answers a ping (or, in a build without the

@@ -3,9 +3,10 @@
  * bind mounts of `strata image mount`, the shared EROFS mounts, their leases):
  * they hold files of the cluster's mount open. Then unmount, and stop
  * strata-fuse, the chunkservers and strata-meta (in that order: clients
- * before servers), SIGTERM first and SIGKILL after a timeout. Pid files are
- * removed; address files stay so that the next `strata up` gets the same
- * ports back. */
+ * before servers), SIGTERM first and SIGKILL after a timeout; last the
+ * network namespaces, veths and bridge `up` made for the chunkservers (what
+ * H/run/net lists). Pid files are removed; address files (and the subnet in
+ * H/run/net) stay so that the next `strata up` gets the same addresses back. */
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
@@ -29,7 +30,8 @@ static void usage(FILE *f)
 		   "\n"
 		   "Deletes the sandboxes of the node agent and stops it, unmounts the image\n"
 		   "mounts and the cluster's mount and stops the other daemons (SIGTERM, then\n"
-		   "SIGKILL after S seconds, default 10). Data in the home stays.\n"
+		   "SIGKILL after S seconds, default 10); deletes the network namespaces, veths\n"
+		   "and bridge of the chunkservers. Data in the home stays.\n"
 		   "\n"
 		   "  --home DIR   cluster home (default $STRATA_HOME, else ./.strata)\n");
 }
@@ -175,6 +177,24 @@ static int down_sandboxd(const struct cli_home *h, int timeout_s)
 	return r;
 }
 
+/* The chunkservers' hosts: namespaces, veths and bridge, once they stopped. */
+static int down_net(const struct cli_home *h)
+{
+	struct cli_net net;
+	int r;
+
+	cli_net_load(h, &net);
+	if (!net.created)
+		return 0;
+	if ((r = cli_net_down(h, &net)) < 0) {
+		cli_err(VERB, "cannot delete the network of the chunkservers: %s", net.err);
+		return r;
+	}
+	if (r > 0)
+		printf("strata: deleted bridge %s and the chunkservers' namespaces\n", net.bridge);
+	return 0;
+}
+
 int cmd_down(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -262,6 +282,8 @@ int cmd_down(int argc, char **argv)
 			stopped++;
 		unlink(cli_path(path, &h, "run/%s.pid", d.name));
 	}
+	if (down_net(&h) < 0)
+		failed++;
 	/* The fuse daemon may have left the mount behind if it was killed. */
 	if (cli_mount_state(h.mount) != MNT_NONE && cli_mount_state(h.mount) != MNT_OTHER)
 		cli_umount(h.mount);

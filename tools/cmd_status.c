@@ -1,9 +1,14 @@
 /* cmd_status.c — `strata status`: every daemon of the home with its pid,
  * address and state (running/starting/dead/stopped; strata-sandboxd: its
- * socket as the address, "starting" until it accepts), and the mount.
+ * socket as the address, "starting" until it accepts), the network namespace
+ * of each chunkserver that is a host of its own, and the mount.
  * --json prints one object for machines:
  *   {"home":..., "meta":..., "mount":{"path":...,"state":...},
- *    "daemons":[{"name":..,"binary":..,"pid":..,"addr":..,"state":..},...]}
+ *    "network":{"mode":"netns"|"loopback"|"missing"|"none","bridge":..,"addr":..},
+ *    "daemons":[{"name":..,"binary":..,"pid":..,"addr":..,"state":..,
+ *                "netns":..},...]}
+ * ("netns" is "" where the daemon runs in the root namespace or the node's
+ * namespace is missing; a missing one counts as down.)
  * Exit status 0 when everything runs and the mount answers, 3 when not
  * (like `systemctl status`), 1 on errors. */
 #include <errno.h>
@@ -19,8 +24,9 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: strata status [--home DIR] [--json]\n"
 		   "\n"
-		   "Shows every daemon of the cluster with its pid, address and state, and the\n"
-		   "mount. Exit status: 0 all running and mounted, 3 something is down.\n"
+		   "Shows every daemon of the cluster with its pid, address, state and network\n"
+		   "namespace (chunkservers of a multi-node cluster), and the mount.\n"
+		   "Exit status: 0 all running and mounted, 3 something is down.\n"
 		   "\n"
 		   "  --home DIR   cluster home (default $STRATA_HOME, else ./.strata)\n"
 		   "  --json       machine-readable output\n");
@@ -40,6 +46,50 @@ static void json_str(const char *s)
 			putchar(ch);
 	}
 	putchar('"');
+}
+
+/* The network's mode: "netns" (bridge and namespaces there), "missing" (made
+ * by `up`, gone since: a reboot), "none" (not made: the chunkservers' last
+ * addresses are not loopback, as after `down`) or "loopback". */
+static const char *net_mode(const struct cli_home *h, const struct cli_net *net)
+{
+	struct cli_daemon d;
+	char addr[128];
+
+	if (net->on || net->created)
+		return net->on ? "netns" : "missing";
+	if (h->nodes < 2)
+		return "loopback";
+	cli_daemon_get(h, 1, &d);
+	cli_daemon_addr(h, &d, addr, sizeof(addr));
+	return addr[0] && strncmp(addr, "127.", 4) != 0 ? "none" : "loopback";
+}
+
+/* The network line. A home whose recorded bridge is gone (a reboot) is down
+ * until `up` remakes it. */
+static bool show_network(const struct cli_home *h, const struct cli_net *net, bool json)
+{
+	char ip[32];
+	const char *mode = net_mode(h, net);
+
+	cli_net_ip(net, 0, ip, sizeof(ip));
+	if (json) {
+		printf(",\"network\":{\"mode\":\"%s\",\"bridge\":", mode);
+		json_str(net->created ? net->bridge : "");
+		printf(",\"addr\":");
+		json_str(net->created ? ip : "");
+		printf("}");
+	} else if (net->on) {
+		printf("  network  bridge %s %s/24, every chunkserver in its own namespace\n",
+		       net->bridge, ip);
+	} else if (net->created) {
+		printf("  network  bridge %s missing (strata up makes it again)\n", net->bridge);
+	} else if (!strcmp(mode, "none")) {
+		printf("  network  no bridge or namespaces (strata up makes them)\n");
+	} else if (h->nodes > 1) {
+		printf("  network  loopback ports\n");
+	}
+	return !net->created || net->on;
 }
 
 int cmd_status(int argc, char **argv)
@@ -88,20 +138,26 @@ int cmd_status(int argc, char **argv)
 
 	enum cli_mount_state ms = cli_mount_state(h.mount);
 	char meta_addr[128] = "";
+	struct cli_net net;
+	cli_net_load(&h, &net);
 	if (json) {
 		printf("{\"home\":");
 		json_str(h.home);
-		printf(",\"daemons\":[");
 	} else {
 		printf("cluster %s  (%d chunkserver(s) x %d target(s), %d replica(s))\n", h.home,
 		       h.nodes, h.targets, h.replicas);
-		printf("  %-8s %-8s %-22s %s\n", "NAME", "PID", "ADDRESS", "STATE");
 	}
+	all_ok = show_network(&h, &net, json);
+	if (json)
+		printf(",\"daemons\":[");
+	else
+		printf("  %-8s %-8s %-22s %-8s %s\n", "NAME", "PID", "ADDRESS", "STATE", "NETNS");
 	for (int i = 0; i < cli_daemon_count(&h); i++) {
 		struct cli_daemon d;
 		char addr[CLI_PATH];
 		pid_t pid;
 		const char *state;
+		char ns[64] = "";
 
 		cli_daemon_get(&h, i, &d);
 		pid = cli_daemon_pid(&h, &d);
@@ -121,6 +177,12 @@ int cmd_status(int argc, char **argv)
 			state = "starting"; /* alive, its socket not accepting yet */
 		if (strcmp(state, "running") != 0)
 			all_ok = false;
+		if (d.kind == D_CS && net.on) {
+			if (cli_net_ns_exists(&net, d.index))
+				cli_net_ns_name(&net, d.index, ns, sizeof(ns));
+			else
+				all_ok = false; /* its host is gone: up makes it again */
+		}
 		if (json) {
 			printf("%s{\"name\":", i ? "," : "");
 			json_str(d.name);
@@ -128,10 +190,15 @@ int cmd_status(int argc, char **argv)
 			json_str(d.binary);
 			printf(",\"pid\":%d,\"addr\":", (int)pid);
 			json_str(addr);
-			printf(",\"state\":\"%s\"}", state);
+			printf(",\"state\":\"%s\",\"netns\":", state);
+			json_str(ns);
+			printf("}");
 		} else {
-			printf("  %-8s %-8d %-22s %s\n", d.name, (int)pid, addr[0] ? addr : "-",
-			       state);
+			if (!ns[0])
+				snprintf(ns, sizeof(ns),
+					 d.kind == D_CS && net.on ? "(missing)" : "-");
+			printf("  %-8s %-8d %-22s %-8s %s\n", d.name, (int)pid,
+			       addr[0] ? addr : "-", state, ns);
 		}
 	}
 	if (ms != MNT_OK)

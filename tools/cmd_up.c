@@ -1,6 +1,12 @@
-/* cmd_up.c — `strata up`: bring a single-node cluster to "everything running".
+/* cmd_up.c — `strata up`: bring a cluster on this machine to "everything
+ * running".
  *
- * Order: strata-meta, then the chunkservers (they register with meta), then
+ * With several chunkservers each is a separate host: its own network
+ * namespace and address on a veth to a bridge (netns.c), strata-meta on the
+ * bridge's address; `--no-netns`, or namespaces that cannot be made here
+ * (with a one-line notice), keeps them on loopback ports.
+ *
+ * Order: the network, strata-meta, then the chunkservers (they register with meta), then
  * strata-fuse (it needs routing), then strata-sandboxd (the node agent; it
  * finds the image store through H/cluster.env, ready when H/run/sandboxd.sock
  * accepts). Each step first looks at what is already
@@ -8,7 +14,9 @@
  * started again on the address it had (from H/run/<name>.addr), a stale
  * mount (its fuse daemon gone) is lazily unmounted before a new strata-fuse
  * mounts it again. If meta cannot get its old port back, the chunkservers
- * and the mount are restarted against the new address. */
+ * and the mount are restarted against the new address; a daemon running on
+ * another network than this run's (the mode changed, a namespace was
+ * recreated) is restarted too. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -19,11 +27,14 @@
 #include "types.h"
 
 #define VERB "up"
+/* The port of a chunkserver that has an address of its own. */
+#define NODE_PORT 7000
 
 struct up_ctx {
 	struct cli_home h;
 	int timeout_ms;
 	const char *log_level;
+	struct cli_net net;
 	char meta_addr[128];
 	bool meta_moved; /* meta came back on another address */
 	int started, already;
@@ -34,16 +45,22 @@ static void usage(FILE *f)
 	fprintf(
 	    f,
 	    "Usage: strata up [--home DIR] [--mount DIR] [--nodes N] [--targets M] [--replicas R]\n"
+	    "                 [--no-netns | --netns] [--timeout S]\n"
 	    "\n"
-	    "Starts a single-node cluster (strata-meta, N chunkservers with M targets each,\n"
-	    "strata-fuse, strata-sandboxd) from the home DIR, or repairs one whose daemons\n"
-	    "died.\n"
+	    "Starts a cluster on this machine (strata-meta, N chunkservers with M targets\n"
+	    "each, strata-fuse, strata-sandboxd) from the home DIR, or repairs one whose\n"
+	    "daemons died. With N > 1 every chunkserver is a separate host: its own network\n"
+	    "namespace and address (10.78.Y.(10+i)) on a veth to a bridge (10.78.Y.1, where\n"
+	    "strata-meta listens); nothing is routed off the machine. Without root or\n"
+	    "iproute2 the chunkservers listen on 127.0.0.1 ports instead (with a notice).\n"
 	    "\n"
 	    "  --home DIR      cluster home (default $STRATA_HOME, else ./.strata)\n"
 	    "  --mount DIR     mount point (default <home>/mnt)\n"
 	    "  --nodes N       chunkservers (default 1, at most %d)\n"
 	    "  --targets M     target directories per chunkserver (default 2, at most %d)\n"
 	    "  --replicas R    replicas per chain, on distinct nodes (default min(3, N))\n"
+	    "  --no-netns      chunkservers on 127.0.0.1 ports, not namespaces (kept in the home)\n"
+	    "  --netns         back to namespaces on a home made with --no-netns\n"
 	    "  --timeout S     seconds to wait for each daemon (default 60)\n"
 	    "\n"
 	    "Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
@@ -51,31 +68,12 @@ static void usage(FILE *f)
 	    CLI_MAX_NODES, CLI_MAX_TARGETS);
 }
 
-/* The last non-empty line of a log, for a one-line error. */
-static void last_log_line(const char *path, char *out, size_t cap)
-{
-	FILE *f = fopen(path, "re");
-	char line[512];
-
-	out[0] = '\0';
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		size_t n = strlen(line);
-		while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-			line[--n] = '\0';
-		if (n)
-			snprintf(out, cap, "%s", line);
-	}
-	fclose(f);
-}
-
 static int died(struct up_ctx *c, const struct cli_daemon *d, const char *what)
 {
 	char log[CLI_PATH], last[512];
 
 	cli_path(log, &c->h, "log/%s.log", d->name);
-	last_log_line(log, last, sizeof(last));
+	cli_last_line(log, last, sizeof(last));
 	cli_err(VERB, "%s %s (log %s)%s%s", d->binary, what, log, last[0] ? ": " : "", last);
 	return -ECHILD;
 }
@@ -193,7 +191,12 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 
 	if (d->kind != D_FUSE)
 		unlink(addrf);
-	pid = cli_spawn(argv, log);
+	if (d->kind == D_CS && c->net.on) {
+		char ns[128];
+		pid = cli_spawn_in(argv, log, cli_net_ns_path(&c->net, d->index, ns, sizeof(ns)));
+	} else {
+		pid = cli_spawn(argv, log);
+	}
 	if (pid < 0) {
 		cli_err(VERB, "cannot start %s: %s", bin, strerror((int)-pid));
 		return (int)pid;
@@ -220,17 +223,56 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	return 0;
 }
 
-/* Starts d on its previous address if it had one, else on a free port. */
+/* The host d listens on: the bridge (meta) or its node's own address when
+ * the chunkservers are hosts, else loopback. */
+static void listen_host(const struct up_ctx *c, const struct cli_daemon *d, char *buf, size_t cap)
+{
+	if (c->net.on && (d->kind == D_META || d->kind == D_CS))
+		cli_net_ip(&c->net, d->kind == D_CS ? d->index : 0, buf, cap);
+	else
+		snprintf(buf, cap, "127.0.0.1");
+}
+
+static bool addr_on_host(const char *addr, const char *host)
+{
+	size_t n = strlen(host);
+	return strncmp(addr, host, n) == 0 && addr[n] == ':';
+}
+
+/* True if d, running as pid with address prev, is where this run wants it:
+ * on its host and, for a chunkserver that is a host, in its namespace. */
+static bool in_place(const struct up_ctx *c, const struct cli_daemon *d, pid_t pid,
+		     const char *prev)
+{
+	char host[64];
+
+	listen_host(c, d, host, sizeof(host));
+	if (!prev[0] || !addr_on_host(prev, host))
+		return false;
+	return d->kind != D_CS || !c->net.on || cli_net_pid_in(&c->net, d->index, pid);
+}
+
+/* Starts d on its previous address if it had one on this host, else on a
+ * free port (a chunkserver with an address of its own: NODE_PORT). */
 static int start_listener(struct up_ctx *c, const struct cli_daemon *d, const char *prev,
 			  pid_t *ret_pid)
 {
+	char host[64], want[128], any[128];
 	int r;
 
-	r = start_daemon(c, d, prev[0] ? prev : "127.0.0.1:0", ret_pid);
-	if (r == -ECHILD && prev[0]) {
-		fprintf(stderr, "strata up: %s could not take %s again, using a new port\n",
-			d->name, prev);
-		r = start_daemon(c, d, "127.0.0.1:0", ret_pid);
+	listen_host(c, d, host, sizeof(host));
+	snprintf(any, sizeof(any), "%s:0", host);
+	if (prev[0] && addr_on_host(prev, host))
+		snprintf(want, sizeof(want), "%s", prev);
+	else if (c->net.on && d->kind == D_CS)
+		snprintf(want, sizeof(want), "%s:%d", host, NODE_PORT);
+	else
+		snprintf(want, sizeof(want), "%s", any);
+	r = start_daemon(c, d, want, ret_pid);
+	if (r == -ECHILD && strcmp(want, any) != 0) {
+		fprintf(stderr, "strata up: %s could not listen on %s, using a free port\n",
+			d->name, want);
+		r = start_daemon(c, d, any, ret_pid);
 	}
 	if (r == -ECHILD)
 		return died(c, d, "exited during start-up");
@@ -247,10 +289,13 @@ static int up_meta(struct up_ctx *c)
 	cli_daemon_get(&c->h, 0, &d);
 	cli_daemon_addr(&c->h, &d, prev, sizeof(prev));
 	pid = cli_daemon_pid(&c->h, &d);
-	if (cli_pid_alive(pid, d.binary) && prev[0]) {
+	bool alive = cli_pid_alive(pid, d.binary);
+	if (alive && in_place(c, &d, pid, prev)) {
 		snprintf(c->meta_addr, sizeof(c->meta_addr), "%s", prev);
 		c->already++;
 	} else {
+		if (alive)
+			cli_stop_pid(pid, d.binary, 10000); /* on another network */
 		if ((r = start_listener(c, &d, prev, &pid)) < 0)
 			return r;
 		cli_daemon_addr(&c->h, &d, c->meta_addr, sizeof(c->meta_addr));
@@ -283,12 +328,13 @@ static int up_chunkservers(struct up_ctx *c)
 		cli_daemon_get(&c->h, i, &d);
 		cli_daemon_addr(&c->h, &d, prev, sizeof(prev));
 		pid = cli_daemon_pid(&c->h, &d);
-		if (cli_pid_alive(pid, d.binary) && prev[0]) {
-			if (!c->meta_moved) {
+		if (cli_pid_alive(pid, d.binary)) {
+			if (!c->meta_moved && in_place(c, &d, pid, prev)) {
 				c->already++;
 				continue;
 			}
-			cli_stop_pid(pid, d.binary, 10000); /* it points at the old meta */
+			/* On the old meta, another network or a namespace since replaced. */
+			cli_stop_pid(pid, d.binary, 10000);
 		}
 		if ((r = start_listener(c, &d, prev, &pid)) < 0)
 			return r;
@@ -421,6 +467,33 @@ static int up_sandboxd(struct up_ctx *c)
 	return wait_sandboxd(c, &d, pid);
 }
 
+/* Chunkservers as separate hosts when there are several and namespaces can
+ * be made here; else, with a notice, on loopback ports. */
+static void up_net(struct up_ctx *c)
+{
+	char why[256];
+
+	cli_net_load(&c->h, &c->net);
+	c->net.on = false;
+	if (c->h.nodes < 2 || c->h.netns == 0)
+		return;
+	if (cli_net_usable(why, sizeof(why)) == 0 && cli_net_up(&c->h, &c->net) == 0)
+		return;
+	fprintf(stderr, "strata up: notice: chunkservers on loopback ports, not namespaces: %s\n",
+		c->net.err[0] ? c->net.err : why);
+}
+
+/* Loopback ports this time but a network of the home recorded (--no-netns,
+ * a fallback): once the chunkservers have left it, it goes. */
+static void drop_unused_net(struct up_ctx *c)
+{
+	if (c->net.on || !c->net.created)
+		return;
+	if (cli_net_down(&c->h, &c->net) < 0)
+		fprintf(stderr, "strata up: warning: cannot delete the unused network: %s\n",
+			c->net.err);
+}
+
 static int write_env(struct up_ctx *c)
 {
 	char path[CLI_PATH], text[3 * CLI_PATH];
@@ -450,6 +523,15 @@ static void print_summary(struct up_ctx *c)
 		       d.kind == D_FUSE || d.kind == D_SANDBOXD ? "-" : addr,
 		       cli_path(p, &c->h, "log/%s.log", d.name));
 	}
+	if (c->net.on) {
+		char br[32], first[32], last[32];
+		printf("  net    bridge %s %s/24; nodes in netns strata-%s-cs<i>, %s..%s\n",
+		       c->net.bridge, cli_net_ip(&c->net, 0, br, sizeof(br)), c->net.tag,
+		       cli_net_ip(&c->net, 1, first, sizeof(first)),
+		       cli_net_ip(&c->net, c->h.nodes, last, sizeof(last)));
+	} else if (c->h.nodes > 1) {
+		printf("  net    loopback ports (no namespaces)\n");
+	}
 	printf("  mount  %s\n", c->h.mount);
 	if (cli_sandboxd_ping(cli_sandboxd_socket(&c->h, p)) == 0)
 		printf("  api    %s   (strata-sandboxd: Python SDK, strata sandbox)\n", p);
@@ -464,11 +546,12 @@ int cmd_up(int argc, char **argv)
 	    {"home", required_argument, NULL, 'H'},	{"mount", required_argument, NULL, 'm'},
 	    {"nodes", required_argument, NULL, 'n'},	{"targets", required_argument, NULL, 't'},
 	    {"replicas", required_argument, NULL, 'r'}, {"timeout", required_argument, NULL, 'T'},
+	    {"no-netns", no_argument, NULL, 'N'},	{"netns", no_argument, NULL, 'S'},
 	    {"help", no_argument, NULL, 'h'},		{},
 	};
 	struct up_ctx c;
 	const char *home = NULL, *mount = NULL;
-	int nodes = 0, targets = 0, replicas = 0, timeout_s = 60;
+	int nodes = 0, targets = 0, replicas = 0, timeout_s = 60, netns = -1;
 	int o, r;
 
 	memset(&c, 0, sizeof(c));
@@ -509,6 +592,10 @@ int cmd_up(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'N':
+		case 'S':
+			netns = o == 'S';
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -536,6 +623,10 @@ int cmd_up(int argc, char **argv)
 		c.h.nodes = nodes;
 	if (targets)
 		c.h.targets = targets;
+	if (netns >= 0)
+		c.h.netns = netns;
+	else if (c.h.netns < 0)
+		c.h.netns = 1; /* nodes as hosts when there are several */
 	if (replicas)
 		c.h.replicas = replicas;
 	else if (!c.h.have_conf)
@@ -569,7 +660,11 @@ int cmd_up(int argc, char **argv)
 		cli_err(VERB, "cannot write %s/strata.conf: %s", c.h.home, strerror(-r));
 		return 1;
 	}
-	if (up_meta(&c) < 0 || up_chunkservers(&c) < 0 || up_fuse(&c) < 0)
+	up_net(&c);
+	if (up_meta(&c) < 0 || up_chunkservers(&c) < 0)
+		return 1;
+	drop_unused_net(&c);
+	if (up_fuse(&c) < 0)
 		return 1;
 	if ((r = write_env(&c)) < 0) {
 		cli_err(VERB, "cannot write %s/cluster.env: %s", c.h.home, strerror(-r));

@@ -1,7 +1,8 @@
-/* home.c — the home directory of a single-node cluster: where it is, its
+/* home.c — the home directory of a cluster on this machine: where it is, its
  * saved shape (strata.conf), its layout and the daemons it runs.
  *
- * strata.conf is "key=value" lines: nodes, targets, replicas, mount. It is
+ * strata.conf is "key=value" lines: nodes, targets, replicas, mount, netns
+ * (1: chunkservers in their own network namespaces, 0: on loopback). It is
  * written by the first `strata up` and read by every later command, so that
  * `strata up` on an existing home brings back the same cluster. */
 #include <errno.h>
@@ -85,6 +86,24 @@ int cli_read_file(const char *path, char *buf, size_t cap)
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
 		buf[--n] = '\0';
 	return (int)n;
+}
+
+void cli_last_line(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen(path, "re");
+	char line[512];
+
+	out[0] = '\0';
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		size_t n = strlen(line);
+		while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		if (n)
+			snprintf(out, cap, "%s", line);
+	}
+	fclose(f);
 }
 
 int cli_write_file(const char *path, const char *text)
@@ -197,6 +216,7 @@ int cli_home_resolve(const char *home_opt, struct cli_home *ret)
 	ret->nodes = 1;
 	ret->targets = 2;
 	ret->replicas = 1;
+	ret->netns = -1;
 	cli_path(ret->mount, ret, "mnt");
 
 	f = fopen(cli_path(conf, ret, "strata.conf"), "re");
@@ -221,6 +241,8 @@ int cli_home_resolve(const char *home_opt, struct cli_home *ret)
 			ret->targets = v;
 		else if (!strcmp(line, "replicas") && cli_parse_int(val, 1, CLI_MAX_NODES, &v) == 0)
 			ret->replicas = v;
+		else if (!strcmp(line, "netns") && cli_parse_int(val, 0, 1, &v) == 0)
+			ret->netns = v;
 		else if (!strcmp(line, "mount") && val[0] == '/')
 			snprintf(ret->mount, sizeof(ret->mount), "%s", val);
 	}
@@ -232,9 +254,12 @@ int cli_home_save(const struct cli_home *h)
 {
 	char path[CLI_PATH];
 	char text[CLI_PATH + 128];
+	int n;
 
-	snprintf(text, sizeof(text), "nodes=%d\ntargets=%d\nreplicas=%d\nmount=%s\n", h->nodes,
-		 h->targets, h->replicas, h->mount);
+	n = snprintf(text, sizeof(text), "nodes=%d\ntargets=%d\nreplicas=%d\nmount=%s\n", h->nodes,
+		     h->targets, h->replicas, h->mount);
+	if (h->netns >= 0 && n > 0 && (size_t)n < sizeof(text))
+		snprintf(text + n, sizeof(text) - (size_t)n, "netns=%d\n", h->netns);
 	return cli_write_file(cli_path(path, h, "strata.conf"), text);
 }
 

@@ -13,7 +13,7 @@ struct verb {
 };
 
 static const struct verb verbs[] = {
-    {"up", cmd_up, "start (or repair) a single-node cluster"},
+    {"up", cmd_up, "start (or repair) a cluster on this machine"},
     {"down", cmd_down, "unmount and stop the cluster"},
     {"admin", cmd_admin, "cluster map: nodes, targets, chains; replica verify"},
     {"status", cmd_status, "show the daemons, their addresses and the mount"},

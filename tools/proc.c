@@ -3,9 +3,12 @@
  * A daemon is recorded by its pid file; it is alive only if that pid exists,
  * is not a zombie and runs the expected binary (pids get reused). Daemons are
  * started in their own session (setsid) so they outlive the shell that ran
- * `strata up`, with stderr appended to their log. */
+ * `strata up`, with stderr appended to their log; a chunkserver of a
+ * multi-node home is started inside its node's network namespace (setns in
+ * the child, so the pid recorded is the daemon's own). */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +80,11 @@ bool cli_pid_alive(pid_t pid, const char *binary)
 
 pid_t cli_spawn(char *const argv[], const char *logpath)
 {
+	return cli_spawn_in(argv, logpath, NULL);
+}
+
+pid_t cli_spawn_in(char *const argv[], const char *logpath, const char *netns_path)
+{
 	int errpipe[2];
 	pid_t pid;
 	int err = 0;
@@ -94,6 +102,12 @@ pid_t cli_spawn(char *const argv[], const char *logpath)
 		int e;
 		close(errpipe[0]);
 		setsid();
+		if (netns_path) {
+			int ns = open(netns_path, O_RDONLY | O_CLOEXEC);
+			if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
+				goto fail;
+			close(ns);
+		}
 		int in = open("/dev/null", O_RDONLY);
 		int log = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (in < 0 || log < 0)
