@@ -11,6 +11,10 @@
 # Each cluster is 3 chunkservers, each in its own network namespace
 # (tests/replication/netns.sh), one target each; the helper is
 # tests/replication/repl_bench.c driving chunk_client directly.
+# On the 2-core VM both write runs are CPU bound (3 nodes and the client
+# share the cores), so the ratio is about 1-replica CPU per byte over
+# 3-replica CPU per byte: see chunkserver/README.md, "What a replicated
+# write costs".
 #
 #   bench/replication.sh [BUILD_DIR (build-release)] [MB (256)] [THREADS (4)]
 set -u
