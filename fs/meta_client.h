@@ -30,7 +30,12 @@ int meta_lookup(struct meta_client *mc, strata_ino_t parent, const char *name,
 		struct strata_attr *ret_attr);
 int meta_getattr(struct meta_client *mc, strata_ino_t ino, struct strata_attr *ret_attr);
 /* Applies sa (see STRATA_SET_*). A size change here changes only the recorded
- * length; the caller trims chunks on the chunkservers first when shrinking. */
+ * length; the caller trims chunks on the chunkservers first when shrinking.
+ * On a directory, STRATA_SET_LAYOUT sets the chunk size (-EINVAL unless a
+ * power of two in 64 KiB..64 MiB) and STRATA_SET_REPLICAS the replication
+ * factor (-EINVAL outside 1..5, -ERANGE when strata-meta has no chain table
+ * of that factor) of files and directories created in it from then on; the
+ * reply's layout.table_id is the table they get. -ENOTDIR on anything else. */
 int meta_setattr(struct meta_client *mc, strata_ino_t ino, const struct strata_setattr *sa,
 		 struct strata_attr *ret_attr);
 /* Regular files (S_IFREG), fifos, sockets, character and block devices. */

@@ -30,6 +30,7 @@ enum {
 	F_SLENGTH = 1 << 15,
 	F_MTIME = 1 << 16,
 	F_READDIR = 1 << 17, /* want_attrs, max */
+	F_REPLICAS = 1 << 18, /* sa.replicas: optional, older peers omit it */
 	F_BAD = 1u << 31,
 };
 
@@ -49,7 +50,7 @@ static uint32_t req_fields(uint16_t type)
 	case MSG_META_LISTXATTR:
 		return F_INO;
 	case MSG_META_SETATTR:
-		return F_INO | F_SA;
+		return F_INO | F_SA | F_REPLICAS;
 	case MSG_META_MKNOD:
 		return F_PARENT | F_NAME | F_MODE | F_RDEV | F_OWNER;
 	case MSG_META_MKDIR:
@@ -152,6 +153,8 @@ static void req_put_rest(struct wbuf *b, uint32_t f, const struct meta_req *r)
 		wbuf_put_u8(b, r->want_attrs);
 		wbuf_put_u32(b, r->max);
 	}
+	if (f & F_REPLICAS)
+		wbuf_put_u32(b, r->sa.replicas);
 }
 
 int meta_req_encode(uint16_t type, const struct meta_req *r, struct wbuf *b)
@@ -211,6 +214,9 @@ static void req_get_rest(struct rbuf *b, uint32_t f, struct meta_req *r)
 		r->want_attrs = rbuf_get_u8(b) != 0;
 		r->max = rbuf_get_u32(b);
 	}
+	/* the last field, and optional: a request of an older peer ends before it */
+	if ((f & F_REPLICAS) && !b->err && rbuf_remaining(b) >= 4)
+		r->sa.replicas = rbuf_get_u32(b);
 }
 
 int meta_req_decode(uint16_t type, struct rbuf *b, struct meta_req *ret)
@@ -474,6 +480,13 @@ void meta_routing_put(struct wbuf *b, const struct strata_routing *r)
 			wbuf_put_u32(b, t->chain_ids[j]);
 	}
 	wbuf_put_u32(b, r->lease_ms); /* appended: older peers stop before it */
+	/* appended: the tables' replication factors, then the chains' */
+	wbuf_put_u32(b, r->ntables);
+	for (uint32_t i = 0; i < r->ntables; i++)
+		wbuf_put_u8(b, r->tables[i].replicas);
+	wbuf_put_u32(b, r->nchains);
+	for (uint32_t i = 0; i < r->nchains; i++)
+		wbuf_put_u8(b, r->chains[i].want);
 }
 
 /* A count read from the wire is trusted only as far as the bytes that
@@ -546,6 +559,23 @@ static int tables_get(struct rbuf *b, struct strata_routing *r)
 	return b->err ? -EBADMSG : 0;
 }
 
+/* The optional trailing factors (absent: 0, unknown); a count that does
+ * not match the tables or chains above is malformed. */
+static int factors_get(struct rbuf *b, struct strata_routing *r)
+{
+	if (rbuf_remaining(b) < 4)
+		return 0;
+	if (rbuf_get_u32(b) != r->ntables)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < r->ntables; i++)
+		r->tables[i].replicas = rbuf_get_u8(b);
+	if (rbuf_get_u32(b) != r->nchains)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < r->nchains; i++)
+		r->chains[i].want = rbuf_get_u8(b);
+	return b->err ? -EBADMSG : 0;
+}
+
 int meta_routing_get(struct rbuf *b, struct strata_routing *ret)
 {
 	struct strata_routing r = {0};
@@ -559,6 +589,8 @@ int meta_routing_get(struct rbuf *b, struct strata_routing *ret)
 		e = tables_get(b, &r);
 	if (e == 0 && rbuf_remaining(b) >= 4)
 		r.lease_ms = rbuf_get_u32(b);
+	if (e == 0)
+		e = factors_get(b, &r);
 	if (e == 0 && rbuf_done(b) < 0)
 		e = -EBADMSG;
 	if (e < 0) {

@@ -70,6 +70,9 @@ void meta_readdir_end(struct wbuf *b, size_t hdr_off, uint32_t count, bool more)
 /* Decodes at most max entries; returns the count or -EBADMSG. */
 int meta_readdir_get(struct rbuf *b, struct meta_dirent *ents, int max, int *ret_more);
 
+/* Routing: version, targets, chains, tables, then appended sections older
+ * peers stop before: lease_ms u32; tables' replicas (n u32, u8 each) and
+ * chains' want (n u32, u8 each), read as 0 when absent. */
 void meta_routing_put(struct wbuf *b, const struct strata_routing *r);
 /* MSG_MGMT_REPORT: target id u32. MSG_MGMT_SYNC_DONE: chain u32, chain ver
  * u32, target u32, done u64, total u64, finished u8. MSG_MGMT_NODES reply:

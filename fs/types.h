@@ -48,6 +48,7 @@ enum {
 	STRATA_SET_MTIME_NOW = 1 << 7,
 	STRATA_SET_CTIME = 1 << 8,
 	STRATA_SET_LAYOUT = 1 << 9, /* directories only: chunk_size for new files */
+	STRATA_SET_REPLICAS = 1 << 10, /* directories only: replication factor for new files */
 };
 struct strata_setattr {
 	uint32_t valid;
@@ -55,6 +56,7 @@ struct strata_setattr {
 	uint64_t size;
 	int64_t atime_ns, mtime_ns, ctime_ns;
 	uint32_t chunk_size;
+	uint32_t replicas; /* STRATA_SET_REPLICAS: 1..STRATA_MAX_REPLICAS */
 };
 
 struct strata_statfs {
@@ -67,7 +69,9 @@ struct strata_statfs {
  * A target is one directory on one chunkserver's disk. A chain is an ordered
  * list of targets (head first) holding the same chunks; with one replica a
  * chain has one target. A chain table is the list of chains a layout stripes
- * over. Versions let a cached copy be recognised as stale. */
+ * over; strata-meta keeps tables per replication factor (every chain of a
+ * table was formed with the table's factor). Versions let a cached copy be
+ * recognised as stale. */
 #define STRATA_MAX_REPLICAS 5
 
 enum strata_target_state {
@@ -89,12 +93,14 @@ struct strata_chain {
 	uint32_t version;
 	uint8_t ntargets;
 	uint32_t targets[STRATA_MAX_REPLICAS]; /* target ids, head first */
+	uint8_t want; /* replication factor it was formed with (0: unknown, old peer) */
 };
 
 struct strata_chain_table {
 	uint32_t table_id;
 	uint32_t nchains;
 	uint32_t *chain_ids; /* chain ids in striping order */
+	uint8_t replicas;    /* replication factor of its chains (0: unknown, old peer) */
 };
 
 /* The whole routing table as fetched from strata-meta. */

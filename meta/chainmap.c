@@ -24,10 +24,21 @@
  * Placement (cmap_place), once expect_nodes nodes have registered: a target
  * in no chain first replaces a lost replica of a chain short of its `want`
  * on a node that chain does not use yet (it joins as waiting and is filled by
- * resync); the rest form new chains of R = min(replicas, nodes with free
- * targets) targets on distinct nodes, the head rotating over the nodes so
- * that each node is head, middle and tail of about as many chains, and the
- * chains of a failed node have their successors spread over all others. */
+ * resync); the rest form new chains on distinct nodes, the head rotating over
+ * the nodes so that each node is head, middle and tail of about as many
+ * chains of a factor, and the chains of a failed node have their successors
+ * spread over all others. Factors (form_chains): with N nodes with free
+ * targets, the default factor D = min(replicas, N) first gets N / D chains
+ * (one round over the nodes: its table spans the cluster), then every other
+ * factor 1..min(5, N) that has no chain yet gets one, then the rest go to D.
+ * Each factor's chains make its chain tables (tables.c).
+ *
+ * A target belongs to one chain only. The chunkservers keep one chunk store
+ * and one state per target, and a resync makes the successor's store equal
+ * to its predecessor's (chunkserver/resync.c): a target in chains of two
+ * factors would lose the chunks of one chain to the resync of the other. So
+ * the factors share nodes, never targets; the functions below still walk
+ * every chain holding a target (chains_of) rather than assume one. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +52,9 @@ struct cmap {
 	bool *tdirty;
 	uint32_t nt, capt;
 	struct strata_chain *c;
-	uint8_t *want;
 	bool *cdirty;
 	uint32_t nc, capc;
-	uint32_t new_chains[NS_MAX_TARGETS];
-	int nnew;
+	bool formed[STRATA_MAX_REPLICAS + 1]; /* factors that got new chains */
 	bool changed;
 };
 
@@ -83,10 +92,7 @@ static int grow_c(struct cmap *m)
 	struct strata_chain *c = realloc(m->c, cap * sizeof(*c));
 	if (c)
 		m->c = c;
-	uint8_t *w = c ? realloc(m->want, cap) : NULL;
-	if (w)
-		m->want = w;
-	bool *d = w ? realloc(m->cdirty, cap * sizeof(*d)) : NULL;
+	bool *d = c ? realloc(m->cdirty, cap * sizeof(*d)) : NULL;
 	if (!d)
 		return -ENOMEM;
 	m->cdirty = d;
@@ -113,7 +119,7 @@ static int load_chain(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, 
 
 	if (grow_c(m) < 0)
 		return -ENOMEM;
-	int r = cluster_chain_decode(k, kl, v, vl, &m->c[m->nc], &m->want[m->nc]);
+	int r = cluster_chain_decode(k, kl, v, vl, &m->c[m->nc]);
 	if (r == 0)
 		m->cdirty[m->nc++] = false;
 	return r;
@@ -146,7 +152,6 @@ void cmap_free(struct cmap *m)
 	free(m->t);
 	free(m->tdirty);
 	free(m->c);
-	free(m->want);
 	free(m->cdirty);
 	free(m);
 }
@@ -158,7 +163,7 @@ bool cmap_write(struct cmap *m, struct kv_batch *b)
 			cluster_put_target(b, &m->t[i]);
 	for (uint32_t i = 0; i < m->nc; i++)
 		if (m->cdirty[i])
-			cluster_put_chain(b, &m->c[i], m->want[i]);
+			cluster_put_chain(b, &m->c[i]);
 	return m->changed;
 }
 
@@ -181,13 +186,38 @@ static void set_state(struct cmap *m, struct cluster_target *t, uint8_t st)
 	m->changed = true;
 }
 
+static bool listed(uint32_t id, const uint32_t *ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* Index of the first chain from index `from` on holding target id, or -1. */
+static int chain_from(const struct cmap *m, uint32_t id, uint32_t from)
+{
+	for (uint32_t i = from; i < m->nc; i++)
+		if (listed(id, m->c[i].targets, m->c[i].ntargets))
+			return (int)i;
+	return -1;
+}
+
 /* Index of the chain holding target id, or -1 (a spare). */
 static int chain_of(const struct cmap *m, uint32_t id)
 {
+	return chain_from(m, id, 0);
+}
+
+/* Every chain index ci holding target id. */
+#define chains_of(m, id, ci) \
+	for (int ci = chain_of(m, id); ci >= 0; ci = chain_from(m, id, (uint32_t)ci + 1))
+
+static int chain_index(const struct cmap *m, uint32_t chain_id)
+{
 	for (uint32_t i = 0; i < m->nc; i++)
-		for (int j = 0; j < m->c[i].ntargets; j++)
-			if (m->c[i].targets[j] == id)
-				return (int)i;
+		if (m->c[i].chain_id == chain_id)
+			return (int)i;
 	return -1;
 }
 
@@ -252,6 +282,15 @@ static void chain_bump(struct cmap *m, uint32_t ci)
 	m->changed = true;
 }
 
+/* Target id changed state: every chain holding it is reordered and bumped. */
+static void chains_changed(struct cmap *m, uint32_t id)
+{
+	chains_of(m, id, ci) {
+		chain_normalize(m, (uint32_t)ci);
+		chain_bump(m, (uint32_t)ci);
+	}
+}
+
 /* ---- transitions ----------------------------------------------------------- */
 
 int cmap_upsert_target(struct cmap *m, const struct cluster_target *t, bool *ret_fresh)
@@ -285,11 +324,7 @@ void cmap_node_down(struct cmap *m, uint32_t node_id)
 		if (t->node_id != node_id || t->state == TARGET_OFFLINE)
 			continue;
 		set_state(m, t, TARGET_OFFLINE);
-		int ci = chain_of(m, t->target_id);
-		if (ci >= 0) {
-			chain_normalize(m, (uint32_t)ci);
-			chain_bump(m, (uint32_t)ci);
-		}
+		chains_changed(m, t->target_id);
 	}
 }
 
@@ -309,14 +344,6 @@ static uint8_t returning_state(struct cmap *m, const struct strata_chain *c,
 	return t->state;
 }
 
-static bool listed(uint32_t id, const uint32_t *ids, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (ids[i] == id)
-			return true;
-	return false;
-}
-
 /* offline -> serving (the last server of a dead chain) or waiting;
  * serving/syncing of a restarted node -> waiting when others serve. Only
  * the targets the node named (ids) come back: a disk it no longer has stays
@@ -328,17 +355,17 @@ void cmap_node_up(struct cmap *m, uint32_t node_id, const uint32_t *ids, int nid
 		struct cluster_target *t = &m->t[i];
 		if (t->node_id != node_id || !listed(t->target_id, ids, nids))
 			continue;
-		int ci = chain_of(m, t->target_id);
-		if (ci < 0 && t->state == TARGET_OFFLINE)
+		if (chain_of(m, t->target_id) < 0) {
 			set_state(m, t, TARGET_SERVING); /* a spare is back */
-		if (ci < 0)
 			continue;
-		uint8_t st = returning_state(m, &m->c[ci], t, restarted);
+		}
+		uint8_t st = TARGET_SERVING; /* the most cautious of its chains' answers */
+		chains_of(m, t->target_id, ci)
+			st = STRATA_MAX(st, returning_state(m, &m->c[ci], t, restarted));
 		if (st == t->state)
 			continue;
 		set_state(m, t, st);
-		chain_normalize(m, (uint32_t)ci);
-		chain_bump(m, (uint32_t)ci);
+		chains_changed(m, t->target_id);
 	}
 }
 
@@ -346,15 +373,14 @@ void cmap_node_up(struct cmap *m, uint32_t node_id, const uint32_t *ids, int nid
 static int cmap_synced(struct cmap *m, const struct mgmt_sync *s)
 {
 	struct cluster_target *t = find_target(m, s->target_id);
-	int ci = t ? chain_of(m, s->target_id) : -1;
+	int ci = chain_index(m, s->chain_id);
 
-	if (ci < 0 || m->c[ci].chain_id != s->chain_id)
+	if (!t || ci < 0 || !listed(s->target_id, m->c[ci].targets, m->c[ci].ntargets))
 		return -ENOENT;
 	if (m->c[ci].version != s->chain_ver || t->state != TARGET_SYNCING)
 		return -ESTALE;
 	set_state(m, t, TARGET_SERVING);
-	chain_normalize(m, (uint32_t)ci);
-	chain_bump(m, (uint32_t)ci);
+	chains_changed(m, s->target_id);
 	return 0;
 }
 
@@ -400,7 +426,7 @@ static bool place_replacement(struct cmap *m, struct cluster_target *t)
 
 	for (uint32_t i = 0; i < m->nc; i++) {
 		const struct strata_chain *c = &m->c[i];
-		if (live_count(m, c) >= m->want[i] || chain_uses_node(m, c, t->node_id, true))
+		if (live_count(m, c) >= c->want || chain_uses_node(m, c, t->node_id, true))
 			continue;
 		if (best < 0 || live_count(m, c) < live_count(m, &m->c[best]))
 			best = (int)i;
@@ -415,7 +441,7 @@ static bool place_replacement(struct cmap *m, struct cluster_target *t)
 	chain_normalize(m, (uint32_t)best);
 	/* the lost replicas it replaces leave the chain (they become spares
 	 * if their node ever returns) */
-	while (c->ntargets > m->want[best] && state_of(m, c->targets[c->ntargets - 1]) == TARGET_OFFLINE)
+	while (c->ntargets > c->want && state_of(m, c->targets[c->ntargets - 1]) == TARGET_OFFLINE)
 		c->ntargets--;
 	chain_bump(m, (uint32_t)best);
 	return true;
@@ -469,36 +495,79 @@ static int nonempty(const struct node_free *g, int ng)
 	return n;
 }
 
-/* New chains of r targets on distinct nodes, heads rotating. */
+static uint32_t chains_of_factor(const struct cmap *m, uint32_t r)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < m->nc; i++)
+		n += m->c[i].want == r;
+	return n;
+}
+
+/* One new chain of r targets on the r nodes with the most spares, its head
+ * rotating with the number of chains of factor r. */
+static int form_one(struct ns *ns, struct cmap *m, struct node_free *g, int ng, uint32_t r)
+{
+	qsort(g, (size_t)ng, sizeof(*g), by_free_desc);
+	if (grow_c(m) < 0)
+		return -ENOMEM;
+	uint32_t rot = chains_of_factor(m, r) % r;
+	struct strata_chain *c = &m->c[m->nc];
+	*c = (struct strata_chain){.chain_id = ns->next_chain++, .version = 1,
+				   .ntargets = (uint8_t)r, .want = (uint8_t)r};
+	for (uint32_t j = 0; j < r; j++) {
+		struct node_free *n = &g[(j + rot) % r];
+		c->targets[j] = n->ids[n->next++];
+		struct cluster_target *t = find_target(m, c->targets[j]);
+		t->state = TARGET_OFFLINE;
+		set_state(m, t, TARGET_SERVING); /* empty chain: all equal */
+	}
+	m->cdirty[m->nc++] = true;
+	m->formed[r] = true;
+	m->changed = true;
+	return 0;
+}
+
+/* New chains from the spares: a round of the default factor d over the
+ * nodes (the default table, which most files use, spans every node with
+ * spares), one chain of every other factor that has none yet (so that each
+ * factor the nodes allow has a table, from targets beyond one per node),
+ * then as many of d as the spares make. */
 static int form_chains(struct ns *ns, struct cmap *m, struct node_free *g, int ng)
 {
-	uint32_t r = STRATA_MIN(ns->replicas, (uint32_t)nonempty(g, ng));
+	uint32_t nodes = (uint32_t)nonempty(g, ng), d = STRATA_MIN(ns->replicas, nodes);
+	int e = 0;
 	/* A cluster started for replication (expect_nodes > 1) keeps spares
 	 * that cannot form a full chain; a single-node start takes what it has. */
-	if (ns->expect_nodes > 1 && r < STRATA_MIN(ns->replicas, ns->expect_nodes))
+	if (d == 0 || (ns->expect_nodes > 1 && d < STRATA_MIN(ns->replicas, ns->expect_nodes)))
 		return 0;
+	for (uint32_t k = nodes / d; e == 0 && k > 0; k--) /* on distinct nodes */
+		e = form_one(ns, m, g, ng, d);
+	for (uint32_t r = 1; e == 0 && r <= STRATA_MAX_REPLICAS; r++)
+		if (r != d && chains_of_factor(m, r) == 0 && (uint32_t)nonempty(g, ng) >= r)
+			e = form_one(ns, m, g, ng, r);
+	while (e == 0 && (uint32_t)nonempty(g, ng) >= d)
+		e = form_one(ns, m, g, ng, d);
+	return e;
+}
 
-	while (r >= 1 && (uint32_t)nonempty(g, ng) >= r && m->nnew < NS_MAX_TARGETS) {
-		qsort(g, (size_t)ng, sizeof(*g), by_free_desc);
-		if (grow_c(m) < 0)
-			return -ENOMEM;
-		struct strata_chain *c = &m->c[m->nc];
-		*c = (struct strata_chain){.chain_id = ns->next_chain++, .version = 1,
-					   .ntargets = (uint8_t)r};
-		uint32_t rot = c->chain_id % r;
-		for (uint32_t j = 0; j < r; j++) {
-			struct node_free *n = &g[(j + rot) % r];
-			c->targets[j] = n->ids[n->next++];
-			struct cluster_target *t = find_target(m, c->targets[j]);
-			t->state = TARGET_OFFLINE;
-			set_state(m, t, TARGET_SERVING); /* empty chain: all equal */
-		}
-		m->want[m->nc] = (uint8_t)r;
-		m->cdirty[m->nc++] = true;
-		m->new_chains[m->nnew++] = c->chain_id;
-		m->changed = true;
+/* A new table for every factor that got chains (all chains of the factor),
+ * and the root on the newest table of its factor. */
+static int new_tables(struct ns *ns, struct cmap *m, struct kv_batch *b)
+{
+	_cleanup_free_ uint32_t *ids = calloc(m->nc ? m->nc : 1, sizeof(*ids));
+	int e = ids ? 0 : -ENOMEM;
+
+	for (uint32_t r = 1; e == 0 && r <= STRATA_MAX_REPLICAS; r++) {
+		if (!m->formed[r])
+			continue;
+		int n = 0;
+		for (uint32_t i = 0; i < m->nc; i++)
+			if (m->c[i].want == r)
+				ids[n++] = m->c[i].chain_id;
+		e = cluster_new_table(ns, b, (uint8_t)r, ids, n);
 	}
-	return 0;
+	return e ?: cluster_point_root(ns, b);
 }
 
 static uint32_t live_nodes(struct cmap *m)
@@ -527,9 +596,7 @@ int cmap_place(struct ns *ns, struct cmap *m, struct kv_batch *b)
 	if (!g)
 		return -ENOMEM;
 	int r = form_chains(ns, m, g, group_spares(m, g, 256));
-	if (r == 0 && m->nnew > 0)
-		r = cluster_new_table(ns, b, m->new_chains, m->nnew);
-	return r;
+	return r < 0 ? r : new_tables(ns, m, b);
 }
 
 /* ---- liveness -------------------------------------------------------------- */
@@ -593,6 +660,8 @@ int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas,
 	ns->lease_ms = lease_ms;
 	ns->replicas = replicas;
 	ns->expect_nodes = expect_nodes;
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	ns_pick_default_table(ns); /* the default factor may have changed */
 	return 0;
 }
 

@@ -5,20 +5,24 @@
  * targets join, and how their states change, is chainmap.c's business:
  * registration loads the map, records the node's targets in it, brings them
  * back (cmap_node_up), places spares (cmap_place) and writes everything in
- * one batch. Whenever chains are formed, a new chain table holding every
- * chain is created, the root directory's layout is pointed at it (so new
- * files and directories under the root use it) and it becomes
- * ns->newest_table. The routing version bumps on every change of nodes,
- * targets, chains or tables; heartbeats refresh sizes, last-seen times and
- * the node's lease, and bring back targets that were taken out while the
- * node still lived.
+ * one batch. Chain tables are kept per replication factor: whenever chains
+ * of factor r are formed, a new table holding every chain of factor r is
+ * created and becomes r's newest (ns->factor_table[r]); a new file or
+ * directory takes the newest table of its parent's factor (ns_table_for),
+ * so new chains are used at once while old files keep their table. The
+ * default table (ns->newest_table) is the newest of the largest factor up
+ * to --replicas; the root directory starts on it (tables.c). The routing
+ * version bumps on every change of nodes, targets, chains or tables;
+ * heartbeats refresh sizes, last-seen times and the node's lease, and bring
+ * back targets that were taken out while the node still lived.
  *
  * Records (values after the version byte):
  *   N node   : addr str, last_seen i64
  *   T target : node u32, state u8, path str, addr str, total u64, free u64,
  *              last_seen i64
  *   H chain  : version u32, n u8, target ids u32 x n, want u8
- *   B table  : n u32, chain ids u32 x n */
+ *   B table  : n u32, chain ids u32 x n, replicas u8 (appended; absent: the
+ *              smallest want of its chains) */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +106,7 @@ static void put_node(struct kv_batch *b, uint32_t id, const char *addr, int64_t 
 	wbuf_done(&w);
 }
 
-void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c, uint8_t want)
+void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c)
 {
 	struct wbuf w;
 	struct key k;
@@ -113,7 +117,7 @@ void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c, uint8_t
 	wbuf_put_u8(&w, c->ntargets);
 	for (int i = 0; i < c->ntargets; i++)
 		wbuf_put_u32(&w, c->targets[i]);
-	wbuf_put_u8(&w, want);
+	wbuf_put_u8(&w, c->want);
 	key_init(&k, K_CHAIN);
 	key_u32(&k, c->chain_id);
 	kv_batch_put(b, k.b, k.len, w.data, w.len);
@@ -121,7 +125,7 @@ void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c, uint8_t
 }
 
 int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-			 struct strata_chain *c, uint8_t *ret_want)
+			 struct strata_chain *c)
 {
 	struct rbuf b;
 
@@ -138,9 +142,7 @@ int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t v
 		return -EIO;
 	for (int i = 0; i < c->ntargets; i++)
 		c->targets[i] = rbuf_get_u32(&b);
-	uint8_t want = rbuf_remaining(&b) >= 1 ? rbuf_get_u8(&b) : c->ntargets;
-	if (ret_want)
-		*ret_want = want;
+	c->want = rbuf_remaining(&b) >= 1 ? rbuf_get_u8(&b) : c->ntargets;
 	return rbuf_done(&b) < 0 ? -EIO : 0;
 }
 
@@ -148,7 +150,7 @@ int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t v
 
 struct collect {
 	struct strata_routing *r;
-	int err;
+	const struct ns *ns;
 };
 
 static int grow(void **arr, uint32_t n, size_t size)
@@ -186,7 +188,7 @@ static int collect_chain(void *ctx, const uint8_t *k, size_t kl, const uint8_t *
 
 	if (grow((void **)&r->chains, r->nchains, sizeof(*r->chains)) < 0)
 		return -ENOMEM;
-	int e = cluster_chain_decode(k, kl, v, vl, &r->chains[r->nchains], NULL);
+	int e = cluster_chain_decode(k, kl, v, vl, &r->chains[r->nchains]);
 	if (e == 0)
 		r->nchains++;
 	return e;
@@ -194,14 +196,12 @@ static int collect_chain(void *ctx, const uint8_t *k, size_t kl, const uint8_t *
 
 static int collect_table(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
 {
-	struct strata_routing *r = ((struct collect *)ctx)->r;
+	struct collect *c = ctx;
+	struct strata_routing *r = c->r;
 	struct rbuf b;
+	uint32_t n;
 
-	if (kl != 5 || vl < 5 || v[0] != REC_VERSION)
-		return -EIO;
-	rbuf_init(&b, v + 1, vl - 1);
-	uint32_t n = rbuf_get_u32(&b);
-	if ((uint64_t)n * 4 > rbuf_remaining(&b))
+	if (cluster_table_decode(k, kl, v, vl, &b, &n) < 0)
 		return -EIO;
 	if (grow((void **)&r->tables, r->ntables, sizeof(*r->tables)) < 0)
 		return -ENOMEM;
@@ -214,12 +214,13 @@ static int collect_table(void *ctx, const uint8_t *k, size_t kl, const uint8_t *
 	r->ntables++;
 	for (uint32_t i = 0; i < n; i++)
 		t->chain_ids[i] = rbuf_get_u32(&b);
+	t->replicas = ns_table_factor(c->ns, t->table_id);
 	return 0;
 }
 
 static int scan_tag(struct ns *ns, uint8_t tag, kv_scan_fn fn, struct strata_routing *r)
 {
-	struct collect c = {r, 0};
+	struct collect c = {r, ns};
 
 	return kv_scan(ns->kv, &tag, 1, NULL, 0, fn, &c);
 }
@@ -251,51 +252,6 @@ int ns_routing(struct ns *ns, struct strata_routing *ret)
 }
 
 /* ---- register ------------------------------------------------------------ */
-
-static int collect_chain_ids(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v,
-			     size_t vl)
-{
-	struct wbuf *w = ctx;
-
-	(void)v;
-	(void)vl;
-	if (kl == 5)
-		wbuf_put_u32(w, key_get_u32(k + 1));
-	return w->err;
-}
-
-int cluster_new_table(struct ns *ns, struct kv_batch *b, const uint32_t *extra, int n)
-{
-	uint8_t tag = K_CHAIN;
-	struct wbuf ids, w;
-	struct inode root;
-	struct key k;
-	int r;
-
-	wbuf_init(&ids);
-	r = kv_scan(ns->kv, &tag, 1, NULL, 0, collect_chain_ids, &ids);
-	for (int i = 0; r == 0 && i < n; i++)
-		wbuf_put_u32(&ids, extra[i]);
-	if (r == 0)
-		r = ids.err ?: ns_get_inode(ns, STRATA_ROOT_INO, &root);
-	if (r == 0) {
-		uint32_t table = ns->next_table++;
-		wbuf_init(&w);
-		wbuf_put_u8(&w, REC_VERSION);
-		wbuf_put_u32(&w, (uint32_t)(ids.len / 4));
-		wbuf_put_bytes(&w, ids.data, ids.len);
-		key_init(&k, K_TABLE);
-		key_u32(&k, table);
-		kv_batch_put(b, k.b, k.len, w.data, w.len);
-		r = w.err;
-		wbuf_done(&w);
-		ns->newest_table = table;
-		root.a.layout.table_id = table;
-		ns_put_inode(b, &root);
-	}
-	wbuf_done(&ids);
-	return r;
-}
 
 void cluster_put_counters(struct ns *ns, struct kv_batch *b)
 {

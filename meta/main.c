@@ -45,7 +45,14 @@ static void usage(FILE *f)
 	fprintf(f, "usage: strata-meta --listen HOST:PORT --db DIR [--addr-file F] "
 		   "[--log-level error|warn|info|debug]\n"
 		   "                   [--lease-ms MS (3000)] [--replicas N (3)] "
-		   "[--expect-nodes N (1)]\n");
+		   "[--expect-nodes N (1)]\n"
+		   "\n"
+		   "  --replicas N      default replication factor (1..5): the root directory's\n"
+		   "                    and so of every directory that sets none; a cluster of\n"
+		   "                    fewer nodes gets their number. Chain tables of every\n"
+		   "                    factor 1..min(5, nodes) are formed; a directory picks\n"
+		   "                    one with `strata admin layout set DIR --replicas N`.\n"
+		   "  --expect-nodes N  form no chain before N nodes registered\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)

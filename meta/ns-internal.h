@@ -83,13 +83,25 @@ struct dentry {
 	uint32_t mode; /* type bits */
 };
 
+/* A chain table and its replication factor (cluster.c keeps them in memory:
+ * layouts resolve a factor to its newest table on every create). */
+struct ns_table {
+	uint32_t table_id;
+	uint8_t replicas;
+};
+
 struct ns {
 	struct kv *kv;
 	pthread_mutex_t mu; /* serializes mutations (invariant 6) */
 	uint64_t next_ino, next_session, next_gen;
 	_Atomic uint64_t inodes; /* used inodes, read by statfs without mu */
 	uint32_t next_node, next_target, next_chain, next_table;
-	uint32_t newest_table; /* 0: no chain table yet */
+	uint32_t newest_table; /* the default factor's newest table; 0: no chain table yet */
+	/* chain tables and their factors, and the newest table of each factor
+	 * (0: none); under mu, loaded by ns_open */
+	struct ns_table *tables;
+	uint32_t ntables, captables;
+	uint32_t factor_table[STRATA_MAX_REPLICAS + 1];
 	uint64_t routing_version;
 	_Atomic uint64_t dirty; /* batches written since the last sync */
 	/* replication (chainmap.c): options and in-memory liveness */
@@ -175,15 +187,38 @@ struct cluster_target {
 };
 int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret);
 void cluster_put_target(struct kv_batch *b, const struct cluster_target *t);
-/* Chain records carry `want` (the replication factor it was formed with)
+/* Chain records carry c->want (the replication factor it was formed with)
  * after the target ids; records without it read as want = n. */
-void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c, uint8_t want);
+void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c);
 int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-			 struct strata_chain *c, uint8_t *ret_want);
-/* Adds to b a new chain table of every stored chain plus extra[0..n), makes
- * it the newest and the root directory's. */
-int cluster_new_table(struct ns *ns, struct kv_batch *b, const uint32_t *extra, int n);
+			 struct strata_chain *c);
+
+/* Chain tables per replication factor (tables.c). */
+/* Adds to b a new chain table of replication factor r: the ids[0..n) (every
+ * chain of that factor, in striping order). It becomes the factor's newest;
+ * the root directory moves to it when the root had that factor or no table. */
+int cluster_new_table(struct ns *ns, struct kv_batch *b, uint8_t r, const uint32_t *ids, int n);
+/* Moves the root directory to the newest table of its factor (the default
+ * table when it has none yet). */
+int cluster_point_root(struct ns *ns, struct kv_batch *b);
+/* Reads a table record up to its chain ids: *ret_n of them follow in b. */
+int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+			 struct rbuf *b, uint32_t *ret_n);
+/* Sets ns->newest_table to the default table (see tables.c). */
+void ns_pick_default_table(struct ns *ns);
 void cluster_put_counters(struct ns *ns, struct kv_batch *b);
+/* Loads the tables and their factors into ns (ns_open); a table record
+ * written before factors were recorded gets the smallest `want` of its
+ * chains. */
+int cluster_load_tables(struct ns *ns);
+/* The replication factor of table id (0: unknown table). */
+uint8_t ns_table_factor(const struct ns *ns, uint32_t table_id);
+/* The table new files get for a parent whose table is table_id: the newest
+ * table of the same factor, or the default table (ns->newest_table) when
+ * the parent has none. Under mu, as every use of the table list. */
+uint32_t ns_table_for(const struct ns *ns, uint32_t table_id);
+/* The newest table of factor r, or 0. */
+uint32_t ns_factor_table(const struct ns *ns, uint32_t r);
 
 /* chainmap.c: the in-memory view of targets and chains a mutation edits. */
 struct cmap;

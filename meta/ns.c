@@ -328,6 +328,8 @@ int ns_open(const char *dir, struct ns **ret, char *why, size_t why_cap)
 	r = kv_open(dir, &ns->kv, why, why_cap);
 	if (r == 0)
 		r = load_counters(ns);
+	if (r == 0)
+		r = cluster_load_tables(ns);
 	if (r == 0) {
 		r = ns_get_inode(ns, STRATA_ROOT_INO, &root);
 		if (r == -ENOENT)
@@ -352,6 +354,7 @@ void ns_close(struct ns *ns)
 	pthread_mutex_destroy(&ns->live_mu);
 	free(ns->live);
 	free(ns->prog);
+	free(ns->tables);
 	free(ns);
 }
 

@@ -110,7 +110,9 @@ int ns_routing(struct ns *ns, struct strata_routing *ret);
 #define NS_DEFAULT_LEASE_MS 3000
 #define NS_DEFAULT_REPLICAS 3
 /* lease_ms: a node silent that long is taken out of its chains (>= 200).
- * replicas: wanted replication factor of new chains (1..STRATA_MAX_REPLICAS).
+ * replicas: the default replication factor (1..STRATA_MAX_REPLICAS): the
+ * root's and so of directories that set none (see tables.c); chains of every
+ * factor 1..min(5, nodes) are formed (chainmap.c).
  * expect_nodes: no chain is formed before that many nodes registered (>= 1).
  * Call before serving. Returns 0 or -EINVAL. */
 int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas,

@@ -4,7 +4,10 @@
  * setattr applies the STRATA_SET_* fields in one batch and sets ctime to now
  * unless STRATA_SET_CTIME gives it. STRATA_SET_SIZE changes only the
  * recorded length (the client trims chunks first when shrinking).
- * STRATA_SET_LAYOUT is for directories: the chunk size new files inherit.
+ * STRATA_SET_LAYOUT is for directories: the chunk size new files inherit;
+ * STRATA_SET_REPLICAS too: the replication factor, i.e. the newest chain
+ * table of that factor (-EINVAL outside 1..5, -ERANGE when the cluster has
+ * no table of that factor: too few nodes or spare targets).
  * xattrs live under X(ino,name); limits: name 1..255 bytes (-ERANGE),
  * value <= 64 KiB (-E2BIG), NS_XATTR_COUNT_MAX per inode (-ENOSPC). */
 #include <errno.h>
@@ -31,7 +34,7 @@ static bool chunk_size_ok(uint32_t cs)
 	return cs >= STRATA_MIN_CHUNK_SIZE && cs <= STRATA_MAX_CHUNK_SIZE && (cs & (cs - 1)) == 0;
 }
 
-static int setattr_check(const struct inode *in, const struct strata_setattr *sa)
+static int setattr_check(struct ns *ns, const struct inode *in, const struct strata_setattr *sa)
 {
 	if (sa->valid & STRATA_SET_SIZE) {
 		if (mode_is_dir(in->a.mode))
@@ -45,10 +48,19 @@ static int setattr_check(const struct inode *in, const struct strata_setattr *sa
 		if (!chunk_size_ok(sa->chunk_size))
 			return -EINVAL;
 	}
+	if (sa->valid & STRATA_SET_REPLICAS) {
+		if (!mode_is_dir(in->a.mode))
+			return -ENOTDIR;
+		if (sa->replicas < 1 || sa->replicas > STRATA_MAX_REPLICAS)
+			return -EINVAL;
+		if (!ns_factor_table(ns, sa->replicas))
+			return -ERANGE;
+	}
 	return 0;
 }
 
-static void setattr_apply(struct inode *in, const struct strata_setattr *sa, int64_t now)
+static void setattr_apply(struct ns *ns, struct inode *in, const struct strata_setattr *sa,
+			  int64_t now)
 {
 	struct strata_attr *a = &in->a;
 	uint32_t v = sa->valid;
@@ -73,6 +85,8 @@ static void setattr_apply(struct inode *in, const struct strata_setattr *sa, int
 		a->mtime_ns = sa->mtime_ns;
 	if (v & STRATA_SET_LAYOUT)
 		a->layout.chunk_size = sa->chunk_size;
+	if (v & STRATA_SET_REPLICAS)
+		a->layout.table_id = ns_factor_table(ns, sa->replicas);
 	a->ctime_ns = (v & STRATA_SET_CTIME) ? sa->ctime_ns : now;
 }
 
@@ -88,10 +102,10 @@ int ns_setattr(struct ns *ns, strata_ino_t ino, const struct strata_setattr *sa,
 		return -ENOMEM;
 	r = ns_get_inode(ns, ino, &in);
 	if (r == 0)
-		r = setattr_check(&in, sa);
+		r = setattr_check(ns, &in, sa);
 	if (r < 0)
 		return r;
-	setattr_apply(&in, sa, ns_now());
+	setattr_apply(ns, &in, sa, ns_now());
 	ns_put_inode(b, &in);
 	r = ns_commit(ns, b);
 	if (r == 0 && ret)

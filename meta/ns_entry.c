@@ -5,8 +5,9 @@
  * writes one batch: the new or changed inode, the dentry, the parent
  * directory (nlink for subdirectories, mtime/ctime = now) and the counters
  * it consumed. Layouts: a new file or directory takes its parent's
- * chunk_size and table_id (the newest table when the parent has none yet)
- * and a stripe_seed hashed from its inode number. */
+ * chunk_size and replication factor: the newest chain table of the factor
+ * of the parent's table (the default table when the parent has none yet,
+ * tables.c), and a stripe_seed hashed from its inode number. */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,7 +71,7 @@ static void layout_inherit(struct ns *ns, struct inode *in, const struct inode *
 	struct strata_layout *l = &in->a.layout;
 
 	l->chunk_size = pdir->a.layout.chunk_size ?: STRATA_DEFAULT_CHUNK_SIZE;
-	l->table_id = pdir->a.layout.table_id ?: ns->newest_table;
+	l->table_id = ns_table_for(ns, pdir->a.layout.table_id);
 	l->stripe_seed = mode_is_reg(in->a.mode) ? ns_stripe_seed(in->a.ino) : 0;
 }
 

@@ -1,19 +1,31 @@
-/* cmd_admin.c — `strata admin nodes | targets | chains | verify`: the cluster
- * map as strata-meta holds it (mgmt_cluster, mgmt_routing), and a replica
- * comparison.
+/* cmd_admin.c — `strata admin nodes | targets | chains | verify | layout`:
+ * the cluster map as strata-meta holds it (mgmt_cluster, mgmt_routing), a
+ * replica comparison, and directory layouts.
  *
  *   nodes    each chunkserver node: address, alive (within the lease), time
  *            since its last heartbeat
  *   targets  each target: node, chain, state (serving/syncing/waiting/
  *            offline), space, resync progress (chunks compared / to compare)
  *   chains   each chain: version, replication factor, targets head first
- *            with their states; then the chain tables
+ *            with their states; then the chain tables, each with its
+ *            replication factor (one table per factor: meta/tables.c)
  *   verify   for every chain, lists the chunks of every serving target
  *            (MSG_CHUNK_LIST) and compares version, length and checksum of
  *            each chunk on each of them with MSG_CHUNK_STAT; exit 0 when
  *            all replicas are equal, 1 when not (the differences listed);
  *            --deep: every replica reads and checks every block of every
  *            chunk (LIST with CHUNK_LF_VERIFY) and the lists must match
+ *   layout get PATH
+ *            the layout of PATH: replication factor, chain table, chunk size
+ *            (of a directory: what new files and directories in it get)
+ *   layout set PATH [--replicas N] [--chunk-size S]
+ *            sets a directory's replication factor (1..5; strata-meta must
+ *            have a chain table of that factor) and/or chunk size (a power
+ *            of two, 64K..64M); only files and directories created after it
+ *            use them (a file's layout is fixed at creation)
+ *   PATH is a path in the strata namespace ("/" is its root); a path under
+ *   the cluster's mount point ($STRATA_MOUNT, else the home's) is taken
+ *   relative to the mount. Symlinks are not followed; ".." is refused.
  *
  * --json prints one object per verb. The cluster is found through --meta
  * HOST:PORT, else $STRATA_META, else the home (--home / $STRATA_HOME). */
@@ -22,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "chunk_proto.h"
 #include "cleanup.h"
@@ -43,12 +56,21 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--json] "
 		   "nodes|targets|chains|verify [--deep]\n"
+		   "       strata admin [...] layout get PATH\n"
+		   "       strata admin [...] layout set PATH [--replicas N] [--chunk-size S]\n"
 		   "\n"
-		   "  nodes    chunkserver nodes, liveness and last heartbeat\n"
-		   "  targets  targets with chain, state, space and resync progress\n"
-		   "  chains   chains (version, replicas, targets head first) and chain tables\n"
-		   "  verify   compare every chunk across the serving replicas of each chain\n"
-		   "           (exit 1 if any differ)\n");
+		   "  nodes       chunkserver nodes, liveness and last heartbeat\n"
+		   "  targets     targets with chain, state, space and resync progress\n"
+		   "  chains      chains (version, replicas, targets head first) and chain\n"
+		   "              tables with their replication factor\n"
+		   "  verify      compare every chunk across the serving replicas of each chain\n"
+		   "              (exit 1 if any differ)\n"
+		   "  layout get  replication factor, chain table and chunk size of PATH\n"
+		   "  layout set  a directory's replication factor (1..5) and/or chunk size\n"
+		   "              (64K..64M, power of two) for files created in it from now on\n"
+		   "\n"
+		   "PATH is a path in the strata namespace (/ = its root), or a path under the\n"
+		   "cluster's mount point ($STRATA_MOUNT or the home's mount).\n");
 }
 
 /* ---- nodes, targets ---------------------------------------------------- */
@@ -113,8 +135,9 @@ static int show_targets(const struct mgmt_cluster *c, bool json)
 static void print_chain(const struct strata_routing *rt, const struct strata_chain *ch, bool json)
 {
 	if (json)
-		printf("{\"chain\":%u,\"version\":%u,\"replicas\":%u,\"serving\":%d,\"targets\":[",
-		       ch->chain_id, ch->version, ch->ntargets, chain_nserving(rt, ch));
+		printf("{\"chain\":%u,\"version\":%u,\"replicas\":%u,\"want\":%u,\"serving\":%d,"
+		       "\"targets\":[",
+		       ch->chain_id, ch->version, ch->ntargets, ch->want, chain_nserving(rt, ch));
 	else
 		printf("%-6u %-8u %-9u ", ch->chain_id, ch->version, ch->ntargets);
 	for (int j = 0; j < ch->ntargets; j++) {
@@ -140,11 +163,12 @@ static int show_chains(const struct strata_routing *rt, bool json)
 			printf(",");
 		print_chain(rt, &rt->chains[i], json);
 	}
-	printf(json ? "],\"tables\":[" : "\n%-6s %s\n", "TABLE", "CHAINS");
+	printf(json ? "],\"tables\":[" : "\n%-6s %-9s %s\n", "TABLE", "REPLICAS", "CHAINS");
 	for (uint32_t i = 0; i < rt->ntables; i++) {
 		const struct strata_chain_table *t = &rt->tables[i];
-		printf(json ? "%s{\"table\":%u,\"chains\":[" : "%s%-6u ", json && i ? "," : "",
-		       t->table_id);
+		printf(json ? "%s{\"table\":%u,\"replicas\":%u,\"chains\":["
+			    : "%s%-6u %-9u ",
+		       json && i ? "," : "", t->table_id, t->replicas);
 		for (uint32_t j = 0; j < t->nchains; j++)
 			printf(json ? "%s%u" : "%s%u", j ? (json ? "," : " ") : "", t->chain_ids[j]);
 		printf(json ? "]}" : "\n");
@@ -329,6 +353,169 @@ static int do_verify(const struct strata_routing *rt, bool json, bool deep)
 	return diffs ? 1 : 0;
 }
 
+/* ---- layout ------------------------------------------------------------------ */
+
+struct layout_args {
+	const char *op, *path; /* op: "get" or "set" */
+	char mount[CLI_PATH];  /* the cluster's mount point, or "" */
+	int replicas;          /* set: 0 = unchanged */
+	uint32_t chunk_size;   /* set: 0 = unchanged */
+};
+
+/* Parses "4M", "64K", "1MiB", "65536" (binary units). Returns 0 or -EINVAL. */
+static int parse_size(const char *s, uint32_t *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+	end += shift != 0;
+	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
+		end += strlen(end);
+	if (errno || end == s || *end || v == 0 || v > (UINT32_MAX >> shift))
+		return -EINVAL;
+	*ret = (uint32_t)(v << shift);
+	return 0;
+}
+
+/* PATH in the namespace: PATH itself, or relative to the mount it lies under. */
+static const char *ns_path(const char *path, const char *mount)
+{
+	size_t n = strlen(mount);
+	while (n > 1 && mount[n - 1] == '/')
+		n--;
+	if (n > 1 && !strncmp(path, mount, n) && (path[n] == '/' || !path[n]))
+		return path[n] ? path + n : "/";
+	return path;
+}
+
+/* Looks up an absolute namespace path component by component. */
+static int walk(struct meta_client *mc, const char *path, struct strata_attr *ret)
+{
+	char name[STRATA_NAME_MAX + 1];
+	if (path[0] != '/')
+		return -EINVAL;
+	int r = meta_getattr(mc, STRATA_ROOT_INO, ret);
+	for (const char *p = path; r == 0 && *p;) {
+		p += strspn(p, "/");
+		size_t n = strcspn(p, "/");
+		if (n > STRATA_NAME_MAX)
+			return -ENAMETOOLONG;
+		memcpy(name, p, n);
+		name[n] = '\0';
+		p += n;
+		if (n == 0 || !strcmp(name, "."))
+			continue;
+		r = strcmp(name, "..") ? meta_lookup(mc, ret->ino, name, ret) : -EINVAL;
+	}
+	return r;
+}
+
+/* The table new entries of directory a get (the newest of its factor,
+ * meta/tables.c); a file's own table. NULL: none yet. */
+static const struct strata_chain_table *layout_table(const struct strata_routing *rt,
+						     const struct strata_attr *a)
+{
+	const struct strata_chain_table *t = routing_table(rt, a->layout.table_id), *best = t;
+	for (uint32_t i = 0; t && S_ISDIR(a->mode) && i < rt->ntables; i++)
+		if (rt->tables[i].replicas == t->replicas && rt->tables[i].table_id > best->table_id)
+			best = &rt->tables[i];
+	return best;
+}
+
+static void print_layout(const char *path, const struct strata_attr *a,
+			 const struct strata_routing *rt, bool json)
+{
+	const struct strata_chain_table *t = layout_table(rt, a);
+	const char *kind = S_ISDIR(a->mode) ? "directory" : S_ISREG(a->mode) ? "file" : "other";
+	if (json) {
+		printf("{\"path\":\"%s\",\"ino\":%llu,\"type\":\"%s\",\"replicas\":%u,\"table\":%u,"
+		       "\"chains\":%u,\"chunk_size\":%u}\n",
+		       path, (unsigned long long)a->ino, kind, t ? t->replicas : 0,
+		       t ? t->table_id : 0, t ? t->nchains : 0, a->layout.chunk_size);
+		return;
+	}
+	printf("path:       %s (inode %llu, %s)\n", path, (unsigned long long)a->ino, kind);
+	if (t)
+		printf("replicas:   %u\ntable:      %u (%u chain%s)\n", t->replicas, t->table_id,
+		       t->nchains, t->nchains == 1 ? "" : "s");
+	else
+		printf("replicas:   -\ntable:      none yet (new files get the default table)\n");
+	printf("chunk size: %u KiB\n", a->layout.chunk_size >> 10);
+}
+
+/* "1 2 3": the factors strata-meta has tables of. */
+static void factors(const struct strata_routing *rt, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = '\0';
+	for (unsigned r = 1; r <= STRATA_MAX_REPLICAS; r++)
+		for (uint32_t i = 0; i < rt->ntables; i++)
+			if (rt->tables[i].replicas == r) {
+				n += (size_t)snprintf(buf + n, cap - n, "%s%u", n ? " " : "", r);
+				break;
+			}
+}
+
+static int layout_set_err(const struct layout_args *la, const struct strata_routing *rt, int r)
+{
+	char f[32];
+	if (r == -ENOTDIR)
+		cli_err(VERB, "%s: not a directory (a file's layout is fixed when it is created)",
+			la->path);
+	else if (r == -ERANGE) {
+		factors(rt, f, sizeof(f));
+		cli_err(VERB, "%s: no chain table with %d replicas (tables exist for: %s); a "
+			      "factor needs that many nodes with spare targets",
+			la->path, la->replicas, f[0] ? f : "none");
+	} else if (r == -EINVAL && la->chunk_size)
+		cli_err(VERB, "--chunk-size must be a power of two from 64K to 64M");
+	else if (r == -EPROTO)
+		cli_err(VERB, "%s: strata-meta did not set the replication factor (a version "
+			      "without factors per directory?)",
+			la->path);
+	else
+		cli_err(VERB, "%s: cannot set the layout: %s", la->path, strerror(-r));
+	return 1;
+}
+
+/* `set`: applies la's settings to the directory a (updated from the reply). */
+static int layout_apply(struct meta_client *mc, const struct layout_args *la,
+			const struct strata_routing *rt, struct strata_attr *a)
+{
+	struct strata_setattr sa = { .replicas = (uint32_t)la->replicas,
+				     .chunk_size = la->chunk_size };
+	sa.valid = (la->replicas ? STRATA_SET_REPLICAS : 0) | (la->chunk_size ? STRATA_SET_LAYOUT : 0);
+	int r = sa.valid ? meta_setattr(mc, a->ino, &sa, a) : 0;
+	const struct strata_chain_table *t = layout_table(rt, a);
+	if (r == 0 && la->replicas && (!t || t->replicas != la->replicas))
+		return -EPROTO; /* a strata-meta from before factors ignores the request */
+	return r;
+}
+
+static int do_layout(struct meta_client *mc, const struct layout_args *la, bool json)
+{
+	const char *path = ns_path(la->path, la->mount);
+	struct strata_routing rt = { 0 };
+	struct strata_attr a;
+	int r = walk(mc, path, &a);
+	if (r < 0) {
+		cli_err(VERB, "%s: %s", la->path, r == -EINVAL ? "not an absolute path without '..'"
+							     : strerror(-r));
+		return 1;
+	}
+	if ((r = mgmt_routing(mc, &rt)) < 0) {
+		cli_err(VERB, "cannot read the routing table: %s", strerror(-r));
+		return 1;
+	}
+	if ((r = layout_apply(mc, la, &rt, &a)) < 0)
+		r = layout_set_err(la, &rt, r);
+	else
+		print_layout(path, &a, &rt, json);
+	strata_routing_done(&rt);
+	return r;
+}
+
 /* ---- entry ------------------------------------------------------------------- */
 
 static int meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap)
@@ -350,11 +537,25 @@ static int meta_addr(const char *opt_meta, const char *home, char *buf, size_t c
 	return buf[0] ? 0 : -ENOENT;
 }
 
-static int run(struct meta_client *mc, const char *what, bool json, bool deep)
+/* The cluster's mount point: $STRATA_MOUNT, else the home's (or ""). */
+static void mount_of(const char *home, char *buf, size_t cap)
+{
+	struct cli_home h;
+	buf[0] = '\0';
+	if (getenv("STRATA_MOUNT"))
+		snprintf(buf, cap, "%s", getenv("STRATA_MOUNT"));
+	else if (cli_home_resolve(home, &h) == 0 && h.have_conf)
+		snprintf(buf, cap, "%s", h.mount);
+}
+
+static int run(struct meta_client *mc, const char *what, bool json, bool deep,
+	       const struct layout_args *la)
 {
 	struct mgmt_cluster c;
 	struct strata_routing rt;
 	int r;
+	if (!strcmp(what, "layout"))
+		return do_layout(mc, la, json);
 	if (!strcmp(what, "nodes") || !strcmp(what, "targets")) {
 		if ((r = mgmt_cluster(mc, &c)) < 0) {
 			cli_err(VERB, "cannot read the cluster map: %s", strerror(-r));
@@ -373,15 +574,36 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep)
 	return r;
 }
 
+/* The verb and its operands (argv[first..argc)); fills la for `layout`.
+ * Returns the verb, or NULL for a usage error. */
+static const char *parse_verb(int argc, char **argv, int first, struct layout_args *la)
+{
+	static const char *const verbs[] = { "nodes", "targets", "chains", "verify" };
+	const char *what = first < argc ? argv[first] : NULL;
+	bool setting = la->replicas || la->chunk_size;
+	if (what && !strcmp(what, "layout")) {
+		if (argc - first != 3 || (strcmp(argv[first + 1], "get") && strcmp(argv[first + 1], "set")))
+			return NULL;
+		la->op = argv[first + 1];
+		la->path = argv[first + 2];
+		return setting == !strcmp(la->op, "set") ? what : NULL;
+	}
+	for (size_t i = 0; what && !setting && argc - first == 1 && i < 4; i++)
+		if (!strcmp(what, verbs[i]))
+			return what;
+	return NULL;
+}
+
 int cmd_admin(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "home", required_argument, NULL, 'H' }, { "meta", required_argument, NULL, 'm' },
-		{ "json", no_argument, NULL, 'j' },       { "help", no_argument, NULL, 'h' },
-		{ "deep", no_argument, NULL, 'd' },
-		{},
+		{ "home", required_argument, NULL, 'H' },     { "meta", required_argument, NULL, 'm' },
+		{ "json", no_argument, NULL, 'j' },           { "help", no_argument, NULL, 'h' },
+		{ "deep", no_argument, NULL, 'd' },           { "replicas", required_argument, NULL, 'r' },
+		{ "chunk-size", required_argument, NULL, 'c' }, {},
 	};
 	const char *home = NULL, *meta = NULL;
+	struct layout_args la = { 0 };
 	bool json = false, deep = false;
 	int o;
 	opterr = 0;
@@ -392,16 +614,25 @@ int cmd_admin(int argc, char **argv)
 		case 'j': json = true; break;
 		case 'd': deep = true; break;
 		case 'h': usage(stdout); return 0;
+		case 'r':
+			if (cli_parse_int(optarg, 1, STRATA_MAX_REPLICAS, &la.replicas) == 0)
+				break;
+			cli_err(VERB, "--replicas must be 1..%d", STRATA_MAX_REPLICAS);
+			return 2;
+		case 'c':
+			if (parse_size(optarg, &la.chunk_size) == 0)
+				break;
+			cli_err(VERB, "--chunk-size: not a size (e.g. 1M, 64K): %s", optarg);
+			return 2;
 		default: cli_bad_option(VERB, o, argv); return 2;
 		}
 	}
-	const char *what = optind < argc ? argv[optind] : NULL;
-	if (!what || optind + 1 != argc ||
-	    (strcmp(what, "nodes") && strcmp(what, "targets") && strcmp(what, "chains") &&
-	     strcmp(what, "verify"))) {
+	const char *what = parse_verb(argc, argv, optind, &la);
+	if (!what) {
 		usage(stderr);
 		return 2;
 	}
+	mount_of(home, la.mount, sizeof(la.mount));
 	char addr[128] = "";
 	if (meta_addr(meta, home, addr, sizeof(addr)) < 0) {
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
@@ -412,7 +643,7 @@ int cmd_admin(int argc, char **argv)
 		cli_err(VERB, "out of memory");
 		return 1;
 	}
-	int r = run(mc, what, json, deep);
+	int r = run(mc, what, json, deep, &la);
 	meta_client_free(mc);
 	return r;
 }

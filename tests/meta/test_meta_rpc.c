@@ -175,7 +175,20 @@ static void test_mgmt(struct meta_client *mc)
 	CHECK_EQ(rt.nchains, 2);
 	CHECK_EQ(rt.ntables, 1);
 	CHECK_EQ(rt.tables[0].nchains, 2);
+	CHECK_EQ(rt.tables[0].replicas, 1); /* one node: factor 1 */
+	CHECK_EQ(rt.chains[0].want, 1);
+	uint32_t table = rt.tables[0].table_id;
 	strata_routing_done(&rt);
+	/* a directory's replication factor */
+	struct strata_attr a;
+	CHECK_EQ(meta_mkdir(mc, ROOT, "repl", 0755, 0, 0, &a), 0);
+	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS, .replicas = 1};
+	CHECK_EQ(meta_setattr(mc, a.ino, &sa, &a), 0);
+	CHECK_EQ(a.layout.table_id, table);
+	sa.replicas = 3;
+	CHECK_EQ(meta_setattr(mc, a.ino, &sa, &a), -ERANGE); /* no table of 3 */
+	sa.replicas = 9;
+	CHECK_EQ(meta_setattr(mc, a.ino, &sa, &a), -EINVAL);
 	CHECK_EQ(meta_statfs(mc, &sf), 0);
 	CHECK_EQ(sf.total_bytes, 2ull << 30);
 	CHECK_EQ(sf.free_bytes, (1ull << 29) + (1ull << 28));

@@ -116,21 +116,34 @@ static void test_mgmt_msgs(void)
 	}
 	wbuf_done(&w);
 
-	/* routing: the appended lease, and an old server without it */
-	struct strata_chain ch = { 1, 4, 1, { 8 } };
+	/* routing: the appended lease and replication factors, and older
+	 * servers without them */
+	struct strata_chain ch = { 1, 4, 1, { 8 }, .want = 1 };
 	struct strata_target tg = { 8, 7, 0, "a:1" };
+	uint32_t ids[1] = { 1 };
+	struct strata_chain_table tb = { .table_id = 2, .nchains = 1, .chain_ids = ids,
+					 .replicas = 1 };
 	struct strata_routing r = { .version = 9, .lease_ms = 2500, .ntargets = 1, .nchains = 1,
-				    .targets = &tg, .chains = &ch }, rg;
+				    .ntables = 1, .targets = &tg, .chains = &ch, .tables = &tb }, rg;
+	size_t factors = 4 + 1 + 4 + 1; /* table count, factor, chain count, want */
 	wbuf_init(&w);
 	meta_routing_put(&w, &r);
 	rbuf_init(&b, w.data, w.len);
 	CHECK_EQ(meta_routing_get(&b, &rg), 0);
 	CHECK_EQ(rg.lease_ms, 2500);
+	CHECK_EQ(rg.tables[0].replicas, 1);
+	CHECK_EQ(rg.chains[0].want, 1);
 	strata_routing_done(&rg);
-	rbuf_init(&b, w.data, w.len - 4);
+	rbuf_init(&b, w.data, w.len - factors);
+	CHECK_EQ(meta_routing_get(&b, &rg), 0);
+	CHECK(rg.lease_ms == 2500 && rg.tables[0].replicas == 0 && rg.chains[0].want == 0);
+	strata_routing_done(&rg);
+	rbuf_init(&b, w.data, w.len - factors - 4);
 	CHECK_EQ(meta_routing_get(&b, &rg), 0);
 	CHECK_EQ(rg.lease_ms, 0);
 	strata_routing_done(&rg);
+	rbuf_init(&b, w.data, w.len - 1); /* cut inside the factors */
+	CHECK_EQ(meta_routing_get(&b, &rg), -EBADMSG);
 	wbuf_done(&w);
 }
 
