@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define AGENT_FD 3
-#define AGENT_VERSION "strata-agent 1.0"
+#define AGENT_VERSION "strata-agent 1.1"
 
 uint64_t ag_now_us(void)
 {

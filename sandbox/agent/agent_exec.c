@@ -226,6 +226,14 @@ int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
 	return 0;
 }
 
+static void stdin_ack(struct agent *a, uint32_t id, int status, size_t pending)
+{
+	size_t off = ag_wr_begin(&a->out, AG_T_STDIN | AG_T_REPLY, id);
+	ag_wr_u32(&a->out, (uint32_t)status);
+	ag_wr_u32(&a->out, (uint32_t)pending);
+	ag_wr_end(&a->out, off);
+}
+
 void ag_exec_stdin(struct agent *a, uint32_t id, const void *p, size_t len)
 {
 	struct ag_rd r;
@@ -233,16 +241,27 @@ void ag_exec_stdin(struct agent *a, uint32_t id, const void *p, size_t len)
 	ag_rd_init(&r, p, len);
 	uint8_t eof = ag_rd_u8(&r);
 	const void *data = ag_rd_blob(&r, AG_MAX_DATA, &n);
+	uint8_t flags = r.off < r.len ? ag_rd_u8(&r) : 0; /* 1.1 */
+	bool ack = !r.err && (flags & AG_STDIN_F_ACK);
 	struct ag_execp *e = find_exec(a, id);
-	if (r.err || !e || e->in_fd < 0 || e->in_eof)
-		return; /* stdin for a finished exec is dropped, like a closed pipe */
+	if (r.err || !e || e->in_fd < 0 || e->in_eof) {
+		if (ack) /* stdin for a finished exec is dropped, like a closed pipe */
+			stdin_ack(a, id, -EPIPE, 0);
+		return;
+	}
 	if (e->in_buf.len + n > AG_STDIN_MAX) {
+		if (ack) { /* the host is told and may retry: stdin stays open */
+			stdin_ack(a, id, -ENOBUFS, e->in_buf.len);
+			return;
+		}
 		close_fd(&e->in_fd); /* the child does not read: give it EOF/EPIPE */
 		return;
 	}
 	ag_wr_bytes(&e->in_buf, data, n);
 	e->in_eof = eof;
 	ag_exec_feed(e);
+	if (ack)
+		stdin_ack(a, id, 0, e->in_buf.len);
 }
 
 void ag_exec_feed(struct ag_execp *e)

@@ -2,9 +2,11 @@
  * agent itself ("strata-agent --stage").
  *
  * The container backend pre-starts sandboxes (sandbox/container/child.c):
- * namespaces, cgroup, a private tmpfs root holding /u and /w (the writable
- * layer), /lower (empty), /m (the future root) and a finished /proc, /dev and
- * /sys, then execs the agent with fd 4 holding the seccomp BPF program. The
+ * namespaces, cgroup, a private tmpfs (the agent's root, by chroot; it sits
+ * at /s of an otherwise empty read-only namespace root) holding /u and /w
+ * (the writable layer), /lower (empty), /m (the future root) and a finished
+ * /proc, /dev and /sys, then execs the agent with fd 4 holding the seccomp
+ * BPF program. The
  * staged agent keeps its privileges, serves only START and PING, and on
  * START (with the rootfs as a detached mount tree in SCM_RIGHTS):
  *
@@ -19,13 +21,15 @@
  *   6. drops capabilities (bounding, ambient, effective/permitted/inheritable
  *      to the kept set), sets no_new_privs, loads the seccomp filter
  *
- * chroot rather than pivot_root: the host root was already detached when the
- * sandbox was staged, so the only thing outside the chroot is the staging
- * tmpfs (the sandbox's own upper layer and its read-only lower mount): a
- * root process that escapes the chroot (it keeps CAP_SYS_CHROOT, as in
- * Docker) finds nothing it could not already see or write. The unmount that
- * pivot_root would need costs an RCU grace period on the critical path. A
- * failure replies the errno and exits (ending the sandbox). */
+ * chroot rather than pivot_root: the sandbox's mount namespace never held
+ * the host's mounts (it is a copy of the runtime's template), so the only
+ * things outside the chroot are the staging tmpfs (the sandbox's own upper
+ * layer and its read-only lower mount) and the empty read-only template
+ * root above it: a root process that escapes the chroot (it keeps
+ * CAP_SYS_CHROOT, as in Docker) finds nothing it could not already see or
+ * write. The unmount that pivot_root would need costs an RCU grace period
+ * on the critical path. A failure replies the errno and exits (ending the
+ * sandbox). */
 #include "agent.h"
 
 #include <errno.h>

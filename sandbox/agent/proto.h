@@ -33,7 +33,7 @@
 
 #define AG_MAGIC 0x54474153u /* "SAGT" */
 #define AG_MAJOR 1
-#define AG_MINOR 0
+#define AG_MINOR 1 /* 1.1: STDIN flag "ack" and its reply */
 #define AG_HDR_SIZE 16
 #define AG_MAX_DATA (1u << 20)		      /* one read/write/stdin chunk */
 #define AG_MAX_PAYLOAD (AG_MAX_DATA + 65536u) /* data plus its fields */
@@ -45,7 +45,7 @@
 enum ag_type {
 	AG_T_HELLO = 1,	 /* agent -> host, id 0, once at start */
 	AG_T_EXEC = 2,	 /* -> reply: status, pid */
-	AG_T_STDIN = 3,	 /* host -> agent, no reply */
+	AG_T_STDIN = 3,	 /* host -> agent; a reply only with AG_STDIN_F_ACK (1.1) */
 	AG_T_SIGNAL = 4, /* -> reply: status */
 	AG_T_OUTPUT = 5, /* agent -> host, id = exec id */
 	AG_T_EXIT = 6,	 /* agent -> host, id = exec id, last message of an exec */
@@ -64,6 +64,12 @@ enum {
 	AG_EXEC_F_STDIN = 1,  /* stdin is a pipe fed by STDIN messages, else /dev/null */
 	AG_EXEC_F_UIDGID = 2, /* uid/gid fields are set */
 };
+/* STDIN: u8 eof, blob data, then (1.1, optional) u8 flags. With ACK the
+ * agent replies STDIN|REPLY: i32 status (0; -EPIPE: the command's stdin is
+ * closed or the exec is gone; -ENOBUFS: the chunk would take the stdin not
+ * yet read by the command over AG_STDIN_MAX: it is dropped, stdin stays
+ * open), u32 pending (bytes queued, not yet read by the command). */
+enum { AG_STDIN_F_ACK = 1 };
 enum { AG_STREAM_STDOUT = 1, AG_STREAM_STDERR = 2 };
 enum { AG_EXIT_F_TIMED_OUT = 1, AG_EXIT_F_TRUNCATED = 2 };
 enum { AG_WRITE_F_CREATE = 1, AG_WRITE_F_TRUNC = 2, AG_WRITE_F_APPEND = 4, AG_WRITE_F_EXCL = 8 };

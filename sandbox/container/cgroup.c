@@ -16,8 +16,11 @@
  * staging (cg_slot_recyclable), which saves a mkdir and an rmdir per
  * hierarchy and the memory cgroup's online/offline work, the largest single
  * cost of staging after fork. A reused slot keeps its devices whitelist;
- * cg_slot_apply resets the limits it may have carried (memsw, cpu quota).
- * Its statistics (failcnt, max_usage) carry over; nothing here reads them. */
+ * cg_slot_apply resets the limits it may have carried (memsw, cpu quota),
+ * and writes nothing when the slot already holds the limits asked for
+ * (the usual case: every sandbox of a pool has the same), unless its path
+ * was handed out (sbx_cgroup_path) since. Its statistics (failcnt,
+ * max_usage) carry over; nothing here reads them. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -352,6 +355,12 @@ static int apply_v2(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 	} else if (r == 0 && s->reused && d->has[CG_CPU]) {
 		r = write_at(s->dir_fd[0], "cpu.max", "max 100000");
 	}
+	/* A host may have frozen the previous sandbox (sandboxd does, through
+	 * the path sbx_cgroup_path gave it): never start one frozen. */
+	if (r == 0 && s->reused && s->exposed) {
+		int f = write_at(s->dir_fd[0], "cgroup.freeze", "0");
+		r = f == -ENOENT ? 0 : f;
+	}
 	return r;
 }
 
@@ -359,8 +368,17 @@ int cg_slot_apply(struct cg_driver *d, struct cg_slot *s, const struct sbx_confi
 {
 	uint64_t mem = c->memory_bytes ? c->memory_bytes : 512ull << 20;
 	uint32_t pids = c->pids_max ? c->pids_max : 1024;
-	return d->version == 2 ? apply_v2(d, s, mem, c->cpu_millis, pids)
-			       : apply_v1(d, s, mem, c->cpu_millis, pids);
+	if (s->applied && !s->exposed && s->mem == mem && s->cpu == c->cpu_millis &&
+	    s->pids == pids)
+		return 0;
+	int r = d->version == 2 ? apply_v2(d, s, mem, c->cpu_millis, pids)
+				: apply_v1(d, s, mem, c->cpu_millis, pids);
+	s->applied = r == 0;
+	s->exposed = false;
+	s->mem = mem;
+	s->cpu = c->cpu_millis;
+	s->pids = pids;
+	return r;
 }
 
 /* Reads a small cgroup file into buf (NUL-terminated). Returns its length

@@ -1,23 +1,32 @@
 /* child.c — staging a sandbox: what the new process does between clone3 and
  * the exec of "strata-agent --stage".
  *
- * clone3 gave it new mount, pid, uts, ipc (and, for network "none", net)
- * namespaces. Steps, in order; a failure writes {step, errno} to the error
- * pipe and exits 127:
+ * The clone gave it new pid, uts, ipc (and, for network "none" when no
+ * namespace of a destroyed sandbox was free for reuse, net) namespaces.
+ * Steps, in order; a failure writes {step, errno} to the error pipe and
+ * exits 127:
  *
  *   CGROUP    join the slot's v1 cgroups (v2: clone3 placed us already)
- *   NETNS     bring lo up in the new network namespace
+ *   NETNS     join the reused network namespace (setns), or bring lo up
+ *             in the new one clone made
  *   CGROUPNS  unshare a cgroup namespace, so /proc/self/cgroup reads "/"
- *   PRIVATE   make every mount private (nothing propagates to the host)
- *   TMPFS     mount a tmpfs on the staging dir (private to this namespace);
- *             it will hold the writable layer and is resized at START
- *   PIVOT     pivot_root into that tmpfs, detach the host root
+ *   MOUNTNS   join the runtime's template mount namespace (mntns_template:
+ *             nothing but an empty, read-only tmpfs root with /s and /e)
+ *             and unshare a copy of it: the host's mounts are never
+ *             copied, made private or detached, whatever their number
+ *   TMPFS     mount a tmpfs on /s (private to this namespace); it will
+ *             hold the writable layer and is resized at START; the rest
+ *             is built in it, and the child chroots into it before exec
  *   DEV       /dev: tmpfs with null zero full random urandom tty, pts, shm,
  *             mqueue and the usual links
  *   PROC      /proc, with masked files and read-only kernel knobs
  *   SYS       read-only sysfs with firmware, powercap, debug, security masked
+ *   CHROOT    chroot into /s (the agent's "/")
  *   FDS       fd 0-2 /dev/null, 3 the protocol socket, 4 the seccomp program
  *   EXEC      execveat(agent memfd, "--stage")
+ *
+ * Masked directories of /proc and /sys are bound from the template's /e
+ * (empty, and read-only like the template, flags that travel with binds).
  *
  * The staged agent then waits; START (agent_stage.c) mounts the overlay root,
  * moves /proc, /dev and /sys into it, chroots and drops privileges. Every
@@ -29,12 +38,14 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sandbox-internal.h"
@@ -43,9 +54,9 @@ enum {
 	ST_CGROUP = 1,
 	ST_NETNS,
 	ST_CGROUPNS,
-	ST_PRIVATE,
+	ST_MOUNTNS,
 	ST_TMPFS,
-	ST_PIVOT,
+	ST_CHROOT,
 	ST_DEV,
 	ST_PROC,
 	ST_SYS,
@@ -60,9 +71,9 @@ const char *child_step_name(int step)
 	    [ST_CGROUP] = "join cgroup",
 	    [ST_NETNS] = "network namespace",
 	    [ST_CGROUPNS] = "cgroup namespace",
-	    [ST_PRIVATE] = "make mounts private",
+	    [ST_MOUNTNS] = "mount namespace",
 	    [ST_TMPFS] = "staging tmpfs",
-	    [ST_PIVOT] = "pivot_root",
+	    [ST_CHROOT] = "chroot",
 	    [ST_DEV] = "/dev",
 	    [ST_PROC] = "/proc",
 	    [ST_SYS] = "/sys",
@@ -106,26 +117,22 @@ static int bind_ro(const char *p)
 		     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 }
 
+/* Builds the staging root in /s of a copy of the template namespace, with
+ * the child's cwd there: the paths below are relative to it until the
+ * chroot at the end of child_main. */
 static void setup_root(const struct child_args *a)
 {
-	static const char *const dirs[] = {"/u", "/w", "/m", "/lower", "/proc", "/dev", "/sys", "/e"};
-	TRY(ST_PRIVATE, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
-	TRY(ST_TMPFS, mount("tmpfs", a->staging, "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts));
-	TRY(ST_PIVOT, chdir(a->staging));
-	TRY(ST_PIVOT, syscall(SYS_pivot_root, ".", "."));
-	TRY(ST_PIVOT, umount2(".", MNT_DETACH));
-	TRY(ST_PIVOT, chdir("/"));
+	static const char *const dirs[] = {"u", "w", "m", "lower", "proc", "dev", "sys"};
+	TRY(ST_MOUNTNS, setns(a->mntns_fd, CLONE_NEWNS));
+	TRY(ST_MOUNTNS, unshare(CLONE_NEWNS));
+	TRY(ST_TMPFS, mount("tmpfs", "/s", "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts));
+	TRY(ST_TMPFS, chdir("/s"));
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
 		TRY(ST_TMPFS, mkdir(dirs[i], 0755));
-	/* /e: one empty read-only tmpfs, bound over every masked directory of
-	 * /proc and /sys (a bind mount is much cheaper to make and to tear
-	 * down than a tmpfs superblock each; the flags of /e travel with the
-	 * binds). It stays outside the sandbox's chroot. */
-	TRY(ST_TMPFS, mount("tmpfs", "/e", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			    "size=0,mode=555"));
 }
 
-/* Masks a directory with the empty read-only /e (absent targets are fine). */
+/* Masks a directory with the template's empty read-only /e (absent
+ * targets are fine). */
 static int mask_dir(const char *dir)
 {
 	return mount_opt("/e", dir, NULL, MS_BIND, NULL);
@@ -136,46 +143,46 @@ static void setup_dev(void)
 	static const struct {
 		const char *path;
 		unsigned maj, min;
-	} devs[] = {{"/dev/null", 1, 3},   {"/dev/zero", 1, 5},	   {"/dev/full", 1, 7},
-		    {"/dev/random", 1, 8}, {"/dev/urandom", 1, 9}, {"/dev/tty", 5, 0}};
+	} devs[] = {{"dev/null", 1, 3},   {"dev/zero", 1, 5},    {"dev/full", 1, 7},
+		    {"dev/random", 1, 8}, {"dev/urandom", 1, 9}, {"dev/tty", 5, 0}};
 	static const char *const links[][2] = {
-	    {"/proc/self/fd", "/dev/fd"},	{"/proc/self/fd/0", "/dev/stdin"},
-	    {"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
-	    {"pts/ptmx", "/dev/ptmx"},
+	    {"/proc/self/fd", "dev/fd"},	{"/proc/self/fd/0", "dev/stdin"},
+	    {"/proc/self/fd/1", "dev/stdout"}, {"/proc/self/fd/2", "dev/stderr"},
+	    {"pts/ptmx", "dev/ptmx"},
 	};
 	const unsigned long nsne = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
-	TRY(ST_DEV, mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_STRICTATIME,
+	TRY(ST_DEV, mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_STRICTATIME,
 			  "mode=755,size=65536k,nr_inodes=4096"));
 	for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
 		TRY(ST_DEV, mknod(devs[i].path, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)));
 	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
 		TRY(ST_DEV, symlink(links[i][0], links[i][1]));
-	TRY(ST_DEV, mkdir("/dev/pts", 0755));
-	TRY(ST_DEV, mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+	TRY(ST_DEV, mkdir("dev/pts", 0755));
+	TRY(ST_DEV, mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 			  "newinstance,ptmxmode=0666,mode=0620,gid=5"));
-	TRY(ST_DEV, mkdir("/dev/shm", 01777));
-	TRY(ST_DEV, mount("shm", "/dev/shm", "tmpfs", nsne, "mode=1777,size=65536k"));
-	TRY(ST_DEV, mkdir("/dev/mqueue", 0755));
-	TRY(ST_DEV, mount("mqueue", "/dev/mqueue", "mqueue", nsne, NULL));
+	TRY(ST_DEV, mkdir("dev/shm", 01777));
+	TRY(ST_DEV, mount("shm", "dev/shm", "tmpfs", nsne, "mode=1777,size=65536k"));
+	TRY(ST_DEV, mkdir("dev/mqueue", 0755));
+	TRY(ST_DEV, mount("mqueue", "dev/mqueue", "mqueue", nsne, NULL));
 }
 
 static void setup_proc(void)
 {
 	static const char *const masked[] = {
-	    "/proc/kcore",	  "/proc/keys",	       "/proc/key-users",     "/proc/timer_list",
-	    "/proc/timer_stats",  "/proc/sched_debug", "/proc/latency_stats", "/proc/kpagecgroup",
-	    "/proc/kpagecount",	  "/proc/kpageflags",  "/proc/kallsyms",      "/proc/vmallocinfo",
-	    "/proc/pagetypeinfo", "/proc/slabinfo",
+	    "proc/kcore",	 "proc/keys",	     "proc/key-users",	   "proc/timer_list",
+	    "proc/timer_stats",	 "proc/sched_debug", "proc/latency_stats", "proc/kpagecgroup",
+	    "proc/kpagecount",	 "proc/kpageflags",  "proc/kallsyms",	   "proc/vmallocinfo",
+	    "proc/pagetypeinfo", "proc/slabinfo",
 	};
-	static const char *const masked_dirs[] = {"/proc/acpi", "/proc/scsi", "/proc/asound",
-						  "/proc/driver"};
-	static const char *const ro[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
-					 "/proc/sysrq-trigger"};
+	static const char *const masked_dirs[] = {"proc/acpi", "proc/scsi", "proc/asound",
+						  "proc/driver"};
+	static const char *const ro[] = {"proc/bus", "proc/fs", "proc/irq", "proc/sys",
+					 "proc/sysrq-trigger"};
 
-	TRY(ST_PROC, mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
+	TRY(ST_PROC, mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
 	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
-		TRY(ST_PROC, mount_opt("/dev/null", masked[i], NULL, MS_BIND, NULL));
+		TRY(ST_PROC, mount_opt("dev/null", masked[i], NULL, MS_BIND, NULL));
 	for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++)
 		TRY(ST_PROC, mask_dir(masked_dirs[i]));
 	for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
@@ -184,10 +191,10 @@ static void setup_proc(void)
 
 static void setup_sys(void)
 {
-	static const char *const masked[] = {"/sys/firmware", "/sys/devices/virtual/powercap",
-					     "/sys/kernel/debug", "/sys/kernel/security"};
+	static const char *const masked[] = {"sys/firmware", "sys/devices/virtual/powercap",
+					     "sys/kernel/debug", "sys/kernel/security"};
 	TRY(ST_SYS,
-	    mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
+	    mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
 	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
 		TRY(ST_SYS, mask_dir(masked[i]));
 }
@@ -228,7 +235,9 @@ _Noreturn void child_main(const struct child_args *a)
 	for (int i = 0; i < CG_NCTRL; i++)
 		if (a->procs_fd[i] >= 0)
 			TRY(ST_CGROUP, write(a->procs_fd[i], "0", 1));
-	if (a->new_netns)
+	if (a->netns_fd >= 0)
+		TRY(ST_NETNS, setns(a->netns_fd, CLONE_NEWNET));
+	else if (a->new_netns)
 		TRY(ST_NETNS, netns_lo_up());
 	if (a->cgroupns)
 		TRY(ST_CGROUPNS, unshare(CLONE_NEWCGROUP));
@@ -238,14 +247,79 @@ _Noreturn void child_main(const struct child_args *a)
 	setup_sys();
 	/* The agent is what keeps the sandbox alive: make the OOM killer pick
 	 * the workload instead (the agent resets it to 0 for its children). */
-	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	int fd = open("proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		(void)!write(fd, oom, sizeof(oom) - 1);
 		close(fd);
 	}
 	setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
+	/* The agent's "/" is the staging tmpfs; the namespace's root above it
+	 * is the template's, empty and read-only (what a chroot escape finds). */
+	TRY(ST_CHROOT, chroot("."));
+	TRY(ST_CHROOT, chdir("/"));
 	setup_fds(a);
 	umask(022);
 	syscall(SYS_execveat, 5, "", argv, envp, AT_EMPTY_PATH);
 	fail(ST_EXEC);
+}
+
+/* ---- the template mount namespace (made once per runtime) ----------------- */
+
+/* In the helper process: a namespace whose only mount is a read-only tmpfs
+ * root holding the empty directories /s and /e. Returns 0 or an errno. */
+static int template_setup(const char *dir)
+{
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  "size=4k,nr_inodes=8,mode=755") < 0 ||
+	    chdir(dir) < 0 || mkdir("s", 0755) < 0 || mkdir("e", 0555) < 0 ||
+	    mount(NULL, ".", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  NULL) < 0 ||
+	    syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		return errno;
+	return 0;
+}
+
+int mntns_template(const char *dir, int *ret_fd)
+{
+	int ready[2], done[2];
+	if (pipe2(ready, O_CLOEXEC) < 0)
+		return -errno;
+	if (pipe2(done, O_CLOEXEC) < 0) {
+		int r = -errno;
+		close(ready[0]);
+		close(ready[1]);
+		return r;
+	}
+	/* A plain fork: the helper makes only system calls, then holds the
+	 * namespace until we have an fd of it. */
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(ready[0]);
+		close(done[1]); /* else the read below never sees the end */
+		int e = template_setup(dir);
+		char c;
+		(void)!write(ready[1], &e, sizeof(e));
+		(void)!read(done[0], &c, 1);
+		_exit(0);
+	}
+	int r = pid < 0 ? -errno : 0, e = EIO;
+	close(ready[1]);
+	close(done[0]);
+	if (r == 0 && read(ready[0], &e, sizeof(e)) != sizeof(e))
+		r = -EIO;
+	if (r == 0 && e)
+		r = -e;
+	if (r == 0) {
+		char p[64];
+		snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);
+		*ret_fd = open(p, O_RDONLY | O_CLOEXEC);
+		r = *ret_fd < 0 ? -errno : 0;
+	}
+	close(done[1]);
+	close(ready[0]);
+	if (pid > 0)
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	return r;
 }

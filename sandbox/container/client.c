@@ -2,9 +2,20 @@
  * stream: exec (with streamed output through a callback) and the file
  * operations. One request at a time per sandbox; frames for other ids
  * (there should be none) are skipped. Every wait has a deadline, so a stuck
- * or dead agent yields -ETIMEDOUT or -EPIPE, never a hang. */
+ * or dead agent yields -ETIMEDOUT or -EPIPE, never a hang.
+ *
+ * The one exception to "one thread per sandbox": sbx_exec_stdin feeds an
+ * interactive exec from another thread while sbx_exec reads, between the
+ * exec's start (on_stdin) and sbx_exec's return. The only frames that can
+ * then be written at once are its STDIN and sbx_exec's SIGKILL, so those
+ * two hold the stream's write lock (a table of locks hashed by fd: struct
+ * sbx is not this file's to extend) and never interleave; sbx_exec only
+ * tries the lock (a writer blocked on a full stream needs sbx_exec to keep
+ * reading). Nothing else takes it, so a caller's other sandboxes never wait
+ * on it. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +81,22 @@ static int read_frame_until(int fd, struct ag_hdr *h, uint8_t **buf, size_t *cap
 int client_read_frame(int fd, struct ag_hdr *h, uint8_t **buf, size_t *cap, int timeout_ms)
 {
 	return read_frame_until(fd, h, buf, cap, timeout_ms < 0 ? -1 : now_ms() + timeout_ms);
+}
+
+#define NWLOCKS 64
+static pthread_mutex_t wlocks[NWLOCKS];
+static pthread_once_t wlocks_once = PTHREAD_ONCE_INIT;
+
+static void wlocks_init(void)
+{
+	for (int i = 0; i < NWLOCKS; i++)
+		pthread_mutex_init(&wlocks[i], NULL);
+}
+
+static pthread_mutex_t *wlock(const struct sbx *s)
+{
+	pthread_once(&wlocks_once, wlocks_init);
+	return &wlocks[(unsigned)s->ctl % NWLOCKS];
 }
 
 /* send() with MSG_NOSIGNAL: a sandbox that went away must give -EPIPE, not
@@ -144,7 +171,7 @@ static uint32_t count(const char *const *v)
 static int encode_exec(struct ag_wr *w, const struct sbx_exec_opts *o, uint32_t id)
 {
 	struct ag_exec_req q = {
-	    .flags = o->stdin_data ? AG_EXEC_F_STDIN : 0,
+	    .flags = o->stdin_data || o->stdin_stream ? AG_EXEC_F_STDIN : 0,
 	    .timeout_ms = o->timeout_ms,
 	    .output_cap = o->output_cap,
 	    .cwd = (char *)(o->cwd ? o->cwd : ""),
@@ -159,21 +186,45 @@ static int encode_exec(struct ag_wr *w, const struct sbx_exec_opts *o, uint32_t 
 	int r = ag_wr_end(w, off);
 	if (r == 0 && o->stdin_data) {
 		off = ag_wr_begin(w, AG_T_STDIN, id);
-		ag_wr_u8(w, 1);
+		ag_wr_u8(w, !o->stdin_stream);
 		ag_wr_blob(w, o->stdin_data, (uint32_t)o->stdin_len);
 		r = ag_wr_end(w, off);
 	}
 	return r;
 }
 
+/* Returns 0, -errno, or 1 when a stdin writer holds the stream (retry
+ * after reading a frame). */
 static int send_kill(struct sbx *s, uint32_t id)
 {
+	if (pthread_mutex_trylock(wlock(s)) != 0)
+		return 1;
 	struct ag_wr w;
 	ag_wr_init(&w);
 	size_t off = ag_wr_begin(&w, AG_T_SIGNAL, id);
 	ag_wr_u32(&w, SIGKILL);
 	ag_wr_end(&w, off);
-	int r = send_wr(s, &w);
+	int r = w.err ? w.err : write_all(s->ctl, w.data, w.len);
+	pthread_mutex_unlock(wlock(s));
+	ag_wr_done(&w);
+	return r;
+}
+
+int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len, bool eof,
+		   bool ack)
+{
+	if (len > AG_MAX_DATA || (len && !data))
+		return -EINVAL;
+	struct ag_wr w;
+	ag_wr_init(&w);
+	size_t off = ag_wr_begin(&w, AG_T_STDIN, exec_id);
+	ag_wr_u8(&w, eof);
+	ag_wr_blob(&w, data, (uint32_t)len);
+	if (ack)
+		ag_wr_u8(&w, AG_STDIN_F_ACK);
+	int r = ag_wr_end(&w, off);
+	if (r == 0)
+		r = send_wr(s, &w);
 	ag_wr_done(&w);
 	return r;
 }
@@ -184,7 +235,10 @@ struct exec_ctx {
 	uint32_t id;
 	sbx_output_fn fn;
 	void *ud;
-	int cb_err;	  /* what the callback returned, once negative */
+	const struct sbx_exec_opts *o;
+	int cb_err;  /* what the callback returned, once negative */
+	int started; /* 0; 1 EXEC answered; 2 announced to on_stdin */
+	uint8_t agent_minor;
 	bool kill_wanted; /* the callback gave up: SIGKILL once the request is out */
 	bool exited;
 	struct sbx_exec_result res;
@@ -203,7 +257,17 @@ static int exec_read_one(struct exec_ctx *x)
 	ag_rd_init(&rd, rp->buf, rp->h.len);
 	if (rp->h.type == (AG_T_EXEC | AG_T_REPLY)) {
 		int st = (int32_t)ag_rd_u32(&rd);
+		x->agent_minor = rp->h.minor;
+		if (!rd.err && st >= 0 && !x->started)
+			x->started = 1;
 		return rd.err ? rd.err : (st < 0 ? st : 0);
+	}
+	if (rp->h.type == (AG_T_STDIN | AG_T_REPLY)) {
+		int st = (int32_t)ag_rd_u32(&rd);
+		uint32_t pending = ag_rd_u32(&rd);
+		if (!rd.err && x->o->on_stdin)
+			x->o->on_stdin(x->ud, x->id, st, pending);
+		return 0;
 	}
 	if (rp->h.type == AG_T_OUTPUT) {
 		uint8_t stream = ag_rd_u8(&rd);
@@ -272,7 +336,7 @@ int sbx_exec(struct sbx *s, const struct sbx_exec_opts *o, sbx_output_fn fn, voi
 {
 	if (!o->argv || !o->argv[0] || o->stdin_len > AG_MAX_DATA)
 		return -EINVAL;
-	struct exec_ctx x = {.s = s, .id = ++s->next_id, .fn = fn, .ud = ud};
+	struct exec_ctx x = {.s = s, .id = ++s->next_id, .fn = fn, .ud = ud, .o = o};
 	x.deadline = o->timeout_ms ? now_ms() + o->timeout_ms + EXEC_GRACE_MS : -1;
 	struct ag_wr w;
 	ag_wr_init(&w);
@@ -281,10 +345,18 @@ int sbx_exec(struct sbx *s, const struct sbx_exec_opts *o, sbx_output_fn fn, voi
 		r = exec_send(&x, w.data, w.len);
 	ag_wr_done(&w);
 	while (r == 0 && !x.exited) {
+		if (x.started == 1 && o->stdin_stream && o->on_stdin) {
+			x.started = 2; /* after our request is out: stdin may follow */
+			o->on_stdin(
+			    ud, x.id,
+			    x.agent_minor >= 1 ? SBX_STDIN_STARTED : SBX_STDIN_STARTED_NOACK, 0);
+		}
 		if (x.kill_wanted) {
-			x.kill_wanted = false;
 			r = send_kill(s, x.id);
-			continue;
+			x.kill_wanted = r == 1;
+			if (r <= 0)
+				continue;
+			r = 0;
 		}
 		r = exec_read_one(&x);
 	}

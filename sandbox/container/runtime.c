@@ -3,7 +3,9 @@
  * What can be prepared before a create request is, here: the agent binary is
  * copied once into a sealed memfd (sandboxes exec it from there, so nothing
  * inside can modify the host's copy, cf. runc CVE-2019-5736); the seccomp
- * filter is compiled once into another sealed memfd; and whole sandboxes are
+ * filter is compiled once into another sealed memfd; a template mount
+ * namespace (an empty read-only root, child.c) is made once, so that no
+ * sandbox copies the host's mounts; and whole sandboxes are
  * staged ahead by pool threads (namespaces, cgroup, /dev, /proc, /sys, the
  * agent running and waiting for START; see sandbox.c) and handed out under a
  * mutex. An empty pool is not an error: create then stages one inline
@@ -13,7 +15,9 @@
  * The same threads finish destroyed sandboxes (sbx_destroy only kills;
  * waiting and recycling or removing cgroups happen here, off the caller's
  * path). Empty cgroup slots of finished sandboxes are kept (up to
- * SBX_SPARE_SLOTS) and handed to the next staging.
+ * SBX_SPARE_SLOTS) and handed to the next staging, and so are their
+ * network namespaces when nothing of the sandbox is left in them (up to
+ * SBX_SPARE_NETNS; netns.c says what is checked).
  *
  * Pool invariants: n + staging <= want; a staged sandbox in the pool belongs
  * to no caller and has network "none"; a sandbox in reap is killed and
@@ -242,6 +246,36 @@ static void slots_free(struct sbx_runtime *rt)
 {
 	while (rt->n_spare)
 		cg_slot_free(&rt->cg, rt->spare[--rt->n_spare]);
+	while (rt->n_spare_net)
+		close(rt->spare_net[--rt->n_spare_net]);
+}
+
+/* ---- spare network namespaces -------------------------------------------- */
+
+int net_take(struct sbx_runtime *rt)
+{
+	int fd = -1;
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_spare_net)
+		fd = rt->spare_net[--rt->n_spare_net];
+	pthread_mutex_unlock(&rt->pool.lock);
+	return fd;
+}
+
+void net_recycle(struct sbx_runtime *rt, int fd)
+{
+	if (fd < 0)
+		return;
+	if (!rt->fresh_netns && netns_recyclable(fd)) {
+		pthread_mutex_lock(&rt->pool.lock);
+		bool kept = !rt->pool.stop && rt->n_spare_net < SBX_SPARE_NETNS;
+		if (kept)
+			rt->spare_net[rt->n_spare_net++] = fd;
+		pthread_mutex_unlock(&rt->pool.lock);
+		if (kept)
+			return;
+	}
+	close(fd);
 }
 
 /* ---- runtime ------------------------------------------------------------- */
@@ -251,12 +285,15 @@ static int runtime_init(struct sbx_runtime *rt, const struct sbx_runtime_config 
 	int r = mkdir_p(cfg->state_dir, 0700);
 	if (r < 0)
 		return r;
+	rt->fresh_netns = cfg->fresh_netns;
 	rt->state_dir = strdup(cfg->state_dir);
 	if (!rt->state_dir || asprintf(&rt->staging, "%s/root", cfg->state_dir) < 0)
 		return -ENOMEM;
 	if (mkdir(rt->staging, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	r = load_agent(cfg->agent_path, &rt->agent_fd);
+	r = mntns_template(rt->staging, &rt->mntns_fd);
+	if (r == 0)
+		r = load_agent(cfg->agent_path, &rt->agent_fd);
 	if (r == 0)
 		r = seccomp_build(&rt->seccomp_fd);
 	if (r == 0 && !cfg->no_cgroups)
@@ -276,7 +313,7 @@ int sbx_runtime_new(const struct sbx_runtime_config *cfg, struct sbx_runtime **r
 	struct sbx_runtime *rt = calloc(1, sizeof(*rt));
 	if (!rt)
 		return -ENOMEM;
-	rt->agent_fd = rt->seccomp_fd = -1;
+	rt->agent_fd = rt->seccomp_fd = rt->mntns_fd = -1;
 	for (int i = 0; i < CG_NCTRL; i++)
 		rt->cg.base_fd[i] = -1;
 	pthread_mutex_init(&rt->pool.lock, NULL);
@@ -307,6 +344,8 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 		close(rt->agent_fd);
 	if (rt->seccomp_fd >= 0)
 		close(rt->seccomp_fd);
+	if (rt->mntns_fd >= 0)
+		close(rt->mntns_fd);
 	if (rt->staging)
 		rmdir(rt->staging);
 	free(rt->staging);

@@ -1,7 +1,8 @@
 /* sandbox-internal.h — private types of the container backend (strata_sandbox).
  *
  * Pieces: cgroup.c (v1/v2 driver and per-sandbox cgroup slots), netns.c
- * (network namespaces made ahead of time), seccomp.c (the filter, compiled
+ * (loopback, and whether a dead sandbox's network namespace can be
+ * reused), seccomp.c (the filter, compiled
  * once to BPF), child.c (everything the new sandbox process does between
  * clone3 and exec of the agent), sandbox.c (create/destroy), runtime.c (the
  * runtime and its pools), client.c (the synchronous agent client). */
@@ -37,6 +38,13 @@ struct cg_slot {
 	int dir_fd[CG_NCTRL];	/* -1 where absent; v2 uses [0] */
 	int procs_fd[CG_NCTRL]; /* v1: cgroup.procs, written "0" by the child */
 	bool reused;		/* held an earlier sandbox: apply resets old limits */
+	/* What cg_slot_apply last wrote, valid while applied: a reused slot
+	 * with the same limits needs no write. exposed (its path was handed
+	 * out by sbx_cgroup_path, so others may have written there) makes
+	 * the next apply write everything again. */
+	bool applied, exposed;
+	uint64_t mem;
+	uint32_t cpu, pids;
 };
 
 /* version: 0 detect, 1 or 2 insist. Returns 0 or -ENOTSUP (no usable
@@ -61,19 +69,30 @@ int cg_ctrl_index(const char *name);
 
 /* Brings "lo" up in the caller's current network namespace. */
 int netns_lo_up(void);
+/* An fd of the network namespace of process pid, or -errno. */
+int netns_open(pid_t pid);
+/* True when a network namespace whose processes are all gone holds nothing
+ * of them (no socket, fragment or flow label; only lo, as we set it up), so
+ * that another sandbox may join it. Enters it for a moment on the calling
+ * thread (setns). */
+bool netns_recyclable(int fd);
 
 /* Builds the seccomp filter and returns it as a sealed memfd holding the raw
  * BPF program (struct sock_filter[]). */
 int seccomp_build(int *ret_fd);
+/* The same filter as libseccomp builds it (seccomp_build's fallback, and
+ * the reference its own program is tested against). */
+int seccomp_build_libseccomp(int *ret_fd);
 /* Capabilities a sandbox keeps (bit mask). */
 uint64_t sbx_caps_keep(void);
 
 /* Everything the child needs, computed before clone3 (the child must not
  * allocate: another thread of the parent may hold the malloc lock). */
 struct child_args {
-	const char *staging; /* empty dir: the staging tmpfs goes here */
+	int mntns_fd; /* the runtime's template mount namespace (mntns_template) */
 	char tmpfs_opts[64];
-	bool new_netns;		/* lo must be brought up */
+	bool new_netns;		/* clone made a network namespace: lo must be brought up */
+	int netns_fd;		/* else a reused one to join (setns), or -1 (host network) */
 	bool cgroupns;		/* unshare a cgroup namespace after joining */
 	int procs_fd[CG_NCTRL]; /* v1 cgroup.procs to join, -1 if none */
 	int agent_fd;		/* memfd with the agent */
@@ -89,6 +108,12 @@ _Noreturn void child_main(const struct child_args *a);
  * memory. child.c is compiled without ASan, whose no-return bookkeeping
  * would otherwise see a foreign stack. */
 int child_main_vm(void *arg);
+/* A mount namespace holding nothing but an empty read-only tmpfs root with
+ * the directories /s (where each sandbox mounts its staging tmpfs) and /e
+ * (empty, bound over masked directories), made by a helper process with
+ * dir (an empty host directory) as the mount point; an fd of it in *ret_fd.
+ * Every staging child starts from a copy of it instead of the host's. */
+int mntns_template(const char *dir, int *ret_fd);
 /* Names a failing child step for messages. */
 const char *child_step_name(int step);
 
@@ -110,13 +135,19 @@ struct pool {
 	unsigned n_reap, cap_reap;
 };
 
-/* Empty cgroup slots of destroyed sandboxes kept for reuse (under pool.lock). */
+/* Empty cgroup slots and network namespaces of destroyed sandboxes kept for
+ * reuse (under pool.lock). */
 #define SBX_SPARE_SLOTS 64
+#define SBX_SPARE_NETNS 64
 
 struct sbx_runtime {
 	char *state_dir, *staging;
 	struct cg_slot *spare[SBX_SPARE_SLOTS];
 	unsigned n_spare;
+	int spare_net[SBX_SPARE_NETNS]; /* network namespaces (fds) with only lo */
+	unsigned n_spare_net;
+	bool fresh_netns; /* never reuse network namespaces */
+	int mntns_fd;	  /* the template mount namespace (mntns_template) */
 	int agent_fd;	/* sealed memfd with strata-agent */
 	int seccomp_fd; /* sealed memfd with the BPF program */
 	struct cg_driver cg;
@@ -130,6 +161,7 @@ struct sbx {
 	pid_t pid;
 	int pidfd;
 	int ctl; /* host end of the protocol stream */
+	int netns_fd; /* its network namespace ("none"; -1 if unknown), reused after it */
 	struct cg_slot *cg;
 	enum sbx_network net;
 	bool persist; /* survives its stream; released, not killed, by sbx_release */
@@ -150,6 +182,11 @@ int pool_reap(struct sbx_runtime *rt, struct sbx *s);
 struct cg_slot *slot_take(struct sbx_runtime *rt);
 /* runtime.c: keeps a dead sandbox's slot for reuse if it can, else removes it. */
 void slot_recycle(struct sbx_runtime *rt, struct cg_slot *cg);
+/* runtime.c: a network namespace kept from a destroyed sandbox, or -1. */
+int net_take(struct sbx_runtime *rt);
+/* runtime.c: keeps a dead sandbox's network namespace (fd, owned) for reuse
+ * if netns_recyclable, else closes it. Accepts -1. */
+void net_recycle(struct sbx_runtime *rt, int fd);
 /* sandbox.c: SIGKILL and close the stream (no waiting). */
 void sbx_kill(struct sbx *s);
 /* sandbox.c: kill, wait for every process, remove the cgroups, free. */

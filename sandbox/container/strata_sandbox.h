@@ -33,6 +33,10 @@ struct sbx_runtime_config {
 	unsigned pool_size;	 /* staged sandboxes kept ready (0 = stage inline) */
 	bool no_cgroups;	 /* run without cgroups (no limits at all) */
 	int cgroup_version;	 /* 0 = detect; 1 or 2 = insist (else -ENOTSUP) */
+	/* Network "none" namespaces are reused once nothing of their sandbox
+	 * is left in them (no socket, only lo); what carries over is lo's
+	 * cumulative traffic counters. true: a fresh namespace every time. */
+	bool fresh_netns;
 };
 
 /* Returns 0 and a runtime, or -ENOTSUP (no usable cgroup controllers, no
@@ -93,7 +97,22 @@ struct sbx_exec_opts {
 	uint64_t output_cap;	 /* stdout+stderr bytes forwarded; 0 = 16 MiB */
 	const void *stdin_data;	 /* NULL = /dev/null */
 	size_t stdin_len;	 /* <= 1 MiB */
+	/* Interactive stdin: stdin stays open (after stdin_data, if any) and is
+	 * fed by sbx_exec_stdin from another thread while sbx_exec runs.
+	 * on_stdin is called on sbx_exec's thread: once the command started,
+	 * with status SBX_STDIN_STARTED (the agent acknowledges chunks) or
+	 * SBX_STDIN_STARTED_NOACK (an agent older than 1.1: it does not), and
+	 * exec_id for sbx_exec_stdin; then once per chunk sent with ack, with
+	 * the agent's answer: 0, -EPIPE (the command's stdin is closed or it
+	 * ended), -ENOBUFS (over 4 MiB not yet read by the command: the chunk
+	 * was dropped, stdin stays open); pending = bytes not yet read. */
+	bool stdin_stream;
+	void (*on_stdin)(void *userdata, uint32_t exec_id, int status, uint32_t pending);
 };
+
+#define SBX_STDIN_STARTED 1
+#define SBX_STDIN_STARTED_NOACK 2
+#define SBX_STDIN_MAX_CHUNK (1u << 20)
 
 struct sbx_exec_result {
 	int exit_code;			     /* -1 if killed by a signal */
@@ -113,6 +132,14 @@ typedef int (*sbx_output_fn)(void *userdata, int stream, const void *data, size_
  * agent did not answer, -EPIPE when the sandbox is gone. */
 int sbx_exec(struct sbx *s, const struct sbx_exec_opts *opts, sbx_output_fn fn, void *userdata,
 	     struct sbx_exec_result *ret);
+/* Sends a chunk (<= SBX_STDIN_MAX_CHUNK; eof closes the command's stdin
+ * after it) to the running exec exec_id of an opts.stdin_stream exec. The
+ * one call allowed from another thread while sbx_exec runs on s, between
+ * on_stdin(SBX_STDIN_STARTED*) and sbx_exec's return. With ack (only for
+ * SBX_STDIN_STARTED) the agent answers through opts.on_stdin. Blocks while
+ * the agent's stream is full. Returns 0, -EINVAL, -EPIPE. */
+int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len, bool eof,
+		   bool ack);
 
 /* ---- files ----------------------------------------------------------------- */
 

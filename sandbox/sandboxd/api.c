@@ -1,16 +1,33 @@
 /* api.c — the routes of strata-sandboxd's HTTP API (documented in API.md):
  * request validation (unknown fields are refused by name), the mapping of
- * negative errno to HTTP errors, and the exec stream (newline-delimited JSON
- * events in a chunked response).
+ * negative errno to HTTP errors, the exec stream (newline-delimited JSON
+ * events in a chunked response) with its interactive stdin, and creates on
+ * worker threads.
+ *
+ * Creates of a backend with create_threaded (container: the START round
+ * trip, staging when the pool is empty) run backend->create on a thread of
+ * their own (at most CREATE_THREADS at once; later ones wait, admitted)
+ * while the loop serves other requests. Everything else stays on
+ * the loop: validation, the image, admission (a create in flight holds its
+ * share in d->creating_*, so concurrent creates cannot overcommit), and at
+ * completion (an eventfd) the registry insert, state.json and the answer.
+ * The sandbox is invisible until then, so its state transitions keep their
+ * order. An idempotent repeat of a create in flight waits for it and gets
+ * the same answer. A create whose client left before the answer is
+ * destroyed, unless it has an idempotency key (a retry finds it). At
+ * shutdown, api_creates_drain joins the threads and completes them.
  *
  * Error codes at this boundary (the SDK maps each to an exception):
  *   400 bad_request, unknown_field, invalid_path   404 not_found, image_not_found
  *   409 paused, not_paused   413 too_large   501 unsupported
  *   503 no_capacity, backend_unavailable   500 internal */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -21,6 +38,7 @@
 #include "tar.h"
 
 #define ERRLEN 512
+#define SBD_STDIN_CHUNK_MAX (1u << 20) /* one POST .../stdin body */
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -323,6 +341,242 @@ static void reply_sandbox(struct conn *c, int status, const struct sbd_sandbox *
 	conn_reply_json(c, status, &w);
 }
 
+/* ---- creates on worker threads ------------------------------------------ */
+
+struct create_waiter {
+	struct conn *c; /* NULL once its client left */
+	struct create_waiter *next;
+};
+
+struct create_job {
+	struct sandboxd *d;
+	struct sbd_backend *b;
+	struct sbd_sandbox *sb;
+	struct create_waiter first;    /* the request that made it */
+	struct create_waiter *repeats; /* idempotent repeats waiting for it */
+	pthread_t thread;
+	bool started; /* its thread runs (else it waits for one: CREATE_THREADS) */
+	bool joined;
+	int r;
+	char why[ERRLEN];
+	struct create_job *next;      /* in cj.in_flight (the loop's) */
+	struct create_job *done_next; /* in cj.done (under cj.mu) */
+};
+
+/* Create threads at once; later creates wait (admitted) for one. */
+#define CREATE_THREADS 8
+
+static struct {
+	pthread_mutex_t mu; /* guards done */
+	struct create_job *in_flight, *done;
+	unsigned running; /* started and not finished */
+	bool draining;
+	int efd;
+	struct sbd_watch w;
+} cj = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, false, -1, {.fd = -1}};
+
+static void create_reserve(struct sandboxd *d, const struct sbd_sandbox *sb, int sign)
+{
+	d->creating += (size_t)sign;
+	if (sb->reserves) {
+		d->creating_mem_mb += sign * sb->memory_mb;
+		d->creating_pids += sign * sb->pids;
+	}
+}
+
+static void *create_thread(void *arg)
+{
+	struct create_job *j = arg;
+	j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
+	pthread_mutex_lock(&cj.mu);
+	j->done_next = cj.done;
+	cj.done = j;
+	pthread_mutex_unlock(&cj.mu);
+	uint64_t one = 1;
+	(void)!write(cj.efd, &one, sizeof(one));
+	return NULL;
+}
+
+/* Starts the oldest waiting create while there is a thread for it. */
+static void creates_launch(void)
+{
+	while (cj.running < CREATE_THREADS && !cj.draining) {
+		struct create_job *oldest = NULL;
+		for (struct create_job *j = cj.in_flight; j; j = j->next)
+			if (!j->started)
+				oldest = j;
+		if (!oldest)
+			return;
+		oldest->started = true;
+		cj.running++;
+		if (pthread_create(&oldest->thread, NULL, create_thread, oldest) != 0) {
+			oldest->joined = true; /* no thread: done here, on the loop */
+			create_thread(oldest);
+		}
+	}
+}
+
+static void waiter_abort(void *ctx)
+{
+	struct create_waiter *w = ctx;
+	w->c = NULL;
+}
+
+static void waiter_answer(struct create_waiter *w, int status, const struct sbd_sandbox *sb, int r,
+			  const char *why)
+{
+	if (!w->c)
+		return;
+	conn_set_abort(w->c, NULL, NULL);
+	if (sb)
+		reply_sandbox(w->c, status, sb);
+	else
+		reply_errno(w->c, r, "create", why);
+	conn_hold_done(w->c);
+	w->c = NULL;
+}
+
+/* On the loop: the create finished (or failed); answer everyone. */
+static void create_finish(struct create_job *j)
+{
+	struct sandboxd *d = j->d;
+	struct sbd_sandbox *sb = j->sb;
+	if (!j->joined)
+		pthread_join(j->thread, NULL);
+	for (struct create_job **p = &cj.in_flight; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	cj.running -= j->started;
+	creates_launch();
+	create_reserve(d, sb, -1);
+	if (j->r == 0) {
+		registry_insert(d, sb);
+		int r = registry_persist(d, sb);
+		if (r < 0)
+			log_warn_errno(r, "Failed to persist sandbox %s", sb->id);
+		d->creates_total++;
+		log_debug("sandbox %s created (%s, %s)", sb->id, sb->image, sb->backend_name);
+		bool anyone = j->first.c || sb->idem_key;
+		waiter_answer(&j->first, 201, sb, 0, NULL);
+		for (struct create_waiter *w = j->repeats; w; w = w->next)
+			waiter_answer(w, 200, sb, 0, NULL);
+		if (!anyone)
+			registry_destroy(d, sb, "its client left before the answer");
+	} else {
+		waiter_answer(&j->first, 0, NULL, j->r, j->why);
+		for (struct create_waiter *w = j->repeats; w; w = w->next)
+			waiter_answer(w, 0, NULL, j->r, j->why);
+		images_release(d, sb->rootfs);
+		sandbox_free(sb);
+	}
+	while (j->repeats) {
+		struct create_waiter *w = j->repeats;
+		j->repeats = w->next;
+		free(w);
+	}
+	free(j);
+}
+
+static void creates_done(struct sandboxd *d)
+{
+	pthread_mutex_lock(&cj.mu);
+	struct create_job *j = cj.done;
+	cj.done = NULL;
+	pthread_mutex_unlock(&cj.mu);
+	while (j) {
+		struct create_job *next = j->done_next;
+		create_finish(j);
+		j = next;
+	}
+}
+
+static void creates_io(void *ctx, uint32_t ev)
+{
+	uint64_t n;
+	if (read(cj.efd, &n, sizeof(n)) < 0 && errno == EAGAIN)
+		return;
+	creates_done(ctx);
+}
+
+/* Runs sb's create on a thread; the answer to c comes from create_finish.
+ * Returns 0, or -errno (nothing started: the caller creates inline). */
+static int create_start(struct conn *c, struct sandboxd *d, struct sbd_backend *b,
+			struct sbd_sandbox *sb)
+{
+	if (cj.efd < 0) {
+		cj.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (cj.efd < 0)
+			return -errno;
+		int r = sbd_watch_add(d->loop, &cj.w, cj.efd, EPOLLIN, creates_io, d);
+		if (r < 0) {
+			close(cj.efd);
+			cj.efd = -1;
+			return r;
+		}
+	}
+	struct create_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	*j = (struct create_job){.d = d, .b = b, .sb = sb, .first = {.c = c}};
+	create_reserve(d, sb, +1);
+	j->next = cj.in_flight;
+	cj.in_flight = j;
+	conn_hold(c, true);
+	conn_set_abort(c, waiter_abort, &j->first);
+	creates_launch();
+	return 0;
+}
+
+/* An idempotent repeat of a create in flight: waits for its answer. */
+static bool create_join_pending(struct conn *c, const char *key)
+{
+	for (struct create_job *j = cj.in_flight; j; j = j->next) {
+		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0)
+			continue;
+		struct create_waiter *w = calloc(1, sizeof(*w));
+		if (!w)
+			return false;
+		w->c = c;
+		w->next = j->repeats;
+		j->repeats = w;
+		conn_hold(c, true);
+		conn_set_abort(c, waiter_abort, w);
+		return true;
+	}
+	return false;
+}
+
+void api_creates_drain(struct sandboxd *d)
+{
+	cj.draining = true; /* no new threads: the waiting creates run here */
+	while (cj.in_flight) {
+		struct create_job *j = cj.in_flight;
+		if (!j->started) {
+			j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
+			j->joined = true;
+			create_finish(j);
+			continue;
+		}
+		if (!j->joined)
+			pthread_join(j->thread, NULL);
+		j->joined = true;
+		pthread_mutex_lock(&cj.mu);
+		for (struct create_job **p = &cj.done; *p; p = &(*p)->done_next)
+			if (*p == j) {
+				*p = j->done_next;
+				break;
+			}
+		pthread_mutex_unlock(&cj.mu);
+		create_finish(j);
+	}
+	sbd_watch_del(d->loop, &cj.w);
+	if (cj.efd >= 0)
+		close(cj.efd);
+	cj.efd = -1;
+}
+
 static void api_create(struct conn *c, const char *body, size_t len)
 {
 	struct sandboxd *d = conn_daemon(c);
@@ -345,6 +599,8 @@ static void api_create(struct conn *c, const char *body, size_t len)
 		reply_sandbox(c, 200, prev);
 		goto out;
 	}
+	if (idem && create_join_pending(c, idem))
+		goto out;
 	if (!image) {
 		conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
 		goto out;
@@ -391,6 +647,8 @@ static void api_create(struct conn *c, const char *body, size_t len)
 	}
 	if (r == 0 && (r = registry_admit(d, sb, why, sizeof(why))) < 0)
 		d->refused_total++;
+	if (r == 0 && b->create_threaded && create_start(c, d, b, sb) == 0)
+		goto out; /* answered by create_finish */
 	if (r == 0)
 		r = b->create(b, sb, why, sizeof(why));
 	if (r < 0) {
@@ -504,8 +762,69 @@ struct exec_ctx {
 	struct sbd_sandbox *sb;
 	void *handle;
 	bool started;	       /* the chunked response began */
+	bool stdin_stream;     /* interactive stdin: POST .../execs/{xid}/stdin */
+	uint64_t xid;	       /* the exec's number in its sandbox (sb->execs_total) */
+	struct conn *stdin_c;  /* a stdin request waiting for its acknowledgement */
 	struct exec_ctx *next; /* in sb->execs */
 };
+
+/* Answers a stdin request: status 0 (pending < 0: unknown), or why not. */
+static void stdin_reply(struct conn *c, uint64_t xid, int status, int64_t pending)
+{
+	unsigned long long n = (unsigned long long)xid;
+	if (status == 0) {
+		struct jw w;
+		jw_init(&w);
+		jw_obj(&w);
+		jw_kbool(&w, "ok", true);
+		if (pending >= 0)
+			jw_kint(&w, "pending", pending);
+		jw_obj_end(&w);
+		conn_reply_json(c, 200, &w);
+	} else if (status == -ENOBUFS)
+		conn_reply_error(c, 429, "stdin_full",
+				 "exec %llu has %lld bytes of stdin it has not read yet (limit 4 "
+				 "MiB): chunk dropped, retry later",
+				 n, (long long)pending);
+	else if (status == -ESRCH)
+		conn_reply_error(c, 409, "exec_finished", "exec %llu has finished", n);
+	else if (status == -EPIPE)
+		conn_reply_error(c, 409, "stdin_closed", "exec %llu: its stdin is closed", n);
+	else if (status == -EBUSY)
+		conn_reply_error(c, 409, "busy",
+				 "exec %llu: a stdin chunk is in flight; send the next after its "
+				 "answer",
+				 n);
+	else
+		reply_errno(c, status, "stdin", NULL);
+}
+
+/* The answer to a waiting stdin request: the backend acknowledged its
+ * chunk, or the exec ended first. */
+static void stdin_answer(struct exec_ctx *x, int status, uint64_t pending)
+{
+	struct conn *c = x->stdin_c;
+	if (!c)
+		return;
+	x->stdin_c = NULL;
+	conn_set_abort(c, NULL, NULL);
+	stdin_reply(c, x->xid,
+		    status == 0 || status == -ENOBUFS || status == -ESRCH ? status : -EPIPE,
+		    (int64_t)pending);
+	conn_hold_done(c);
+}
+
+static void exec_stdin_ack(void *ctx, int status, uint64_t pending)
+{
+	stdin_answer(ctx, status, pending);
+}
+
+/* The client of a waiting stdin request went away. */
+static void stdin_abort(void *ctx)
+{
+	struct exec_ctx *x = ctx;
+	x->stdin_c = NULL;
+}
 
 static void exec_unlink(struct exec_ctx *x)
 {
@@ -519,6 +838,7 @@ static void exec_unlink(struct exec_ctx *x)
 	x->sb->running_execs--;
 	x->sb->last_active_ms = sbd_now_ms();
 	x->sb = NULL;
+	stdin_answer(x, -ESRCH, 0);
 }
 
 /* The stream starts with the first event, so that an exec that cannot
@@ -623,8 +943,8 @@ void api_cancel_execs(struct sandboxd *d, struct sbd_sandbox *sb, const char *wh
 	}
 }
 
-static const char *const exec_fields[] = {"cmd",   "python",  "env",	    "cwd", "user",
-					  "stdin", "timeout", "output_cap", NULL};
+static const char *const exec_fields[] = {"cmd",   "python",	   "env",     "cwd",	    "user",
+					  "stdin", "stdin_stream", "timeout", "output_cap", NULL};
 
 struct exec_args {
 	struct sbd_exec_req req;
@@ -720,6 +1040,14 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 		}
 		q->stdin_data = a->stdin_buf;
 	}
+	const struct json *ss = json_get(j, "stdin_stream");
+	if (ss && ss->type != JSON_NULL) {
+		if (ss->type != JSON_BOOL) {
+			snprintf(why, cap, "stdin_stream must be a boolean");
+			return -EINVAL;
+		}
+		q->stdin_stream = ss->b;
+	}
 	const struct json *t = json_get(j, "timeout");
 	q->timeout_ms = d->cfg.default_timeout_ms;
 	if (t && t->type != JSON_NULL) {
@@ -757,17 +1085,26 @@ static void api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, s
 		conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
 		goto out;
 	}
+	struct sbd_caps caps = {0};
+	sb->backend->caps(sb->backend, &caps);
+	if (a.req.stdin_stream && (!caps.exec_stdin_stream || !sb->backend->exec_stdin)) {
+		conn_reply_error(c, 501, "unsupported",
+				 "exec: backend '%s' has no interactive stdin (stdin_stream); give "
+				 "stdin up front",
+				 sb->backend_name);
+		goto out;
+	}
 	struct exec_ctx *x = calloc(1, sizeof(*x));
 	if (!x) {
 		conn_reply_error(c, 500, "internal", "out of memory");
 		goto out;
 	}
-	*x = (struct exec_ctx){.c = c, .d = d, .sb = sb};
-	struct sbd_exec_sink sink = {exec_output, exec_exit, exec_congested, x};
+	*x = (struct exec_ctx){.c = c, .d = d, .sb = sb, .stdin_stream = a.req.stdin_stream};
+	struct sbd_exec_sink sink = {exec_output, exec_exit, exec_congested, x, exec_stdin_ack};
 	x->next = sb->execs;
 	sb->execs = x;
 	sb->running_execs++;
-	sb->execs_total++;
+	x->xid = ++sb->execs_total;
 	d->execs_total++;
 	sb->last_active_ms = sbd_now_ms();
 	conn_set_abort(c, exec_abort, x);
@@ -779,10 +1116,73 @@ static void api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, s
 		exec_unlink(x);
 		free(x);
 		reply_errno(c, r, "exec", why);
+	} else if (x->stdin_stream) { /* the client needs the id to send stdin */
+		exec_start_stream(x);
+		char ev[96];
+		int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"}\n",
+				 (unsigned long long)x->xid);
+		conn_stream_chunk(c, ev, (size_t)n);
 	}
 out:
 	exec_args_done(&a);
 	json_free(j);
+}
+
+static bool query_bool(const char *query, const char *key);
+
+/* POST /v1/sandboxes/{id}/execs/{exec_id}/stdin[?eof=1], the body the raw
+ * bytes: one chunk of an interactive exec's stdin, answered once the
+ * sandbox took it (at most one in flight per exec). */
+static void api_exec_stdin(struct conn *c, struct sbd_sandbox *sb, const char *sub,
+			   const char *query, const char *body, size_t len)
+{
+	char *end;
+	unsigned long long xid = strtoull(sub, &end, 10);
+	if (end == sub || strcmp(end, "/stdin") != 0) {
+		conn_reply_error(c, 404, "not_found", "no route .../execs/%s", sub);
+		return;
+	}
+	struct exec_ctx *x = sb->execs;
+	while (x && x->xid != xid)
+		x = x->next;
+	if (!x && xid >= 1 && xid <= sb->execs_total) {
+		stdin_reply(c, xid, -ESRCH, -1);
+		return;
+	}
+	if (!x) {
+		conn_reply_error(c, 404, "not_found", "no exec %llu in sandbox %s", xid, sb->id);
+		return;
+	}
+	if (!x->stdin_stream) {
+		conn_reply_error(c, 409, "stdin_closed",
+				 "exec %llu was not started with stdin_stream: its stdin is closed",
+				 xid);
+		return;
+	}
+	if (len > SBD_STDIN_CHUNK_MAX) {
+		conn_reply_error(c, 413, "too_large",
+				 "a stdin chunk is limited to %u bytes (got %zu); split it",
+				 SBD_STDIN_CHUNK_MAX, len);
+		return;
+	}
+	if (x->stdin_c) {
+		stdin_reply(c, xid, -EBUSY, -1);
+		return;
+	}
+	if (sb->state == SBD_PAUSED) {
+		conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
+		return;
+	}
+	sb->last_active_ms = sbd_now_ms();
+	int r =
+	    sb->backend->exec_stdin(sb->backend, x->handle, body, len, query_bool(query, "eof"));
+	if (r != 0) {
+		stdin_reply(c, xid, r == 1 ? 0 : r, -1);
+	} else {
+		x->stdin_c = c;
+		conn_hold(c, true);
+		conn_set_abort(c, stdin_abort, x);
+	}
 }
 
 /* ---- files ------------------------------------------------------------------ */
@@ -963,6 +1363,7 @@ static void api_node(struct conn *c)
 	jw_init(&w);
 	jw_obj(&w);
 	jw_kint(&w, "sandboxes", (int64_t)d->count);
+	jw_kint(&w, "creating", (int64_t)d->creating);
 	jw_kint(&w, "running", (int64_t)(d->count - paused));
 	jw_kint(&w, "paused", (int64_t)paused);
 	jw_kint(&w, "max_sandboxes", d->cfg.max_sandboxes);
@@ -978,6 +1379,7 @@ static void api_node(struct conn *c)
 	jw_kint(&w, "execs_total", (int64_t)d->execs_total);
 	jw_kint(&w, "refused_total", (int64_t)d->refused_total);
 	jw_kint(&w, "reaped_total", (int64_t)d->reaped_total);
+	jw_kstr(&w, "state_dir", d->cfg.state_dir);
 	jw_obj_end(&w);
 	conn_reply_json(c, 200, &w);
 }
@@ -991,6 +1393,7 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_kbool(w, "exec", k->exec);
 	jw_kbool(w, "exec_stream", k->exec_stream);
 	jw_kbool(w, "exec_stdin", k->exec_stdin);
+	jw_kbool(w, "exec_stdin_stream", k->exec_stdin_stream);
 	jw_kbool(w, "python", k->python);
 	jw_kbool(w, "files", k->files);
 	jw_kbool(w, "tar", k->tar);
@@ -1080,6 +1483,8 @@ static void route_sandbox(struct conn *c, const char *method, const char *rest, 
 		api_delete(c, sb);
 	else if (!strcmp(action, "exec") && is(method, "POST"))
 		api_exec(c, sb, body, len);
+	else if (!strncmp(action, "execs/", 6) && is(method, "POST"))
+		api_exec_stdin(c, sb, action + 6, query, body, len);
 	else if (!strcmp(action, "pause") && is(method, "POST"))
 		api_pause(c, sb, true);
 	else if (!strcmp(action, "resume") && is(method, "POST"))

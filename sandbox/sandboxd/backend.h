@@ -25,6 +25,7 @@ struct sbd_sandbox;
 struct sbd_caps {
 	bool available;
 	bool exec, exec_stream, exec_stdin, python;
+	bool exec_stdin_stream; /* interactive stdin (sbd_exec_req.stdin_stream) */
 	bool files, tar, pause, persistent, network_host;
 	bool limits_memory, limits_pids, limits_cpu, limits_disk;
 	char why[256]; /* when !available: the reason */
@@ -37,8 +38,9 @@ struct sbd_exec_req {
 	char **env;	    /* NULL-terminated "K=V": sandbox env overlaid with the call's */
 	const char *cwd;    /* absolute */
 	const char *user;
-	const uint8_t *stdin_data; /* given up front; closed after it */
+	const uint8_t *stdin_data; /* given up front; closed after it, unless: */
 	size_t stdin_len;
+	bool stdin_stream;   /* stdin stays open: fed by exec_stdin, closed by its eof */
 	int64_t timeout_ms;  /* > 0 */
 	uint64_t output_cap; /* bytes of stdout+stderr forwarded */
 };
@@ -62,6 +64,11 @@ struct sbd_exec_sink {
 	 * again a few milliseconds later. May be NULL. */
 	bool (*congested)(void *ctx);
 	void *ctx;
+	/* stdin_stream: the answer to one exec_stdin that returned 0: 0, or
+	 * -EPIPE (stdin closed: the command closed it, eof was sent, or it
+	 * ended), -ENOBUFS (too much not yet read: dropped, retry later);
+	 * pending = bytes not yet read by the command. May be NULL. */
+	void (*stdin_ack)(void *ctx, int status, uint64_t pending);
 };
 
 enum sbd_ftype { SBD_FT_OTHER = 0, SBD_FT_REG, SBD_FT_DIR, SBD_FT_LNK };
@@ -99,6 +106,9 @@ struct sbd_backend {
 	void *priv;
 	/* Fills caps (including availability and its reason). */
 	void (*caps)(struct sbd_backend *b, struct sbd_caps *ret);
+	/* create may run on a worker thread: it touches no loop state (only
+	 * sb and thread-safe backend state), and the loop runs on meanwhile. */
+	bool create_threaded;
 	/* Creates the sandbox described by sb (its spec is filled in). Returns 0
 	 * or -errno with a reason in why. */
 	int (*create)(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap);
@@ -108,6 +118,11 @@ struct sbd_backend {
 	/* Starts an exec; *ret_handle identifies it for exec_cancel. */
 	int (*exec)(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		    const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap);
+	/* Feeds a stdin_stream exec (at most one chunk in flight: the next only
+	 * after its stdin_ack). Returns 0 (stdin_ack follows), 1 (taken, no
+	 * acknowledgement will come), -EPIPE (stdin already closed), -errno.
+	 * NULL when the backend has no interactive stdin. */
+	int (*exec_stdin)(struct sbd_backend *b, void *handle, const void *p, size_t n, bool eof);
 	/* Kills a running exec; its sink is not called again. */
 	void (*exec_cancel)(struct sbd_backend *b, void *handle);
 	int (*file)(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *req);
@@ -127,6 +142,9 @@ struct sbd_backend {
 /* Constructors. Each returns a backend (possibly one that reports itself
  * unavailable) or NULL on allocation failure. */
 struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min);
-struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir);
+/* fresh_netns: never hand a finished sandbox's network namespace to the next
+ * one (sandbox/README.md: a reused one shows earlier loopback counters). */
+struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
+					      bool fresh_netns);
 struct sbd_backend *sbd_backend_vm_new(struct sbd_loop *loop,
 				       const char *kind /* "firecracker"|"qemu" */);

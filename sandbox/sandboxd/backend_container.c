@@ -11,9 +11,17 @@
  * round trips and run inline, but only when no exec holds the sandbox (the
  * library allows one thread per sandbox at a time): otherwise -EBUSY.
  *
+ * Interactive stdin (stdin_stream) adds a writer thread per exec: the loop
+ * hands it one chunk at a time, it sends it with sbx_exec_stdin (the one
+ * library call allowed beside a running sbx_exec), and the agent's answer
+ * comes back through the exec thread's on_stdin as a frame of stream 3
+ * (an old agent that does not answer: the writer posts it). Frames reach the
+ * pipe under pipe_mu, so the two threads' frames never interleave.
+ *
  * Invariants:
  *  1. An exec is freed by whichever of the thread and the loop finishes last
- *     (a reference count of two).
+ *     (a reference count of two); the writer is joined by the exec thread
+ *     before it posts the result.
  *  2. destroy first kills the agent (which fails any sbx_exec in progress),
  *     then joins the exec threads, then calls sbx_destroy.
  *
@@ -70,7 +78,8 @@ static void ct_free(struct sbd_backend *b)
 	free(b);
 }
 
-struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir)
+struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
+					      bool fresh_netns)
 {
 	struct sbd_backend *b = calloc(1, sizeof(*b));
 	if (!b)
@@ -135,6 +144,18 @@ struct ct_exec {
 	int rfd, wfd, retry_fd;
 	atomic_int refs;
 	atomic_bool cancelled, running, finished;
+	pthread_mutex_t pipe_mu; /* one frame at a time into wfd */
+	/* interactive stdin: the writer thread and its one chunk in flight */
+	bool stdin_stream, stdin_closed, has_writer;
+	pthread_t writer;
+	pthread_mutex_t in_mu;
+	pthread_cond_t in_cond;
+	uint32_t exec_id; /* in_mu: the agent's id, once started */
+	int in_mode;	  /* in_mu: 0 not started, SBX_STDIN_STARTED(_NOACK) */
+	bool in_stop, in_has;
+	void *in_data;
+	size_t in_len;
+	bool in_eof;
 	bool detached; /* cancelled: no longer watched by the loop */
 	struct sbd_loop *loop;
 	struct sbd_exec_sink sink;
@@ -178,7 +199,11 @@ static void ex_unref(struct ct_exec *x)
 	free(x->cwd);
 	free(x->user);
 	free(x->stdin_data);
+	free(x->in_data);
 	free(x->buf);
+	pthread_mutex_destroy(&x->pipe_mu);
+	pthread_mutex_destroy(&x->in_mu);
+	pthread_cond_destroy(&x->in_cond);
 	free(x);
 }
 
@@ -205,6 +230,14 @@ static int write_frame(int fd, int stream, const void *p, size_t n)
 	return 0;
 }
 
+static int post_frame(struct ct_exec *x, int stream, const void *p, size_t n)
+{
+	pthread_mutex_lock(&x->pipe_mu);
+	int r = write_frame(x->wfd, stream, p, n);
+	pthread_mutex_unlock(&x->pipe_mu);
+	return r;
+}
+
 static int on_output(void *ud, int stream, const void *data, size_t len)
 {
 	struct ct_exec *x = ud;
@@ -213,12 +246,79 @@ static int on_output(void *ud, int stream, const void *data, size_t len)
 	const char *p = data;
 	while (len) {
 		size_t n = len > 65536 ? 65536 : len;
-		if (write_frame(x->wfd, stream, p, n) < 0)
+		if (post_frame(x, stream, p, n) < 0)
 			return -EPIPE;
 		p += n;
 		len -= n;
 	}
 	return 0;
+}
+
+/* Stream 3 of the pipe: the answer to one stdin chunk. */
+struct stdin_ack {
+	int32_t status;
+	uint32_t pending;
+};
+
+static void post_ack(struct ct_exec *x, int status, uint32_t pending)
+{
+	struct stdin_ack a = {status, pending};
+	post_frame(x, 3, &a, sizeof(a));
+}
+
+/* On the exec thread (inside sbx_exec). */
+static void on_stdin(void *ud, uint32_t exec_id, int status, uint32_t pending)
+{
+	struct ct_exec *x = ud;
+	if (status == SBX_STDIN_STARTED || status == SBX_STDIN_STARTED_NOACK) {
+		pthread_mutex_lock(&x->in_mu);
+		x->exec_id = exec_id;
+		x->in_mode = status;
+		pthread_cond_signal(&x->in_cond);
+		pthread_mutex_unlock(&x->in_mu);
+		return;
+	}
+	post_ack(x, status, pending);
+}
+
+/* The writer: sends the chunks the loop hands over, one at a time, once
+ * the command started; ends when the exec does. */
+static void *writer_thread(void *arg)
+{
+	struct ct_exec *x = arg;
+	pthread_mutex_lock(&x->in_mu);
+	for (;;) {
+		while (!x->in_stop && !(x->in_has && x->in_mode))
+			pthread_cond_wait(&x->in_cond, &x->in_mu);
+		if (x->in_stop)
+			break;
+		void *data = x->in_data;
+		size_t len = x->in_len;
+		bool eof = x->in_eof, ack = x->in_mode == SBX_STDIN_STARTED;
+		uint32_t id = x->exec_id;
+		x->in_data = NULL;
+		x->in_has = false;
+		pthread_mutex_unlock(&x->in_mu);
+		int r = sbx_exec_stdin(x->box->s, id, data, len, eof, ack);
+		free(data);
+		if (r < 0 || !ack) /* no answer from the agent will come */
+			post_ack(x, r < 0 ? -EPIPE : 0, 0);
+		pthread_mutex_lock(&x->in_mu);
+	}
+	pthread_mutex_unlock(&x->in_mu);
+	return NULL;
+}
+
+static void writer_stop(struct ct_exec *x)
+{
+	if (!x->has_writer)
+		return;
+	pthread_mutex_lock(&x->in_mu);
+	x->in_stop = true;
+	pthread_cond_signal(&x->in_cond);
+	pthread_mutex_unlock(&x->in_mu);
+	pthread_join(x->writer, NULL);
+	x->has_writer = false;
 }
 
 static void *exec_thread(void *arg)
@@ -233,6 +333,8 @@ static void *exec_thread(void *arg)
 	    .output_cap = x->output_cap,
 	    .stdin_data = x->stdin_data,
 	    .stdin_len = x->stdin_len,
+	    .stdin_stream = x->stdin_stream,
+	    .on_stdin = on_stdin,
 	};
 	struct sbx_exec_result res = {0};
 	pthread_mutex_lock(&x->box->mu);
@@ -240,6 +342,7 @@ static void *exec_thread(void *arg)
 	int r =
 	    atomic_load(&x->cancelled) ? -ECANCELED : sbx_exec(x->box->s, &o, on_output, x, &res);
 	atomic_store(&x->running, false);
+	writer_stop(x); /* before the sandbox may be reused by the next exec */
 	pthread_mutex_unlock(&x->box->mu);
 	struct sbd_exit e = {.exit_code = res.exit_code,
 			     .signo = res.signo,
@@ -252,7 +355,7 @@ static void *exec_thread(void *arg)
 		e.exit_code = r == -ENOENT ? 127 : 126;
 		snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0], strerror(-r));
 	}
-	write_frame(x->wfd, 0, &e, sizeof(e));
+	post_frame(x, 0, &e, sizeof(e));
 	close(x->wfd);
 	atomic_store(&x->finished, true);
 	ex_unref(x);
@@ -339,7 +442,13 @@ static bool ex_frames(struct ct_exec *x)
 			sink.exit(sink.ctx, &e);
 			return true;
 		}
-		x->sink.output(x->sink.ctx, h[0], h + 5, n);
+		if (h[0] == 3 && n == sizeof(struct stdin_ack)) {
+			struct stdin_ack a;
+			memcpy(&a, h + 5, sizeof(a));
+			if (x->sink.stdin_ack)
+				x->sink.stdin_ack(x->sink.ctx, a.status, a.pending);
+		} else if (h[0] != 3)
+			x->sink.output(x->sink.ctx, h[0], h + 5, n);
 		off += 5 + n;
 	}
 	memmove(x->buf, x->buf + off, x->len - off);
@@ -436,6 +545,10 @@ static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 	x->w.fd = -1;
 	x->w_retry.fd = -1;
 	x->retry_fd = -1;
+	x->stdin_stream = req->stdin_stream;
+	pthread_mutex_init(&x->pipe_mu, NULL);
+	pthread_mutex_init(&x->in_mu, NULL);
+	pthread_cond_init(&x->in_cond, NULL);
 	atomic_init(&x->refs, 2);
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		x->refs = 1;
@@ -446,7 +559,13 @@ static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 	x->wfd = p[1];
 	fcntl(x->rfd, F_SETFL, O_NONBLOCK);
 	int r = sbd_watch_add(b->loop, &x->w, x->rfd, EPOLLIN, ex_io, x);
+	if (r == 0 && x->stdin_stream) {
+		r = -pthread_create(&x->writer, NULL, writer_thread, x);
+		x->has_writer = r == 0;
+	}
 	if (r == 0 && (r = -pthread_create(&x->thread, NULL, exec_thread, x)) < 0)
+		writer_stop(x);
+	if (r < 0)
 		sbd_watch_del(b->loop, &x->w);
 	if (r < 0) {
 		close(p[0]);
@@ -459,6 +578,33 @@ static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 	box->execs = x;
 	*ret = x;
 	return 0;
+}
+
+static int ct_exec_stdin(struct sbd_backend *b, void *h, const void *p, size_t n, bool eof)
+{
+	struct ct_exec *x = h;
+	if (!x->stdin_stream || x->stdin_closed || atomic_load(&x->finished))
+		return -EPIPE;
+	if (n > SBX_STDIN_MAX_CHUNK)
+		return -EFBIG;
+	void *copy = malloc(n ? n : 1);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, p, n);
+	pthread_mutex_lock(&x->in_mu);
+	int r = x->in_has ? -EBUSY : 0;
+	if (r == 0) {
+		x->in_data = copy;
+		x->in_len = n;
+		x->in_eof = eof;
+		x->in_has = true;
+		x->stdin_closed = eof;
+		pthread_cond_signal(&x->in_cond);
+	}
+	pthread_mutex_unlock(&x->in_mu);
+	if (r < 0)
+		free(copy);
+	return r;
 }
 
 static void ct_exec_cancel(struct sbd_backend *b, void *h)
@@ -477,6 +623,7 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .exec = true,
 			       .exec_stream = true,
 			       .exec_stdin = true,
+			       .exec_stdin_stream = true,
 			       .python = true,
 			       .files = true,
 			       .pause = true,
@@ -793,7 +940,8 @@ static int agent_path(char *buf, size_t cap)
 	return 0;
 }
 
-struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir)
+struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
+					      bool fresh_netns)
 {
 	struct ct_backend *cb = calloc(1, sizeof(*cb));
 	char agent[PATH_MAX], dir[PATH_MAX];
@@ -803,10 +951,12 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .name = "container",
 	    .loop = loop,
 	    .priv = cb,
+	    .create_threaded = true, /* sbx_create: a thread-safe runtime, sb only */
 	    .caps = ct_caps,
 	    .create = ct_create,
 	    .adopt = ct_adopt,
 	    .exec = ct_exec,
+	    .exec_stdin = ct_exec_stdin,
 	    .exec_cancel = ct_exec_cancel,
 	    .file = ct_file,
 	    .pause = ct_pause,
@@ -819,7 +969,11 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	snprintf(dir, sizeof(dir), "%s/container", state_dir);
 	int r = agent_path(agent, sizeof(agent));
 	struct sbx_runtime_config rc = {
-	    .agent_path = agent, .state_dir = dir, .cgroup_name = "strata-sandbox", .pool_size = 8};
+	    .agent_path = agent,
+	    .state_dir = dir,
+	    .cgroup_name = "strata-sandbox",
+	    .pool_size = 8,
+	    .fresh_netns = fresh_netns};
 	if (r == 0)
 		r = sbx_runtime_new(&rc, &cb->rt);
 	if (r < 0)

@@ -62,21 +62,23 @@ static int64_t mem_available_mb(void)
 int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
 {
 	const struct sandboxd_config *c = &d->cfg;
-	if ((int64_t)d->count >= c->max_sandboxes) {
-		snprintf(why, cap, "node has %zu sandboxes, the limit is %lld", d->count,
-			 (long long)c->max_sandboxes);
+	if ((int64_t)(d->count + d->creating) >= c->max_sandboxes) {
+		snprintf(why, cap, "node has %zu sandboxes (%zu being created), the limit is %lld",
+			 d->count + d->creating, d->creating, (long long)c->max_sandboxes);
 		return -ENOSPC;
 	}
-	if (sb->reserves && d->mem_used_mb + sb->memory_mb > c->memory_budget_mb) {
-		snprintf(
-		    why, cap, "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
-		    (long long)sb->memory_mb, (long long)(c->memory_budget_mb - d->mem_used_mb),
-		    (long long)c->memory_budget_mb);
+	int64_t mem_used = d->mem_used_mb + d->creating_mem_mb;
+	int64_t pids_used = d->pids_used + d->creating_pids;
+	if (sb->reserves && mem_used + sb->memory_mb > c->memory_budget_mb) {
+		snprintf(why, cap,
+			 "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
+			 (long long)sb->memory_mb, (long long)(c->memory_budget_mb - mem_used),
+			 (long long)c->memory_budget_mb);
 		return -ENOSPC;
 	}
-	if (sb->reserves && d->pids_used + sb->pids > c->pids_budget) {
+	if (sb->reserves && pids_used + sb->pids > c->pids_budget) {
 		snprintf(why, cap, "node pids: %lld requested, %lld of %lld left to admit",
-			 (long long)sb->pids, (long long)(c->pids_budget - d->pids_used),
+			 (long long)sb->pids, (long long)(c->pids_budget - pids_used),
 			 (long long)c->pids_budget);
 		return -ENOSPC;
 	}

@@ -15,7 +15,9 @@
  *     state.json written atomically (tmp + rename) after every state change;
  *     removing the dir is the last step of destroy.
  *  2. The admission counters (count, memory, pids) are the sums over the
- *     registry; they change only in registry_insert and registry_remove. */
+ *     registry; they change only in registry_insert and registry_remove.
+ *  3. creating* are the sums over the creates running on worker threads
+ *     (api.c); admission counts them too. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -67,6 +69,7 @@ struct sbd_sandbox {
 
 struct sandboxd_config {
 	char *home, *state_dir, *socket_path, *tcp_listen, *token;
+	char *state_link; /* HOME/sandboxd when state_dir is the default on tmpfs */
 	char *images_dir;
 	int64_t max_sandboxes;
 	int64_t memory_budget_mb; /* sum of memory_mb admitted */
@@ -76,17 +79,20 @@ struct sandboxd_config {
 	int64_t default_output_cap, max_output_cap;
 	int64_t default_timeout_ms, max_timeout_ms;
 	int fncall_pool;
+	bool fresh_netns; /* --fresh-netns: no reuse of network namespaces */
 };
 
 struct sandboxd {
 	struct sandboxd_config cfg;
 	struct sbd_loop *loop;
 	struct sbd_backend *backends[4]; /* container, fncall, firecracker, qemu */
-	struct sbd_image *images;	   /* registered directories (images.h) */
-	struct sbd_imgstore *imgstore; /* the cluster's image store (image_store.c) */
+	struct sbd_image *images;	 /* registered directories (images.h) */
+	struct sbd_imgstore *imgstore;	 /* the cluster's image store (image_store.c) */
 	struct sbd_sandbox *sandboxes;
 	size_t count;
 	int64_t mem_used_mb, pids_used;
+	size_t creating; /* creates in flight on worker threads (api.c) */
+	int64_t creating_mem_mb, creating_pids;
 	int listen_fd, tcp_fd, timer_fd, signal_fd;
 	struct sbd_watch w_listen, w_tcp, w_timer, w_signal;
 	bool stopping;
@@ -132,6 +138,9 @@ void conn_reply_raw(struct conn *c, int status, const char *ctype, const void *p
 /* Marks the connection as owned by an asynchronous response (no further
  * request is read from it) before anything is sent, or releases it. */
 void conn_hold(struct conn *c, bool hold);
+/* A held connection's response was queued (conn_reply_*): sends it and
+ * carries on with the connection's next request (after this round). */
+void conn_hold_done(struct conn *c);
 /* Starts a chunked response; then conn_stream_chunk(); conn_stream_end(). */
 void conn_stream_begin(struct conn *c, int status, const char *ctype);
 void conn_stream_chunk(struct conn *c, const void *p, size_t n);
@@ -146,5 +155,7 @@ size_t conn_pending(const struct conn *c);
 /* Dispatches one complete request. */
 void api_dispatch(struct conn *c, const char *method, const char *path, const char *query,
 		  const char *body, size_t body_len);
+/* Shutdown: waits for the creates in flight and completes them. */
+void api_creates_drain(struct sandboxd *d);
 /* Ends every exec stream of sb (its sandbox is going away). */
 void api_cancel_execs(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);

@@ -217,6 +217,15 @@ void conn_stream_end(struct conn *c)
 		c->deferred = true;
 }
 
+void conn_hold_done(struct conn *c)
+{
+	c->abort_fn = NULL;
+	c->streaming = false;
+	flush_out(c);
+	if (!c->deferred && sbd_defer(c->d->loop, resume_after_stream, c) == 0)
+		c->deferred = true;
+}
+
 void conn_set_abort(struct conn *c, void (*fn)(void *ctx), void *ctx)
 {
 	c->abort_fn = fn;

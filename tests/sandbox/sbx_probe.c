@@ -5,13 +5,22 @@
  * probe succeeds: nothing destructive is attempted (sysrq is only opened,
  * reboot uses POWER_OFF which in a pid namespace would only end the
  * sandbox, module loading passes an empty image, the image's device node is
- * a copy of /dev/null). */
+ * a copy of /dev/null).
+ *
+ * Two more serve the reuse of network namespaces (test_sandbox_reuse.c):
+ * "netdirty [linger]" leaves what a sandbox can leave in its network
+ * namespace (listening, bound, connected TCP/UDP/unix sockets with unread
+ * data, loopback traffic, files in /tmp and /dev/shm; with "linger" also a
+ * TIME_WAIT socket and an IPv6 flow label, which outlive the process), and
+ * "netclean" checks that a new sandbox sees none of it: exit 0 if clean. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/reboot.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,14 +91,33 @@ static int escape_chroot(void)
 	return chroot(".");
 }
 
+/* Where the staging root is after an escape: "/s" below the namespace's
+ * template root (child.c), or "/" itself. */
+static const char *staging_root(void)
+{
+	return access("/s/lower", F_OK) == 0 ? "/s" : "";
+}
+
 static int probe_chroot(void)
 {
+	char p[64];
 	if (escape_chroot() < 0)
 		return refused("chroot escape", -1);
-	int fd = open("/lower/escape-marker", O_WRONLY | O_CREAT, 0644);
+	const char *st = staging_root();
+	printf("escaped to the namespace's root; staging root at %s/\n", st);
+	snprintf(p, sizeof(p), "%s/lower/escape-marker", st);
+	int fd = open(p, O_WRONLY | O_CREAT, 0644);
 	int fails = refused("write into the lower layer after a chroot escape", fd);
-	fd = open("/lower/etc/passwd", O_WRONLY | O_APPEND);
-	return fails | refused("append to the lower layer's /etc/passwd", fd);
+	snprintf(p, sizeof(p), "%s/lower/etc/passwd", st);
+	fd = open(p, O_WRONLY | O_APPEND);
+	fails |= refused("append to the lower layer's /etc/passwd", fd);
+	if (*st) /* the template root is shared by all sandboxes */
+		fails |= refused("create a file in the namespace's root",
+				 open("/escape-marker", O_WRONLY | O_CREAT, 0644)) |
+			 refused("mkdir in the namespace's root", mkdir("/escape-dir", 0755)) |
+			 refused("create a file in the template's /e",
+				 open("/e/escape-marker", O_WRONLY | O_CREAT, 0644));
+	return fails;
 }
 
 /* A persistent agent listens outside the sandbox's root: a process inside
@@ -98,7 +126,8 @@ static int probe_hijack(void)
 {
 	if (escape_chroot() < 0)
 		return refused("chroot escape", -1);
-	struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = "/agent.sock"};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/agent.sock", staging_root());
 	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return refused("connect to the agent's socket", -1);
@@ -107,6 +136,189 @@ static int probe_hijack(void)
 	ssize_t n = poll(&p, 1, 2000) == 1 ? read(fd, buf, sizeof(buf)) : 0;
 	printf("agent socket from inside: %s\n", n > 0 ? "SERVED" : "closed without a word");
 	return n > 0;
+}
+
+/* ---- network namespace reuse --------------------------------------------- */
+
+#define PROBE_PORT 7777
+
+static int tcp_listener(int family)
+{
+	int s = socket(family, SOCK_STREAM, 0);
+	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(PROBE_PORT),
+				  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	int r = family == AF_INET ? bind(s, (struct sockaddr *)&a4, sizeof(a4))
+				  : bind(s, (struct sockaddr *)&a6, sizeof(a6));
+	if (s < 0 || r < 0 || listen(s, 8) < 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	return s;
+}
+
+static int udp_bound(void)
+{
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT + 1),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	return s;
+}
+
+static int unix_abstract(void)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX, .sun_path = "\0strata-probe"};
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(sa_family_t) + 13) < 0 ||
+	    listen(s, 1) < 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* A connection to the listener l; fills *ret_acc with the accepted end. */
+static int tcp_pair(int l, int *ret_acc)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return -1;
+	*ret_acc = accept(l, NULL, NULL);
+	return *ret_acc < 0 ? -1 : c;
+}
+
+/* struct in6_flowlabel_req of linux/in6.h (which clashes with netinet/in.h). */
+struct flowlabel_req {
+	struct in6_addr dst;
+	uint32_t label;
+	uint8_t action, share;
+	uint16_t flags, expires, linger;
+	uint32_t pad;
+};
+
+static int probe_netdirty(bool linger)
+{
+	int l4 = tcp_listener(AF_INET), l6 = tcp_listener(AF_INET6), u = udp_bound();
+	int x = unix_abstract(), acc = -1, c = l4 >= 0 ? tcp_pair(l4, &acc) : -1;
+	if (l4 < 0 || u < 0 || x < 0 || c < 0) {
+		printf("netdirty: setting up failed (%s)\n", strerror(errno));
+		return 1;
+	}
+	(void)l6; /* absent without IPv6 */
+	static char data[4096];
+	(void)!write(c, data, sizeof(data)); /* left unread in acc */
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT + 1),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int d = socket(AF_INET, SOCK_DGRAM, 0);
+	sendto(d, data, 1000, 0, (struct sockaddr *)&a, sizeof(a)); /* left unread in u */
+	int f = open("/tmp/probe-mark", O_WRONLY | O_CREAT, 0644);
+	int g = open("/dev/shm/probe-mark", O_WRONLY | O_CREAT, 0644);
+	if (f >= 0)
+		close(f);
+	if (g >= 0)
+		close(g);
+	if (linger) {
+		/* The client closes first: its end waits in TIME_WAIT for 60 s. */
+		int acc2 = -1, c2 = tcp_pair(l4, &acc2);
+		close(c2);
+		usleep(20000);
+		close(acc2);
+		int s6 = socket(AF_INET6, SOCK_DGRAM, 0);
+		struct flowlabel_req fr = {.dst = IN6ADDR_LOOPBACK_INIT,
+					   .label = htonl(0x12345),
+					   .action = 0 /* GET */,
+					   .share = 255 /* ANY */,
+					   .flags = 1 /* CREATE */,
+					   .linger = 60};
+		int r = setsockopt(s6, IPPROTO_IPV6, 32 /* IPV6_FLOWLABEL_MGR */, &fr, sizeof(fr));
+		printf("netdirty: TIME_WAIT left, flow label %s\n", r == 0 ? "left" : strerror(errno));
+		fflush(stdout);
+		return 0; /* both outlive us */
+	}
+	printf("netdirty: holding sockets\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+/* Lines of a file after its header (-1 if unreadable). */
+static int table_rows(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	char line[512];
+	int n = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n++;
+	fclose(f);
+	return n;
+}
+
+static long read_num(const char *path, int base)
+{
+	char buf[64] = "";
+	FILE *f = fopen(path, "re");
+	long v = -1;
+	if (f && fgets(buf, sizeof(buf), f))
+		v = strtol(buf, NULL, base);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static int probe_netclean(void)
+{
+	static const char *const tables[] = {
+	    "/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp", "/proc/net/udp6",
+	    "/proc/net/raw", "/proc/net/raw6", "/proc/net/unix", "/proc/net/ip6_flowlabel"};
+	int bad = 0;
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		int n = table_rows(tables[i]);
+		if (n > 0) {
+			printf("netclean: %s has %d entries\n", tables[i], n);
+			bad = 1;
+		}
+	}
+	char buf[4096] = "";
+	FILE *f = fopen("/proc/net/sockstat", "re");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	buf[n] = 0;
+	if (f)
+		fclose(f);
+	if (!strstr(buf, "sockets: used 0\n") || !strstr(buf, " tw 0 ")) {
+		printf("netclean: sockstat: %s", buf);
+		bad = 1;
+	}
+	if (table_rows("/proc/net/dev") != 2 || read_num("/sys/class/net/lo/flags", 16) != 0x9 ||
+	    read_num("/sys/class/net/lo/mtu", 10) != 65536) {
+		printf("netclean: interfaces other than lo, or lo not as set up\n");
+		bad = 1;
+	}
+	if (access("/tmp/probe-mark", F_OK) == 0 || access("/dev/shm/probe-mark", F_OK) == 0) {
+		printf("netclean: files of an earlier sandbox\n");
+		bad = 1;
+	}
+	int l4 = tcp_listener(AF_INET), u = udp_bound(), x = unix_abstract();
+	if (l4 < 0 || u < 0 || x < 0) {
+		printf("netclean: an earlier sandbox's port or name is taken (%s)\n",
+		       strerror(errno));
+		bad = 1;
+	}
+	/* A fresh lo has carried no packet; a reused one keeps its counters. */
+	printf("netclean: %s; lo rx_bytes %ld\n", bad ? "NOT CLEAN" : "clean",
+	       read_num("/sys/class/net/lo/statistics/rx_bytes", 10));
+	return bad;
 }
 
 int main(int argc, char **argv)
@@ -162,6 +374,10 @@ int main(int argc, char **argv)
 		       refused("open /proc/1/fd/3", open("/proc/1/fd/3", O_RDWR));
 	if (!strcmp(w, "devnode"))
 		return refused("open a device node of the image", open("/devnode", O_RDWR));
+	if (!strcmp(w, "netdirty"))
+		return probe_netdirty(argc > 2 && !strcmp(argv[2], "linger"));
+	if (!strcmp(w, "netclean"))
+		return probe_netclean();
 	if (!strcmp(w, "chroot-escape"))
 		return refused("open_by_handle_at",
 			       syscall(SYS_open_by_handle_at, AT_FDCWD, NULL, 0));

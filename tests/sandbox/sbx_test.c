@@ -227,3 +227,18 @@ int sbxt_mounts_with(const char *s)
 	fclose(f);
 	return n;
 }
+
+long sbxt_read_long(const char *dir, const char *file, const char *key)
+{
+	char p[4200], k[64];
+	snprintf(p, sizeof(p), "%s/%s", dir, file);
+	FILE *f = fopen(p, "re");
+	long v = LONG_MIN;
+	if (f && key && (fscanf(f, "%63s", k) != 1 || strcmp(k, key)))
+		v = LONG_MIN + 1;
+	else if (f && fscanf(f, "%ld", &v) != 1)
+		v = LONG_MIN;
+	if (f)
+		fclose(f);
+	return v;
+}

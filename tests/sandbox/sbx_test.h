@@ -49,3 +49,6 @@ int sbxt_exec(struct sbx *s, const struct sbx_exec_opts *opts, struct sbxt_out *
  * (host-unharmed checks: other tests mount and unmount concurrently, so only
  * our own paths are counted). */
 int sbxt_mounts_with(const char *s);
+/* A number from dir/file (a cgroup file), after key if not NULL ("max 3");
+ * LONG_MIN if unreadable, LONG_MIN + 1 if the key differs. */
+long sbxt_read_long(const char *dir, const char *file, const char *key);

@@ -18,22 +18,6 @@
 
 #include "sbx_test.h"
 
-/* Reads a number from a cgroup file, after an optional key ("max 3"). */
-static long read_long(const char *dir, const char *file, const char *key)
-{
-	char p[4200], k[64];
-	snprintf(p, sizeof(p), "%s/%s", dir, file);
-	FILE *f = fopen(p, "re");
-	long v = -1;
-	if (f && key && (fscanf(f, "%63s", k) != 1 || strcmp(k, key)))
-		v = -2;
-	else if (f && fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	if (f)
-		fclose(f);
-	return v;
-}
-
 /* Runs a command until the agent answers "ok" again (the sandbox recovers). */
 static bool responsive(struct sbx *s)
 {
@@ -61,12 +45,12 @@ static void test_fork_bomb(struct sbxt_env *e)
 	static struct sbxt_out o;
 	struct sbx_exec_result r;
 	CHECK(sbxt_sh(s, "bomb() { bomb | bomb & }; bomb; sleep 2", 3000, &o, &r) == 0);
-	long refused = read_long(dir, "pids.events", "max");
+	long refused = sbxt_read_long(dir, "pids.events", "max");
 	fprintf(stderr, "fork bomb: %s; forks refused at pids.max=64: %ld; pids now %ld\n",
 		r.timed_out ? "killed at its timeout" : "ended", refused,
-		read_long(dir, "pids.current", NULL));
+		sbxt_read_long(dir, "pids.current", NULL));
 	CHECK(refused > 0);
-	CHECK(read_long(dir, "pids.current", NULL) <= 64);
+	CHECK(sbxt_read_long(dir, "pids.current", NULL) <= 64);
 	CHECK(responsive(s));
 	CHECK(fork() == 0 ? (_exit(0), 0) : wait(NULL) > 0); /* host still forks */
 	sbx_destroy(s);

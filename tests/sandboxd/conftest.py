@@ -14,17 +14,23 @@ sys.path.insert(0, os.path.join(SRC, "tests", "sdk"))
 from sandboxd_harness import Daemon, make_busybox_rootfs, sandboxd_binary  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def daemon():
+def daemon_in_tmp(prefix, extra):
+    """A fixture body: one sandboxd with image busybox in a temporary
+    directory, stopped and removed afterwards."""
     if os.geteuid() != 0:
         pytest.skip("strata-sandboxd needs root (namespaces, mounts)")
     if not sandboxd_binary():
         pytest.skip("strata-sandboxd is not built (set STRATA_BIN)")
-    base = tempfile.mkdtemp(prefix="strata-api-")
+    base = tempfile.mkdtemp(prefix=prefix)
     root = make_busybox_rootfs(os.path.join(base, "rootfs"))
-    d = Daemon(os.path.join(base, "d"), {"busybox": root}, ["--max-body-mb", "1"])
+    d = Daemon(os.path.join(base, "d"), {"busybox": root}, extra)
     os.makedirs(d.base)
     d.start()
     yield d
     d.stop()
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    yield from daemon_in_tmp("strata-api-", ["--max-body-mb", "1"])

@@ -57,6 +57,17 @@ def healthy(daemon):
     return request(daemon, "GET", "/v1/health")[0] == 200
 
 
+def wait_no_execs(daemon, sid, timeout=10):
+    """Waits until sandbox sid has no running exec (asserts it happens)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st, b = request(daemon, "GET", "/v1/sandboxes/%s" % sid)
+        if b["running_execs"] == 0:
+            return
+        time.sleep(0.05)
+    assert b["running_execs"] == 0
+
+
 def create(daemon, **kw):
     kw.setdefault("image", "busybox")
     kw.setdefault("backend", "fncall")
@@ -160,13 +171,7 @@ def test_closing_mid_request_and_mid_stream(daemon):
     while b"stdout" not in got:
         got += s.recv(4096)
     s.close()
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        st, b = request(daemon, "GET", "/v1/sandboxes/%s" % sid)
-        if b["running_execs"] == 0:
-            break
-        time.sleep(0.1)
-    assert b["running_execs"] == 0
+    wait_no_execs(daemon, sid)
     assert healthy(daemon)
 
 

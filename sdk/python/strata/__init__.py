@@ -13,19 +13,26 @@ One parameter, ``backend=``, chooses among "container" (alias "docker"),
 error (:class:`Unsupported`, :class:`BackendUnavailable`) before anything
 runs. :func:`capabilities` says what each backend offers on the node.
 
+Interactive input: ``proc = sb.exec_stream(cmd, stdin=strata.PIPE)``, then
+``proc.write(b"...")``, ``proc.close_stdin()`` while iterating ``proc``
+for output events (see :class:`ExecProcess`).
+
 sandboxd is reached through its unix socket: ``socket=`` on every
 constructor, else ``$STRATA_SANDBOXD_SOCKET``, else
 ``$STRATA_HOME/run/sandboxd.sock`` (TCP: ``url=``/``$STRATA_SANDBOXD_URL``
 with a bearer ``token``).
 """
 from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
-                     BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict)
-from .sandbox import Sandbox, ExecResult, ExecEvent, FileInfo, capabilities, node_metrics, health
-from .aio import AsyncSandbox
+                     BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict,
+                     StdinClosed)
+from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, PIPE, capabilities,
+                      node_metrics, health)
+from .aio import AsyncSandbox, AsyncExecProcess
 
 __all__ = [
-    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "FileInfo", "capabilities",
-    "node_metrics", "health", "StrataError", "NotFound", "ImageNotFound", "Timeout",
-    "NoCapacity", "BackendUnavailable", "Unsupported", "Exited", "InvalidRequest", "Conflict",
+    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "ExecProcess", "AsyncExecProcess",
+    "FileInfo", "PIPE", "capabilities", "node_metrics", "health", "StrataError", "NotFound",
+    "ImageNotFound", "Timeout", "NoCapacity", "BackendUnavailable", "Unsupported", "Exited",
+    "InvalidRequest", "Conflict", "StdinClosed",
 ]
 __version__ = "0.1.0"

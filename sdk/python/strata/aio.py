@@ -10,7 +10,115 @@ event loop without blocking it; ``exec_stream`` is an async iterator.
 """
 import asyncio
 
-from .sandbox import Sandbox, DEFAULT_TIMEOUT
+from . import errors
+from .sandbox import PIPE, Sandbox, DEFAULT_TIMEOUT
+
+_DONE = object()
+
+
+class AsyncExecProcess:
+    """The asyncio face of :class:`~strata.ExecProcess`. The exec starts at
+    the first use (``await proc.start()``, ``write``, iteration); each call
+    runs the synchronous one in a worker thread.
+
+        proc = sb.exec_stream(["cat"], stdin=strata.PIPE)
+        await proc.write(b"hi\\n")
+        async for ev in proc:
+            ...
+    """
+
+    def __init__(self, sync_sandbox, cmd, kw):
+        self._sync = sync_sandbox
+        self._cmd = cmd
+        self._kw = dict(kw)
+        self._ait = None
+        if hasattr(self._kw.get("stdin"), "__aiter__"):
+            self._ait = self._kw["stdin"]
+            self._kw["stdin"] = PIPE
+        self._starting = None
+        self._feeder = None
+        #: An exception raised by the async iterable given as stdin.
+        self.stdin_error = None
+
+    async def start(self):
+        """Starts the exec (once); returns self."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(
+                asyncio.to_thread(self._sync.exec_stream, self._cmd, **self._kw))
+        await self._starting
+        if self._ait is not None and self._feeder is None:
+            self._feeder = asyncio.ensure_future(self._feed())
+        return self
+
+    async def _proc(self):
+        await self.start()
+        return self._starting.result()
+
+    async def _feed(self):
+        try:
+            async for c in self._ait:
+                if c:
+                    await self.write(c)
+        except errors.StdinClosed:
+            return
+        except Exception as e:  # noqa: BLE001 -- kept for the caller
+            self.stdin_error = e
+        try:
+            await self.close_stdin()
+        except errors.StrataError:
+            pass
+
+    @property
+    def exec_id(self):
+        return self._starting.result().exec_id if self._starting and self._starting.done() \
+            else None
+
+    @property
+    def result(self):
+        return self._starting.result().result if self._starting and self._starting.done() \
+            else None
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        p = await self._proc()
+        ev = await asyncio.to_thread(next, p, _DONE)
+        if ev is _DONE:
+            raise StopAsyncIteration
+        return ev
+
+    async def write(self, data):
+        """See :meth:`ExecProcess.write`."""
+        p = await self._proc()
+        return await asyncio.to_thread(p.write, data)
+
+    async def close_stdin(self):
+        """See :meth:`ExecProcess.close_stdin`."""
+        p = await self._proc()
+        await asyncio.to_thread(p.close_stdin)
+
+    async def wait(self):
+        """See :meth:`ExecProcess.wait`."""
+        p = await self._proc()
+        return await asyncio.to_thread(p.wait)
+
+    async def close(self):
+        """Closes the stream; a command still running is killed."""
+        if self._starting is not None:
+            p = await self._proc()
+            await asyncio.to_thread(p.close)
+        if self._feeder is not None:
+            self._feeder.cancel()
+
+    aclose = close
+
+    async def __aenter__(self):
+        return await self.start()
+
+    async def __aexit__(self, *exc):
+        await self.close()
+        return False
 
 
 class AsyncFiles:
@@ -82,18 +190,12 @@ class AsyncSandbox:
         """See :meth:`Sandbox.exec`."""
         return await asyncio.to_thread(self._sync.exec, cmd, **kw)
 
-    async def exec_stream(self, cmd=None, **kw):
-        """See :meth:`Sandbox.exec_stream`; an async iterator of events."""
-        it = self._sync.exec_stream(cmd, **kw)
-        done = object()
-        try:
-            while True:
-                ev = await asyncio.to_thread(next, it, done)
-                if ev is done:
-                    return
-                yield ev
-        finally:
-            await asyncio.to_thread(it.close)
+    def exec_stream(self, cmd=None, **kw):
+        """See :meth:`Sandbox.exec_stream`: returns an
+        :class:`AsyncExecProcess` (``async for ev in proc``, ``await
+        proc.write(b)``, ``await proc.close_stdin()``, ``await proc.wait()``).
+        ``stdin`` may also be an async iterable of chunks."""
+        return AsyncExecProcess(self._sync, cmd, kw)
 
     async def pause(self, timeout=DEFAULT_TIMEOUT):
         await asyncio.to_thread(self._sync.pause, timeout)

@@ -66,6 +66,12 @@ class Conflict(StrataError):
     """The sandbox is in the wrong state for this (e.g. exec while paused)."""
 
 
+class StdinClosed(Conflict):
+    """Input written to an exec whose stdin is closed: ``close_stdin()`` was
+    called, the command closed it or has finished (``code`` is
+    "stdin_closed" or "exec_finished")."""
+
+
 _BY_CODE = {
     "not_found": NotFound,
     "image_not_found": ImageNotFound,
@@ -79,6 +85,8 @@ _BY_CODE = {
     "paused": Conflict,
     "not_paused": Conflict,
     "busy": Conflict,
+    "stdin_closed": StdinClosed,
+    "exec_finished": StdinClosed,
     "timeout": Timeout,
 }
 

@@ -16,12 +16,42 @@ import posixpath
 import shutil
 import socket
 import tarfile
+import threading
+import time
 
 from . import errors
 from ._http import Client, DEFAULT_TIMEOUT
 
 #: Extra seconds the SDK waits for an exec beyond the exec's own timeout.
 EXEC_GRACE = 10.0
+
+#: The largest stdin chunk one request carries (sandboxd's limit);
+#: :meth:`ExecProcess.write` splits larger writes.
+STDIN_CHUNK = 1 << 20
+
+
+class _Pipe:
+    def __repr__(self):
+        return "strata.PIPE"
+
+
+#: ``stdin=strata.PIPE``: :meth:`Sandbox.exec_stream` keeps the command's
+#: stdin open; feed it with :meth:`ExecProcess.write`.
+PIPE = _Pipe()
+
+
+def _chunks_of(stdin):
+    """The chunks of an interactive stdin source: a file-like object (read
+    64 KiB at a time) or any other iterable of bytes/str; None for what is
+    given up front (bytes, str, None) or PIPE."""
+    if stdin is None or stdin is PIPE or isinstance(stdin, (bytes, bytearray, memoryview, str)):
+        return None
+    if hasattr(stdin, "read"):
+        return iter(lambda: stdin.read(65536), stdin.read(0))
+    if hasattr(stdin, "__iter__"):
+        return iter(stdin)
+    raise TypeError("stdin must be bytes, str, strata.PIPE, a file or an iterable of chunks, "
+                    "not %s" % type(stdin).__name__)
 
 
 class ExecResult:
@@ -114,7 +144,9 @@ def _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap):
         body["cwd"] = cwd
     if user is not None:
         body["user"] = user
-    if stdin is not None:
+    if stdin is PIPE or _chunks_of(stdin) is not None:
+        body["stdin_stream"] = True
+    elif stdin is not None:
         if isinstance(stdin, str):
             stdin = stdin.encode()
         body["stdin"] = base64.b64encode(stdin).decode()
@@ -129,6 +161,195 @@ def _result_from_exit(ev, out=b"", err=b""):
     return ExecResult(ev.get("exit_code"), ev.get("signal"), out, err,
                       truncated=bool(ev.get("truncated")), timed_out=bool(ev.get("timed_out")),
                       duration=(ev.get("duration_us") or 0) / 1e6, error=ev.get("error"))
+
+
+class ExecProcess:
+    """A running command of :meth:`Sandbox.exec_stream`.
+
+    Iterate it for :class:`ExecEvent` objects as output arrives (the last of
+    kind "exit"). Its stdin is what ``stdin=`` said: given up front (bytes or
+    str), fed from an iterable or file by a background thread, or, with
+    ``stdin=strata.PIPE``, written by you::
+
+        proc = sb.exec_stream(["sh", "-c", "while read l; do echo got $l; done"],
+                              stdin=strata.PIPE)
+        proc.write(b"one\n")
+        print(next(proc).text)          # got one
+        proc.close_stdin()              # EOF: the loop ends
+        print(proc.wait().exit_code)    # 0
+
+    ``write`` returns once sandboxd took the input (it is queued for the
+    command: at most 4 MiB it has not read yet; beyond that ``write`` waits
+    and retries). Writing after ``close_stdin``, or once the command closed
+    its stdin or finished, raises :class:`StdinClosed`. ``exec_id`` names the
+    exec in the API. Closing the process (or leaving its ``with`` block)
+    before the exit kills the command."""
+
+    def __init__(self, sandbox, body, stdin, timeout, raise_timeout=True):
+        self._sb = sandbox
+        self._timeout = timeout
+        self._raise_timeout = raise_timeout
+        self._wait = (timeout or 60.0) + EXEC_GRACE
+        self._lock = threading.Lock()  # one stdin chunk in flight
+        self._stdin_open = bool(body.get("stdin_stream"))
+        self._done = False
+        self.exec_id = None
+        #: The :class:`ExecResult` once the exit was read.
+        self.result = None
+        #: An exception raised by the iterable given as stdin (it was closed).
+        self.stdin_error = None
+        try:
+            self._conn, self._resp = sandbox._client.open("POST", sandbox._path("exec"),
+                                                          body=body, timeout=self._wait)
+        except errors.NotFound as e:
+            if sandbox._killed:
+                raise errors.Exited("sandbox %s was killed" % sandbox.id) from e
+            raise
+        if self._stdin_open:
+            ev = self._read()
+            if ev.get("type") != "start":
+                self.close()
+                raise errors.StrataError("exec stream began without its start event: %r" % ev)
+            self.exec_id = ev["exec_id"]
+            chunks = _chunks_of(stdin)
+            if chunks is not None:
+                threading.Thread(target=self._feed, args=(chunks,), daemon=True,
+                                 name="strata-stdin-%s" % self.exec_id).start()
+
+    # -- output --------------------------------------------------------------
+    def _read(self):
+        try:
+            line = self._resp.readline()
+        except socket.timeout as e:
+            self.close()
+            raise errors.Timeout("no output or exit from the command within %.1f s"
+                                 % self._wait) from e
+        except (http.client.HTTPException, OSError, ValueError) as e:
+            self.close()
+            raise errors.Exited("the exec stream broke: %s" % e) from e
+        if not line:
+            self.close()
+            raise errors.Exited("sandboxd ended the exec stream without an exit")
+        return json.loads(line)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        ev = self._read()
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            return ExecEvent(kind, base64.b64decode(ev["data"]))
+        if kind != "exit":  # an event of a newer sandboxd
+            return self.__next__()
+        self.close()
+        self._stdin_open = False
+        result = self.result = _result_from_exit(ev)
+        if result.error and result.error.startswith("sandbox exited"):
+            raise errors.Exited(result.error)
+        if result.error and result.exit_code == -1:
+            raise errors.StrataError(result.error)
+        if self._raise_timeout and result.timed_out:
+            raise errors.Timeout("command ran past its timeout of %s s" % self._timeout,
+                                 result=result)
+        return ExecEvent("exit", result=result)
+
+    def wait(self):
+        """Reads the events left and returns the :class:`ExecResult`; its
+        stdout/stderr hold the output read here (not what was iterated
+        before)."""
+        out, err = [], []
+        for ev in self:
+            if ev.kind == "stdout":
+                out.append(ev.data)
+            elif ev.kind == "stderr":
+                err.append(ev.data)
+        if self.result is None:
+            raise errors.StrataError("the exec stream was closed before its exit")
+        self.result.stdout_raw, self.result.stderr_raw = b"".join(out), b"".join(err)
+        return self.result
+
+    # -- input ---------------------------------------------------------------
+    def write(self, data):
+        """Sends bytes (or str, as UTF-8) to the command's stdin; returns
+        the number of bytes written."""
+        if isinstance(data, str):
+            data = data.encode()
+        data = bytes(data)
+        with self._lock:
+            if not self._stdin_open:
+                raise errors.StdinClosed("exec %s: stdin is closed%s" % (
+                    self.exec_id, "" if self.exec_id else " (not opened with strata.PIPE)"),
+                    code="stdin_closed")
+            for off in range(0, len(data), STDIN_CHUNK):
+                self._send(data[off:off + STDIN_CHUNK], False)
+        return len(data)
+
+    def close_stdin(self):
+        """Ends the command's input (EOF). A no-op when it is already
+        closed or the command finished."""
+        with self._lock:
+            if not self._stdin_open:
+                return
+            try:
+                self._send(b"", True)
+            except errors.StdinClosed:
+                pass
+            self._stdin_open = False
+
+    def _send(self, chunk, eof):
+        path = self._sb._path("execs/%s/stdin" % self.exec_id)
+        deadline, nap = time.monotonic() + self._wait, 0.002
+        while True:
+            try:
+                self._sb._client.call("POST", path, body=chunk, query={"eof": "1"} if eof else None,
+                                      content_type="application/octet-stream",
+                                      timeout=self._wait)
+                return
+            except errors.StdinClosed:
+                self._stdin_open = False
+                raise
+            except errors.StrataError as e:
+                if e.code != "stdin_full":
+                    raise
+                if time.monotonic() > deadline:  # the command does not read
+                    raise errors.Timeout("exec %s did not read its stdin within %.1f s"
+                                         % (self.exec_id, self._wait)) from e
+                time.sleep(nap)
+                nap = min(nap * 2, 0.1)
+
+    def _feed(self, chunks):
+        try:
+            for c in chunks:
+                if c:
+                    self.write(c)
+        except errors.StdinClosed:
+            return  # the command stopped reading: like a broken pipe
+        except Exception as e:  # noqa: BLE001 -- kept for the caller
+            self.stdin_error = e
+        try:
+            self.close_stdin()
+        except errors.StrataError:
+            pass
+
+    # -- lifetime ------------------------------------------------------------
+    def close(self):
+        """Closes the stream; a command still running is killed."""
+        self._done = True
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "ExecProcess(%s, exec_id=%s%s)" % (self._sb.id, self.exec_id,
+                                                   ", done" if self._done else "")
 
 
 class Files:
@@ -357,7 +578,11 @@ class Sandbox:
         """Runs a command (a list of arguments, or a string for /bin/sh -c),
         or Python source with ``python=``, and returns an
         :class:`ExecResult`. Raises Timeout (with ``.result``) when it ran
-        past ``timeout`` seconds and was killed."""
+        past ``timeout`` seconds and was killed. ``stdin``: bytes, str, an
+        iterable of chunks or a file (see :meth:`exec_stream`)."""
+        if stdin is PIPE:
+            raise ValueError("exec() cannot take strata.PIPE: nobody would write it; "
+                             "use exec_stream()")
         out, err, result = [], [], None
         for ev in self.exec_stream(cmd, python=python, env=env, cwd=cwd, user=user,
                                    stdin=stdin, timeout=timeout, output_cap=output_cap,
@@ -375,46 +600,17 @@ class Sandbox:
 
     def exec_stream(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
                     timeout=60.0, output_cap=None, _raise_timeout=True):
-        """Runs a command like :meth:`exec` and yields :class:`ExecEvent`
-        objects as output arrives, the last one of kind "exit". ``stdin``
-        (bytes or str) is fed to the command. Closing the iterator early
-        kills the command."""
+        """Runs a command like :meth:`exec` and returns an
+        :class:`ExecProcess`: iterate it for :class:`ExecEvent` objects as
+        output arrives, the last one of kind "exit". ``stdin`` is bytes or
+        str (given up front), an iterable of chunks or a binary file (fed as
+        the command runs, then closed), or ``strata.PIPE`` (write it
+        yourself: :meth:`ExecProcess.write`, :meth:`ExecProcess.close_stdin`).
+        Streamed stdin needs a backend with ``exec_stdin_stream`` (container;
+        fncall raises Unsupported). Closing the process early kills the
+        command."""
         body = _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap)
-        wait = (timeout or 60.0) + EXEC_GRACE
-        try:
-            conn, resp = self._client.open("POST", self._path("exec"), body=body, timeout=wait)
-        except errors.NotFound as e:
-            if self._killed:
-                raise errors.Exited("sandbox %s was killed" % self.id) from e
-            raise
-        try:
-            while True:
-                try:
-                    line = resp.readline()
-                except socket.timeout as e:
-                    raise errors.Timeout("no output or exit from the command within %.1f s"
-                                         % wait) from e
-                except (http.client.HTTPException, OSError) as e:
-                    raise errors.Exited("the exec stream broke: %s" % e) from e
-                if not line:
-                    raise errors.Exited("sandboxd ended the exec stream without an exit")
-                ev = json.loads(line)
-                kind = ev.get("type")
-                if kind in ("stdout", "stderr"):
-                    yield ExecEvent(kind, base64.b64decode(ev["data"]))
-                    continue
-                result = _result_from_exit(ev)
-                if result.error and result.error.startswith("sandbox exited"):
-                    raise errors.Exited(result.error)
-                if result.error and result.exit_code == -1:
-                    raise errors.StrataError(result.error)
-                if _raise_timeout and result.timed_out:
-                    raise errors.Timeout("command ran past its timeout of %s s" % timeout,
-                                         result=result)
-                yield ExecEvent("exit", result=result)
-                return
-        finally:
-            conn.close()
+        return ExecProcess(self, body, stdin, timeout, _raise_timeout)
 
     # -- lifecycle ----------------------------------------------------------
     def pause(self, timeout=DEFAULT_TIMEOUT):

@@ -1,0 +1,45 @@
+"""--fresh-netns: every container sandbox gets a network namespace of its
+own, never one a finished sandbox used (the default reuses an empty one;
+tests/sandbox/test_sandbox_reuse.c checks that reuse leaves nothing behind)."""
+import base64
+import json
+
+import pytest
+
+from conftest import daemon_in_tmp
+from test_http_api import request
+
+
+@pytest.fixture(scope="module")
+def fresh(daemon):  # daemon: root and a built sandboxd, else skipped
+    st, caps = request(daemon, "GET", "/v1/capabilities")
+    if not caps["backends"]["container"]["available"]:
+        pytest.skip("container backend unavailable")
+    yield from daemon_in_tmp("strata-freshns-", ["--fresh-netns"])
+
+
+def exec_stdout(d, sid, cmd):
+    st, body = request(d, "POST", "/v1/sandboxes/%s/exec" % sid, {"cmd": cmd})
+    assert st == 200, body
+    data, rest = b"", body
+    while rest:  # de-chunk the JSON-lines stream
+        n, _, rest = rest.partition(b"\r\n")
+        n = int(n, 16)
+        if n == 0:
+            break
+        data, rest = data + rest[:n], rest[n + 2:]
+    events = [json.loads(line) for line in data.splitlines()]
+    assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 0, events
+    return b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout")
+
+
+def test_every_sandbox_has_a_new_network_namespace(fresh):
+    seen = set()
+    for _ in range(6):
+        st, b = request(fresh, "POST", "/v1/sandboxes", {"image": "busybox", "backend": "container"})
+        assert st == 201, b
+        ns = exec_stdout(fresh, b["id"], ["busybox", "readlink", "/proc/self/ns/net"]).strip()
+        assert ns.startswith(b"net:["), ns
+        assert ns not in seen, "network namespace %s reused under --fresh-netns" % ns
+        seen.add(ns)
+        assert request(fresh, "DELETE", "/v1/sandboxes/%s" % b["id"])[0] in (200, 204)
