@@ -9,16 +9,19 @@
  *                                           time to the first write that
  *                                           succeeds after the kill
  *
- * write and read print "MB/s X"; failover prints "failover_ms X". The file
+ * write and read print "MB/s X" and "cpu_s X" (this process); failover prints "failover_ms X". The file
  * is /bench.<pid> in the cluster's root (write creates it and prints its
  * inode on stderr; read reads the newest /bench.* created by this tool:
- * its name is passed in $REPL_BENCH_FILE). */
+ * its name is passed in $REPL_BENCH_FILE). With $REPL_BENCH_REPLICAS=N the
+ * file lives in /r<N>, a directory made with replication factor N (strata
+ * admin layout set), so one cluster holds files of several factors. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,7 +82,11 @@ static int run(struct job *j, int threads)
 		fprintf(stderr, "repl_bench: %s\n", strerror(-j->err));
 		return 1;
 	}
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
 	printf("MB/s %.1f\n", (double)j->nchunks * j->a.layout.chunk_size / dt / 1e6);
+	printf("cpu_s %.3f\n", ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+				    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 	return 0;
 }
 
@@ -105,6 +112,28 @@ static int failover(struct chunk_client *cc, const struct strata_attr *a, pid_t 
 	}
 }
 
+/* The directory for files of replication factor $REPL_BENCH_REPLICAS (made
+ * on first use), or the root when it is not set. */
+static int bench_parent(struct meta_client *mc, strata_ino_t *ret)
+{
+	const char *env = getenv("REPL_BENCH_REPLICAS");
+	struct strata_attr a;
+	char name[32];
+	*ret = STRATA_ROOT_INO;
+	if (!env || !*env)
+		return 0;
+	snprintf(name, sizeof(name), "r%s", env);
+	int r = meta_mkdir(mc, STRATA_ROOT_INO, name, 040755, 0, 0, &a);
+	if (r == -EEXIST)
+		r = meta_lookup(mc, STRATA_ROOT_INO, name, &a);
+	if (r < 0)
+		return r;
+	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS, .replicas = (uint32_t)atoi(env)};
+	r = meta_setattr(mc, a.ino, &sa, &a);
+	*ret = a.ino;
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
@@ -120,9 +149,15 @@ int main(int argc, char **argv)
 	if (!name[0])
 		snprintf(name, sizeof(name), "bench.%d", (int)getpid());
 	uint64_t sid = 0;
-	int r = strcmp(argv[1], "read") ? meta_create(mc, STRATA_ROOT_INO, name, 0100644, 0, 0, 0,
-						      &j.a, &sid)
-					: meta_lookup(mc, STRATA_ROOT_INO, name, &j.a);
+	strata_ino_t parent;
+	int r = bench_parent(mc, &parent);
+	if (r < 0) {
+		fprintf(stderr, "repl_bench: directory for %s replicas: %s\n",
+			getenv("REPL_BENCH_REPLICAS"), strerror(-r));
+		return 1;
+	}
+	r = strcmp(argv[1], "read") ? meta_create(mc, parent, name, 0100644, 0, 0, 0, &j.a, &sid)
+				    : meta_lookup(mc, parent, name, &j.a);
 	if (r < 0) {
 		fprintf(stderr, "repl_bench: %s: %s\n", name, strerror(-r));
 		return 1;
