@@ -5,17 +5,19 @@
  * worker threads.
  *
  * Creates of a backend with create_threaded (container: the START round
- * trip, staging when the pool is empty) run backend->create on a thread of
- * their own (at most CREATE_THREADS at once; later ones wait, admitted)
+ * trip, staging when the pool is empty) run backend->create on a worker of
+ * pool.h (at most CREATE_THREADS at once; later ones wait, admitted)
  * while the loop serves other requests. Everything else stays on
  * the loop: validation, the image, admission (a create in flight holds its
  * share in d->creating_*, so concurrent creates cannot overcommit), and at
- * completion (an eventfd) the registry insert, state.json and the answer.
+ * completion (an eventfd) the registry insert and the answer. state.json
+ * is written by the worker after the backend's create (the sandbox is the
+ * worker's alone until then), before the loop learns of it.
  * The sandbox is invisible until then, so its state transitions keep their
  * order. An idempotent repeat of a create in flight waits for it and gets
  * the same answer. A create whose client left before the answer is
  * destroyed, unless it has an idempotency key (a retry finds it). At
- * shutdown, api_creates_drain joins the threads and completes them.
+ * shutdown, api_creates_drain waits for the running ones and completes them.
  *
  * Error codes at this boundary (the SDK maps each to an exception):
  *   400 bad_request, unknown_field, invalid_path   404 not_found, image_not_found
@@ -23,6 +25,7 @@
  *   503 no_capacity, backend_unavailable   500 internal */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,7 @@
 #include "cleanup.h"
 #include "http.h"
 #include "log.h"
+#include "pool.h"
 #include "sandboxd.h"
 #include "tar.h"
 
@@ -354,10 +358,11 @@ struct create_job {
 	struct sbd_sandbox *sb;
 	struct create_waiter first;    /* the request that made it */
 	struct create_waiter *repeats; /* idempotent repeats waiting for it */
-	pthread_t thread;
-	bool started; /* its thread runs (else it waits for one: CREATE_THREADS) */
-	bool joined;
-	int r;
+	struct sbd_job job;	       /* on the worker pool (pool.h) */
+	bool started;		       /* it runs (else it waits for a slot: CREATE_THREADS) */
+	bool finished;		       /* under cj.mu: in cj.done, the worker is done with it */
+	bool persisted;		       /* state.json written by the worker: persist_r */
+	int r, persist_r;
 	char why[ERRLEN];
 	struct create_job *next;      /* in cj.in_flight (the loop's) */
 	struct create_job *done_next; /* in cj.done (under cj.mu) */
@@ -367,13 +372,14 @@ struct create_job {
 #define CREATE_THREADS 8
 
 static struct {
-	pthread_mutex_t mu; /* guards done */
+	pthread_mutex_t mu; /* guards done, finished */
+	pthread_cond_t cond; /* a create finished (for the drain) */
 	struct create_job *in_flight, *done;
 	unsigned running; /* started and not finished */
 	bool draining;
 	int efd;
 	struct sbd_watch w;
-} cj = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, false, -1, {.fd = -1}};
+} cj = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, false, -1, {.fd = -1}};
 
 static void create_reserve(struct sandboxd *d, const struct sbd_sandbox *sb, int sign)
 {
@@ -384,17 +390,24 @@ static void create_reserve(struct sandboxd *d, const struct sbd_sandbox *sb, int
 	}
 }
 
-static void *create_thread(void *arg)
+/* On a worker: once j is in cj.done and cj.mu released, the loop may free
+ * j, and the drain may close cj.efd: the eventfd is written under cj.mu. */
+static void create_run(struct sbd_job *job)
 {
-	struct create_job *j = arg;
+	struct create_job *j = (struct create_job *)((char *)job - offsetof(struct create_job, job));
 	j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
+	if (j->r == 0) { /* the sandbox is the worker's alone until create_finish */
+		j->persist_r = registry_persist(j->d, j->sb);
+		j->persisted = true;
+	}
+	uint64_t one = 1;
 	pthread_mutex_lock(&cj.mu);
 	j->done_next = cj.done;
 	cj.done = j;
-	pthread_mutex_unlock(&cj.mu);
-	uint64_t one = 1;
+	j->finished = true;
 	(void)!write(cj.efd, &one, sizeof(one));
-	return NULL;
+	pthread_cond_broadcast(&cj.cond);
+	pthread_mutex_unlock(&cj.mu);
 }
 
 /* Starts the oldest waiting create while there is a thread for it. */
@@ -409,10 +422,9 @@ static void creates_launch(void)
 			return;
 		oldest->started = true;
 		cj.running++;
-		if (pthread_create(&oldest->thread, NULL, create_thread, oldest) != 0) {
-			oldest->joined = true; /* no thread: done here, on the loop */
-			create_thread(oldest);
-		}
+		oldest->job.fn = create_run;
+		if (sbd_pool_run(&oldest->job) < 0)
+			create_run(&oldest->job); /* no thread: done here, on the loop */
 	}
 }
 
@@ -441,8 +453,6 @@ static void create_finish(struct create_job *j)
 {
 	struct sandboxd *d = j->d;
 	struct sbd_sandbox *sb = j->sb;
-	if (!j->joined)
-		pthread_join(j->thread, NULL);
 	for (struct create_job **p = &cj.in_flight; *p; p = &(*p)->next)
 		if (*p == j) {
 			*p = j->next;
@@ -453,7 +463,7 @@ static void create_finish(struct create_job *j)
 	create_reserve(d, sb, -1);
 	if (j->r == 0) {
 		registry_insert(d, sb);
-		int r = registry_persist(d, sb);
+		int r = j->persisted ? j->persist_r : registry_persist(d, sb);
 		if (r < 0)
 			log_warn_errno(r, "Failed to persist sandbox %s", sb->id);
 		d->creates_total++;
@@ -555,14 +565,12 @@ void api_creates_drain(struct sandboxd *d)
 		struct create_job *j = cj.in_flight;
 		if (!j->started) {
 			j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
-			j->joined = true;
 			create_finish(j);
 			continue;
 		}
-		if (!j->joined)
-			pthread_join(j->thread, NULL);
-		j->joined = true;
 		pthread_mutex_lock(&cj.mu);
+		while (!j->finished)
+			pthread_cond_wait(&cj.cond, &cj.mu);
 		for (struct create_job **p = &cj.done; *p; p = &(*p)->done_next)
 			if (*p == j) {
 				*p = j->done_next;
@@ -903,10 +911,8 @@ static void emit_exit(struct conn *c, const struct sbd_exit *e)
 	jw_str(&w, e->error[0] ? e->error : NULL);
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
-	if (!w.err)
-		conn_stream_chunk(c, w.buf, w.len);
+	conn_stream_end_with(c, w.buf, w.err ? 0 : w.len);
 	jw_done(&w);
-	conn_stream_end(c);
 }
 
 static void exec_exit(void *ctx, const struct sbd_exit *e)

@@ -3,8 +3,8 @@
  * namespaces, cgroups, seccomp, strata-agent as pid 1.
  *
  * The library's exec is synchronous (it waits for the command), and
- * sandboxd has one event-loop thread, so every exec runs on a thread of its
- * own: the thread calls sbx_exec and writes what it gets into a pipe as
+ * sandboxd has one event-loop thread, so every exec runs on a worker thread
+ * of pool.h (persistent: no thread start per exec): the thread calls sbx_exec and writes what it gets into a pipe as
  * frames (stream byte, u32 length, data; stream 0 ends with the result);
  * the loop reads the pipe and feeds the exec sink. A blocked pipe throttles
  * the thread, which is the backpressure. File operations are quick agent
@@ -23,7 +23,8 @@
  *     (a reference count of two); the writer is joined by the exec thread
  *     before it posts the result.
  *  2. destroy first kills the agent (which fails any sbx_exec in progress),
- *     then joins the exec threads, then calls sbx_destroy.
+ *     then waits for the exec threads to finish with it (ex_wait), then calls
+ *     sbx_destroy.
  *
  * Sandboxes are created persistent: when sandboxd stops they run on
  * (release), and the next sandboxd re-attaches by the agent's pid kept in
@@ -108,6 +109,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -117,6 +119,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include <sys/uio.h>
 #include <time.h>
 
+#include "pool.h"
 #include "strata_sandbox.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
@@ -135,11 +138,12 @@ struct ct_box {
 	char id[SBD_ID_LEN + 1];
 	pthread_mutex_t mu; /* held by the exec thread for its sbx_exec */
 	struct ct_exec *execs;
+	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
 };
 
 struct ct_exec {
 	struct ct_box *box;
-	pthread_t thread;
+	struct sbd_job job; /* sbx_exec on a worker (pool.h) */
 	struct sbd_watch w, w_retry; /* w_retry: while the sink is congested */
 	int rfd, wfd, retry_fd;
 	atomic_int refs;
@@ -321,9 +325,23 @@ static void writer_stop(struct ct_exec *x)
 	x->has_writer = false;
 }
 
-static void *exec_thread(void *arg)
+/* finished is set under ex_mu too, for ex_wait. */
+static pthread_mutex_t ex_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ex_cond = PTHREAD_COND_INITIALIZER;
+
+/* Waits until x's thread no longer uses the sandbox (it may still hold x:
+ * its reference). */
+static void ex_wait(struct ct_exec *x)
 {
-	struct ct_exec *x = arg;
+	pthread_mutex_lock(&ex_mu);
+	while (!atomic_load(&x->finished))
+		pthread_cond_wait(&ex_cond, &ex_mu);
+	pthread_mutex_unlock(&ex_mu);
+}
+
+static void exec_run(struct sbd_job *job)
+{
+	struct ct_exec *x = (struct ct_exec *)((char *)job - offsetof(struct ct_exec, job));
 	struct sbx_exec_opts o = {
 	    .argv = (const char *const *)x->argv,
 	    .env = (const char *const *)x->env,
@@ -357,9 +375,11 @@ static void *exec_thread(void *arg)
 	}
 	post_frame(x, 0, &e, sizeof(e));
 	close(x->wfd);
+	pthread_mutex_lock(&ex_mu);
 	atomic_store(&x->finished, true);
+	pthread_cond_broadcast(&ex_cond);
+	pthread_mutex_unlock(&ex_mu);
 	ex_unref(x);
-	return NULL;
 }
 
 static void ex_unlist(struct ct_exec *x)
@@ -371,7 +391,7 @@ static void ex_unlist(struct ct_exec *x)
 		}
 }
 
-/* Stops watching the pipe; the thread is joined when it ended. */
+/* Stops watching the pipe; x is freed once its thread ended too. */
 static void ex_detach(struct ct_exec *x)
 {
 	sbd_watch_del(x->loop, &x->w);
@@ -385,14 +405,15 @@ static void ex_detach(struct ct_exec *x)
 	x->detached = true;
 }
 
-/* Joins cancelled exec threads that have ended (all of them if wait). */
+/* Drops cancelled execs whose threads have ended (all of them, waiting, if
+ * wait). */
 static void ex_reap(struct ct_box *box, bool wait)
 {
 	struct ct_exec *x = box->execs;
 	while (x) {
 		struct ct_exec *next = x->next;
 		if (x->detached && (wait || atomic_load(&x->finished))) {
-			pthread_join(x->thread, NULL);
+			ex_wait(x);
 			ex_unlist(x);
 			ex_unref(x);
 		}
@@ -436,7 +457,6 @@ static bool ex_frames(struct ct_exec *x)
 			memcpy(&e, h + 5, sizeof(e));
 			struct sbd_exec_sink sink = x->sink;
 			ex_detach(x);
-			pthread_join(x->thread, NULL);
 			ex_unlist(x);
 			ex_unref(x);
 			sink.exit(sink.ctx, &e);
@@ -563,7 +583,8 @@ static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 		r = -pthread_create(&x->writer, NULL, writer_thread, x);
 		x->has_writer = r == 0;
 	}
-	if (r == 0 && (r = -pthread_create(&x->thread, NULL, exec_thread, x)) < 0)
+	x->job.fn = exec_run;
+	if (r == 0 && (r = sbd_pool_run(&x->job)) < 0)
 		writer_stop(x);
 	if (r < 0)
 		sbd_watch_del(b->loop, &x->w);
@@ -686,6 +707,7 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 		return r;
 	}
 	pthread_mutex_init(&box->mu, NULL);
+	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	return 0;
@@ -864,7 +886,9 @@ static void ct_tick(struct sbd_backend *b)
 
 static int ct_pause(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
-	return freeze(b->priv, sb->bpriv, true);
+	struct ct_box *box = sb->bpriv;
+	box->paused_ever = true;
+	return freeze(b->priv, box, true);
 }
 
 static int ct_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
@@ -877,7 +901,8 @@ static int ct_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 	struct ct_box *box = sb->bpriv;
 	if (!box)
 		return 0;
-	freeze(b->priv, box, false); /* a frozen agent cannot die */
+	if (box->paused_ever) /* else nothing to thaw or remove: no file access */
+		freeze(b->priv, box, false); /* a frozen agent cannot die */
 	if (box->execs) {
 		kill(sbx_pid(box->s), SIGKILL); /* fails every sbx_exec in progress */
 		for (struct ct_exec *x = box->execs; x; x = x->next)
@@ -886,7 +911,8 @@ static int ct_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 		ex_reap(box, true);
 	}
 	sbx_destroy(box->s);
-	freezer_remove(box);
+	if (box->paused_ever)
+		freezer_remove(box);
 	pthread_mutex_destroy(&box->mu);
 	free(box);
 	sb->bpriv = NULL;

@@ -59,6 +59,7 @@ int sbd_watch_add(struct sbd_loop *l, struct sbd_watch *w, int fd, uint32_t even
 {
 	struct epoll_event ev = {.events = events, .data.ptr = w};
 	w->fd = fd;
+	w->events = events;
 	w->fn = fn;
 	w->ctx = ctx;
 	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -71,7 +72,12 @@ int sbd_watch_add(struct sbd_loop *l, struct sbd_watch *w, int fd, uint32_t even
 int sbd_watch_mod(struct sbd_loop *l, struct sbd_watch *w, uint32_t events)
 {
 	struct epoll_event ev = {.events = events, .data.ptr = w};
-	return epoll_ctl(l->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0 ? -errno : 0;
+	if (events == w->events) /* level-triggered: nothing to re-arm */
+		return 0;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0)
+		return -errno;
+	w->events = events;
+	return 0;
 }
 
 void sbd_watch_del(struct sbd_loop *l, struct sbd_watch *w)

@@ -440,6 +440,7 @@ static void teardown(struct sandboxd *d)
 	server_close(d);
 	api_creates_drain(d); /* creates in flight: finished, kept for adoption */
 	registry_free_all(d); /* the sandboxes keep running: only our memory */
+	registry_unpersist_wait(d); /* before the state dir may be removed */
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
 		if (d->backends[i])
 			d->backends[i]->free(d->backends[i]);

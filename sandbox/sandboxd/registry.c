@@ -4,14 +4,19 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "log.h"
+#include "pool.h"
 #include "sandboxd.h"
 
 const char *sbd_state_name(enum sbd_state s)
@@ -45,8 +50,20 @@ struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key)
 	return NULL;
 }
 
+/* MemAvailable, read at most every MEMINFO_MS: /proc/meminfo costs tens of
+ * µs of the loop (the kernel sums every zone and the page cache), and at
+ * hundreds of creates per second its value barely moves in that time. */
+#define MEMINFO_MS 50
+
 static int64_t mem_available_mb(void)
 {
+	static int64_t cached = -1;
+	static uint64_t at_ms;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	if (at_ms && now - at_ms < MEMINFO_MS)
+		return cached;
 	FILE *f = fopen("/proc/meminfo", "re");
 	char line[256];
 	long long kb = -1;
@@ -56,7 +73,9 @@ static int64_t mem_available_mb(void)
 		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
 			break;
 	fclose(f);
-	return kb < 0 ? -1 : kb / 1024;
+	cached = kb < 0 ? -1 : kb / 1024;
+	at_ms = now;
+	return cached;
 }
 
 int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
@@ -231,6 +250,103 @@ static void unpersist(struct sandboxd *d, const char *id)
 		log_warn_errno(-errno, "Failed to remove state dir %s", p);
 }
 
+/* A destroyed sandbox's state is removed by a worker (pool.h), in batches:
+ * the unlinks and the rmdir were ~7 % of the loop thread during
+ * create/delete churn, and waking a worker per delete would cost about as
+ * much. The queue goes to a worker once it holds UNPERSIST_BATCH ids or at
+ * the next second's registry_reap. The sandbox is gone from the registry
+ * (and the API) before; a sandboxd that stops removes what is left
+ * (registry_unpersist_wait); one killed in between finds the state of a
+ * dead sandbox at its start, as after a sandbox that died while no
+ * sandboxd ran, and drops it. Ids are random (new_id), so a queued removal
+ * cannot hit a newer sandbox. */
+#define UNPERSIST_BATCH 32
+
+struct unpersist_item {
+	struct unpersist_item *next;
+	char id[SBD_ID_LEN + 1];
+};
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;	     /* the job ended */
+	struct unpersist_item *head; /* queued */
+	unsigned queued;
+	bool running; /* the job is submitted or runs (it drains the queue) */
+	struct sbd_job job;
+	struct sandboxd *d;
+} up = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+/* Removes everything queued; with up.mu held, returns with it held. */
+static void unpersist_drain_locked(struct sandboxd *d)
+{
+	while (up.head) {
+		struct unpersist_item *it = up.head;
+		up.head = NULL;
+		up.queued = 0;
+		pthread_mutex_unlock(&up.mu);
+		while (it) {
+			struct unpersist_item *next = it->next;
+			unpersist(d, it->id);
+			free(it);
+			it = next;
+		}
+		pthread_mutex_lock(&up.mu);
+	}
+}
+
+static void unpersist_run(struct sbd_job *job)
+{
+	pthread_mutex_lock(&up.mu);
+	unpersist_drain_locked(up.d);
+	up.running = false;
+	pthread_cond_broadcast(&up.cond);
+	pthread_mutex_unlock(&up.mu);
+}
+
+/* Hands the queue to a worker unless one has it. Called with up.mu held;
+ * returns with it released. */
+static void unpersist_kick_unlock(struct sandboxd *d)
+{
+	if (up.running || !up.head) {
+		pthread_mutex_unlock(&up.mu);
+		return;
+	}
+	up.running = true;
+	up.d = d;
+	up.job.fn = unpersist_run;
+	pthread_mutex_unlock(&up.mu);
+	if (sbd_pool_run(&up.job) < 0)
+		unpersist_run(&up.job); /* no thread: here */
+}
+
+static void unpersist_later(struct sandboxd *d, const char *id)
+{
+	struct unpersist_item *it = calloc(1, sizeof(*it));
+	if (!it) {
+		unpersist(d, id);
+		return;
+	}
+	snprintf(it->id, sizeof(it->id), "%s", id);
+	pthread_mutex_lock(&up.mu);
+	it->next = up.head;
+	up.head = it;
+	if (++up.queued < UNPERSIST_BATCH) {
+		pthread_mutex_unlock(&up.mu);
+		return;
+	}
+	unpersist_kick_unlock(d);
+}
+
+void registry_unpersist_wait(struct sandboxd *d)
+{
+	pthread_mutex_lock(&up.mu);
+	while (up.running)
+		pthread_cond_wait(&up.cond, &up.mu);
+	unpersist_drain_locked(d);
+	pthread_mutex_unlock(&up.mu);
+}
+
 int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
 {
 	api_cancel_execs(d, sb, why);
@@ -241,7 +357,7 @@ int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why
 	log_info("sandbox %s destroyed (%s)", sb->id, why);
 	registry_remove(d, sb);
 	images_release(d, sb->rootfs);
-	unpersist(d, sb->id);
+	unpersist_later(d, sb->id);
 	d->deletes_total++;
 	sandbox_free(sb);
 	return r;
@@ -393,6 +509,8 @@ void registry_reap(struct sandboxd *d)
 		}
 		sb = next;
 	}
+	pthread_mutex_lock(&up.mu); /* state of the second's deletes */
+	unpersist_kick_unlock(d);
 }
 
 void registry_free_all(struct sandboxd *d)

@@ -115,7 +115,8 @@ int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
 int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
 /* Re-adopts every sandbox persisted under the state dir. */
 void registry_adopt_all(struct sandboxd *d);
-/* TTL and idle reaper; called once a second. */
+/* TTL and idle reaper, and the removal of deleted sandboxes' state;
+ * called once a second. */
 void registry_reap(struct sandboxd *d);
 void sandbox_free(struct sbd_sandbox *sb);
 void sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
@@ -123,6 +124,8 @@ const char *sbd_state_name(enum sbd_state s);
 /* Parses a persisted or requested sandbox. */
 int sandbox_from_json(const struct json *j, struct sbd_sandbox *sb);
 void registry_free_all(struct sandboxd *d);
+/* Removes the state of destroyed sandboxes still queued for a worker. */
+void registry_unpersist_wait(struct sandboxd *d);
 
 /* ---- server.c ------------------------------------------------------------ */
 struct conn;
@@ -141,10 +144,13 @@ void conn_hold(struct conn *c, bool hold);
 /* A held connection's response was queued (conn_reply_*): sends it and
  * carries on with the connection's next request (after this round). */
 void conn_hold_done(struct conn *c);
-/* Starts a chunked response; then conn_stream_chunk(); conn_stream_end(). */
+/* Starts a chunked response (sent with the first chunk, which must follow
+ * in the same callback); then conn_stream_chunk(); conn_stream_end(). */
 void conn_stream_begin(struct conn *c, int status, const char *ctype);
 void conn_stream_chunk(struct conn *c, const void *p, size_t n);
 void conn_stream_end(struct conn *c);
+/* The last chunk and the end, sent together. */
+void conn_stream_end_with(struct conn *c, const void *p, size_t n);
 /* Called when the peer of a stream goes away: set by api.c. */
 void conn_set_abort(struct conn *c, void (*fn)(void *ctx), void *ctx);
 struct sandboxd *conn_daemon(struct conn *c);

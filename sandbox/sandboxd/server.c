@@ -172,11 +172,12 @@ void conn_hold(struct conn *c, bool hold)
 	c->streaming = hold;
 }
 
+/* The head waits for the first chunk (which follows at once): one send,
+ * one wake-up of the client, instead of two. */
 void conn_stream_begin(struct conn *c, int status, const char *ctype)
 {
 	http_head(&c->out, status, ctype, -1, c->keep_alive);
 	c->streaming = true;
-	flush_out(c);
 }
 
 void conn_stream_chunk(struct conn *c, const void *p, size_t n)
@@ -202,6 +203,13 @@ static void resume_after_stream(void *ctx)
 		return;
 	}
 	conn_process(c);
+}
+
+void conn_stream_end_with(struct conn *c, const void *p, size_t n)
+{
+	if (n && !c->dead)
+		http_chunk(&c->out, p, n); /* sent with the end: one send */
+	conn_stream_end(c);
 }
 
 void conn_stream_end(struct conn *c)

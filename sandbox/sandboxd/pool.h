@@ -1,0 +1,19 @@
+/* pool.h — persistent worker threads for sandboxd's blocking backend work.
+ *
+ * Creates (sbx_create) and container execs (the library's synchronous
+ * sbx_exec) run off the loop. A thread per job cost a clone, a stack set-up
+ * and an exit each time; these threads stay and wait for the next job.
+ * A job runs at once: on an idle thread if there is one, else on a new one
+ * (jobs may block for as long as a command runs, so the pool never makes one
+ * wait for another). Threads idle for POOL_IDLE_S beyond the first
+ * POOL_KEEP exit. */
+#pragma once
+
+struct sbd_job {
+	void (*fn)(struct sbd_job *job);
+	struct sbd_job *next; /* the pool's */
+};
+
+/* Runs job->fn(job) on a worker thread. Returns 0, or -errno when no thread
+ * could be started (the job did not run). */
+int sbd_pool_run(struct sbd_job *job);
