@@ -27,13 +27,14 @@
 # driving chunk_client directly.
 #
 #   bench/replication.sh [BUILD_DIR (build-release)] [MB (256)] [THREADS (4)]
-#   env: ROUNDS (3), HOST_CPU (0.5)
+#   env: ROUNDS (5), HOST_CPU (0.5). Needs root (namespaces, cgroups, and it
+#   syncs and drops the page cache before each timed step).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build-release}
 MB=${2:-256}
 THREADS=${3:-4}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 HOST_CPU=${HOST_CPU:-0.5}
 export STRATA_BIN="$BUILD/bin" STRATA_SRC="$SRC"
 BENCH="$BUILD/tests/repl_bench"
@@ -86,6 +87,17 @@ cg_setup() {
 	for i in 1 2 3; do echo "${RC_PID[$i]}" >"$CG/h$i/cgroup.procs" || return 1; done
 }
 
+# Before each timed step: nothing dirty (else later writes pay for the
+# writeback of earlier ones, and 1 replica dirties a third of what 3 do)
+# and the page cache dropped (else a run soon needs memory this VM never
+# touched, which costs ~1.3 s/GB more the first time, and reads find the
+# previous read's pages).
+settle() {
+	sync
+	[ -w /proc/sys/vm/drop_caches ] && echo 1 >/proc/sys/vm/drop_caches
+	true
+}
+
 # CPU seconds (user + system, all threads) of process $1.
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 
@@ -94,6 +106,7 @@ proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' 
 # $OUT/LABEL.cpu.FACTOR.
 write_once() {
 	local f=$1 label=$2 cg=${3:-} i before=() after=() res
+	settle
 	for i in 1 2 3; do before[$i]=$(proc_cpu "${RC_PID[$i]}"); done
 	res=$(
 		[ -n "$cg" ] && echo $BASHPID >"$cg/cgroup.procs"
@@ -162,7 +175,9 @@ else
 fi
 
 f3=$(awk '/^file/{print $2}' "$OUT/files.3" | tail -1)
+settle
 ra=$(REPL_BENCH_REPLICAS=3 REPL_BENCH_FILE=$f3 "$BENCH" read "$RC_META" "$MB" "$THREADS" any 2>/dev/null | awk '/^MB/{print $2}')
+settle
 rt=$(REPL_BENCH_REPLICAS=3 REPL_BENCH_FILE=$f3 "$BENCH" read "$RC_META" "$MB" "$THREADS" tail 2>/dev/null | awk '/^MB/{print $2}')
 printf "  %-46s %9s MB/s\n" "read, 3 replicas, spread over replicas" "$ra"
 printf "  %-46s %9s MB/s   (spread/tail %s)\n" "read, 3 replicas, tail only" "$rt" "$(ratio "$ra" "$rt")"
