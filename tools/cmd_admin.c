@@ -55,12 +55,13 @@ static const char *state_name(uint8_t s)
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--json] "
-		   "nodes|targets|chains|verify [--deep]\n"
+		   "nodes|targets|chains|usage|verify [--deep]\n"
 		   "       strata admin [...] layout get PATH\n"
 		   "       strata admin [...] layout set PATH [--replicas N] [--chunk-size S]\n"
 		   "\n"
 		   "  nodes       chunkserver nodes, liveness and last heartbeat\n"
 		   "  targets     targets with chain, state, space and resync progress\n"
+		   "  usage       space and inodes of the cluster, and space per node\n"
 		   "  chains      chains (version, replicas, targets head first) and chain\n"
 		   "              tables with their replication factor\n"
 		   "  verify      compare every chunk across the serving replicas of each chain\n"
@@ -124,6 +125,73 @@ static int show_targets(const struct mgmt_cluster *c, bool json)
 				 (unsigned long long)t->sync_total);
 		printf("%-7u %-5u %-6u %-8s %-18s %s\n", t->target_id, t->node_id, t->chain_id,
 		       state_name(t->state), sz, rs);
+	}
+	if (json)
+		printf("]}\n");
+	return 0;
+}
+
+/* ---- usage ---------------------------------------------------------------- */
+
+static double pct(uint64_t part, uint64_t whole)
+{
+	return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* One node's targets added up. */
+static void node_space(const struct mgmt_cluster *c, uint32_t node_id, uint32_t *ret_n,
+		       uint64_t *ret_total, uint64_t *ret_free)
+{
+	*ret_n = 0;
+	*ret_total = *ret_free = 0;
+	for (uint32_t i = 0; i < c->ntargets; i++)
+		if (c->targets[i].node_id == node_id) {
+			(*ret_n)++;
+			*ret_total += c->targets[i].total_bytes;
+			*ret_free += c->targets[i].free_bytes;
+		}
+}
+
+/* The cluster's space and inodes (statfs: a disk shared by several targets
+ * counted once), then each node's targets as the chunkservers last reported
+ * them (raw space: every replica counts). */
+static int show_usage(struct meta_client *mc, const struct mgmt_cluster *c, bool json)
+{
+	struct strata_statfs st;
+	int r = meta_statfs(mc, &st);
+	if (r < 0) {
+		cli_err(VERB, "cannot read the cluster's usage: %s", strerror(-r));
+		return 1;
+	}
+	uint64_t used = st.total_bytes - st.free_bytes;
+	if (json)
+		printf("{\"total_bytes\":%llu,\"used_bytes\":%llu,\"avail_bytes\":%llu,"
+		       "\"total_inodes\":%llu,\"used_inodes\":%llu,\"nodes\":[",
+		       (unsigned long long)st.total_bytes, (unsigned long long)used,
+		       (unsigned long long)st.avail_bytes, (unsigned long long)st.total_inodes,
+		       (unsigned long long)st.used_inodes);
+	else
+		printf("cluster: %llu MiB used of %llu MiB (%.1f%%), %llu MiB available; "
+		       "%llu inodes used\n\n%-6s %-24s %-7s %-12s %-12s %s\n",
+		       (unsigned long long)(used >> 20), (unsigned long long)(st.total_bytes >> 20),
+		       pct(used, st.total_bytes), (unsigned long long)(st.avail_bytes >> 20),
+		       (unsigned long long)st.used_inodes, "NODE", "ADDRESS", "TARGETS",
+		       "USED MiB", "TOTAL MiB", "USE%");
+	for (uint32_t i = 0; i < c->nnodes; i++) {
+		const struct mgmt_node_info *n = &c->nodes[i];
+		uint32_t nt;
+		uint64_t total, free;
+		node_space(c, n->node_id, &nt, &total, &free);
+		if (json)
+			printf("%s{\"node\":%u,\"addr\":\"%s\",\"alive\":%s,\"targets\":%u,"
+			       "\"total_bytes\":%llu,\"used_bytes\":%llu}",
+			       i ? "," : "", n->node_id, n->addr, n->alive ? "true" : "false", nt,
+			       (unsigned long long)total, (unsigned long long)(total - free));
+		else
+			printf("%-6u %-24s %-7u %-12llu %-12llu %.1f%s\n", n->node_id, n->addr, nt,
+			       (unsigned long long)((total - free) >> 20),
+			       (unsigned long long)(total >> 20), pct(total - free, total),
+			       n->alive ? "" : "  (not alive: last report)");
 	}
 	if (json)
 		printf("]}\n");
@@ -556,12 +624,14 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
 	int r;
 	if (!strcmp(what, "layout"))
 		return do_layout(mc, la, json);
-	if (!strcmp(what, "nodes") || !strcmp(what, "targets")) {
+	if (!strcmp(what, "nodes") || !strcmp(what, "targets") || !strcmp(what, "usage")) {
 		if ((r = mgmt_cluster(mc, &c)) < 0) {
 			cli_err(VERB, "cannot read the cluster map: %s", strerror(-r));
 			return 1;
 		}
-		r = !strcmp(what, "nodes") ? show_nodes(&c, json) : show_targets(&c, json);
+		r = !strcmp(what, "nodes")     ? show_nodes(&c, json)
+		    : !strcmp(what, "targets") ? show_targets(&c, json)
+					       : show_usage(mc, &c, json);
 		mgmt_cluster_done(&c);
 		return r;
 	}
@@ -578,7 +648,7 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
  * Returns the verb, or NULL for a usage error. */
 static const char *parse_verb(int argc, char **argv, int first, struct layout_args *la)
 {
-	static const char *const verbs[] = { "nodes", "targets", "chains", "verify" };
+	static const char *const verbs[] = { "nodes", "targets", "chains", "verify", "usage" };
 	const char *what = first < argc ? argv[first] : NULL;
 	bool setting = la->replicas || la->chunk_size;
 	if (what && !strcmp(what, "layout")) {
@@ -588,7 +658,8 @@ static const char *parse_verb(int argc, char **argv, int first, struct layout_ar
 		la->path = argv[first + 2];
 		return setting == !strcmp(la->op, "set") ? what : NULL;
 	}
-	for (size_t i = 0; what && !setting && argc - first == 1 && i < 4; i++)
+	for (size_t i = 0; what && !setting && argc - first == 1 && i < sizeof(verbs) / sizeof(*verbs);
+	     i++)
 		if (!strcmp(what, verbs[i]))
 			return what;
 	return NULL;

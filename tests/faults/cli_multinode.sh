@@ -114,6 +114,16 @@ cp "$CLUSTER_TMP/data" "$MNT/data"
 sync "$MNT/data"
 cmp "$CLUSTER_TMP/data" "$MNT/data" || cluster_fail "read back differs"
 
+cluster_log "admin usage: the cluster's space and inodes, each node's targets"
+"$STRATA" admin --json usage | json '
+assert d["total_bytes"] > 0 and 0 < d["used_bytes"] <= d["total_bytes"], d
+assert d["avail_bytes"] <= d["total_bytes"] - d["used_bytes"] + 1, d
+assert d["used_inodes"] >= 2, d  # the root and data
+assert len(d["nodes"]) == 3, d
+assert all(n["targets"] == 1 and 0 < n["used_bytes"] <= n["total_bytes"] for n in d["nodes"]), d
+' || cluster_fail "admin usage: $("$STRATA" admin usage 2>&1)"
+"$STRATA" admin usage | grep -q "^cluster: .* MiB used of" || cluster_fail "admin usage: no summary"
+
 cluster_log "kill -9 cs2: up restarts it in its namespace at its address"
 ns2=$(json "print([x for x in d['daemons'] if x['name'] == 'cs2'][0]['netns'])" <"$CLUSTER_TMP/st.json")
 addr2=$(cat "$STRATA_HOME/run/cs2.addr")
