@@ -27,24 +27,20 @@
  *     laundered into a fresh checksum.
  *  4. Writers of one chunk are serialised by a striped mutex (stripe =
  *     hash(ino, index)); readers take no lock (invariant 1).
- *  5. Files in tmp/ belong to a writer holding the chunk's stripe lock, or
- *     to a prepared write (struct chunk_txn, tmp/<ino>.<index>.<seq>: a name
- *     of its own) until its commit or abort; at open (before any writer
- *     exists) every file in tmp/ is a crash leftover and is deleted. A
- *     failed or aborted write (-ENOSPC, -EIO) deletes its temp file and
- *     leaves the old chunk untouched.
+ *  5. Files in tmp/ belong to a writer holding the chunk's stripe lock; at
+ *     open (before any writer exists) every file in tmp/ is a crash leftover
+ *     and is deleted. A failed write (-ENOSPC, -EIO) deletes its temp file
+ *     and leaves the old chunk untouched.
  *  6. Durability: nothing is fsync'd unless asked. CHUNK_STORE_SYNC does
  *     fdatasync(temp) before the rename and fsync(dir) after it;
  *     chunk_store_sync() is syncfs() of the target. After a power loss an
  *     un-synced rewrite may be lost or (if the filesystem persisted the rename
  *     before the data) fail its checksum: detected as -EIO, never served.
  *
- * Reads go through io_uring (a ring borrowed per operation from the
- * uring_pool) and touch only the 64 KiB blocks the range overlaps; writes to
- * the temp file are pwritev on the calling thread (uring_run_inline: ext4
- * would hand each buffered write to an io-wq thread anyway). Blocks wholly
- * covered by a read or write move straight between the caller's buffer and
- * the kernel. */
+ * Data I/O goes through io_uring (a ring borrowed per operation from the
+ * uring_pool); reads touch only the 64 KiB blocks the range overlaps, and
+ * blocks wholly covered by a read or write move straight between the caller's
+ * buffer and the kernel. */
 #include "chunk_store.h"
 
 #include <dirent.h>
@@ -82,7 +78,6 @@ struct chunk_store {
 	struct uring_pool *pool;
 	struct chunk_store_opts opts;
 	pthread_mutex_t stripes[NSTRIPES];
-	uint64_t txn_seq; /* atomic: names of prepared versions in tmp/ */
 };
 
 /* A decoded chunk header. */
@@ -125,14 +120,6 @@ static uint32_t block_len(uint64_t len, uint32_t b)
 {
 	uint64_t start = (uint64_t)b * BS;
 	return start >= len ? 0 : (uint32_t)STRATA_MIN((uint64_t)BS, len - start);
-}
-
-/* XXH3-64 of one data block: the same value as XXH3_64bits, computed with
- * AVX2 where the CPU has it (fs/wire_xxh3.c; about twice the library's
- * speed, and every written byte is hashed once per replica). */
-static uint64_t block_hash(const void *p, size_t len)
-{
-	return wire_xxh3_64(p, len, 0);
 }
 
 static uint64_t blocks_checksum(const uint8_t *raw, uint32_t nblocks)
@@ -422,7 +409,7 @@ const char *chunk_store_path(const struct chunk_store *cs)
 static int verify_block(struct chunk_store *cs, const struct chunk_hdr *h, uint32_t b,
 			const void *p)
 {
-	if (block_hash(p, block_len(h->data_len, b)) == h->bcsum[b])
+	if (XXH3_64bits(p, block_len(h->data_len, b)) == h->bcsum[b])
 		return 0;
 	return report_corrupt(cs, h->ino, h->index, b, "block checksum mismatch");
 }
@@ -546,7 +533,6 @@ struct cow {
 	struct chunk_hdr old, new;
 	uint8_t *scratch;  /* nbuild * BS */
 	uint8_t *hdr_raw;  /* new header bytes */
-	char tmp[64];      /* the temp file, relative to the target */
 	bool have_old;
 	uint64_t set_version; /* chunk_store_put: the version to publish; 0 = old + 1 */
 };
@@ -661,7 +647,7 @@ static int build_blocks(struct cow *c, const uint32_t *blocks, int n)
 		if (c->len > 0 && wlo < whi)
 			memcpy(p + (wlo - bs), c->data + (wlo - c->off), whi - wlo);
 		memset(p + (be - bs), 0, BS - (be - bs));
-		c->new.bcsum[b] = block_hash(p, be - bs);
+		c->new.bcsum[b] = XXH3_64bits(p, be - bs);
 	}
 	return r;
 }
@@ -687,10 +673,10 @@ static int cow_plan(struct cow *c, struct cow_plan *p)
 			if (!any_direct)
 				p->d0 = b, any_direct = true;
 			p->d1 = b;
-			c->new.bcsum[b] = block_hash(c->data + ((uint64_t)b * BS - c->off), blen);
+			c->new.bcsum[b] = XXH3_64bits(c->data + ((uint64_t)b * BS - c->off), blen);
 			break;
 		case B_ZERO:
-			c->new.bcsum[b] = block_hash(zero_block, blen);
+			c->new.bcsum[b] = XXH3_64bits(zero_block, blen);
 			break;
 		case B_BUILD:
 			if (p->nbuild == (int)ARRAY_SIZE(p->build))
@@ -723,7 +709,7 @@ static int cow_submit(struct cow *c, const struct cow_plan *p)
 			.fd = c->tmpfd, .kind = URING_WRITE, .iovcnt = 1,
 			.off = block_file_off(c->new.hdr_len, p->build[i]),
 			.iov = { { c->scratch + (size_t)i * BS, block_len(c->new_len, p->build[i]) } } };
-	return uring_run_inline(ops, nops); /* buffered writes: see uring_pool.h */
+	return uring_run(c->ring, ops, nops);
 }
 
 /* Produces every non-copied block and the header in the temp file. */
@@ -758,12 +744,13 @@ static int fsync_path(int dirfd, const char *p)
  * directory if needed (remove_file may rmdir it at any time). */
 static int publish(struct cow *c, bool sync)
 {
-	char cp[64], dp[64];
+	char tp[64], cp[64], dp[64];
+	tmp_path(tp, c->ino, c->index);
 	chunk_path(cp, c->ino, c->index);
 	chunk_dir_path(dp, c->ino);
 	bool made_dir = false;
 	for (int tries = 0;; tries++) {
-		if (renameat(c->cs->dirfd, c->tmp, c->cs->dirfd, cp) == 0)
+		if (renameat(c->cs->dirfd, tp, c->cs->dirfd, cp) == 0)
 			break;
 		if (errno != ENOENT || tries == 3)
 			return -errno;
@@ -783,10 +770,11 @@ static int publish(struct cow *c, bool sync)
 	return r;
 }
 
-/* Builds the whole new version in the temp file c->tmp (named by the
- * caller); c->old is loaded. On failure the temp file is removed. */
-static int cow_build(struct cow *c, unsigned flags)
+/* Builds the new version in tmp/ and publishes it. c->old is loaded. */
+static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
 {
+	char tp[64];
+	tmp_path(tp, c->ino, c->index);
 	c->new = (struct chunk_hdr){ .nblocks = nblocks_for(c->new_len), .ino = c->ino,
 				     .index = c->index,
 				     .version = c->set_version ? c->set_version : c->old.version + 1,
@@ -795,7 +783,7 @@ static int cow_build(struct cow *c, unsigned flags)
 	c->new.bcsum = calloc(c->new.nblocks ? c->new.nblocks : 1, sizeof(uint64_t));
 	if (!c->new.bcsum)
 		return -ENOMEM;
-	c->tmpfd = openat(c->cs->dirfd, c->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	c->tmpfd = openat(c->cs->dirfd, tp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (c->tmpfd < 0)
 		return -errno;
 	int r = ftruncate(c->tmpfd, (off_t)c->new.hdr_len + c->new_len) < 0 ? -errno : 0;
@@ -805,32 +793,17 @@ static int cow_build(struct cow *c, unsigned flags)
 		r = write_new(c);
 	if (r == 0 && (flags & CHUNK_STORE_SYNC)) {
 		struct uring_op op = { .fd = c->tmpfd, .kind = URING_FDATASYNC };
-		r = uring_run_inline(&op, 1);
+		r = uring_run(c->ring, &op, 1);
 	}
-	if (r < 0)
-		unlinkat(c->cs->dirfd, c->tmp, 0);
-	return r;
-}
-
-/* Publishes the built version (the rename); on failure removes it. */
-static int cow_publish(struct cow *c, unsigned flags, struct chunk_meta *ret)
-{
-	int r = publish(c, flags & CHUNK_STORE_SYNC);
+	if (r == 0)
+		r = publish(c, flags & CHUNK_STORE_SYNC);
 	if (r < 0) {
-		unlinkat(c->cs->dirfd, c->tmp, 0);
+		unlinkat(c->cs->dirfd, tp, 0);
 		return r;
 	}
 	if (ret)
 		*ret = (struct chunk_meta){ c->new.version, c->new.data_len, c->new.checksum };
 	return 0;
-}
-
-/* Builds the new version in tmp/ and publishes it. c->old is loaded. */
-static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
-{
-	tmp_path(c->tmp, c->ino, c->index);
-	int r = cow_build(c, flags);
-	return r < 0 ? r : cow_publish(c, flags, ret);
 }
 
 static void cow_done(struct cow *c)
@@ -880,103 +853,6 @@ int chunk_store_write(struct chunk_store *cs, uint64_t ino, uint32_t index, uint
 		return r;
 	c.new_len = (uint32_t)STRATA_MAX((uint64_t)c.old.data_len, (uint64_t)off + len);
 	return cow_run(&c, flags, ret);
-}
-
-/* ---- a write in two steps (replica.c) ------------------------------------ */
-
-struct chunk_txn {
-	struct cow c;
-	unsigned flags;
-};
-
-static void txn_free(struct chunk_txn *t)
-{
-	cow_done(&t->c);
-	free(t);
-}
-
-int chunk_store_write_prepare(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
-			      uint32_t len, const void *data, unsigned flags,
-			      struct chunk_meta *ret, struct chunk_txn **ret_txn)
-{
-	*ret_txn = NULL;
-	if ((uint64_t)off + len > CHUNK_STORE_MAX_LEN)
-		return -EFBIG;
-	if (len == 0) /* nothing to build: answered now, commit(NULL) is a no-op */
-		return chunk_store_write(cs, ino, index, off, 0, data, flags, ret);
-	struct chunk_txn *t = calloc(1, sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	t->c = (struct cow){ .cs = cs, .ino = ino, .index = index, .off = off, .len = len,
-			     .data = data, .oldfd = -1, .tmpfd = -1 };
-	t->flags = flags;
-	/* a name of its own: never the temp file of a concurrent chunk_store_write */
-	snprintf(t->c.tmp, sizeof(t->c.tmp), "tmp/%016llx.%08x.%llx", (unsigned long long)ino,
-		 index, (unsigned long long)__atomic_add_fetch(&cs->txn_seq, 1, __ATOMIC_RELAXED));
-	int r;
-	{
-		_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
-		RING_GUARD(g, cs);
-		t->c.ring = g.ring;
-		r = cow_load_old(&t->c);
-		if (r == 0) {
-			t->c.new_len = (uint32_t)STRATA_MAX((uint64_t)t->c.old.data_len,
-							    (uint64_t)off + len);
-			r = cow_build(&t->c, flags);
-		}
-		t->c.ring = NULL;
-	}
-	t->c.data = NULL; /* the caller's buffer may go away now */
-	if (r < 0) {
-		txn_free(t);
-		return r;
-	}
-	if (ret)
-		*ret = (struct chunk_meta){ t->c.new.version, t->c.new.data_len, t->c.new.checksum };
-	*ret_txn = t;
-	return 0;
-}
-
-/* The chunk is still the version the txn was built on (the same file, or
- * still none): 0, -ESTALE, or -errno. */
-static int txn_current(const struct cow *c)
-{
-	char cp[64];
-	chunk_path(cp, c->ino, c->index);
-	struct stat cur, old;
-	int e = fstatat(c->cs->dirfd, cp, &cur, 0) < 0 ? -errno : 0;
-	if (!c->have_old)
-		return e == -ENOENT ? 0 : e == 0 ? -ESTALE : e;
-	if (e < 0)
-		return e == -ENOENT ? -ESTALE : e;
-	if (fstat(c->oldfd, &old) < 0)
-		return -errno;
-	return old.st_ino == cur.st_ino && old.st_dev == cur.st_dev ? 0 : -ESTALE;
-}
-
-int chunk_store_commit(struct chunk_txn *t, struct chunk_meta *ret)
-{
-	if (!t)
-		return 0;
-	int r;
-	{
-		_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(t->c.cs, t->c.ino, t->c.index);
-		r = txn_current(&t->c);
-		if (r == 0)
-			r = cow_publish(&t->c, t->flags, ret);
-		else
-			unlinkat(t->c.cs->dirfd, t->c.tmp, 0);
-	}
-	txn_free(t);
-	return r;
-}
-
-void chunk_store_abort(struct chunk_txn *t)
-{
-	if (!t)
-		return;
-	unlinkat(t->c.cs->dirfd, t->c.tmp, 0);
-	txn_free(t);
 }
 
 int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t len,

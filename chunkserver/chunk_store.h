@@ -63,25 +63,6 @@ ssize_t chunk_store_read(struct chunk_store *cs, uint64_t ino, uint32_t index, u
  * that had to be merged is corrupt), or -errno. */
 int chunk_store_write(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
 		      uint32_t len, const void *data, unsigned flags, struct chunk_meta *ret);
-/* The same write in two steps, so that the new version can be built while
- * the chain's successor applies it (replica.c) and published only once it
- * has: prepare builds the whole new version (data, checksums, header;
- * fdatasync with CHUNK_STORE_SYNC) in a temp file of its own and returns
- * the state it will have in *ret; commit renames it over the chunk (the
- * commit point: old or new after a crash), abort removes it. The chunk
- * stays at its old version until commit. Between prepare and commit/abort
- * the caller must keep every other mutation of the chunk out (replica.c:
- * the chunk's ordering lock); commit checks that the chunk is still the
- * version the txn was built on (else -ESTALE, nothing published). Exactly
- * one of commit/abort consumes a txn; a NULL txn (len 0: nothing changes)
- * commits as a no-op. A crash leaves the temp file for the next open to
- * delete. */
-struct chunk_txn;
-int chunk_store_write_prepare(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
-			      uint32_t len, const void *data, unsigned flags,
-			      struct chunk_meta *ret, struct chunk_txn **ret_txn);
-int chunk_store_commit(struct chunk_txn *txn, struct chunk_meta *ret);
-void chunk_store_abort(struct chunk_txn *txn);
 /* Cuts or extends (with zeros) the chunk to len bytes. A missing chunk stays
  * missing (returns 0 with *ret zeroed). */
 int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t len,

@@ -6,32 +6,23 @@
  * tail is the last serving target. A client's WRITE_EX/TRUNCATE goes to the
  * head. Each writer, holding the chunk's ordering lock:
  *   1. marks the chunk pending (in memory),
- *   2. sends the request on to the next writer (flag CHUNK_WF_FWD; the data
- *      straight from the received frame),
- *   3. meanwhile builds its own new copy-on-write version of the chunk in a
- *      temp file (chunk_store_write_prepare: data, block checksums, header),
- *      so that the hops' local work overlaps instead of running tail, middle,
- *      head one after another,
- *   4. waits for the next writer's acknowledgement — which it sends only
- *      after it published the write itself, so the acknowledgement is the
- *      commit travelling back up — and only then publishes its version
- *      (chunk_store_commit: the rename); a failed forward or a failed build
- *      throws the temp file away (chunk_store_abort),
- *   5. records (client id, request id) -> result in the dedup table,
- *   6. clears pending and answers.
- * The tail has no successor and applies at once. The last writer publishes
- * first: once the tail has, the write is committed; once the head has, every
- * writer has, and the client gets its acknowledgement. A TRUNCATE is not
- * pipelined: forwarded, then applied.
+ *   2. forwards the request to the next writer (flag CHUNK_WF_FWD) and waits
+ *      for its acknowledgement — which the next writer sends only after it
+ *      applied the write itself, so the acknowledgement is the commit
+ *      travelling back up,
+ *   3. applies it to its own chunk file (a new copy-on-write version),
+ *   4. records (client id, request id) -> result in the dedup table,
+ *   5. clears pending and answers.
+ * The last writer applies first: once the tail has applied, the write is
+ * committed; once the head has applied, every writer has, and the client
+ * gets its acknowledgement.
  *
  * State of one chunk on one replica (functions making each transition):
  *
  *      committed(v) --repl_write (pending count +1)--> pending(v -> v+1)
- *      pending      --write_locked/write_pipelined: fwd_send, prepare,
- *                     fwd_wait ok, commit ok (or, at the tail, apply_local
- *                     ok), dedup_add--> committed(v+1)
- *      pending      --forward, prepare or commit failed (temp file
- *                     aborted)--> committed(v)
+ *      pending      --write_locked: forward_write ok, apply_local ok,
+ *                     dedup_add--> committed(v+1)
+ *      pending      --forward_write or apply_local failed--> committed(v)
  *                     (error to the caller; the client retries with the
  *                      same request id; replicas below may hold v+1, and
  *                      answer the retry from their dedup table)
@@ -43,12 +34,8 @@
  *
  * Invariants:
  *   1. A replica acknowledges a write only after every writer below it in the
- *      chain applied it, and publishes its own new version only after its
- *      successor acknowledged (a version built early sits in tmp/, invisible
- *      to reads, deleted on failure or at the next start after a crash); so
- *      no replica exposes a version its successors lack, the head's state
- *      contains every acknowledged write, and so does every serving replica
- *      that is not pending.
+ *      chain applied it; so the head's state contains every acknowledged
+ *      write, and so does every serving replica that is not pending.
  *   2. Writes to one chunk are applied in the same order on every replica:
  *      the ordering lock is held across the forward, so the successor sees
  *      them one at a time, in the head's order. The lock is exact per
@@ -254,21 +241,6 @@ static struct rpc_client *conn_for(struct repl *rp, const char *addr)
 	return rpc;
 }
 
-/* The request as iovecs: the encoded fields in wb, then the data straight
- * from where it is (for a forward: the received frame). Returns the iovec
- * count or -errno. */
-static int req_iov(uint16_t type, const struct chunk_req *req, struct wbuf *wb,
-		   struct iovec iov[2])
-{
-	int r = chunk_req_encode(type, req, wb);
-	if (r < 0)
-		return r;
-	bool data = (type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT) && req->len;
-	iov[0] = (struct iovec){ wb->data, wb->len };
-	iov[1] = (struct iovec){ (void *)req->data, data ? req->len : 0 };
-	return data ? 2 : 1;
-}
-
 int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chunk_req *req,
 	      struct rpc_reply *reply)
 {
@@ -277,9 +249,12 @@ int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chu
 		return -ENOMEM;
 	_cleanup_(wbuf_done) struct wbuf wb;
 	wbuf_init(&wb);
-	struct iovec iov[2];
-	int n = req_iov(type, req, &wb, iov);
-	return n < 0 ? n : rpc_callv(rpc, type, iov, n, 0, reply);
+	int r = chunk_req_encode(type, req, &wb);
+	if (r < 0)
+		return r;
+	bool data = type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT;
+	struct iovec iov[2] = { { wb.data, wb.len }, { (void *)req->data, data ? req->len : 0 } };
+	return rpc_callv(rpc, type, iov, data && req->len ? 2 : 1, 0, reply);
 }
 
 /* ---- ordering locks, pending marks, dedup ---------------------------------- */
@@ -462,15 +437,21 @@ static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk
 
 /* ---- writes -------------------------------------------------------------------- */
 
-/* A write forwarded to the chain's next writer, its reply still to come. */
-struct fwd {
-	struct rpc_pending call;
-	uint32_t tid;
-};
-
-/* A successor that does not answer is reported; the write answers -EAGAIN. */
-static int fwd_result(struct repl *rp, uint32_t tid, int e)
+/* Sends the write on to the chain's next writer; the reply is its commit. */
+static int forward_write(struct repl *rp, struct place *p, int next, uint16_t type,
+			 const struct chunk_req *r)
 {
+	uint32_t tid = p->c->targets[next];
+	const struct strata_target *t = routing_target(&p->s->r, tid);
+	if (!t)
+		return -ESTALE;
+	struct chunk_req f = *r;
+	f.route = (struct chunk_route){ tid, p->c->chain_id, p->c->version };
+	f.flags |= CHUNK_WF_FWD;
+	uint16_t ftype = type == MSG_CHUNK_WRITE ? MSG_CHUNK_WRITE_EX : type;
+	struct rpc_reply rep = { 0 };
+	int e = repl_call(rp, t->addr, ftype, &f, &rep);
+	rpc_reply_done(&rep);
 	if (e == -ECONNREFUSED || e == -ECONNRESET || e == -ETIMEDOUT || e == -EPIPE ||
 	    e == -EHOSTUNREACH || e == -ENETUNREACH) {
 		mgmt_report(rp->mc, tid); /* strata-meta probes it and fails its node */
@@ -478,40 +459,6 @@ static int fwd_result(struct repl *rp, uint32_t tid, int e)
 		return -EAGAIN;
 	}
 	return e;
-}
-
-/* Sends the write on to the chain's next writer (the data straight from the
- * received frame); fwd_wait gets its reply, which is its commit. */
-static int fwd_send(struct repl *rp, struct place *p, int next, uint16_t type,
-		    const struct chunk_req *r, struct fwd *f)
-{
-	uint32_t tid = p->c->targets[next];
-	const struct strata_target *t = routing_target(&p->s->r, tid);
-	if (!t)
-		return -ESTALE;
-	struct rpc_client *rpc = conn_for(rp, t->addr);
-	if (!rpc)
-		return -ENOMEM;
-	struct chunk_req fr = *r;
-	fr.route = (struct chunk_route){ tid, p->c->chain_id, p->c->version };
-	fr.flags |= CHUNK_WF_FWD;
-	uint16_t ftype = type == MSG_CHUNK_WRITE ? MSG_CHUNK_WRITE_EX : type;
-	_cleanup_(wbuf_done) struct wbuf wb;
-	wbuf_init(&wb);
-	struct iovec iov[2];
-	int n = req_iov(ftype, &fr, &wb, iov);
-	if (n < 0)
-		return n;
-	f->tid = tid;
-	return fwd_result(rp, tid, rpc_call_send(rpc, ftype, iov, n, &f->call));
-}
-
-static int fwd_wait(struct repl *rp, struct fwd *f)
-{
-	struct rpc_reply rep = { 0 };
-	int e = rpc_call_recv(&f->call, &rep);
-	rpc_reply_done(&rep);
-	return fwd_result(rp, f->tid, e);
 }
 
 static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
@@ -528,31 +475,6 @@ static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk
 	return e;
 }
 
-/* Steps 2-5 for a write with a successor: the forward is sent first, our
- * new version is built while the successor works, and published only once
- * it answered (invariant 1); if it did not, the version is thrown away. */
-static int write_pipelined(struct repl *rp, struct chunk_store *cs, struct place *p, int next,
-			   uint16_t type, const struct chunk_req *r, struct chunk_stat *ret)
-{
-	struct fwd f;
-	int e = fwd_send(rp, p, next, type, r, &f);
-	if (e < 0)
-		return e;
-	struct chunk_meta m = { 0 };
-	struct chunk_txn *txn = NULL;
-	int le = chunk_store_write_prepare(cs, r->ino, r->index, r->off, r->len, r->data,
-					   r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m, &txn);
-	e = fwd_wait(rp, &f);
-	if (e == 0 && le == 0) {
-		e = chunk_store_commit(txn, &m);
-	} else {
-		chunk_store_abort(txn);
-		e = e < 0 ? e : le;
-	}
-	*ret = (struct chunk_stat){ m.version, m.length, m.checksum };
-	return e;
-}
-
 /* Invariant 3: who may accept this write here. */
 static int write_allowed(const struct place *p, const struct chunk_req *r)
 {
@@ -562,7 +484,7 @@ static int write_allowed(const struct place *p, const struct chunk_req *r)
 	return st == TARGET_SERVING && p->pos == chain_head(&p->s->r, p->c) ? 0 : -ESTALE;
 }
 
-/* Steps 2-5 of the protocol, under the ordering lock with the chunk pending.
+/* Steps 2-4 of the protocol, under the ordering lock with the chunk pending.
  * The chain is looked up again under the lock: a write that queued behind
  * one whose forward failed must not forward by the table of before. */
 static int write_locked(struct repl *rp, struct chunk_store *cs, struct place *p, uint16_t type,
@@ -577,15 +499,9 @@ static int write_locked(struct repl *rp, struct chunk_store *cs, struct place *p
 	if (e < 0)
 		return e;
 	int next = chain_next_writer(&p->s->r, p->c, p->pos);
-	if (next >= 0 && type != MSG_CHUNK_TRUNCATE) {
-		e = write_pipelined(rp, cs, p, next, type, r, st);
-	} else {
-		struct fwd f;
-		e = next >= 0 ? fwd_send(rp, p, next, type, r, &f) : 0;
-		e = next >= 0 && e == 0 ? fwd_wait(rp, &f) : e;
-		if (e == 0)
-			e = apply_local(cs, type, r, st);
-	}
+	e = next >= 0 ? forward_write(rp, p, next, type, r) : 0;
+	if (e == 0)
+		e = apply_local(cs, type, r, st);
 	if (e == 0)
 		dedup_add(rp, r->route.target_id, r, st);
 	return e;

@@ -39,10 +39,3 @@ struct uring_op {
  * the first -errno an op failed with (e.g. -ENOSPC). Only if io_uring_submit
  * itself fails can ops be left in flight; the ring should then be dropped. */
 int uring_run(struct io_uring *ring, struct uring_op *ops, int nops);
-/* The same batch run one op after another with preadv/pwritev/fdatasync on
- * the calling thread (same results). For buffered writes: ext4 cannot do
- * them without blocking, so io_uring hands each one to an io-wq worker
- * thread (two thread switches per write, a fifth of the CPU of a
- * replicated write on the 2-core VM); the copy into the page cache costs
- * the same on the caller's thread. */
-int uring_run_inline(struct uring_op *ops, int nops);

@@ -108,23 +108,6 @@ void rpc_reply_done(struct rpc_reply *r);
  * rpc_reply_done. */
 int rpc_callv(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
 	      unsigned flags, struct rpc_reply *reply);
-/* A call in two halves, to overlap the wait for the reply with local work
- * (a chunkserver builds its copy of a write while its successor in the
- * chain applies it): rpc_call_send sends the request on a connection of
- * its own and returns 0 with *p filled, or an error (nothing to receive);
- * after a successful send rpc_call_recv must be called exactly once: it
- * waits for the reply (as rpc_callv, no retry) and releases the
- * connection. Returns as rpc_callv; *reply as there. */
-struct transport_conn;
-struct rpc_pending {
-	struct rpc_client *c;
-	struct transport_conn *tc;
-	uint64_t req_id;
-	uint16_t type;
-};
-int rpc_call_send(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
-		  struct rpc_pending *p);
-int rpc_call_recv(struct rpc_pending *p, struct rpc_reply *reply);
 /* Convenience: payload from a wbuf. */
 int rpc_call(struct rpc_client *c, uint16_t type, const struct wbuf *req, unsigned flags,
 	     struct rpc_reply *reply);

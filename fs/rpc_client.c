@@ -184,16 +184,11 @@ static int recv_reply(struct rpc_client *c, struct transport_conn *tc, uint64_t 
 	return h.status > 0 ? -EPROTO : h.status;
 }
 
-/* Sends the request on a connection of the pool (dialled if needed) and
- * fills *p for the reply. On failure the connection is released (and
- * *transport_failed tells whether a retry may help). */
-static int send_request(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
-			struct rpc_pending *p, bool *transport_failed)
+/* One attempt. *transport_failed tells the caller whether a retry may help. */
+static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
+		     struct rpc_reply *reply, bool *transport_failed)
 {
 	struct transport_conn *tc;
-	*transport_failed = false;
-	if (iovcnt > 7)
-		return -EINVAL;
 	pool_get(c, &tc);
 	int r = 0;
 	if (!tc)
@@ -207,6 +202,10 @@ static int send_request(struct rpc_client *c, uint16_t type, const struct iovec 
 	struct wire_hdr h = {.type = type, .req_id = req_id};
 	uint8_t hdr[WIRE_HDR_SIZE];
 	struct iovec v[8];
+	if (iovcnt > 7) {
+		pool_put(c, tc, true);
+		return -EINVAL;
+	}
 	v[0] = (struct iovec){.iov_base = hdr, .iov_len = WIRE_HDR_SIZE};
 	memcpy(v + 1, iov, sizeof(*iov) * iovcnt);
 	wire_hdr_sealv(&h, iov, iovcnt, hdr);
@@ -215,49 +214,12 @@ static int send_request(struct rpc_client *c, uint16_t type, const struct iovec 
 		return -EMSGSIZE;
 	}
 	r = c->tops->sendv(tc, v, iovcnt + 1, c->opts.timeout_ms);
-	if (r < 0) {
-		pool_put(c, tc, false);
-		*transport_failed = true;
-		return r;
-	}
-	*p = (struct rpc_pending){.c = c, .tc = tc, .req_id = req_id, .type = type};
-	return 0;
-}
-
-/* Receives the reply of a sent request and releases its connection. */
-static int finish_request(struct rpc_pending *p, struct rpc_reply *reply, bool *transport_failed)
-{
-	int r = recv_reply(p->c, p->tc, p->req_id, p->type, reply);
+	if (r == 0)
+		r = recv_reply(c, tc, req_id, type, reply);
 	bool healthy = r >= 0 || reply->data != NULL;
 	*transport_failed = !healthy;
-	pool_put(p->c, p->tc, healthy);
-	p->tc = NULL;
+	pool_put(c, tc, healthy);
 	return r;
-}
-
-/* One attempt. *transport_failed tells the caller whether a retry may help. */
-static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
-		     struct rpc_reply *reply, bool *transport_failed)
-{
-	struct rpc_pending p;
-	int r = send_request(c, type, iov, iovcnt, &p, transport_failed);
-	return r < 0 ? r : finish_request(&p, reply, transport_failed);
-}
-
-int rpc_call_send(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
-		  struct rpc_pending *p)
-{
-	bool transport_failed;
-	return send_request(c, type, iov, iovcnt, p, &transport_failed);
-}
-
-int rpc_call_recv(struct rpc_pending *p, struct rpc_reply *reply)
-{
-	reply->data = NULL;
-	reply->len = 0;
-	reply->heap_ = NULL;
-	bool transport_failed;
-	return finish_request(p, reply, &transport_failed);
 }
 
 int rpc_callv(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,

@@ -3,8 +3,7 @@
  * checksum corruption (a byte flipped on disk -> -EIO and one report naming
  * the block), leftover temp files, crash atomicity (a child killed mid-write
  * in a loop: the chunk is always some complete version, checked by replaying
- * the writes up to its version), the two-step write (prepare, commit or
- * abort), and ENOSPC on a 16 MiB tmpfs (skipped
+ * the writes up to its version), and ENOSPC on a 16 MiB tmpfs (skipped
  * without mount privileges). */
 #include <errno.h>
 #include <fcntl.h>
@@ -470,63 +469,6 @@ static int test_enospc(struct uring_pool *pool)
 
 /* `test_chunk_store` runs everything but the ENOSPC test; `test_chunk_store
  * enospc` runs only that one (77 without mount privileges). */
-/* The two-step write of replica.c: nothing shows until commit, abort leaves
- * the old version and no temp file, a commit over a chunk changed since the
- * prepare publishes nothing (-ESTALE), len 0 prepares no txn. */
-static void test_txn(struct env *e)
-{
-	uint8_t *v1 = malloc(MiB), *v2 = malloc(MiB), *model = malloc(MiB);
-	CHECK(v1 && v2 && model);
-	fill(v1, MiB, 21);
-	fill(v2, MiB, 22);
-	char tmpdir[512];
-	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", e->dir);
-	struct chunk_meta m, pm, cm;
-	struct chunk_txn *t;
-	/* a new chunk: invisible until commit */
-	CHECK_EQ(chunk_store_write_prepare(e->cs, 9, 0, 0, MiB, v1, 0, &pm, &t), 0);
-	CHECK(t);
-	CHECK_EQ(pm.version, 1);
-	CHECK_EQ(chunk_store_stat(e->cs, 9, 0, &m), -ENOENT);
-	CHECK_EQ(count_files(tmpdir), 1);
-	CHECK_EQ(chunk_store_commit(t, &cm), 0);
-	CHECK(cm.version == pm.version && cm.length == MiB && cm.checksum == pm.checksum);
-	expect_chunk(e, 9, 0, v1, MiB);
-	CHECK_EQ(count_files(tmpdir), 0);
-	/* a partial overwrite, aborted: the old version stays */
-	CHECK_EQ(chunk_store_write_prepare(e->cs, 9, 0, 1000, 200 * KiB, v2, CHUNK_STORE_SYNC, &pm,
-					   &t), 0);
-	CHECK_EQ(pm.version, 2);
-	chunk_store_abort(t);
-	expect_chunk(e, 9, 0, v1, MiB);
-	CHECK_EQ(count_files(tmpdir), 0);
-	/* the same, committed: same checksum as a one-step write would give */
-	CHECK_EQ(chunk_store_write_prepare(e->cs, 9, 0, 1000, 200 * KiB, v2, 0, &pm, &t), 0);
-	expect_chunk(e, 9, 0, v1, MiB);
-	CHECK_EQ(chunk_store_commit(t, &cm), 0);
-	memcpy(model, v1, MiB);
-	memcpy(model + 1000, v2, 200 * KiB);
-	expect_chunk(e, 9, 0, model, MiB);
-	CHECK_EQ(cm.version, 2);
-	CHECK_EQ(chunk_store_write(e->cs, 10, 0, 0, MiB, model, 0, &m), 0);
-	CHECK_EQ(m.checksum, cm.checksum);
-	/* changed between prepare and commit: refused, nothing published */
-	CHECK_EQ(chunk_store_write_prepare(e->cs, 9, 0, 0, 4096, v2, 0, &pm, &t), 0);
-	CHECK_EQ(chunk_store_write(e->cs, 9, 0, 0, 4096, v1, 0, &m), 0);
-	CHECK_EQ(chunk_store_commit(t, &cm), -ESTALE);
-	memcpy(model, v1, 4096);
-	expect_chunk(e, 9, 0, model, MiB);
-	CHECK_EQ(count_files(tmpdir), 0);
-	/* len 0: no txn, the current state */
-	CHECK_EQ(chunk_store_write_prepare(e->cs, 9, 0, 5, 0, v2, 0, &pm, &t), 0);
-	CHECK(t == NULL && pm.version == 3);
-	CHECK_EQ(chunk_store_commit(NULL, NULL), 0);
-	chunk_store_abort(NULL);
-	free(v1);
-	free(v2);
-	free(model);
-}
-
 int main(int argc, char **argv)
 {
 	struct env e = { 0 };
@@ -551,7 +493,6 @@ int main(int argc, char **argv)
 	test_concurrent_read(&e);
 	test_leftover_tmp(&e);
 	test_crash(&e);
-	test_txn(&e);
 	chunk_store_free(e.cs);
 	uring_pool_free(e.pool);
 
