@@ -2,12 +2,11 @@
 own, never one a finished sandbox used (the default reuses an empty one;
 tests/sandbox/test_sandbox_reuse.c checks that reuse leaves nothing behind)."""
 import base64
-import json
 
 import pytest
 
 from conftest import daemon_in_tmp
-from test_http_api import request
+from test_http_api import request, stream_events
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +20,7 @@ def fresh(daemon):  # daemon: root and a built sandboxd, else skipped
 def exec_stdout(d, sid, cmd):
     st, body = request(d, "POST", "/v1/sandboxes/%s/exec" % sid, {"cmd": cmd})
     assert st == 200, body
-    data, rest = b"", body
-    while rest:  # de-chunk the JSON-lines stream
-        n, _, rest = rest.partition(b"\r\n")
-        n = int(n, 16)
-        if n == 0:
-            break
-        data, rest = data + rest[:n], rest[n + 2:]
-    events = [json.loads(line) for line in data.splitlines()]
+    events = stream_events(body)
     assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 0, events
     return b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout")
 

@@ -76,6 +76,18 @@ def create(daemon, **kw):
     return b["id"]
 
 
+def stream_events(body):
+    """The JSON-lines events of a chunked exec stream's body."""
+    data, rest = b"", body
+    while rest:
+        n, _, rest = rest.partition(b"\r\n")
+        n = int(n, 16)
+        if n == 0:
+            break
+        data, rest = data + rest[:n], rest[n + 2:]
+    return [json.loads(line) for line in data.splitlines()]
+
+
 def test_health_and_unknown_route(daemon):
     assert healthy(daemon)
     st, b = request(daemon, "GET", "/v2/nothing")
@@ -186,15 +198,7 @@ def test_exec_stream_framing(daemon):
     st, body = request(daemon, "POST", "/v1/sandboxes/%s/exec" % sid,
                        {"cmd": ["sh", "-c", "printf 'a\\x00b'; exit 7"]})
     assert st == 200
-    # de-chunk
-    data, rest = b"", body
-    while rest:
-        n, _, rest = rest.partition(b"\r\n")
-        n = int(n, 16)
-        if n == 0:
-            break
-        data, rest = data + rest[:n], rest[n + 2:]
-    events = [json.loads(line) for line in data.splitlines()]
+    events = stream_events(body)
     assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 7
     import base64
     out = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout")
