@@ -171,6 +171,21 @@ static int sock_err(int e)
 	return e == EPIPE ? -ECONNRESET : -e;
 }
 
+/* Moves cur and iovcnt past the n bytes just sent; returns the iovecs left. */
+static int iov_advance(struct iovec **cur, int *iovcnt, size_t n)
+{
+	while (*iovcnt > 0 && n >= (*cur)->iov_len) {
+		n -= (*cur)->iov_len;
+		(*cur)++;
+		(*iovcnt)--;
+	}
+	if (*iovcnt > 0) {
+		(*cur)->iov_base = (char *)(*cur)->iov_base + n;
+		(*cur)->iov_len -= n;
+	}
+	return *iovcnt;
+}
+
 int tcp_sendv_fd(int fd, const struct iovec *iov_in, int iovcnt, int timeout_ms)
 {
 	struct iovec iov[8];
@@ -192,15 +207,7 @@ int tcp_sendv_fd(int fd, const struct iovec *iov_in, int iovcnt, int timeout_ms)
 				return r;
 			continue;
 		}
-		while (iovcnt > 0 && (size_t)n >= cur->iov_len) {
-			n -= cur->iov_len;
-			cur++;
-			iovcnt--;
-		}
-		if (iovcnt > 0) {
-			cur->iov_base = (char *)cur->iov_base + n;
-			cur->iov_len -= n;
-		}
+		iov_advance(&cur, &iovcnt, (size_t)n);
 	}
 	return 0;
 }
@@ -248,17 +255,8 @@ static int tcp_sendv(struct transport_conn *c, const struct iovec *iov_in, int i
 				continue;
 			return sock_err(errno);
 		}
-		while (iovcnt > 0 && (size_t)n >= cur->iov_len) {
-			n -= cur->iov_len;
-			cur++;
-			iovcnt--;
-		}
-		if (iovcnt > 0) {
-			cur->iov_base = (char *)cur->iov_base + n;
-			cur->iov_len -= n;
-			if (now_ms() >= deadline)
-				return -ETIMEDOUT;
-		}
+		if (iov_advance(&cur, &iovcnt, (size_t)n) > 0 && now_ms() >= deadline)
+			return -ETIMEDOUT;
 	}
 	return 0;
 }
