@@ -64,6 +64,25 @@ static void fuzz_replies(const uint8_t *p, size_t n)
 		strata_routing_done(&rt);
 	rbuf_init(&r, p, n);
 	(void)mgmt_register_reply_get(&r, &node, ids, n ? p[0] % MGMT_MAX_TARGETS : 0);
+	/* fsck: the report, the chunk request (re-encoded: same bytes back) and reply */
+	struct meta_fsck_report fr;
+	rbuf_init(&r, p, n);
+	if (meta_fsck_report_get(&r, &fr) == 0)
+		meta_fsck_report_done(&fr);
+	struct meta_fsck_chunk *items = NULL, fc[8];
+	uint32_t flags, nitems;
+	rbuf_init(&r, p, n);
+	if (meta_fsck_chunks_req_get(&r, &flags, &items, &nitems) == 0) {
+		struct wbuf w;
+		wbuf_init(&w);
+		meta_fsck_chunks_req_put(&w, flags, items, nitems);
+		if (!w.err && (w.len > n || memcmp(w.data, p, w.len) != 0))
+			__builtin_trap();
+		wbuf_done(&w);
+		free(items);
+	}
+	rbuf_init(&r, p, n);
+	(void)meta_fsck_chunks_reply_get(&r, fc, n ? p[0] % 8 : 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -558,3 +558,88 @@ int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret)
 	rbuf_init(&b, rep.data, rep.len);
 	return mgmt_cluster_get(&b, ret);
 }
+
+/* ---- fsck ------------------------------------------------------------------- */
+
+int meta_fsck(struct meta_client *mc, uint32_t flags, struct meta_fsck_report *ret)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	struct rbuf b;
+	int r;
+
+	wbuf_init(&w);
+	meta_fsck_req_put(&w, flags, META_FSCK_MAX_RECORDS);
+	r = w.err ? w.err : rpc_call(mc->rpc, MSG_META_FSCK, &w,
+				     flags & META_FSCK_REPAIR ? 0 : RPC_IDEMPOTENT, &rep);
+	wbuf_done(&w);
+	if (r < 0)
+		return r;
+	rbuf_init(&b, rep.data, rep.len);
+	return meta_fsck_report_get(&b, ret);
+}
+
+void meta_fsck_report_done(struct meta_fsck_report *r)
+{
+	free(r->rec);
+	r->rec = NULL;
+	r->n = 0;
+}
+
+const char *meta_fsck_kind_name(uint16_t kind)
+{
+	static const char *const n[FSCK_KIND_MAX] = {
+		[FSCK_DANGLING_DENTRY] = "dangling-dentry",
+		[FSCK_DENTRY_TYPE] = "dentry-type",
+		[FSCK_DIR_LINKS] = "dir-links",
+		[FSCK_DIR_PARENT] = "dir-parent",
+		[FSCK_NLINK] = "nlink",
+		[FSCK_UNREACHABLE] = "unreachable",
+		[FSCK_ORPHAN_NO_MARKER] = "orphan-no-marker",
+		[FSCK_STALE_ORPHAN] = "stale-orphan-marker",
+		[FSCK_SESSION_NO_INDEX] = "session-no-index",
+		[FSCK_INDEX_NO_SESSION] = "index-no-session",
+		[FSCK_SESSION_NO_INODE] = "session-no-inode",
+		[FSCK_GC_LIVE] = "gc-queued-live",
+		[FSCK_COUNTER] = "counter",
+		[FSCK_INODE_COUNT] = "inode-count",
+		[FSCK_BAD_RECORD] = "bad-record",
+		[FSCK_STRAY_RECORD] = "stray-record",
+		[FSCK_SYMLINK_NO_TARGET] = "symlink-no-target",
+	};
+	return kind < FSCK_KIND_MAX && n[kind] ? n[kind] : "unknown";
+}
+
+int meta_fsck_chunks(struct meta_client *mc, uint32_t flags, struct meta_fsck_chunk *items,
+		     uint32_t n)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	struct rbuf b;
+	int r;
+
+	if (n > META_FSCK_CHUNKS_MAX)
+		return -EINVAL;
+	wbuf_init(&w);
+	meta_fsck_chunks_req_put(&w, flags, items, n);
+	r = w.err ? w.err : rpc_call(mc->rpc, MSG_META_FSCK_CHUNKS, &w,
+				     flags & META_FSCK_REPAIR ? 0 : RPC_IDEMPOTENT, &rep);
+	wbuf_done(&w);
+	if (r < 0)
+		return r;
+	rbuf_init(&b, rep.data, rep.len);
+	return meta_fsck_chunks_reply_get(&b, items, n);
+}
+
+int meta_fsck_resync(struct meta_client *mc, uint32_t target_id)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	int r;
+
+	wbuf_init(&w);
+	wbuf_put_u32(&w, target_id);
+	r = w.err ? w.err : rpc_call(mc->rpc, MSG_META_FSCK_RESYNC, &w, 0, &rep);
+	wbuf_done(&w);
+	return r;
+}

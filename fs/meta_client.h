@@ -168,3 +168,86 @@ struct mgmt_cluster {
 };
 int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret);
 void mgmt_cluster_done(struct mgmt_cluster *c);
+
+/* ---- fsck (MSG_META_FSCK, MSG_META_FSCK_CHUNKS; meta/README.md "fsck") ---- */
+/* What a namespace check finds. Names for output: meta_fsck_kind_name. */
+enum meta_fsck_kind {
+	FSCK_DANGLING_DENTRY = 1, /* dentry -> missing inode (or in a missing/non-dir parent) */
+	FSCK_DENTRY_TYPE,	  /* dentry's type bits differ from the inode's */
+	FSCK_DIR_LINKS,		  /* a directory named by more than one dentry */
+	FSCK_DIR_PARENT,	  /* a directory's parent field is not the dir holding it */
+	FSCK_NLINK,		  /* nlink differs from what the dentries say */
+	FSCK_UNREACHABLE,	  /* no dentry, and not an orphan held open by a session */
+	FSCK_ORPHAN_NO_MARKER,	  /* nlink 0 with sessions but no O marker */
+	FSCK_STALE_ORPHAN,	  /* an O marker on an inode that is not an open orphan */
+	FSCK_SESSION_NO_INDEX,	  /* S(ino,sid) without U(client,ino,sid) */
+	FSCK_INDEX_NO_SESSION,	  /* U(client,ino,sid) without S(ino,sid) */
+	FSCK_SESSION_NO_INODE,	  /* a session on an inode that does not exist */
+	FSCK_GC_LIVE,		  /* queued for GC while the inode exists */
+	FSCK_COUNTER,		  /* a next_* counter not above an id in use (name) */
+	FSCK_INODE_COUNT,	  /* the `inodes` counter differs from the count */
+	FSCK_BAD_RECORD,	  /* a record that does not decode (reported only) */
+	FSCK_STRAY_RECORD,	  /* an xattr or symlink target of a missing inode (name: "xattr"/"symlink") */
+	FSCK_SYMLINK_NO_TARGET,	  /* a symlink inode without its target (reported only) */
+	FSCK_KIND_MAX
+};
+#define META_FSCK_REPAIR 0x1u
+/* Records one MSG_META_FSCK reply carries at most; the totals per kind are
+ * always complete, `truncated` says records were left out. */
+#define META_FSCK_MAX_RECORDS 1000
+struct meta_fsck_record {
+	uint16_t kind;
+	uint8_t repaired;	  /* 0: found; 1: a repair made (listed after the findings) */
+	uint64_t ino, parent;	  /* parent: the directory of the dentry, if any */
+	uint64_t expected, actual; /* nlink, counter values, type bits */
+	char name[STRATA_NAME_MAX + 1]; /* dentry or counter name, or "" */
+};
+struct meta_fsck_report {
+	uint64_t inodes, dirs, files, dentries, sessions, orphans, gc_queued;
+	uint32_t found[FSCK_KIND_MAX], repaired[FSCK_KIND_MAX];
+	uint32_t n;
+	uint8_t truncated;
+	struct meta_fsck_record *rec; /* heap: meta_fsck_report_done */
+};
+/* Checks the namespace on a consistent snapshot while strata-meta keeps
+ * serving; with META_FSCK_REPAIR, re-checks under the mutation lock and
+ * repairs what it can without losing data (each repair logged by
+ * strata-meta). -EOPNOTSUPP from a strata-meta without fsck. */
+int meta_fsck(struct meta_client *mc, uint32_t flags, struct meta_fsck_report *ret);
+void meta_fsck_report_done(struct meta_fsck_report *r);
+const char *meta_fsck_kind_name(uint16_t kind);
+
+/* Chunks listed on the chunkservers, asked about by inode. verdicts: */
+enum meta_fsck_verdict {
+	FSCK_CHUNK_OK = 0,	  /* a live regular file's, within its size */
+	FSCK_CHUNK_OPEN,	  /* the file has sessions: writes may be in flight */
+	FSCK_CHUNK_GC,		  /* inode queued for GC: the collector removes it */
+	FSCK_CHUNK_NO_INODE,	  /* orphan: no inode, not queued */
+	FSCK_CHUNK_NOT_FILE,	  /* orphan: the inode is not a regular file */
+	FSCK_CHUNK_BEYOND_EOF,	  /* orphan: at or past the chunk holding the end */
+};
+#define META_FSCK_CHUNKS_MAX 4096 /* items per MSG_META_FSCK_CHUNKS */
+struct meta_fsck_chunk {
+	/* request */
+	uint64_t ino;
+	uint32_t index;	   /* the lowest index listed for this inode on this table */
+	uint32_t table_id; /* a chain table holding the chain it was listed on */
+	/* reply */
+	uint8_t verdict;
+	uint8_t removed;   /* repair: chunks from first_orphan on were removed */
+	int32_t err;	   /* repair: the removal's error, or 0 */
+	uint32_t first_orphan; /* orphans: the first index that is not the file's */
+	uint64_t size;
+};
+/* Asks strata-meta for the verdict on items[0..n) (n <= META_FSCK_CHUNKS_MAX)
+ * under its mutation lock; with META_FSCK_REPAIR it also removes orphan
+ * chunks (MSG_CHUNK_REMOVE_FILE from first_orphan on, the GC's path) while
+ * still holding the lock, so no file can be created, opened or grown
+ * in between. */
+int meta_fsck_chunks(struct meta_client *mc, uint32_t flags, struct meta_fsck_chunk *items,
+		     uint32_t n);
+/* Has strata-meta take serving target_id out of service to be resynced from
+ * the other serving replicas of its chain (as after a restart of its node).
+ * MSG_META_FSCK_RESYNC: request target u32; reply empty. -EBUSY: no other
+ * replica serves; -EALREADY: it is not serving; -ENOENT: no such target. */
+int meta_fsck_resync(struct meta_client *mc, uint32_t target_id);

@@ -746,3 +746,159 @@ int mgmt_cluster_get(struct rbuf *b, struct mgmt_cluster *ret)
 	*ret = c;
 	return 0;
 }
+
+/* ---- fsck -------------------------------------------------------------------- */
+
+void meta_fsck_req_put(struct wbuf *b, uint32_t flags, uint32_t max)
+{
+	wbuf_put_u32(b, flags);
+	wbuf_put_u32(b, max);
+}
+
+int meta_fsck_req_get(struct rbuf *b, uint32_t *ret_flags, uint32_t *ret_max)
+{
+	uint32_t f = rbuf_get_u32(b), m = rbuf_get_u32(b);
+
+	if (rbuf_done(b) < 0)
+		return -EBADMSG;
+	*ret_flags = f;
+	*ret_max = m;
+	return 0;
+}
+
+void meta_fsck_report_put(struct wbuf *b, const struct meta_fsck_report *r)
+{
+	wbuf_put_u64(b, r->inodes);
+	wbuf_put_u64(b, r->dirs);
+	wbuf_put_u64(b, r->files);
+	wbuf_put_u64(b, r->dentries);
+	wbuf_put_u64(b, r->sessions);
+	wbuf_put_u64(b, r->orphans);
+	wbuf_put_u64(b, r->gc_queued);
+	wbuf_put_u32(b, FSCK_KIND_MAX - 1);
+	for (int k = 1; k < FSCK_KIND_MAX; k++) {
+		wbuf_put_u32(b, r->found[k]);
+		wbuf_put_u32(b, r->repaired[k]);
+	}
+	wbuf_put_u32(b, r->n);
+	wbuf_put_u8(b, r->truncated);
+	for (uint32_t i = 0; i < r->n; i++) {
+		const struct meta_fsck_record *c = &r->rec[i];
+		wbuf_put_u16(b, c->kind);
+		wbuf_put_u8(b, c->repaired);
+		wbuf_put_u64(b, c->ino);
+		wbuf_put_u64(b, c->parent);
+		wbuf_put_u64(b, c->expected);
+		wbuf_put_u64(b, c->actual);
+		wbuf_put_str(b, c->name);
+	}
+}
+
+int meta_fsck_report_get(struct rbuf *b, struct meta_fsck_report *ret)
+{
+	struct meta_fsck_report r = {0};
+
+	r.inodes = rbuf_get_u64(b);
+	r.dirs = rbuf_get_u64(b);
+	r.files = rbuf_get_u64(b);
+	r.dentries = rbuf_get_u64(b);
+	r.sessions = rbuf_get_u64(b);
+	r.orphans = rbuf_get_u64(b);
+	r.gc_queued = rbuf_get_u64(b);
+	uint32_t nk = rbuf_get_u32(b);
+	if (nk > 1024 || rbuf_remaining(b) < (size_t)nk * 8)
+		return -EBADMSG;
+	for (uint32_t k = 1; k <= nk; k++) {
+		uint32_t f = rbuf_get_u32(b), p = rbuf_get_u32(b);
+		if (k < FSCK_KIND_MAX) {
+			r.found[k] = f;
+			r.repaired[k] = p;
+		}
+	}
+	r.n = rbuf_get_u32(b);
+	r.truncated = rbuf_get_u8(b);
+	/* a record is at least 37 bytes: a count past that is malformed */
+	if (b->err || r.n > rbuf_remaining(b) / 37)
+		return -EBADMSG;
+	if (r.n && !(r.rec = calloc(r.n, sizeof(*r.rec))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < r.n; i++) {
+		struct meta_fsck_record *c = &r.rec[i];
+		c->kind = rbuf_get_u16(b);
+		c->repaired = rbuf_get_u8(b);
+		c->ino = rbuf_get_u64(b);
+		c->parent = rbuf_get_u64(b);
+		c->expected = rbuf_get_u64(b);
+		c->actual = rbuf_get_u64(b);
+		rbuf_get_str(b, c->name, sizeof(c->name));
+	}
+	if (rbuf_done(b) < 0) {
+		free(r.rec);
+		return -EBADMSG;
+	}
+	*ret = r;
+	return 0;
+}
+
+void meta_fsck_chunks_req_put(struct wbuf *b, uint32_t flags, const struct meta_fsck_chunk *c,
+			      uint32_t n)
+{
+	wbuf_put_u32(b, flags);
+	wbuf_put_u32(b, n);
+	for (uint32_t i = 0; i < n; i++) {
+		wbuf_put_u64(b, c[i].ino);
+		wbuf_put_u32(b, c[i].index);
+		wbuf_put_u32(b, c[i].table_id);
+	}
+}
+
+int meta_fsck_chunks_req_get(struct rbuf *b, uint32_t *ret_flags, struct meta_fsck_chunk **ret_items,
+			     uint32_t *ret_n)
+{
+	uint32_t flags = rbuf_get_u32(b), n = rbuf_get_u32(b);
+
+	if (b->err || n > META_FSCK_CHUNKS_MAX || rbuf_remaining(b) < (size_t)n * 16)
+		return -EBADMSG;
+	struct meta_fsck_chunk *c = calloc(n ? n : 1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		c[i].ino = rbuf_get_u64(b);
+		c[i].index = rbuf_get_u32(b);
+		c[i].table_id = rbuf_get_u32(b);
+	}
+	if (rbuf_done(b) < 0) {
+		free(c);
+		return -EBADMSG;
+	}
+	*ret_flags = flags;
+	*ret_items = c;
+	*ret_n = n;
+	return 0;
+}
+
+void meta_fsck_chunks_reply_put(struct wbuf *b, const struct meta_fsck_chunk *c, uint32_t n)
+{
+	wbuf_put_u32(b, n);
+	for (uint32_t i = 0; i < n; i++) {
+		wbuf_put_u8(b, c[i].verdict);
+		wbuf_put_u8(b, c[i].removed);
+		wbuf_put_u32(b, (uint32_t)c[i].err);
+		wbuf_put_u32(b, c[i].first_orphan);
+		wbuf_put_u64(b, c[i].size);
+	}
+}
+
+int meta_fsck_chunks_reply_get(struct rbuf *b, struct meta_fsck_chunk *c, uint32_t n)
+{
+	if (rbuf_get_u32(b) != n || b->err)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < n; i++) {
+		c[i].verdict = rbuf_get_u8(b);
+		c[i].removed = rbuf_get_u8(b);
+		c[i].err = (int32_t)rbuf_get_u32(b);
+		c[i].first_orphan = rbuf_get_u32(b);
+		c[i].size = rbuf_get_u64(b);
+	}
+	return rbuf_done(b) < 0 ? -EBADMSG : 0;
+}

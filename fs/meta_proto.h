@@ -91,3 +91,26 @@ int meta_routing_get(struct rbuf *b, struct strata_routing *ret);
 /* Checks a single path component. Returns 0, -EINVAL (empty, contains '/',
  * "." or "..") or -ENAMETOOLONG (> STRATA_NAME_MAX bytes). */
 int meta_name_check(const char *name);
+
+/* fsck. MSG_META_FSCK request: flags u32 (META_FSCK_REPAIR), max u32
+ * (records wanted, clamped to META_FSCK_MAX_RECORDS). Reply: inodes, dirs,
+ * files, dentries, sessions, orphans, gc_queued u64; nkinds u32 then
+ * (found u32, repaired u32) per kind 1..nkinds; n u32, truncated u8, then n
+ * records (kind u16, repaired u8, ino, parent, expected, actual u64, name
+ * str). A decoder reads the kinds it knows and skips the others.
+ * MSG_META_FSCK_CHUNKS request: flags u32, n u32 (<= META_FSCK_CHUNKS_MAX),
+ * n x (ino u64, index u32, table u32). Reply: n u32, n x (verdict u8,
+ * removed u8, err i32, first_orphan u32, size u64). All return 0 or
+ * -EBADMSG (-ENOMEM for the report's records). */
+void meta_fsck_req_put(struct wbuf *b, uint32_t flags, uint32_t max);
+int meta_fsck_req_get(struct rbuf *b, uint32_t *ret_flags, uint32_t *ret_max);
+void meta_fsck_report_put(struct wbuf *b, const struct meta_fsck_report *r);
+int meta_fsck_report_get(struct rbuf *b, struct meta_fsck_report *ret);
+void meta_fsck_chunks_req_put(struct wbuf *b, uint32_t flags, const struct meta_fsck_chunk *c,
+			      uint32_t n);
+/* *ret_items: heap array of *ret_n items (free()). */
+int meta_fsck_chunks_req_get(struct rbuf *b, uint32_t *ret_flags, struct meta_fsck_chunk **ret_items,
+			     uint32_t *ret_n);
+void meta_fsck_chunks_reply_put(struct wbuf *b, const struct meta_fsck_chunk *c, uint32_t n);
+/* Fills the reply fields of c[0..n) (n must match the reply). */
+int meta_fsck_chunks_reply_get(struct rbuf *b, struct meta_fsck_chunk *c, uint32_t n);

@@ -28,6 +28,9 @@ enum strata_msg {
 	MSG_META_CLOSE,
 	MSG_META_SYNC,
 	MSG_META_SET_LENGTH,
+	MSG_META_FSCK,        /* namespace check (and repair): meta/fsck.c */
+	MSG_META_FSCK_CHUNKS, /* verdicts on listed chunks by inode (and removal) */
+	MSG_META_FSCK_RESYNC, /* a damaged or stale replica: resync its target */
 
 	/* chunkserver */
 	MSG_CHUNK_PING = 0x0200,

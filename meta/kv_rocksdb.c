@@ -71,11 +71,43 @@ void kv_close(struct kv *kv)
 	free(kv);
 }
 
+struct kv_snap {
+	const rocksdb_snapshot_t *snap;
+	rocksdb_readoptions_t *ropts;
+};
+
+struct kv_snap *kv_snap_new(struct kv *kv)
+{
+	struct kv_snap *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->snap = rocksdb_create_snapshot(kv->db);
+	s->ropts = rocksdb_readoptions_create();
+	rocksdb_readoptions_set_snapshot(s->ropts, s->snap);
+	return s;
+}
+
+void kv_snap_free(struct kv *kv, struct kv_snap *s)
+{
+	if (!s)
+		return;
+	rocksdb_readoptions_destroy(s->ropts);
+	rocksdb_release_snapshot(kv->db, s->snap);
+	free(s);
+}
+
 int kv_get(struct kv *kv, const void *key, size_t klen, void **ret_val, size_t *ret_len)
+{
+	return kv_get_at(kv, NULL, key, klen, ret_val, ret_len);
+}
+
+int kv_get_at(struct kv *kv, const struct kv_snap *s, const void *key, size_t klen,
+	      void **ret_val, size_t *ret_len)
 {
 	char *err = NULL;
 	size_t vlen = 0;
-	char *v = rocksdb_get(kv->db, kv->ropts, key, klen, &vlen, &err);
+	char *v = rocksdb_get(kv->db, s ? s->ropts : kv->ropts, key, klen, &vlen, &err);
 
 	if (err) {
 		free(err);
@@ -141,6 +173,12 @@ static int scan_iter(rocksdb_iterator_t *it, size_t plen, const void *prefix, co
 int kv_scan(struct kv *kv, const void *prefix, size_t plen, const void *start, size_t slen,
 	    kv_scan_fn fn, void *ctx)
 {
+	return kv_scan_at(kv, NULL, prefix, plen, start, slen, fn, ctx);
+}
+
+int kv_scan_at(struct kv *kv, const struct kv_snap *s, const void *prefix, size_t plen,
+	       const void *start, size_t slen, kv_scan_fn fn, void *ctx)
+{
 	_cleanup_free_ uint8_t *upper = malloc(plen ? plen : 1);
 	rocksdb_readoptions_t *ro;
 	rocksdb_iterator_t *it;
@@ -153,6 +191,8 @@ int kv_scan(struct kv *kv, const void *prefix, size_t plen, const void *start, s
 	size_t ulen = prefix_successor(prefix, plen, upper);
 	if (ulen)
 		rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)upper, ulen);
+	if (s)
+		rocksdb_readoptions_set_snapshot(ro, s->snap);
 	it = rocksdb_create_iterator(kv->db, ro);
 	r = scan_iter(it, plen, prefix, start, slen, fn, ctx);
 	rocksdb_iter_get_error(it, &err);

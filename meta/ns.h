@@ -130,3 +130,25 @@ int ns_sync_done(struct ns *ns, const struct mgmt_sync *s);
 /* The admin view; release with mgmt_cluster_done. */
 int ns_cluster(struct ns *ns, struct mgmt_cluster *ret);
 
+
+/* ---- fsck (fsck.c; README.md "fsck") -------------------------------------- */
+/* Checks the store on a snapshot (no lock: mutations go on); with
+ * META_FSCK_REPAIR then repairs under the mutation lock what a re-scan of
+ * the current state still finds. *ret: totals per kind and up to
+ * META_FSCK_MAX_RECORDS records, findings first, then repairs
+ * (meta_fsck_report_done). -EFBIG past the inodes one check can hold. */
+int ns_fsck(struct ns *ns, uint32_t flags, struct meta_fsck_report *ret);
+/* Removes the chunks of ino with index >= first_index on every chain of the
+ * layout's table (MSG_CHUNK_REMOVE_FILE, as the GC does). */
+typedef int (*ns_fsck_remove_fn)(void *ctx, const struct strata_layout *layout,
+				 strata_ino_t ino, uint32_t first_index);
+/* Fills the verdict of items[0..n) under the mutation lock; with
+ * META_FSCK_REPAIR calls rm for every orphan before releasing it (rm must not
+ * call back into the engine). Returns 0 or -errno. */
+int ns_fsck_chunks(struct ns *ns, uint32_t flags, struct meta_fsck_chunk *items, uint32_t n,
+		   ns_fsck_remove_fn rm, void *ctx);
+/* Makes serving target target_id resync from the other serving replicas of
+ * its chain (serving -> waiting -> syncing -> serving, as after a restart of
+ * its node). -EBUSY if no other replica serves, -EALREADY if it is not
+ * serving, -ENOENT if unknown. */
+int ns_fsck_resync(struct ns *ns, uint32_t target_id, uint8_t *ret_state);

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "chunk_proto.h"
 #include "cleanup.h"
+#include "layout.h"
 #include "log.h"
 #include "rpc.h"
 #include "meta_proto.h"
@@ -370,6 +372,136 @@ static int handle_repl(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 	return -EOPNOTSUPP;
 }
 
+/* ---- fsck ------------------------------------------------------------------- */
+
+static void log_repairs(const struct meta_fsck_report *r, const char *peer)
+{
+	for (uint32_t i = 0; i < r->n; i++) {
+		const struct meta_fsck_record *c = &r->rec[i];
+		if (!c->repaired)
+			continue;
+		log_info("fsck (%s): repaired %s: ino %llu parent %llu name '%s' expected %llu "
+			 "was %llu", peer, meta_fsck_kind_name(c->kind), (unsigned long long)c->ino,
+			 (unsigned long long)c->parent, c->name, (unsigned long long)c->expected,
+			 (unsigned long long)c->actual);
+	}
+	if (r->truncated)
+		log_info("fsck (%s): more repairs than the reply lists (see the totals)", peer);
+}
+
+/* The GC's removal path, sent from here: MSG_CHUNK_REMOVE_FILE to every
+ * serving and syncing target of every chain of the layout's table, in chain
+ * order (a syncing target's failure is ignored: resync brings it in line). */
+#define FSCK_RM_TIMEOUT_MS 2000
+static int fsck_remove(void *ctx, const struct strata_layout *layout, strata_ino_t ino,
+		       uint32_t first_index)
+{
+	const struct strata_routing *rt = ctx;
+	const struct strata_chain_table *t = routing_table(rt, layout->table_id);
+
+	if (!t)
+		return -ENXIO;
+	for (uint32_t i = 0; i < t->nchains; i++) {
+		const struct strata_chain *c = routing_chain(rt, t->chain_ids[i]);
+		if (!c)
+			return -ENXIO;
+		if (chain_nserving(rt, c) == 0)
+			return -EAGAIN;
+		for (uint8_t j = 0; j < c->ntargets && j < STRATA_MAX_REPLICAS; j++) {
+			uint8_t st = routing_state(rt, c->targets[j]);
+			const struct strata_target *tg = routing_target(rt, c->targets[j]);
+			if ((st != TARGET_SERVING && st != TARGET_SYNCING) || !tg)
+				continue;
+			struct chunk_req q = {.route = {tg->target_id, c->chain_id, c->version},
+					      .ino = ino, .index = first_index};
+			struct rpc_client_opts o = {.timeout_ms = FSCK_RM_TIMEOUT_MS,
+						    .connect_timeout_ms = FSCK_RM_TIMEOUT_MS,
+						    .max_conns = 1};
+			struct rpc_client *rc = rpc_client_new(tg->addr, &o);
+			struct rpc_reply rep = {0};
+			struct wbuf w;
+			if (!rc)
+				return -ENOMEM;
+			wbuf_init(&w);
+			int r = chunk_req_encode(MSG_CHUNK_REMOVE_FILE, &q, &w);
+			if (r == 0)
+				r = rpc_call(rc, MSG_CHUNK_REMOVE_FILE, &w, 0, &rep);
+			wbuf_done(&w);
+			rpc_reply_done(&rep);
+			rpc_client_free(rc);
+			if (r < 0 && st == TARGET_SERVING)
+				return r;
+		}
+	}
+	return 0;
+}
+
+static int handle_fsck(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *w,
+		       const char *peer)
+{
+	uint32_t flags, max, n;
+	int r;
+
+	if (type == MSG_META_FSCK) {
+		struct meta_fsck_report rep;
+		if (meta_fsck_req_get(req, &flags, &max) < 0)
+			return -EBADMSG;
+		log_info("fsck (%s): namespace check%s", peer,
+			 flags & META_FSCK_REPAIR ? " and repair" : "");
+		if ((r = ns_fsck(ns, flags, &rep)) < 0)
+			return r;
+		log_repairs(&rep, peer);
+		if (max == 0)
+			max = META_FSCK_MAX_RECORDS;
+		if (rep.n > max) {
+			rep.n = max;
+			rep.truncated = 1;
+		}
+		meta_fsck_report_put(w, &rep);
+		meta_fsck_report_done(&rep);
+		return w->err;
+	}
+	if (type == MSG_META_FSCK_RESYNC) {
+		uint32_t tid = rbuf_get_u32(req);
+		uint8_t st;
+		if (rbuf_done(req) < 0)
+			return -EBADMSG;
+		r = ns_fsck_resync(ns, tid, &st);
+		if (r == 0)
+			log_info("fsck (%s): repaired a damaged replica: target %u is resynced from "
+				 "its chain", peer, tid);
+		else
+			log_info("fsck (%s): resync of target %u refused: %s", peer, tid,
+				 strerror(-r));
+		return r;
+	}
+	_cleanup_free_ struct meta_fsck_chunk *items = NULL;
+	struct strata_routing rt = {0};
+	if ((r = meta_fsck_chunks_req_get(req, &flags, &items, &n)) < 0)
+		return r;
+	/* the routing is read before the lock ns_fsck_chunks holds (ns_routing
+	 * takes it too) */
+	if ((flags & META_FSCK_REPAIR) && (r = ns_routing(ns, &rt)) < 0)
+		return r;
+	r = ns_fsck_chunks(ns, flags, items, n, fsck_remove, &rt);
+	strata_routing_done(&rt);
+	if (r < 0)
+		return r;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct meta_fsck_chunk *c = &items[i];
+		if (c->verdict >= FSCK_CHUNK_NO_INODE && (flags & META_FSCK_REPAIR))
+			log_info("fsck (%s): orphan chunks of inode %llu from index %u on table %u "
+				 "(%s): %s", peer, (unsigned long long)c->ino, c->first_orphan,
+				 c->table_id,
+				 c->verdict == FSCK_CHUNK_NO_INODE  ? "no inode"
+				 : c->verdict == FSCK_CHUNK_NOT_FILE ? "not a regular file"
+								      : "past the end of the file",
+				 c->removed ? "removed" : strerror(-c->err));
+	}
+	meta_fsck_chunks_reply_put(w, items, n);
+	return w->err;
+}
+
 int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		const struct rpc_peer *peer)
 {
@@ -379,5 +511,7 @@ int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return handle_mgmt(ns, type, req, reply);
 	if (type >= MSG_MGMT_REPORT && type <= MSG_MGMT_NODES)
 		return handle_repl(ns, type, req, reply);
+	if (type == MSG_META_FSCK || type == MSG_META_FSCK_CHUNKS || type == MSG_META_FSCK_RESYNC)
+		return handle_fsck(ns, type, req, reply, peer ? peer->addr : "local");
 	return handle_meta(ns, type, req, reply);
 }

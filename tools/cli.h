@@ -60,6 +60,11 @@ void cli_err(const char *verb, const char *fmt, ...) __attribute__((format(print
 void cli_bad_option(const char *verb, int o, char **argv);
 /* Parses a decimal integer in [lo, hi]. Returns 0 or -EINVAL. */
 int cli_parse_int(const char *s, int lo, int hi, int *ret);
+/* Prints s (NULL: "") as a JSON string on stdout. */
+void cli_json_str(const char *s);
+/* strata-meta's address: opt_meta, else $STRATA_META, else the home's
+ * (-ENOENT when none is known). */
+int cli_meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap);
 
 /* ---- the home ----------------------------------------------------------- */
 /* Resolves the home: home_opt, else $STRATA_HOME, else ./.strata, made
@@ -184,5 +189,6 @@ int cmd_up(int argc, char **argv);
 int cmd_down(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
+int cmd_fsck(int argc, char **argv);
 int cmd_image(int argc, char **argv);
 int cmd_sandbox(int argc, char **argv);

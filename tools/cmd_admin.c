@@ -586,25 +586,6 @@ static int do_layout(struct meta_client *mc, const struct layout_args *la, bool 
 
 /* ---- entry ------------------------------------------------------------------- */
 
-static int meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap)
-{
-	if (opt_meta || getenv("STRATA_META")) {
-		snprintf(buf, cap, "%s", opt_meta ? opt_meta : getenv("STRATA_META"));
-		return 0;
-	}
-	struct cli_home h;
-	int r = cli_home_resolve(home, &h);
-	if (r < 0 || !h.have_conf)
-		return r < 0 ? r : -ENOENT;
-	for (int i = 0; i < cli_daemon_count(&h); i++) {
-		struct cli_daemon d;
-		cli_daemon_get(&h, i, &d);
-		if (d.kind == D_META)
-			cli_daemon_addr(&h, &d, buf, cap);
-	}
-	return buf[0] ? 0 : -ENOENT;
-}
-
 /* The cluster's mount point: $STRATA_MOUNT, else the home's (or ""). */
 static void mount_of(const char *home, char *buf, size_t cap)
 {
@@ -705,7 +686,7 @@ int cmd_admin(int argc, char **argv)
 	}
 	mount_of(home, la.mount, sizeof(la.mount));
 	char addr[128] = "";
-	if (meta_addr(meta, home, addr, sizeof(addr)) < 0) {
+	if (cli_meta_addr(meta, home, addr, sizeof(addr)) < 0) {
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 1;
 	}

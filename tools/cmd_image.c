@@ -61,21 +61,6 @@ struct sub {
 	const char *usage;
 };
 
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (; s && *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -130,7 +115,7 @@ static void print_import(struct ctx *c, const char *name, const struct oci_image
 		return;
 	}
 	printf("{\"name\":");
-	json_str(name);
+	cli_json_str(name);
 	printf(",\"digest\":\"%s\",\"layers\":%zu,\"files\":%llu,\"bytes\":%llu,\"chunks\":%llu,"
 	       "\"chunks_new\":%llu,\"chunks_dedup\":%llu,\"blobs\":%u,\"blobs_new\":%u,"
 	       "\"meta_size\":%llu,\"existed\":%s,\"seconds\":%.3f}\n",
@@ -245,7 +230,7 @@ static int ls_one(void *arg, const char *name, const char *hex)
 	int leases = img_store_leases(l->c->s, hex, node, sizeof(node));
 	if (l->c->o.json) {
 		printf("%s{\"name\":", l->n ? "," : "");
-		json_str(name);
+		cli_json_str(name);
 		printf(",\"digest\":\"sha256:%s\",\"bytes\":%llu,\"layers\":%u,\"blobs\":%u,"
 		       "\"meta_size\":%llu,\"created\":%llu,\"mounted\":%d}",
 		       hex, (unsigned long long)rec.bytes, rec.n_layers, rec.n_blobs,
@@ -281,13 +266,13 @@ static void inspect_json(struct ctx *c, const char *hex, const struct img_record
 {
 	char p[CLI_PATH], lh[65];
 	printf("{\"digest\":\"sha256:%s\",\"names\":", hex);
-	json_str(names);
+	cli_json_str(names);
 	printf(",\"bytes\":%llu,\"chunks\":%llu,\"chunks_new\":%llu,\"meta_size\":%llu,"
 	       "\"created\":%llu,\"mounted_on\":",
 	       (unsigned long long)rec->bytes, (unsigned long long)rec->chunks,
 	       (unsigned long long)rec->chunks_new, (unsigned long long)rec->meta_size,
 	       (unsigned long long)rec->created);
-	json_str(leases > 0 ? node : "");
+	cli_json_str(leases > 0 ? node : "");
 	printf(",\"prefetch\":%s,\"layers\":[", img_prefetch_exists(c->s, hex) ? "true" : "false");
 	for (uint32_t i = 0; i < rec->n_layers; i++) {
 		img_digest_hex(rec->layers[i], lh);
@@ -297,12 +282,12 @@ static void inspect_json(struct ctx *c, const char *hex, const struct img_record
 	for (uint32_t i = 0; i < rec->n_blobs; i++) {
 		img_store_blob_path(c->s, rec->blobs[i], "data", p, sizeof(p));
 		printf("%s{\"id\":%u,\"path\":", i ? "," : "", rec->blobs[i]);
-		json_str(p);
+		cli_json_str(p);
 		printf("}");
 	}
 	img_store_image_path(c->s, hex, "meta.img", p, sizeof(p));
 	printf("],\"meta\":");
-	json_str(p);
+	cli_json_str(p);
 	printf("}\n");
 }
 

@@ -32,22 +32,6 @@ static void usage(FILE *f)
 		   "  --json       machine-readable output\n");
 }
 
-/* Prints s as a JSON string. */
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
 /* The network's mode: "netns" (bridge and namespaces there), "missing" (made
  * by `up`, gone since: a reboot), "none" (not made: the chunkservers' last
  * addresses are not loopback, as after `down`) or "loopback". */
@@ -75,9 +59,9 @@ static bool show_network(const struct cli_home *h, const struct cli_net *net, bo
 	cli_net_ip(net, 0, ip, sizeof(ip));
 	if (json) {
 		printf(",\"network\":{\"mode\":\"%s\",\"bridge\":", mode);
-		json_str(net->created ? net->bridge : "");
+		cli_json_str(net->created ? net->bridge : "");
 		printf(",\"addr\":");
-		json_str(net->created ? ip : "");
+		cli_json_str(net->created ? ip : "");
 		printf("}");
 	} else if (net->on) {
 		printf("  network  bridge %s %s/24, every chunkserver in its own namespace\n",
@@ -142,7 +126,7 @@ int cmd_status(int argc, char **argv)
 	cli_net_load(&h, &net);
 	if (json) {
 		printf("{\"home\":");
-		json_str(h.home);
+		cli_json_str(h.home);
 	} else {
 		printf("cluster %s  (%d chunkserver(s) x %d target(s), %d replica(s))\n", h.home,
 		       h.nodes, h.targets, h.replicas);
@@ -185,13 +169,13 @@ int cmd_status(int argc, char **argv)
 		}
 		if (json) {
 			printf("%s{\"name\":", i ? "," : "");
-			json_str(d.name);
+			cli_json_str(d.name);
 			printf(",\"binary\":");
-			json_str(d.binary);
+			cli_json_str(d.binary);
 			printf(",\"pid\":%d,\"addr\":", (int)pid);
-			json_str(addr);
+			cli_json_str(addr);
 			printf(",\"state\":\"%s\",\"netns\":", state);
-			json_str(ns);
+			cli_json_str(ns);
 			printf("}");
 		} else {
 			if (!ns[0])
@@ -205,9 +189,9 @@ int cmd_status(int argc, char **argv)
 		all_ok = false;
 	if (json) {
 		printf("],\"meta\":");
-		json_str(meta_addr);
+		cli_json_str(meta_addr);
 		printf(",\"mount\":{\"path\":");
-		json_str(h.mount);
+		cli_json_str(h.mount);
 		printf(",\"state\":\"%s\"},\"ok\":%s}\n", cli_mount_state_name(ms),
 		       all_ok ? "true" : "false");
 	} else {

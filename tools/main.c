@@ -16,6 +16,7 @@ static const struct verb verbs[] = {
     {"up", cmd_up, "start (or repair) a cluster on this machine"},
     {"down", cmd_down, "unmount and stop the cluster"},
     {"admin", cmd_admin, "cluster map: nodes, targets, chains; replica verify"},
+    {"fsck", cmd_fsck, "check (and --repair) namespace, chunks and replicas online"},
     {"status", cmd_status, "show the daemons, their addresses and the mount"},
     {"image", cmd_image, "import, pull, list, remove, prefetch and mount images"},
     {"sandbox", cmd_sandbox, "create, exec in, list and remove sandboxes"},
