@@ -1,24 +1,31 @@
 /* child.c — staging a sandbox: what the new process does between clone3 and
  * the exec of "strata-agent --stage".
  *
- * The clone gave it new pid, uts, ipc (and, for network "none" when no
- * namespace of a destroyed sandbox was free for reuse, net) namespaces.
+ * The clone gave it new pid and uts namespaces, an ipc one when no namespace
+ * of a destroyed sandbox was free for reuse, and likewise a net one for
+ * network "none".
  * Steps, in order; a failure writes {step, errno} to the error pipe and
  * exits 127:
  *
  *   CGROUP    join the slot's v1 cgroups (v2: clone3 placed us already)
+ *   IPCNS     join the reused IPC namespace (setns) if there is one
  *   NETNS     join the reused network namespace (setns), or bring lo up
  *             in the new one clone made
  *   CGROUPNS  unshare a cgroup namespace, so /proc/self/cgroup reads "/"
  *   MOUNTNS   join the runtime's template mount namespace (mntns_template:
- *             nothing but an empty, read-only tmpfs root with /s and /e)
+ *             nothing but an empty, read-only tmpfs root with /s and /e,
+ *             and the read-only /dev template /d)
  *             and unshare a copy of it: the host's mounts are never
  *             copied, made private or detached, whatever their number
+ *   FDS       (cgroup v1: the child shares our fd table until here) take a
+ *             private copy of only the fds below the highest one it still
+ *             needs, which the parent keeps low (sandbox.c)
  *   TMPFS     mount a tmpfs on /s (private to this namespace); it will
  *             hold the writable layer and is resized at START; the rest
  *             is built in it, and the child chroots into it before exec
- *   DEV       /dev: tmpfs with null zero full random urandom tty, pts, shm,
- *             mqueue and the usual links
+ *   DEV       /dev: a bind of the template's read-only /d (null zero full
+ *             random urandom tty and the usual links, made once), with
+ *             this sandbox's own devpts, shm and mqueue mounted on it
  *   PROC      /proc, with masked files and read-only kernel knobs
  *   SYS       read-only sysfs with firmware, powercap, debug, security masked
  *   CHROOT    chroot into /s (the agent's "/")
@@ -52,6 +59,7 @@
 
 enum {
 	ST_CGROUP = 1,
+	ST_IPCNS,
 	ST_NETNS,
 	ST_CGROUPNS,
 	ST_MOUNTNS,
@@ -69,6 +77,7 @@ const char *child_step_name(int step)
 {
 	static const char *const names[ST_MAX] = {
 	    [ST_CGROUP] = "join cgroup",
+	    [ST_IPCNS] = "ipc namespace",
 	    [ST_NETNS] = "network namespace",
 	    [ST_CGROUPNS] = "cgroup namespace",
 	    [ST_MOUNTNS] = "mount namespace",
@@ -117,14 +126,16 @@ static int bind_ro(const char *p)
 		     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 }
 
+#ifndef CLOSE_RANGE_UNSHARE
+#define CLOSE_RANGE_UNSHARE (1U << 1)
+#endif
+
 /* Builds the staging root in /s of a copy of the template namespace, with
  * the child's cwd there: the paths below are relative to it until the
  * chroot at the end of child_main. */
 static void setup_root(const struct child_args *a)
 {
 	static const char *const dirs[] = {"u", "w", "m", "lower", "proc", "dev", "sys"};
-	TRY(ST_MOUNTNS, setns(a->mntns_fd, CLONE_NEWNS));
-	TRY(ST_MOUNTNS, unshare(CLONE_NEWNS));
 	TRY(ST_TMPFS, mount("tmpfs", "/s", "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts));
 	TRY(ST_TMPFS, chdir("/s"));
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
@@ -138,65 +149,73 @@ static int mask_dir(const char *dir)
 	return mount_opt("/e", dir, NULL, MS_BIND, NULL);
 }
 
+/* /dev: the template's read-only /d (device nodes and links, made once per
+ * runtime by template_dev), bound; its flags (read-only, nosuid, noexec)
+ * travel with the bind. On it, this sandbox's own devpts, shm and mqueue. */
 static void setup_dev(void)
 {
-	static const struct {
-		const char *path;
-		unsigned maj, min;
-	} devs[] = {{"dev/null", 1, 3},   {"dev/zero", 1, 5},    {"dev/full", 1, 7},
-		    {"dev/random", 1, 8}, {"dev/urandom", 1, 9}, {"dev/tty", 5, 0}};
-	static const char *const links[][2] = {
-	    {"/proc/self/fd", "dev/fd"},	{"/proc/self/fd/0", "dev/stdin"},
-	    {"/proc/self/fd/1", "dev/stdout"}, {"/proc/self/fd/2", "dev/stderr"},
-	    {"pts/ptmx", "dev/ptmx"},
-	};
 	const unsigned long nsne = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
-	TRY(ST_DEV, mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_STRICTATIME,
-			  "mode=755,size=65536k,nr_inodes=4096"));
-	for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
-		TRY(ST_DEV, mknod(devs[i].path, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)));
-	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
-		TRY(ST_DEV, symlink(links[i][0], links[i][1]));
-	TRY(ST_DEV, mkdir("dev/pts", 0755));
+	TRY(ST_DEV, mount("/d", "dev", NULL, MS_BIND, NULL));
 	TRY(ST_DEV, mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 			  "newinstance,ptmxmode=0666,mode=0620,gid=5"));
-	TRY(ST_DEV, mkdir("dev/shm", 01777));
 	TRY(ST_DEV, mount("shm", "dev/shm", "tmpfs", nsne, "mode=1777,size=65536k"));
-	TRY(ST_DEV, mkdir("dev/mqueue", 0755));
 	TRY(ST_DEV, mount("mqueue", "dev/mqueue", "mqueue", nsne, NULL));
 }
 
-static void setup_proc(void)
-{
-	static const char *const masked[] = {
-	    "proc/kcore",	 "proc/keys",	     "proc/key-users",	   "proc/timer_list",
-	    "proc/timer_stats",	 "proc/sched_debug", "proc/latency_stats", "proc/kpagecgroup",
-	    "proc/kpagecount",	 "proc/kpageflags",  "proc/kallsyms",	   "proc/vmallocinfo",
-	    "proc/pagetypeinfo", "proc/slabinfo",
-	};
-	static const char *const masked_dirs[] = {"proc/acpi", "proc/scsi", "proc/asound",
-						  "proc/driver"};
-	static const char *const ro[] = {"proc/bus", "proc/fs", "proc/irq", "proc/sys",
-					 "proc/sysrq-trigger"};
+/* What is masked or made read-only in /proc and /sys (relative to the
+ * staging root). mntns_template finds once which of them this kernel has
+ * (a fresh proc and sysfs instance show the same entries as a sandbox's),
+ * so that staging tries no mount on an absent one. */
+enum { M_PROC_FILES, M_PROC_DIRS, M_PROC_RO, M_SYS_DIRS, M_LISTS };
+static const char *const proc_masked[] = {
+    "proc/kcore",	 "proc/keys",	     "proc/key-users",	   "proc/timer_list",
+    "proc/timer_stats",	 "proc/sched_debug", "proc/latency_stats", "proc/kpagecgroup",
+    "proc/kpagecount",	 "proc/kpageflags",  "proc/kallsyms",	   "proc/vmallocinfo",
+    "proc/pagetypeinfo", "proc/slabinfo",
+};
+static const char *const proc_masked_dirs[] = {"proc/acpi", "proc/scsi", "proc/asound",
+					       "proc/driver"};
+static const char *const proc_ro[] = {"proc/bus", "proc/fs", "proc/irq", "proc/sys",
+				      "proc/sysrq-trigger"};
+static const char *const sys_masked[] = {"sys/firmware", "sys/devices/virtual/powercap",
+					 "sys/kernel/debug", "sys/kernel/security"};
+static const struct {
+	const char *const *paths;
+	size_t n;
+} mask_lists[M_LISTS] = {
+    [M_PROC_FILES] = {proc_masked, ARRAY_SIZE(proc_masked)},
+    [M_PROC_DIRS] = {proc_masked_dirs, ARRAY_SIZE(proc_masked_dirs)},
+    [M_PROC_RO] = {proc_ro, ARRAY_SIZE(proc_ro)},
+    [M_SYS_DIRS] = {sys_masked, ARRAY_SIZE(sys_masked)},
+};
 
+_Static_assert(M_LISTS == ARRAY_SIZE(((struct child_args *)0)->masks_present),
+	       "child_args.masks_present holds one mask per list");
+
+#define PRESENT(a, list, i) ((a)->masks_present[list] & (1u << (i)))
+
+static void setup_proc(const struct child_args *a)
+{
 	TRY(ST_PROC, mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
-	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
-		TRY(ST_PROC, mount_opt("dev/null", masked[i], NULL, MS_BIND, NULL));
-	for (size_t i = 0; i < ARRAY_SIZE(masked_dirs); i++)
-		TRY(ST_PROC, mask_dir(masked_dirs[i]));
-	for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
-		TRY(ST_PROC, bind_ro(ro[i]));
+	for (size_t i = 0; i < ARRAY_SIZE(proc_masked); i++)
+		if (PRESENT(a, M_PROC_FILES, i))
+			TRY(ST_PROC, mount_opt("dev/null", proc_masked[i], NULL, MS_BIND, NULL));
+	for (size_t i = 0; i < ARRAY_SIZE(proc_masked_dirs); i++)
+		if (PRESENT(a, M_PROC_DIRS, i))
+			TRY(ST_PROC, mask_dir(proc_masked_dirs[i]));
+	for (size_t i = 0; i < ARRAY_SIZE(proc_ro); i++)
+		if (PRESENT(a, M_PROC_RO, i))
+			TRY(ST_PROC, bind_ro(proc_ro[i]));
 }
 
-static void setup_sys(void)
+static void setup_sys(const struct child_args *a)
 {
-	static const char *const masked[] = {"sys/firmware", "sys/devices/virtual/powercap",
-					     "sys/kernel/debug", "sys/kernel/security"};
 	TRY(ST_SYS,
 	    mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
-	for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
-		TRY(ST_SYS, mask_dir(masked[i]));
+	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
+		if (PRESENT(a, M_SYS_DIRS, i))
+			TRY(ST_SYS, mask_dir(sys_masked[i]));
 }
 
 /* fd 0-2 /dev/null, 3 socket, 4 seccomp program (inherited by the agent),
@@ -235,16 +254,28 @@ _Noreturn void child_main(const struct child_args *a)
 	for (int i = 0; i < CG_NCTRL; i++)
 		if (a->procs_fd[i] >= 0)
 			TRY(ST_CGROUP, write(a->procs_fd[i], "0", 1));
+	if (a->ipcns_fd >= 0)
+		TRY(ST_IPCNS, setns(a->ipcns_fd, CLONE_NEWIPC));
 	if (a->netns_fd >= 0)
 		TRY(ST_NETNS, setns(a->netns_fd, CLONE_NEWNET));
 	else if (a->new_netns)
 		TRY(ST_NETNS, netns_lo_up());
 	if (a->cgroupns)
 		TRY(ST_CGROUPNS, unshare(CLONE_NEWCGROUP));
+	TRY(ST_MOUNTNS, setns(a->mntns_fd, CLONE_NEWNS));
+	TRY(ST_MOUNTNS, unshare(CLONE_NEWNS));
+	if (a->files_shared) {
+		/* Our own fd table, holding only fds below the highest we still
+		 * need (the parent keeps those low): a copy of the host's whole
+		 * table, and closing it again, cost O(its fds) per staging. */
+		unsigned k = (unsigned)STRATA_MAX(STRATA_MAX(a->sock_fd, a->err_fd),
+						  STRATA_MAX(a->agent_fd, a->seccomp_fd));
+		TRY(ST_FDS, syscall(SYS_close_range, k + 1, ~0U, CLOSE_RANGE_UNSHARE));
+	}
 	setup_root(a);
 	setup_dev();
-	setup_proc();
-	setup_sys();
+	setup_proc(a);
+	setup_sys(a);
 	/* The agent is what keeps the sandbox alive: make the OOM killer pick
 	 * the workload instead (the agent resets it to 0 for its children). */
 	int fd = open("proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -265,14 +296,83 @@ _Noreturn void child_main(const struct child_args *a)
 
 /* ---- the template mount namespace (made once per runtime) ----------------- */
 
-/* In the helper process: a namespace whose only mount is a read-only tmpfs
- * root holding the empty directories /s and /e. Returns 0 or an errno. */
-static int template_setup(const char *dir)
+/* The template's /d, what every sandbox's /dev is a bind of: a tmpfs
+ * (nosuid, noexec, not nodev) with the device nodes and links, and empty
+ * directories where each sandbox mounts its own devpts, shm and mqueue;
+ * then read-only (the superblock: nothing inside can change it). */
+static int template_dev(void)
 {
-	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+	static const struct {
+		const char *path;
+		unsigned maj, min;
+	} devs[] = {{"null", 1, 3},   {"zero", 1, 5},	 {"full", 1, 7},
+		    {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+	static const char *const links[][2] = {
+	    {"/proc/self/fd", "fd"},	   {"/proc/self/fd/0", "stdin"},
+	    {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+	    {"pts/ptmx", "ptmx"},
+	};
+	static const char *const dirs[] = {"pts", "shm", "mqueue"};
+	const unsigned long fl = MS_NOSUID | MS_NOEXEC;
+
+	if (mkdir("d", 0755) < 0 ||
+	    mount("tmpfs", "d", "tmpfs", fl, "size=4k,nr_inodes=32,mode=755") < 0 || chdir("d") < 0)
+		return -1;
+	for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
+		if (mknod(devs[i].path, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)) < 0)
+			return -1;
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
+		if (symlink(links[i][0], links[i][1]) < 0)
+			return -1;
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
+		if (mkdir(dirs[i], i == 1 ? 01777 : 0755) < 0)
+			return -1;
+	if (chdir("..") < 0 || mount(NULL, "d", NULL, MS_REMOUNT | MS_RDONLY | fl, NULL) < 0)
+		return -1;
+	return 0;
+}
+
+/* Which masked paths exist, seen in a fresh proc and sysfs mounted for a
+ * moment on dir (a sandbox's proc of another pid namespace and sysfs of
+ * another network namespace have the same ones). Any doubt sets every bit:
+ * staging then tries them all, absent ones being fine. */
+static void template_masks(const char *dir, uint32_t present[M_LISTS])
+{
+	char p[128];
+	for (int k = 0; k < M_LISTS; k++)
+		present[k] = ~0u;
+	for (int fs = 0; fs < 2; fs++) {
+		if (fs == 0 ? mount("proc", dir, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0
+			    : mount("sysfs", dir, "sysfs",
+				    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+			continue;
+		for (int k = 0; k < M_LISTS; k++) {
+			if ((k == M_SYS_DIRS) != (fs == 1))
+				continue;
+			for (size_t i = 0; i < mask_lists[k].n; i++) {
+				/* "proc/x" or "sys/x": the part after the first '/' */
+				const char *rel = strchr(mask_lists[k].paths[i], '/') + 1;
+				snprintf(p, sizeof(p), "%s/%s", dir, rel);
+				if (access(p, F_OK) < 0 && errno == ENOENT)
+					present[k] &= ~(1u << i);
+			}
+		}
+		umount2(dir, MNT_DETACH);
+	}
+}
+
+/* In the helper process: a namespace whose only mounts are a read-only
+ * tmpfs root holding the empty directories /s and /e, and the read-only
+ * /d (template_dev). Returns 0 or an errno. */
+static int template_setup(const char *dir, uint32_t present[M_LISTS])
+{
+	umask(0);
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return errno;
+	template_masks(dir, present);
+	if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 		  "size=4k,nr_inodes=8,mode=755") < 0 ||
-	    chdir(dir) < 0 || mkdir("s", 0755) < 0 || mkdir("e", 0555) < 0 ||
+	    chdir(dir) < 0 || mkdir("s", 0755) < 0 || mkdir("e", 0555) < 0 || template_dev() < 0 ||
 	    mount(NULL, ".", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
 		  NULL) < 0 ||
 	    syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
@@ -280,7 +380,7 @@ static int template_setup(const char *dir)
 	return 0;
 }
 
-int mntns_template(const char *dir, int *ret_fd)
+int mntns_template(const char *dir, int *ret_fd, uint32_t present[M_LISTS])
 {
 	int ready[2], done[2];
 	if (pipe2(ready, O_CLOEXEC) < 0)
@@ -297,19 +397,29 @@ int mntns_template(const char *dir, int *ret_fd)
 	if (pid == 0) {
 		close(ready[0]);
 		close(done[1]); /* else the read below never sees the end */
-		int e = template_setup(dir);
+		struct {
+			int e;
+			uint32_t present[M_LISTS];
+		} msg;
+		msg.e = template_setup(dir, msg.present);
 		char c;
-		(void)!write(ready[1], &e, sizeof(e));
+		(void)!write(ready[1], &msg, sizeof(msg));
 		(void)!read(done[0], &c, 1);
 		_exit(0);
 	}
-	int r = pid < 0 ? -errno : 0, e = EIO;
+	int r = pid < 0 ? -errno : 0;
+	struct {
+		int e;
+		uint32_t present[M_LISTS];
+	} msg = {.e = EIO};
 	close(ready[1]);
 	close(done[0]);
-	if (r == 0 && read(ready[0], &e, sizeof(e)) != sizeof(e))
+	if (r == 0 && read(ready[0], &msg, sizeof(msg)) != sizeof(msg))
 		r = -EIO;
-	if (r == 0 && e)
-		r = -e;
+	if (r == 0 && msg.e)
+		r = -msg.e;
+	if (r == 0)
+		memcpy(present, msg.present, sizeof(msg.present));
 	if (r == 0) {
 		char p[64];
 		snprintf(p, sizeof(p), "/proc/%d/ns/mnt", (int)pid);

@@ -1,4 +1,6 @@
-/* netns.c — network namespaces for network "none": loopback only, up.
+/* netns.c — network namespaces for network "none": loopback only, up; and
+ * whether a dead sandbox's network or IPC namespace may be reused (the IPC
+ * part is at the end).
  *
  * Making a network namespace is the largest single kernel cost of a sandbox
  * (setup_net runs every per-net subsystem's init: loopback registration,
@@ -29,6 +31,7 @@
  * namespace's inode number. A sandbox can thus learn how much loopback
  * traffic earlier sandboxes made, nothing of its content or endpoints.
  * Runtimes that must not allow even that set sbx_runtime_config.fresh_netns. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -36,7 +39,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sandbox-internal.h"
@@ -67,12 +76,12 @@ int netns_open(pid_t pid)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Reads a small /proc file of the calling thread's network namespace. */
-static ssize_t read_net(const char *name, char *buf, size_t cap)
+/* Reads a small file of dir, the calling thread's /proc/thread-self/net
+ * (opened once per check: each lookup of "net" is a fresh one, proc does
+ * not cache it). */
+static ssize_t read_net(int dir, const char *name, char *buf, size_t cap)
 {
-	char p[64];
-	snprintf(p, sizeof(p), "/proc/thread-self/net/%s", name);
-	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	ssize_t n = read(fd, buf, cap - 1);
@@ -107,20 +116,21 @@ static size_t count_lines(const char *s)
 static bool empty_here(void)
 {
 	char buf[4096];
-	if (read_net("sockstat", buf, sizeof(buf)) <= 0 ||
+	_cleanup_close_ int dir = open("/proc/thread-self/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0 || read_net(dir, "sockstat", buf, sizeof(buf)) <= 0 ||
 	    field(buf, "sockets:", "used") != 0 || field(buf, "TCP:", "inuse") != 0 ||
 	    field(buf, "TCP:", "tw") != 0 || field(buf, "FRAG:", "inuse") != 0 ||
 	    field(buf, "FRAG:", "memory") != 0)
 		return false;
-	ssize_t n = read_net("sockstat6", buf, sizeof(buf)); /* absent without IPv6 */
+	ssize_t n = read_net(dir, "sockstat6", buf, sizeof(buf)); /* absent without IPv6 */
 	if (n == 0 || (n > 0 && (field(buf, "FRAG6:", "inuse") != 0 ||
 				 field(buf, "FRAG6:", "memory") != 0)))
 		return false;
-	n = read_net("ip6_flowlabel", buf, sizeof(buf)); /* header line only */
+	n = read_net(dir, "ip6_flowlabel", buf, sizeof(buf)); /* header line only */
 	if (n == 0 || (n > 0 && count_lines(buf) != 1))
 		return false;
 	/* Two header lines and lo. */
-	if (read_net("dev", buf, sizeof(buf)) <= 0 || count_lines(buf) != 3 ||
+	if (read_net(dir, "dev", buf, sizeof(buf)) <= 0 || count_lines(buf) != 3 ||
 	    !strstr(buf, " lo:"))
 		return false;
 	_cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -131,16 +141,125 @@ static bool empty_here(void)
 	       (ifr.ifr_flags & (LO_FLAGS | IFF_PROMISC | IFF_NOARP | IFF_ALLMULTI)) == LO_FLAGS;
 }
 
-bool netns_recyclable(int fd)
+bool netns_recyclable(int fd, int home)
 {
-	_cleanup_close_ int orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (orig < 0 || setns(fd, CLONE_NEWNET) < 0)
+	_cleanup_close_ int orig =
+	    home >= 0 ? -1 : open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (home < 0)
+		home = orig;
+	if (home < 0 || setns(fd, CLONE_NEWNET) < 0)
 		return false;
 	bool ok = empty_here();
 	/* Cannot fail as root; if it did, this thread would stay in the
 	 * namespace, which is then not handed out again (the thread only
 	 * stages sandboxes, which make or join their own). */
-	if (setns(orig, CLONE_NEWNET) < 0)
+	if (setns(home, CLONE_NEWNET) < 0)
+		return false;
+	return ok;
+}
+
+/* ---- IPC namespaces ------------------------------------------------------
+ *
+ * Reused like network namespaces (a fresh one costs its sysctl tables and
+ * an mqueue superblock, made at clone and freed by a kworker). What a
+ * sandbox could leave in its IPC namespace: SysV shared memory segments,
+ * message queues and semaphore sets (counted by the namespace: in_use of
+ * SHM_INFO, MSG_INFO, SEM_INFO, plus queued messages and semaphores),
+ * POSIX message queues (files in the namespace's mqueue filesystem, the
+ * same superblock in every mount of it: listed through the first
+ * sandbox's /dev/mqueue, kept open), and a changed mode or owner of that
+ * filesystem's root (a sandbox's root may chmod it). The sysctls of the
+ * namespace (kernel.shm*, msg*, sem, fs.mqueue.*) are under /proc/sys,
+ * read-only inside. What carries over: the SysV id sequence (a later
+ * sandbox's first segment does not get id 0) and the mqueue root's
+ * timestamps, i.e. that earlier sandboxes made and removed objects, and
+ * when. sbx_runtime_config.fresh_netns turns this reuse off too. */
+
+int ipcns_open(pid_t pid, struct ipcns *ret)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/ns/ipc", (int)pid);
+	ret->ns_fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (ret->ns_fd < 0)
+		return -errno;
+	snprintf(p, sizeof(p), "/proc/%d/root/dev/mqueue", (int)pid);
+	ret->mq_fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ret->mq_fd < 0) {
+		int r = -errno;
+		close(ret->ns_fd);
+		ret->ns_fd = -1;
+		return r;
+	}
+	return 0;
+}
+
+void ipcns_close(struct ipcns *ns)
+{
+	if (ns->ns_fd >= 0)
+		close(ns->ns_fd);
+	if (ns->mq_fd >= 0)
+		close(ns->mq_fd);
+	ns->ns_fd = ns->mq_fd = -1;
+}
+
+/* The mqueue filesystem's root is as the kernel made it and holds no queue. */
+static bool mqueue_empty(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_mode != (S_IFDIR | 01777) || st.st_uid || st.st_gid ||
+	    lseek(fd, 0, SEEK_SET) < 0)
+		return false;
+	union {
+		char b[1024];
+		struct dirent64 align;
+	} u;
+	for (;;) {
+		long n = syscall(SYS_getdents64, fd, u.b, sizeof(u.b));
+		if (n <= 0)
+			return n == 0;
+		for (long off = 0; off < n;) {
+			const struct dirent64 *d = (const struct dirent64 *)(u.b + off);
+			if (strcmp(d->d_name, ".") && strcmp(d->d_name, ".."))
+				return false;
+			off += d->d_reclen;
+		}
+	}
+}
+
+union semun_info {
+	int val;
+	struct semid_ds *buf;
+	unsigned short *array;
+	struct seminfo *info;
+};
+
+/* No SysV object in the calling thread's IPC namespace. */
+static bool sysv_empty_here(void)
+{
+	struct shm_info shm;
+	struct msginfo msg;
+	struct seminfo sem;
+	return shmctl(0, SHM_INFO, (struct shmid_ds *)(void *)&shm) >= 0 && shm.used_ids == 0 &&
+	       msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&msg) >= 0 && msg.msgpool == 0 &&
+	       msg.msgmap == 0 && msg.msgtql == 0 &&
+	       semctl(0, 0, SEM_INFO, (union semun_info){.info = &sem}) >= 0 && sem.semusz == 0 &&
+	       sem.semaem == 0;
+}
+
+bool ipcns_recyclable(const struct ipcns *ns, int home)
+{
+	if (ns->ns_fd < 0 || ns->mq_fd < 0 || !mqueue_empty(ns->mq_fd))
+		return false;
+	_cleanup_close_ int orig =
+	    home >= 0 ? -1 : open("/proc/thread-self/ns/ipc", O_RDONLY | O_CLOEXEC);
+	if (home < 0)
+		home = orig;
+	if (home < 0 || setns(ns->ns_fd, CLONE_NEWIPC) < 0)
+		return false;
+	bool ok = sysv_empty_here();
+	/* As in netns_recyclable: a thread left behind only stages sandboxes,
+	 * which make or join their own IPC namespace. */
+	if (setns(home, CLONE_NEWIPC) < 0)
 		return false;
 	return ok;
 }

@@ -16,8 +16,8 @@
  * waiting and recycling or removing cgroups happen here, off the caller's
  * path). Empty cgroup slots of finished sandboxes are kept (up to
  * SBX_SPARE_SLOTS) and handed to the next staging, and so are their
- * network namespaces when nothing of the sandbox is left in them (up to
- * SBX_SPARE_NETNS; netns.c says what is checked).
+ * network and IPC namespaces when nothing of the sandbox is left in them
+ * (up to SBX_SPARE_NETNS and SBX_SPARE_IPCNS; netns.c says what is checked).
  *
  * Pool invariants: n + staging <= want; a staged sandbox in the pool belongs
  * to no caller and has network "none"; a sandbox in reap is killed and
@@ -107,10 +107,15 @@ static bool pool_work(struct sbx_runtime *rt)
 	return false;
 }
 
+/* Set in the runtime's pool threads, which share the namespaces of the
+ * thread that made the runtime (rt->home_*_fd). */
+static __thread bool in_pool_thread;
+
 static void *pool_main(void *arg)
 {
 	struct sbx_runtime *rt = arg;
 	struct pool *p = &rt->pool;
+	in_pool_thread = true;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		if (pool_work(rt))
@@ -212,6 +217,28 @@ void pool_kick(struct sbx_runtime *rt)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* ---- reserved fd numbers of staging children ------------------------------ */
+
+int rsv_take(struct sbx_runtime *rt)
+{
+	uint32_t busy = __atomic_load_n(&rt->rsv_busy, __ATOMIC_RELAXED);
+	for (;;) {
+		int i = 0;
+		while (i < SBX_RSV_PAIRS && (busy & (1u << i)))
+			i++;
+		if (i == SBX_RSV_PAIRS || rt->rsv_fd[i][1] < 0)
+			return -1;
+		if (__atomic_compare_exchange_n(&rt->rsv_busy, &busy, busy | (1u << i), false,
+						__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return i;
+	}
+}
+
+void rsv_give(struct sbx_runtime *rt, int i)
+{
+	__atomic_fetch_and(&rt->rsv_busy, ~(1u << i), __ATOMIC_RELEASE);
+}
+
 /* ---- spare cgroup slots -------------------------------------------------- */
 
 struct cg_slot *slot_take(struct sbx_runtime *rt)
@@ -246,36 +273,80 @@ static void slots_free(struct sbx_runtime *rt)
 {
 	while (rt->n_spare)
 		cg_slot_free(&rt->cg, rt->spare[--rt->n_spare]);
-	while (rt->n_spare_net)
+	while (rt->n_spare_net) {
 		close(rt->spare_net[--rt->n_spare_net]);
+		if (rt->spare_net_sys[rt->n_spare_net] >= 0)
+			close(rt->spare_net_sys[rt->n_spare_net]);
+	}
+	while (rt->n_spare_ipc)
+		ipcns_close(&rt->spare_ipc[--rt->n_spare_ipc]);
 }
 
 /* ---- spare network namespaces -------------------------------------------- */
 
-int net_take(struct sbx_runtime *rt)
+int net_take(struct sbx_runtime *rt, int *ret_sys_fd)
 {
 	int fd = -1;
+	*ret_sys_fd = -1;
 	pthread_mutex_lock(&rt->pool.lock);
-	if (rt->n_spare_net)
+	if (rt->n_spare_net) {
 		fd = rt->spare_net[--rt->n_spare_net];
+		*ret_sys_fd = rt->spare_net_sys[rt->n_spare_net];
+	}
 	pthread_mutex_unlock(&rt->pool.lock);
 	return fd;
 }
 
-void net_recycle(struct sbx_runtime *rt, int fd)
+void net_recycle(struct sbx_runtime *rt, int fd, int sys_fd)
 {
-	if (fd < 0)
-		return;
-	if (!rt->fresh_netns && netns_recyclable(fd)) {
+	if (fd >= 0 && !rt->fresh_netns &&
+	    netns_recyclable(fd, in_pool_thread ? rt->home_net_fd : -1)) {
 		pthread_mutex_lock(&rt->pool.lock);
 		bool kept = !rt->pool.stop && rt->n_spare_net < SBX_SPARE_NETNS;
-		if (kept)
+		if (kept) {
+			rt->spare_net_sys[rt->n_spare_net] = sys_fd;
 			rt->spare_net[rt->n_spare_net++] = fd;
+		}
 		pthread_mutex_unlock(&rt->pool.lock);
 		if (kept)
 			return;
 	}
-	close(fd);
+	if (fd >= 0)
+		close(fd);
+	if (sys_fd >= 0)
+		close(sys_fd);
+}
+
+/* ---- spare IPC namespaces ------------------------------------------------ */
+
+struct ipcns ipc_take(struct sbx_runtime *rt)
+{
+	struct ipcns ns = {-1, -1};
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_spare_ipc)
+		ns = rt->spare_ipc[--rt->n_spare_ipc];
+	pthread_mutex_unlock(&rt->pool.lock);
+	return ns;
+}
+
+void ipc_recycle(struct sbx_runtime *rt, struct ipcns *ns)
+{
+	if (ns->ns_fd < 0) {
+		ipcns_close(ns);
+		return;
+	}
+	if (!rt->fresh_netns && ipcns_recyclable(ns, in_pool_thread ? rt->home_ipc_fd : -1)) {
+		pthread_mutex_lock(&rt->pool.lock);
+		bool kept = !rt->pool.stop && rt->n_spare_ipc < SBX_SPARE_IPCNS;
+		if (kept)
+			rt->spare_ipc[rt->n_spare_ipc++] = *ns;
+		pthread_mutex_unlock(&rt->pool.lock);
+		if (kept) {
+			ns->ns_fd = ns->mq_fd = -1;
+			return;
+		}
+	}
+	ipcns_close(ns);
 }
 
 /* ---- runtime ------------------------------------------------------------- */
@@ -286,12 +357,19 @@ static int runtime_init(struct sbx_runtime *rt, const struct sbx_runtime_config 
 	if (r < 0)
 		return r;
 	rt->fresh_netns = cfg->fresh_netns;
+	/* Reserved fds first, while the lowest numbers are free. */
+	rt->rsv_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	for (int i = 0; i < SBX_RSV_PAIRS && rt->rsv_null >= 0; i++)
+		for (int j = 0; j < 2; j++)
+			rt->rsv_fd[i][j] = fcntl(rt->rsv_null, F_DUPFD_CLOEXEC, 0);
 	rt->state_dir = strdup(cfg->state_dir);
 	if (!rt->state_dir || asprintf(&rt->staging, "%s/root", cfg->state_dir) < 0)
 		return -ENOMEM;
 	if (mkdir(rt->staging, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	r = mntns_template(rt->staging, &rt->mntns_fd);
+	rt->home_net_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	rt->home_ipc_fd = open("/proc/thread-self/ns/ipc", O_RDONLY | O_CLOEXEC);
+	r = mntns_template(rt->staging, &rt->mntns_fd, rt->masks_present);
 	if (r == 0)
 		r = load_agent(cfg->agent_path, &rt->agent_fd);
 	if (r == 0)
@@ -313,7 +391,10 @@ int sbx_runtime_new(const struct sbx_runtime_config *cfg, struct sbx_runtime **r
 	struct sbx_runtime *rt = calloc(1, sizeof(*rt));
 	if (!rt)
 		return -ENOMEM;
-	rt->agent_fd = rt->seccomp_fd = rt->mntns_fd = -1;
+	rt->agent_fd = rt->seccomp_fd = rt->mntns_fd = rt->rsv_null = -1;
+	rt->home_net_fd = rt->home_ipc_fd = -1;
+	for (int i = 0; i < SBX_RSV_PAIRS; i++)
+		rt->rsv_fd[i][0] = rt->rsv_fd[i][1] = -1;
 	for (int i = 0; i < CG_NCTRL; i++)
 		rt->cg.base_fd[i] = -1;
 	pthread_mutex_init(&rt->pool.lock, NULL);
@@ -339,6 +420,8 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 		return;
 	pool_stop(rt);
 	slots_free(rt);
+	while (rt->n_stacks)
+		munmap(rt->stacks[--rt->n_stacks], SBX_CHILD_STACK_SIZE);
 	cg_driver_done(&rt->cg);
 	if (rt->agent_fd >= 0)
 		close(rt->agent_fd);
@@ -346,6 +429,16 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 		close(rt->seccomp_fd);
 	if (rt->mntns_fd >= 0)
 		close(rt->mntns_fd);
+	for (int i = 0; i < SBX_RSV_PAIRS; i++)
+		for (int j = 0; j < 2; j++)
+			if (rt->rsv_fd[i][j] >= 0)
+				close(rt->rsv_fd[i][j]);
+	if (rt->rsv_null >= 0)
+		close(rt->rsv_null);
+	if (rt->home_net_fd >= 0)
+		close(rt->home_net_fd);
+	if (rt->home_ipc_fd >= 0)
+		close(rt->home_ipc_fd);
 	if (rt->staging)
 		rmdir(rt->staging);
 	free(rt->staging);

@@ -75,7 +75,20 @@ int netns_open(pid_t pid);
  * of them (no socket, fragment or flow label; only lo, as we set it up), so
  * that another sandbox may join it. Enters it for a moment on the calling
  * thread (setns). */
-bool netns_recyclable(int fd);
+bool netns_recyclable(int fd, int home);
+/* A sandbox's IPC namespace, kept for reuse: the namespace and the root
+ * of its mqueue filesystem (a directory fd of the sandbox's /dev/mqueue). */
+struct ipcns {
+	int ns_fd, mq_fd; /* -1 when absent */
+};
+/* The IPC namespace of staged sandbox pid and its mqueue root, or -errno. */
+int ipcns_open(pid_t pid, struct ipcns *ret);
+/* True when an IPC namespace whose processes are all gone holds nothing of
+ * them: no SysV shared memory, message queue or semaphore set, no POSIX
+ * message queue, its mqueue root as made. Enters it for a moment on the
+ * calling thread (setns). */
+bool ipcns_recyclable(const struct ipcns *ns, int home);
+void ipcns_close(struct ipcns *ns);
 
 /* Builds the seccomp filter and returns it as a sealed memfd holding the raw
  * BPF program (struct sock_filter[]). */
@@ -93,12 +106,15 @@ struct child_args {
 	char tmpfs_opts[64];
 	bool new_netns;		/* clone made a network namespace: lo must be brought up */
 	int netns_fd;		/* else a reused one to join (setns), or -1 (host network) */
+	int ipcns_fd;		/* a reused IPC namespace to join, or -1 (clone made one) */
 	bool cgroupns;		/* unshare a cgroup namespace after joining */
 	int procs_fd[CG_NCTRL]; /* v1 cgroup.procs to join, -1 if none */
 	int agent_fd;		/* memfd with the agent */
 	int seccomp_fd;		/* memfd with the BPF program */
+	uint32_t masks_present[4]; /* bit i of [k]: entry i of mask list k exists */
 	int sock_fd;		/* agent end of the socketpair */
 	int err_fd;		/* write end of the error pipe */
+	bool files_shared;	/* cloned with CLONE_FILES: unshare (close_range) */
 };
 
 /* Runs in the child; never returns. On failure writes {step, errno} to
@@ -113,13 +129,19 @@ int child_main_vm(void *arg);
  * (empty, bound over masked directories), made by a helper process with
  * dir (an empty host directory) as the mount point; an fd of it in *ret_fd.
  * Every staging child starts from a copy of it instead of the host's. */
-int mntns_template(const char *dir, int *ret_fd);
+int mntns_template(const char *dir, int *ret_fd, uint32_t present[4]);
 /* Names a failing child step for messages. */
 const char *child_step_name(int step);
 
 /* Staging is mostly waiting (cgroup v1 migration and unmounting wait for RCU
  * grace periods), so a few threads stage in parallel. */
 #define SBX_POOL_THREADS 4
+/* The staging child's stack (child.c runs on it until its exec, in our
+ * memory); a few are kept for the next stagings. */
+#define SBX_CHILD_STACK_SIZE (256u << 10)
+/* Stagings that can run at once with a small fd table for their child:
+ * the pool threads and a few inline ones (more fall back to a full copy). */
+#define SBX_RSV_PAIRS 12
 
 struct pool {
 	pthread_mutex_t lock;
@@ -139,14 +161,31 @@ struct pool {
  * reuse (under pool.lock). */
 #define SBX_SPARE_SLOTS 64
 #define SBX_SPARE_NETNS 64
+#define SBX_SPARE_IPCNS 64
 
 struct sbx_runtime {
 	char *state_dir, *staging;
 	struct cg_slot *spare[SBX_SPARE_SLOTS];
 	unsigned n_spare;
 	int spare_net[SBX_SPARE_NETNS]; /* network namespaces (fds) with only lo */
+	int spare_net_sys[SBX_SPARE_NETNS]; /* and their sysfs (sbx.sys_fd) */
 	unsigned n_spare_net;
-	bool fresh_netns; /* never reuse network namespaces */
+	struct ipcns spare_ipc[SBX_SPARE_IPCNS]; /* IPC namespaces holding nothing */
+	unsigned n_spare_ipc;
+	void *stacks[SBX_POOL_THREADS]; /* stacks of staging children (sandbox.c) */
+	unsigned n_stacks;
+	/* Pairs of low fd numbers, reserved at start-up, for the socket and
+	 * error pipe ends of staging children (a copy of /dev/null holds them
+	 * between stagings), so that a child's own fd table stays small
+	 * (child.c, FDS). rsv_busy: bit i, pair i is in use (atomic). */
+	int rsv_fd[SBX_RSV_PAIRS][2], rsv_null;
+	uint32_t rsv_busy;
+	/* The network and IPC namespaces the pool threads run in (those of the
+	 * thread that made the runtime): where they return after looking into
+	 * a dead sandbox's (netns_recyclable, ipcns_recyclable). */
+	int home_net_fd, home_ipc_fd;
+	uint32_t masks_present[4]; /* which masked paths exist (child.c, mntns_template) */
+	bool fresh_netns;	   /* never reuse network or IPC namespaces */
 	int mntns_fd;	  /* the template mount namespace (mntns_template) */
 	int agent_fd;	/* sealed memfd with strata-agent */
 	int seccomp_fd; /* sealed memfd with the BPF program */
@@ -162,6 +201,9 @@ struct sbx {
 	int pidfd;
 	int ctl; /* host end of the protocol stream */
 	int netns_fd; /* its network namespace ("none"; -1 if unknown), reused after it */
+	int sys_fd;   /* O_PATH of a sysfs mount of that namespace, held with it (or -1):
+		       * its superblock lives on, so the next /sys mount is not a new one */
+	struct ipcns ipc; /* its IPC namespace (-1 if unknown), reused after it */
 	struct cg_slot *cg;
 	enum sbx_network net;
 	bool persist; /* survives its stream; released, not killed, by sbx_release */
@@ -171,6 +213,9 @@ struct sbx {
 
 /* sandbox.c: starts a staged sandbox (clone3, child.c, agent HELLO). */
 int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret);
+/* runtime.c: a free pair of reserved fd numbers (its index), or -1. */
+int rsv_take(struct sbx_runtime *rt);
+void rsv_give(struct sbx_runtime *rt, int i);
 /* runtime.c: a staged sandbox from the pool, or NULL. */
 struct sbx *pool_take(struct sbx_runtime *rt);
 /* runtime.c: wakes the pool thread to refill. */
@@ -183,10 +228,15 @@ struct cg_slot *slot_take(struct sbx_runtime *rt);
 /* runtime.c: keeps a dead sandbox's slot for reuse if it can, else removes it. */
 void slot_recycle(struct sbx_runtime *rt, struct cg_slot *cg);
 /* runtime.c: a network namespace kept from a destroyed sandbox, or -1. */
-int net_take(struct sbx_runtime *rt);
+int net_take(struct sbx_runtime *rt, int *ret_sys_fd);
 /* runtime.c: keeps a dead sandbox's network namespace (fd, owned) for reuse
  * if netns_recyclable, else closes it. Accepts -1. */
-void net_recycle(struct sbx_runtime *rt, int fd);
+void net_recycle(struct sbx_runtime *rt, int fd, int sys_fd);
+/* runtime.c: an IPC namespace kept from a destroyed sandbox ({-1, -1} if none). */
+struct ipcns ipc_take(struct sbx_runtime *rt);
+/* runtime.c: keeps a dead sandbox's IPC namespace (owned) for reuse if
+ * ipcns_recyclable, else closes it. */
+void ipc_recycle(struct sbx_runtime *rt, struct ipcns *ns);
 /* sandbox.c: SIGKILL and close the stream (no waiting). */
 void sbx_kill(struct sbx *s);
 /* sandbox.c: kill, wait for every process, remove the cgroups, free. */

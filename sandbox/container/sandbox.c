@@ -5,7 +5,7 @@
  *
  *   sbx_stage   cgroup slot, socketpair, clone (new pid, uts, ipc and, for
  *               network "none", net namespaces, or a destroyed sandbox's
- *               network namespace that the child joins; a pidfd; straight
+ *               ipc and network namespaces that the child joins; a pidfd; straight
  *               into the cgroup on v2), child.c unshares a copy of the
  *               runtime's template mount namespace, builds the staging
  *               root and execs "strata-agent --stage"; done at the agent's
@@ -52,7 +52,6 @@
 #endif
 #define STAGE_TMPFS_OPTS "size=256m,nr_inodes=131072,mode=755"
 #define START_TIMEOUT_MS 10000
-#define CHILD_STACK_SIZE (256u << 10) /* the staging child (child.c) before its exec */
 
 static int check_config(const struct sbx_config *c)
 {
@@ -124,9 +123,11 @@ static void fill_args(struct sbx *s, struct child_args *a)
 	a->mntns_fd = rt->mntns_fd;
 	snprintf(a->tmpfs_opts, sizeof(a->tmpfs_opts), "%s", STAGE_TMPFS_OPTS);
 	a->netns_fd = s->netns_fd;
+	a->ipcns_fd = s->ipc.ns_fd;
 	a->new_netns = s->net == SBX_NET_NONE && s->netns_fd < 0;
 	a->cgroupns = rt->cg.version != 0;
 	a->agent_fd = rt->agent_fd;
+	memcpy(a->masks_present, rt->masks_present, sizeof(a->masks_present));
 	a->seccomp_fd = rt->seccomp_fd;
 	for (int i = 0; i < CG_NCTRL; i++)
 		a->procs_fd[i] = s->cg && rt->cg.version == 1 ? s->cg->procs_fd[i] : -1;
@@ -153,20 +154,37 @@ static void fill_args(struct sbx *s, struct child_args *a)
  * suspends this thread until the exec (or the child's failure), so the
  * child may use this thread's TLS and the args on its stack; child.c writes
  * no global memory. Returns the pid (pidfd in *ret_pidfd), or -1 and errno. */
-static long clone_vm(uint64_t flags, int *ret_pidfd, struct child_args *a)
+static long clone_vm(struct sbx_runtime *rt, uint64_t flags, int *ret_pidfd, struct child_args *a)
 {
-	size_t size = CHILD_STACK_SIZE;
-	char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE,
-			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED)
-		return -1;
-	long pid = clone(child_main_vm, stack + size, (int)(flags | CLONE_VM | CLONE_VFORK), a,
-			 ret_pidfd);
+	size_t size = SBX_CHILD_STACK_SIZE;
+	char *stack = NULL;
+	/* A stack of an earlier staging (its child has exec'd or exited: the
+	 * vfork is over), which saves an mmap, a munmap with its TLB
+	 * shootdown and the page faults of a fresh stack. */
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_stacks)
+		stack = rt->stacks[--rt->n_stacks];
+	pthread_mutex_unlock(&rt->pool.lock);
+	if (!stack) {
+		stack = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (stack == MAP_FAILED)
+			return -1;
+	}
+	long pid = clone(child_main_vm, stack + size,
+			 (int)(flags | CLONE_VM | CLONE_VFORK | CLONE_FILES), a, ret_pidfd);
 	int e = errno;
 	/* child.c is built without ASan; anything it called that is
 	 * instrumented may have left the shadow of this stack poisoned. */
 	ASAN_UNPOISON(stack, size);
-	munmap(stack, size);
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_stacks < SBX_POOL_THREADS) {
+		rt->stacks[rt->n_stacks++] = stack;
+		stack = NULL;
+	}
+	pthread_mutex_unlock(&rt->pool.lock);
+	if (stack)
+		munmap(stack, size);
 	errno = e;
 	return pid;
 }
@@ -182,12 +200,29 @@ static int clone_child(struct sbx *s, struct child_args *a)
 		return -errno;
 	}
 	s->ctl = sp[0];
+	struct sbx_runtime *rt = s->rt;
+	/* v1: the child shares our fd table at first and then keeps a copy of
+	 * its low part only (child.c): its ends go to a pair of reserved low
+	 * numbers (placeholders of /dev/null until now) when one is free. */
+	int t = rt->cg.version != 2 ? rsv_take(rt) : -1;
+	bool rsv = t >= 0 && dup3(sp[1], rt->rsv_fd[t][0], O_CLOEXEC) >= 0;
+	if (rsv && dup3(ep[1], rt->rsv_fd[t][1], O_CLOEXEC) < 0) {
+		dup3(rt->rsv_null, rt->rsv_fd[t][0], O_CLOEXEC);
+		rsv = false;
+	}
+	if (rsv) {
+		close(sp[1]);
+		close(ep[1]);
+		sp[1] = rt->rsv_fd[t][0];
+		ep[1] = rt->rsv_fd[t][1];
+	}
 	a->sock_fd = sp[1];
 	a->err_fd = ep[1];
+	a->files_shared = rt->cg.version != 2;
 	struct clone_args ca = {
 	    /* No CLONE_NEWNS: the child unshares a copy of the template. */
-	    .flags = CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_PIDFD |
-		     (a->new_netns ? CLONE_NEWNET : 0),
+	    .flags = CLONE_NEWPID | CLONE_NEWUTS | CLONE_PIDFD |
+		     (a->ipcns_fd < 0 ? CLONE_NEWIPC : 0) | (a->new_netns ? CLONE_NEWNET : 0),
 	    .pidfd = (uint64_t)(uintptr_t)&s->pidfd,
 	    .exit_signal = 0, /* not SIGCHLD: a waitpid(-1) elsewhere cannot reap it */
 	};
@@ -199,18 +234,35 @@ static int clone_child(struct sbx *s, struct child_args *a)
 		if (pid == 0)
 			child_main(a);
 	} else {
-		pid = clone_vm(ca.flags, &s->pidfd, a);
+		pid = clone_vm(s->rt, ca.flags, &s->pidfd, a);
 	}
 	int r = pid < 0 ? -errno : 0;
-	close(sp[1]);
-	close(ep[1]);
+	if (rsv) {
+		/* Closes our copies (the child has exec'd or failed). */
+		dup3(rt->rsv_null, sp[1], O_CLOEXEC);
+		dup3(rt->rsv_null, ep[1], O_CLOEXEC);
+	}
+	if (t >= 0)
+		rsv_give(rt, t);
+	if (!rsv) {
+		close(sp[1]);
+		close(ep[1]);
+	}
 	if (r == 0) {
 		s->pid = (pid_t)pid;
 		r = child_status(ep[0]);
 	}
 	/* Kept for reuse after the sandbox (a zombie has none: not reused). */
-	if (r == 0 && a->new_netns)
+	if (r == 0 && a->new_netns) {
+		char p[64];
 		s->netns_fd = netns_open(s->pid);
+		/* Holds the namespace's sysfs superblock for the sandboxes that
+		 * will reuse the namespace (-1: they make their own). */
+		snprintf(p, sizeof(p), "/proc/%d/root/sys", (int)s->pid);
+		s->sys_fd = open(p, O_PATH | O_CLOEXEC);
+	}
+	if (r == 0 && a->ipcns_fd < 0)
+		(void)ipcns_open(s->pid, &s->ipc); /* else {-1, -1}: not reused */
 	close(ep[0]);
 	return r;
 }
@@ -226,7 +278,9 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 	s->pid = -1;
 	s->pidfd = s->ctl = -1;
 	s->net = net;
-	s->netns_fd = net == SBX_NET_NONE ? net_take(rt) : -1;
+	s->sys_fd = -1;
+	s->netns_fd = net == SBX_NET_NONE ? net_take(rt, &s->sys_fd) : -1;
+	s->ipc = ipc_take(rt);
 	if (rt->cg.version && !(s->cg = slot_take(rt)))
 		r = cg_slot_new(&rt->cg, __atomic_add_fetch(&rt->seq, 1, __ATOMIC_RELAXED), &s->cg);
 	if (r == 0) {
@@ -391,9 +445,14 @@ void sbx_free_now(struct sbx *s)
 		close(s->ctl);
 	if (s->rt) {
 		slot_recycle(s->rt, s->cg);
-		net_recycle(s->rt, s->netns_fd);
-	} else if (s->netns_fd >= 0) {
-		close(s->netns_fd);
+		net_recycle(s->rt, s->netns_fd, s->sys_fd);
+		ipc_recycle(s->rt, &s->ipc);
+	} else {
+		if (s->netns_fd >= 0)
+			close(s->netns_fd);
+		if (s->sys_fd >= 0)
+			close(s->sys_fd);
+		ipcns_close(&s->ipc);
 	}
 	free(s);
 }
@@ -426,7 +485,8 @@ int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret)
 		return -ENOMEM;
 	s->pid = pid;
 	s->ctl = fd;
-	s->netns_fd = -1;
+	s->netns_fd = s->sys_fd = -1;
+	s->ipc = (struct ipcns){-1, -1};
 	s->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	if (pid > 0 && s->pidfd < 0) {
 		int r = -errno;
@@ -451,6 +511,9 @@ void sbx_release(struct sbx *s)
 		close(s->pidfd);
 	if (s->netns_fd >= 0)
 		close(s->netns_fd); /* still in use: never reused */
+	if (s->sys_fd >= 0)
+		close(s->sys_fd);
+	ipcns_close(&s->ipc);
 	cg_slot_close(s->cg);
 	free(s);
 }
@@ -475,7 +538,13 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	int r = 0;
 	if (!s)
 		return -ENOMEM;
-	*s = (struct sbx){.rt = rt, .pid = pid, .ctl = -1, .netns_fd = -1, .persist = true};
+	*s = (struct sbx){.rt = rt,
+			  .pid = pid,
+			  .ctl = -1,
+			  .netns_fd = -1,
+			  .sys_fd = -1,
+			  .ipc = {-1, -1},
+			  .persist = true};
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (s->pidfd < 0)
 		r = -errno;

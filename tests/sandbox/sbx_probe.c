@@ -12,7 +12,17 @@
  * namespace (listening, bound, connected TCP/UDP/unix sockets with unread
  * data, loopback traffic, files in /tmp and /dev/shm; with "linger" also a
  * TIME_WAIT socket and an IPv6 flow label, which outlive the process), and
- * "netclean" checks that a new sandbox sees none of it: exit 0 if clean. */
+ * "netclean" checks that a new sandbox sees none of it: exit 0 if clean.
+ * Likewise for IPC namespaces: "ipcdirty [chmod]" leaves a SysV shared
+ * memory segment (with data), message queue (with a message) and
+ * semaphore set, and a POSIX message queue with a message (with "chmod"
+ * also a changed mode of /dev/mqueue); "ipcclean" checks that none of it
+ * is visible, then makes and removes a segment and prints its id (0 in a
+ * fresh namespace, more in one an earlier sandbox used).
+ *
+ * /dev, which a runtime's sandboxes share read-only: "devshared" tries to
+ * change it (exit 0 if every attempt was refused), "devok" checks that the
+ * devices, /dev/shm, /dev/mqueue and a pty work (exit 0 if they do). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +38,13 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <mqueue.h>
 #include <poll.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/sysmacros.h>
@@ -116,8 +132,75 @@ static int probe_chroot(void)
 				 open("/escape-marker", O_WRONLY | O_CREAT, 0644)) |
 			 refused("mkdir in the namespace's root", mkdir("/escape-dir", 0755)) |
 			 refused("create a file in the template's /e",
-				 open("/e/escape-marker", O_WRONLY | O_CREAT, 0644));
+				 open("/e/escape-marker", O_WRONLY | O_CREAT, 0644)) |
+			 refused("create a file in the template's /d (every sandbox's /dev)",
+				 open("/d/escape-marker", O_WRONLY | O_CREAT, 0644));
 	return fails;
+}
+
+/* /dev is shared by a runtime's sandboxes (a read-only bind): nothing in
+ * it may change. */
+static int probe_devshared(void)
+{
+	struct stat st;
+	int fails =
+	    refused("create a file in /dev", open("/dev/probe-mark", O_WRONLY | O_CREAT, 0644)) |
+	    refused("mkdir in /dev", mkdir("/dev/probe-dir", 0755)) |
+	    refused("unlink /dev/zero", unlink("/dev/zero")) |
+	    refused("chmod /dev/null", chmod("/dev/null", 0600)) |
+	    refused("chown /dev/urandom", chown("/dev/urandom", 1, 1)) |
+	    refused("set the times of /dev/null", utimensat(AT_FDCWD, "/dev/null", NULL, 0)) |
+	    refused("symlink in /dev", symlink("/etc/passwd", "/dev/probe-link"));
+	if (stat("/dev/null", &st) < 0 || (st.st_mode & 07777) != 0666) {
+		printf("/dev/null: not as made\n");
+		fails = 1;
+	}
+	return fails;
+}
+
+/* /dev works: exit 0 if every device, shm, mqueue and a pty do. */
+static int probe_devok(void)
+{
+	char buf[64];
+	int bad = 0;
+	int fd = open("/dev/null", O_WRONLY);
+	bad |= fd < 0 || write(fd, "x", 1) != 1;
+	close(fd);
+	fd = open("/dev/zero", O_RDONLY);
+	bad |= fd < 0 || read(fd, buf, sizeof(buf)) != sizeof(buf) || buf[0] || buf[63];
+	close(fd);
+	fd = open("/dev/urandom", O_RDONLY);
+	bad |= fd < 0 || read(fd, buf, 16) != 16;
+	close(fd);
+	fd = open("/dev/full", O_WRONLY);
+	bad |= fd < 0 || write(fd, "x", 1) != -1 || errno != ENOSPC;
+	close(fd);
+	if (bad)
+		printf("devok: null, zero, urandom or full misbehave\n");
+	fd = open("/dev/shm/probe-shm", O_RDWR | O_CREAT, 0600);
+	if (fd < 0 || write(fd, "shm", 3) != 3) {
+		printf("devok: /dev/shm not writable (%s)\n", strerror(errno));
+		bad = 1;
+	}
+	close(fd);
+	int m = posix_openpt(O_RDWR | O_NOCTTY);
+	const char *pts = m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0 ? ptsname(m) : NULL;
+	int sl = pts ? open(pts, O_RDWR | O_NOCTTY) : -1;
+	ssize_t n = -1;
+	if (sl >= 0 && write(m, "hi\n", 3) == 3) {
+		struct pollfd p = {.fd = sl, .events = POLLIN};
+		n = poll(&p, 1, 2000) == 1 ? read(sl, buf, sizeof(buf)) : -1;
+	}
+	if (n != 3) {
+		printf("devok: pty (%s) failed (%s)\n", pts ? pts : "none", strerror(errno));
+		bad = 1;
+	}
+	if (access("/dev/mqueue", W_OK) < 0 || access("/dev/pts/ptmx", F_OK) < 0) {
+		printf("devok: /dev/mqueue or /dev/pts missing\n");
+		bad = 1;
+	}
+	printf("devok: %s (pty %s)\n", bad ? "BROKEN" : "all work", pts ? pts : "none");
+	return bad;
 }
 
 /* A persistent agent listens outside the sandbox's root: a process inside
@@ -321,6 +404,83 @@ static int probe_netclean(void)
 	return bad;
 }
 
+static int probe_ipcdirty(bool chmod_mq)
+{
+	int shm = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+	char *p = shm >= 0 ? shmat(shm, NULL, 0) : (void *)-1;
+	int msg = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+	struct {
+		long type;
+		char text[16];
+	} m = {1, "probe-secret"};
+	int sem = semget(IPC_PRIVATE, 3, IPC_CREAT | 0600);
+	struct mq_attr a = {.mq_maxmsg = 4, .mq_msgsize = 64};
+	mqd_t q = mq_open("/probe-mark", O_CREAT | O_RDWR, 0600, &a);
+	if (p == (void *)-1 || msg < 0 || sem < 0 || q == (mqd_t)-1 ||
+	    msgsnd(msg, &m, sizeof(m.text), 0) < 0 || mq_send(q, "probe-secret", 12, 0) < 0) {
+		printf("ipcdirty: setting up failed (%s)\n", strerror(errno));
+		return 1;
+	}
+	strcpy(p, "probe-secret");
+	shmdt(p);
+	if (chmod_mq && chmod("/dev/mqueue", 0700) < 0) {
+		printf("ipcdirty: chmod /dev/mqueue failed (%s)\n", strerror(errno));
+		return 1;
+	}
+	printf("ipcdirty: left shm %d, msg %d, sem %d, mqueue /probe-mark%s\n", shm, msg, sem,
+	       chmod_mq ? ", /dev/mqueue 0700" : "");
+	return 0; /* all of it outlives us */
+}
+
+static int probe_ipcclean(void)
+{
+	static const char *const tables[] = {"/proc/sysvipc/shm", "/proc/sysvipc/msg",
+					     "/proc/sysvipc/sem"};
+	int bad = 0;
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		int n = table_rows(tables[i]);
+		if (n != 0) {
+			printf("ipcclean: %s has %d entries\n", tables[i], n);
+			bad = 1;
+		}
+	}
+	DIR *d = opendir("/dev/mqueue");
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			printf("ipcclean: /dev/mqueue/%s of an earlier sandbox\n", e->d_name);
+			bad = 1;
+		}
+	if (d)
+		closedir(d);
+	struct stat st;
+	if (!d || stat("/dev/mqueue", &st) < 0 || (st.st_mode & 07777) != 01777 || st.st_uid) {
+		printf("ipcclean: /dev/mqueue missing or not as made\n");
+		bad = 1;
+	}
+	mqd_t q = mq_open("/probe-mark", O_RDONLY);
+	if (q != (mqd_t)-1 || errno != ENOENT) {
+		printf("ipcclean: mq_open of an earlier queue: %s\n",
+		       q != (mqd_t)-1 ? "opened" : strerror(errno));
+		bad = 1;
+	}
+	struct shm_info si;
+	struct msginfo mi;
+	if (shmctl(0, SHM_INFO, (struct shmid_ds *)(void *)&si) < 0 || si.used_ids ||
+	    msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&mi) < 0 || mi.msgpool || mi.msgmap) {
+		printf("ipcclean: SysV objects of an earlier sandbox (SHM_INFO, MSG_INFO)\n");
+		bad = 1;
+	}
+	int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+	char *p = id >= 0 ? shmat(id, NULL, 0) : (void *)-1;
+	if (p == (void *)-1 || p[0] || shmctl(id, IPC_RMID, NULL) < 0) {
+		printf("ipcclean: a new segment failed or is not zeroed\n");
+		bad = 1;
+	}
+	printf("ipcclean: %s; shm id %d\n", bad ? "NOT CLEAN" : "clean", id);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -378,6 +538,14 @@ int main(int argc, char **argv)
 		return probe_netdirty(argc > 2 && !strcmp(argv[2], "linger"));
 	if (!strcmp(w, "netclean"))
 		return probe_netclean();
+	if (!strcmp(w, "devshared"))
+		return probe_devshared();
+	if (!strcmp(w, "devok"))
+		return probe_devok();
+	if (!strcmp(w, "ipcdirty"))
+		return probe_ipcdirty(argc > 2 && !strcmp(argv[2], "chmod"));
+	if (!strcmp(w, "ipcclean"))
+		return probe_ipcclean();
 	if (!strcmp(w, "chroot-escape"))
 		return refused("open_by_handle_at",
 			       syscall(SYS_open_by_handle_at, AT_FDCWD, NULL, 0));

@@ -2,7 +2,8 @@
  * (output, exit codes, signals, stdin, env, cwd, users, timeouts, output
  * cap), file operations (confined to the sandbox's overlay), isolation
  * (the agent is pid 1, hostname, only lo, own cgroup namespace, sandboxes do
- * not see each other) and creation latency with and without the pools,
+ * not see each other, /dev works: devices, private /dev/shm, mqueue, a pty)
+ * and creation latency with and without the pools,
  * printed for the log. Needs root; exits 77 with a reason otherwise. */
 #include <dirent.h>
 #include <errno.h>
@@ -127,6 +128,12 @@ static void test_isolation(struct sbxt_env *e, struct sbx *a, struct sbx *b)
 	      !strstr(o.out, "vda"));
 	CHECK(sbxt_sh(a, "echo x > /dev/null && head -c 4 /dev/urandom | wc -c", 0, &o, &r) == 0 &&
 	      atoi(o.out) == 4);
+	/* Devices, shm, mqueue and a pty work; /dev/shm is private. */
+	const char *devok[] = {"/bin/probe", "devok", NULL};
+	struct sbx_exec_opts dopts = {.argv = devok, .timeout_ms = 10000};
+	CHECK(sbxt_exec(a, &dopts, &o, &r) == 0 && r.exit_code == 0);
+	fprintf(stderr, "%s", o.out);
+	CHECK(sbxt_sh(b, "test -e /dev/shm/probe-shm", 0, &o, &r) == 0 && r.exit_code == 1);
 	char hn[256];
 	gethostname(hn, sizeof(hn));
 	CHECK(!strcmp(hn, host));

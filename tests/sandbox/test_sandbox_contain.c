@@ -5,7 +5,8 @@
  *   workload only), filling the writable layer (tmpfs size), output flood
  *   (cap), and /bin/probe: mount, ptrace, raw and packet sockets, reboot,
  *   module loading, sysrq-trigger, /proc/kpagecgroup and kcore, user
- *   namespaces, bpf, keyctl, mknod of a disk, /proc/sys writes, network.
+ *   namespaces, bpf, keyctl, mknod of a disk, /proc/sys writes, network,
+ *   changes to the shared read-only /dev (devshared), the chroot escape.
  * Needs root; exits 77 with a reason otherwise. */
 #include <dirent.h>
 #include <errno.h>
@@ -124,9 +125,9 @@ static void test_disk_fill(struct sbxt_env *e)
 static void test_probes(struct sbxt_env *e)
 {
 	static const char *const probes[] = {
-	    "mount",	   "raw",   "packet",	     "reboot",	 "module", "sysrq",
-	    "kpagecgroup", "kcore", "userns",	     "bpf",	 "keyctl", "mknod",
-	    "sysctl",	   "net",   "chroot-escape", "agentmem", "devnode"};
+	    "mount",	   "raw",   "packet",	     "reboot",	 "module",  "sysrq",
+	    "kpagecgroup", "kcore", "userns",	     "bpf",	 "keyctl",  "mknod",
+	    "sysctl",	   "net",   "chroot-escape", "agentmem", "devnode", "devshared"};
 	struct sbx_config cfg = sbxt_config(e);
 	struct sbx *s = NULL;
 	CHECK(sbx_create(e->rt, &cfg, &s) == 0);

@@ -12,7 +12,11 @@
  * later sandbox that reads lo's traffic counters above zero runs in a reused
  * namespace: at least one must. Then sandboxes that leave a TIME_WAIT socket
  * and an IPv6 flow label (which outlive their processes): the next ones must
- * not see them. Also: a reused cgroup slot has the new sandbox's limits.
+ * not see them. IPC namespaces likewise (probe ipcclean / ipcdirty): SysV
+ * segments, message queues, semaphores and POSIX message queues left by a
+ * sandbox, or a changed /dev/mqueue, are never seen by a later one, and at
+ * least one sandbox runs in a reused IPC namespace (its first SysV id is
+ * not 0). Also: a reused cgroup slot has the new sandbox's limits.
  * Needs root; exits 77 with a reason otherwise. */
 #include <limits.h>
 #include <stdlib.h>
@@ -88,7 +92,58 @@ static void test_netns_reuse(struct sbxt_env *e)
 	sbx_destroy(s);
 }
 
-/* With fresh_netns, no sandbox ever runs in an earlier one's namespace. */
+/* Runs ipcclean in sandbox s; returns the id of its segment (> 0: the IPC
+ * namespace was used before), or -1 if it saw something of an earlier one. */
+static int ipc_clean(struct sbx *s)
+{
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	const char *argv[] = {"/bin/probe", "ipcclean", NULL};
+	struct sbx_exec_opts opts = {.argv = argv, .timeout_ms = 10000};
+	int rc = sbxt_exec(s, &opts, &o, &r);
+	CHECK(rc == 0 && r.exit_code == 0);
+	if (rc != 0 || r.exit_code != 0) {
+		fprintf(stderr, "%s", o.out);
+		return -1;
+	}
+	const char *id = strstr(o.out, "shm id ");
+	return id ? atoi(id + 7) : -1;
+}
+
+/* Every other sandbox leaves SysV objects and a POSIX queue (every fourth
+ * also chmods /dev/mqueue): its IPC namespace must not be reused, and no
+ * later sandbox may see any of it. Clean ones are reused. */
+static void test_ipcns_reuse(struct sbxt_env *e)
+{
+	struct sbx_config cfg = sbxt_config(e);
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	int reused = 0, rounds = 0;
+	for (; rounds < 40 && (reused < 3 || rounds < 12); rounds++) {
+		struct sbx *s = NULL;
+		CHECK(sbx_create(e->rt, &cfg, &s) == 0);
+		if (!s)
+			return;
+		int id = ipc_clean(s);
+		reused += id > 0;
+		if (rounds % 2) {
+			const char *argv[] = {"/bin/probe", "ipcdirty",
+					      rounds % 4 == 3 ? "chmod" : NULL, NULL};
+			struct sbx_exec_opts opts = {.argv = argv, .timeout_ms = 10000};
+			CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && r.exit_code == 0);
+			if (rounds < 4)
+				fprintf(stderr, "%s", o.out);
+		}
+		sbx_destroy(s);
+		usleep(20000); /* teardown is asynchronous */
+	}
+	fprintf(stderr, "ipcns reuse: %d of %d sandboxes ran in a reused namespace\n", reused,
+		rounds);
+	CHECK(reused >= 1);
+}
+
+/* With fresh_netns, no sandbox ever runs in an earlier one's network or
+ * IPC namespace. */
 static void test_fresh_netns(struct sbxt_env *e)
 {
 	char state[400], cg[80];
@@ -115,6 +170,7 @@ static void test_fresh_netns(struct sbxt_env *e)
 		if (!s)
 			break;
 		reused += re;
+		CHECK(ipc_clean(s) == 0); /* a fresh IPC namespace too */
 		CHECK(sbxt_sh(s, "/bin/probe netdirty >/tmp/ready 2>&1 </dev/null & "
 				 "while [ ! -s /tmp/ready ]; do usleep 1000; done",
 			      10000, &o, &r) == 0);
@@ -191,6 +247,7 @@ int main(void)
 	if (r)
 		return r;
 	test_netns_reuse(&e);
+	test_ipcns_reuse(&e);
 	test_fresh_netns(&e);
 	if (sbx_runtime_cgroup_version(e.rt) == 1)
 		test_slot_reuse(&e);
