@@ -1,8 +1,12 @@
-/* client.c — a synchronous client of the agent protocol over a sandbox's
- * stream: exec (with streamed output through a callback) and the file
- * operations. One request at a time per sandbox; frames for other ids
- * (there should be none) are skipped. Every wait has a deadline, so a stuck
- * or dead agent yields -ETIMEDOUT or -EPIPE, never a hang.
+/* client.c — the client of the agent protocol over a sandbox's stream:
+ * exec (with streamed output through callbacks) and the file operations.
+ * One request at a time per sandbox; frames for other ids (late ones of an
+ * earlier request) are skipped. Every blocking wait has a deadline, so a
+ * stuck or dead agent yields -ETIMEDOUT or -EPIPE, never a hang.
+ *
+ * An exec is an op (sbx_exec_op_*) that never blocks: it keeps what the
+ * socket did not take and what it read of a frame, and is driven by the
+ * caller's loop (sandboxd's epoll loop) or by sbx_exec's poll loop.
  *
  * The one exception to "one thread per sandbox": sbx_exec_stdin feeds an
  * interactive exec from another thread while sbx_exec reads, between the
@@ -11,8 +15,8 @@
  * two hold the stream's write lock (a table of locks hashed by fd: struct
  * sbx is not this file's to extend) and never interleave; sbx_exec only
  * tries the lock (a writer blocked on a full stream needs sbx_exec to keep
- * reading). Nothing else takes it, so a caller's other sandboxes never wait
- * on it. */
+ * reading) and holds it until its frame is out. Nothing else takes it, so a
+ * caller's other sandboxes never wait on it. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -193,23 +197,6 @@ static int encode_exec(struct ag_wr *w, const struct sbx_exec_opts *o, uint32_t 
 	return r;
 }
 
-/* Returns 0, -errno, or 1 when a stdin writer holds the stream (retry
- * after reading a frame). */
-static int send_kill(struct sbx *s, uint32_t id)
-{
-	if (pthread_mutex_trylock(wlock(s)) != 0)
-		return 1;
-	struct ag_wr w;
-	ag_wr_init(&w);
-	size_t off = ag_wr_begin(&w, AG_T_SIGNAL, id);
-	ag_wr_u32(&w, SIGKILL);
-	ag_wr_end(&w, off);
-	int r = w.err ? w.err : write_all(s->ctl, w.data, w.len);
-	pthread_mutex_unlock(wlock(s));
-	ag_wr_done(&w);
-	return r;
-}
-
 int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len, bool eof,
 		   bool ack)
 {
@@ -229,62 +216,149 @@ int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len
 	return r;
 }
 
-/* One exec in progress. */
-struct exec_ctx {
+/* One exec in progress (sbx_exec_op_*). The frames not yet sent are
+ * out.data[sent..out.len); in[0..in_len) holds what was read and not yet
+ * handled (at most a part of one frame between calls).
+ *
+ * Invariants:
+ *  1. exit is called once, and no callback after it.
+ *  2. done = exit called, nothing left to send and no part of a frame
+ *     read: the next request starts on a frame boundary. (After a stream
+ *     error the stream is broken whatever we do: done at once.)
+ *  3. With shared_writes (sbx_exec of a stdin_stream exec, where
+ *     sbx_exec_stdin writes from another thread) the op writes only while
+ *     it holds the stream's write lock, and keeps it until its bytes are
+ *     all out, so that frames never interleave. */
+struct sbx_exec_op {
 	struct sbx *s;
 	uint32_t id;
-	sbx_output_fn fn;
+	struct sbx_exec_cbs cb;
 	void *ud;
-	const struct sbx_exec_opts *o;
-	int cb_err;  /* what the callback returned, once negative */
-	int started; /* 0; 1 EXEC answered; 2 announced to on_stdin */
-	uint8_t agent_minor;
-	bool kill_wanted; /* the callback gave up: SIGKILL once the request is out */
-	bool exited;
-	struct sbx_exec_result res;
-	struct reply rp;
-	int64_t deadline;
+	struct ag_wr out;
+	size_t sent;
+	uint8_t *in;
+	size_t in_len, in_cap;
+	int err; /* the stream failed: reported by exit */
+	uint8_t minor;
+	bool started, exited, stdin_stream, stdin_closed, not_sock;
+	bool shared_writes, locked;
 };
 
-/* Reads and handles one frame of the exec. */
-static int exec_read_one(struct exec_ctx *x)
+static short op_events(const struct sbx_exec_op *op)
 {
-	struct reply *rp = &x->rp;
-	int r = read_frame_until(x->s->ctl, &rp->h, &rp->buf, &rp->cap, x->deadline);
-	if (r < 0 || rp->h.id != x->id)
-		return r;
-	struct ag_rd rd;
-	ag_rd_init(&rd, rp->buf, rp->h.len);
-	if (rp->h.type == (AG_T_EXEC | AG_T_REPLY)) {
-		int st = (int32_t)ag_rd_u32(&rd);
-		x->agent_minor = rp->h.minor;
-		if (!rd.err && st >= 0 && !x->started)
-			x->started = 1;
-		return rd.err ? rd.err : (st < 0 ? st : 0);
+	if (op->exited && (op->err || (op->sent == op->out.len && op->in_len == 0)))
+		return 0;
+	short ev = op->exited && op->in_len == 0 ? 0 : POLLIN;
+	if (op->sent < op->out.len || (op->err && !op->exited))
+		ev |= POLLOUT;
+	return ev;
+}
+
+short sbx_exec_op_events(const struct sbx_exec_op *op)
+{
+	return op_events(op);
+}
+
+/* Sends what the socket takes now. */
+static void op_flush(struct sbx_exec_op *op)
+{
+	if (op->err || op->sent == op->out.len)
+		return;
+	if (op->shared_writes && !op->locked) {
+		if (pthread_mutex_trylock(wlock(op->s)) != 0)
+			return; /* a stdin chunk is being written: later */
+		op->locked = true;
 	}
-	if (rp->h.type == (AG_T_STDIN | AG_T_REPLY)) {
+	int fd = op->s->ctl;
+	while (op->sent < op->out.len) {
+		const uint8_t *p = op->out.data + op->sent;
+		size_t n = op->out.len - op->sent;
+		ssize_t k = -1;
+		if (!op->not_sock) {
+			k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (k < 0 && errno == ENOTSOCK)
+				op->not_sock = true;
+		}
+		if (op->not_sock) { /* a pipe or a tty: write only what poll allows */
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+			k = poll(&pfd, 1, 0);
+			if (k > 0 && !(pfd.revents & POLLOUT))
+				k = 0;
+			if (k > 0)
+				k = write(fd, p, STRATA_MIN(n, (size_t)PIPE_BUF));
+			else if (k == 0) {
+				k = -1;
+				errno = EAGAIN;
+			}
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN)
+			break;
+		if (k <= 0) {
+			op->err = k == 0 || errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno;
+			break;
+		}
+		op->sent += (size_t)k;
+	}
+	if (op->sent == op->out.len || op->err) {
+		op->out.len = 0;
+		op->sent = 0;
+		if (op->locked)
+			pthread_mutex_unlock(wlock(op->s));
+		op->locked = false;
+	}
+}
+
+static void op_exit(struct sbx_exec_op *op, int r, const struct sbx_exec_result *res)
+{
+	if (op->exited)
+		return;
+	op->exited = true;
+	op->cb.exit(op->ud, r, res);
+}
+
+/* One frame of the stream (id and type checked here). */
+static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8_t *p)
+{
+	if (h->id != op->id || op->exited)
+		return; /* another request's late frames, or ours after EXIT */
+	struct ag_rd rd;
+	ag_rd_init(&rd, p, h->len);
+	if (h->type == (AG_T_EXEC | AG_T_REPLY)) {
+		int st = (int32_t)ag_rd_u32(&rd);
+		op->minor = h->minor;
+		if (rd.err || st < 0) {
+			op_exit(op, rd.err ? rd.err : st, NULL);
+			return;
+		}
+		if (op->started)
+			return;
+		op->started = true;
+		if (op->cb.started)
+			op->cb.started(op->ud, op->minor >= 1 ? SBX_STDIN_STARTED
+							      : SBX_STDIN_STARTED_NOACK);
+	} else if (h->type == (AG_T_STDIN | AG_T_REPLY)) {
 		int st = (int32_t)ag_rd_u32(&rd);
 		uint32_t pending = ag_rd_u32(&rd);
-		if (!rd.err && x->o->on_stdin)
-			x->o->on_stdin(x->ud, x->id, st, pending);
-		return 0;
-	}
-	if (rp->h.type == AG_T_OUTPUT) {
+		if (!rd.err && op->cb.stdin_ack)
+			op->cb.stdin_ack(op->ud, st, pending);
+	} else if (h->type == AG_T_OUTPUT) {
 		uint8_t stream = ag_rd_u8(&rd);
 		uint32_t n = 0;
 		const void *d = ag_rd_blob(&rd, AG_MAX_PAYLOAD, &n);
 		if (!d)
-			return -EBADMSG;
-		if (x->fn && !x->cb_err && (x->cb_err = x->fn(x->ud, stream, d, n)) < 0)
-			x->kill_wanted = true;
-		return 0;
-	}
-	if (rp->h.type == AG_T_EXIT) {
+			op_exit(op, -EBADMSG, NULL);
+		else if (op->cb.output)
+			op->cb.output(op->ud, stream, d, n);
+	} else if (h->type == AG_T_EXIT) {
 		struct ag_exit e;
-		r = ag_exit_decode(rp->buf, rp->h.len, &e);
-		if (r < 0)
-			return r;
-		x->res = (struct sbx_exec_result){
+		int r = ag_exit_decode(p, h->len, &e);
+		if (r < 0) {
+			op_exit(op, r, NULL);
+			return;
+		}
+		struct sbx_exec_result res = {
 		    .exit_code = e.exit_code,
 		    .signo = e.signo,
 		    .timed_out = e.flags & AG_EXIT_F_TIMED_OUT,
@@ -293,79 +367,235 @@ static int exec_read_one(struct exec_ctx *x)
 		    .stderr_bytes = e.stderr_bytes,
 		    .duration_us = e.duration_us,
 		};
-		x->exited = true;
+		op_exit(op, 0, &res);
 	}
+}
+
+/* Reads once and handles every whole frame read. */
+static void op_read(struct sbx_exec_op *op)
+{
+	size_t want = 65536;
+	if (op->in_len >= AG_HDR_SIZE) {
+		struct ag_hdr h;
+		if (ag_hdr_decode(op->in, &h) == 0)
+			want = STRATA_MAX(want, AG_HDR_SIZE + (size_t)h.len);
+	}
+	if (op->in_cap < want) {
+		uint8_t *b = realloc(op->in, want);
+		if (!b) {
+			op->err = -ENOMEM;
+			return;
+		}
+		op->in = b;
+		op->in_cap = want;
+	}
+	int fd = op->s->ctl;
+	ssize_t k = -1;
+	if (!op->not_sock) {
+		k = recv(fd, op->in + op->in_len, op->in_cap - op->in_len, MSG_DONTWAIT);
+		if (k < 0 && errno == ENOTSOCK)
+			op->not_sock = true;
+	}
+	if (op->not_sock) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		k = poll(&pfd, 1, 0);
+		if (k > 0)
+			k = read(fd, op->in + op->in_len, op->in_cap - op->in_len);
+		else if (k == 0) {
+			k = -1;
+			errno = EAGAIN;
+		}
+	}
+	if (k < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (k <= 0) {
+		op->err = k == 0 || errno == ECONNRESET ? -EPIPE : -errno;
+		return;
+	}
+	op->in_len += (size_t)k;
+	size_t off = 0;
+	while (op->in_len - off >= AG_HDR_SIZE) {
+		struct ag_hdr h;
+		int r = ag_hdr_decode(op->in + off, &h);
+		if (r < 0) {
+			op->err = r;
+			return;
+		}
+		if (op->in_len - off < AG_HDR_SIZE + (size_t)h.len)
+			break;
+		op_frame(op, &h, op->in + off + AG_HDR_SIZE);
+		off += AG_HDR_SIZE + (size_t)h.len;
+	}
+	memmove(op->in, op->in + off, op->in_len - off);
+	op->in_len -= off;
+}
+
+int sbx_exec_op_io(struct sbx_exec_op *op, short revents)
+{
+	if (!op->err && (revents & (POLLIN | POLLHUP | POLLERR)) && (!op->exited || op->in_len))
+		op_read(op);
+	op_flush(op); /* what the callbacks queued too */
+	if (op->err)
+		op_exit(op, op->err, NULL);
+	return op_events(op) == 0;
+}
+
+/* Appends one frame (type, id) whose payload the caller writes between
+ * the two calls. */
+static int op_queue_end(struct sbx_exec_op *op, size_t off)
+{
+	int r = ag_wr_end(&op->out, off);
+	if (r < 0) { /* drop the frame, keep what was queued before it */
+		op->out.len = off;
+		op->out.err = 0;
+		return r;
+	}
+	op_flush(op);
 	return 0;
 }
 
-/* Sends the request while reading what the agent sends meanwhile: with a
- * large stdin and a command that floods its output, the agent stops
- * reading the stream once its queue is full, and a client that only wrote
- * would wait for it forever. */
-static int exec_send(struct exec_ctx *x, const uint8_t *p, size_t n)
+int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *o, const struct sbx_exec_cbs *cbs,
+		      void *ud, struct sbx_exec_op **ret)
 {
-	while (n) {
-		struct pollfd pfd = {.fd = x->s->ctl, .events = POLLIN | POLLOUT};
-		int wait = x->deadline < 0 ? -1 : (int)STRATA_MAX(x->deadline - now_ms(), 0);
-		int r = poll(&pfd, 1, wait);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -ETIMEDOUT;
-		if (pfd.revents & POLLIN) {
-			r = exec_read_one(x);
-			if (r < 0)
-				return r;
-			continue;
-		}
-		if (pfd.revents & (POLLHUP | POLLERR))
-			return -EPIPE;
-		ssize_t k = send(x->s->ctl, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (k < 0 && errno != EAGAIN && errno != EINTR)
-			return errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno;
-		if (k > 0) {
-			p += k;
-			n -= (size_t)k;
-		}
+	if (!o->argv || !o->argv[0] || o->stdin_len > AG_MAX_DATA || !cbs->exit)
+		return -EINVAL;
+	struct sbx_exec_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct sbx_exec_op){
+	    .s = s, .id = ++s->next_id, .cb = *cbs, .ud = ud, .stdin_stream = o->stdin_stream};
+	ag_wr_init(&op->out);
+	int r = encode_exec(&op->out, o, op->id);
+	if (r < 0) {
+		ag_wr_done(&op->out);
+		free(op);
+		return r;
 	}
+	op_flush(op);
+	*ret = op;
 	return 0;
+}
+
+int sbx_exec_op_stdin(struct sbx_exec_op *op, const void *data, size_t len, bool eof)
+{
+	if (len > AG_MAX_DATA || (len && !data))
+		return -EINVAL;
+	if (!op->stdin_stream || !op->started || op->exited || op->stdin_closed || op->err)
+		return -EPIPE;
+	bool ack = op->minor >= 1;
+	size_t off = ag_wr_begin(&op->out, AG_T_STDIN, op->id);
+	ag_wr_u8(&op->out, eof);
+	ag_wr_blob(&op->out, data, (uint32_t)len);
+	if (ack)
+		ag_wr_u8(&op->out, AG_STDIN_F_ACK);
+	int r = op_queue_end(op, off);
+	if (r < 0)
+		return r;
+	op->stdin_closed = eof;
+	return ack ? 0 : 1;
+}
+
+void sbx_exec_op_kill(struct sbx_exec_op *op)
+{
+	if (op->exited || op->err)
+		return;
+	size_t off = ag_wr_begin(&op->out, AG_T_SIGNAL, op->id);
+	ag_wr_u32(&op->out, SIGKILL);
+	op_queue_end(op, off);
+}
+
+void sbx_exec_op_free(struct sbx_exec_op *op)
+{
+	if (!op)
+		return;
+	if (op->locked)
+		pthread_mutex_unlock(wlock(op->s));
+	ag_wr_done(&op->out);
+	free(op->in);
+	free(op);
+}
+
+/* ---- the blocking exec, on the op ----------------------------------------- */
+
+struct exec_wait {
+	const struct sbx_exec_opts *o;
+	sbx_output_fn fn;
+	void *ud;
+	struct sbx_exec_op *op;
+	int cb_err; /* what fn returned, once negative: the exec is killed */
+	int r, mode;
+	bool started, announced;
+	struct sbx_exec_result res;
+};
+
+static void w_started(void *ud, int mode)
+{
+	struct exec_wait *w = ud;
+	w->started = true;
+	w->mode = mode; /* announced to on_stdin once our request is out */
+}
+
+static void w_output(void *ud, int stream, const void *data, size_t len)
+{
+	struct exec_wait *w = ud;
+	if (w->fn && !w->cb_err && (w->cb_err = w->fn(w->ud, stream, data, len)) < 0)
+		sbx_exec_op_kill(w->op);
+}
+
+static void w_stdin_ack(void *ud, int status, uint32_t pending)
+{
+	struct exec_wait *w = ud;
+	if (w->o->on_stdin)
+		w->o->on_stdin(w->ud, w->op->id, status, pending);
+}
+
+static void w_exit(void *ud, int r, const struct sbx_exec_result *res)
+{
+	struct exec_wait *w = ud;
+	w->r = r;
+	if (res)
+		w->res = *res;
 }
 
 int sbx_exec(struct sbx *s, const struct sbx_exec_opts *o, sbx_output_fn fn, void *ud,
 	     struct sbx_exec_result *ret)
 {
-	if (!o->argv || !o->argv[0] || o->stdin_len > AG_MAX_DATA)
-		return -EINVAL;
-	struct exec_ctx x = {.s = s, .id = ++s->next_id, .fn = fn, .ud = ud, .o = o};
-	x.deadline = o->timeout_ms ? now_ms() + o->timeout_ms + EXEC_GRACE_MS : -1;
-	struct ag_wr w;
-	ag_wr_init(&w);
-	int r = encode_exec(&w, o, x.id);
-	if (r == 0)
-		r = exec_send(&x, w.data, w.len);
-	ag_wr_done(&w);
-	while (r == 0 && !x.exited) {
-		if (x.started == 1 && o->stdin_stream && o->on_stdin) {
-			x.started = 2; /* after our request is out: stdin may follow */
-			o->on_stdin(
-			    ud, x.id,
-			    x.agent_minor >= 1 ? SBX_STDIN_STARTED : SBX_STDIN_STARTED_NOACK, 0);
-		}
-		if (x.kill_wanted) {
-			r = send_kill(s, x.id);
-			x.kill_wanted = r == 1;
-			if (r <= 0)
-				continue;
-			r = 0;
-		}
-		r = exec_read_one(&x);
-	}
-	reply_done(&x.rp);
+	static const struct sbx_exec_cbs cbs = {w_started, w_output, w_stdin_ack, w_exit};
+	struct exec_wait w = {.o = o, .fn = fn, .ud = ud};
+	int64_t deadline = o->timeout_ms ? now_ms() + o->timeout_ms + EXEC_GRACE_MS : -1;
+	int r = sbx_exec_op_start(s, o, &cbs, &w, &w.op);
 	if (r < 0)
 		return r;
-	if (x.cb_err < 0)
-		return x.cb_err;
-	*ret = x.res;
+	/* sbx_exec_stdin may write from another thread once announced */
+	w.op->shared_writes = o->stdin_stream && o->on_stdin;
+	for (;;) {
+		short ev = sbx_exec_op_events(w.op);
+		if (w.started && !w.announced && !(ev & POLLOUT) && !w.op->exited) {
+			w.announced = true; /* after our request is out: stdin may follow */
+			if (o->stdin_stream && o->on_stdin)
+				o->on_stdin(ud, w.op->id, w.mode, 0);
+			ev = sbx_exec_op_events(w.op);
+		}
+		struct pollfd pfd = {.fd = s->ctl, .events = ev};
+		int wait = deadline < 0 ? -1 : (int)STRATA_MAX(deadline - now_ms(), 0);
+		int k = ev ? poll(&pfd, 1, wait) : 1;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			r = k < 0 ? -errno : -ETIMEDOUT;
+			break;
+		}
+		if (sbx_exec_op_io(w.op, pfd.revents) == 1) {
+			r = w.r;
+			break;
+		}
+	}
+	sbx_exec_op_free(w.op);
+	if (r < 0)
+		return r;
+	if (w.cb_err < 0)
+		return w.cb_err;
+	*ret = w.res;
 	return 0;
 }
 

@@ -12,7 +12,8 @@
  * /dev, dropped capabilities, no_new_privs and seccomp, and the agent on the
  * other end of a socketpair. sbx_exec and sbx_file_* are a
  * synchronous client of the agent protocol (one request at a time per
- * sandbox; use sbx_agent_fd and sandbox/agent/proto.h for anything async).
+ * sandbox); sbx_exec_op_* is the same exec driven by the caller's event loop
+ * (no thread, nothing blocks).
  *
  * All functions return 0 or a negative errno; output parameters are ret_*,
  * last, untouched on failure. Thread safety: a runtime may be used from many
@@ -140,6 +141,63 @@ int sbx_exec(struct sbx *s, const struct sbx_exec_opts *opts, sbx_output_fn fn, 
  * the agent's stream is full. Returns 0, -EINVAL, -EPIPE. */
 int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len, bool eof,
 		   bool ack);
+
+/* ---- exec driven by the caller's event loop ---------------------------------- */
+
+/* The same exec without a thread: sbx_exec_op_start sends the request (what
+ * the socket does not take at once is kept and sent later), then the caller
+ * calls sbx_exec_op_io whenever sbx_agent_fd(s) is ready for the events of
+ * sbx_exec_op_events; the callbacks run inside it (and never inside the
+ * other sbx_exec_op_* calls). Nothing blocks: each call reads at most once
+ * and writes what the socket takes. sbx_exec is built on it.
+ *
+ * One op per sandbox at a time, and no other request on s (sbx_exec,
+ * sbx_file_*) until sbx_exec_op_io returned 1; the library keeps no timer:
+ * the caller gives up when it wants (sbx_exec: timeout_ms + 10 s). opts is
+ * only read by sbx_exec_op_start (on_stdin is not used: see the callbacks). */
+struct sbx_exec_op;
+
+struct sbx_exec_cbs {
+	/* The command started (the agent answered EXEC): stdin_mode is
+	 * SBX_STDIN_STARTED (an agent of 1.1: stdin chunks are acknowledged)
+	 * or SBX_STDIN_STARTED_NOACK. May be NULL. */
+	void (*started)(void *userdata, int stdin_mode);
+	/* An output chunk; stream 1 = stdout, 2 = stderr. May be NULL. */
+	void (*output)(void *userdata, int stream, const void *data, size_t len);
+	/* The agent's answer to a chunk of sbx_exec_op_stdin that returned 0:
+	 * as on_stdin's (0, -EPIPE, -ENOBUFS). May be NULL. */
+	void (*stdin_ack)(void *userdata, int status, uint32_t pending);
+	/* Exactly once, last: r = 0 and *res when the command ran (whatever
+	 * its exit); else res is NULL and r is what sbx_exec returns
+	 * (-ENOENT/-EACCES/...: it could not start, -EPIPE: the sandbox is
+	 * gone, -EPROTO/-EBADMSG: a broken stream). Required. */
+	void (*exit)(void *userdata, int r, const struct sbx_exec_result *res);
+};
+
+/* Returns 0 and *ret, -EINVAL (no argv, stdin_len over 1 MiB), -ENOMEM.
+ * A send that fails is reported by exit from the next sbx_exec_op_io. */
+int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *opts,
+		      const struct sbx_exec_cbs *cbs, void *userdata, struct sbx_exec_op **ret);
+/* POLLIN, with POLLOUT while bytes wait to be sent (or a failure waits to
+ * be reported); 0 once the op is done. */
+short sbx_exec_op_events(const struct sbx_exec_op *op);
+/* Does the I/O that revents (poll's, or epoll's EPOLLIN/EPOLLOUT/EPOLLHUP/
+ * EPOLLERR, which have the same values) allows and runs the callbacks.
+ * Returns 1 once the op is done: exit was called and the stream is clean
+ * for the next request (free it); else 0. */
+int sbx_exec_op_io(struct sbx_exec_op *op, short revents);
+/* For an opts.stdin_stream exec, after started: sends a chunk (<=
+ * SBX_STDIN_MAX_CHUNK; eof closes the command's stdin after it). Returns 0
+ * (stdin_ack follows, unless the exec ends first), 1 (taken; no answer
+ * will come: SBX_STDIN_STARTED_NOACK), -EINVAL, -EPIPE (not started, ended,
+ * or stdin already closed with eof), -ENOMEM. */
+int sbx_exec_op_stdin(struct sbx_exec_op *op, const void *data, size_t len, bool eof);
+/* SIGKILL to the command's process group (sent after the request; EXIT
+ * follows). */
+void sbx_exec_op_kill(struct sbx_exec_op *op);
+/* Frees op. Before it is done, the stream may hold part of a frame: only
+ * for a sandbox about to be destroyed or released. Accepts NULL. */
+void sbx_exec_op_free(struct sbx_exec_op *op);
 
 /* ---- files ----------------------------------------------------------------- */
 

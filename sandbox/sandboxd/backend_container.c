@@ -2,29 +2,30 @@
  * strata_sandbox library (sandbox/container/strata_sandbox.h): overlay root,
  * namespaces, cgroups, seccomp, strata-agent as pid 1.
  *
- * The library's exec is synchronous (it waits for the command), and
- * sandboxd has one event-loop thread, so every exec runs on a worker thread
- * of pool.h (persistent: no thread start per exec): the thread calls sbx_exec and writes what it gets into a pipe as
- * frames (stream byte, u32 length, data; stream 0 ends with the result);
- * the loop reads the pipe and feeds the exec sink. A blocked pipe throttles
- * the thread, which is the backpressure. File operations are quick agent
- * round trips and run inline, but only when no exec holds the sandbox (the
- * library allows one thread per sandbox at a time): otherwise -EBUSY.
- *
- * Interactive stdin (stdin_stream) adds a writer thread per exec: the loop
- * hands it one chunk at a time, it sends it with sbx_exec_stdin (the one
- * library call allowed beside a running sbx_exec), and the agent's answer
- * comes back through the exec thread's on_stdin as a frame of stream 3
- * (an old agent that does not answer: the writer posts it). Frames reach the
- * pipe under pipe_mu, so the two threads' frames never interleave.
+ * Execs run on sandboxd's loop, without a thread: the library's exec op
+ * (sbx_exec_op_*) sends the request, and the loop watches the agent's
+ * stream (sbx_agent_fd) and feeds the op, whose callbacks hand output,
+ * stdin acknowledgements and the exit to the exec sink. Interactive stdin
+ * (stdin_stream) goes through the same op (a chunk given before the command
+ * started waits for it). A client that is behind (sink.congested) takes the
+ * stream's watch off for 5 ms: the agent's queue fills, it stops reading
+ * the command's pipes, and the command blocks. The library serves one
+ * request at a time per sandbox, so execs of one sandbox run one after the
+ * other (a FIFO per sandbox, the head running) and file operations (quick
+ * agent round trips, inline) answer -EBUSY while an exec runs.
  *
  * Invariants:
- *  1. An exec is freed by whichever of the thread and the loop finishes last
- *     (a reference count of two); the writer is joined by the exec thread
- *     before it posts the result.
- *  2. destroy first kills the agent (which fails any sbx_exec in progress),
- *     then waits for the exec threads to finish with it (ex_wait), then calls
- *     sbx_destroy.
+ *  1. Only the head of box->execs has an op; box->w watches the agent's
+ *     stream exactly while the head has one (and the box is not throttled).
+ *  2. A sink is called by nothing after its exec was cancelled or its exit
+ *     handed over (detached); exit is handed over after the op's I/O
+ *     returned, last.
+ *  3. A cancelled exec (its client left, or the sandbox is deleted) is
+ *     killed (SIGKILL to its process group, and every process of the
+ *     sandbox but the agent) and driven on, silently, to its end: the next
+ *     request must start on a frame boundary of the stream.
+ *  4. The agent must answer within an exec's timeout plus EXEC_GRACE_MS,
+ *     checked at every tick, as sbx_exec does (-ETIMEDOUT).
  *
  * Sandboxes are created persistent: when sandboxd stops they run on
  * (release), and the next sandboxd re-attaches by the agent's pid kept in
@@ -107,72 +108,65 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stddef.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
 #include <sys/timerfd.h>
-#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "pool.h"
 #include "strata_sandbox.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
+#define EXEC_GRACE_MS 10000 /* beyond an exec's timeout, as sbx_exec waits */
+
+struct ct_exec;
 
 struct ct_backend {
 	struct sbd_backend b;
 	struct sbx_runtime *rt;
 	unsigned ticks;
+	struct ct_box *busy; /* boxes with execs: their deadlines, checked at tick */
 	char why[256];
 };
 
-struct ct_exec;
-
 struct ct_box {
 	struct sbx *s;
+	struct ct_backend *cb;
 	char id[SBD_ID_LEN + 1];
-	pthread_mutex_t mu; /* held by the exec thread for its sbx_exec */
-	struct ct_exec *execs;
+	/* FIFO of execs: the head runs (has an op), the rest wait for it */
+	struct ct_exec *execs, **tail;
+	struct sbd_watch w;	  /* the agent's stream, while an exec runs */
+	struct sbd_watch w_retry; /* the running exec's client is behind */
+	int retry_fd;
+	bool throttled; /* w is off until the retry timer */
+	struct ct_box *busy_next, **busy_prev;
 	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
 };
 
 struct ct_exec {
 	struct ct_box *box;
-	struct sbd_job job; /* sbx_exec on a worker (pool.h) */
-	struct sbd_watch w, w_retry; /* w_retry: while the sink is congested */
-	int rfd, wfd, retry_fd;
-	atomic_int refs;
-	atomic_bool cancelled, running, finished;
-	pthread_mutex_t pipe_mu; /* one frame at a time into wfd */
-	/* interactive stdin: the writer thread and its one chunk in flight */
-	bool stdin_stream, stdin_closed, has_writer;
-	pthread_t writer;
-	pthread_mutex_t in_mu;
-	pthread_cond_t in_cond;
-	uint32_t exec_id; /* in_mu: the agent's id, once started */
-	int in_mode;	  /* in_mu: 0 not started, SBX_STDIN_STARTED(_NOACK) */
-	bool in_stop, in_has;
+	struct sbx_exec_op *op; /* NULL while waiting for the exec before it */
+	struct sbd_exec_sink sink;
+	/* cancelled, or its exit handed over: the sink is not called again */
+	bool detached;
+	bool exit_pending; /* exit, for the sink once the op's I/O returned */
+	struct sbd_exit exit;
+	int64_t deadline_ms; /* the agent must have answered by then (-1: none) */
+	/* interactive stdin; a chunk given before the command started waits */
+	bool stdin_stream, stdin_closed;
+	int stdin_mode; /* 0 until started, SBX_STDIN_STARTED(_NOACK) */
+	bool in_has, in_eof;
 	void *in_data;
 	size_t in_len;
-	bool in_eof;
-	bool detached; /* cancelled: no longer watched by the loop */
-	struct sbd_loop *loop;
-	struct sbd_exec_sink sink;
-	/* the request, copied for the thread */
+	/* the request, kept until the op starts (argv for messages) */
 	char **argv, **env;
 	char *cwd, *user;
 	void *stdin_data;
 	size_t stdin_len;
 	uint32_t timeout_ms;
 	uint64_t output_cap;
-	/* the loop's reassembly of frames */
-	char *buf;
-	size_t len, cap;
 	struct ct_exec *next;
 };
 
@@ -183,7 +177,12 @@ static char **dup_strv(char *const *v)
 		n++;
 	char **o = calloc(n + 1, sizeof(char *));
 	for (size_t i = 0; o && i < n; i++)
-		o[i] = strdup(v[i]);
+		if (!(o[i] = strdup(v[i]))) {
+			while (i--)
+				free(o[i]);
+			free(o);
+			return NULL;
+		}
 	return o;
 }
 
@@ -194,154 +193,125 @@ static void free_strv(char **v)
 	free(v);
 }
 
-static void ex_unref(struct ct_exec *x)
+static void ex_free(struct ct_exec *x)
 {
-	if (atomic_fetch_sub(&x->refs, 1) != 1)
-		return;
+	sbx_exec_op_free(x->op);
 	free_strv(x->argv);
 	free_strv(x->env);
 	free(x->cwd);
 	free(x->user);
 	free(x->stdin_data);
 	free(x->in_data);
-	free(x->buf);
-	pthread_mutex_destroy(&x->pipe_mu);
-	pthread_mutex_destroy(&x->in_mu);
-	pthread_cond_destroy(&x->in_cond);
 	free(x);
 }
 
-static int write_frame(int fd, int stream, const void *p, size_t n)
+static void ex_unlist(struct ct_exec *x)
 {
-	uint8_t h[5] = {(uint8_t)stream, (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16),
-			(uint8_t)(n >> 24)};
-	struct iovec iov[2] = {{h, 5}, {(void *)p, n}};
-	size_t total = 5 + n, done = 0;
-	while (done < total) {
-		ssize_t k = writev(fd, iov, 2);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		done += (size_t)k;
-		for (int i = 0; i < 2; i++) {
-			size_t t = (size_t)k < iov[i].iov_len ? (size_t)k : iov[i].iov_len;
-			iov[i].iov_base = (char *)iov[i].iov_base + t;
-			iov[i].iov_len -= t;
-			k -= (ssize_t)t;
-		}
-	}
-	return 0;
-}
-
-static int post_frame(struct ct_exec *x, int stream, const void *p, size_t n)
-{
-	pthread_mutex_lock(&x->pipe_mu);
-	int r = write_frame(x->wfd, stream, p, n);
-	pthread_mutex_unlock(&x->pipe_mu);
-	return r;
-}
-
-static int on_output(void *ud, int stream, const void *data, size_t len)
-{
-	struct ct_exec *x = ud;
-	if (atomic_load(&x->cancelled))
-		return -ECANCELED;
-	const char *p = data;
-	while (len) {
-		size_t n = len > 65536 ? 65536 : len;
-		if (post_frame(x, stream, p, n) < 0)
-			return -EPIPE;
-		p += n;
-		len -= n;
-	}
-	return 0;
-}
-
-/* Stream 3 of the pipe: the answer to one stdin chunk. */
-struct stdin_ack {
-	int32_t status;
-	uint32_t pending;
-};
-
-static void post_ack(struct ct_exec *x, int status, uint32_t pending)
-{
-	struct stdin_ack a = {status, pending};
-	post_frame(x, 3, &a, sizeof(a));
-}
-
-/* On the exec thread (inside sbx_exec). */
-static void on_stdin(void *ud, uint32_t exec_id, int status, uint32_t pending)
-{
-	struct ct_exec *x = ud;
-	if (status == SBX_STDIN_STARTED || status == SBX_STDIN_STARTED_NOACK) {
-		pthread_mutex_lock(&x->in_mu);
-		x->exec_id = exec_id;
-		x->in_mode = status;
-		pthread_cond_signal(&x->in_cond);
-		pthread_mutex_unlock(&x->in_mu);
-		return;
-	}
-	post_ack(x, status, pending);
-}
-
-/* The writer: sends the chunks the loop hands over, one at a time, once
- * the command started; ends when the exec does. */
-static void *writer_thread(void *arg)
-{
-	struct ct_exec *x = arg;
-	pthread_mutex_lock(&x->in_mu);
-	for (;;) {
-		while (!x->in_stop && !(x->in_has && x->in_mode))
-			pthread_cond_wait(&x->in_cond, &x->in_mu);
-		if (x->in_stop)
+	struct ct_box *box = x->box;
+	for (struct ct_exec **p = &box->execs; *p; p = &(*p)->next)
+		if (*p == x) {
+			*p = x->next;
+			if (box->tail == &x->next)
+				box->tail = p;
 			break;
-		void *data = x->in_data;
-		size_t len = x->in_len;
-		bool eof = x->in_eof, ack = x->in_mode == SBX_STDIN_STARTED;
-		uint32_t id = x->exec_id;
-		x->in_data = NULL;
-		x->in_has = false;
-		pthread_mutex_unlock(&x->in_mu);
-		int r = sbx_exec_stdin(x->box->s, id, data, len, eof, ack);
-		free(data);
-		if (r < 0 || !ack) /* no answer from the agent will come */
-			post_ack(x, r < 0 ? -EPIPE : 0, 0);
-		pthread_mutex_lock(&x->in_mu);
-	}
-	pthread_mutex_unlock(&x->in_mu);
-	return NULL;
+		}
 }
 
-static void writer_stop(struct ct_exec *x)
+static void busy_add(struct ct_box *box)
 {
-	if (!x->has_writer)
+	if (box->busy_prev)
 		return;
-	pthread_mutex_lock(&x->in_mu);
-	x->in_stop = true;
-	pthread_cond_signal(&x->in_cond);
-	pthread_mutex_unlock(&x->in_mu);
-	pthread_join(x->writer, NULL);
-	x->has_writer = false;
+	box->busy_next = box->cb->busy;
+	if (box->busy_next)
+		box->busy_next->busy_prev = &box->busy_next;
+	box->busy_prev = &box->cb->busy;
+	box->cb->busy = box;
 }
 
-/* finished is set under ex_mu too, for ex_wait. */
-static pthread_mutex_t ex_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ex_cond = PTHREAD_COND_INITIALIZER;
-
-/* Waits until x's thread no longer uses the sandbox (it may still hold x:
- * its reference). */
-static void ex_wait(struct ct_exec *x)
+static void busy_del(struct ct_box *box)
 {
-	pthread_mutex_lock(&ex_mu);
-	while (!atomic_load(&x->finished))
-		pthread_cond_wait(&ex_cond, &ex_mu);
-	pthread_mutex_unlock(&ex_mu);
+	if (!box->busy_prev)
+		return;
+	*box->busy_prev = box->busy_next;
+	if (box->busy_next)
+		box->busy_next->busy_prev = box->busy_prev;
+	box->busy_prev = NULL;
+	box->busy_next = NULL;
 }
 
-static void exec_run(struct sbd_job *job)
+/* ---- the op's callbacks (inside sbx_exec_op_io, on the loop) --------------- */
+
+static void ex_started(void *ud, int mode)
 {
-	struct ct_exec *x = (struct ct_exec *)((char *)job - offsetof(struct ct_exec, job));
+	struct ct_exec *x = ud;
+	x->stdin_mode = mode;
+	if (!x->in_has)
+		return;
+	int r = sbx_exec_op_stdin(x->op, x->in_data, x->in_len, x->in_eof);
+	free(x->in_data);
+	x->in_data = NULL;
+	x->in_has = false;
+	if (r != 0 && !x->detached && x->sink.stdin_ack) /* no answer will come */
+		x->sink.stdin_ack(x->sink.ctx, r == 1 ? 0 : -EPIPE, 0);
+}
+
+static void ex_output(void *ud, int stream, const void *data, size_t len)
+{
+	struct ct_exec *x = ud;
+	if (!x->detached)
+		x->sink.output(x->sink.ctx, stream, data, len);
+}
+
+static void ex_stdin_ack(void *ud, int status, uint32_t pending)
+{
+	struct ct_exec *x = ud;
+	if (!x->detached && x->sink.stdin_ack)
+		x->sink.stdin_ack(x->sink.ctx, status, pending);
+}
+
+static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
+{
+	struct ct_exec *x = ud;
+	if (x->detached)
+		return;
+	struct sbd_exit e = {0};
+	if (res)
+		e = (struct sbd_exit){.exit_code = res->exit_code,
+				      .signo = res->signo,
+				      .timed_out = res->timed_out,
+				      .truncated = res->truncated,
+				      .stdout_bytes = res->stdout_bytes,
+				      .stderr_bytes = res->stderr_bytes,
+				      .duration_us = (int64_t)res->duration_us};
+	if (r < 0) {
+		e.exit_code = r == -ENOENT ? 127 : 126;
+		snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0], strerror(-r));
+	}
+	x->exit = e;
+	x->exit_pending = true;
+	x->detached = true;
+}
+
+/* ---- driving the running exec ---------------------------------------------- */
+
+static void box_io(void *ctx, uint32_t ev);
+
+/* Watches the agent's stream for what the running op needs. */
+static int box_watch(struct ct_box *box)
+{
+	struct ct_exec *x = box->execs;
+	uint32_t ev = x && x->op ? (uint32_t)sbx_exec_op_events(x->op) : 0;
+	if (box->throttled)
+		return 0; /* the retry timer watches again */
+	if (box->w.fd < 0)
+		return sbd_watch_add(box->cb->b.loop, &box->w, sbx_agent_fd(box->s), ev, box_io,
+				     box);
+	return sbd_watch_mod(box->cb->b.loop, &box->w, ev);
+}
+
+/* Starts the op of x, the head of its box. */
+static int ex_start(struct ct_exec *x)
+{
 	struct sbx_exec_opts o = {
 	    .argv = (const char *const *)x->argv,
 	    .env = (const char *const *)x->env,
@@ -352,79 +322,138 @@ static void exec_run(struct sbd_job *job)
 	    .stdin_data = x->stdin_data,
 	    .stdin_len = x->stdin_len,
 	    .stdin_stream = x->stdin_stream,
-	    .on_stdin = on_stdin,
 	};
-	struct sbx_exec_result res = {0};
-	pthread_mutex_lock(&x->box->mu);
-	atomic_store(&x->running, true);
-	int r =
-	    atomic_load(&x->cancelled) ? -ECANCELED : sbx_exec(x->box->s, &o, on_output, x, &res);
-	atomic_store(&x->running, false);
-	writer_stop(x); /* before the sandbox may be reused by the next exec */
-	pthread_mutex_unlock(&x->box->mu);
-	struct sbd_exit e = {.exit_code = res.exit_code,
-			     .signo = res.signo,
-			     .timed_out = res.timed_out,
-			     .truncated = res.truncated,
-			     .stdout_bytes = res.stdout_bytes,
-			     .stderr_bytes = res.stderr_bytes,
-			     .duration_us = (int64_t)res.duration_us};
+	static const struct sbx_exec_cbs cbs = {ex_started, ex_output, ex_stdin_ack, ex_exit};
+	int r = sbx_exec_op_start(x->box->s, &o, &cbs, x, &x->op);
+	if (r < 0)
+		return r;
+	free(x->stdin_data); /* encoded into the op */
+	x->stdin_data = NULL;
+	x->deadline_ms = x->timeout_ms ? sbd_now_ms() + x->timeout_ms + EXEC_GRACE_MS : -1;
+	r = box_watch(x->box);
 	if (r < 0) {
-		e.exit_code = r == -ENOENT ? 127 : 126;
-		snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0], strerror(-r));
+		sbx_exec_op_free(x->op);
+		x->op = NULL;
+		return r;
 	}
-	post_frame(x, 0, &e, sizeof(e));
-	close(x->wfd);
-	pthread_mutex_lock(&ex_mu);
-	atomic_store(&x->finished, true);
-	pthread_cond_broadcast(&ex_cond);
-	pthread_mutex_unlock(&ex_mu);
-	ex_unref(x);
+	busy_add(x->box);
+	return 0;
 }
 
-static void ex_unlist(struct ct_exec *x)
-{
-	for (struct ct_exec **p = &x->box->execs; *p; p = &(*p)->next)
-		if (*p == x) {
-			*p = x->next;
-			break;
-		}
-}
-
-/* Stops watching the pipe; x is freed once its thread ended too. */
-static void ex_detach(struct ct_exec *x)
-{
-	sbd_watch_del(x->loop, &x->w);
-	if (x->rfd >= 0)
-		close(x->rfd);
-	x->rfd = -1;
-	sbd_watch_del(x->loop, &x->w_retry);
-	if (x->retry_fd >= 0)
-		close(x->retry_fd);
-	x->retry_fd = -1;
-	x->detached = true;
-}
-
-/* Drops cancelled execs whose threads have ended (all of them, waiting, if
- * wait). */
-static void ex_reap(struct ct_box *box, bool wait)
+/* The head ended (or was given up): frees it and starts the next exec.
+ * Sinks are called last: they may not touch the box, but this stays
+ * simple if nothing runs after them. */
+static void box_next(struct ct_box *box)
 {
 	struct ct_exec *x = box->execs;
-	while (x) {
-		struct ct_exec *next = x->next;
-		if (x->detached && (wait || atomic_load(&x->finished))) {
-			ex_wait(x);
-			ex_unlist(x);
-			ex_unref(x);
-		}
-		x = next;
+	if (x) {
+		ex_unlist(x);
+		ex_free(x);
 	}
+	while ((x = box->execs) && !x->op) {
+		int r = ex_start(x);
+		if (r == 0)
+			return;
+		ex_unlist(x);
+		if (!x->detached) {
+			struct sbd_exit e = {.exit_code = 126};
+			snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0],
+				 strerror(-r));
+			x->sink.exit(x->sink.ctx, &e);
+		}
+		ex_free(x);
+	}
+	if (!box->execs) {
+		sbd_watch_del(box->cb->b.loop, &box->w);
+		busy_del(box);
+	}
+}
+
+/* After the op's I/O: hands the exit over, moves on when the op is done. */
+static void box_after(struct ct_box *box, struct ct_exec *x, bool done)
+{
+	struct sbd_exec_sink sink = x->sink;
+	struct sbd_exit e = x->exit;
+	bool fire = x->exit_pending;
+	x->exit_pending = false;
+	if (done)
+		box_next(box);
+	else
+		box_watch(box);
+	if (fire)
+		sink.exit(sink.ctx, &e);
+}
+
+static void box_retry(void *ctx, uint32_t ev)
+{
+	struct ct_box *box = ctx;
+	uint64_t n;
+	if (read(box->retry_fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
+		return;
+	box->throttled = false;
+	if (box->execs && box->execs->op)
+		box_watch(box);
+}
+
+/* The client is behind: stop reading the agent's stream (the agent stops
+ * reading the command's pipes past 4 MiB queued, and the command blocks)
+ * and look again in 5 ms. The watch is taken off, not muted: a hang-up
+ * would still be reported, again and again. */
+static bool box_throttle(struct ct_box *box, struct ct_exec *x)
+{
+	if (x->detached || !x->sink.congested || !x->sink.congested(x->sink.ctx))
+		return false;
+	struct itimerspec its = {.it_value = {0, 5 * 1000000}};
+	if (box->retry_fd < 0) {
+		box->retry_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (box->retry_fd < 0 ||
+		    sbd_watch_add(box->cb->b.loop, &box->w_retry, box->retry_fd, EPOLLIN, box_retry,
+				  box) < 0) {
+			if (box->retry_fd >= 0)
+				close(box->retry_fd);
+			box->retry_fd = -1;
+			return false;
+		}
+	}
+	timerfd_settime(box->retry_fd, 0, &its, NULL);
+	sbd_watch_del(box->cb->b.loop, &box->w);
+	box->throttled = true;
+	return true;
+}
+
+static void box_io(void *ctx, uint32_t ev)
+{
+	struct ct_box *box = ctx;
+	struct ct_exec *x = box->execs;
+	if (!x || !x->op) {
+		sbd_watch_del(box->cb->b.loop, &box->w);
+		return;
+	}
+	if (box_throttle(box, x))
+		return;
+	box_after(box, x, sbx_exec_op_io(x->op, (short)ev) == 1);
+}
+
+/* Frees every exec of the box (it is being destroyed or released). */
+static void box_drop_execs(struct ct_box *box)
+{
+	sbd_watch_del(box->cb->b.loop, &box->w);
+	while (box->execs) {
+		struct ct_exec *x = box->execs;
+		ex_unlist(x);
+		ex_free(x);
+	}
+	busy_del(box);
+	sbd_watch_del(box->cb->b.loop, &box->w_retry);
+	if (box->retry_fd >= 0)
+		close(box->retry_fd);
+	box->retry_fd = -1;
+	box->throttled = false;
 }
 
 /* Kills every process of the sandbox but its agent: how a cancelled exec
- * (whose client went away) is stopped, since the library's synchronous exec
- * cannot be interrupted otherwise. Execs of one sandbox are serialised, so
- * this hits the cancelled command and what it left in the background. */
+ * (whose client went away) and what it left in the background are stopped.
+ * Execs of one sandbox are serialised, so this hits only the cancelled one. */
 static void kill_all_but_agent(struct ct_box *box)
 {
 	char p[PATH_MAX];
@@ -442,161 +471,46 @@ static void kill_all_but_agent(struct ct_box *box)
 		fclose(f);
 }
 
-/* Hands complete frames to the sink; returns true once the exec ended. */
-static bool ex_frames(struct ct_exec *x)
-{
-	size_t off = 0;
-	bool done = false;
-	while (!done && x->len - off >= 5) {
-		uint8_t *h = (uint8_t *)x->buf + off;
-		size_t n = h[1] | (size_t)h[2] << 8 | (size_t)h[3] << 16 | (size_t)h[4] << 24;
-		if (x->len - off < 5 + n)
-			break;
-		if (h[0] == 0) {
-			struct sbd_exit e;
-			memcpy(&e, h + 5, sizeof(e));
-			struct sbd_exec_sink sink = x->sink;
-			ex_detach(x);
-			ex_unlist(x);
-			ex_unref(x);
-			sink.exit(sink.ctx, &e);
-			return true;
-		}
-		if (h[0] == 3 && n == sizeof(struct stdin_ack)) {
-			struct stdin_ack a;
-			memcpy(&a, h + 5, sizeof(a));
-			if (x->sink.stdin_ack)
-				x->sink.stdin_ack(x->sink.ctx, a.status, a.pending);
-		} else if (h[0] != 3)
-			x->sink.output(x->sink.ctx, h[0], h + 5, n);
-		off += 5 + n;
-	}
-	memmove(x->buf, x->buf + off, x->len - off);
-	x->len -= off;
-	return done;
-}
-
-static void ex_io(void *ctx, uint32_t ev);
-
-static void ex_retry_io(void *ctx, uint32_t ev)
-{
-	struct ct_exec *x = ctx;
-	uint64_t n;
-	if (read(x->retry_fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
-		return;
-	sbd_watch_mod(x->loop, &x->w, EPOLLIN);
-	ex_io(x, EPOLLIN);
-}
-
-/* The client is behind: stop reading the thread's frames (it blocks, and
- * so does the command's output) and look again in 5 ms. */
-static bool ex_throttle(struct ct_exec *x)
-{
-	if (!x->sink.congested || !x->sink.congested(x->sink.ctx))
-		return false;
-	struct itimerspec its = {.it_value = {0, 5 * 1000000}};
-	if (x->retry_fd < 0) {
-		x->retry_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-		if (x->retry_fd < 0 ||
-		    sbd_watch_add(x->loop, &x->w_retry, x->retry_fd, EPOLLIN, ex_retry_io, x) < 0) {
-			if (x->retry_fd >= 0)
-				close(x->retry_fd);
-			x->retry_fd = -1;
-			return false;
-		}
-	}
-	timerfd_settime(x->retry_fd, 0, &its, NULL);
-	sbd_watch_mod(x->loop, &x->w, 0);
-	return true;
-}
-
-static void ex_io(void *ctx, uint32_t ev)
-{
-	struct ct_exec *x = ctx;
-	for (;;) {
-		if (ex_throttle(x))
-			return;
-		if (x->cap - x->len < 65536) {
-			char *b = realloc(x->buf, x->cap + 131072);
-			if (!b)
-				return;
-			x->buf = b;
-			x->cap += 131072;
-		}
-		ssize_t n = read(x->rfd, x->buf + x->len, x->cap - x->len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		x->len += (size_t)n;
-		if (ex_frames(x))
-			return;
-	}
-}
-
 static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		   const struct sbd_exec_sink *sink, void **ret, char *why, size_t cap)
 {
 	struct ct_box *box = sb->bpriv;
-	ex_reap(box, false);
-	struct ct_exec *x = calloc(1, sizeof(*x));
-	int p[2];
-	if (!x)
-		return -ENOMEM;
 	if (req->stdin_len > (1u << 20)) {
-		free(x);
 		snprintf(why, cap, "stdin is limited to 1 MiB on the container backend");
 		return -EFBIG;
 	}
+	struct ct_exec *x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
 	char *pyargv[] = {"python3", "-c", (char *)req->python, NULL};
+	x->box = box;
 	x->argv = dup_strv(req->python ? pyargv : req->argv);
 	x->env = dup_strv(req->env);
 	x->cwd = strdup(req->cwd);
 	x->user = strdup(req->user ? req->user : "");
 	x->stdin_data = req->stdin_len ? malloc(req->stdin_len) : NULL;
+	if (!x->argv || !x->argv[0] || !x->env || !x->cwd || !x->user ||
+	    (req->stdin_len && !x->stdin_data)) {
+		ex_free(x);
+		return -ENOMEM;
+	}
 	if (x->stdin_data)
 		memcpy(x->stdin_data, req->stdin_data, req->stdin_len);
 	x->stdin_len = req->stdin_len;
 	x->timeout_ms = req->timeout_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)req->timeout_ms;
 	x->output_cap = req->output_cap ? req->output_cap : 1;
-	x->box = box;
-	x->loop = b->loop;
 	x->sink = *sink;
-	x->w.fd = -1;
-	x->w_retry.fd = -1;
-	x->retry_fd = -1;
 	x->stdin_stream = req->stdin_stream;
-	pthread_mutex_init(&x->pipe_mu, NULL);
-	pthread_mutex_init(&x->in_mu, NULL);
-	pthread_cond_init(&x->in_cond, NULL);
-	atomic_init(&x->refs, 2);
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		x->refs = 1;
-		ex_unref(x);
-		return -errno;
+	*box->tail = x; /* the head, or waiting for the execs before it */
+	box->tail = &x->next;
+	if (box->execs == x) {
+		int r = ex_start(x);
+		if (r < 0) {
+			ex_unlist(x);
+			ex_free(x);
+			return r;
+		}
 	}
-	x->rfd = p[0];
-	x->wfd = p[1];
-	fcntl(x->rfd, F_SETFL, O_NONBLOCK);
-	int r = sbd_watch_add(b->loop, &x->w, x->rfd, EPOLLIN, ex_io, x);
-	if (r == 0 && x->stdin_stream) {
-		r = -pthread_create(&x->writer, NULL, writer_thread, x);
-		x->has_writer = r == 0;
-	}
-	x->job.fn = exec_run;
-	if (r == 0 && (r = sbd_pool_run(&x->job)) < 0)
-		writer_stop(x);
-	if (r < 0)
-		sbd_watch_del(b->loop, &x->w);
-	if (r < 0) {
-		close(p[0]);
-		close(p[1]);
-		x->refs = 1;
-		ex_unref(x);
-		return r;
-	}
-	x->next = box->execs;
-	box->execs = x;
 	*ret = x;
 	return 0;
 }
@@ -604,37 +518,63 @@ static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 static int ct_exec_stdin(struct sbd_backend *b, void *h, const void *p, size_t n, bool eof)
 {
 	struct ct_exec *x = h;
-	if (!x->stdin_stream || x->stdin_closed || atomic_load(&x->finished))
+	if (!x->stdin_stream || x->stdin_closed || x->detached)
 		return -EPIPE;
 	if (n > SBX_STDIN_MAX_CHUNK)
 		return -EFBIG;
-	void *copy = malloc(n ? n : 1);
-	if (!copy)
-		return -ENOMEM;
-	memcpy(copy, p, n);
-	pthread_mutex_lock(&x->in_mu);
-	int r = x->in_has ? -EBUSY : 0;
-	if (r == 0) {
-		x->in_data = copy;
-		x->in_len = n;
-		x->in_eof = eof;
-		x->in_has = true;
-		x->stdin_closed = eof;
-		pthread_cond_signal(&x->in_cond);
+	if (x->op && x->stdin_mode) {
+		int r = sbx_exec_op_stdin(x->op, p, n, eof);
+		if (r >= 0) {
+			x->stdin_closed = eof;
+			box_watch(x->box); /* what the socket did not take */
+		}
+		return r;
 	}
-	pthread_mutex_unlock(&x->in_mu);
-	if (r < 0)
-		free(copy);
-	return r;
+	if (x->in_has) /* not started yet; the core sends one chunk at a time */
+		return -EBUSY;
+	x->in_data = malloc(n ? n : 1);
+	if (!x->in_data)
+		return -ENOMEM;
+	memcpy(x->in_data, p, n);
+	x->in_len = n;
+	x->in_eof = eof;
+	x->in_has = true;
+	x->stdin_closed = eof;
+	return 0;
 }
 
 static void ct_exec_cancel(struct sbd_backend *b, void *h)
 {
 	struct ct_exec *x = h;
-	atomic_store(&x->cancelled, true);
-	ex_detach(x); /* its next output fails: EPIPE */
-	if (atomic_load(&x->running))
-		kill_all_but_agent(x->box); /* one that prints nothing */
+	struct ct_box *box = x->box;
+	x->detached = true;
+	x->exit_pending = false;
+	if (!x->op) { /* still waiting: it never ran */
+		ex_unlist(x);
+		ex_free(x);
+		return;
+	}
+	/* the running one: killed, driven on to its end without a sink */
+	sbx_exec_op_kill(x->op);
+	kill_all_but_agent(box); /* and what it left in the background */
+	box_watch(box);
+}
+
+/* At every tick: an exec whose agent did not answer within its timeout
+ * and a grace period fails, as sbx_exec would (-ETIMEDOUT). */
+static void ct_deadlines(struct ct_backend *cb)
+{
+	int64_t now = sbd_now_ms();
+	struct ct_box *box = cb->busy;
+	while (box) {
+		struct ct_box *next = box->busy_next;
+		struct ct_exec *x = box->execs;
+		if (x && x->op && x->deadline_ms >= 0 && now > x->deadline_ms) {
+			ex_exit(x, -ETIMEDOUT, NULL);
+			box_after(box, x, true);
+		}
+		box = next;
+	}
 }
 
 static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
@@ -655,6 +595,15 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .limits_cpu = true,
 			       .limits_disk = true};
 	snprintf(k->why, sizeof(k->why), "%s", cb->why);
+}
+
+static void box_init(struct ct_box *box, struct ct_backend *cb)
+{
+	box->cb = cb;
+	box->tail = &box->execs;
+	box->w.fd = -1;
+	box->w_retry.fd = -1;
+	box->retry_fd = -1;
 }
 
 static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
@@ -678,7 +627,7 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, s
 		free(box);
 		return r;
 	}
-	pthread_mutex_init(&box->mu, NULL);
+	box_init(box, cb);
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	free(sb->bstate); /* what adopt needs: persisted with the sandbox */
@@ -706,26 +655,40 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 		free(box);
 		return r;
 	}
-	pthread_mutex_init(&box->mu, NULL);
+	box_init(box, cb);
 	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	return 0;
 }
 
+/* A cancelled exec, or one whose exit went out, ends soon: drive it to its
+ * end here (at most 300 ms of the loop) rather than fail at once. Returns
+ * true when no exec is left. */
+static bool box_settle(struct ct_box *box)
+{
+	int64_t until = sbd_now_ms() + 300;
+	struct ct_exec *x;
+	while ((x = box->execs) && x->detached && x->op) {
+		int left = (int)(until - sbd_now_ms());
+		if (left <= 0)
+			break;
+		struct pollfd pfd = {.fd = sbx_agent_fd(box->s),
+				     .events = sbx_exec_op_events(x->op)};
+		int k = pfd.events ? poll(&pfd, 1, left) : 1;
+		if (k < 0 && errno != EINTR)
+			break;
+		if (k > 0)
+			box_after(box, x, sbx_exec_op_io(x->op, pfd.revents) == 1);
+	}
+	return !box->execs;
+}
+
 static int ct_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *f)
 {
 	struct ct_box *box = sb->bpriv;
-	/* An exec ending (or a cancelled one being killed) lets go soon: wait a
-	 * little rather than fail at once. The loop waits at most this long. */
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += 300 * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	if (pthread_mutex_timedlock(&box->mu, &until) != 0)
+	/* the library serves one request at a time per sandbox */
+	if (box->execs && !box_settle(box))
 		return -EBUSY;
 	int r = 0;
 	switch (f->op) {
@@ -797,7 +760,6 @@ static int ct_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_fil
 		r = sbx_file_remove(box->s, f->path, f->recursive);
 		break;
 	}
-	pthread_mutex_unlock(&box->mu);
 	return r;
 }
 
@@ -880,6 +842,7 @@ static void freezer_sweep(void)
 static void ct_tick(struct sbd_backend *b)
 {
 	struct ct_backend *cb = b->priv;
+	ct_deadlines(cb);
 	if (++cb->ticks % 10 == 0)
 		freezer_sweep();
 }
@@ -901,19 +864,13 @@ static int ct_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 	struct ct_box *box = sb->bpriv;
 	if (!box)
 		return 0;
-	if (box->paused_ever) /* else nothing to thaw or remove: no file access */
+	/* else nothing to thaw or remove: no file access */
+	if (box->paused_ever)
 		freeze(b->priv, box, false); /* a frozen agent cannot die */
-	if (box->execs) {
-		kill(sbx_pid(box->s), SIGKILL); /* fails every sbx_exec in progress */
-		for (struct ct_exec *x = box->execs; x; x = x->next)
-			if (!x->detached)
-				ct_exec_cancel(b, x);
-		ex_reap(box, true);
-	}
+	box_drop_execs(box);		     /* cancelled by the core already */
 	sbx_destroy(box->s);
 	if (box->paused_ever)
 		freezer_remove(box);
-	pthread_mutex_destroy(&box->mu);
 	free(box);
 	sb->bpriv = NULL;
 	return 0;
@@ -926,15 +883,10 @@ static void ct_release(struct sbd_backend *b, struct sbd_sandbox *sb)
 	struct ct_box *box = sb->bpriv;
 	if (!box)
 		return;
-	if (box->execs) { /* cannot let go while a thread uses it: stop them */
+	if (box->execs) /* its commands are stopped, their output dropped */
 		kill_all_but_agent(box);
-		for (struct ct_exec *x = box->execs; x; x = x->next)
-			if (!x->detached)
-				ct_exec_cancel(b, x);
-		ex_reap(box, true);
-	}
+	box_drop_execs(box);
 	sbx_release(box->s);
-	pthread_mutex_destroy(&box->mu);
 	free(box);
 	sb->bpriv = NULL;
 }

@@ -56,8 +56,8 @@ static void usage(FILE *f)
 	       "  --reserve-mb N         refuse creates below this MemAvailable (default 128)\n"
 	       "  --max-body-mb N        largest request body (default 64)\n"
 	       "  --fncall-pool N        warm fncall workers per image (default 2)\n"
-	       "  --fresh-netns          a new network namespace per sandbox (default: reuse a\n"
-	       "                         finished one that holds nothing; see sandbox/README.md)\n"
+	       "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
+	       "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
 	       "  --log-level L          error|warn|info|debug (default info)\n");
 }
 

@@ -1,11 +1,11 @@
 /* pool.h — persistent worker threads for sandboxd's blocking backend work.
  *
- * Creates (sbx_create) and container execs (the library's synchronous
- * sbx_exec) run off the loop. A thread per job cost a clone, a stack set-up
- * and an exit each time; these threads stay and wait for the next job.
- * A job runs at once: on an idle thread if there is one, else on a new one
- * (jobs may block for as long as a command runs, so the pool never makes one
- * wait for another). Threads idle for POOL_IDLE_S beyond the first
+ * Creates (sbx_create) and the removal of deleted sandboxes' state run off
+ * the loop (container execs no longer do: the loop drives them). A thread
+ * per job cost a clone, a stack set-up and an exit each time; these threads
+ * stay and wait for the next job. A job runs at once: on an idle thread if
+ * there is one, else on a new one (a job may block, so the pool never makes
+ * one wait for another). Threads idle for POOL_IDLE_S beyond the first
  * POOL_KEEP exit. */
 #pragma once
 

@@ -308,7 +308,8 @@ static int read_in(struct conn *c)
 			c->in = b;
 			c->in_cap = cap;
 		}
-		ssize_t n = recv(c->w.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		size_t room = c->in_cap - c->in_len;
+		ssize_t n = recv(c->w.fd, c->in + c->in_len, room, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
@@ -316,6 +317,11 @@ static int read_in(struct conn *c)
 		if (n <= 0)
 			return -ECONNRESET;
 		c->in_len += (size_t)n;
+		/* Short: the socket is most likely empty. The watch is
+		 * level-triggered, so anything more (or the peer's EOF) is
+		 * reported again: no recv that only says EAGAIN per request. */
+		if ((size_t)n < room)
+			return 0;
 	}
 }
 
