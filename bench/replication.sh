@@ -23,12 +23,15 @@
 #   3. time from kill -9 of the 3-replica chain's head to the first write
 #      that succeeds again (goal: under 2 s with the default 3 s lease).
 # Each chunkserver runs in its own network namespace
-# (tests/replication/netns.sh); the client is tests/replication/repl_bench.c
-# driving chunk_client directly.
+# (tests/replication/netns.sh: the nodes on TCP reno, see
+# chunkserver/README.md "What a replicated write costs"); the client is
+# tests/replication/repl_bench.c driving chunk_client directly.
 #
 #   bench/replication.sh [BUILD_DIR (build-release)] [MB (256)] [THREADS (4)]
-#   env: ROUNDS (5), HOST_CPU (0.5). Needs root (namespaces, cgroups, and it
-#   syncs and drops the page cache before each timed step).
+#   env: ROUNDS (5), HOST_CPU (0.5); RC_NODE_CC (reno; empty: the machine's
+#   default, as before 2026-11-30) and RC_BRIDGE_NS (0; 1: the bridge in a
+#   namespace of its own without br_netfilter) to compare network setups. Needs root (namespaces, cgroups, and
+#   it syncs and drops the page cache before each timed step).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build-release}
@@ -165,6 +168,8 @@ f=sorted(c["replicas"] for c in json.load(sys.stdin)["chains"])
 sys.exit(0 if 1 in f and 3 in f else 1)' || fail "no chains of factor 1 and 3: $(rc_admin chains)"
 
 echo "chain replication: $MB MiB per write, $THREADS threads, 1 MiB chunks, 3 nodes (one netns each), $ROUNDS rounds, load $(cut -d' ' -f1-3 /proc/loadavg)"
+cc=${RC_NODE_CC-reno}
+echo "  network: bridge $([ -n "$RC_BNS" ] && echo "in netns $RC_BNS (br_netfilter off)" || echo "in the root netns"), nodes' tcp ${cc:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)}"
 rounds shared
 report_writes shared "sequential write, shared CPUs"
 if cg_setup; then

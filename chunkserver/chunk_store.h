@@ -63,6 +63,14 @@ ssize_t chunk_store_read(struct chunk_store *cs, uint64_t ino, uint32_t index, u
  * that had to be merged is corrupt), or -errno. */
 int chunk_store_write(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
 		      uint32_t len, const void *data, unsigned flags, struct chunk_meta *ret);
+/* Same, with sums: the XXH3-64 of each 64 KiB piece of data (from data[0];
+ * wire_data_hash), verified by the caller with the frame that brought the
+ * data. Where off is block aligned, a block wholly replaced by a piece takes
+ * that piece's sum as its checksum instead of hashing it again. NULL: as
+ * chunk_store_write. */
+int chunk_store_write_sums(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
+			   uint32_t len, const void *data, const uint64_t *sums, unsigned flags,
+			   struct chunk_meta *ret);
 /* Cuts or extends (with zeros) the chunk to len bytes. A missing chunk stays
  * missing (returns 0 with *ret zeroed). */
 int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t len,

@@ -253,8 +253,13 @@ int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chu
 	if (r < 0)
 		return r;
 	bool data = type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT;
-	struct iovec iov[2] = { { wb.data, wb.len }, { (void *)req->data, data ? req->len : 0 } };
-	return rpc_callv(rpc, type, iov, data && req->len ? 2 : 1, 0, reply);
+	struct iovec iov = { wb.data, wb.len };
+	/* a forward re-seals from the hash verified on receipt (WIRE_F_DATA):
+	 * the data is not read again, and what the next hop checks it against
+	 * is what the client sent, not what this hop holds */
+	struct rpc_data d = { .p = req->data, .len = data ? req->len : 0,
+			      .hashed = req->data_hashed, .hash = req->data_hash };
+	return rpc_callv_data(rpc, type, &iov, 1, &d, 0, reply);
 }
 
 /* ---- ordering locks, pending marks, dedup ---------------------------------- */
@@ -469,8 +474,9 @@ static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk
 	if (type == MSG_CHUNK_TRUNCATE)
 		e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
 	else
-		e = chunk_store_write(cs, r->ino, r->index, r->off, r->len, r->data,
-				      r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
+		e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
+					   r->data_sums,
+					   r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
 	*ret = (struct chunk_stat){ m.version, m.length, m.checksum };
 	return e;
 }

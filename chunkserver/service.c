@@ -49,7 +49,8 @@ static int do_write(struct chunk_store *cs, const struct chunk_req *r, struct wb
 {
 	struct chunk_meta m;
 	unsigned flags = r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0;
-	int e = chunk_store_write(cs, r->ino, r->index, r->off, r->len, r->data, flags, &m);
+	int e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
+				       r->data_sums, flags, &m);
 	if (e == 0)
 		put_meta(reply, &m);
 	return e;
@@ -94,6 +95,14 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return -EBADMSG;
 	if (type == MSG_CHUNK_PING)
 		return 0;
+	/* the frame's verified data is this request's data: keep its sums */
+	if (peer && peer->data && (type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX ||
+				   type == MSG_CHUNK_PUT) &&
+	    r.data == (const void *)peer->data && r.len == peer->data_len && r.len > 0) {
+		r.data_hashed = true;
+		r.data_hash = peer->data_hash;
+		r.data_sums = peer->data_sums;
+	}
 	struct chunk_store *cs = find_target(s, r.route.target_id);
 	if (!cs)
 		return -ENXIO;

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 enum { OP_QUEUED, OP_INFLIGHT, OP_DONE };
 
@@ -173,6 +175,26 @@ int uring_run(struct io_uring *ring, struct uring_op *ops, int nops)
 			if (op->res_ < 0 && err == 0)
 				err = op->res_;
 		}
+	}
+	return err;
+}
+
+int uring_run_inline(struct uring_op *ops, int nops)
+{
+	int err = 0;
+	for (int i = 0; i < nops; i++) {
+		struct uring_op *op = &ops[i];
+		op->res_ = 0;
+		for (bool again = true; again;) {
+			ssize_t n = op->kind == URING_FDATASYNC ? fdatasync(op->fd)
+				    : op->kind == URING_READ
+					? preadv(op->fd, op->iov, op->iovcnt, (off_t)op->off)
+					: pwritev(op->fd, op->iov, op->iovcnt, (off_t)op->off);
+			again = op_complete(op, n < 0 ? -errno : (int)n);
+		}
+		op->state_ = OP_DONE;
+		if (op->res_ < 0 && err == 0)
+			err = op->res_;
 	}
 	return err;
 }

@@ -39,3 +39,8 @@ struct uring_op {
  * the first -errno an op failed with (e.g. -ENOSPC). Only if io_uring_submit
  * itself fails can ops be left in flight; the ring should then be dropped. */
 int uring_run(struct io_uring *ring, struct uring_op *ops, int nops);
+/* Same result, with plain preadv/pwritev/fdatasync on the calling thread.
+ * For buffered writes to a local file system: io_uring cannot do those
+ * without blocking and hands each to an io-wq thread, one wake-up and two
+ * context switches per op; the copy into the page cache is the same. */
+int uring_run_inline(struct uring_op *ops, int nops);

@@ -297,8 +297,11 @@ static int call_target(struct chunk_client *cc, const struct strata_routing *rt,
 	int r = chunk_req_encode(type, req, &wb);
 	if (r < 0)
 		return r;
-	struct iovec iov[2] = { { wb.data, wb.len }, { (void *)req->data, req->data ? req->len : 0 } };
-	r = rpc_callv(rpc, type, iov, req->data ? 2 : 1, flags, reply);
+	/* the data as WIRE_F_DATA: hashed once here, and each hop re-seals its
+	 * forward from the hash it verified */
+	struct iovec iov = { wb.data, wb.len };
+	struct rpc_data d = { .p = req->data, .len = req->data ? req->len : 0 };
+	r = rpc_callv_data(rpc, type, &iov, 1, &d, flags, reply);
 	if (is_transport(r) && cc->mc && !cc->pinned)
 		mgmt_report(cc->mc, target_id); /* strata-meta probes it, fails it if dead */
 	return r;

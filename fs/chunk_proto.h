@@ -70,6 +70,13 @@ struct chunk_req {
 	const void *data;    /* WRITE: len bytes; decode: points into the rbuf */
 	uint64_t client_id, req_id; /* WRITE_EX, TRUNCATE: exactly-once; 0 = none */
 	uint64_t version;           /* PUT */
+	/* Not on the wire: set by the server when the frame carried the data
+	 * as WIRE_F_DATA (rpc_peer.data), already verified. data_hash lets a
+	 * forward re-seal without reading the data; data_sums are the XXH3-64s
+	 * of its 64 KiB pieces (wire_data_hash), NULL if not known. */
+	bool data_hashed;
+	uint64_t data_hash;
+	const uint64_t *data_sums;
 };
 
 /* One LIST entry. */

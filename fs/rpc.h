@@ -51,6 +51,13 @@ struct rpc_peer {
 	uint64_t conn_id;
 	char addr[64]; /* remote "ip:port" */
 	uint8_t minor; /* peer's wire minor version */
+	/* The request being handled, if its frame carried WIRE_F_DATA: where
+	 * its bulk data lies in the payload (data == NULL otherwise), the data
+	 * hash and piece sums computed while verifying it (wire.h). */
+	const uint8_t *data;
+	size_t data_len;
+	uint64_t data_hash;
+	const uint64_t *data_sums; /* wire_data_pieces(data_len) entries */
 };
 /* A handler decodes req, does the work, encodes the reply payload into reply
  * and returns 0 or a negative errno (sent as the reply status; a failed
@@ -108,6 +115,20 @@ void rpc_reply_done(struct rpc_reply *r);
  * rpc_reply_done. */
 int rpc_callv(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
 	      unsigned flags, struct rpc_reply *reply);
+/* Bulk data that follows a call's fields (WIRE_F_DATA): towards a peer that
+ * speaks minor >= 1 the frame is sealed from the data hash, computed here
+ * unless hashed (a hop forwarding data it verified on receipt); towards an
+ * older peer (and on a connection's first call, before the peer's minor is
+ * known) it is sent as a plain frame. */
+struct rpc_data {
+	const void *p;
+	size_t len;
+	bool hashed;
+	uint64_t hash; /* wire_data_hash(p, len), if hashed */
+};
+/* rpc_callv with the payload iov[0..iovcnt) followed by data (may be NULL). */
+int rpc_callv_data(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
+		   const struct rpc_data *data, unsigned flags, struct rpc_reply *reply);
 /* Convenience: payload from a wbuf. */
 int rpc_call(struct rpc_client *c, uint16_t type, const struct wbuf *req, unsigned flags,
 	     struct rpc_reply *reply);

@@ -12,7 +12,10 @@
  *  2. An idle connection is checked for a hang-up before reuse (a restarted
  *     server closed it), so a request is not lost on a dead socket.
  *  3. A reply is read with as few syscalls as the transport allows: header
- *     and payload in one receive into the caller's buffer when they fit. */
+ *     and payload in one receive into the caller's buffer when they fit.
+ *  4. WIRE_F_DATA frames go only over a connection whose peer answered with
+ *     minor >= 1: the first call on a new connection is a plain frame (a
+ *     restarted peer may be older). */
 #include "rpc.h"
 #include <errno.h>
 #include <poll.h>
@@ -25,13 +28,19 @@
 #include "cleanup.h"
 
 
+/* A pooled connection and what its peer told us. */
+struct pconn {
+	struct transport_conn *tc;
+	int minor; /* the peer's wire minor from its last reply; -1: none yet */
+};
+
 struct rpc_client {
 	char addr[128];
 	struct rpc_client_opts opts;
 	const struct transport_ops *tops;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct transport_conn **idle;
+	struct pconn **idle;
 	int nidle, nopen;
 	_Atomic uint64_t next_req_id;
 };
@@ -68,8 +77,10 @@ void rpc_client_free(struct rpc_client *c)
 {
 	if (!c)
 		return;
-	for (int i = 0; i < c->nidle; i++)
-		c->tops->close(c->idle[i]);
+	for (int i = 0; i < c->nidle; i++) {
+		c->tops->close(c->idle[i]->tc);
+		free(c->idle[i]);
+	}
 	free(c->idle);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
@@ -82,18 +93,19 @@ const char *rpc_client_addr(const struct rpc_client *c)
 }
 
 /* Takes a connection: an idle one, or a slot to dial a new one (*ret = NULL). */
-static int pool_get(struct rpc_client *c, struct transport_conn **ret)
+static int pool_get(struct rpc_client *c, struct pconn **ret)
 {
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		while (c->nidle > 0) {
-			struct transport_conn *tc = c->idle[--c->nidle];
-			if (!c->tops->hung_up(tc)) {
+			struct pconn *pc = c->idle[--c->nidle];
+			if (!c->tops->hung_up(pc->tc)) {
 				pthread_mutex_unlock(&c->lock);
-				*ret = tc;
+				*ret = pc;
 				return 0;
 			}
-			c->tops->close(tc);
+			c->tops->close(pc->tc);
+			free(pc);
 			c->nopen--;
 		}
 		if (c->nopen < c->opts.max_conns) {
@@ -106,14 +118,16 @@ static int pool_get(struct rpc_client *c, struct transport_conn **ret)
 	}
 }
 
-static void pool_put(struct rpc_client *c, struct transport_conn *tc, bool healthy)
+static void pool_put(struct rpc_client *c, struct pconn *pc, bool healthy)
 {
 	pthread_mutex_lock(&c->lock);
-	if (healthy && tc) {
-		c->idle[c->nidle++] = tc;
+	if (healthy && pc) {
+		c->idle[c->nidle++] = pc;
 	} else {
-		if (tc)
-			c->tops->close(tc);
+		if (pc) {
+			c->tops->close(pc->tc);
+			free(pc);
+		}
 		c->nopen--;
 	}
 	pthread_cond_signal(&c->cond);
@@ -147,9 +161,10 @@ static uint8_t *payload_dst(struct rpc_reply *reply, uint32_t len, const uint8_t
  * of the payload as is there, straight into the caller's buffer (or a small
  * stack buffer), so a small reply costs one syscall. Only one request is in
  * flight per connection: nothing may follow the reply. */
-static int recv_reply(struct rpc_client *c, struct transport_conn *tc, uint64_t req_id,
-		      uint16_t type, struct rpc_reply *reply)
+static int recv_reply(struct rpc_client *c, struct pconn *pc, uint64_t req_id, uint16_t type,
+		      struct rpc_reply *reply)
 {
+	struct transport_conn *tc = pc->tc;
 	uint8_t hdr[WIRE_HDR_SIZE], small[4096];
 	struct wire_hdr h;
 	struct iovec iov[2] = {{.iov_base = hdr, .iov_len = WIRE_HDR_SIZE}};
@@ -178,21 +193,48 @@ static int recv_reply(struct rpc_client *c, struct transport_conn *tc, uint64_t 
 		return r;
 	if (wire_payload_verify(hdr, &h, dst) < 0)
 		return -EPROTO;
+	pc->minor = h.minor;
 	reply->data = dst;
 	reply->len = h.payload_len;
 	/* the status is the handler's answer; the connection itself is fine */
 	return h.status > 0 ? -EPROTO : h.status;
 }
 
-/* One attempt. *transport_failed tells the caller whether a retry may help. */
-static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
-		     struct rpc_reply *reply, bool *transport_failed)
+/* Seals the frame of a call into hdr: with WIRE_F_DATA if the peer speaks
+ * minor >= 1 and there is data (whose hash is computed once and kept in
+ * *data for a retry), else plain. */
+static void seal(struct pconn *pc, struct wire_hdr *h, const struct iovec *iov, int iovcnt,
+		 struct rpc_data *data, uint8_t hdr[WIRE_HDR_SIZE])
 {
-	struct transport_conn *tc;
-	pool_get(c, &tc);
+	if (data && data->len && pc->minor >= 1) {
+		if (!data->hashed) {
+			data->hash = wire_data_hash(data->p, data->len, NULL);
+			data->hashed = true;
+		}
+		wire_hdr_seal_data(h, iov, iovcnt - 1, data->len, data->hash, hdr);
+	} else {
+		wire_hdr_sealv(h, iov, iovcnt, hdr);
+	}
+}
+
+/* One attempt. *transport_failed tells the caller whether a retry may help.
+ * iov[0..iovcnt) is the whole payload; with data, its last entry is the data. */
+static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
+		     struct rpc_data *data, struct rpc_reply *reply, bool *transport_failed)
+{
+	struct pconn *pc;
+	pool_get(c, &pc);
 	int r = 0;
-	if (!tc)
-		r = c->tops->dial(c->addr, c->opts.connect_timeout_ms, &tc);
+	if (!pc) {
+		pc = malloc(sizeof(*pc));
+		r = pc ? c->tops->dial(c->addr, c->opts.connect_timeout_ms, &pc->tc) : -ENOMEM;
+		if (r < 0) {
+			free(pc);
+			pc = NULL;
+		} else {
+			pc->minor = -1;
+		}
+	}
 	if (r < 0) {
 		pool_put(c, NULL, false);
 		*transport_failed = true;
@@ -203,38 +245,54 @@ static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *io
 	uint8_t hdr[WIRE_HDR_SIZE];
 	struct iovec v[8];
 	if (iovcnt > 7) {
-		pool_put(c, tc, true);
+		pool_put(c, pc, true);
 		return -EINVAL;
 	}
 	v[0] = (struct iovec){.iov_base = hdr, .iov_len = WIRE_HDR_SIZE};
 	memcpy(v + 1, iov, sizeof(*iov) * iovcnt);
-	wire_hdr_sealv(&h, iov, iovcnt, hdr);
+	seal(pc, &h, iov, iovcnt, data, hdr);
 	if (h.payload_len > WIRE_MAX_PAYLOAD) {
-		pool_put(c, tc, true);
+		pool_put(c, pc, true);
 		return -EMSGSIZE;
 	}
-	r = c->tops->sendv(tc, v, iovcnt + 1, c->opts.timeout_ms);
+	r = c->tops->sendv(pc->tc, v, iovcnt + 1, c->opts.timeout_ms);
 	if (r == 0)
-		r = recv_reply(c, tc, req_id, type, reply);
+		r = recv_reply(c, pc, req_id, type, reply);
 	bool healthy = r >= 0 || reply->data != NULL;
 	*transport_failed = !healthy;
-	pool_put(c, tc, healthy);
+	pool_put(c, pc, healthy);
+	return r;
+}
+
+int rpc_callv_data(struct rpc_client *c, uint16_t type, const struct iovec *iov_in, int iovcnt,
+		   const struct rpc_data *data_in, unsigned flags, struct rpc_reply *reply)
+{
+	reply->data = NULL;
+	reply->len = 0;
+	reply->heap_ = NULL;
+	struct iovec iov[8];
+	if (iovcnt < 0 || iovcnt > 7 || (data_in && data_in->len && iovcnt > 6))
+		return -EINVAL;
+	memcpy(iov, iov_in, sizeof(*iov) * iovcnt);
+	struct rpc_data data = {0}, *dp = NULL;
+	if (data_in && data_in->len) {
+		data = *data_in;
+		dp = &data;
+		iov[iovcnt++] = (struct iovec){.iov_base = (void *)data.p, .iov_len = data.len};
+	}
+	bool transport_failed = false;
+	int r = call_once(c, type, iov, iovcnt, dp, reply, &transport_failed);
+	if (transport_failed && (flags & RPC_IDEMPOTENT)) {
+		rpc_reply_done(reply);
+		r = call_once(c, type, iov, iovcnt, dp, reply, &transport_failed);
+	}
 	return r;
 }
 
 int rpc_callv(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
 	      unsigned flags, struct rpc_reply *reply)
 {
-	reply->data = NULL;
-	reply->len = 0;
-	reply->heap_ = NULL;
-	bool transport_failed = false;
-	int r = call_once(c, type, iov, iovcnt, reply, &transport_failed);
-	if (transport_failed && (flags & RPC_IDEMPOTENT)) {
-		rpc_reply_done(reply);
-		r = call_once(c, type, iov, iovcnt, reply, &transport_failed);
-	}
-	return r;
+	return rpc_callv_data(c, type, iov, iovcnt, NULL, flags, reply);
 }
 
 int rpc_call(struct rpc_client *c, uint16_t type, const struct wbuf *req, unsigned flags,

@@ -55,6 +55,7 @@ struct rpc_conn {
 	struct wire_hdr h;
 	uint8_t *payload;
 	size_t payload_got;
+	uint64_t sums[WIRE_MAX_PIECES]; /* piece sums of a WIRE_F_DATA frame */
 };
 
 
@@ -150,7 +151,16 @@ static void run_frame(struct rpc_server *s, struct rpc_conn *c, const struct wir
 	struct rbuf req;
 	rbuf_init(&req, payload, h->payload_len);
 	wbuf_reset(reply);
+	c->peer.data = NULL;
+	c->peer.data_len = 0;
+	c->peer.data_sums = NULL;
+	if (h->flags & WIRE_F_DATA) {
+		c->peer.data = payload + h->data_off;
+		c->peer.data_len = h->payload_len - h->data_off;
+		c->peer.data_sums = c->sums;
+	}
 	int status = s->opts.handler(s->opts.ctx, h->type, &req, reply, &c->peer);
+	c->peer.data = NULL;
 	if (status == 0 && reply->err)
 		status = reply->err;
 	if (status > 0)
@@ -159,10 +169,13 @@ static void run_frame(struct rpc_server *s, struct rpc_conn *c, const struct wir
 	free(payload);
 }
 
-/* A whole frame has arrived on c: validate the checksum and handle it. */
+/* A whole frame has arrived on c: validate the checksum and handle it. A
+ * WIRE_F_DATA frame's data hash and piece sums are kept for the handler
+ * (rpc_peer.data*). */
 static int frame_complete(struct rpc_server *s, struct rpc_conn *c, struct wbuf *reply)
 {
-	if (wire_payload_verify(c->hdr, &c->h, c->payload ? c->payload : (uint8_t *)"") < 0) {
+	if (wire_payload_verify_data(c->hdr, &c->h, c->payload ? c->payload : (uint8_t *)"",
+				     &c->peer.data_hash, c->sums) < 0) {
 		conn_reject(s, c, "payload checksum mismatch");
 		return -1;
 	}

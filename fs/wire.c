@@ -35,7 +35,7 @@ static void hdr_encode_fields(const struct wire_hdr *h, uint8_t out[WIRE_HDR_SIZ
 	le32_put(out + 12, (uint32_t)h->status);
 	le64_put(out + 16, h->req_id);
 	le32_put(out + 24, h->payload_len);
-	le32_put(out + 28, 0);
+	le32_put(out + 28, h->flags & WIRE_F_DATA ? h->data_off : 0);
 }
 
 void wire_hdr_sealv(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
@@ -48,8 +48,62 @@ void wire_hdr_sealv(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
 	h->major = WIRE_MAJOR;
 	h->minor = WIRE_MINOR;
 	h->payload_len = (uint32_t)len;
+	h->flags &= ~WIRE_F_DATA;
+	h->data_off = 0;
 	hdr_encode_fields(h, out);
 	h->checksum = payload_hash(XXH3_64bits(out, 32), iov, iovcnt);
+	le64_put(out + 32, h->checksum);
+}
+
+uint64_t wire_data_hash(const void *p, size_t len, uint64_t *sums)
+{
+	uint64_t stack[WIRE_MAX_PIECES];
+	size_t n = wire_data_pieces(len);
+	if (!sums && n <= WIRE_MAX_PIECES)
+		sums = stack;
+	uint8_t le[8];
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	for (size_t i = 0; i < n; i++) {
+		size_t off = i * WIRE_DATA_PIECE;
+		size_t plen = len - off < WIRE_DATA_PIECE ? len - off : WIRE_DATA_PIECE;
+		uint64_t v = wire_xxh3_64((const uint8_t *)p + off, plen, 0);
+		if (sums)
+			sums[i] = v;
+		le64_put(le, v);
+		XXH3_64bits_update(&st, le, 8);
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+/* The checksum of a WIRE_F_DATA frame: fields, then the data hash. */
+static uint64_t data_frame_sum(const uint8_t hdr[WIRE_HDR_SIZE], const struct iovec *fields,
+			       int nfields, uint64_t data_hash)
+{
+	uint8_t le[8];
+	le64_put(le, data_hash);
+	XXH3_state_t st;
+	XXH3_64bits_reset_withSeed(&st, XXH3_64bits(hdr, 32));
+	for (int i = 0; i < nfields; i++)
+		XXH3_64bits_update(&st, fields[i].iov_base, fields[i].iov_len);
+	XXH3_64bits_update(&st, le, 8);
+	return XXH3_64bits_digest(&st);
+}
+
+void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
+			size_t data_len, uint64_t data_hash, uint8_t out[WIRE_HDR_SIZE])
+{
+	size_t len = 0;
+	for (int i = 0; i < iovcnt; i++)
+		len += iov[i].iov_len;
+	h->magic = WIRE_MAGIC;
+	h->major = WIRE_MAJOR;
+	h->minor = WIRE_MINOR;
+	h->flags |= WIRE_F_DATA;
+	h->data_off = (uint32_t)len;
+	h->payload_len = (uint32_t)(len + data_len);
+	hdr_encode_fields(h, out);
+	h->checksum = data_frame_sum(out, iov, iovcnt, data_hash);
 	le64_put(out + 32, h->checksum);
 }
 
@@ -71,6 +125,7 @@ int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const
 		.status = (int32_t)le32_get(in + 12),
 		.req_id = le64_get(in + 16),
 		.payload_len = le32_get(in + 24),
+		.data_off = le32_get(in + 28),
 		.checksum = le64_get(in + 32),
 	};
 	const char *reason = NULL;
@@ -84,12 +139,18 @@ int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const
 	} else if (h.major < WIRE_MAJOR) {
 		reason = "older major protocol version";
 		r = -EPROTONOSUPPORT;
-	} else if (le16_get(in + 10) != 0 || le32_get(in + 28) != 0) {
+	} else if (le16_get(in + 10) != 0 || (!(h.flags & WIRE_F_DATA) && h.data_off != 0)) {
 		reason = "reserved header fields not zero";
 		r = -EPROTO;
 	} else if (h.payload_len > WIRE_MAX_PAYLOAD) {
 		reason = "payload length over the limit";
 		r = -EMSGSIZE;
+	} else if ((h.flags & WIRE_F_DATA) && h.minor < 1) {
+		reason = "data flag in a minor 0 frame";
+		r = -EPROTO;
+	} else if ((h.flags & WIRE_F_DATA) && h.data_off > h.payload_len) {
+		reason = "data offset past the payload";
+		r = -EPROTO;
 	}
 	if (why)
 		*why = reason;
@@ -104,12 +165,29 @@ uint64_t wire_xxh3_64(const void *buf, size_t len, uint64_t seed)
 	return payload_hash(seed, &iov, 1);
 }
 
+int wire_payload_verify_data(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
+			     const void *payload, uint64_t *ret_data_hash, uint64_t *sums)
+{
+	uint64_t sum;
+	if (h->flags & WIRE_F_DATA) {
+		/* wire_hdr_decode checked data_off <= payload_len */
+		const uint8_t *p = payload;
+		uint64_t dh = wire_data_hash(p + h->data_off, h->payload_len - h->data_off, sums);
+		struct iovec f = {.iov_base = (void *)p, .iov_len = h->data_off};
+		sum = data_frame_sum(in_hdr, &f, 1, dh);
+		if (ret_data_hash)
+			*ret_data_hash = dh;
+	} else {
+		struct iovec iov = {.iov_base = (void *)payload, .iov_len = h->payload_len};
+		sum = payload_hash(XXH3_64bits(in_hdr, 32), &iov, 1);
+	}
+	return sum == h->checksum ? 0 : -EBADMSG;
+}
+
 int wire_payload_verify(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
 			const void *payload)
 {
-	struct iovec iov = {.iov_base = (void *)payload, .iov_len = h->payload_len};
-	uint64_t sum = payload_hash(XXH3_64bits(in_hdr, 32), &iov, 1);
-	return sum == h->checksum ? 0 : -EBADMSG;
+	return wire_payload_verify_data(in_hdr, h, payload, NULL, NULL);
 }
 
 /* ---- wbuf --------------------------------------------------------------- */

@@ -6,17 +6,32 @@
  *   0      4    magic        0x41525453 ("STRA" little-endian)
  *   4      1    major        WIRE_MAJOR; a peer with a newer major is refused
  *   5      1    minor        WIRE_MINOR; newer minors are served
- *   6      2    flags        WIRE_F_REPLY
+ *   6      2    flags        WIRE_F_REPLY, WIRE_F_DATA
  *   8      2    type         message type (proto.h)
  *   10     2    reserved     0
  *   12     4    status       replies: 0 or a negative errno; requests: 0
  *   16     8    req_id       chosen by the caller, echoed by the reply
  *   24     4    payload_len  bytes after the header, <= WIRE_MAX_PAYLOAD
- *   28     4    reserved2    0
+ *   28     4    data_off     with WIRE_F_DATA: where the payload's bulk data
+ *                            starts (<= payload_len); else 0
  *   32     8    checksum     XXH3-64 of the payload, seeded with XXH3-64 of
  *                            header bytes 0..31 (so header and payload are
- *                            both covered)
+ *                            both covered); with WIRE_F_DATA see below
  *   40          payload
+ *
+ * WIRE_F_DATA (minor >= 1): the payload is fields [0, data_off) followed by
+ * bulk data [data_off, payload_len). The data is summed on its own:
+ *   data_hash = XXH3-64 of the little-endian XXH3-64s of its consecutive
+ *               WIRE_DATA_PIECE-byte pieces (the last one shorter),
+ *   checksum  = XXH3-64 of (fields, then data_hash as 8 LE bytes), seeded
+ *               with XXH3-64 of header bytes 0..31.
+ * Every byte is still covered, and a hop that forwards the same data with
+ * new fields (chain replication) re-seals from the data_hash it computed
+ * while verifying the frame, without reading the data again; the piece sums
+ * are a chunk's 64 KiB block checksums when the data is block aligned, so
+ * the chunkserver verifies and checksums the data in one pass. A sender
+ * uses the flag only towards a peer that answered with minor >= 1 on that
+ * connection (rpc_client.c): an older peer would refuse the frame.
  *
  * Payload fields are fixed-width little-endian, written and read by the
  * wbuf_put_* / rbuf_get_* functions below, never by casting a struct.
@@ -34,10 +49,13 @@
 
 #define WIRE_MAGIC 0x41525453u
 #define WIRE_MAJOR 1
-#define WIRE_MINOR 0
+#define WIRE_MINOR 1 /* 1: WIRE_F_DATA */
 #define WIRE_HDR_SIZE 40
 #define WIRE_MAX_PAYLOAD (8u << 20) /* 8 MiB: reads and writes are <= 4 MiB */
 #define WIRE_F_REPLY 0x0001
+#define WIRE_F_DATA 0x0002 /* minor >= 1: data_off and the split checksum */
+#define WIRE_DATA_PIECE 65536u
+#define WIRE_MAX_PIECES (WIRE_MAX_PAYLOAD / WIRE_DATA_PIECE)
 
 struct wire_hdr {
 	uint32_t magic;
@@ -47,6 +65,7 @@ struct wire_hdr {
 	int32_t status;
 	uint64_t req_id;
 	uint32_t payload_len;
+	uint32_t data_off; /* WIRE_F_DATA */
 	uint64_t checksum;
 };
 
@@ -58,6 +77,18 @@ void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len,
 struct iovec;
 void wire_hdr_sealv(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
 		    uint8_t out[WIRE_HDR_SIZE]);
+/* Seals a WIRE_F_DATA frame: the fields are iov[0..iovcnt), followed by
+ * data_len bytes of data whose wire_data_hash is data_hash (the data itself
+ * is not read). Fills h like wire_hdr_sealv. */
+void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
+			size_t data_len, uint64_t data_hash, uint8_t out[WIRE_HDR_SIZE]);
+/* The data_hash of WIRE_F_DATA for p[0..len). If sums is not NULL it gets
+ * the XXH3-64 of each WIRE_DATA_PIECE piece (wire_data_pieces(len) of them). */
+uint64_t wire_data_hash(const void *p, size_t len, uint64_t *sums);
+static inline size_t wire_data_pieces(size_t len)
+{
+	return (len + WIRE_DATA_PIECE - 1) / WIRE_DATA_PIECE;
+}
 /* Decodes and validates a header (magic, major, reserved, length).
  * Returns 0, -EPROTO (bad magic/reserved), -EPROTONOSUPPORT (newer major) or
  * -EMSGSIZE (payload_len > WIRE_MAX_PAYLOAD). On failure *why names the
@@ -66,6 +97,10 @@ int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const
 /* Returns 0 if the payload matches h->checksum, -EBADMSG otherwise. */
 int wire_payload_verify(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
 			const void *payload);
+/* Same; for a WIRE_F_DATA frame also returns the data's hash and, if sums is
+ * not NULL (room for WIRE_MAX_PIECES), its piece sums (wire_data_hash). */
+int wire_payload_verify_data(const uint8_t in_hdr[WIRE_HDR_SIZE], const struct wire_hdr *h,
+			     const void *payload, uint64_t *ret_data_hash, uint64_t *sums);
 /* Returns XXH3-64 of buf with seed, computed with AVX2 when the CPU has it
  * (same value as the library's XXH3_64bits_withSeed, about twice as fast for
  * big buffers). */

@@ -17,6 +17,14 @@
  * Nothing leaves the machine: the /24 is on-link only, no forwarding is
  * enabled, no NAT, no default route inside the namespaces.
  *
+ * Each node's namespace uses TCP reno (NODE_CC), like tests/replication/
+ * netns.sh: the machine's default may pace (bbr, on the VM this was measured
+ * on), which costs a forwarding chunkserver about a quarter of its CPU in
+ * hrtimer work that hosts on a real network would not see at that scale
+ * (chunkserver/README.md "What a replicated write costs"). Only the node
+ * namespaces are changed; a kernel that refuses it keeps its default (logged
+ * in net.log, not an error).
+ *
  * Invariants:
  *  1. H/run/net lists every bridge, namespace and veth of this home before it
  *     is created (so a crash in between leaves nothing `down` cannot find),
@@ -52,6 +60,7 @@
 #define NET_LOCK "/run/strata-net.lock"
 #define NSFS_MAGIC 0x6e736673
 #define NODE_HOST_BASE 10 /* node i is .(10+i) */
+#define NODE_CC "reno"   /* TCP congestion control inside the node namespaces */
 
 /* ---- names ------------------------------------------------------------------ */
 
@@ -384,6 +393,10 @@ static int node_up(const struct cli_home *h, struct cli_net *n, int i, bool renu
 	    (r = ip(h, n, "-n", ns, "addr", "replace", cidr, "dev", "eth0", NULL)) < 0 ||
 	    (r = ip(h, n, "-n", ns, "link", "set", "eth0", "up", NULL)) < 0)
 		return r;
+	/* best effort: a refusal only keeps the kernel's default */
+	ip(h, n, "netns", "exec", ns, "sh", "-c",
+	   "echo " NODE_CC " >/proc/sys/net/ipv4/tcp_congestion_control", NULL);
+	n->err[0] = '\0';
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 #include "chunk_store.h"
 #include "testutil.h"
 #include "uring_pool.h"
+#include "wire.h"
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)
@@ -185,6 +186,49 @@ static void test_basic(struct env *e)
 	CHECK_EQ(e->log.n, 0);
 	free(model);
 	free(data);
+}
+
+/* chunk_store_write_sums: the data's piece sums (wire_data_hash, as a frame
+ * brought them) stand in for the block checksums wherever a piece is a whole
+ * block of the new version; the result is the chunk chunk_store_write makes.
+ * Wrong sums are believed (the caller verified them with the frame): shown
+ * by a read that then fails its check. */
+static void test_write_sums(struct env *e)
+{
+	uint8_t *data = malloc(2 * MiB), *buf = malloc(2 * MiB);
+	uint64_t sums[WIRE_MAX_PIECES];
+	CHECK(data && buf);
+	struct { uint32_t off, len; } w[] = {
+		{ 0, MiB },                /* whole aligned blocks */
+		{ BS, 2 * BS + 100 },      /* aligned, short last piece at the new end */
+		{ 0, BS + 100 },           /* aligned, short last piece inside old data */
+		{ BS - 5, 3 * BS },        /* unaligned: sums unusable, hashed */
+		{ 4 * BS, 3 * BS },        /* aligned, past the end with a gap */
+	};
+	for (uint32_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+		struct chunk_meta a, b;
+		fill(data, MiB, 100 + i); /* the same old chunk under both */
+		CHECK_EQ(chunk_store_write(e->cs, 60, i, 0, 3 * BS + 7, data, 0, &a), 0);
+		CHECK_EQ(chunk_store_write(e->cs, 61, i, 0, 3 * BS + 7, data, 0, &b), 0);
+		fill(data, w[i].len, 200 + i);
+		wire_data_hash(data, w[i].len, sums);
+		CHECK_EQ(chunk_store_write_sums(e->cs, 60, i, w[i].off, w[i].len, data, sums, 0, &a),
+			 0);
+		CHECK_EQ(chunk_store_write(e->cs, 61, i, w[i].off, w[i].len, data, 0, &b), 0);
+		CHECK_EQ(a.length, b.length);
+		CHECK(a.checksum == b.checksum);
+		CHECK_EQ(chunk_store_read(e->cs, 60, i, 0, a.length, buf), a.length);
+	}
+	uint32_t before = e->log.n;
+	fill(data, 2 * BS, 7);
+	wire_data_hash(data, 2 * BS, sums);
+	sums[1] ^= 1;
+	CHECK_EQ(chunk_store_write_sums(e->cs, 62, 0, 0, 2 * BS, data, sums, 0, NULL), 0);
+	CHECK_EQ(chunk_store_read(e->cs, 62, 0, 0, BS, buf), BS);
+	CHECK_EQ(chunk_store_read(e->cs, 62, 0, BS, BS, buf), -EIO);
+	CHECK_EQ(e->log.n, before + 1);
+	free(data);
+	free(buf);
 }
 
 static void flip_byte(const char *path, off_t off)
@@ -490,6 +534,7 @@ int main(int argc, char **argv)
 
 	test_basic(&e);
 	test_corruption(&e);
+	test_write_sums(&e);
 	test_concurrent_read(&e);
 	test_leftover_tmp(&e);
 	test_crash(&e);

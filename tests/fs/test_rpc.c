@@ -15,7 +15,7 @@
 #include "log.h"
 #include "testutil.h"
 
-enum { T_ECHO = 1, T_FAIL = 2, T_SLOW = 3, T_BIG = 4 };
+enum { T_ECHO = 1, T_FAIL = 2, T_SLOW = 3, T_BIG = 4, T_DATA = 5 };
 
 static int handler(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		   const struct rpc_peer *peer)
@@ -25,6 +25,21 @@ static int handler(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *repl
 		size_t n = rbuf_remaining(req);
 		wbuf_put_bytes(reply, rbuf_get_bytes(req, n), n);
 		return 0;
+	}
+	case T_DATA: { /* u32 n fields bytes, then data: reports what the frame said */
+		uint32_t n = rbuf_get_u32(req);
+		rbuf_get_bytes(req, n);
+		const uint8_t *data = (const uint8_t *)req->p + req->off;
+		size_t len = rbuf_remaining(req);
+		bool split = peer->data != NULL;
+		if (split && (peer->data != data || peer->data_len != len ||
+			      peer->data_sums[0] != wire_xxh3_64(data, len < WIRE_DATA_PIECE
+										   ? len
+										   : WIRE_DATA_PIECE, 0)))
+			return -EPROTO;
+		wbuf_put_u8(reply, split);
+		wbuf_put_u64(reply, split ? peer->data_hash : 0);
+		return rbuf_done(req);
 	}
 	case T_FAIL:
 		return -ENOENT;
@@ -211,6 +226,113 @@ static void test_reconnect(struct rpc_server **s, struct rpc_client *c)
 	rpc_reply_done(&rep);
 }
 
+/* WIRE_F_DATA through the client: the first call on a connection is plain
+ * (the peer's minor is not known yet), later ones carry the data hash, which
+ * the server recomputes from the bytes; a caller's wrong hash is caught. */
+static void test_data_frames(const char *addr)
+{
+	struct rpc_client_opts o = {.max_conns = 1};
+	struct rpc_client *c = rpc_client_new(addr, &o);
+	CHECK(c);
+	size_t len = 200000;
+	uint8_t *data = malloc(len), fields[8] = {0};
+	CHECK(data);
+	for (size_t i = 0; i < len; i++)
+		data[i] = (uint8_t)(i * 13);
+	le32_put(fields, 4);
+	struct iovec iov = {fields, sizeof(fields)};
+	struct rpc_data d = {.p = data, .len = len};
+	uint64_t want = wire_data_hash(data, len, NULL);
+	for (int call = 0; call < 3; call++) {
+		struct rpc_reply rep = {0};
+		CHECK_EQ(rpc_callv_data(c, T_DATA, &iov, 1, &d, 0, &rep), 0);
+		struct rbuf r;
+		rbuf_init(&r, rep.data, rep.len);
+		uint8_t split = rbuf_get_u8(&r);
+		uint64_t h = rbuf_get_u64(&r);
+		CHECK(rbuf_done(&r) == 0);
+		CHECK_EQ(split, call > 0);
+		CHECK(!split || h == want);
+		rpc_reply_done(&rep);
+		d.hashed = call == 1; /* the third call reuses the hash */
+		d.hash = want;
+	}
+	/* a hash that is not the data's: the server refuses the frame */
+	d.hashed = true;
+	d.hash = want ^ 1;
+	struct rpc_reply rep = {0};
+	int r = rpc_callv_data(c, T_DATA, &iov, 1, &d, 0, &rep);
+	CHECK(r == -ECONNRESET || r == -EPROTO);
+	rpc_reply_done(&rep);
+	free(data);
+	rpc_client_free(c);
+}
+
+/* A peer of minor 0 (before WIRE_F_DATA): answers every frame with a minor-0
+ * reply and counts the frames that carried the flag (it would refuse them). */
+struct old_peer {
+	int lfd;
+	int frames, flagged;
+};
+
+static void *old_peer_main(void *p)
+{
+	struct old_peer *o = p;
+	int fd = accept(o->lfd, NULL, NULL);
+	uint8_t hdr[WIRE_HDR_SIZE], *payload = malloc(WIRE_MAX_PAYLOAD);
+	while (fd >= 0 && payload && recv(fd, hdr, sizeof(hdr), MSG_WAITALL) == sizeof(hdr)) {
+		struct wire_hdr h;
+		if (wire_hdr_decode(hdr, &h, NULL) < 0 ||
+		    recv(fd, payload, h.payload_len, MSG_WAITALL) != (ssize_t)h.payload_len ||
+		    wire_payload_verify(hdr, &h, payload) < 0)
+			break;
+		o->frames++;
+		o->flagged += !!(h.flags & WIRE_F_DATA);
+		struct wire_hdr rh = {.flags = WIRE_F_REPLY, .type = h.type, .req_id = h.req_id};
+		uint8_t out[WIRE_HDR_SIZE + 9] = {0};
+		wire_hdr_seal(&rh, out + WIRE_HDR_SIZE, 9, out);
+		out[5] = 0; /* minor 0, checksum as a minor-0 peer computes it */
+		le64_put(out + 32, wire_xxh3_64(out + WIRE_HDR_SIZE, 9, wire_xxh3_64(out, 32, 0)));
+		if (send(fd, out, sizeof(out), MSG_NOSIGNAL) != sizeof(out))
+			break;
+	}
+	free(payload);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static void test_old_peer(void)
+{
+	struct old_peer o = {.lfd = socket(AF_INET, SOCK_STREAM, 0)};
+	struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(in);
+	CHECK(o.lfd >= 0 && bind(o.lfd, (struct sockaddr *)&in, sizeof(in)) == 0 &&
+	      listen(o.lfd, 4) == 0 && getsockname(o.lfd, (struct sockaddr *)&in, &sl) == 0);
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, old_peer_main, &o) == 0);
+	char addr[32];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(in.sin_port));
+	struct rpc_client_opts opts = {.max_conns = 1};
+	struct rpc_client *c = rpc_client_new(addr, &opts);
+	CHECK(c);
+	static uint8_t data[100000];
+	uint8_t fields[4] = {0};
+	struct iovec iov = {fields, sizeof(fields)};
+	struct rpc_data d = {.p = data, .len = sizeof(data)};
+	for (int i = 0; i < 3; i++) {
+		struct rpc_reply rep = {0};
+		CHECK_EQ(rpc_callv_data(c, T_DATA, &iov, 1, &d, 0, &rep), 0);
+		CHECK_EQ(rep.len, 9);
+		rpc_reply_done(&rep);
+	}
+	rpc_client_free(c);
+	pthread_join(t, NULL);
+	close(o.lfd);
+	CHECK_EQ(o.frames, 3);
+	CHECK_EQ(o.flagged, 0);
+}
+
 int main(void)
 {
 	log_init("test_rpc", LOG_LVL_WARN);
@@ -225,6 +347,9 @@ int main(void)
 	test_timeout(addr);
 	test_malformed(s, c);
 	test_reconnect(&s, c);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", rpc_server_port(s));
+	test_data_frames(addr);
+	test_old_peer();
 	rpc_client_free(c);
 	rpc_server_free(s);
 	printf("test_rpc: ok\n");

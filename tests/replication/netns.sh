@@ -7,6 +7,21 @@
 # machine: nothing is routed anywhere else. Where namespaces cannot be made
 # (no CAP_NET_ADMIN, no `ip`), chunkservers listen on 127.0.0.1 ports instead.
 #
+# The emulated network behaves like a switch between hosts, not like this
+# VM's root namespace (chunkserver/README.md "What a replicated write
+# costs" has the figures), with nothing changed outside our namespaces:
+#  - each node's namespace uses TCP congestion control RC_NODE_CC (default
+#    reno: no pacing; this VM's default, bbr, paces every send with an
+#    hrtimer, about a quarter of a forwarding chunkserver's CPU here; a
+#    namespace may only pick from tcp_allowed_congestion_control, "reno bbr"
+#    here). RC_NODE_CC= (empty) keeps the machine's default;
+#  - RC_BRIDGE_NS=1 (not the default: it measured within the noise) puts the
+#    bridge in a namespace of its own (strb<X>) with br_netfilter's
+#    bridge-nf-call-* sysctls off there (a switch runs no iptables; in the
+#    root namespace they are on, and the hooks run for every bridged packet,
+#    ~3 % of a forwarding chunkserver's CPU); the root namespace reaches it
+#    by a veth strv<X>h holding 10.77.X.1.
+#
 # As a library (the tests, and `strata up --nodes N` later, can call it):
 #   . tests/replication/netns.sh
 #   rc_start N [TARGETS_PER_NODE] [REPLICAS]   # meta + N chunkservers + FUSE
@@ -68,29 +83,58 @@ _rc_pick_subnet() {
 	return 1
 }
 
+RC_BNS="" # the bridge's namespace; empty: the root namespace
+
+# Runs "$@" in the bridge's namespace (or here).
+_rc_in_bns() { if [ -n "$RC_BNS" ]; then ip netns exec "$RC_BNS" "$@"; else "$@"; fi; }
+
 _rc_net_up() {
 	[ "${RC_FORCE_LOOPBACK:-0}" = 1 ] && return 1
 	command -v ip >/dev/null || return 1
 	_rc_pick_subnet || return 1
-	local br="strbr$RC_TAG"
-	ip link add "$br" type bridge 2>/dev/null || return 1
-	echo "$br" >"$RC_DIR/bridge"
-	ip addr add "$RC_SUBNET.1/24" dev "$br" && ip link set "$br" up || return 1
+	local br="strbr$RC_TAG" bns="strb$RC_TAG" h="strv${RC_TAG}h"
+	if [ "${RC_BRIDGE_NS:-0}" = 1 ] && ip netns add "$bns" 2>/dev/null; then
+		echo "$bns" >>"$RC_DIR/netns"
+		RC_BNS=$bns
+		ip netns exec "$bns" sh -c 'for f in /proc/sys/net/bridge/bridge-nf-call-*; do
+			[ -w "$f" ] && echo 0 >"$f"; done; true'
+		ip -n "$bns" link add "$br" type bridge || return 1
+		ip -n "$bns" link set lo up && ip -n "$bns" link set "$br" up || return 1
+		ip link add "$h" type veth peer name "${h}p" || return 1
+		ip link set "${h}p" netns "$bns" || return 1
+		ip -n "$bns" link set "${h}p" master "$br" && ip -n "$bns" link set "${h}p" up ||
+			return 1
+		echo "$h" >"$RC_DIR/bridge" # deleting the host end deletes the pair
+		ip addr add "$RC_SUBNET.1/24" dev "$h" && ip link set "$h" up || return 1
+	else
+		ip link add "$br" type bridge 2>/dev/null || return 1
+		echo "$br" >"$RC_DIR/bridge"
+		ip addr add "$RC_SUBNET.1/24" dev "$br" && ip link set "$br" up || return 1
+	fi
 	RC_NETNS=1
 }
 
 # Namespace of node i with its veth to the bridge; address $RC_SUBNET.(10+i).
 _rc_node_net() {
-	local i=$1 ns="strn${RC_TAG}_$1" v="strv${RC_TAG}n$1"
+	local i=$1 ns="strn${RC_TAG}_$1" v="strv${RC_TAG}n$1" cc=${RC_NODE_CC-reno}
 	ip netns add "$ns" || return 1
 	echo "$ns" >>"$RC_DIR/netns"
 	ip link add "$v" type veth peer name "${v}p" || return 1
 	ip link set "${v}p" netns "$ns" || return 1
-	ip link set "$v" master "strbr$RC_TAG" && ip link set "$v" up || return 1
+	if [ -n "$RC_BNS" ]; then
+		ip link set "$v" netns "$RC_BNS" || return 1
+	fi
+	_rc_in_bns ip link set "$v" master "strbr$RC_TAG" && _rc_in_bns ip link set "$v" up ||
+		return 1
 	ip -n "$ns" link set lo up
 	ip -n "$ns" link set "${v}p" name eth0
 	ip -n "$ns" addr add "$RC_SUBNET.$((10 + i))/24" dev eth0
-	ip -n "$ns" link set eth0 up
+	ip -n "$ns" link set eth0 up || return 1
+	if [ -n "$cc" ]; then
+		ip netns exec "$ns" sh -c "echo $cc >/proc/sys/net/ipv4/tcp_congestion_control" ||
+			rc_log "node $i: cannot set congestion control $cc (keeping $(cat /proc/sys/net/ipv4/tcp_congestion_control))"
+	fi
+	return 0
 }
 
 _rc_net_down() {
@@ -232,7 +276,7 @@ rc_start() {
 		for i in $(seq 1 "$RC_NODES"); do
 			_rc_node_net "$i" || rc_fail "cannot set up namespace of node $i"
 		done
-		rc_log "network: bridge strbr$RC_TAG $RC_SUBNET.0/24, $RC_NODES namespaces"
+		rc_log "network: bridge strbr$RC_TAG${RC_BNS:+ in netns $RC_BNS} $RC_SUBNET.0/24, $RC_NODES namespaces, tcp ${RC_NODE_CC-reno}"
 	else
 		_rc_net_down
 		RC_NETNS=0
