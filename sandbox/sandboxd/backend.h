@@ -141,10 +141,17 @@ struct sbd_backend {
 
 /* Constructors. Each returns a backend (possibly one that reports itself
  * unavailable) or NULL on allocation failure. */
-struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min);
+/* container: the container backend, whose library runtime makes the
+ * sandboxes of fncall's command calls (it must be freed after fncall). */
+struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
+					   struct sbd_backend *container);
 /* fresh_netns: never hand a finished sandbox's network namespace to the next
  * one (sandbox/README.md: a reused one shows earlier loopback counters). */
 struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
 					      bool fresh_netns);
+/* The container backend's library runtime (struct sbx_runtime), or NULL
+ * when it is unavailable. */
+struct sbx_runtime;
+struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *container);
 struct sbd_backend *sbd_backend_vm_new(struct sbd_loop *loop,
 				       const char *kind /* "firecracker"|"qemu" */);

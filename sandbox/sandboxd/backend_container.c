@@ -80,6 +80,11 @@ static void ct_free(struct sbd_backend *b)
 	free(b);
 }
 
+struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *b)
+{
+	return NULL;
+}
+
 struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
 					      bool fresh_netns)
 {
@@ -900,6 +905,11 @@ static void ct_free(struct sbd_backend *b)
 		rmdir(FREEZER_ROOT); /* kept while a paused sandbox lives on */
 	}
 	free(cb);
+}
+
+struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *b)
+{
+	return ((struct ct_backend *)b->priv)->rt;
 }
 
 static int agent_path(char *buf, size_t cap)

@@ -1,31 +1,43 @@
-/* backend_fncall.c — the "fncall" backend: stateless calls on warm,
- * pre-isolated processes of an image.
+/* backend_fncall.c — the "fncall" backend: stateless calls on warm sandboxes
+ * of an image.
  *
- * A pool per (image root, kind, network) holds idle workers. A worker is a
- * process cloned into new mount, pid, uts, ipc and (network "none") net
- * namespaces; it has already bind-mounted the image root read-only, put a
- * fresh tmpfs on /tmp and /dev, mounted /proc, pivoted into the root, brought
- * up loopback and dropped its capability bounding set. A "cmd" worker then
- * waits on its control pipe for one request (argv, env, cwd, user, limits)
- * and execs it; a "python" worker has already exec'd the image's python3,
- * which waits for source to run. Either way a worker serves exactly one call
- * and is gone after it (that is the cleanup between calls: nothing a call
- * does survives it). Pools grow with demand (the calls of the last second),
- * shrink back after 10 s without calls, and are refilled after the calls
- * returned (deferred work, off the critical path).
+ * A *command* call runs in a sandbox of the container library
+ * (sandbox/container/strata_sandbox.h, the container backend's runtime):
+ * overlay root over the image, mount/pid/uts/ipc/net/cgroup namespaces,
+ * masked /proc and /sys, dropped capabilities, no_new_privs, seccomp, and
+ * its own memory, pids and cpu cgroup, strata-agent as pid 1. A pool per
+ * (image root, network, limits) holds started sandboxes (sbx_create done,
+ * the agent waiting); a call takes one, runs one exec in it with the
+ * library's non-blocking exec op driven from sandboxd's loop (as the
+ * container backend does), answers, and then destroys it (that is the
+ * cleanup between calls: nothing a call does survives it). Filler threads
+ * make the replacements off the loop (sbx_create waits for the agent's
+ * START reply); an empty pool creates inline.
  *
- * What fncall cannot do is refused up front with -EOPNOTSUPP: files that
- * persist, pause and resume. cpu is not enforced; memory (RLIMIT_DATA),
- * pids (RLIMIT_NPROC, non-root users) and disk (RLIMIT_FSIZE) are rlimits.
+ * A *Python* call (as root) runs in a warm interpreter: a process cloned
+ * here into new mount, pid, uts, ipc and (network "none") net namespaces,
+ * with the image root bind-mounted read-only, a fresh tmpfs on /tmp and
+ * /dev, /proc masked, loopback up, no capabilities, its own pids and memory
+ * cgroup, which has exec'd the image's python3 and serves call after call
+ * (see py_boot). Python as another user is a command call of python3 -c.
+ *
+ * Pools grow with demand (the calls of the last second), shrink back after
+ * 10 s without calls, and are refilled after the calls returned. What
+ * fncall cannot do is refused up front with -EOPNOTSUPP: files that
+ * persist, pause and resume, interactive stdin.
  *
  * Invariants:
- *  1. A worker is in at most one place: a pool's idle list or a running call
- *     (owned by its sbd_proc), never both.
- *  2. Idle workers die with sandboxd (PDEATHSIG and EOF on their control
- *     pipe); a restarted sandboxd starts new pools. */
+ *  1. A warm sandbox or worker is in at most one place: a pool's idle list
+ *     or a running call, never both; a cmd_pool's idle list and counters
+ *     are changed under fb->mu (the filler threads push, the loop takes).
+ *  2. A command call's sandbox is destroyed when the call ends, whatever
+ *     the end (exit, cancel, deadline); its sink is called at most once.
+ *  3. A cmd_pool is freed only on the loop, with no create in flight for it.
+ *  4. Idle interpreters die with sandboxd (PDEATHSIG and EOF on their
+ *     control pipe), warm sandboxes when their agent's stream closes; a
+ *     restarted sandboxd starts new pools. */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
 #include <net/if.h>
@@ -37,10 +49,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -52,14 +62,16 @@
 
 #include "cleanup.h"
 #include "loop.h"
-#include "proc.h"
 #include "sandboxd.h"
+
+#ifdef STRATA_HAVE_CONTAINER
+#include "strata_sandbox.h"
+#endif
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
 
-enum { KIND_CMD = 0, KIND_PY = 1 };
 #define POOL_MAX 32
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -94,9 +106,9 @@ struct py_call {
 	struct py_call *next; /* in fb->calls */
 };
 
+/* A pool of warm interpreters of one image and network. */
 struct fn_pool {
 	char *rootfs;
-	int kind;
 	bool net_host;
 	struct fn_worker *idle;
 	int nidle, target, uses, peak;
@@ -106,11 +118,11 @@ struct fn_pool {
 	struct fn_pool *next;
 };
 
-/* Per-worker cgroups (pids, memory): v1 hierarchies or a cgroup2 tree,
- * below our own cgroup, in a "strata-fncall" directory. A worker is put in
- * its cgroup right after clone (it has not forked yet); a call's limits are
- * written before its request is sent; the cgroup is removed once the worker
- * is gone (retried from tick while the kernel still holds it). */
+/* Per-interpreter cgroups (pids, memory): v1 hierarchies or a cgroup2
+ * tree, below our own cgroup, in a "strata-fncall" directory. A worker is
+ * put in its cgroup right after clone (it has not forked yet) and given its
+ * fixed limits there; the cgroup is removed once the worker is gone
+ * (retried from tick while the kernel still holds it). */
 struct fn_cg {
 	int version;		/* 0: none (rlimits only), 1, 2 */
 	char base[2][PATH_MAX]; /* v1: pids, memory; v2: [0] */
@@ -120,15 +132,53 @@ struct fn_cg {
 	size_t npending;
 };
 
+/* A warm library sandbox in a cmd_pool's idle list. */
+struct cmd_box {
+	struct sbx *s;
+	struct cmd_box *next;
+};
+
+/* Warm sandboxes for command calls: one pool per image root, network and
+ * limits (a sandbox's limits are set when it is made). Under fb->mu: idle,
+ * nidle, creating, target, err, last_call_ms (the filler threads read and
+ * fill them). */
+struct cmd_pool {
+	char *rootfs;
+	bool net_host;
+	int64_t memory_mb, pids, disk_mb;
+	uint32_t cpu_millis;
+	struct cmd_box *idle;
+	int nidle, creating, target, uses;
+	int err; /* the last create failed: not refilled until the next call */
+	int64_t last_use_ms;  /* made or called (the loop's) */
+	int64_t last_call_ms; /* the last call, 0 = none yet */
+	struct cmd_pool *next;
+};
+
+#define FILL_THREADS 2
+/* Pools without a call in the last 10 s are kept warm only while all pools
+ * together hold fewer sandboxes than this: every distinct set of limits
+ * makes a pool, and limits are the client's. */
+#define WARM_IDLE_MAX 64
+#define ACTIVE_MS 10000
+
 struct fn_backend {
 	struct sbd_backend b;
 	struct fn_cg cg;
 	int closer_fd; /* write end: fds for the closer thread, or -1 */
 	pthread_t closer;
 	int pool_min;
-	struct fn_pool *pools;
-	struct py_call *calls; /* in flight on warm interpreters */
-	struct cmd_call *cmds; /* command calls in flight */
+	struct fn_pool *pools;	 /* warm interpreters */
+	struct py_call *calls;	 /* in flight on warm interpreters */
+	struct sbx_runtime *rt;	 /* the container backend's; NULL: no command calls */
+	char rt_why[256];	 /* why there is none */
+	struct cmd_pool *cpools; /* warm sandboxes for command calls */
+	struct cmd_call *cmds;	 /* command calls in flight */
+	pthread_mutex_t mu;	 /* cpools' idle lists and counters */
+	pthread_cond_t fill;	 /* wakes the filler threads */
+	pthread_t fillers[FILL_THREADS];
+	int nfillers;
+	bool stop;
 };
 
 /* The warm interpreter: serves calls one after another. A call is a frame
@@ -477,127 +527,15 @@ static void drop_caps(void)
 		die("no_new_privs");
 }
 
-/* The child of a raw clone3 of a multi-threaded sandboxd must not call
- * malloc (another thread may have held an allocator lock at the clone), so
- * a command request is a flat list of NUL-terminated fields, read into
- * mmap'ed memory and walked in place:
- *   "SBDREQ1" uid gid data_limit fsize_limit nproc_limit cg_pids cg_memory
- *   cwd argc argv... envc env...                                           */
-#define REQ_MAGIC "SBDREQ1"
-
-static char *read_all(int fd, size_t *ret_len)
-{
-	size_t len = 0, cap = 1 << 20;
-	char *b = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (b == MAP_FAILED)
-		return NULL;
-	for (;;) {
-		if (len + 1 >= cap) {
-			char *n = mremap(b, cap, cap * 2, MREMAP_MAYMOVE);
-			if (n == MAP_FAILED)
-				return NULL;
-			b = n;
-			cap *= 2;
-		}
-		ssize_t k = read(fd, b + len, cap - len - 1);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return NULL;
-		if (k == 0)
-			break;
-		len += (size_t)k;
-	}
-	b[len] = 0;
-	*ret_len = len;
-	return b;
-}
-
-static void set_limit(int res, int64_t v)
-{
-	struct rlimit rl = {(rlim_t)v, (rlim_t)v};
-	if (v > 0)
-		setrlimit(res, &rl);
-}
-
-struct req_reader {
-	char *p, *end;
-};
-
-static const char *req_str(struct req_reader *r)
-{
-	if (r->p >= r->end)
-		_exit(126);
-	const char *s = r->p;
-	r->p += strlen(s) + 1;
-	return s;
-}
-
-static long long req_num(struct req_reader *r)
-{
-	return strtoll(req_str(r), NULL, 10);
-}
-
-/* A NULL-terminated vector of the next count strings, in mmap'ed memory. */
-static char **req_vec(struct req_reader *r)
-{
-	long long n = req_num(r);
-	if (n < 0 || n > 1 << 20)
-		_exit(126);
-	char **v = mmap(NULL, (size_t)(n + 1) * sizeof(char *), PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (v == MAP_FAILED)
-		_exit(126);
-	for (long long i = 0; i < n; i++)
-		v[i] = (char *)req_str(r);
-	v[n] = NULL;
-	return v;
-}
-
-static void __attribute__((noreturn)) run_request(const struct fn_cg *cg)
-{
-	size_t len;
-	char *buf = read_all(3, &len);
-	if (!buf || !len)
-		_exit(0); /* sandboxd went away or retired this worker */
-	close(3);
-	struct req_reader r = {buf, buf + len};
-	if (strcmp(req_str(&r), REQ_MAGIC))
-		_exit(126);
-	long long uid = req_num(&r), gid = req_num(&r), data = req_num(&r), fsize = req_num(&r);
-	long long nproc = req_num(&r), cg_pids = req_num(&r), cg_mem = req_num(&r);
-	const char *cwd = req_str(&r);
-	char **argv = req_vec(&r), **env = req_vec(&r);
-	if (!argv[0])
-		_exit(126);
-	set_limit(RLIMIT_DATA, data);
-	set_limit(RLIMIT_FSIZE, fsize);
-	if (uid != 0)
-		set_limit(RLIMIT_NPROC, nproc);
-	set_limit(RLIMIT_CORE, 0);
-	if (cg_pids > 0 && cg_mem > 0)
-		cg_limit_self(cg, cg_pids, cg_mem);
-	if (uid != 0 &&
-	    (setgroups(0, NULL) < 0 || setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0 ||
-	     setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0))
-		die("switch user");
-	drop_caps();
-	if (cwd[0] && chdir(cwd) < 0)
-		die(cwd);
-	environ = env; /* PATH is in it: the request always carries one */
-	execvp(argv[0], argv);
-	dprintf(2, "strata: cannot run '%s': %s\n", argv[0], strerror(errno));
-	_exit(errno == ENOENT ? 127 : 126);
-}
-
+/* In the child of a raw clone3 of a multi-threaded sandboxd: no malloc
+ * (another thread may have held an allocator lock at the clone). */
 static void __attribute__((noreturn))
 worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, int ctl)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	move_fds(in, out, err, ctl);
 	cg_enter(&p->fb->cg, cg_id);
-	if (p->kind == KIND_PY)
-		cg_limit_self(&p->fb->cg, PY_PIDS, PY_MEMORY); /* shared by its calls */
+	cg_limit_self(&p->fb->cg, PY_PIDS, PY_MEMORY); /* shared by its calls */
 	signal(SIGPIPE, SIG_DFL);
 	sigset_t none;
 	sigemptyset(&none);
@@ -608,8 +546,6 @@ worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, i
 	if (!p->net_host)
 		loopback_up();
 	drop_bounding();
-	if (p->kind == KIND_CMD)
-		run_request(&p->fb->cg);
 	drop_caps();
 	char *env[] = {"PATH=" DEFAULT_PATH, "LANG=C.UTF-8", NULL};
 	char *argv[] = {"python3", "-I", "-c", (char *)py_boot, NULL};
@@ -745,17 +681,16 @@ static bool worker_alive(const struct fn_worker *w)
 	return poll(&pf, 1, 0) == 0;
 }
 
-static struct fn_pool *pool_get(struct fn_backend *fb, const char *rootfs, int kind, bool net_host)
+static struct fn_pool *pool_get(struct fn_backend *fb, const char *rootfs, bool net_host)
 {
 	for (struct fn_pool *p = fb->pools; p; p = p->next)
-		if (p->kind == kind && p->net_host == net_host && !strcmp(p->rootfs, rootfs))
+		if (p->net_host == net_host && !strcmp(p->rootfs, rootfs))
 			return p;
 	struct fn_pool *p = calloc(1, sizeof(*p));
 	if (!p || !(p->rootfs = strdup(rootfs))) {
 		free(p);
 		return NULL;
 	}
-	p->kind = kind;
 	p->net_host = net_host;
 	p->target = fb->pool_min;
 	p->fb = fb;
@@ -876,47 +811,6 @@ static int write_all(int fd, const char *p, size_t n)
 		n -= (size_t)k;
 	}
 	return 0;
-}
-
-static void put_field(struct jw *w, const char *s)
-{
-	jw_append(w, s, strlen(s) + 1);
-}
-
-static void put_num(struct jw *w, long long v)
-{
-	char b[32];
-	snprintf(b, sizeof(b), "%lld", v);
-	put_field(w, b);
-}
-
-/* The flat request of a command worker (see run_request). */
-static void request_flat(struct jw *w, const struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-			 int64_t uid, int64_t gid)
-{
-	put_field(w, REQ_MAGIC);
-	put_num(w, uid);
-	put_num(w, gid);
-	put_num(w, sb->memory_mb << 20); /* RLIMIT_DATA */
-	put_num(w, sb->disk_mb << 20);	 /* RLIMIT_FSIZE */
-	put_num(w, sb->pids);		 /* RLIMIT_NPROC (not for root) */
-	put_num(w, sb->pids);		 /* pids cgroup */
-	put_num(w, sb->memory_mb << 20); /* memory cgroup */
-	put_field(w, req->cwd);
-	long long n = 0, have_path = 0;
-	for (char **a = req->argv; *a; a++)
-		n++;
-	put_num(w, n);
-	for (char **a = req->argv; *a; a++)
-		put_field(w, *a);
-	n = 0;
-	for (char **e = req->env; e && *e; e++, n++)
-		have_path |= !strncmp(*e, "PATH=", 5);
-	put_num(w, n + !have_path);
-	for (char **e = req->env; e && *e; e++)
-		put_field(w, *e);
-	if (!have_path)
-		put_field(w, "PATH=" DEFAULT_PATH);
 }
 
 static bool has_python(const char *rootfs)
@@ -1173,51 +1067,612 @@ static bool py_cancel(struct fn_backend *fb, void *handle)
 	return false;
 }
 
-/* A command call: its process is owned by an sbd_proc; this wraps the sink
- * to remove the worker's cgroup once the process is gone. */
+/* ---- command calls on warm library sandboxes ---------------------------------- */
+
+#define FN_DISK_MAX (64LL << 20) /* the writable layer (/tmp included), at most */
+#define EXEC_GRACE_MS 10000	 /* beyond a call's timeout, as sbx_exec waits */
+#define CPOOL_DROP_MS 300000	 /* a pool without calls for this long is freed */
+
+#ifdef STRATA_HAVE_CONTAINER
+
+/* One command call: one exec in a warm sandbox, which is destroyed after. */
 struct cmd_call {
 	struct fn_backend *fb;
-	struct sbd_proc *proc;
-	uint64_t cg_id;
-	int mntns;
+	struct cmd_pool *pool;
+	struct sbx *s;
+	struct sbx_exec_op *op;
+	struct sbd_watch w;	  /* the agent's stream */
+	struct sbd_watch w_retry; /* the client is behind, or stdin is full */
+	int retry_fd;
+	bool throttled, in_retry;
 	struct sbd_exec_sink sink;
+	/* stdin beyond the first chunk the request carries (> 1 MiB in all) */
+	uint8_t *in;
+	size_t in_len, in_off, in_sent;
+	bool in_busy; /* a chunk waits for its acknowledgement */
+	bool exit_pending;
+	struct sbd_exit exit;
+	int64_t deadline_ms;
+	char argv0[128]; /* for the message of a command that could not start */
 	struct cmd_call *next; /* in fb->cmds */
 };
 
-static void cmd_unlink(struct cmd_call *cc)
+static void cmd_box_push(struct cmd_pool *p, struct cmd_box *bx)
 {
-	for (struct cmd_call **p = &cc->fb->cmds; *p; p = &(*p)->next)
-		if (*p == cc) {
-			*p = cc->next;
+	bx->next = p->idle;
+	p->idle = bx;
+	p->nidle++;
+}
+
+/* The filler threads: make warm sandboxes for pools below their target. */
+static void *filler_main(void *arg)
+{
+	struct fn_backend *fb = arg;
+	pthread_mutex_lock(&fb->mu);
+	while (!fb->stop) {
+		/* the pool below its target that was called last; idle ones only
+		 * under WARM_IDLE_MAX */
+		int warm = 0;
+		for (struct cmd_pool *q = fb->cpools; q; q = q->next)
+			warm += q->nidle + q->creating;
+		int64_t now = sbd_now_ms();
+		struct cmd_pool *p = NULL;
+		for (struct cmd_pool *q = fb->cpools; q; q = q->next) {
+			if (q->err || q->nidle + q->creating >= q->target)
+				continue;
+			if (now - q->last_call_ms > ACTIVE_MS && warm >= WARM_IDLE_MAX)
+				continue;
+			if (!p || q->last_call_ms > p->last_call_ms)
+				p = q;
+		}
+		if (!p) {
+			pthread_cond_wait(&fb->fill, &fb->mu);
+			continue;
+		}
+		p->creating++;
+		struct sbx_config c = {.rootfs = p->rootfs,
+				       .hostname = "sandbox",
+				       .memory_bytes = (uint64_t)p->memory_mb << 20,
+				       .cpu_millis = p->cpu_millis,
+				       .pids_max = (uint32_t)p->pids,
+				       .disk_bytes = (uint64_t)p->disk_mb << 20,
+				       .network = p->net_host ? SBX_NET_HOST : SBX_NET_NONE};
+		pthread_mutex_unlock(&fb->mu);
+		struct sbx *s = NULL;
+		struct cmd_box *bx = malloc(sizeof(*bx));
+		int r = bx ? sbx_create(fb->rt, &c, &s) : -ENOMEM;
+		pthread_mutex_lock(&fb->mu);
+		p->creating--;
+		if (r < 0) {
+			p->err = r;
+			free(bx);
+		} else {
+			bx->s = s;
+			cmd_box_push(p, bx);
+		}
+	}
+	pthread_mutex_unlock(&fb->mu);
+	return NULL;
+}
+
+static void fillers_start(struct fn_backend *fb)
+{
+	while (fb->nfillers < FILL_THREADS &&
+	       pthread_create(&fb->fillers[fb->nfillers], NULL, filler_main, fb) == 0)
+		fb->nfillers++;
+}
+
+static void fillers_stop(struct fn_backend *fb)
+{
+	pthread_mutex_lock(&fb->mu);
+	fb->stop = true;
+	pthread_cond_broadcast(&fb->fill);
+	pthread_mutex_unlock(&fb->mu);
+	while (fb->nfillers)
+		pthread_join(fb->fillers[--fb->nfillers], NULL);
+}
+
+static void cpool_kick(struct fn_backend *fb)
+{
+	pthread_mutex_lock(&fb->mu);
+	pthread_cond_signal(&fb->fill);
+	pthread_mutex_unlock(&fb->mu);
+}
+
+static int64_t disk_mb_of(const struct sbd_sandbox *sb)
+{
+	int64_t max = FN_DISK_MAX >> 20;
+	return sb->disk_mb > 0 && sb->disk_mb < max ? sb->disk_mb : max;
+}
+
+/* The pool of sb's image, network and limits (made on first use). */
+static struct cmd_pool *cpool_get(struct fn_backend *fb, const struct sbd_sandbox *sb)
+{
+	uint32_t cpu = (uint32_t)(sb->cpu * 1000);
+	int64_t disk = disk_mb_of(sb);
+	for (struct cmd_pool *p = fb->cpools; p; p = p->next)
+		if (p->net_host == sb->net_host && p->memory_mb == sb->memory_mb &&
+		    p->pids == sb->pids && p->disk_mb == disk && p->cpu_millis == cpu &&
+		    !strcmp(p->rootfs, sb->rootfs))
+			return p;
+	struct cmd_pool *p = calloc(1, sizeof(*p));
+	if (!p || !(p->rootfs = strdup(sb->rootfs))) {
+		free(p);
+		return NULL;
+	}
+	p->net_host = sb->net_host;
+	p->memory_mb = sb->memory_mb;
+	p->pids = sb->pids;
+	p->disk_mb = disk;
+	p->cpu_millis = cpu;
+	p->last_use_ms = sbd_now_ms();
+	pthread_mutex_lock(&fb->mu);
+	p->target = fb->pool_min;
+	p->next = fb->cpools;
+	fb->cpools = p;
+	pthread_cond_signal(&fb->fill);
+	pthread_mutex_unlock(&fb->mu);
+	return p;
+}
+
+/* Destroys idle sandboxes of p beyond keep (on the loop). */
+static void cpool_trim(struct fn_backend *fb, struct cmd_pool *p, int keep)
+{
+	struct cmd_box *drop = NULL;
+	pthread_mutex_lock(&fb->mu);
+	while (p->nidle > keep && p->idle) {
+		struct cmd_box *bx = p->idle;
+		p->idle = bx->next;
+		p->nidle--;
+		bx->next = drop;
+		drop = bx;
+	}
+	pthread_mutex_unlock(&fb->mu);
+	while (drop) {
+		struct cmd_box *bx = drop;
+		drop = bx->next;
+		sbx_destroy(bx->s);
+		free(bx);
+	}
+}
+
+/* An idle agent sends nothing: a readable stream means it is gone. */
+static bool box_alive(struct sbx *s)
+{
+	struct pollfd pf = {.fd = sbx_agent_fd(s), .events = POLLIN};
+	return poll(&pf, 1, 0) == 0;
+}
+
+/* Takes a warm sandbox of p, or makes one here when there is none. */
+static int cpool_take(struct fn_backend *fb, struct cmd_pool *p, struct sbx **ret)
+{
+	p->uses++;
+	p->last_use_ms = sbd_now_ms();
+	for (;;) {
+		pthread_mutex_lock(&fb->mu);
+		p->err = 0;
+		p->last_call_ms = p->last_use_ms;
+		struct cmd_box *bx = p->idle;
+		if (bx) {
+			p->idle = bx->next;
+			p->nidle--;
+		} else if (p->target < POOL_MAX) {
+			p->target++; /* demand: the next refill makes one more */
+		}
+		pthread_mutex_unlock(&fb->mu);
+		if (!bx)
+			break;
+		struct sbx *s = bx->s;
+		free(bx);
+		if (box_alive(s)) {
+			*ret = s;
+			return 0;
+		}
+		sbx_destroy(s);
+	}
+	struct sbx_config c = {.rootfs = p->rootfs,
+			       .hostname = "sandbox",
+			       .memory_bytes = (uint64_t)p->memory_mb << 20,
+			       .cpu_millis = p->cpu_millis,
+			       .pids_max = (uint32_t)p->pids,
+			       .disk_bytes = (uint64_t)p->disk_mb << 20,
+			       .network = p->net_host ? SBX_NET_HOST : SBX_NET_NONE};
+	return sbx_create(fb->rt, &c, ret);
+}
+
+static void cmd_io(void *ctx, uint32_t ev);
+
+static int cmd_watch(struct cmd_call *c)
+{
+	uint32_t ev = c->op ? (uint32_t)sbx_exec_op_events(c->op) : 0;
+	if (c->throttled)
+		return 0; /* the retry timer watches again */
+	if (c->w.fd < 0)
+		return sbd_watch_add(c->fb->b.loop, &c->w, sbx_agent_fd(c->s), ev, cmd_io, c);
+	return sbd_watch_mod(c->fb->b.loop, &c->w, ev);
+}
+
+static void cmd_retry_io(void *ctx, uint32_t ev);
+
+/* Looks again in 5 ms (a client that is behind, or stdin that is full). */
+static int cmd_retry_arm(struct cmd_call *c)
+{
+	struct itimerspec its = {.it_value = {0, 5 * 1000000}};
+	if (c->retry_fd < 0) {
+		c->retry_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (c->retry_fd < 0)
+			return -errno;
+		int r = sbd_watch_add(c->fb->b.loop, &c->w_retry, c->retry_fd, EPOLLIN,
+				      cmd_retry_io, c);
+		if (r < 0) {
+			close(c->retry_fd);
+			c->retry_fd = -1;
+			return r;
+		}
+	}
+	return timerfd_settime(c->retry_fd, 0, &its, NULL) < 0 ? -errno : 0;
+}
+
+/* Ends a call: answers (unless cancelled), then destroys its sandbox and
+ * has a replacement made, off the critical path. */
+static void cmd_finish(struct cmd_call *c, bool report)
+{
+	struct fn_backend *fb = c->fb;
+	struct sbd_loop *l = fb->b.loop;
+	sbd_watch_del(l, &c->w);
+	sbd_watch_del(l, &c->w_retry);
+	if (c->retry_fd >= 0)
+		close(c->retry_fd);
+	for (struct cmd_call **q = &fb->cmds; *q; q = &(*q)->next)
+		if (*q == c) {
+			*q = c->next;
+			break;
+		}
+	sbx_exec_op_free(c->op);
+	struct sbd_exec_sink sink = c->sink;
+	struct sbd_exit e = c->exit;
+	struct sbx *s = c->s;
+	free(c->in);
+	free(c);
+	if (report)
+		sink.exit(sink.ctx, &e);
+	sbx_destroy(s);
+	cpool_kick(fb);
+}
+
+/* Sends the next chunk of stdin the request did not carry. */
+static void cmd_feed(struct cmd_call *c)
+{
+	while (c->in && !c->in_busy && !c->in_retry) {
+		size_t n = c->in_len - c->in_off;
+		n = n < SBX_STDIN_MAX_CHUNK ? n : SBX_STDIN_MAX_CHUNK;
+		bool eof = c->in_off + n == c->in_len;
+		int r = sbx_exec_op_stdin(c->op, c->in + c->in_off, n, eof);
+		if (r == 0) { /* its acknowledgement follows */
+			c->in_busy = true;
+			c->in_sent = n;
 			return;
 		}
+		if (r == 1 && !eof) { /* an agent that does not acknowledge */
+			c->in_off += n;
+			continue;
+		}
+		free(c->in); /* all sent, or the command's stdin is closed */
+		c->in = NULL;
+	}
 }
 
-static void cmd_output(void *ctx, int stream, const void *p, size_t n)
+static void cmd_started(void *ud, int mode)
 {
-	struct cmd_call *cc = ctx;
-	cc->sink.output(cc->sink.ctx, stream, p, n);
+	cmd_feed(ud);
 }
 
-static bool cmd_congested(void *ctx)
+static void cmd_output(void *ud, int stream, const void *data, size_t len)
 {
-	struct cmd_call *cc = ctx;
-	return cc->sink.congested && cc->sink.congested(cc->sink.ctx);
+	struct cmd_call *c = ud;
+	if (!c->exit_pending)
+		c->sink.output(c->sink.ctx, stream, data, len);
 }
 
-static void cmd_exit(void *ctx, const struct sbd_exit *e)
+static void cmd_stdin_ack(void *ud, int status, uint32_t pending)
 {
-	struct cmd_call *cc = ctx;
-	struct sbd_exec_sink sink = cc->sink;
-	cmd_unlink(cc);
-	struct fn_backend *fb = cc->fb;
-	int ns = cc->mntns;
-	uint64_t cg_id = cc->cg_id;
-	free(cc);
-	sink.exit(sink.ctx, e); /* answer first: cleaning up is off the critical path */
-	cg_remove(&fb->cg, cg_id);
-	ns_release(fb, ns);
+	struct cmd_call *c = ud;
+	c->in_busy = false;
+	if (!c->in)
+		return;
+	if (status == -ENOBUFS) { /* dropped: the command is behind; again later */
+		if (cmd_retry_arm(c) == 0) {
+			c->in_retry = true;
+			return;
+		}
+		status = -EPIPE;
+	}
+	if (status < 0) { /* the command closed its stdin */
+		free(c->in);
+		c->in = NULL;
+		return;
+	}
+	c->in_off += c->in_sent;
+	if (c->in_off == c->in_len) {
+		free(c->in);
+		c->in = NULL;
+		return;
+	}
+	cmd_feed(c);
 }
+
+static void cmd_exit(void *ud, int r, const struct sbx_exec_result *res)
+{
+	struct cmd_call *c = ud;
+	if (c->exit_pending)
+		return;
+	struct sbd_exit e = {0};
+	if (res)
+		e = (struct sbd_exit){.exit_code = res->exit_code,
+				      .signo = res->signo,
+				      .timed_out = res->timed_out,
+				      .truncated = res->truncated,
+				      .stdout_bytes = res->stdout_bytes,
+				      .stderr_bytes = res->stderr_bytes,
+				      .duration_us = (int64_t)res->duration_us};
+	if (r == -EPIPE || r == -EPROTO || r == -EBADMSG || r == -ETIMEDOUT) {
+		e.exit_code = -1;
+		snprintf(e.error, sizeof(e.error), "the call's sandbox failed: %s", strerror(-r));
+	} else if (r < 0) {
+		/* as a process that could not exec: 127 or 126 and why, on stderr */
+		char msg[300];
+		int n = snprintf(msg, sizeof(msg), "strata: cannot run '%s': %s\n", c->argv0,
+				 strerror(-r));
+		n = n < (int)sizeof(msg) ? n : (int)sizeof(msg) - 1;
+		c->sink.output(c->sink.ctx, 2, msg, (size_t)n);
+		e.stderr_bytes = (uint64_t)n;
+		e.exit_code = r == -ENOENT ? 127 : 126;
+	}
+	c->exit = e;
+	c->exit_pending = true;
+}
+
+/* The client is behind: stop reading the agent's stream for 5 ms (the
+ * agent stops reading the command's pipes past 4 MiB queued, and the
+ * command blocks). The watch is taken off, not muted: a hang-up would
+ * still be reported, again and again. */
+static bool cmd_throttle(struct cmd_call *c)
+{
+	if (c->exit_pending || !c->sink.congested || !c->sink.congested(c->sink.ctx))
+		return false;
+	if (cmd_retry_arm(c) < 0)
+		return false;
+	sbd_watch_del(c->fb->b.loop, &c->w);
+	c->throttled = true;
+	return true;
+}
+
+static void cmd_after(struct cmd_call *c, bool done)
+{
+	if (c->exit_pending || done) {
+		if (!c->exit_pending) { /* cannot happen: done comes after exit */
+			c->exit.exit_code = -1;
+			snprintf(c->exit.error, sizeof(c->exit.error), "the call ended without exit");
+		}
+		cmd_finish(c, true);
+		return;
+	}
+	if (cmd_watch(c) < 0) {
+		cmd_exit(c, -EPIPE, NULL);
+		cmd_finish(c, true);
+	}
+}
+
+static void cmd_io(void *ctx, uint32_t ev)
+{
+	struct cmd_call *c = ctx;
+	if (cmd_throttle(c))
+		return;
+	cmd_after(c, sbx_exec_op_io(c->op, (short)ev) == 1);
+}
+
+static void cmd_retry_io(void *ctx, uint32_t ev)
+{
+	struct cmd_call *c = ctx;
+	uint64_t n;
+	if (read(c->retry_fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
+		return;
+	if (c->in_retry) {
+		c->in_retry = false;
+		cmd_feed(c);
+	}
+	c->throttled = false;
+	cmd_after(c, false);
+}
+
+static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
+		    int64_t uid, int64_t gid, const struct sbd_exec_sink *sink, void **ret,
+		    char *why, size_t cap)
+{
+	if (!fb->rt) {
+		snprintf(why, cap, "fncall command calls need the container runtime: %s",
+			 fb->rt_why);
+		return -ENODEV;
+	}
+	struct cmd_pool *p = cpool_get(fb, sb);
+	struct cmd_call *c = p ? calloc(1, sizeof(*c)) : NULL;
+	if (!c)
+		return -ENOMEM;
+	*c = (struct cmd_call){.fb = fb, .pool = p, .sink = *sink, .retry_fd = -1};
+	c->w.fd = c->w_retry.fd = -1;
+	snprintf(c->argv0, sizeof(c->argv0), "%s", req->argv[0]);
+	/* the rest of a stdin larger than one chunk is fed as it is taken */
+	size_t first = req->stdin_len;
+	if (first > SBX_STDIN_MAX_CHUNK) {
+		first = SBX_STDIN_MAX_CHUNK;
+		c->in_len = req->stdin_len - first;
+		if (!(c->in = malloc(c->in_len))) {
+			free(c);
+			return -ENOMEM;
+		}
+		memcpy(c->in, req->stdin_data + first, c->in_len);
+	}
+	/* the environment always carries a PATH */
+	size_t n = 0;
+	bool have_path = false;
+	for (char **e = req->env; e && *e; e++, n++)
+		have_path |= !strncmp(*e, "PATH=", 5);
+	const char **env = calloc(n + 2, sizeof(*env));
+	int r = env ? 0 : -ENOMEM;
+	for (size_t i = 0; env && i < n; i++)
+		env[i] = req->env[i];
+	if (env && !have_path)
+		env[n] = "PATH=" DEFAULT_PATH;
+	char user[64];
+	snprintf(user, sizeof(user), "%lld:%lld", (long long)uid, (long long)gid);
+	struct sbx_exec_opts o = {
+	    .argv = (const char *const *)req->argv,
+	    .env = env,
+	    .cwd = req->cwd,
+	    .user = uid || gid ? user : NULL,
+	    .timeout_ms = req->timeout_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)req->timeout_ms,
+	    .output_cap = req->output_cap ? req->output_cap : 1,
+	    .stdin_data = req->stdin_data,
+	    .stdin_len = first,
+	    .stdin_stream = c->in != NULL,
+	};
+	static const struct sbx_exec_cbs cbs = {cmd_started, cmd_output, cmd_stdin_ack, cmd_exit};
+	if (r == 0)
+		r = cpool_take(fb, p, &c->s);
+	if (r < 0) {
+		snprintf(why, cap, "cannot start a sandbox for the call: %s", strerror(-r));
+	} else if ((r = sbx_exec_op_start(c->s, &o, &cbs, c, &c->op)) < 0 ||
+		   (r = cmd_watch(c)) < 0) {
+		snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+		sbx_exec_op_free(c->op);
+		sbx_destroy(c->s);
+	}
+	free(env);
+	if (r < 0) {
+		free(c->in);
+		free(c);
+		return r;
+	}
+	c->deadline_ms = sbd_now_ms() + req->timeout_ms + EXEC_GRACE_MS;
+	c->next = fb->cmds;
+	fb->cmds = c;
+	*ret = c;
+	return 0;
+}
+
+static bool cmd_cancel(struct fn_backend *fb, void *handle)
+{
+	for (struct cmd_call *c = fb->cmds; c; c = c->next)
+		if (c == handle) {
+			cmd_finish(c, false); /* destroying the sandbox kills it all */
+			return true;
+		}
+	return false;
+}
+
+/* At every tick: a call whose agent did not answer within its timeout and
+ * a grace period fails (as sbx_exec would); idle pools shrink. */
+static void cmd_tick(struct fn_backend *fb, int64_t now)
+{
+	struct cmd_call *c = fb->cmds;
+	while (c) {
+		struct cmd_call *next = c->next;
+		if (now > c->deadline_ms) {
+			cmd_exit(c, -ETIMEDOUT, NULL);
+			cmd_finish(c, true);
+		}
+		c = next;
+	}
+	for (struct cmd_pool **pp = &fb->cpools; *pp;) {
+		struct cmd_pool *p = *pp;
+		/* enough for a tenth of a second of calls */
+		int want = p->uses / 10 + 1;
+		want = want < fb->pool_min ? fb->pool_min : want > POOL_MAX ? POOL_MAX : want;
+		p->uses = 0;
+		bool idle = now - p->last_use_ms > ACTIVE_MS,
+		     gone = now - p->last_use_ms > CPOOL_DROP_MS;
+		pthread_mutex_lock(&fb->mu);
+		if (want >= p->target || idle)
+			p->target = gone ? 0 : want;
+		int keep = p->target;
+		bool unlink = gone && !p->creating;
+		if (unlink)
+			*pp = p->next;
+		else
+			pthread_cond_signal(&fb->fill);
+		pthread_mutex_unlock(&fb->mu);
+		cpool_trim(fb, p, unlink ? 0 : keep);
+		if (unlink) {
+			free(p->rootfs);
+			free(p);
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+static void cmd_backend_init(struct fn_backend *fb, struct sbd_backend *container)
+{
+	fb->rt = container ? sbd_backend_container_runtime(container) : NULL;
+	if (!fb->rt) {
+		struct sbd_caps k = {0};
+		if (container)
+			container->caps(container, &k);
+		snprintf(fb->rt_why, sizeof(fb->rt_why), "%s",
+			 k.why[0] ? k.why : "no container runtime");
+		return;
+	}
+	fillers_start(fb);
+}
+
+static void cmd_backend_free(struct fn_backend *fb)
+{
+	while (fb->cmds)
+		cmd_finish(fb->cmds, false);
+	fillers_stop(fb);
+	while (fb->cpools) {
+		struct cmd_pool *p = fb->cpools;
+		fb->cpools = p->next;
+		cpool_trim(fb, p, 0);
+		free(p->rootfs);
+		free(p);
+	}
+}
+
+#else /* !STRATA_HAVE_CONTAINER: no command calls */
+
+struct cmd_call;
+
+static struct cmd_pool *cpool_get(struct fn_backend *fb, const struct sbd_sandbox *sb)
+{
+	return NULL;
+}
+static void cpool_kick(struct fn_backend *fb)
+{
+}
+static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
+		    int64_t uid, int64_t gid, const struct sbd_exec_sink *sink, void **ret,
+		    char *why, size_t cap)
+{
+	snprintf(why, cap, "fncall command calls need the container library");
+	return -ENODEV;
+}
+static bool cmd_cancel(struct fn_backend *fb, void *handle)
+{
+	return false;
+}
+static void cmd_tick(struct fn_backend *fb, int64_t now)
+{
+}
+static void cmd_backend_init(struct fn_backend *fb, struct sbd_backend *container)
+{
+	snprintf(fb->rt_why, sizeof(fb->rt_why), "no container library");
+}
+static void cmd_backend_free(struct fn_backend *fb)
+{
+}
+
+#endif /* STRATA_HAVE_CONTAINER */
 
 static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		   const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap)
@@ -1230,78 +1685,29 @@ static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 	}
 	struct sbd_exec_req q = *req;
 	char *pyargv[] = {"/usr/bin/python3", "-c", (char *)req->python, NULL};
-	int kind = KIND_CMD;
 	if (req->python) {
 		if (!has_python(sb->rootfs)) {
 			snprintf(why, cap, "image '%s' has no /usr/bin/python3", sb->image);
 			return -EOPNOTSUPP;
 		}
-		if (uid == 0)
-			kind = KIND_PY; /* warm interpreters run as root without capabilities */
-		else {
-			q.python = NULL;
-			q.argv = pyargv;
+		if (uid == 0) { /* warm interpreters run as root without capabilities */
+			struct fn_pool *p = pool_get(fb, sb->rootfs, sb->net_host);
+			int r = p ? py_exec(fb, p, &q, sink, ret_handle) : -ENOMEM;
+			if (r < 0)
+				snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+			return r;
 		}
+		q.python = NULL;
+		q.argv = pyargv;
 	}
-	struct fn_pool *p = pool_get(fb, sb->rootfs, kind, sb->net_host);
-	if (p && kind == KIND_PY) {
-		int r = py_exec(fb, p, &q, sink, ret_handle);
-		if (r < 0)
-			snprintf(why, cap, "cannot run the call: %s", strerror(-r));
-		return r;
-	}
-	struct fn_worker *w = NULL;
-	int r = p ? pool_take(p, &w) : -ENOMEM;
-	if (r < 0) {
-		snprintf(why, cap, "cannot start a worker: %s", strerror(-r));
-		return r;
-	}
-	struct cmd_call *cc = calloc(1, sizeof(*cc));
-	if (!cc) {
-		worker_free(w);
-		return -ENOMEM;
-	}
-	*cc = (struct cmd_call){.fb = fb, .cg_id = w->cg_id, .mntns = w->mntns, .sink = *sink};
-	w->mntns = -1; /* the call owns it now */
-	struct jw j;
-	jw_init(&j);
-	request_flat(&j, sb, &q, uid, gid);
-	r = j.err ?: write_all(w->ctl, j.buf, j.len);
-	jw_done(&j);
-	close(w->ctl);
-	w->ctl = -1;
-	struct sbd_proc_fds fds = {w->pid, w->pidfd, w->in, w->out, w->err};
-	struct sbd_exec_sink mine = {cmd_output, cmd_exit, cmd_congested, cc};
-	if (r == 0) {
-		r = sbd_proc_start(b->loop, &fds, &q, &mine, &cc->proc);
-		w->pidfd = w->in = w->out = w->err = -1; /* the proc owns them now */
-		if (r < 0)
-			cg_remove(&fb->cg, cc->cg_id); /* the proc killed and reaped it */
-	}
-	worker_free(w);
-	if (r < 0) {
-		ns_release(fb, cc->mntns);
-		free(cc);
-		snprintf(why, cap, "cannot run the call: %s", strerror(-r));
-		return r;
-	}
-	cc->next = fb->cmds;
-	fb->cmds = cc;
-	*ret_handle = cc;
-	return 0;
+	return cmd_exec(fb, sb, &q, uid, gid, sink, ret_handle, why, cap);
 }
 
 static void fn_exec_cancel(struct sbd_backend *b, void *handle)
 {
 	struct fn_backend *fb = b->priv;
-	if (py_cancel(fb, handle))
-		return;
-	struct cmd_call *cc = handle;
-	sbd_proc_cancel(cc->proc); /* kills and reaps */
-	cmd_unlink(cc);
-	cg_remove(&fb->cg, cc->cg_id);
-	ns_release(fb, cc->mntns);
-	free(cc);
+	if (!py_cancel(fb, handle))
+		cmd_cancel(fb, handle);
 }
 
 static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
@@ -1314,18 +1720,19 @@ static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .python = true,
 			       .network_host = true,
 			       .limits_memory = true,
-			       .limits_pids = fb->cg.version != 0,
+			       .limits_pids = fb->rt != NULL,
+			       .limits_cpu = fb->rt != NULL,
 			       .limits_disk = true};
 }
 
 static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
 {
 	struct fn_backend *fb = b->priv;
-	struct fn_pool *p = pool_get(fb, sb->rootfs, KIND_CMD, sb->net_host);
-	if (!p)
+	if (fb->rt && !cpool_get(fb, sb))
 		return -ENOMEM;
-	pool_kick(p);
-	if (has_python(sb->rootfs) && (p = pool_get(fb, sb->rootfs, KIND_PY, sb->net_host)))
+	cpool_kick(fb);
+	struct fn_pool *p;
+	if (has_python(sb->rootfs) && (p = pool_get(fb, sb->rootfs, sb->net_host)))
 		pool_kick(p);
 	return 0;
 }
@@ -1355,15 +1762,15 @@ static void fn_tick(struct sbd_backend *b)
 	struct fn_backend *fb = b->priv;
 	cg_retry(&fb->cg);
 	int64_t now = sbd_now_ms();
+	cmd_tick(fb, now);
 	for (struct fn_pool *p = fb->pools; p; p = p->next) {
-		/* one-shot workers: enough for a tenth of a second of calls;
-		 * interpreters: the peak of concurrent calls, plus one. */
+		/* interpreters: the peak of concurrent calls, plus one */
 		int busy = 0;
 		for (struct py_call *c = fb->calls; c; c = c->next)
 			busy += c->pool == p;
 		if (busy > p->peak)
 			p->peak = busy;
-		int want = p->kind == KIND_CMD ? p->uses / 10 + 1 : p->peak + 1;
+		int want = p->peak + 1;
 		if (want < fb->pool_min)
 			want = fb->pool_min;
 		p->uses = 0;
@@ -1387,8 +1794,7 @@ static void fn_free(struct sbd_backend *b)
 	struct fn_backend *fb = b->priv;
 	while (fb->calls)
 		py_finish(fb->calls, false, false);
-	while (fb->cmds)
-		fn_exec_cancel(b, fb->cmds);
+	cmd_backend_free(fb);
 	while (fb->pools) {
 		struct fn_pool *p = fb->pools;
 		fb->pools = p->next;
@@ -1405,15 +1811,20 @@ static void fn_free(struct sbd_backend *b)
 	for (int i = 0; i < cg_count(&fb->cg); i++)
 		rmdir(fb->cg.base[i]); /* fails while another sandboxd uses it */
 	free(fb->cg.pending);
+	pthread_mutex_destroy(&fb->mu);
+	pthread_cond_destroy(&fb->fill);
 	free(fb);
 }
 
-struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min)
+struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
+					   struct sbd_backend *container)
 {
 	struct fn_backend *fb = calloc(1, sizeof(*fb));
 	if (!fb)
 		return NULL;
 	fb->pool_min = pool_min;
+	pthread_mutex_init(&fb->mu, NULL);
+	pthread_cond_init(&fb->fill, NULL);
 	cg_init(&fb->cg);
 	closer_start(fb);
 	fb->b = (struct sbd_backend){
@@ -1432,5 +1843,6 @@ struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min)
 	    .tick = fn_tick,
 	    .free = fn_free,
 	};
+	cmd_backend_init(fb, container);
 	return &fb->b;
 }

@@ -419,7 +419,7 @@ static int setup_loop(struct sandboxd *d)
 static int setup_backends(struct sandboxd *d)
 {
 	d->backends[0] = sbd_backend_container_new(d->loop, d->cfg.state_dir, d->cfg.fresh_netns);
-	d->backends[1] = sbd_backend_fncall_new(d->loop, d->cfg.fncall_pool);
+	d->backends[1] = sbd_backend_fncall_new(d->loop, d->cfg.fncall_pool, d->backends[0]);
 	d->backends[2] = sbd_backend_vm_new(d->loop, "firecracker");
 	d->backends[3] = sbd_backend_vm_new(d->loop, "qemu");
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++) {
@@ -441,7 +441,7 @@ static void teardown(struct sandboxd *d)
 	api_creates_drain(d); /* creates in flight: finished, kept for adoption */
 	registry_free_all(d); /* the sandboxes keep running: only our memory */
 	registry_unpersist_wait(d); /* before the state dir may be removed */
-	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
+	for (size_t i = ARRAY_SIZE(d->backends); i-- > 0;) /* fncall before container */
 		if (d->backends[i])
 			d->backends[i]->free(d->backends[i]);
 	images_free(d);

@@ -49,12 +49,16 @@ def test_sandbox_env_cwd_user(sock):
 
 def test_isolation(sock):
     with create(sock) as sb:
-        r = sb.exec("hostname; echo x > /bin/evil; echo $?; ls /proc | head -3; cat /proc/1/cmdline")
-        lines = r.stdout.split("\n")
-        assert lines[0] == "sandbox"
-        assert "Read-only" in r.stderr  # the image root is read-only
-        # our own pid namespace: the command is pid 1
-        assert sb.exec("echo $$").stdout == "1\n"
+        r = sb.exec("hostname; echo x > /bin/evil; echo $?; cat /bin/evil")
+        assert r.stdout.split("\n")[0] == "sandbox"
+        # a command call's root is its own writable layer over the image, and
+        # it is gone with the call: the next call sees the image as it is
+        assert sb.exec("cat /bin/evil").exit_code != 0
+        # our own pid namespace: the sandbox's init (strata-agent) is pid 1,
+        # and nothing of the host or of other calls is visible
+        r = sb.exec("cat /proc/1/cmdline; echo; ls /proc | grep -c '^[0-9]'")
+        first, count = r.stdout.split("\n")[:2]
+        assert "strata-agent" in first and int(count) <= 4, r.stdout
         # network none: only loopback
         out = sb.exec("cat /proc/net/dev").stdout
         assert "lo:" in out and "eth" not in out
@@ -65,6 +69,120 @@ def test_calls_do_not_share_state(sock):
         sb.exec("echo secret > /tmp/leftover")
         r = sb.exec("cat /tmp/leftover")
         assert r.exit_code != 0  # each call gets a fresh /tmp
+
+
+def test_nothing_of_a_call_survives_it(sock):
+    """A command call runs in a sandbox of its own, destroyed after it:
+    files anywhere, background processes and shared memory are gone."""
+    with create(sock) as sb:
+        r = sb.exec("echo x > /root/left; echo y > /dev/shm/left; (sleep 60 &); echo ok")
+        assert r.stdout == "ok\n", r.stderr
+        r = sb.exec("cat /root/left /dev/shm/left; ps -o args | grep -c 'sleep 6[0]'")
+        assert "x" not in r.stdout and "y" not in r.stdout and r.stdout.split()[-1] == "0", r.stdout
+
+
+def test_commands_run_under_seccomp(sock):
+    with create(sock) as sb:
+        r = sb.exec("grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status")
+        st = dict(l.split(":\t") for l in r.stdout.splitlines())
+        assert st["Seccomp"] == "2" and st["NoNewPrivs"] == "1", r.stdout
+        assert int(st["CapEff"], 16) & (1 << 21) == 0  # no CAP_SYS_ADMIN
+
+
+def _host_cgroup_file(marker, ctrl, name):
+    """From the host: the file `name` of controller ctrl's cgroup of the
+    process whose command line holds marker."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if marker.encode() not in f.read():
+                        continue
+                with open("/proc/%s/cgroup" % pid) as f:
+                    lines = [l.rstrip("\n").split(":", 2) for l in f]
+            except OSError:
+                continue
+            for _, ctrls, path in lines:
+                if ctrl in ctrls.split(","):
+                    d = "/sys/fs/cgroup/" + ctrls
+                    if not os.path.isdir(d):
+                        d = "/sys/fs/cgroup/" + ctrl
+                    return open(d + path + "/" + name).read().strip()
+            for _, ctrls, path in lines:
+                if ctrls == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+                    return open("/sys/fs/cgroup" + path + "/" + name).read().strip()
+        time.sleep(0.05)
+    raise AssertionError("no process with %r" % marker)
+
+
+def test_limits_per_call_cpu_memory_pids(sock):
+    """Each call's sandbox has the fncall sandbox's cpu, memory and pids
+    limits in its own cgroups (cpu is enforced now)."""
+    caps = strata.capabilities("fncall", socket=sock)
+    assert caps["limits_cpu"] and caps["limits_pids"] and caps["limits_memory"]
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers") and not os.path.isdir("/sys/fs/cgroup/cpu")
+    for cpu, mem, pids in ((0.5, 96, 40), (2, 200, 64)):
+        with create(sock, cpu=cpu, memory_mb=mem, pids=pids) as sb:
+            import threading
+            marker = "mark%d" % int(cpu * 1000)
+            t = threading.Thread(target=sb.exec, args=("sleep 3; : %s" % marker,), kwargs={"timeout": 20})
+            t.start()
+            try:
+                if v2:
+                    quota, period = _host_cgroup_file(marker, "", "cpu.max").split()
+                    memory = _host_cgroup_file(marker, "", "memory.max")
+                    pmax = _host_cgroup_file(marker, "", "pids.max")
+                else:
+                    quota = _host_cgroup_file(marker, "cpu", "cpu.cfs_quota_us")
+                    period = _host_cgroup_file(marker, "cpu", "cpu.cfs_period_us")
+                    memory = _host_cgroup_file(marker, "memory", "memory.limit_in_bytes")
+                    pmax = _host_cgroup_file(marker, "pids", "pids.max")
+            finally:
+                t.join()
+            assert abs(int(quota) / int(period) - cpu) < 0.01, (quota, period)
+            assert int(memory) == mem << 20 and int(pmax) == pids
+
+
+def _children(pid):
+    n = 0
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                n += int(f.read().rsplit(")", 1)[1].split()[1]) == pid
+        except (OSError, IndexError, ValueError):
+            pass
+    return n
+
+
+def test_warm_sandboxes_of_idle_pools_are_bounded(make_daemon):
+    """Every distinct set of limits makes a pool of warm sandboxes; pools
+    without calls are kept warm only up to a bound (64), whatever the
+    number of fncall sandboxes with different limits."""
+    d = make_daemon()
+    if not strata.capabilities("fncall", socket=d.socket)["limits_cpu"]:
+        pytest.skip("no container runtime for fncall command calls")
+    sbs = [create(d.socket, memory_mb=100 + i) for i in range(60)]  # 60 pools, 120 wanted
+    try:
+        time.sleep(4)
+        n = _children(d.proc.pid)  # warm and staged sandboxes' agents
+        assert n <= 64 + 8 + 4, n  # + the library's staged pool, + python
+        r = sbs[-1].exec("echo still")  # an idle pool still serves calls
+        assert r.stdout == "still\n"
+    finally:
+        for sb in sbs:
+            sb.kill()
+
+
+def test_stdin_larger_than_a_chunk(sock):
+    """stdin given up front beyond the agent's 1 MiB chunk is fed as the
+    command reads it."""
+    with create(sock) as sb:
+        data = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB
+        r = sb.exec(["wc", "-c"], stdin=data, timeout=30)
+        assert r.stdout.strip() == str(len(data))
+        r = sb.exec(["head", "-c", "10"], stdin=data, timeout=30)  # stops reading early
+        assert r.exit_code == 0 and r.stdout_raw == data[:10]
 
 
 def test_exec_stream_order_and_timing(sock):
