@@ -10,7 +10,12 @@
  * A slot is one sandbox's set of directories, made ahead of time by the pool
  * (mkdir, devices whitelist, open fds); at create time only the limits are
  * written (cg_slot_apply) and the child joins: on v1 it writes "0" to the
- * pre-opened cgroup.procs files, on v2 clone3(CLONE_INTO_CGROUP) places it.
+ * pre-opened "tasks" files, on v2 clone3(CLONE_INTO_CGROUP) places it.
+ * "tasks" moves the writing thread alone, which for the single-threaded
+ * child is the whole process, and the kernel then takes no
+ * cgroup_threadgroup_rwsem (a "0" written to cgroup.procs takes it for
+ * writing: an RCU grace period inside cgroup_mutex when its rcu_sync is
+ * idle, and every fork and exit of the machine waits meanwhile).
  * Slots are reused: when a destroyed sandbox's slot is empty (no process
  * left, little memory still charged) the runtime keeps it for the next
  * staging (cg_slot_recyclable), which saves a mkdir and an rmdir per
@@ -301,7 +306,8 @@ int cg_slot_new(struct cg_driver *d, uint64_t seq, struct cg_slot **ret)
 			continue;
 		r = slot_mkdir(d->base_fd[i], s->name, &s->dir_fd[i]);
 		if (r == 0 && d->version == 1) {
-			s->procs_fd[i] = openat(s->dir_fd[i], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+			/* see the head of this file: "tasks", not cgroup.procs */
+			s->procs_fd[i] = openat(s->dir_fd[i], "tasks", O_WRONLY | O_CLOEXEC);
 			r = s->procs_fd[i] < 0 ? -errno : 0;
 		}
 		if (r == 0 && i == CG_DEVICES)
@@ -404,7 +410,7 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 {
 	char buf[64];
 	int n = d->version == 2 ? 1 : CG_NCTRL;
-	/* Only slots this runtime made: an adopted one has no cgroup.procs fds
+	/* Only slots this runtime made: an adopted one has no "tasks" fds
 	 * to join through, and one named after a dead runtime may be swept
 	 * (removed) by the next runtime that starts while it waits here. */
 	int len = snprintf(buf, sizeof(buf), "sbx-%d-", (int)getpid());

@@ -4,10 +4,14 @@
  * The clone gave it new pid and uts namespaces, an ipc one when no namespace
  * of a destroyed sandbox was free for reuse, and likewise a net one for
  * network "none".
- * Steps, in order; a failure writes {step, errno} to the error pipe and
- * exits 127:
+ * Steps, in order; a failure reports {step, errno} (clone_vm: into the
+ * parent's memory, child_args.status; clone3: to the error pipe) and exits
+ * 127:
  *
- *   CGROUP    join the slot's v1 cgroups (v2: clone3 placed us already)
+ *   CGROUP    join the slot's v1 cgroups, writing "0" to each "tasks" file:
+ *             this one thread (the whole process) moves, without the
+ *             global cgroup_threadgroup_rwsem that a cgroup.procs write
+ *             takes (v2: clone3 placed us already)
  *   IPCNS     join the reused IPC namespace (setns) if there is one
  *   NETNS     join the reused network namespace (setns), or bring lo up
  *             in the new one clone made
@@ -97,11 +101,18 @@ const char *child_step_name(int step)
  * thread that cloned it (suspended meanwhile) while other pool threads
  * stage their own children. */
 static __thread int g_err_fd = -1;
+static __thread int *g_status;
 
 static _Noreturn void fail(int step)
 {
 	int v[2] = {step, errno};
-	(void)!write(g_err_fd, v, sizeof(v));
+	if (g_status) {
+		/* clone_vm: the parent's memory, read once we have exited. */
+		g_status[1] = v[1];
+		__atomic_store_n(&g_status[0], step, __ATOMIC_RELEASE);
+	} else {
+		(void)!write(g_err_fd, v, sizeof(v));
+	}
 	_exit(127);
 }
 
@@ -219,23 +230,26 @@ static void setup_sys(const struct child_args *a)
 }
 
 /* fd 0-2 /dev/null, 3 socket, 4 seccomp program (inherited by the agent),
- * 5 agent memfd (CLOEXEC), 6 error pipe (CLOEXEC). */
+ * 5 agent memfd (CLOEXEC), 6 error pipe (CLOEXEC; clone3 only). */
 static void setup_fds(const struct child_args *a)
 {
+	bool pipe = a->err_fd >= 0;
 	int s = fcntl(a->sock_fd, F_DUPFD_CLOEXEC, 10);
 	int f = fcntl(a->seccomp_fd, F_DUPFD_CLOEXEC, 10);
 	int m = fcntl(a->agent_fd, F_DUPFD_CLOEXEC, 10);
-	int e = fcntl(a->err_fd, F_DUPFD_CLOEXEC, 10);
+	int e = pipe ? fcntl(a->err_fd, F_DUPFD_CLOEXEC, 10) : 0;
 	int n = open("/dev/null", O_RDWR | O_CLOEXEC);
 	TRY(ST_FDS, s | f | m | e | n);
 	n = fcntl(n, F_DUPFD_CLOEXEC, 10);
 	TRY(ST_FDS, n);
-	g_err_fd = e;
+	if (pipe)
+		g_err_fd = e;
 	TRY(ST_FDS, dup2(n, 0) | dup2(n, 1) | dup2(n, 2) | dup2(s, 3) | dup2(f, 4) | dup2(m, 5) |
-			dup2(e, 6));
-	g_err_fd = 6;
-	TRY(ST_FDS, fcntl(5, F_SETFD, FD_CLOEXEC) | fcntl(6, F_SETFD, FD_CLOEXEC));
-	TRY(ST_FDS, syscall(SYS_close_range, 7, ~0U, 0));
+			(pipe ? dup2(e, 6) : 0));
+	if (pipe)
+		g_err_fd = 6;
+	TRY(ST_FDS, fcntl(5, F_SETFD, FD_CLOEXEC) | (pipe ? fcntl(6, F_SETFD, FD_CLOEXEC) : 0));
+	TRY(ST_FDS, syscall(SYS_close_range, pipe ? 7 : 6, ~0U, 0));
 }
 
 int child_main_vm(void *arg)
@@ -250,6 +264,7 @@ _Noreturn void child_main(const struct child_args *a)
 	static const char oom[] = "-999";
 
 	g_err_fd = a->err_fd;
+	g_status = a->status;
 	umask(0);
 	for (int i = 0; i < CG_NCTRL; i++)
 		if (a->procs_fd[i] >= 0)

@@ -9,19 +9,27 @@
  * staged ahead by pool threads (namespaces, cgroup, /dev, /proc, /sys, the
  * agent running and waiting for START; see sandbox.c) and handed out under a
  * mutex. An empty pool is not an error: create then stages one inline
- * (slower). The pool threads stop filling after the first error (kept in
- * pool.err) so a broken machine does not spin.
+ * (slower), unless SBX_STAGING_MAX stagings run already, in which case it
+ * waits for the pool (more at once only contend for the kernel's mount and
+ * namespace locks and the CPUs). The pool threads stop filling after the
+ * first error (kept in pool.err) so a broken machine does not spin.
  *
- * The same threads finish destroyed sandboxes (sbx_destroy only kills;
- * waiting and recycling or removing cgroups happen here, off the caller's
- * path). Empty cgroup slots of finished sandboxes are kept (up to
+ * Destroyed sandboxes are finished by the reaper thread (sbx_destroy only
+ * kills and adds the pidfd to the reaper's epoll set): once an agent has
+ * exited, it reaps it and recycles or removes its cgroups, off every
+ * caller's path, and no thread waits for one exit in particular (an exit
+ * takes milliseconds: the mount namespace teardown waits for expedited RCU
+ * grace periods). Empty cgroup slots of finished sandboxes are kept (up to
  * SBX_SPARE_SLOTS) and handed to the next staging, and so are their
  * network and IPC namespaces when nothing of the sandbox is left in them
  * (up to SBX_SPARE_NETNS and SBX_SPARE_IPCNS; netns.c says what is checked).
  *
- * Pool invariants: n + staging <= want; a staged sandbox in the pool belongs
- * to no caller and has network "none"; a sandbox in reap is killed and
- * belongs to no caller; the threads exit only with reap empty. sbx_create
+ * Pool invariants: n + staging <= want; staging + inline_n <= SBX_STAGING_MAX
+ * unless the pool cannot fill (no threads, error, stopping); a staged
+ * sandbox in the pool belongs to no caller and has network "none"; a
+ * sandbox in the reaper's set is killed and belongs to no caller (it may be
+ * freed as soon as it is added); the reaper exits only with its set empty
+ * (reaping 0), after the pool threads. sbx_create
  * wakes a thread (pool_kick) only after its sandbox started, so refilling
  * does not compete with the create that emptied the slot. */
 #include <errno.h>
@@ -29,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sendfile.h>
@@ -79,18 +89,11 @@ static int load_agent(const char *path, int *ret_fd)
 
 /* ---- pool of staged sandboxes ------------------------------------------- */
 
-/* One unit of background work; false when there is none. Called and
- * returns with the lock held. */
+/* One staging; false when none is wanted. Called and returns with the lock
+ * held. */
 static bool pool_work(struct sbx_runtime *rt)
 {
 	struct pool *p = &rt->pool;
-	if (p->n_reap) {
-		struct sbx *s = p->reap[--p->n_reap];
-		pthread_mutex_unlock(&p->lock);
-		sbx_free_now(s);
-		pthread_mutex_lock(&p->lock);
-		return true;
-	}
 	if (!p->stop && !p->err && p->n + p->staging < p->want) {
 		struct sbx *s = NULL;
 		p->staging++;
@@ -98,17 +101,20 @@ static bool pool_work(struct sbx_runtime *rt)
 		int r = sbx_stage(rt, SBX_NET_NONE, &s);
 		pthread_mutex_lock(&p->lock);
 		p->staging--;
-		if (r < 0)
+		if (r < 0) {
 			p->err = r;
-		else
+			pthread_cond_broadcast(&p->avail); /* callers now stage inline */
+		} else {
 			p->staged[p->n++] = s;
+			pthread_cond_signal(&p->avail);
+		}
 		return true;
 	}
 	return false;
 }
 
-/* Set in the runtime's pool threads, which share the namespaces of the
- * thread that made the runtime (rt->home_*_fd). */
+/* Set in the runtime's pool threads and its reaper, which share the
+ * namespaces of the thread that made the runtime (rt->home_*_fd). */
 static __thread bool in_pool_thread;
 
 static void *pool_main(void *arg)
@@ -130,6 +136,65 @@ static void *pool_main(void *arg)
 	return NULL;
 }
 
+/* The reaper: one thread waits, in one epoll set, on the pidfds of every
+ * killed sandbox and finishes each once its agent has exited (sbx_finish:
+ * reap, recycle the cgroup slot and namespaces, free). An agent's exit
+ * takes milliseconds (the mount namespace teardown waits for expedited RCU
+ * grace periods), so no thread waits for one in particular: the pool
+ * threads only stage, and sbx_destroy only kills and queues. */
+static void *reaper_main(void *arg)
+{
+	struct sbx_runtime *rt = arg;
+	struct pool *p = &rt->pool;
+	struct epoll_event ev[32];
+	in_pool_thread = true;
+	for (;;) {
+		int n = epoll_wait(p->reap_epfd, ev, (int)ARRAY_SIZE(ev), -1);
+		if (n < 0 && errno != EINTR)
+			break; /* EBADF/EINVAL: cannot happen with our own epoll fd */
+		unsigned done = 0;
+		for (int i = 0; i < n; i++) {
+			struct sbx *s = ev[i].data.ptr;
+			if (!s) {
+				uint64_t v;
+				(void)!read(p->reap_evfd, &v, sizeof(v));
+				continue;
+			}
+			/* Out of the set before sbx_finish closes the pidfd:
+			 * closing alone would leave it there while another
+			 * reference to the file lives (a staging child's
+			 * copy of the low fds, child.c), with s freed. */
+			epoll_ctl(p->reap_epfd, EPOLL_CTL_DEL, s->pidfd, NULL);
+			sbx_finish(s);
+			done++;
+		}
+		pthread_mutex_lock(&p->lock);
+		p->reaping -= done;
+		bool quit = p->reap_stop && !p->reaping;
+		pthread_mutex_unlock(&p->lock);
+		if (quit)
+			break;
+	}
+	return NULL;
+}
+
+static int reaper_start(struct sbx_runtime *rt)
+{
+	struct pool *p = &rt->pool;
+	p->reap_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (p->reap_epfd < 0)
+		return -errno;
+	p->reap_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->reap_evfd < 0)
+		return -errno;
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	if (epoll_ctl(p->reap_epfd, EPOLL_CTL_ADD, p->reap_evfd, &ev) < 0)
+		return -errno;
+	int r = -pthread_create(&p->reaper, NULL, reaper_main, rt);
+	p->reaper_started = r == 0;
+	return r;
+}
+
 static int pool_start(struct sbx_runtime *rt, unsigned want)
 {
 	struct pool *p = &rt->pool;
@@ -137,8 +202,10 @@ static int pool_start(struct sbx_runtime *rt, unsigned want)
 	p->staged = calloc(want + 1, sizeof(*p->staged));
 	if (!p->staged)
 		return -ENOMEM;
+	int r = reaper_start(rt);
+	if (r < 0)
+		return r;
 	unsigned want_threads = STRATA_MAX(STRATA_MIN(want, SBX_POOL_THREADS), 1u);
-	int r = 0;
 	while (r == 0 && p->n_threads < want_threads) {
 		r = -pthread_create(&p->threads[p->n_threads], NULL, pool_main, rt);
 		if (r == 0)
@@ -154,59 +221,102 @@ static int pool_start(struct sbx_runtime *rt, unsigned want)
 	return r;
 }
 
-/* Stops the thread after it finished every queued teardown. */
+/* Stops the pool threads, then the reaper once it finished every queued
+ * teardown (the staged sandboxes' too: all killed at once, so their exits
+ * overlap). */
 static void pool_stop(struct sbx_runtime *rt)
 {
 	struct pool *p = &rt->pool;
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->wake);
+	pthread_cond_broadcast(&p->avail);
 	pthread_mutex_unlock(&p->lock);
 	for (; p->n_threads; p->n_threads--)
 		pthread_join(p->threads[p->n_threads - 1], NULL);
-	while (p->n)
-		sbx_free_now(p->staged[--p->n]);
-	while (p->n_reap)
-		sbx_free_now(p->reap[--p->n_reap]);
+	while (p->n) {
+		struct sbx *s = p->staged[--p->n];
+		sbx_kill(s);
+		if (pool_reap(rt, s) < 0)
+			sbx_free_now(s);
+	}
+	if (p->reaper_started) {
+		pthread_mutex_lock(&p->lock);
+		p->reap_stop = true;
+		pthread_mutex_unlock(&p->lock);
+		(void)!write(p->reap_evfd, &(uint64_t){1}, sizeof(uint64_t));
+		pthread_join(p->reaper, NULL);
+		p->reaper_started = false;
+	}
+	if (p->reap_epfd >= 0)
+		close(p->reap_epfd);
+	if (p->reap_evfd >= 0)
+		close(p->reap_evfd);
+	p->reap_epfd = p->reap_evfd = -1;
 	free(p->staged);
-	free(p->reap);
-	p->staged = p->reap = NULL;
+	p->staged = NULL;
 }
 
 int pool_reap(struct sbx_runtime *rt, struct sbx *s)
 {
 	struct pool *p = &rt->pool;
 	int r = 0;
+	if (s->pidfd < 0)
+		return -EBADF; /* nothing to wait on: the caller finishes it */
 	pthread_mutex_lock(&p->lock);
-	if (!p->n_threads || p->stop) {
+	if (!p->reaper_started || p->reap_stop)
 		r = -ESHUTDOWN;
-	} else if (p->n_reap == p->cap_reap) {
-		unsigned cap = p->cap_reap ? p->cap_reap * 2 : 16;
-		struct sbx **q = realloc(p->reap, cap * sizeof(*q));
-		if (q) {
-			p->reap = q;
-			p->cap_reap = cap;
-		} else {
-			r = -ENOMEM;
-		}
-	}
-	if (r == 0) {
-		p->reap[p->n_reap++] = s;
-		pthread_cond_signal(&p->wake);
-	}
+	else
+		p->reaping++;
 	pthread_mutex_unlock(&p->lock);
+	if (r < 0)
+		return r;
+	/* From here the reaper may finish and free s at any moment. */
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+	if (epoll_ctl(p->reap_epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0) {
+		r = -errno;
+		pthread_mutex_lock(&p->lock);
+		p->reaping--;
+		pthread_mutex_unlock(&p->lock);
+		/* A reaper told to stop may be waiting for this one. */
+		(void)!write(p->reap_evfd, &(uint64_t){1}, sizeof(uint64_t));
+	}
 	return r;
 }
 
-struct sbx *pool_take(struct sbx_runtime *rt)
+struct sbx *pool_take(struct sbx_runtime *rt, bool *ret_inline)
 {
 	struct pool *p = &rt->pool;
 	struct sbx *s = NULL;
+	*ret_inline = false;
 	pthread_mutex_lock(&p->lock);
-	if (p->n)
-		s = p->staged[--p->n];
+	for (;;) {
+		if (p->n) {
+			s = p->staged[--p->n];
+			break;
+		}
+		/* Stage inline while few stagings run; beyond that, wait for
+		 * the pool threads: more at once only contend (namespace_sem,
+		 * mount_lock, the CPUs) and copy whole fd tables (rsv_take). */
+		if (!p->want || p->err || p->stop || !p->n_threads ||
+		    p->staging + p->inline_n < SBX_STAGING_MAX) {
+			p->inline_n++;
+			*ret_inline = true;
+			break;
+		}
+		pthread_cond_wait(&p->avail, &p->lock);
+	}
 	pthread_mutex_unlock(&p->lock);
 	return s;
+}
+
+void pool_inline_done(struct sbx_runtime *rt)
+{
+	struct pool *p = &rt->pool;
+	pthread_mutex_lock(&p->lock);
+	p->inline_n--;
+	pthread_cond_signal(&p->avail);
+	pthread_mutex_unlock(&p->lock);
 }
 
 void pool_kick(struct sbx_runtime *rt)
@@ -224,9 +334,9 @@ int rsv_take(struct sbx_runtime *rt)
 	uint32_t busy = __atomic_load_n(&rt->rsv_busy, __ATOMIC_RELAXED);
 	for (;;) {
 		int i = 0;
-		while (i < SBX_RSV_PAIRS && (busy & (1u << i)))
+		while (i < SBX_RSV_FDS && (busy & (1u << i)))
 			i++;
-		if (i == SBX_RSV_PAIRS || rt->rsv_fd[i][1] < 0)
+		if (i == SBX_RSV_FDS || rt->rsv_fd[i] < 0)
 			return -1;
 		if (__atomic_compare_exchange_n(&rt->rsv_busy, &busy, busy | (1u << i), false,
 						__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -359,9 +469,8 @@ static int runtime_init(struct sbx_runtime *rt, const struct sbx_runtime_config 
 	rt->fresh_netns = cfg->fresh_netns;
 	/* Reserved fds first, while the lowest numbers are free. */
 	rt->rsv_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	for (int i = 0; i < SBX_RSV_PAIRS && rt->rsv_null >= 0; i++)
-		for (int j = 0; j < 2; j++)
-			rt->rsv_fd[i][j] = fcntl(rt->rsv_null, F_DUPFD_CLOEXEC, 0);
+	for (int i = 0; i < SBX_RSV_FDS && rt->rsv_null >= 0; i++)
+		rt->rsv_fd[i] = fcntl(rt->rsv_null, F_DUPFD_CLOEXEC, 0);
 	rt->state_dir = strdup(cfg->state_dir);
 	if (!rt->state_dir || asprintf(&rt->staging, "%s/root", cfg->state_dir) < 0)
 		return -ENOMEM;
@@ -393,13 +502,15 @@ int sbx_runtime_new(const struct sbx_runtime_config *cfg, struct sbx_runtime **r
 		return -ENOMEM;
 	rt->agent_fd = rt->seccomp_fd = rt->mntns_fd = rt->rsv_null = -1;
 	rt->home_net_fd = rt->home_ipc_fd = -1;
-	for (int i = 0; i < SBX_RSV_PAIRS; i++)
-		rt->rsv_fd[i][0] = rt->rsv_fd[i][1] = -1;
+	rt->pool.reap_epfd = rt->pool.reap_evfd = -1;
+	for (int i = 0; i < SBX_RSV_FDS; i++)
+		rt->rsv_fd[i] = -1;
 	for (int i = 0; i < CG_NCTRL; i++)
 		rt->cg.base_fd[i] = -1;
 	pthread_mutex_init(&rt->pool.lock, NULL);
 	pthread_cond_init(&rt->pool.wake, NULL);
 	pthread_cond_init(&rt->pool.filled, NULL);
+	pthread_cond_init(&rt->pool.avail, NULL);
 	/* Cgroup names (sbx-<seq>) must not collide with those of sandboxes a
 	 * previous runtime left running (persistent ones): start from the clock. */
 	struct timespec ts;
@@ -429,10 +540,9 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 		close(rt->seccomp_fd);
 	if (rt->mntns_fd >= 0)
 		close(rt->mntns_fd);
-	for (int i = 0; i < SBX_RSV_PAIRS; i++)
-		for (int j = 0; j < 2; j++)
-			if (rt->rsv_fd[i][j] >= 0)
-				close(rt->rsv_fd[i][j]);
+	for (int i = 0; i < SBX_RSV_FDS; i++)
+		if (rt->rsv_fd[i] >= 0)
+			close(rt->rsv_fd[i]);
 	if (rt->rsv_null >= 0)
 		close(rt->rsv_null);
 	if (rt->home_net_fd >= 0)
@@ -445,6 +555,7 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 	free(rt->state_dir);
 	pthread_cond_destroy(&rt->pool.wake);
 	pthread_cond_destroy(&rt->pool.filled);
+	pthread_cond_destroy(&rt->pool.avail);
 	pthread_mutex_destroy(&rt->pool.lock);
 	free(rt);
 }

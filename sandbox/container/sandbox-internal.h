@@ -36,7 +36,7 @@ struct cg_driver {
 struct cg_slot {
 	char name[48];		/* sbx-<pid of the runtime that made it>-<seq> */
 	int dir_fd[CG_NCTRL];	/* -1 where absent; v2 uses [0] */
-	int procs_fd[CG_NCTRL]; /* v1: cgroup.procs, written "0" by the child */
+	int procs_fd[CG_NCTRL]; /* v1: "tasks", written "0" by the child (cgroup.c) */
 	bool reused;		/* held an earlier sandbox: apply resets old limits */
 	/* What cg_slot_apply last wrote, valid while applied: a reused slot
 	 * with the same limits needs no write. exposed (its path was handed
@@ -108,17 +108,18 @@ struct child_args {
 	int netns_fd;		/* else a reused one to join (setns), or -1 (host network) */
 	int ipcns_fd;		/* a reused IPC namespace to join, or -1 (clone made one) */
 	bool cgroupns;		/* unshare a cgroup namespace after joining */
-	int procs_fd[CG_NCTRL]; /* v1 cgroup.procs to join, -1 if none */
+	int procs_fd[CG_NCTRL]; /* v1 "tasks" files to join, -1 if none */
 	int agent_fd;		/* memfd with the agent */
 	int seccomp_fd;		/* memfd with the BPF program */
 	uint32_t masks_present[4]; /* bit i of [k]: entry i of mask list k exists */
 	int sock_fd;		/* agent end of the socketpair */
-	int err_fd;		/* write end of the error pipe */
+	int err_fd;		/* write end of the error pipe (clone3), or -1 */
+	int *status;		/* or (clone_vm) where a failure's {step, errno} goes */
 	bool files_shared;	/* cloned with CLONE_FILES: unshare (close_range) */
 };
 
-/* Runs in the child; never returns. On failure writes {step, errno} to
- * err_fd and exits 127. */
+/* Runs in the child; never returns. On failure reports {step, errno} in
+ * *status (clone_vm), else to err_fd, and exits 127. */
 _Noreturn void child_main(const struct child_args *a);
 /* child_main for clone(CLONE_VM): runs on its own stack in its parent's
  * memory. child.c is compiled without ASan, whose no-return bookkeeping
@@ -133,35 +134,51 @@ int mntns_template(const char *dir, int *ret_fd, uint32_t present[4]);
 /* Names a failing child step for messages. */
 const char *child_step_name(int step);
 
-/* Staging is mostly waiting (cgroup v1 migration and unmounting wait for RCU
- * grace periods), so a few threads stage in parallel. */
-#define SBX_POOL_THREADS 4
+/* Threads that refill the pool. Staging no longer waits for RCU grace
+ * periods (the v1 join writes "tasks", and teardown waits are the
+ * reaper's), so two keep a pool ahead of one caller; under load, callers
+ * of an empty pool stage inline (no hand-off, cheaper) up to
+ * SBX_STAGING_MAX at once. Four cost ~3 % more CPU per creation at
+ * concurrency 8 (wake-ups, hand-offs), for the same rate. */
+#define SBX_POOL_THREADS 2
 /* The staging child's stack (child.c runs on it until its exec, in our
- * memory); a few are kept for the next stagings. */
+ * memory); one per staging that may run at once is kept for the next. */
 #define SBX_CHILD_STACK_SIZE (256u << 10)
 /* Stagings that can run at once with a small fd table for their child:
  * the pool threads and a few inline ones (more fall back to a full copy). */
-#define SBX_RSV_PAIRS 12
+#define SBX_RSV_FDS 12
+/* Stagings of network "none" sandboxes at once (pool threads and callers
+ * of an empty pool): each holds a reserved fd (SBX_RSV_FDS). */
+#define SBX_STAGING_MAX SBX_RSV_FDS
 
 struct pool {
 	pthread_mutex_t lock;
 	pthread_cond_t wake, filled;
+	pthread_cond_t avail; /* a staged sandbox or a staging slot came free */
 	pthread_t threads[SBX_POOL_THREADS];
 	unsigned n_threads; /* started */
 	bool stop;
 	int err;	     /* first error of the pool thread; it then stops filling */
 	struct sbx **staged; /* staged sandboxes with network "none" */
 	unsigned n, want;
-	unsigned staging;  /* being staged by a thread right now */
-	struct sbx **reap; /* killed, to be waited for and removed */
-	unsigned n_reap, cap_reap;
+	unsigned staging;  /* being staged by a pool thread right now */
+	unsigned inline_n; /* being staged inline by sbx_create (network "none") */
+	/* The reaper (runtime.c): an epoll set of killed sandboxes' pidfds
+	 * (data.ptr: the sbx; NULL: reap_evfd, which wakes it to stop). */
+	int reap_epfd, reap_evfd;
+	pthread_t reaper;
+	bool reaper_started, reap_stop;
+	unsigned reaping; /* killed sandboxes in the set, not finished yet */
 };
 
-/* Empty cgroup slots and network namespaces of destroyed sandboxes kept for
- * reuse (under pool.lock). */
-#define SBX_SPARE_SLOTS 64
-#define SBX_SPARE_NETNS 64
-#define SBX_SPARE_IPCNS 64
+/* Empty cgroup slots and network and IPC namespaces of destroyed sandboxes
+ * kept for reuse (under pool.lock). At concurrency 64 the number in use
+ * swings by more than 64 (exits finish in bursts, after RCU grace periods):
+ * with 64 spares a fifth of the stagings made new ones (mkdir, memcg
+ * online, setup_net) while others were being removed. */
+#define SBX_SPARE_SLOTS 256
+#define SBX_SPARE_NETNS 256
+#define SBX_SPARE_IPCNS 256
 
 struct sbx_runtime {
 	char *state_dir, *staging;
@@ -172,13 +189,13 @@ struct sbx_runtime {
 	unsigned n_spare_net;
 	struct ipcns spare_ipc[SBX_SPARE_IPCNS]; /* IPC namespaces holding nothing */
 	unsigned n_spare_ipc;
-	void *stacks[SBX_POOL_THREADS]; /* stacks of staging children (sandbox.c) */
+	void *stacks[SBX_STAGING_MAX]; /* stacks of staging children (sandbox.c) */
 	unsigned n_stacks;
-	/* Pairs of low fd numbers, reserved at start-up, for the socket and
-	 * error pipe ends of staging children (a copy of /dev/null holds them
-	 * between stagings), so that a child's own fd table stays small
-	 * (child.c, FDS). rsv_busy: bit i, pair i is in use (atomic). */
-	int rsv_fd[SBX_RSV_PAIRS][2], rsv_null;
+	/* Low fd numbers, reserved at start-up, for the socket ends of
+	 * staging children (a copy of /dev/null holds them between
+	 * stagings), so that a child's own fd table stays small (child.c,
+	 * FDS). rsv_busy: bit i, rsv_fd[i] is in use (atomic). */
+	int rsv_fd[SBX_RSV_FDS], rsv_null;
 	uint32_t rsv_busy;
 	/* The network and IPC namespaces the pool threads run in (those of the
 	 * thread that made the runtime): where they return after looking into
@@ -213,15 +230,20 @@ struct sbx {
 
 /* sandbox.c: starts a staged sandbox (clone3, child.c, agent HELLO). */
 int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret);
-/* runtime.c: a free pair of reserved fd numbers (its index), or -1. */
+/* runtime.c: a free reserved fd number (its index), or -1. */
 int rsv_take(struct sbx_runtime *rt);
 void rsv_give(struct sbx_runtime *rt, int i);
-/* runtime.c: a staged sandbox from the pool, or NULL. */
-struct sbx *pool_take(struct sbx_runtime *rt);
+/* runtime.c: a staged sandbox from the pool, or NULL with *ret_inline
+ * true: the caller stages one itself and then calls pool_inline_done.
+ * Waits for the pool when SBX_STAGING_MAX stagings run already. */
+struct sbx *pool_take(struct sbx_runtime *rt, bool *ret_inline);
+void pool_inline_done(struct sbx_runtime *rt);
 /* runtime.c: wakes the pool thread to refill. */
 void pool_kick(struct sbx_runtime *rt);
-/* runtime.c: queues a killed sandbox for the thread to free. Returns 0, or
- * -ENOMEM / -ESHUTDOWN (then the caller frees it itself). */
+/* runtime.c: hands a killed sandbox to the reaper, which finishes it
+ * (sbx_finish) once its agent has exited; s may be gone when this returns
+ * 0. Else -EBADF (no pidfd), -ESHUTDOWN or -errno, and the caller frees it
+ * itself. */
 int pool_reap(struct sbx_runtime *rt, struct sbx *s);
 /* runtime.c: an empty slot kept from a destroyed sandbox, or NULL. */
 struct cg_slot *slot_take(struct sbx_runtime *rt);
@@ -241,6 +263,9 @@ void ipc_recycle(struct sbx_runtime *rt, struct ipcns *ns);
 void sbx_kill(struct sbx *s);
 /* sandbox.c: kill, wait for every process, remove the cgroups, free. */
 void sbx_free_now(struct sbx *s);
+/* sandbox.c: sbx_free_now of a sandbox whose agent has exited (its pidfd is
+ * readable): reap it, recycle or remove the cgroup slot and namespaces, free. */
+void sbx_finish(struct sbx *s);
 
 /* client.c: reads one frame into *buf (grown as needed) within timeout_ms. */
 struct ag_hdr;

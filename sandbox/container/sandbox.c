@@ -17,12 +17,13 @@
  *               overlay, chroots, drops privileges (agent_stage.c).
  *
  * sbx_destroy: SIGKILL through the pidfd kills the agent, and with it (pid 1)
- * every process of the sandbox, at once; the rest is handed to the runtime's
- * thread (sbx_free_now): waiting on the pidfd (returns once every process is
- * gone and the mount namespace, with all the sandbox's mounts, has been torn
- * down, which costs an RCU grace period or two) and removing the cgroup
- * directories, or keeping them and the network namespace for the next
- * staging (runtime.c). sbx_runtime_free waits for all of that. */
+ * every process of the sandbox, at once; the rest is the runtime's reaper's
+ * (runtime.c): its epoll set holds the pidfd, which turns readable once
+ * every process is gone and the mount namespace, with all the sandbox's
+ * mounts, has been torn down (which costs an expedited RCU grace period or
+ * two); then sbx_finish reaps the agent and removes the cgroup directories,
+ * or keeps them and the network and IPC namespaces for the next staging.
+ * sbx_runtime_free waits for all of that. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -98,23 +99,31 @@ static int wait_hello(struct sbx *s)
 	return r;
 }
 
-/* Kills the sandbox and waits until all its processes are gone. An adopted
- * agent is not our child: its pidfd turns readable when it has exited, and
- * waitid then fails with ECHILD (its new parent reaps it). */
-static void kill_wait(struct sbx *s)
+/* Reaps an exited agent through its pidfd. An adopted agent is not our
+ * child: waitid then fails with ECHILD (its new parent reaps it). */
+static void reap_pidfd(struct sbx *s)
 {
-	if (s->pidfd < 0)
-		return;
 	siginfo_t si;
-	struct pollfd pfd = {.fd = s->pidfd, .events = POLLIN};
-	syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
-	while (poll(&pfd, 1, 10000) < 0 && errno == EINTR)
-		;
 	while (waitid((idtype_t)P_PIDFD, (id_t)s->pidfd, &si, WEXITED | __WALL) < 0 &&
 	       errno == EINTR)
 		;
 	close(s->pidfd);
 	s->pidfd = -1;
+}
+
+/* Kills the sandbox and waits until all its processes are gone: its pidfd
+ * turns readable when the agent (pid 1 of its namespace) has exited, which
+ * is after every other process of the namespace and after its mount
+ * namespace was torn down. */
+static void kill_wait(struct sbx *s)
+{
+	if (s->pidfd < 0)
+		return;
+	struct pollfd pfd = {.fd = s->pidfd, .events = POLLIN};
+	syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+	while (poll(&pfd, 1, 10000) < 0 && errno == EINTR)
+		;
+	reap_pidfd(s);
 }
 
 static void fill_args(struct sbx *s, struct child_args *a)
@@ -178,7 +187,7 @@ static long clone_vm(struct sbx_runtime *rt, uint64_t flags, int *ret_pidfd, str
 	 * instrumented may have left the shadow of this stack poisoned. */
 	ASAN_UNPOISON(stack, size);
 	pthread_mutex_lock(&rt->pool.lock);
-	if (rt->n_stacks < SBX_POOL_THREADS) {
+	if (rt->n_stacks < SBX_STAGING_MAX) {
 		rt->stacks[rt->n_stacks++] = stack;
 		stack = NULL;
 	}
@@ -191,34 +200,34 @@ static long clone_vm(struct sbx_runtime *rt, uint64_t flags, int *ret_pidfd, str
 
 static int clone_child(struct sbx *s, struct child_args *a)
 {
-	int sp[2], ep[2];
+	struct sbx_runtime *rt = s->rt;
+	bool vm = rt->cg.version != 2; /* clone_vm: CLONE_VM | CLONE_VFORK | CLONE_FILES */
+	int sp[2], ep[2] = {-1, -1};
+	/* vm: the child reports a failure {step, errno} in our memory (it runs
+	 * in it) and has exited when clone returns: no pipe, no read. */
+	int st[2] = {0, 0};
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
 		return -errno;
-	if (pipe2(ep, O_CLOEXEC) < 0) {
+	if (!vm && pipe2(ep, O_CLOEXEC) < 0) {
 		close(sp[0]);
 		close(sp[1]);
 		return -errno;
 	}
 	s->ctl = sp[0];
-	struct sbx_runtime *rt = s->rt;
 	/* v1: the child shares our fd table at first and then keeps a copy of
-	 * its low part only (child.c): its ends go to a pair of reserved low
-	 * numbers (placeholders of /dev/null until now) when one is free. */
-	int t = rt->cg.version != 2 ? rsv_take(rt) : -1;
-	bool rsv = t >= 0 && dup3(sp[1], rt->rsv_fd[t][0], O_CLOEXEC) >= 0;
-	if (rsv && dup3(ep[1], rt->rsv_fd[t][1], O_CLOEXEC) < 0) {
-		dup3(rt->rsv_null, rt->rsv_fd[t][0], O_CLOEXEC);
-		rsv = false;
-	}
+	 * its low part only (child.c): its end of the socket goes to a
+	 * reserved low number (a placeholder of /dev/null until now) when one
+	 * is free. */
+	int t = vm ? rsv_take(rt) : -1;
+	bool rsv = t >= 0 && dup3(sp[1], rt->rsv_fd[t], O_CLOEXEC) >= 0;
 	if (rsv) {
 		close(sp[1]);
-		close(ep[1]);
-		sp[1] = rt->rsv_fd[t][0];
-		ep[1] = rt->rsv_fd[t][1];
+		sp[1] = rt->rsv_fd[t];
 	}
 	a->sock_fd = sp[1];
 	a->err_fd = ep[1];
-	a->files_shared = rt->cg.version != 2;
+	a->status = vm ? st : NULL;
+	a->files_shared = vm;
 	struct clone_args ca = {
 	    /* No CLONE_NEWNS: the child unshares a copy of the template. */
 	    .flags = CLONE_NEWPID | CLONE_NEWUTS | CLONE_PIDFD |
@@ -227,30 +236,30 @@ static int clone_child(struct sbx *s, struct child_args *a)
 	    .exit_signal = 0, /* not SIGCHLD: a waitpid(-1) elsewhere cannot reap it */
 	};
 	long pid;
-	if (s->rt->cg.version == 2) {
+	if (!vm) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)s->cg->dir_fd[0];
 		pid = syscall(SYS_clone3, &ca, sizeof(ca));
 		if (pid == 0)
 			child_main(a);
 	} else {
-		pid = clone_vm(s->rt, ca.flags, &s->pidfd, a);
+		pid = clone_vm(rt, ca.flags, &s->pidfd, a);
 	}
 	int r = pid < 0 ? -errno : 0;
-	if (rsv) {
-		/* Closes our copies (the child has exec'd or failed). */
-		dup3(rt->rsv_null, sp[1], O_CLOEXEC);
-		dup3(rt->rsv_null, ep[1], O_CLOEXEC);
-	}
+	if (rsv)
+		dup3(rt->rsv_null, sp[1], O_CLOEXEC); /* the child has exec'd or failed */
+	else
+		close(sp[1]);
 	if (t >= 0)
 		rsv_give(rt, t);
-	if (!rsv) {
-		close(sp[1]);
+	if (ep[1] >= 0)
 		close(ep[1]);
-	}
 	if (r == 0) {
 		s->pid = (pid_t)pid;
-		r = child_status(ep[0]);
+		if (!vm)
+			r = child_status(ep[0]);
+		else if (__atomic_load_n(&st[0], __ATOMIC_ACQUIRE))
+			r = st[1] > 0 ? -st[1] : -EIO;
 	}
 	/* Kept for reuse after the sandbox (a zombie has none: not reused). */
 	if (r == 0 && a->new_netns) {
@@ -263,7 +272,8 @@ static int clone_child(struct sbx *s, struct child_args *a)
 	}
 	if (r == 0 && a->ipcns_fd < 0)
 		(void)ipcns_open(s->pid, &s->ipc); /* else {-1, -1}: not reused */
-	close(ep[0]);
+	if (ep[0] >= 0)
+		close(ep[0]);
 	return r;
 }
 
@@ -387,11 +397,16 @@ int sbx_create(struct sbx_runtime *rt, const struct sbx_config *c, struct sbx **
 	int r = check_config(c);
 	if (r < 0)
 		return r;
-	struct sbx *s = c->network == SBX_NET_NONE ? pool_take(rt) : NULL;
+	bool inl = false;
+	struct sbx *s = c->network == SBX_NET_NONE ? pool_take(rt, &inl) : NULL;
 	bool pooled = s != NULL;
 	for (;;) {
 		if (!s) {
 			r = sbx_stage(rt, c->network, &s);
+			if (inl) {
+				pool_inline_done(rt);
+				inl = false;
+			}
 			if (r < 0)
 				break;
 		}
@@ -441,6 +456,13 @@ void sbx_free_now(struct sbx *s)
 	if (!s)
 		return;
 	kill_wait(s);
+	sbx_finish(s);
+}
+
+void sbx_finish(struct sbx *s)
+{
+	if (s->pidfd >= 0)
+		reap_pidfd(s);
 	if (s->ctl >= 0)
 		close(s->ctl);
 	if (s->rt) {

@@ -6,9 +6,11 @@
  * and creation latency with and without the pools,
  * printed for the log. Needs root; exits 77 with a reason otherwise. */
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -182,20 +184,44 @@ static void test_host_network(struct sbxt_env *e)
 
 struct worker {
 	struct sbxt_env *e;
-	int ok;
+	int n, ok, in_cgroups;
 };
+
+/* Whether pid is listed in the cgroup.procs of the sandbox's cgroup of
+ * every controller (the staging child joined them). */
+static bool in_own_cgroups(struct sbx *s)
+{
+	static const char *const ctrl[] = {"memory", "cpu", "pids"};
+	char p[PATH_MAX + 32], line[32];
+	for (size_t i = 0; i < sizeof(ctrl) / sizeof(ctrl[0]); i++) {
+		const char *dir = sbx_cgroup_path(s, ctrl[i]);
+		if (!dir)
+			return false;
+		snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
+		FILE *f = fopen(p, "re");
+		bool found = false;
+		while (f && fgets(line, sizeof(line), f))
+			found |= atoi(line) == (int)sbx_pid(s);
+		if (f)
+			fclose(f);
+		if (!found)
+			return false;
+	}
+	return true;
+}
 
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct sbx_config cfg = sbxt_config(w->e);
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < w->n; i++) {
 		struct sbx *s = NULL;
 		struct sbx_exec_result r;
 		const char *argv[] = {"true", NULL};
 		struct sbx_exec_opts opts = {.argv = argv};
 		if (sbx_create(w->e->rt, &cfg, &s) < 0)
 			continue;
+		w->in_cgroups += in_own_cgroups(s);
 		if (sbx_exec(s, &opts, NULL, NULL, &r) == 0 && r.exit_code == 0)
 			w->ok++;
 		sbx_destroy(s);
@@ -203,25 +229,30 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Four threads create, exec and destroy at once: the runtime is shared. */
-static void test_concurrent(struct sbxt_env *e)
+/* nthreads threads create, exec and destroy at once: the runtime is
+ * shared. With more of them than stagings may run at once
+ * (SBX_STAGING_MAX, 12), callers of an empty pool wait for it or stage
+ * inline; every create must still succeed, each agent in its own cgroups. */
+static void test_concurrent(struct sbxt_env *e, int nthreads, int each)
 {
-	pthread_t t[4];
-	struct worker w[4];
+	pthread_t t[64];
+	struct worker w[64];
 	uint64_t t0 = now_us();
-	for (int i = 0; i < 4; i++) {
-		w[i] = (struct worker){.e = e};
+	for (int i = 0; i < nthreads; i++) {
+		w[i] = (struct worker){.e = e, .n = each};
 		pthread_create(&t[i], NULL, worker_main, &w[i]);
 	}
-	int ok = 0;
-	for (int i = 0; i < 4; i++) {
+	int ok = 0, in_cg = 0;
+	for (int i = 0; i < nthreads; i++) {
 		pthread_join(t[i], NULL);
 		ok += w[i].ok;
+		in_cg += w[i].in_cgroups;
 	}
 	double s = (now_us() - t0) / 1e6;
-	fprintf(stderr, "concurrent: 4 threads, %d of 32 create+exec+destroy in %.2f s (%.0f/s)\n",
-		ok, s, ok / s);
-	CHECK(ok == 32);
+	fprintf(stderr, "concurrent: %d threads, %d of %d create+exec+destroy in %.2f s (%.0f/s)\n",
+		nthreads, ok, nthreads * each, s, ok / s);
+	CHECK(ok == nthreads * each);
+	CHECK(in_cg == nthreads * each);
 }
 
 /* The cgroup v2 driver, whatever this machine mounts: a sandbox with its
@@ -347,7 +378,8 @@ int main(void)
 	sbx_destroy(b);
 	test_host_network(&e);
 	test_cgroup_v2(&e);
-	test_concurrent(&e);
+	test_concurrent(&e, 4, 8);
+	test_concurrent(&e, 32, 3);
 	measure(&e, "pooled", 100);
 	sbxt_teardown(&e);
 
