@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 
 #include "chunk_proto.h"
+#include "chunks.h"
 #include "cleanup.h"
 #include "cli.h"
 #include "layout.h"
@@ -248,78 +249,6 @@ static int show_chains(const struct strata_routing *rt, bool json)
 
 /* ---- verify ---------------------------------------------------------------- */
 
-/* One request to one target; stat reply into *ret. */
-static int target_call(const struct strata_target *t, const struct strata_chain *ch, uint16_t type,
-		       struct chunk_req *q, struct rpc_reply *rep)
-{
-	struct rpc_client_opts o = { .timeout_ms = 10000, .max_conns = 1 };
-	struct rpc_client *c = rpc_client_new(t->addr, &o);
-	if (!c)
-		return -ENOMEM;
-	q->route = (struct chunk_route){ t->target_id, ch->chain_id, ch->version };
-	struct wbuf w;
-	wbuf_init(&w);
-	int r = chunk_req_encode(type, q, &w);
-	if (r == 0)
-		r = rpc_call(c, type, &w, RPC_IDEMPOTENT, rep);
-	wbuf_done(&w);
-	rpc_client_free(c);
-	return r;
-}
-
-static int list_all(const struct strata_target *t, const struct strata_chain *ch, bool deep,
-		    struct chunk_list_ent **ret, size_t *ret_n)
-{
-	struct chunk_list_ent *v = NULL;
-	size_t n = 0;
-	uint32_t vf = deep ? CHUNK_LF_VERIFY : 0;
-	struct chunk_req q = { .len = CHUNK_LIST_MAX, .flags = CHUNK_LF_FIRST | vf };
-	for (bool more = true; more;) {
-		struct chunk_list_ent *nv = realloc(v, (n + CHUNK_LIST_MAX) * sizeof(*v));
-		if (!nv) {
-			free(v);
-			return -ENOMEM;
-		}
-		v = nv;
-		struct rpc_reply rep = { 0 };
-		int r = target_call(t, ch, MSG_CHUNK_LIST, &q, &rep);
-		if (r == 0) {
-			struct rbuf b;
-			rbuf_init(&b, rep.data, rep.len);
-			r = chunk_list_get(&b, v + n, CHUNK_LIST_MAX, &more);
-		}
-		rpc_reply_done(&rep);
-		if (r < 0) {
-			free(v);
-			return r;
-		}
-		n += (size_t)r;
-		if (r == 0)
-			break;
-		q.ino = v[n - 1].ino, q.index = v[n - 1].index, q.flags = vf;
-	}
-	*ret = v;
-	*ret_n = n;
-	return 0;
-}
-
-static int stat_on(const struct strata_target *t, const struct strata_chain *ch, uint64_t ino,
-		   uint32_t index, struct chunk_stat *st)
-{
-	struct chunk_req q = { .ino = ino, .index = index };
-	struct rpc_reply rep = { 0 };
-	int r = target_call(t, ch, MSG_CHUNK_STAT, &q, &rep);
-	if (r == 0) {
-		struct rbuf b;
-		rbuf_init(&b, rep.data, rep.len);
-		r = chunk_stat_get(&b, st);
-	}
-	rpc_reply_done(&rep);
-	if (r == -ENOENT)
-		*st = (struct chunk_stat){ 0 };
-	return r == -ENOENT ? 0 : r;
-}
-
 static bool same_ent(const struct chunk_list_ent *a, const struct chunk_list_ent *b)
 {
 	return a->ino == b->ino && a->index == b->index && a->st.version == b->st.version &&
@@ -333,7 +262,7 @@ static int verify_deep(const struct strata_target *const *tg, int nt,
 {
 	_cleanup_free_ struct chunk_list_ent *base = NULL;
 	size_t nb = 0;
-	int r = tg[0] ? list_all(tg[0], ch, true, &base, &nb) : -ENXIO;
+	int r = tg[0] ? cli_chunk_list_all(tg[0], ch, true, &base, &nb) : -ENXIO;
 	if (r < 0)
 		return r;
 	*ret_chunks += nb;
@@ -342,7 +271,7 @@ static int verify_deep(const struct strata_target *const *tg, int nt,
 	for (int a = 1; a < nt; a++) {
 		_cleanup_free_ struct chunk_list_ent *v = NULL;
 		size_t n = 0;
-		if ((r = tg[a] ? list_all(tg[a], ch, true, &v, &n) : -ENXIO) < 0)
+		if ((r = tg[a] ? cli_chunk_list_all(tg[a], ch, true, &v, &n) : -ENXIO) < 0)
 			return r;
 		for (size_t i = 0; i < STRATA_MAX(n, nb); i++)
 			if (i >= n || i >= nb || !same_ent(&v[i], &base[i])) {
@@ -370,14 +299,14 @@ static int verify_chain(const struct strata_routing *rt, const struct strata_cha
 	for (int a = 0; a < nt; a++) {
 		_cleanup_free_ struct chunk_list_ent *ents = NULL;
 		size_t n = 0;
-		int r = tg[a] ? list_all(tg[a], ch, false, &ents, &n) : -ENXIO;
+		int r = tg[a] ? cli_chunk_list_all(tg[a], ch, false, &ents, &n) : -ENXIO;
 		if (r < 0)
 			return r;
 		for (size_t i = 0; i < n; i++) {
 			struct chunk_stat st[STRATA_MAX_REPLICAS];
 			bool differ = false;
 			for (int b = 0; b < nt; b++) {
-				if ((r = stat_on(tg[b], ch, ents[i].ino, ents[i].index, &st[b])) < 0)
+				if ((r = cli_chunk_stat(tg[b], ch, ents[i].ino, ents[i].index, &st[b])) < 0)
 					return r;
 				differ |= st[b].version != st[0].version ||
 					  st[b].length != st[0].length ||

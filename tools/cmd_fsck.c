@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "chunk_proto.h"
+#include "chunks.h"
 #include "cleanup.h"
 #include "cli.h"
 #include "layout.h"
@@ -112,75 +113,6 @@ static void usage(FILE *f)
 
 /* ---- chunkserver calls ------------------------------------------------------------ */
 
-static int target_call(const struct strata_target *t, const struct strata_chain *ch, uint16_t type,
-		       struct chunk_req *q, struct rpc_reply *rep)
-{
-	struct rpc_client_opts o = {.timeout_ms = 30000, .max_conns = 1};
-	struct rpc_client *c = rpc_client_new(t->addr, &o);
-	struct wbuf w;
-
-	if (!c)
-		return -ENOMEM;
-	q->route = (struct chunk_route){t->target_id, ch->chain_id, ch->version};
-	wbuf_init(&w);
-	int r = chunk_req_encode(type, q, &w);
-	if (r == 0)
-		r = rpc_call(c, type, &w, RPC_IDEMPOTENT, rep);
-	wbuf_done(&w);
-	rpc_client_free(c);
-	return r;
-}
-
-/* Lists up to max entries after the cursor (first: from the start). */
-static int list_page(const struct strata_target *t, const struct strata_chain *ch, bool first,
-		     uint64_t ino, uint32_t index, uint32_t max, bool deep,
-		     struct chunk_list_ent *v, bool *more)
-{
-	struct chunk_req q = {.ino = ino,
-			      .index = index,
-			      .len = max,
-			      .flags = (first ? CHUNK_LF_FIRST : 0) | (deep ? CHUNK_LF_VERIFY : 0)};
-	struct rpc_reply rep = {0};
-	int r = target_call(t, ch, MSG_CHUNK_LIST, &q, &rep);
-
-	if (r == 0) {
-		struct rbuf b;
-		rbuf_init(&b, rep.data, rep.len);
-		r = chunk_list_get(&b, v, max, more);
-	}
-	rpc_reply_done(&rep);
-	return r;
-}
-
-static int list_all(const struct strata_target *t, const struct strata_chain *ch, bool deep,
-		    struct chunk_list_ent **ret, size_t *ret_n)
-{
-	struct chunk_list_ent *v = NULL;
-	size_t n = 0;
-	bool more = true;
-
-	while (more) {
-		struct chunk_list_ent *nv = realloc(v, (n + CHUNK_LIST_MAX) * sizeof(*v));
-		if (!nv) {
-			free(v);
-			return -ENOMEM;
-		}
-		v = nv;
-		int r = list_page(t, ch, n == 0, n ? v[n - 1].ino : 0, n ? v[n - 1].index : 0,
-				  CHUNK_LIST_MAX, deep, v + n, &more);
-		if (r < 0) {
-			free(v);
-			return r;
-		}
-		n += (size_t)r;
-		if (r == 0)
-			break;
-	}
-	*ret = v;
-	*ret_n = n;
-	return 0;
-}
-
 /* One chunk's entry as listed now (deep: its blocks read). 1 found, 0 gone. */
 static int relist_one(const struct strata_target *t, const struct strata_chain *ch, uint64_t ino,
 		      uint32_t index, bool deep, struct chunk_list_ent *ret)
@@ -188,30 +120,11 @@ static int relist_one(const struct strata_target *t, const struct strata_chain *
 	bool more;
 	uint64_t cino = index ? ino : ino - 1;
 	uint32_t cidx = index ? index - 1 : UINT32_MAX;
-	int r = list_page(t, ch, false, cino, cidx, 1, deep, ret, &more);
+	int r = cli_chunk_list_page(t, ch, false, cino, cidx, 1, deep, ret, &more);
 
 	if (r < 0)
 		return r;
 	return r == 1 && ret->ino == ino && ret->index == index;
-}
-
-/* STAT on one target; a missing chunk is version 0, length 0. */
-static int stat_on(const struct strata_target *t, const struct strata_chain *ch, uint64_t ino,
-		   uint32_t index, struct chunk_stat *st)
-{
-	struct chunk_req q = {.ino = ino, .index = index};
-	struct rpc_reply rep = {0};
-	int r = target_call(t, ch, MSG_CHUNK_STAT, &q, &rep);
-
-	if (r == 0) {
-		struct rbuf b;
-		rbuf_init(&b, rep.data, rep.len);
-		r = chunk_stat_get(&b, st);
-	}
-	rpc_reply_done(&rep);
-	if (r == -ENOENT)
-		*st = (struct chunk_stat){0};
-	return r == -ENOENT ? 0 : r;
 }
 
 /* ---- findings ------------------------------------------------------------------------ */
@@ -278,7 +191,7 @@ static int recheck_diff(const struct strata_target *const *tg, int nt,
 	for (int look = 0; look < RECHECKS; look++) {
 		bool differ = false;
 		for (int a = 0; a < nt; a++) {
-			int r = stat_on(tg[a], ch, ino, index, &st[a]);
+			int r = cli_chunk_stat(tg[a], ch, ino, index, &st[a]);
 			if (r < 0)
 				return r;
 			differ |= !same_st(&st[a], &st[0]);
@@ -390,7 +303,7 @@ static int check_chain(struct fsck *k, const struct strata_chain *ch)
 		return 0;
 	}
 	for (int a = 0; a < nt && r == 0; a++)
-		r = list_all(tg[a], ch, k->deep, &l[a], &n[a]);
+		r = cli_chunk_list_all(tg[a], ch, k->deep, &l[a], &n[a]);
 	for (;;) {
 		if (r < 0)
 			break;
@@ -522,7 +435,7 @@ static int still_there(struct fsck *k, const struct meta_fsck_chunk *c, const st
 		struct chunk_stat st;
 		if (!ch || !t)
 			continue;
-		int r = stat_on(t, ch, from[i].ino, from[i].index, &st);
+		int r = cli_chunk_stat(t, ch, from[i].ino, from[i].index, &st);
 		if (r < 0)
 			return r;
 		if (st.version || st.length)
