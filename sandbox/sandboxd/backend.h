@@ -153,5 +153,8 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
  * when it is unavailable. */
 struct sbx_runtime;
 struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *container);
+struct sbx_exec_result;
+/* The exit of a library exec as the API reports it (res NULL: all zero). */
+struct sbd_exit sbd_exit_of(const struct sbx_exec_result *res);
 struct sbd_backend *sbd_backend_vm_new(struct sbd_loop *loop,
 				       const char *kind /* "firecracker"|"qemu" */);

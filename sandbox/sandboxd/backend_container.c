@@ -274,20 +274,25 @@ static void ex_stdin_ack(void *ud, int status, uint32_t pending)
 		x->sink.stdin_ack(x->sink.ctx, status, pending);
 }
 
+struct sbd_exit sbd_exit_of(const struct sbx_exec_result *res)
+{
+	if (!res)
+		return (struct sbd_exit){0};
+	return (struct sbd_exit){.exit_code = res->exit_code,
+				 .signo = res->signo,
+				 .timed_out = res->timed_out,
+				 .truncated = res->truncated,
+				 .stdout_bytes = res->stdout_bytes,
+				 .stderr_bytes = res->stderr_bytes,
+				 .duration_us = (int64_t)res->duration_us};
+}
+
 static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
 {
 	struct ct_exec *x = ud;
 	if (x->detached)
 		return;
-	struct sbd_exit e = {0};
-	if (res)
-		e = (struct sbd_exit){.exit_code = res->exit_code,
-				      .signo = res->signo,
-				      .timed_out = res->timed_out,
-				      .truncated = res->truncated,
-				      .stdout_bytes = res->stdout_bytes,
-				      .stderr_bytes = res->stderr_bytes,
-				      .duration_us = (int64_t)res->duration_us};
+	struct sbd_exit e = sbd_exit_of(res);
 	if (r < 0) {
 		e.exit_code = r == -ENOENT ? 127 : 126;
 		snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0], strerror(-r));

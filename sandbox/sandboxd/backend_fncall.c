@@ -1406,15 +1406,7 @@ static void cmd_exit(void *ud, int r, const struct sbx_exec_result *res)
 	struct cmd_call *c = ud;
 	if (c->exit_pending)
 		return;
-	struct sbd_exit e = {0};
-	if (res)
-		e = (struct sbd_exit){.exit_code = res->exit_code,
-				      .signo = res->signo,
-				      .timed_out = res->timed_out,
-				      .truncated = res->truncated,
-				      .stdout_bytes = res->stdout_bytes,
-				      .stderr_bytes = res->stderr_bytes,
-				      .duration_us = (int64_t)res->duration_us};
+	struct sbd_exit e = sbd_exit_of(res);
 	if (r == -EPIPE || r == -EPROTO || r == -EBADMSG || r == -ETIMEDOUT) {
 		e.exit_code = -1;
 		snprintf(e.error, sizeof(e.error), "the call's sandbox failed: %s", strerror(-r));
