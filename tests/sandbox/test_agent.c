@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "spawn_agent.h"
 #include "strata_sandbox.h"
 
 static int failed;
@@ -53,25 +54,6 @@ static int run(struct sbx *s, struct sbx_exec_opts *o, struct out *out, struct s
 {
 	memset(out, 0, sizeof(*out));
 	return sbx_exec(s, o, collect, out, res);
-}
-
-static int spawn_agent(struct sbx **ret, int *ret_raw_fd)
-{
-	const char *bin = getenv("STRATA_BIN");
-	char agent[4096];
-	int sp[2];
-	snprintf(agent, sizeof(agent), "%s/strata-agent", bin ? bin : ".");
-	if (access(agent, X_OK) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
-		return -errno;
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(sp[1], 3);
-		execl(agent, "strata-agent", (char *)NULL);
-		_exit(127);
-	}
-	close(sp[1]);
-	*ret_raw_fd = sp[0];
-	return sbx_attach_agent(sp[0], pid, ret);
 }
 
 static void test_exec(struct sbx *s)
@@ -196,7 +178,7 @@ int main(void)
 {
 	struct sbx *s = NULL;
 	int raw = -1;
-	int r = spawn_agent(&s, &raw);
+	int r = spawn_test_agent(&s, NULL, &raw);
 	if (r < 0) {
 		fprintf(stderr, "cannot start strata-agent: %s\n", strerror(-r));
 		return 1;

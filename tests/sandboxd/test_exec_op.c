@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../sandbox/spawn_agent.h"
 #include "strata_sandbox.h"
 
 static int failed;
@@ -29,25 +30,6 @@ static int failed;
 	} while (0)
 
 static pid_t agent_pid;
-
-static int spawn_agent(struct sbx **ret)
-{
-	const char *bin = getenv("STRATA_BIN");
-	char agent[4096];
-	int sp[2];
-	snprintf(agent, sizeof(agent), "%s/strata-agent", bin ? bin : ".");
-	if (access(agent, X_OK) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
-		return -errno;
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(sp[1], 3);
-		execl(agent, "strata-agent", (char *)NULL);
-		_exit(127);
-	}
-	close(sp[1]);
-	agent_pid = pid;
-	return sbx_attach_agent(sp[0], pid, ret);
-}
 
 /* ---- an op driven by a poll loop, as sandboxd's epoll loop does ------------ */
 
@@ -296,7 +278,7 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	struct sbx *s;
-	int r = spawn_agent(&s);
+	int r = spawn_test_agent(&s, &agent_pid, NULL);
 	if (r < 0) {
 		fprintf(stderr, "skip: no strata-agent (set STRATA_BIN): %s\n", strerror(-r));
 		return 77;
