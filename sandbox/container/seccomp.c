@@ -585,6 +585,11 @@ int seccomp_build(int *ret_fd)
 	return export_ranges(ret_fd) == 0 ? 0 : seccomp_build_libseccomp(ret_fd);
 }
 
+int sbx_seccomp_program(int *ret_fd)
+{
+	return seccomp_build(ret_fd);
+}
+
 int seccomp_build_libseccomp(int *ret_fd)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));

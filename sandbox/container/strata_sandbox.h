@@ -51,6 +51,12 @@ void sbx_runtime_free(struct sbx_runtime *rt);
 /* 1 or 2: the cgroup version in use; 0 with no_cgroups. */
 int sbx_runtime_cgroup_version(const struct sbx_runtime *rt);
 
+/* The sandboxes' seccomp filter, for processes sandboxed elsewhere (sandboxd's
+ * fncall Python workers). Returns 0 and *ret_fd, a sealed close-on-exec memfd
+ * holding the raw BPF program (struct sock_filter[], at most 64 KiB; load it
+ * with PR_SET_SECCOMP after PR_SET_NO_NEW_PRIVS); the caller closes it. */
+int sbx_seccomp_program(int *ret_fd);
+
 enum sbx_network { SBX_NET_NONE = 0, SBX_NET_HOST = 1 };
 
 #define SBX_MIN_MEMORY (16ull << 20)
