@@ -396,6 +396,31 @@ static int cg_count(const struct fn_cg *cg)
 	return cg->version == 1 ? (cg->has_cpu ? 3 : 2) : cg->version;
 }
 
+/* Makes a worker's directory in base[i]. A sandboxd that stops removes
+ * strata-fncall when it is empty, which may be while another one is about
+ * to make a worker there: then strata-fncall is made again (on v2 with the
+ * controllers for its children) and the mkdir retried. No malloc (also
+ * called in the worker). */
+static int cg_mkdir(const struct fn_cg *cg, int i, uint64_t id)
+{
+	char p[PATH_MAX + 64];
+	cg_path(cg, i, id, NULL, p, sizeof(p));
+	for (int tries = 0; tries < 3; tries++) {
+		if (mkdir(p, 0755) == 0 || errno == EEXIST)
+			return 0;
+		if (errno != ENOENT || (mkdir(cg->base[i], 0755) < 0 && errno != EEXIST))
+			return -errno;
+		if (cg->version == 2) {
+			char c[PATH_MAX + 32];
+			snprintf(c, sizeof(c), "%s/cgroup.subtree_control", cg->base[i]);
+			int r = write_file(c, cg->has_cpu ? "+pids +memory +cpu" : "+pids +memory");
+			if (r < 0)
+				return r;
+		}
+	}
+	return -ENOENT;
+}
+
 /* On the loop, before the clone: makes the worker's cpu cgroup and opens
  * its quota file for writing into *ret_fd (-1 without a cpu controller),
  * where the loop writes each call's limit (cpu_set). Made here, not in the
@@ -408,10 +433,10 @@ static int cg_prepare_cpu(const struct fn_cg *cg, uint64_t id, int *ret_fd)
 	if (!cg->has_cpu)
 		return 0;
 	int i = cg->version == 2 ? 0 : CG_CPU;
+	int r = cg_mkdir(cg, i, id);
+	if (r < 0)
+		return r;
 	char p[PATH_MAX + 64];
-	cg_path(cg, i, id, NULL, p, sizeof(p));
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		return -errno;
 	cg_path(cg, i, id, cg->version == 2 ? "cpu.max" : "cpu.cfs_quota_us", p, sizeof(p));
 	int fd = open(p, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -450,11 +475,13 @@ static void cg_enter(const struct fn_cg *cg, uint64_t id)
 {
 	char p[PATH_MAX + 64];
 	for (int i = 0; i < cg_count(cg); i++) {
-		cg_path(cg, i, id, NULL, p, sizeof(p));
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		int r = cg_mkdir(cg, i, id);
+		if (r < 0) {
+			errno = -r;
 			die("make its cgroup");
+		}
 		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "cgroup.procs", p, sizeof(p));
-		int r = write_file(p, "0");
+		r = write_file(p, "0");
 		if (r < 0) {
 			errno = -r;
 			die("join its cgroup");

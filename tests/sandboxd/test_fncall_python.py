@@ -41,6 +41,36 @@ def create(sock, **kw):
     return strata.Sandbox.create("hostroot", backend="fncall", socket=sock, **kw)
 
 
+def test_limits_hold_after_another_sandboxd_stopped():
+    """Every sandboxd below one cgroup shares its strata-fncall directory,
+    which the last one to stop removes when empty: a sandboxd without
+    interpreters yet (A) still puts its next ones in their cgroups after
+    another one (B) stopped. First in this file: the module's daemon and its
+    interpreters do not exist yet (with them, B could not remove it)."""
+    if os.geteuid() != 0 or not sandboxd_binary() or not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs root, a built sandboxd and /usr/bin/python3")
+    base = tempfile.mkdtemp(prefix="strata-fnpy2-")
+    a = Daemon(os.path.join(base, "a"), {"hostroot": "/"})
+    b = Daemon(os.path.join(base, "b"), {"hostroot": "/"})
+    try:
+        for d in (a, b):
+            os.makedirs(d.base)
+            d.start()
+        with create(b.socket) as sb:
+            assert sb.exec(python="print(1)", timeout=30).stdout == "1\n"
+        b.stop()
+        with create(a.socket) as sb:
+            r = sb.exec(python="open('/proc/self/comm', 'w').write('strata-pids')", timeout=30)
+            assert r.exit_code == 0, r.stderr
+            v1 = os.path.isdir("/sys/fs/cgroup/pids")
+            d = _host_cgroup_dir("strata-pids", "pids" if v1 else "")
+            assert open(d + "/pids.max").read().strip() == "256", d
+    finally:
+        a.stop()
+        b.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def still_serving(sock, sb):
     """sandboxd and the interpreters' pool serve the next call."""
     assert strata.health(socket=sock)
