@@ -13,7 +13,8 @@
  *   1. attaches the rootfs at /lower (move_mount)
  *   2. mounts the overlay lower=/lower upper=/u work=/w on /m (nodev; the
  *      lower tree arrives read-only, nosuid, nodev)
- *   3. resizes the tmpfs (the writable layer's limit)
+ *   3. resizes the tmpfs (the writable layer's limit), unless it has that
+ *      size already (staging mounts it with the default one)
  *   4. moves /proc, /dev, /sys into /m and chroots into /m
  *   5. sets the hostname; a persistent sandbox (AG_START_F_PERSIST) also
  *      listens on /agent.sock in the staging root, for a host that
@@ -44,6 +45,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -112,10 +114,18 @@ static int enter_root(struct agent *a, int tree, const struct ag_start_req *q)
 	if (mount("overlay", "/m", "overlay", MS_NODEV, "lowerdir=/lower,upperdir=/u,workdir=/w") <
 	    0)
 		return -errno;
-	snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=%llu", (unsigned long long)q->disk_bytes,
-		 (unsigned long long)q->disk_inodes);
-	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts) < 0)
-		return -errno;
+	/* Staging mounted the tmpfs with the default limits (nosuid, nodev,
+	 * sandbox.c STAGE_TMPFS_OPTS), which most sandboxes keep: then a
+	 * remount (the superblock's s_umount, option parsing, a dcache
+	 * shrink) would change nothing. */
+	struct statfs sf;
+	if (statfs("/", &sf) < 0 || (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize != q->disk_bytes ||
+	    (uint64_t)sf.f_files != q->disk_inodes) {
+		snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=%llu",
+			 (unsigned long long)q->disk_bytes, (unsigned long long)q->disk_inodes);
+		if (mount(NULL, "/", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts) < 0)
+			return -errno;
+	}
 	int r = move_into("/proc", "/m/proc");
 	if (r == 0)
 		r = move_into("/dev", "/m/dev");

@@ -51,6 +51,9 @@
 #ifndef OPEN_TREE_CLONE
 #define OPEN_TREE_CLONE 1
 #endif
+/* The staging tmpfs's limits are START's defaults (send_start: 256 MiB,
+ * disk / 2048 inodes), so that the agent need not remount it for most
+ * sandboxes (agent_stage.c). */
 #define STAGE_TMPFS_OPTS "size=256m,nr_inodes=131072,mode=755"
 #define START_TIMEOUT_MS 10000
 
