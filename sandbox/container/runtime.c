@@ -383,48 +383,38 @@ static void slots_free(struct sbx_runtime *rt)
 {
 	while (rt->n_spare)
 		cg_slot_free(&rt->cg, rt->spare[--rt->n_spare]);
-	while (rt->n_spare_net) {
-		close(rt->spare_net[--rt->n_spare_net]);
-		if (rt->spare_net_sys[rt->n_spare_net] >= 0)
-			close(rt->spare_net_sys[rt->n_spare_net]);
-	}
+	while (rt->n_spare_net)
+		netns_close(&rt->spare_net[--rt->n_spare_net]);
 	while (rt->n_spare_ipc)
 		ipcns_close(&rt->spare_ipc[--rt->n_spare_ipc]);
 }
 
 /* ---- spare network namespaces -------------------------------------------- */
 
-int net_take(struct sbx_runtime *rt, int *ret_sys_fd)
+void net_take(struct sbx_runtime *rt, struct netns *ret)
 {
-	int fd = -1;
-	*ret_sys_fd = -1;
+	netns_init(ret);
 	pthread_mutex_lock(&rt->pool.lock);
-	if (rt->n_spare_net) {
-		fd = rt->spare_net[--rt->n_spare_net];
-		*ret_sys_fd = rt->spare_net_sys[rt->n_spare_net];
-	}
+	if (rt->n_spare_net)
+		*ret = rt->spare_net[--rt->n_spare_net];
 	pthread_mutex_unlock(&rt->pool.lock);
-	return fd;
 }
 
-void net_recycle(struct sbx_runtime *rt, int fd, int sys_fd)
+void net_recycle(struct sbx_runtime *rt, struct netns *ns)
 {
-	if (fd >= 0 && !rt->fresh_netns &&
-	    netns_recyclable(fd, in_pool_thread ? rt->home_net_fd : -1)) {
+	if (ns->fd >= 0 && !rt->fresh_netns &&
+	    netns_recyclable(ns, in_pool_thread ? rt->home_net_fd : -1)) {
 		pthread_mutex_lock(&rt->pool.lock);
 		bool kept = !rt->pool.stop && rt->n_spare_net < SBX_SPARE_NETNS;
-		if (kept) {
-			rt->spare_net_sys[rt->n_spare_net] = sys_fd;
-			rt->spare_net[rt->n_spare_net++] = fd;
-		}
-		pthread_mutex_unlock(&rt->pool.lock);
 		if (kept)
+			rt->spare_net[rt->n_spare_net++] = *ns;
+		pthread_mutex_unlock(&rt->pool.lock);
+		if (kept) {
+			netns_init(ns);
 			return;
+		}
 	}
-	if (fd >= 0)
-		close(fd);
-	if (sys_fd >= 0)
-		close(sys_fd);
+	netns_close(ns);
 }
 
 /* ---- spare IPC namespaces ------------------------------------------------ */

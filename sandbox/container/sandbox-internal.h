@@ -71,11 +71,27 @@ int cg_ctrl_index(const char *name);
 int netns_lo_up(void);
 /* An fd of the network namespace of process pid, or -errno. */
 int netns_open(pid_t pid);
+/* A sandbox's network namespace ("none"), kept for reuse: the namespace,
+ * an O_PATH of a sysfs mount of it (held so that its superblock lives on:
+ * the next /sys mount there is not a new one) and the files
+ * netns_recyclable reads, opened at its first check (kept: all of them
+ * are, absent ones -1). */
+#define NETNS_FILES 5
+struct netns {
+	int fd, sys_fd;		 /* -1 when absent */
+	int files[NETNS_FILES]; /* netns.c nf_names */
+	bool kept;
+};
+/* All fds -1. */
+void netns_init(struct netns *ns);
+/* Closes what it holds; netns_init. */
+void netns_close(struct netns *ns);
 /* True when a network namespace whose processes are all gone holds nothing
  * of them (no socket, fragment or flow label; only lo, as we set it up), so
- * that another sandbox may join it. Enters it for a moment on the calling
- * thread (setns). */
-bool netns_recyclable(int fd, int home);
+ * that another sandbox may join it. Its first check enters it for a moment
+ * on the calling thread (setns) and keeps the files it reads; later ones
+ * read those. */
+bool netns_recyclable(struct netns *ns, int home);
 /* A sandbox's IPC namespace, kept for reuse: the namespace and the root
  * of its mqueue filesystem (a directory fd of the sandbox's /dev/mqueue). */
 struct ipcns {
@@ -184,8 +200,7 @@ struct sbx_runtime {
 	char *state_dir, *staging;
 	struct cg_slot *spare[SBX_SPARE_SLOTS];
 	unsigned n_spare;
-	int spare_net[SBX_SPARE_NETNS]; /* network namespaces (fds) with only lo */
-	int spare_net_sys[SBX_SPARE_NETNS]; /* and their sysfs (sbx.sys_fd) */
+	struct netns spare_net[SBX_SPARE_NETNS]; /* network namespaces with only lo */
 	unsigned n_spare_net;
 	struct ipcns spare_ipc[SBX_SPARE_IPCNS]; /* IPC namespaces holding nothing */
 	unsigned n_spare_ipc;
@@ -217,9 +232,7 @@ struct sbx {
 	pid_t pid;
 	int pidfd;
 	int ctl; /* host end of the protocol stream */
-	int netns_fd; /* its network namespace ("none"; -1 if unknown), reused after it */
-	int sys_fd;   /* O_PATH of a sysfs mount of that namespace, held with it (or -1):
-		       * its superblock lives on, so the next /sys mount is not a new one */
+	struct netns netns; /* its network namespace ("none"; fd -1 if unknown), reused after it */
 	struct ipcns ipc; /* its IPC namespace (-1 if unknown), reused after it */
 	struct cg_slot *cg;
 	enum sbx_network net;
@@ -249,11 +262,12 @@ int pool_reap(struct sbx_runtime *rt, struct sbx *s);
 struct cg_slot *slot_take(struct sbx_runtime *rt);
 /* runtime.c: keeps a dead sandbox's slot for reuse if it can, else removes it. */
 void slot_recycle(struct sbx_runtime *rt, struct cg_slot *cg);
-/* runtime.c: a network namespace kept from a destroyed sandbox, or -1. */
-int net_take(struct sbx_runtime *rt, int *ret_sys_fd);
-/* runtime.c: keeps a dead sandbox's network namespace (fd, owned) for reuse
- * if netns_recyclable, else closes it. Accepts -1. */
-void net_recycle(struct sbx_runtime *rt, int fd, int sys_fd);
+/* runtime.c: a network namespace kept from a destroyed sandbox in *ret
+ * (fd -1 if none). */
+void net_take(struct sbx_runtime *rt, struct netns *ret);
+/* runtime.c: keeps a dead sandbox's network namespace for reuse if
+ * netns_recyclable, else closes it; *ns is left empty. Accepts fd -1. */
+void net_recycle(struct sbx_runtime *rt, struct netns *ns);
 /* runtime.c: an IPC namespace kept from a destroyed sandbox ({-1, -1} if none). */
 struct ipcns ipc_take(struct sbx_runtime *rt);
 /* runtime.c: keeps a dead sandbox's IPC namespace (owned) for reuse if

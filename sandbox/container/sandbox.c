@@ -134,9 +134,9 @@ static void fill_args(struct sbx *s, struct child_args *a)
 	struct sbx_runtime *rt = s->rt;
 	a->mntns_fd = rt->mntns_fd;
 	snprintf(a->tmpfs_opts, sizeof(a->tmpfs_opts), "%s", STAGE_TMPFS_OPTS);
-	a->netns_fd = s->netns_fd;
+	a->netns_fd = s->netns.fd;
 	a->ipcns_fd = s->ipc.ns_fd;
-	a->new_netns = s->net == SBX_NET_NONE && s->netns_fd < 0;
+	a->new_netns = s->net == SBX_NET_NONE && s->netns.fd < 0;
 	a->cgroupns = rt->cg.version != 0;
 	a->agent_fd = rt->agent_fd;
 	memcpy(a->masks_present, rt->masks_present, sizeof(a->masks_present));
@@ -267,11 +267,11 @@ static int clone_child(struct sbx *s, struct child_args *a)
 	/* Kept for reuse after the sandbox (a zombie has none: not reused). */
 	if (r == 0 && a->new_netns) {
 		char p[64];
-		s->netns_fd = netns_open(s->pid);
+		s->netns.fd = netns_open(s->pid);
 		/* Holds the namespace's sysfs superblock for the sandboxes that
 		 * will reuse the namespace (-1: they make their own). */
 		snprintf(p, sizeof(p), "/proc/%d/root/sys", (int)s->pid);
-		s->sys_fd = open(p, O_PATH | O_CLOEXEC);
+		s->netns.sys_fd = open(p, O_PATH | O_CLOEXEC);
 	}
 	if (r == 0 && a->ipcns_fd < 0)
 		(void)ipcns_open(s->pid, &s->ipc); /* else {-1, -1}: not reused */
@@ -291,8 +291,9 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 	s->pid = -1;
 	s->pidfd = s->ctl = -1;
 	s->net = net;
-	s->sys_fd = -1;
-	s->netns_fd = net == SBX_NET_NONE ? net_take(rt, &s->sys_fd) : -1;
+	netns_init(&s->netns);
+	if (net == SBX_NET_NONE)
+		net_take(rt, &s->netns);
 	s->ipc = ipc_take(rt);
 	if (rt->cg.version && !(s->cg = slot_take(rt)))
 		r = cg_slot_new(&rt->cg, __atomic_add_fetch(&rt->seq, 1, __ATOMIC_RELAXED), &s->cg);
@@ -470,13 +471,10 @@ void sbx_finish(struct sbx *s)
 		close(s->ctl);
 	if (s->rt) {
 		slot_recycle(s->rt, s->cg);
-		net_recycle(s->rt, s->netns_fd, s->sys_fd);
+		net_recycle(s->rt, &s->netns);
 		ipc_recycle(s->rt, &s->ipc);
 	} else {
-		if (s->netns_fd >= 0)
-			close(s->netns_fd);
-		if (s->sys_fd >= 0)
-			close(s->sys_fd);
+		netns_close(&s->netns);
 		ipcns_close(&s->ipc);
 	}
 	free(s);
@@ -510,7 +508,7 @@ int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret)
 		return -ENOMEM;
 	s->pid = pid;
 	s->ctl = fd;
-	s->netns_fd = s->sys_fd = -1;
+	netns_init(&s->netns);
 	s->ipc = (struct ipcns){-1, -1};
 	s->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	if (pid > 0 && s->pidfd < 0) {
@@ -534,10 +532,7 @@ void sbx_release(struct sbx *s)
 		close(s->ctl);
 	if (s->pidfd >= 0)
 		close(s->pidfd);
-	if (s->netns_fd >= 0)
-		close(s->netns_fd); /* still in use: never reused */
-	if (s->sys_fd >= 0)
-		close(s->sys_fd);
+	netns_close(&s->netns); /* still in use: never reused */
 	ipcns_close(&s->ipc);
 	cg_slot_close(s->cg);
 	free(s);
@@ -566,10 +561,9 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	*s = (struct sbx){.rt = rt,
 			  .pid = pid,
 			  .ctl = -1,
-			  .netns_fd = -1,
-			  .sys_fd = -1,
 			  .ipc = {-1, -1},
 			  .persist = true};
+	netns_init(&s->netns);
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (s->pidfd < 0)
 		r = -errno;
