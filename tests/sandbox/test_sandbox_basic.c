@@ -337,6 +337,37 @@ static void measure(struct sbxt_env *e, const char *label, int n)
 	free(d);
 }
 
+/* The writable layer's size limit: the staging tmpfs is made with START's
+ * default (256 MiB, 131072 inodes), which the agent then keeps without a
+ * remount (agent_stage.c); any other size is a remount. df in the sandbox
+ * sees the upper layer's tmpfs: the size asked for, either way (filling
+ * the layer: test_sandbox_contain). */
+static void test_disk_sizes(struct sbxt_env *e)
+{
+	static const struct {
+		uint64_t bytes;
+		const char *kib, *inodes;
+	} sizes[] = {{0, " 262144 ", " 131072 "},
+		     {256ull << 20, " 262144 ", " 131072 "},
+		     {64ull << 20, " 65536 ", " 32768 "},
+		     {300ull << 20, " 307200 ", " 153600 "}};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		struct sbx_config cfg = sbxt_config(e);
+		cfg.disk_bytes = sizes[i].bytes;
+		struct sbx *s = NULL;
+		static struct sbxt_out o;
+		struct sbx_exec_result r;
+		CHECK(sbx_create(e->rt, &cfg, &s) == 0);
+		if (!s)
+			continue;
+		CHECK(sbxt_sh(s, "df -k / | tail -1; df -i / | tail -1", 0, &o, &r) == 0 &&
+		      strstr(o.out, sizes[i].kib) && strstr(o.out, sizes[i].inodes));
+		if (!strstr(o.out, sizes[i].kib) || !strstr(o.out, sizes[i].inodes))
+			fprintf(stderr, "disk %llu: %s", (unsigned long long)sizes[i].bytes, o.out);
+		sbx_destroy(s);
+	}
+}
+
 static int count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -377,6 +408,7 @@ int main(void)
 	sbx_destroy(a);
 	sbx_destroy(b);
 	test_host_network(&e);
+	test_disk_sizes(&e);
 	test_cgroup_v2(&e);
 	test_concurrent(&e, 4, 8);
 	test_concurrent(&e, 32, 3);
