@@ -9,7 +9,11 @@
  * is destroyed and all its processes are gone, its namespace goes back to a
  * spare list (runtime.c) if netns_recyclable says it holds nothing of the
  * old sandbox, and the next staging joins it with setns instead of
- * clone(CLONE_NEWNET).
+ * clone(CLONE_NEWNET). The check reads four files of the namespace's
+ * /proc/net and lo's sysfs flags: its first check of a namespace opens
+ * them from inside (setns) and keeps them with it (struct netns), later
+ * ones pread them (each file stays bound to the namespace it was opened
+ * in).
  *
  * What a sandbox could have left in its namespace, and why the check is
  * enough:
