@@ -86,7 +86,8 @@ int main(int argc, char **argv)
 		int n = atoi(argv[2]);
 		double c0 = cpu_s();
 		for (int i = 0; i < n; i++) {
-			long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWUTS | SIGCHLD, 0, 0, 0, 0);
+			long pid =
+			    syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWUTS | SIGCHLD, 0, 0, 0, 0);
 			if (pid == 0) {
 				prctl(PR_SET_NAME, "strata-agent");
 				prctl(PR_SET_DUMPABLE, 0);
@@ -117,7 +118,8 @@ int main(int argc, char **argv)
 			nf = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
 			memcpy(fds, CMSG_DATA(c), (size_t)nf * sizeof(int));
 		}
-		long pid = syscall(SYS_clone, CLONE_PARENT | CLONE_NEWPID | CLONE_NEWUTS, 0, 0, 0, 0);
+		long pid =
+		    syscall(SYS_clone, CLONE_PARENT | CLONE_NEWPID | CLONE_NEWUTS, 0, 0, 0, 0);
 		if (pid == 0)
 			child(fds[0]);
 		for (int i = 0; i < nf; i++)
@@ -174,8 +176,8 @@ int main(int argc, char **argv)
 		}
 	}
 	const size_t stack_size = 256 << 10;
-	char *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			   -1, 0);
+	char *stack =
+	    mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	double c0 = cpu_s();
 	for (int i = 0; i < n; i++) {
 		int ss[2], pidfd = -1;
@@ -185,8 +187,8 @@ int main(int argc, char **argv)
 		if (!zyg) {
 			child_sock = ss[1];
 			if (clone(exec_child, stack + stack_size,
-				  CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWPID | CLONE_NEWUTS |
-				      CLONE_PIDFD,
+				  CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWPID |
+				      CLONE_NEWUTS | CLONE_PIDFD,
 				  NULL, &pidfd) < 0) {
 				perror("clone");
 				return 1;

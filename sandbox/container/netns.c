@@ -81,7 +81,6 @@ int netns_open(pid_t pid)
 	return fd < 0 ? -errno : fd;
 }
 
-
 void netns_init(struct netns *ns)
 {
 	ns->fd = ns->sys_fd = -1;
@@ -107,7 +106,7 @@ void netns_close(struct netns *ns)
 enum { NF_SOCKSTAT, NF_SOCKSTAT6, NF_FLOWLABEL, NF_DEV, NF_LO_FLAGS };
 static const char *const nf_names[NETNS_FILES] = {
     [NF_SOCKSTAT] = "sockstat",
-    [NF_SOCKSTAT6] = "sockstat6",	/* absent without IPv6 */
+    [NF_SOCKSTAT6] = "sockstat6",     /* absent without IPv6 */
     [NF_FLOWLABEL] = "ip6_flowlabel", /* likewise */
     [NF_DEV] = "dev",
     [NF_LO_FLAGS] = "class/net/lo/flags", /* of sys_fd */

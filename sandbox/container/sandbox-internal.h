@@ -78,7 +78,7 @@ int netns_open(pid_t pid);
  * are, absent ones -1). */
 #define NETNS_FILES 5
 struct netns {
-	int fd, sys_fd;		 /* -1 when absent */
+	int fd, sys_fd;		/* -1 when absent */
 	int files[NETNS_FILES]; /* netns.c nf_names */
 	bool kept;
 };

@@ -558,11 +558,7 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	int r = 0;
 	if (!s)
 		return -ENOMEM;
-	*s = (struct sbx){.rt = rt,
-			  .pid = pid,
-			  .ctl = -1,
-			  .ipc = {-1, -1},
-			  .persist = true};
+	*s = (struct sbx){.rt = rt, .pid = pid, .ctl = -1, .ipc = {-1, -1}, .persist = true};
 	netns_init(&s->netns);
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (s->pidfd < 0)
