@@ -24,6 +24,7 @@
 
 #include "chunk_store.h"
 #include "cleanup.h"
+#include "daemon.h"
 #include "log.h"
 #include "meta_client.h"
 #include "rpc.h"
@@ -333,6 +334,7 @@ int main(int argc, char **argv)
 	if (r != 0)
 		return r > 0 ? 0 : 2;
 	log_init("strata-chunkserver", level);
+	daemon_raise_fd_limit();
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&d.sigs);
 	sigaddset(&d.sigs, SIGTERM);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "daemon.h"
 #include "fuse-internal.h"
 #include "log.h"
 
@@ -392,6 +393,7 @@ int main(int argc, char **argv)
 	if (r != 0)
 		return r > 0 ? 0 : 2;
 	log_init("strata-fuse", (enum log_level)level);
+	daemon_raise_fd_limit();
 	/* Keep freed I/O buffers in the heap: no mmap/munmap per 1 MiB request. */
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include "chunk_client.h"
 #include "cleanup.h"
+#include "daemon.h"
 #include "gc.h"
 #include "log.h"
 #include "meta_client.h"
@@ -266,6 +267,7 @@ int main(int argc, char **argv)
 	if (parse_args(argc, argv, &o) < 0)
 		return 2;
 	log_init("strata-meta", (enum log_level)o.log_level);
+	daemon_raise_fd_limit();
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);

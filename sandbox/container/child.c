@@ -299,6 +299,7 @@ _Noreturn void child_main(const struct child_args *a)
 		close(fd);
 	}
 	setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
+	sbx_sandbox_fd_limit();
 	/* The agent's "/" is the staging tmpfs; the namespace's root above it
 	 * is the template's, empty and read-only (what a chroot escape finds). */
 	TRY(ST_CHROOT, chroot("."));
@@ -447,4 +448,14 @@ int mntns_template(const char *dir, int *ret_fd, uint32_t present[M_LISTS])
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
 	return r;
+}
+
+void sbx_sandbox_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > SBX_SANDBOX_NOFILE) {
+		rl.rlim_cur = SBX_SANDBOX_NOFILE;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }

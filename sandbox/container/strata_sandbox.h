@@ -57,6 +57,13 @@ int sbx_runtime_cgroup_version(const struct sbx_runtime *rt);
  * with PR_SET_SECCOMP after PR_SET_NO_NEW_PRIVS); the caller closes it. */
 int sbx_seccomp_program(int *ret_fd);
 
+/* The open-file soft limit a sandbox starts with: the usual 1024 (Docker's
+ * too). The strata daemons raise their own to the hard limit (fs/daemon.h);
+ * sbx_sandbox_fd_limit() gives it back in the first process of a sandbox,
+ * before its exec (no malloc: safe in a clone child). The hard limit stays. */
+#define SBX_SANDBOX_NOFILE 1024
+void sbx_sandbox_fd_limit(void);
+
 enum sbx_network { SBX_NET_NONE = 0, SBX_NET_HOST = 1 };
 
 #define SBX_MIN_MEMORY (16ull << 20)

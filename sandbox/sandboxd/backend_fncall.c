@@ -767,6 +767,7 @@ worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, i
 	sethostname("sandbox", 7);
 	if (!p->net_host)
 		loopback_up();
+	sbx_sandbox_fd_limit();
 	drop_bounding();
 	drop_privileges(p->fb);
 	char *env[] = {"PATH=" DEFAULT_PATH, "LANG=C.UTF-8", NULL};

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "daemon.h"
 #include "log.h"
 #include "sandboxd.h"
 
@@ -465,6 +466,7 @@ int main(int argc, char **argv)
 {
 	struct sandboxd d = {.listen_fd = -1, .tcp_fd = -1, .timer_fd = -1, .signal_fd = -1};
 	log_init("strata-sandboxd", LOG_LVL_INFO);
+	daemon_raise_fd_limit();
 	defaults(&d.cfg);
 	d.started_ms = sbd_now_ms();
 	int r = parse_args(&d, argc, argv);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,23 @@ static void test_exec(struct sbx *s)
 	    .argv = (const char *[]){"/bin/sh", "-c", "grep CapEff /proc/self/status", NULL},
 	    .user = "user"};
 	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && strstr(o.out, "0000000000000000"));
+}
+
+/* The strata daemons raise their soft fd limit to the hard one (main()
+ * does so here too, before staging); a sandbox still starts with 1024. */
+static void test_fd_limit(struct sbx *s)
+{
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	struct rlimit host;
+	char want[64];
+	CHECK(getrlimit(RLIMIT_NOFILE, &host) == 0);
+	if (host.rlim_max <= SBX_SANDBOX_NOFILE)
+		return; /* nothing to give back */
+	snprintf(want, sizeof(want), "%d\n%llu\n", SBX_SANDBOX_NOFILE,
+		 (unsigned long long)host.rlim_max);
+	CHECK(sbxt_sh(s, "ulimit -Sn; ulimit -Hn", 0, &o, &r) == 0 && r.exit_code == 0);
+	CHECK(!strcmp(o.out, want));
 }
 
 static void test_flood(struct sbx *s)
@@ -382,6 +400,11 @@ static int count_fds(void)
 int main(void)
 {
 	struct sbxt_env e;
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) { /* as daemon_raise_fd_limit() */
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	int fds0 = count_fds();
 	int r = sbxt_setup(&e, 8);
 	if (r)
@@ -399,6 +422,7 @@ int main(void)
 		return 1;
 	}
 	test_exec(a);
+	test_fd_limit(a);
 	test_flood(a);
 	test_files(&e, a);
 	test_isolation(&e, a, b);

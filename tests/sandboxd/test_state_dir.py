@@ -74,3 +74,40 @@ def test_state_of_an_earlier_sandboxd_stays_on_disk(base):
         assert not os.path.islink(os.path.join(d.home, "sandboxd"))
     finally:
         d.stop()
+
+
+def test_open_file_limit_raised_for_sandboxd_not_for_sandboxes(base):
+    """sandboxd holds several fds per sandbox: it raises its soft
+    RLIMIT_NOFILE to the hard limit (fs/daemon.h); a sandbox it creates still
+    starts with the usual 1024."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard <= 1024:
+        pytest.skip("hard open file limit %d: nothing to raise" % hard)
+    root = make_busybox_rootfs(os.path.join(base, "rootfs"))
+    d = Daemon(os.path.join(base, "d"), {"busybox": root})
+    os.makedirs(d.base)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # as a shell's default
+    try:
+        d.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        with open("/proc/%d/limits" % d.proc.pid) as f:
+            line = [l for l in f if l.startswith("Max open files")][0]
+        assert line.split()[3:5] == [str(hard), str(hard)], line
+        caps = request(d, "GET", "/v1/capabilities")[1]
+        if not caps["backends"]["container"]["available"]:
+            pytest.skip("no container backend here")
+        sid = create(d, backend="container")
+        st, body = request(d, "POST", "/v1/sandboxes/%s/exec" % sid,
+                           {"cmd": ["sh", "-c", "ulimit -Sn; ulimit -Hn"]})
+        assert st == 200, body
+        import base64
+        from test_http_api import stream_events
+        events = stream_events(body)
+        out = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stdout")
+        assert out == b"1024\n%d\n" % hard and events[-1]["exit_code"] == 0, events
+        request(d, "DELETE", "/v1/sandboxes/%s" % sid)
+    finally:
+        d.stop()

@@ -1,0 +1,19 @@
+/* daemon.c — process set-up shared by the strata daemons (see daemon.h). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <sys/resource.h>
+
+#include "log.h"
+
+void daemon_raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		log_warn_errno(-errno, "Failed to raise the open file limit to %llu",
+			       (unsigned long long)rl.rlim_max);
+}
