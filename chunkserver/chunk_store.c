@@ -4,6 +4,7 @@
  *   <target>/LOCK                          flock'd by the owning process
  *   <target>/chunks/<ino%256 %02x>/<ino %016x>/<index %08x>   one file per chunk
  *   <target>/tmp/<ino %016x>.<index %08x>  a chunk being rewritten
+ *   <target>/tmp/<ino %016x>.<index %08x>.put  a chunk being put in pieces (resync)
  *   <target>/target.id                     identity record (chunkserver/target_id.c)
  *
  * A chunk file is a header followed by the data (format in README.md):
@@ -27,10 +28,14 @@
  *     laundered into a fresh checksum.
  *  4. Writers of one chunk are serialised by a striped mutex (stripe =
  *     hash(ino, index)); readers take no lock (invariant 1).
- *  5. Files in tmp/ belong to a writer holding the chunk's stripe lock; at
- *     open (before any writer exists) every file in tmp/ is a crash leftover
- *     and is deleted. A failed write (-ENOSPC, -EIO) deletes its temp file
- *     and leaves the old chunk untouched.
+ *  5. Files in tmp/ belong to a writer holding the chunk's stripe lock, or
+ *     (tmp/<ino>.<index>.put) to a transfer of a chunk in pieces, touched
+ *     only under that lock, until its last piece publishes it, a failed
+ *     piece or the next first piece of the chunk drops it, or the expiry
+ *     does (its sender went away); at open (before any writer exists) every
+ *     file in tmp/ is a crash leftover and is deleted. A failed write
+ *     (-ENOSPC, -EIO) deletes its temp file and leaves the old chunk
+ *     untouched.
  *  6. Durability: nothing is fsync'd unless asked. CHUNK_STORE_SYNC does
  *     fdatasync(temp) before the rename and fsync(dir) after it;
  *     chunk_store_sync() is syncfs() of the target. After a power loss an
@@ -55,6 +60,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -1123,4 +1129,225 @@ int chunk_store_list(struct chunk_store *cs, struct chunk_key **ret, size_t *ret
 	*ret = v;
 	*ret_n = n;
 	return 0;
+}
+
+/* ---- resync: a chunk in pieces (chunk_store.h) -------------------------- */
+/* The staging file tmp/<ino>.<index>.put has the final chunk's layout; until
+ * the last piece its first 64 bytes hold the transfer's state (below), and
+ * the block checksums of the pieces received so far are already in place
+ * (64 + 8 b). Every call holds the chunk's stripe lock (invariant 4), so a
+ * piece, a write and a publish of one chunk never overlap. */
+#define STG_MAGIC 0x54555053u /* "SPUT": never a valid chunk header */
+#define STG_FIXED 64
+
+static void stage_path(char out[64], uint64_t ino, uint32_t index)
+{
+	snprintf(out, 64, "tmp/%016llx.%08x.put", (unsigned long long)ino, index);
+}
+
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -ENOSPC;
+		p += n, len -= (size_t)n, off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+	while (len > 0) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n, len -= (size_t)n, off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static void stage_state_encode(uint8_t raw[STG_FIXED], const struct chunk_put_piece *p,
+			       uint32_t next)
+{
+	memset(raw, 0, STG_FIXED);
+	le32_put(raw + 0, STG_MAGIC);
+	le16_put(raw + 4, CHDR_FORMAT);
+	le64_put(raw + 8, p->version);
+	le64_put(raw + 16, p->tag);
+	le32_put(raw + 24, p->total);
+	le32_put(raw + 28, next);
+}
+
+/* Opens the staging file for piece p: a new one for a first piece, else the
+ * existing one if it belongs to p's transfer and p is its next piece. */
+static int stage_open(struct chunk_store *cs, const char *sp, const struct chunk_put_piece *p,
+		      uint32_t hdr_len)
+{
+	if (p->flags & CHUNK_PUT_FIRST) {
+		int fd = openat(cs->dirfd, sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return -errno;
+		if (ftruncate(fd, (off_t)hdr_len + p->total) < 0) {
+			int r = -errno;
+			close(fd);
+			return r;
+		}
+		return fd;
+	}
+	int fd = openat(cs->dirfd, sp, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESTALE : -errno;
+	uint8_t raw[STG_FIXED];
+	int r = pread_all(fd, raw, sizeof(raw), 0);
+	if (r == 0 && (le32_get(raw) != STG_MAGIC || le64_get(raw + 8) != p->version ||
+		       le64_get(raw + 16) != p->tag || le32_get(raw + 24) != p->total ||
+		       le32_get(raw + 28) != p->off))
+		r = -ESTALE;
+	if (r < 0) {
+		close(fd);
+		return r == -EIO ? -ESTALE : r;
+	}
+	return fd;
+}
+
+/* The last piece is in: reads every block back and checks it against its
+ * checksum, checks the chunk checksum against the source's, writes the
+ * header over the transfer state and renames the file over the chunk. */
+static int stage_publish(struct chunk_store *cs, int fd, const char *sp, uint64_t ino,
+			 uint32_t index, const struct chunk_put_piece *p, struct chunk_meta *ret)
+{
+	struct chunk_hdr h = { .nblocks = nblocks_for(p->total), .ino = ino, .index = index,
+			       .version = p->version, .data_len = p->total };
+	h.hdr_len = hdr_len_for(h.nblocks);
+	_cleanup_free_ uint64_t *sums = malloc(sizeof(uint64_t) * (h.nblocks ? h.nblocks : 1));
+	_cleanup_free_ uint8_t *raw = malloc(h.hdr_len);
+	_cleanup_free_ uint8_t *buf = malloc(16 * BS);
+	if (!sums || !raw || !buf)
+		return -ENOMEM;
+	int r = pread_all(fd, raw, h.hdr_len, 0);
+	for (uint32_t b = 0; r == 0 && b < h.nblocks; b++)
+		sums[b] = le64_get(raw + CHDR_FIXED + 8 * b);
+	for (uint32_t b0 = 0; r == 0 && b0 < h.nblocks; b0 += 16) {
+		uint64_t s = (uint64_t)b0 * BS, e = STRATA_MIN(s + 16 * BS, (uint64_t)p->total);
+		r = pread_all(fd, buf, e - s, h.hdr_len + s);
+		for (uint32_t b = b0; r == 0 && b < h.nblocks && b < b0 + 16; b++)
+			if (block_sum(buf + (uint64_t)(b - b0) * BS, block_len(p->total, b)) != sums[b])
+				r = -EIO;
+	}
+	if (r < 0)
+		return r;
+	h.bcsum = sums;
+	hdr_encode(&h, raw);
+	if (h.checksum != p->checksum)
+		return -EIO;
+	r = pwrite_all(fd, raw, h.hdr_len, 0);
+	if (r < 0)
+		return r;
+	char cp[64], dp[64];
+	chunk_path(cp, ino, index);
+	chunk_dir_path(dp, ino);
+	for (int tries = 0;; tries++) {
+		if (renameat(cs->dirfd, sp, cs->dirfd, cp) == 0)
+			break;
+		if (errno != ENOENT || tries == 3)
+			return -errno;
+		if ((r = mkdirat_ok(cs->dirfd, dp)) < 0)
+			return r;
+	}
+	if (ret)
+		*ret = (struct chunk_meta){ h.version, h.data_len, h.checksum };
+	return 0;
+}
+
+static int piece_check(const struct chunk_put_piece *p)
+{
+	uint64_t end = (uint64_t)p->off + p->len;
+	if (p->total > CHUNK_STORE_MAX_LEN)
+		return -EFBIG;
+	if (p->version == 0 || p->off % BS || end > p->total || (p->len && !p->data))
+		return -EINVAL;
+	if ((p->flags & CHUNK_PUT_FIRST) && p->off != 0)
+		return -EINVAL;
+	if (p->flags & CHUNK_PUT_LAST)
+		return end == p->total ? 0 : -EINVAL;
+	return p->len > 0 && p->len % BS == 0 && end < p->total ? 0 : -EINVAL;
+}
+
+int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
+			  const struct chunk_put_piece *p, struct chunk_meta *ret)
+{
+	if (ret)
+		*ret = (struct chunk_meta){ 0 };
+	int r = piece_check(p);
+	if (r < 0)
+		return r;
+	char sp[64];
+	stage_path(sp, ino, index);
+	uint32_t nb = nblocks_for(p->len), hdr_len = hdr_len_for(nblocks_for(p->total));
+	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
+	_cleanup_close_ int fd = stage_open(cs, sp, p, hdr_len);
+	if (fd < 0)
+		return fd; /* -ESTALE: someone else's staging file, left alone */
+	_cleanup_free_ uint8_t *sums = malloc(8 * (size_t)(nb ? nb : 1));
+	if (!sums)
+		r = -ENOMEM;
+	for (uint32_t i = 0; r == 0 && i < nb; i++) {
+		uint32_t bl = STRATA_MIN(BS, p->len - i * BS);
+		le64_put(sums + 8 * i, p->sums ? p->sums[i]
+					       : block_sum((const uint8_t *)p->data + (size_t)i * BS, bl));
+	}
+	if (r == 0)
+		r = pwrite_all(fd, p->data, p->len, (uint64_t)hdr_len + p->off);
+	if (r == 0)
+		r = pwrite_all(fd, sums, 8 * (size_t)nb, CHDR_FIXED + 8 * (uint64_t)(p->off / BS));
+	if (r == 0 && !(p->flags & CHUNK_PUT_LAST)) {
+		uint8_t st[STG_FIXED];
+		stage_state_encode(st, p, p->off + p->len);
+		r = pwrite_all(fd, st, sizeof(st), 0);
+	}
+	if (r == 0 && (p->flags & CHUNK_PUT_LAST))
+		r = stage_publish(cs, fd, sp, ino, index, p, ret);
+	if (r < 0)
+		unlinkat(cs->dirfd, sp, 0);
+	return r;
+}
+
+int chunk_store_put_expire(struct chunk_store *cs, int max_age_s)
+{
+	int fd = openat(cs->dirfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		unsigned long long ino;
+		unsigned index;
+		char tail[8], sp[64];
+		if (sscanf(de->d_name, "%16llx.%8x.%3s", &ino, &index, tail) != 3 ||
+		    strcmp(tail, "put") != 0)
+			continue;
+		stage_path(sp, ino, index);
+		if (strcmp(sp + 4, de->d_name) != 0)
+			continue;
+		pthread_mutex_t *m = lock_chunk(cs, ino, index);
+		struct stat st;
+		if (fstatat(fd, de->d_name, &st, 0) == 0 &&
+		    st.st_mtime + max_age_s <= time(NULL) && unlinkat(fd, de->d_name, 0) == 0)
+			n++;
+		pthread_mutex_unlock(m);
+	}
+	closedir(d);
+	return n;
 }

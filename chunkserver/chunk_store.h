@@ -105,3 +105,39 @@ struct chunk_key {
 /* Every chunk of the target, sorted by (ino, index), into a heap array
  * (owned by the caller, free()). Returns 0 or -errno. */
 int chunk_store_list(struct chunk_store *cs, struct chunk_key **ret, size_t *ret_n);
+
+/* ---- resync of chunks larger than one message (resync.c) ------------------ */
+/* A chunk above CHUNK_IO_MAX is put in pieces of one transfer: the pieces go,
+ * in order, into a staging file tmp/<ino>.<index>.put laid out as the final
+ * chunk file (its first 64 bytes hold the transfer's state meanwhile: version,
+ * tag, total, bytes received); the last piece reads the staged data back,
+ * checks every block against its checksum and the chunk checksum against the
+ * source's, writes the header and renames the file over the chunk (atomic:
+ * the old chunk or the new one, as for a write). A first piece drops any
+ * partial staging file of the chunk (an interrupted transfer); so do a
+ * failed piece, chunk_store_put_expire, and start-up (tmp/ is emptied). */
+#define CHUNK_PUT_FIRST 0x1 /* the first piece (off 0): starts a new staging file */
+#define CHUNK_PUT_LAST 0x2  /* the last piece (ends at total): verify and publish */
+struct chunk_put_piece {
+	uint64_t version;  /* published with the last piece (the source's version, > 0) */
+	uint64_t tag;      /* the transfer, chosen by the sender; every piece carries it */
+	uint64_t checksum; /* the source's chunk checksum; the staged chunk must match it */
+	uint32_t total;    /* the chunk's length, <= CHUNK_STORE_MAX_LEN */
+	uint32_t off, len; /* this piece: data[0..len) at off (block aligned; a piece
+			    * but the last is a whole number of blocks) */
+	const void *data;
+	const uint64_t *sums; /* XXH3-64 of each 64 KiB piece of data (wire_data_hash), or NULL */
+	unsigned flags;       /* CHUNK_PUT_FIRST, CHUNK_PUT_LAST */
+};
+/* Stores one piece. Returns 0 (with the last piece: the published chunk's
+ * state in *ret, which may be NULL; before: *ret zeroed), -EINVAL (a piece
+ * that breaks the rules above), -ESTALE (no staging file of this transfer
+ * here, or not the next piece: start over with a first piece), -EIO (the
+ * staged chunk does not match its block checksums or the source's
+ * checksum; the staging file is dropped), -EFBIG, -ENOSPC or -errno (the
+ * staging file is dropped). */
+int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
+			  const struct chunk_put_piece *p, struct chunk_meta *ret);
+/* Drops staging files untouched for max_age_s seconds or more (transfers
+ * whose sender went away). Returns how many, or -errno. */
+int chunk_store_put_expire(struct chunk_store *cs, int max_age_s);

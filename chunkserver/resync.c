@@ -19,12 +19,36 @@
  * after the walk passed it was written in order after the PUT (invariant 2
  * of replica.c). The successor's LIST is a snapshot; a chunk that changed
  * since is simply put again.
- * Limits: a chunk larger than CHUNK_IO_MAX (4 MiB; chunk sizes above 4 MiB)
- * cannot be put in one message: the sync stops with -EFBIG and a log line. */
+ *
+ * Chunks larger than CHUNK_IO_MAX (chunk sizes of 8-64 MiB) go in pieces
+ * (put_parts, MSG_CHUNK_PUT_PART): pieces of CHUNK_IO_MAX bytes in order,
+ * each read (and verified) from our chunk, the first flagged
+ * CHUNK_PP_FIRST, the last CHUNK_PP_LAST; every piece carries our version,
+ * length and chunk checksum and a tag naming this transfer. All but the
+ * last piece go without the chunk's ordering lock (a 64 MiB transfer would
+ * hold up writes to the chunk past the forward timeout); the last one goes
+ * under it, once the chunk is seen unchanged (else the transfer starts
+ * over; the third attempt holds the lock throughout). The receiver
+ * (resync_put_part, under its own ordering lock per piece) stages them in
+ * tmp/ and publishes the chunk with the last piece only after checking
+ * every block, and the whole chunk's checksum against ours
+ * (chunk_store_put_piece): so the successor holds its old chunk or exactly
+ * ours as of the moment we hold the lock, never a mix, and no write to the
+ * chunk is between us then (its writes come through us). Writes that reach
+ * it while the pieces are staged go to its old chunk, which the publish
+ * replaces. A transfer cut off (either side killed, the chain changed:
+ * -ESTALE) leaves a staging file the next first piece of that chunk, the
+ * expiry (STAGE_MAX_AGE_S, checked every STAGE_EXPIRE_EVERY_MS) or a
+ * restart removes; the sync stops and the next pass starts over. A
+ * successor too old to know PUT_PART answers -EOPNOTSUPP: the sync stops
+ * with a log line naming it (it cannot become serving until upgraded). */
+#include "resync.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chunk_store.h"
 #include "cleanup.h"
@@ -35,6 +59,10 @@
 #include "service.h"
 
 #define SYNC_REPORT_EVERY 64
+#define PART_TIMEOUT_MS 5000          /* one piece, the last one's read-back and publish included */
+#define STAGE_MAX_AGE_S 120           /* a staging file untouched this long is dropped */
+#define STAGE_EXPIRE_EVERY_MS 30000
+#define OLD_PEER_WARN_EVERY_MS 60000
 
 struct sync_job {
 	struct repl *rp;
@@ -46,7 +74,16 @@ struct sync_job {
 	struct chunk_list_ent *remote; /* heap, sorted */
 	size_t nremote;
 	uint64_t done, total, copied, removed;
+	struct rpc_client *rpc;       /* PUT_PART's connection, made on first use */
+	uint8_t *part_buf;            /* CHUNK_IO_MAX bytes, on first use */
 };
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static struct chunk_route peer_route(const struct sync_job *j)
 {
@@ -102,9 +139,123 @@ static int put_remote(struct sync_job *j, uint64_t ino, uint32_t index, const vo
 	return r;
 }
 
-/* Step 2 for one chunk, under its ordering lock. */
+/* A new transfer's tag: differs from every other transfer of the chunk to
+ * the successor (ours before, another tail's after a chain change). */
+static uint64_t part_tag(const struct sync_job *j)
+{
+	static uint64_t seq; /* the resync thread only */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((uint64_t)j->self << 40) ^ ((uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec) ^
+	       (++seq << 20);
+}
+
+static void warn_old_peer(const struct sync_job *j, uint64_t ino, uint32_t index, uint32_t len)
+{
+	static uint32_t last_peer; /* the resync thread only */
+	static int64_t last_ms;
+	if (last_peer == j->peer && mono_ms() - last_ms < OLD_PEER_WARN_EVERY_MS)
+		return;
+	last_peer = j->peer;
+	last_ms = mono_ms();
+	log_warn("resync: target %u at %s does not take chunks over %u bytes in pieces "
+		 "(MSG_CHUNK_PUT_PART unknown: an older strata-chunkserver); chunk %llu/%u "
+		 "(%u bytes) cannot be copied and the target stays syncing until it is upgraded",
+		 j->peer, j->peer_addr, CHUNK_IO_MAX, (unsigned long long)ino, index, len);
+}
+
+/* Sends the piece of our chunk m at off (a transfer's piece: tag). Returns 0,
+ * CHUNK_CHANGED if the chunk no longer reads as m's length, or -errno. */
+#define CHUNK_CHANGED 1
+static int send_piece(struct sync_job *j, uint64_t ino, uint32_t index,
+		      const struct chunk_meta *m, uint64_t tag, uint32_t off)
+{
+	if (!j->rpc) {
+		struct rpc_client_opts o = { .timeout_ms = PART_TIMEOUT_MS,
+					     .connect_timeout_ms = 1000, .max_conns = 1 };
+		if (!(j->rpc = rpc_client_new(j->peer_addr, &o)))
+			return -ENOMEM;
+	}
+	if (!j->part_buf && !(j->part_buf = malloc(CHUNK_IO_MAX)))
+		return -ENOMEM;
+	struct chunk_req q = { .route = peer_route(j), .ino = ino, .index = index,
+			       .version = m->version, .total = m->length, .tag = tag,
+			       .checksum = m->checksum, .off = off,
+			       .len = STRATA_MIN(CHUNK_IO_MAX, m->length - off) };
+	q.flags = (off == 0 ? CHUNK_PP_FIRST : 0) | (off + q.len == m->length ? CHUNK_PP_LAST : 0);
+	ssize_t n = chunk_store_read(j->cs, ino, index, off, q.len, j->part_buf);
+	if (n < 0)
+		return n == -EIO ? (int)n : CHUNK_CHANGED; /* e.g. removed meanwhile */
+	if (n != q.len)
+		return CHUNK_CHANGED;
+	_cleanup_(wbuf_done) struct wbuf wb;
+	wbuf_init(&wb);
+	int r = chunk_req_encode(MSG_CHUNK_PUT_PART, &q, &wb);
+	if (r < 0)
+		return r;
+	struct iovec iov = { wb.data, wb.len };
+	struct rpc_data d = { .p = j->part_buf, .len = q.len };
+	struct rpc_reply rep = { 0 };
+	r = rpc_callv_data(j->rpc, MSG_CHUNK_PUT_PART, &iov, 1, &d, 0, &rep);
+	rpc_reply_done(&rep);
+	if (r == -EOPNOTSUPP)
+		warn_old_peer(j, ino, index, m->length);
+	return r;
+}
+
+static bool same_meta(const struct chunk_meta *a, const struct chunk_meta *b)
+{
+	return a->version == b->version && a->length == b->length && a->checksum == b->checksum;
+}
+
+/* Our chunk (m, above CHUNK_IO_MAX, as stat'ed under the ordering lock) to
+ * the successor in pieces. All but the last piece go without the lock, so
+ * that writes to the chunk are not held up for the whole transfer (a
+ * forward waits at most FWD_TIMEOUT_MS, 2.5 s, for it); the last one goes
+ * under it, after checking that the chunk is still m: the receiver
+ * publishes with it, and the staged chunk must match m's checksum, so it
+ * holds exactly our chunk as of that moment (no write to it is then between
+ * us and the successor). A chunk written meanwhile is sent again; the
+ * third attempt holds the lock throughout, so a busy chunk gets across. */
+static int put_parts(struct sync_job *j, uint64_t ino, uint32_t index, struct chunk_meta m)
+{
+	uint32_t last = (m.length - 1) / CHUNK_IO_MAX * CHUNK_IO_MAX;
+	for (int attempt = 0;; attempt++) {
+		bool hold = attempt >= 2;
+		uint64_t tag = part_tag(j);
+		int r = 0;
+		if (hold)
+			repl_order_lock(j->rp, j->self, ino, index);
+		for (uint32_t off = 0; r == 0 && off < last; off += CHUNK_IO_MAX)
+			r = send_piece(j, ino, index, &m, tag, off);
+		if (!hold)
+			repl_order_lock(j->rp, j->self, ino, index);
+		struct chunk_meta now;
+		int s = r < 0 ? r : chunk_store_stat(j->cs, ino, index, &now);
+		if (s == -ENOENT)
+			r = 0; /* removed meanwhile: the removal goes down the chain too */
+		else if (s < 0)
+			r = s;
+		else if (r == 0 && same_meta(&now, &m))
+			r = send_piece(j, ino, index, &m, tag, last);
+		else
+			r = CHUNK_CHANGED, m = now;
+		repl_order_unlock(j->rp, j->self, ino, index);
+		if (r != CHUNK_CHANGED)
+			return r;
+		if (m.length <= CHUNK_IO_MAX || hold) /* shrank; or changed under the lock */
+			return -EAGAIN;               /* the next pass compares it again */
+		log_info("resync: chunk %llu/%u written during its transfer to target %u; "
+			 "sending it again%s", (unsigned long long)ino, index, j->peer,
+			 attempt == 1 ? " under its ordering lock" : "");
+		last = (m.length - 1) / CHUNK_IO_MAX * CHUNK_IO_MAX;
+	}
+}
+
+/* Step 2 for one chunk, under its ordering lock. A chunk above
+ * CHUNK_IO_MAX is left to put_parts, after the lock: *big. */
 static int sync_chunk_locked(struct sync_job *j, uint64_t ino, uint32_t index,
-			     const struct chunk_stat *theirs)
+			     const struct chunk_stat *theirs, struct chunk_meta *big)
 {
 	struct chunk_meta m;
 	int r = chunk_store_stat(j->cs, ino, index, &m);
@@ -119,8 +270,11 @@ static int sync_chunk_locked(struct sync_job *j, uint64_t ino, uint32_t index,
 	if (theirs && theirs->version == m.version && theirs->length == m.length &&
 	    theirs->checksum == m.checksum)
 		return 0;
-	if (m.length > CHUNK_IO_MAX)
-		return -EFBIG;
+	if (m.length > CHUNK_IO_MAX) {
+		j->copied++;
+		*big = m;
+		return 0;
+	}
 	_cleanup_free_ uint8_t *buf = malloc(m.length ? m.length : 1);
 	if (!buf)
 		return -ENOMEM;
@@ -136,9 +290,12 @@ static int sync_chunk_locked(struct sync_job *j, uint64_t ino, uint32_t index,
 static int sync_chunk(struct sync_job *j, uint64_t ino, uint32_t index,
 		      const struct chunk_stat *theirs)
 {
+	struct chunk_meta big = { 0 };
 	repl_order_lock(j->rp, j->self, ino, index);
-	int r = sync_chunk_locked(j, ino, index, theirs);
+	int r = sync_chunk_locked(j, ino, index, theirs, &big);
 	repl_order_unlock(j->rp, j->self, ino, index);
+	if (r == 0 && big.length)
+		r = put_parts(j, ino, index, big);
 	return r;
 }
 
@@ -237,18 +394,85 @@ static void maybe_sync(struct repl *rp, const struct strata_routing *rt,
 			 c->chain_id, j.peer, (unsigned long long)j.done,
 			 (unsigned long long)j.copied, (unsigned long long)j.removed);
 	free(j.remote);
+	free(j.part_buf);
+	rpc_client_free(j.rpc);
+}
+
+/* Drops the staging files of transfers whose sender went away (a receiver
+ * side chore; the pass runs on every chunkserver). */
+static void expire_staging(struct cs_service *svc, int nt)
+{
+	static int64_t last_ms; /* the resync thread only */
+	if (mono_ms() - last_ms < STAGE_EXPIRE_EVERY_MS)
+		return;
+	last_ms = mono_ms();
+	for (int i = 0; i < nt; i++) {
+		int n = chunk_store_put_expire(svc->targets[i].store, STAGE_MAX_AGE_S);
+		if (n > 0)
+			log_info("resync: target %u: dropped %d staging file(s) of interrupted "
+				 "transfers", svc->targets[i].target_id, n);
+	}
 }
 
 void repl_resync_pass(struct repl *rp)
 {
+	struct cs_service *svc = repl_service(rp);
+	int nt = __atomic_load_n(&svc->ntargets, __ATOMIC_ACQUIRE);
+	expire_staging(svc, nt);
 	struct strata_routing rt;
 	if (repl_routing_copy(rp, &rt) < 0)
 		return;
-	struct cs_service *svc = repl_service(rp);
-	int nt = __atomic_load_n(&svc->ntargets, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < nt && !repl_stopping(rp); i++)
 		for (uint32_t k = 0; k < rt.nchains; k++)
 			maybe_sync(rp, &rt, &rt.chains[k], svc->targets[i].target_id,
 				   svc->targets[i].store);
 	strata_routing_done(&rt);
+}
+
+/* ---- the receiving side: PUT_PART (resync.h) ---------------------------- */
+
+/* Is target rt->target_id syncing in chain rt->chain_id at rt->chain_ver by
+ * our table (refetched once when the request's chain version is newer)? */
+static int syncing_here(struct repl *rp, const struct chunk_route *rt)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		struct strata_routing t;
+		if (repl_routing_copy(rp, &t) == 0) {
+			const struct strata_chain *c = routing_chain(&t, rt->chain_id);
+			bool newer = !c || c->version < rt->chain_ver;
+			bool ok = c && c->version == rt->chain_ver && chain_pos(c, rt->target_id) >= 0 &&
+				  routing_state(&t, rt->target_id) == TARGET_SYNCING;
+			strata_routing_done(&t);
+			if (ok)
+				return 0;
+			if (!newer)
+				return -ESTALE;
+		}
+		if (pass == 0)
+			repl_refresh(rp, 20);
+	}
+	return -ESTALE;
+}
+
+int resync_put_part(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
+		    struct wbuf *reply)
+{
+	int e = syncing_here(rp, &r->route);
+	if (e < 0)
+		return e;
+	struct chunk_put_piece p = { .version = r->version, .tag = r->tag, .checksum = r->checksum,
+				     .total = r->total, .off = r->off, .len = r->len,
+				     .data = r->data, .sums = r->data_sums,
+				     .flags = (r->flags & CHUNK_PP_FIRST ? CHUNK_PUT_FIRST : 0) |
+					      (r->flags & CHUNK_PP_LAST ? CHUNK_PUT_LAST : 0) };
+	struct chunk_meta m;
+	uint32_t tid = r->route.target_id;
+	repl_order_lock(rp, tid, r->ino, r->index);
+	e = chunk_store_put_piece(cs, r->ino, r->index, &p, &m);
+	repl_order_unlock(rp, tid, r->ino, r->index);
+	if (e < 0)
+		return e;
+	struct chunk_stat st = { m.version, m.length, m.checksum };
+	chunk_stat_put(reply, &st);
+	return 0;
 }

@@ -5,7 +5,8 @@
  * a WRITE's data is handed to the engine as a pointer into the request frame:
  * the server copies no chunk data. With a replication engine attached
  * (cs_service.repl, the daemon) reads, writes, truncates, LIST and PUT go
- * through replica.c: chain checks, forwarding, CRAQ reads, resync. Without
+ * through replica.c: chain checks, forwarding, CRAQ reads, resync; PUT_PART
+ * (a piece of a large chunk, resync) through resync.c. Without
  * one (in-process tests) they are served locally with no chain checks. */
 #include "service.h"
 
@@ -15,6 +16,7 @@
 #include "chunk_store.h"
 #include "proto.h"
 #include "replica.h"
+#include "resync.h"
 
 static struct chunk_store *find_target(struct cs_service *s, uint32_t target_id)
 {
@@ -97,7 +99,7 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return 0;
 	/* the frame's verified data is this request's data: keep its sums */
 	if (peer && peer->data && (type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX ||
-				   type == MSG_CHUNK_PUT) &&
+				   type == MSG_CHUNK_PUT || type == MSG_CHUNK_PUT_PART) &&
 	    r.data == (const void *)peer->data && r.len == peer->data_len && r.len > 0) {
 		r.data_hashed = true;
 		r.data_hash = peer->data_hash;
@@ -106,6 +108,8 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	struct chunk_store *cs = find_target(s, r.route.target_id);
 	if (!cs)
 		return -ENXIO;
+	if (s->repl && type == MSG_CHUNK_PUT_PART)
+		return resync_put_part(s->repl, cs, &r, reply);
 	if (s->repl && (type == MSG_CHUNK_READ || type == MSG_CHUNK_WRITE ||
 			type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_TRUNCATE ||
 			type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT ||
@@ -119,6 +123,7 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return do_write(cs, &r, reply);
 	case MSG_CHUNK_LIST:
 	case MSG_CHUNK_PUT:
+	case MSG_CHUNK_PUT_PART:
 		return -EOPNOTSUPP; /* replication only */
 	case MSG_CHUNK_TRUNCATE:
 		return do_truncate(cs, &r, reply);

@@ -6,7 +6,7 @@
 #include <string.h>
 #include "proto.h"
 
-#define CHUNK_MSG_LAST MSG_CHUNK_PUT
+#define CHUNK_MSG_LAST MSG_CHUNK_PUT_PART
 
 static bool has_route(uint16_t type)
 {
@@ -74,6 +74,15 @@ int chunk_req_encode(uint16_t type, const struct chunk_req *r, struct wbuf *b)
 		wbuf_put_u32(b, r->chunk_size);
 		wbuf_put_u32(b, r->flags);
 		break;
+	case MSG_CHUNK_PUT_PART:
+		wbuf_put_u64(b, r->version);
+		wbuf_put_u32(b, r->total);
+		wbuf_put_u32(b, r->off);
+		wbuf_put_u32(b, r->len);
+		wbuf_put_u32(b, r->flags);
+		wbuf_put_u64(b, r->tag);
+		wbuf_put_u64(b, r->checksum);
+		break;
 	}
 	return b->err;
 }
@@ -108,6 +117,12 @@ static int chunk_req_check(uint16_t type, const struct chunk_req *r)
 	case MSG_CHUNK_PUT:
 		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
 				       r->len <= r->chunk_size && (r->flags & ~CHUNK_PF_REMOVE) == 0
+			       ? 0
+			       : -EBADMSG;
+	case MSG_CHUNK_PUT_PART:
+		return r->len <= CHUNK_IO_MAX && r->total <= STRATA_MAX_CHUNK_SIZE &&
+				       end <= r->total && r->version != 0 &&
+				       (r->flags & ~(CHUNK_PP_FIRST | CHUNK_PP_LAST)) == 0
 			       ? 0
 			       : -EBADMSG;
 	}
@@ -169,6 +184,17 @@ int chunk_req_decode(uint16_t type, struct rbuf *b, struct chunk_req *ret)
 		r.len = rbuf_get_u32(b);
 		r.chunk_size = rbuf_get_u32(b);
 		r.flags = rbuf_get_u32(b);
+		if (rbuf_done(b) == 0 && chunk_req_check(type, &r) == 0)
+			r.data = rbuf_get_bytes(b, r.len);
+		break;
+	case MSG_CHUNK_PUT_PART:
+		r.version = rbuf_get_u64(b);
+		r.total = rbuf_get_u32(b);
+		r.off = rbuf_get_u32(b);
+		r.len = rbuf_get_u32(b);
+		r.flags = rbuf_get_u32(b);
+		r.tag = rbuf_get_u64(b);
+		r.checksum = rbuf_get_u64(b);
 		if (rbuf_done(b) == 0 && chunk_req_check(type, &r) == 0)
 			r.data = rbuf_get_bytes(b, r.len);
 		break;

@@ -27,6 +27,15 @@
  *   PUT         route, ino, index, version u64, len u32, chunk_size u32,
  *               flags u32 (CHUNK_PF_REMOVE), then len data bytes: replaces
  *               the chunk wholesale at that version (resync only)
+ *   PUT_PART    route, ino, index, version u64, total u32, off u32, len u32,
+ *               flags u32 (CHUNK_PP_FIRST, CHUNK_PP_LAST), tag u64,
+ *               checksum u64, then len data bytes: one piece of a chunk of
+ *               total bytes (above CHUNK_IO_MAX), sent in order from off 0;
+ *               the receiver stages the pieces of one transfer (tag) and,
+ *               with the last one, verifies the whole chunk against checksum
+ *               (the source's chunk checksum) and publishes it at version
+ *               (resync only; chunkserver/README.md "Resync of large chunks")
+ *               reply: chunk_stat (after the last piece: the published chunk)
  *   TRUNCATE may carry trailing flags u32, client_id u64, req_id u64
  *   (appended fields: an old peer ignores them).
  *
@@ -52,6 +61,9 @@
 #define CHUNK_LIST_MAX 4096 /* entries per LIST page */
 /* PUT flags */
 #define CHUNK_PF_REMOVE 0x1 /* the source has no such chunk: remove it */
+/* PUT_PART flags */
+#define CHUNK_PP_FIRST 0x1 /* starts the transfer (drops any partial one) */
+#define CHUNK_PP_LAST 0x2  /* ends it: verify and publish */
 
 struct chunk_route {
 	uint32_t target_id;
@@ -69,7 +81,10 @@ struct chunk_req {
 	uint32_t flags;      /* WRITE */
 	const void *data;    /* WRITE: len bytes; decode: points into the rbuf */
 	uint64_t client_id, req_id; /* WRITE_EX, TRUNCATE: exactly-once; 0 = none */
-	uint64_t version;           /* PUT */
+	uint64_t version;           /* PUT, PUT_PART */
+	uint32_t total;             /* PUT_PART: the whole chunk's length */
+	uint64_t tag;               /* PUT_PART: the transfer, chosen by the sender */
+	uint64_t checksum;          /* PUT_PART: the source's chunk checksum */
 	/* Not on the wire: set by the server when the frame carried the data
 	 * as WIRE_F_DATA (rpc_peer.data), already verified. data_hash lets a
 	 * forward re-seal without reading the data; data_sums are the XXH3-64s

@@ -19,7 +19,8 @@ static void check_req(uint16_t type, const uint8_t *p, size_t n)
 		if (r.len > CHUNK_IO_MAX)
 			__builtin_trap();
 	}
-	if ((type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT) &&
+	if ((type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT ||
+	     type == MSG_CHUNK_PUT_PART) &&
 	    (!r.data && r.len) )
 		__builtin_trap();
 	if (r.data && (const uint8_t *)r.data + r.len > p + n)
@@ -41,11 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = size - 1;
 	struct rbuf b;
 	rbuf_init(&b, p, n);
-	switch (sel % 15) {
+	switch (sel % 16) {
+	case 15:
+		check_req(MSG_CHUNK_PUT_PART, p, n);
+		break;
 	case 11:
 	case 12:
 	case 13:
-		check_req((uint16_t)(MSG_CHUNK_WRITE_EX + sel % 15 - 11), p, n);
+		check_req((uint16_t)(MSG_CHUNK_WRITE_EX + sel % 16 - 11), p, n);
 		break;
 	case 14: {
 		struct chunk_list_ent ents[8];
@@ -70,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		(void)chunk_read_reply_check(n, sel);
 		break;
 	default:
-		check_req((uint16_t)(MSG_CHUNK_PING + sel % 15), p, n);
+		check_req((uint16_t)(MSG_CHUNK_PING + sel % 16), p, n);
 		break;
 	}
 	return 0;

@@ -3,8 +3,10 @@
  * checksum corruption (a byte flipped on disk -> -EIO and one report naming
  * the block), leftover temp files, crash atomicity (a child killed mid-write
  * in a loop: the chunk is always some complete version, checked by replaying
- * the writes up to its version), and ENOSPC on a 16 MiB tmpfs (skipped
- * without mount privileges). */
+ * the writes up to its version), ENOSPC on a 16 MiB tmpfs (skipped
+ * without mount privileges), and chunks put in pieces (resync of chunks
+ * above 4 MiB: staging, verification, atomic publish, interrupted and
+ * stale transfers, expiry and start-up cleanup of staging files). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -405,6 +407,158 @@ static int count_files(const char *dir)
 	return n;
 }
 
+/* ---- chunks put in pieces (chunk_store_put_piece) ------------------------- */
+
+static int put_piece(struct env *e, uint64_t ino, uint32_t index, uint64_t version, uint64_t tag,
+		     uint64_t checksum, const uint8_t *data, uint32_t total, uint32_t off,
+		     uint32_t len, unsigned flags, const uint64_t *sums, struct chunk_meta *m)
+{
+	struct chunk_put_piece p = { .version = version, .tag = tag, .checksum = checksum,
+				     .total = total, .off = off, .len = len, .data = data + off,
+				     .sums = sums, .flags = flags };
+	return chunk_store_put_piece(e->cs, ino, index, &p, m);
+}
+
+/* Puts data[0..total) in pieces of `piece` bytes; stops before the piece at
+ * stop_at (total: all). Returns the last piece's status. */
+static int put_all(struct env *e, uint64_t ino, uint32_t index, uint64_t version, uint64_t tag,
+		   uint64_t checksum, const uint8_t *data, uint32_t total, uint32_t piece,
+		   uint32_t stop_at, struct chunk_meta *m)
+{
+	int r = 0;
+	for (uint32_t off = 0; r == 0 && off < total && off < stop_at; off += piece) {
+		uint32_t n = total - off < piece ? total - off : piece;
+		unsigned fl = (off == 0 ? CHUNK_PUT_FIRST : 0) | (off + n == total ? CHUNK_PUT_LAST : 0);
+		uint64_t *sums = NULL;
+		if ((off / piece) % 2) { /* every other piece with the frame's sums */
+			sums = malloc(sizeof(uint64_t) * (n / BS + 1));
+			CHECK(sums);
+			for (uint32_t i = 0; i * BS < n; i++)
+				sums[i] = XXH3_64bits(data + off + i * BS, n - i * BS < BS ? n - i * BS : BS);
+		}
+		r = put_piece(e, ino, index, version, tag, checksum, data, total, off, n, fl, sums, m);
+		free(sums);
+	}
+	return r;
+}
+
+static int count_tmp(const struct env *e)
+{
+	char p[300];
+	snprintf(p, sizeof(p), "%s/tmp", e->dir);
+	return count_files(p);
+}
+
+static void stage_file(const struct env *e, uint64_t ino, uint32_t index, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/tmp/%016llx.%08x.put", e->dir, (unsigned long long)ino, index);
+}
+
+static void test_put_pieces(struct env *e)
+{
+	const uint32_t total = 20 * MiB - 1000, piece = 4 * MiB;
+	uint8_t *data = malloc(total), *old = malloc(MiB);
+	CHECK(data && old);
+	fill(data, total, 61);
+	fill(old, MiB, 62);
+	/* the checksum the source would have: the same bytes written normally */
+	struct chunk_meta src, m, st;
+	for (uint32_t off = 0; off < total; off += piece)
+		CHECK_EQ(chunk_store_write(e->cs, 51, 0, off, total - off < piece ? total - off : piece,
+					   data + off, 0, &src), 0);
+	CHECK_EQ(src.length, total);
+	CHECK_EQ(chunk_store_write(e->cs, 50, 3, 0, MiB, old, 0, NULL), 0);
+
+	/* a whole transfer: the old chunk stays readable until the last piece */
+	CHECK_EQ(put_all(e, 50, 3, 9, 1001, src.checksum, data, total, piece, 3 * piece, &m), 0);
+	CHECK_EQ(m.version, 0); /* nothing published yet */
+	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
+	CHECK(st.version == 1 && st.length == MiB);
+	expect_chunk(e, 50, 3, old, MiB);
+	CHECK_EQ(count_tmp(e), 1);
+	for (uint32_t off = 3 * piece; off < total; off += piece) {
+		uint32_t n = total - off < piece ? total - off : piece;
+		CHECK_EQ(put_piece(e, 50, 3, 9, 1001, src.checksum, data, total, off, n,
+				   off + n == total ? CHUNK_PUT_LAST : 0, NULL, &m), 0);
+	}
+	CHECK(m.version == 9 && m.length == total && m.checksum == src.checksum);
+	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
+	CHECK(st.version == 9 && st.length == total && st.checksum == src.checksum);
+	expect_chunk(e, 50, 3, data, total);
+	CHECK_EQ(count_tmp(e), 0);
+
+	/* pieces that break the rules */
+	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, 100, piece, CHUNK_PUT_FIRST, NULL, &m),
+		 -EINVAL); /* first not at 0 */
+	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, 0, piece - 1, CHUNK_PUT_FIRST, NULL, &m),
+		 -EINVAL); /* not whole blocks */
+	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, 0, piece, CHUNK_PUT_FIRST | CHUNK_PUT_LAST,
+			   NULL, &m), -EINVAL); /* last but not at the end */
+	CHECK_EQ(put_piece(e, 52, 0, 0, 1, 0, data, total, 0, piece, CHUNK_PUT_FIRST, NULL, &m),
+		 -EINVAL); /* version 0 */
+	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, 65 * MiB, 0, piece, CHUNK_PUT_FIRST, NULL, &m),
+		 -EFBIG);
+	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, piece, piece, 0, NULL, &m),
+		 -ESTALE); /* no transfer started */
+	CHECK_EQ(count_tmp(e), 0);
+
+	/* another transfer's, an out-of-order and a repeated piece are refused
+	 * and leave the transfer going */
+	CHECK_EQ(put_all(e, 52, 0, 4, 77, src.checksum, data, total, piece, 2 * piece, &m), 0);
+	CHECK_EQ(put_piece(e, 52, 0, 4, 78, src.checksum, data, total, 2 * piece, piece, 0, NULL, &m),
+		 -ESTALE); /* other tag */
+	CHECK_EQ(put_piece(e, 52, 0, 5, 77, src.checksum, data, total, 2 * piece, piece, 0, NULL, &m),
+		 -ESTALE); /* other version */
+	CHECK_EQ(put_piece(e, 52, 0, 4, 77, src.checksum, data, total, 3 * piece, piece, 0, NULL, &m),
+		 -ESTALE); /* skips a piece */
+	CHECK_EQ(put_piece(e, 52, 0, 4, 77, src.checksum, data, total, piece, piece, 0, NULL, &m),
+		 -ESTALE); /* again */
+	CHECK_EQ(count_tmp(e), 1);
+	/* an interrupted transfer is replaced by the next first piece */
+	CHECK_EQ(put_all(e, 52, 0, 4, 79, src.checksum, data, total, piece, total, &m), 0);
+	CHECK(m.version == 4 && m.checksum == src.checksum);
+	expect_chunk(e, 52, 0, data, total);
+	CHECK_EQ(count_tmp(e), 0);
+
+	/* the source's checksum does not match: nothing published, staging gone */
+	CHECK_EQ(put_all(e, 50, 3, 10, 1002, src.checksum ^ 1, data, total, piece, total, &m), -EIO);
+	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
+	CHECK(st.version == 9 && st.checksum == src.checksum);
+	CHECK_EQ(count_tmp(e), 0);
+	/* staged bytes damaged on disk before the last piece: found by the
+	 * read-back, nothing published */
+	CHECK_EQ(put_all(e, 50, 3, 10, 1003, src.checksum, data, total, piece, 4 * piece, &m), 0);
+	char sp[512];
+	stage_file(e, 50, 3, sp, sizeof(sp));
+	flip_byte(sp, 4096 + 5 * MiB + 3);
+	CHECK_EQ(put_piece(e, 50, 3, 10, 1003, src.checksum, data, total, 4 * piece, total - 4 * piece,
+			   CHUNK_PUT_LAST, NULL, &m), -EIO);
+	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
+	CHECK_EQ(st.version, 9);
+	expect_chunk(e, 50, 3, data, total);
+	CHECK_EQ(count_tmp(e), 0);
+
+	/* a transfer whose sender went away: dropped by the expiry (when old
+	 * enough) and at start-up */
+	CHECK_EQ(put_all(e, 53, 1, 2, 5, src.checksum, data, total, piece, piece, &m), 0);
+	CHECK_EQ(chunk_store_put_expire(e->cs, 3600), 0);
+	CHECK_EQ(count_tmp(e), 1);
+	stage_file(e, 53, 1, sp, sizeof(sp));
+	struct timespec past[2] = { { time(NULL) - 600, 0 }, { time(NULL) - 600, 0 } };
+	CHECK_EQ(utimensat(AT_FDCWD, sp, past, 0), 0);
+	CHECK_EQ(chunk_store_put_expire(e->cs, 120), 1);
+	CHECK_EQ(put_piece(e, 53, 1, 2, 5, src.checksum, data, total, piece, piece, 0, NULL, &m),
+		 -ESTALE);
+	CHECK_EQ(put_all(e, 53, 1, 2, 6, src.checksum, data, total, piece, 2 * piece, &m), 0);
+	CHECK_EQ(count_tmp(e), 1);
+	env_reopen(e);
+	CHECK_EQ(count_tmp(e), 0);
+	CHECK_EQ(chunk_store_stat(e->cs, 53, 1, &st), -ENOENT);
+	expect_chunk(e, 50, 3, data, total);
+	free(data);
+	free(old);
+}
+
 static void test_crash(struct env *e)
 {
 	chunk_store_free(e->cs);
@@ -537,6 +691,7 @@ int main(int argc, char **argv)
 	test_write_sums(&e);
 	test_concurrent_read(&e);
 	test_leftover_tmp(&e);
+	test_put_pieces(&e);
 	test_crash(&e);
 	chunk_store_free(e.cs);
 	uring_pool_free(e.pool);

@@ -1,5 +1,5 @@
 /* test_repl_proto.c — the replication messages' codecs: WRITE_EX, LIST,
- * PUT, TRUNCATE's appended fields, LIST replies, MSG_MGMT_SYNC_DONE, the
+ * PUT, PUT_PART, TRUNCATE's appended fields, LIST replies, MSG_MGMT_SYNC_DONE, the
  * admin cluster view and the routing table's appended lease. Round trips,
  * every strict prefix rejected, out-of-range values rejected. */
 #include <errno.h>
@@ -56,6 +56,35 @@ static void test_chunk_msgs(void)
 	struct chunk_req p = { .route = { 3, 4, 5 }, .ino = 2, .index = 1, .len = 300,
 			       .chunk_size = 1 << 16, .version = 42, .data = data };
 	roundtrip(MSG_CHUNK_PUT, &p, true);
+	/* PUT_PART: a piece of a large chunk */
+	struct chunk_req pp = { .route = { 3, 4, 5 }, .ino = 2, .index = 1, .version = 42,
+				.total = 40 << 20, .off = 8 << 20, .len = 300, .flags = CHUNK_PP_LAST,
+				.tag = 0x1234567890ull, .checksum = 0xfeedfacecafeull, .data = data };
+	roundtrip(MSG_CHUNK_PUT_PART, &pp, true);
+	{
+		struct wbuf w;
+		struct chunk_req d;
+		wbuf_init(&w);
+		CHECK_EQ(chunk_req_encode(MSG_CHUNK_PUT_PART, &pp, &w), 0);
+		wbuf_put_bytes(&w, data, 300);
+		CHECK_EQ(decode(MSG_CHUNK_PUT_PART, &w, w.len, &d), 0);
+		CHECK(d.total == pp.total && d.off == pp.off && d.tag == pp.tag &&
+		      d.checksum == pp.checksum && d.data && memcmp(d.data, data, 300) == 0);
+		wbuf_done(&w);
+		struct chunk_req bad[] = { pp, pp, pp, pp, pp };
+		bad[0].len = CHUNK_IO_MAX + 1, bad[0].total = 64 << 20; /* too long */
+		bad[1].off = bad[1].total;                              /* past the chunk */
+		bad[2].total = (64 << 20) + 65536;                      /* above the largest chunk */
+		bad[3].version = 0;
+		bad[4].flags = 0x4;
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			wbuf_init(&w);
+			CHECK_EQ(chunk_req_encode(MSG_CHUNK_PUT_PART, &bad[i], &w), 0);
+			CHECK_EQ(decode(MSG_CHUNK_PUT_PART, &w, w.len, &d),
+				 -EBADMSG);
+			wbuf_done(&w);
+		}
+	}
 	/* out of range */
 	struct wbuf w;
 	struct chunk_req d;
