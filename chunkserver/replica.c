@@ -5,7 +5,8 @@
  * head first; writers are its serving and syncing targets, in order; the
  * tail is the last serving target. A client's WRITE_EX/TRUNCATE goes to the
  * head. Each writer, holding the chunk's ordering lock:
- *   1. marks the chunk pending (in memory),
+ *   1. marks the chunk pending (in memory); if the chunk is unsure here
+ *      (invariant 7), reconciles it with the next writer first,
  *   2. forwards the request to the next writer (flag CHUNK_WF_FWD) and waits
  *      for its acknowledgement — which the next writer sends only after it
  *      applied the write itself, so the acknowledgement is the commit
@@ -17,15 +18,36 @@
  * committed; once the head has applied, every writer has, and the client
  * gets its acknowledgement.
  *
+ * Why "unsure": a forward that fails after it may have been delivered
+ * (timeout, reset: a frozen or dying successor; or an error the successor
+ * answered after its own forward failed) leaves the write's outcome below
+ * unknown. Say the middle of H -> M -> T is frozen after T applied write w
+ * (T at v+1, M and H at v). H's forward times out, M is taken out, H
+ * answers -EAGAIN without applying. A retry of w that T answers from its
+ * dedup table must not make H apply w on top of a chunk that lacks it, and
+ * a retry under a new request id (or another client's write) must not pass
+ * H while H is one write behind T: H would end at v+1 and T at v+2 (the
+ * same bytes one version apart, or two writes ordered differently on H and
+ * T). So no write passes a hop whose last forward of the chunk failed
+ * until the hop has caught up with its successor.
+ *
  * State of one chunk on one replica (functions making each transition):
  *
  *      committed(v) --repl_write (pending count +1)--> pending(v -> v+1)
  *      pending      --write_locked: forward_write ok, apply_local ok,
  *                     dedup_add--> committed(v+1)
- *      pending      --forward_write or apply_local failed--> committed(v)
- *                     (error to the caller; the client retries with the
- *                      same request id; replicas below may hold v+1, and
- *                      answer the retry from their dedup table)
+ *      pending      --forward_write failed before the request could be
+ *                     delivered--> committed(v) (error to the caller)
+ *      pending      --forward_write failed after it may have been
+ *                     delivered, or apply_local failed--> unsure(v) (error
+ *                     to the caller; replicas below may hold v+1)
+ *      unsure(v)    --next write: reconcile (an empty write down the chain
+ *                     as a barrier; a serving successor ahead is copied here
+ *                     whole)--> committed(successor's version), then as
+ *                     committed; reads treat unsure as pending
+ *      committed(V) --a write the successor answers at a version <= V
+ *                     copied here by reconcile (already_here)--> committed(V)
+ *                     (nothing applied: the copy holds it)
  *      committed(v) --repl_write: dedup_find hit--> committed(v) (answered
  *                     with the recorded result, nothing applied)
  *      any          --repl_put (a resync PUT from sync_chunk in resync.c)-->
@@ -56,6 +78,25 @@
  *      apply and the head's) is brought back to its predecessor's state by
  *      resync before it serves again: strata-meta makes every restarted or
  *      returning target wait and sync (meta/chainmap.c).
+ *   7. A writer whose forward of a chunk failed after it may have been
+ *      delivered marks the chunk unsure (in memory; a restart loses the
+ *      mark, but a restarted target resyncs, invariant 6). Before it
+ *      forwards or applies another write of that chunk it reconciles,
+ *      holding the ordering lock: an empty WRITE_EX (no client id) goes down
+ *      the chain — every hop takes the chunk's ordering lock behind what it
+ *      still had in flight and reconciles itself first — and answers the
+ *      next writer's state; if that is a serving target at a higher
+ *      version, its chunk is read and put here at its version (it holds
+ *      every write we hold, invariant 1, plus the ones whose forward
+ *      failed). A straggling forward of the old chain version is refused
+ *      below (invariant 3), so nothing more lands there behind our back. At
+ *      the tail the mark is dropped: whoever applied more is out of the
+ *      chain and resyncs. Reads of an unsure chunk at a non-tail replica
+ *      answer -EAGAIN.
+ *   8. After such a copy at version V (same chain version), a forward that
+ *      the serving successor answers at a version <= V is a retry it
+ *      answered from its dedup table: the write is already in the copy and
+ *      is not applied here again (exactly once per request id).
  *
  * Without an engine attached (service.c, repl == NULL) requests are served
  * locally with no chain checks (in-process tests). */
@@ -71,6 +112,7 @@
 #include "chunk_store.h"
 #include "cleanup.h"
 #include "layout.h"
+#include "log.h"
 #include "proto.h"
 #include "rpc.h"
 #include "service.h"
@@ -81,6 +123,7 @@
 #define FWD_TIMEOUT_MS 2500
 #define FWD_CONNECT_MS 1000
 #define REFRESH_MIN_MS 20
+#define PULLED_SLOTS 256
 
 struct rsnap {
 	int refs;
@@ -122,6 +165,15 @@ struct repl {
 	int nconns, capconns;
 	struct order_stripe order[ORDER_STRIPES];
 	uint32_t pending[PENDING_SLOTS]; /* atomic counters */
+	pthread_mutex_t unsure_mu;
+	struct held_key *unsure; /* chunks that may lag their successor (invariant 7) */
+	int nunsure, capunsure;
+	struct pulled {
+		struct held_key k;
+		uint64_t version;
+		uint32_t chain_ver;
+	} pulled[PULLED_SLOTS]; /* chunks copied from a successor (invariant 8) */
+	int npulled, pulled_next;
 	pthread_mutex_t dedup_mu;
 	struct dedup_ent *dedup;
 	pthread_t resync_thr;
@@ -308,10 +360,103 @@ static uint32_t *pending_slot(struct repl *rp, uint32_t target, uint64_t ino, ui
 	return &rp->pending[(chunk_hash(target, ino, index) >> 7) % PENDING_SLOTS];
 }
 
-/* A hash slot may be shared: a false "pending" only sends a read to the tail. */
+/* Invariant 7: chunks whose last forwarded write failed after it was sent
+ * (its successor may have applied it; this replica did not). Exact keys,
+ * few entries (one per failed forward, until the chunk's next write here
+ * reconciles it). */
+static int unsure_find(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	for (int i = 0; i < rp->nunsure; i++)
+		if (rp->unsure[i].target == target && rp->unsure[i].ino == ino &&
+		    rp->unsure[i].index == index)
+			return i;
+	return -1;
+}
+
+static bool is_unsure(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	if (!__atomic_load_n(&rp->nunsure, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&rp->unsure_mu);
+	bool r = unsure_find(rp, target, ino, index) >= 0;
+	pthread_mutex_unlock(&rp->unsure_mu);
+	return r;
+}
+
+static void set_unsure(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index, bool on)
+{
+	pthread_mutex_lock(&rp->unsure_mu);
+	int i = unsure_find(rp, target, ino, index);
+	if (!on && i >= 0) {
+		rp->unsure[i] = rp->unsure[rp->nunsure - 1];
+		__atomic_store_n(&rp->nunsure, rp->nunsure - 1, __ATOMIC_RELEASE);
+	} else if (on && i < 0) {
+		if (rp->nunsure == rp->capunsure) {
+			int cap = rp->capunsure ? 2 * rp->capunsure : 16;
+			struct held_key *n = realloc(rp->unsure, (size_t)cap * sizeof(*n));
+			if (n)
+				rp->unsure = n, rp->capunsure = cap;
+		}
+		if (rp->nunsure < rp->capunsure) {
+			rp->unsure[rp->nunsure] = (struct held_key){ target, index, ino };
+			__atomic_store_n(&rp->nunsure, rp->nunsure + 1, __ATOMIC_RELEASE);
+		} else {
+			log_error("replica: out of memory marking chunk %llu:%u of target %u",
+				  (unsigned long long)ino, index, target);
+		}
+	}
+	pthread_mutex_unlock(&rp->unsure_mu);
+}
+
+static bool key_eq(const struct held_key *k, uint32_t target, uint64_t ino, uint32_t index)
+{
+	return k->target == target && k->ino == ino && k->index == index;
+}
+
+/* Invariant 8: the version at which a chunk was last copied from its
+ * successor here, by a chain still at chain_ver (0: none since the start,
+ * the chunk's last removal or put, or the chain changed since). */
+static uint64_t pulled_version(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index,
+			       uint32_t chain_ver)
+{
+	if (!__atomic_load_n(&rp->npulled, __ATOMIC_ACQUIRE))
+		return 0;
+	uint64_t v = 0;
+	pthread_mutex_lock(&rp->unsure_mu);
+	for (int i = 0; i < rp->npulled; i++)
+		if (key_eq(&rp->pulled[i].k, target, ino, index))
+			v = rp->pulled[i].chain_ver == chain_ver ? rp->pulled[i].version : 0;
+	pthread_mutex_unlock(&rp->unsure_mu);
+	return v;
+}
+
+/* Records a copy at version (0: forgets the chunk's copies; index
+ * UINT32_MAX: every chunk of ino). */
+static void set_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index,
+		       uint64_t version, uint32_t chain_ver)
+{
+	pthread_mutex_lock(&rp->unsure_mu);
+	for (int i = 0; i < rp->npulled; i++)
+		if (key_eq(&rp->pulled[i].k, target, ino, index) ||
+		    (index == UINT32_MAX && rp->pulled[i].k.target == target &&
+		     rp->pulled[i].k.ino == ino))
+			rp->pulled[i].version = 0;
+	if (version) {
+		int i = rp->pulled_next;
+		rp->pulled_next = (i + 1) % PULLED_SLOTS;
+		rp->pulled[i] = (struct pulled){ { target, index, ino }, version, chain_ver };
+		if (rp->npulled < PULLED_SLOTS)
+			__atomic_store_n(&rp->npulled, rp->npulled + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&rp->unsure_mu);
+}
+
+/* A hash slot may be shared: a false "pending" only sends a read to the tail.
+ * An unsure chunk counts as pending: its successor may hold a write it lacks. */
 static bool is_pending(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
 {
-	return __atomic_load_n(pending_slot(rp, target, ino, index), __ATOMIC_ACQUIRE) > 0;
+	return __atomic_load_n(pending_slot(rp, target, ino, index), __ATOMIC_ACQUIRE) > 0 ||
+	       is_unsure(rp, target, ino, index);
 }
 
 static struct dedup_ent *dedup_slot(struct repl *rp, uint32_t target, uint64_t cid, uint64_t rid)
@@ -442,21 +587,15 @@ static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk
 
 /* ---- writes -------------------------------------------------------------------- */
 
-/* Sends the write on to the chain's next writer; the reply is its commit. */
-static int forward_write(struct repl *rp, struct place *p, int next, uint16_t type,
-			 const struct chunk_req *r)
+/* The chain's next writer, as a forward addressed it. */
+struct fwd {
+	uint32_t tid;
+	bool serving; /* the successor serves (its versions track ours) */
+};
+
+/* A successor that does not answer is reported; the write answers -EAGAIN. */
+static int fwd_result(struct repl *rp, uint32_t tid, int e)
 {
-	uint32_t tid = p->c->targets[next];
-	const struct strata_target *t = routing_target(&p->s->r, tid);
-	if (!t)
-		return -ESTALE;
-	struct chunk_req f = *r;
-	f.route = (struct chunk_route){ tid, p->c->chain_id, p->c->version };
-	f.flags |= CHUNK_WF_FWD;
-	uint16_t ftype = type == MSG_CHUNK_WRITE ? MSG_CHUNK_WRITE_EX : type;
-	struct rpc_reply rep = { 0 };
-	int e = repl_call(rp, t->addr, ftype, &f, &rep);
-	rpc_reply_done(&rep);
 	if (e == -ECONNREFUSED || e == -ECONNRESET || e == -ETIMEDOUT || e == -EPIPE ||
 	    e == -EHOSTUNREACH || e == -ENETUNREACH) {
 		mgmt_report(rp->mc, tid); /* strata-meta probes it and fails its node */
@@ -464,6 +603,64 @@ static int forward_write(struct repl *rp, struct place *p, int next, uint16_t ty
 		return -EAGAIN;
 	}
 	return e;
+}
+
+/* Could the request have reached the successor? Only a refused or
+ * unreachable connection (nothing sent) says it could not. */
+static bool maybe_delivered(int e)
+{
+	return e != -ECONNREFUSED && e != -EHOSTUNREACH && e != -ENETUNREACH;
+}
+
+/* Sends the write on to the chain's next writer; the reply is its commit,
+ * with the successor's chunk state in *succ. *sent tells whether the
+ * request may have reached it (then a failure leaves its outcome below
+ * unknown: invariant 7). */
+static int forward_write(struct repl *rp, struct place *p, int next, uint16_t type,
+			 const struct chunk_req *r, struct fwd *fw, struct chunk_stat *succ,
+			 bool *sent)
+{
+	uint32_t tid = p->c->targets[next];
+	const struct strata_target *t = routing_target(&p->s->r, tid);
+	if (!t)
+		return -ESTALE;
+	*fw = (struct fwd){ tid, routing_state(&p->s->r, tid) == TARGET_SERVING };
+	struct chunk_req f = *r;
+	f.route = (struct chunk_route){ tid, p->c->chain_id, p->c->version };
+	f.flags |= CHUNK_WF_FWD;
+	uint16_t ftype = type == MSG_CHUNK_WRITE ? MSG_CHUNK_WRITE_EX : type;
+	struct rpc_reply rep = { 0 };
+	int e = repl_call(rp, t->addr, ftype, &f, &rep);
+	*sent = e != -ENOMEM && maybe_delivered(e);
+	if (e == 0) {
+		struct rbuf rb;
+		rbuf_init(&rb, rep.data, rep.len);
+		e = chunk_stat_get(&rb, succ) < 0 ? -EPROTO : 0;
+	}
+	rpc_reply_done(&rep);
+	return fwd_result(rp, tid, e);
+}
+
+static int local_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_stat *st)
+{
+	struct chunk_meta m = { 0 };
+	int e = chunk_store_stat(cs, ino, index, &m);
+	if (e == -ENOENT)
+		e = 0, m = (struct chunk_meta){ 0 };
+	*st = (struct chunk_stat){ m.version, m.length, m.checksum };
+	return e;
+}
+
+/* Invariant 8: after a reconcile copied the successor's chunk here at
+ * version V, a write it answers at a version <= V (a retry it answered from
+ * its dedup table) is one we already hold: it is not applied again. */
+static bool already_here(struct repl *rp, const struct place *p, const struct chunk_req *r,
+			 const struct fwd *f, const struct chunk_stat *succ)
+{
+	if (!f->serving || !succ->version)
+		return false;
+	return succ->version <=
+	       pulled_version(rp, r->route.target_id, r->ino, r->index, p->c->version);
 }
 
 static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
@@ -481,6 +678,99 @@ static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk
 	return e;
 }
 
+/* Reads the successor's whole chunk (st: its state, as it answered the
+ * barrier) into buf. */
+static int read_successor(struct repl *rp, struct place *p, const struct fwd *f,
+			  const struct chunk_req *r, const struct chunk_stat *st, uint8_t *buf)
+{
+	const struct strata_target *t = routing_target(&p->s->r, f->tid);
+	if (!t)
+		return -ESTALE;
+	for (uint32_t off = 0; off < st->length;) {
+		struct chunk_req q = { .route = { f->tid, p->c->chain_id, p->c->version },
+				       .ino = r->ino, .index = r->index, .off = off,
+				       .len = STRATA_MIN(CHUNK_IO_MAX, st->length - off) };
+		struct rpc_reply rep = { .buf = buf + off, .cap = q.len };
+		int e = repl_call(rp, t->addr, MSG_CHUNK_READ, &q, &rep);
+		if (e == 0 && rep.len != q.len)
+			e = -EAGAIN; /* changed under us: cannot be, try again later */
+		if (e == 0 && rep.data != buf + off)
+			memcpy(buf + off, rep.data, rep.len);
+		rpc_reply_done(&rep);
+		if (e < 0)
+			return fwd_result(rp, f->tid, e);
+		off += q.len;
+	}
+	return 0;
+}
+
+/* Invariant 7, the copy: puts the successor's chunk (state succ, ahead of
+ * ours at `here`) here at its version. */
+static int copy_successor(struct repl *rp, struct chunk_store *cs, struct place *p,
+			  const struct fwd *f, const struct chunk_req *r,
+			  const struct chunk_stat *succ, const struct chunk_stat *here)
+{
+	uint32_t tid = r->route.target_id;
+	if (succ->length > CHUNK_STORE_MAX_LEN)
+		return -EPROTO;
+	_cleanup_free_ uint8_t *buf = malloc(succ->length ? succ->length : 1);
+	if (!buf)
+		return -ENOMEM;
+	int e = read_successor(rp, p, f, r, succ, buf);
+	if (e < 0)
+		return e;
+	struct chunk_meta m = { 0 };
+	if ((e = chunk_store_put(cs, r->ino, r->index, buf, succ->length, succ->version, &m)) < 0)
+		return e;
+	if (m.checksum != succ->checksum || m.length != succ->length) {
+		log_warn("replica: chunk %llu:%u of target %u copied from target %u differs "
+			 "from its state (length %u/%u); not reconciled",
+			 (unsigned long long)r->ino, r->index, tid, f->tid, m.length, succ->length);
+		return -EAGAIN;
+	}
+	log_info("replica: chunk %llu:%u of target %u was behind target %u after a failed "
+		 "forward: copied its version %llu (had %llu)",
+		 (unsigned long long)r->ino, r->index, tid, f->tid,
+		 (unsigned long long)succ->version, (unsigned long long)here->version);
+	set_pulled(rp, tid, r->ino, r->index, succ->version, p->c->version);
+	return 0;
+}
+
+/* Invariant 7: makes an unsure chunk equal to its successor's before it is
+ * written or read here again. An empty write goes down the chain first (a
+ * barrier: every hop below takes the chunk's ordering lock behind whatever
+ * it still had in flight, reconciles itself, and answers its state); a
+ * serving successor ahead of us (it applied a write we did not) has its
+ * whole chunk copied here at its version. Called with the ordering lock
+ * held. */
+static int reconcile(struct repl *rp, struct chunk_store *cs, struct place *p, int next,
+		     const struct chunk_req *r)
+{
+	uint32_t tid = r->route.target_id;
+	if (next < 0) { /* no writer below: whoever applied more is out and resyncs */
+		set_unsure(rp, tid, r->ino, r->index, false);
+		return 0;
+	}
+	struct chunk_req b = { .route = r->route, .ino = r->ino, .index = r->index,
+			       .chunk_size = r->chunk_size };
+	struct fwd f;
+	struct chunk_stat succ, here;
+	bool sent;
+	int e = forward_write(rp, p, next, MSG_CHUNK_WRITE_EX, &b, &f, &succ, &sent);
+	if (e == 0)
+		e = local_stat(cs, r->ino, r->index, &here);
+	if (e < 0)
+		return e;
+	if (succ.version > here.version) {
+		if (!f.serving) /* a syncing successor: our resync makes it equal to us */
+			return -EAGAIN;
+		if ((e = copy_successor(rp, cs, p, &f, r, &succ, &here)) < 0)
+			return e;
+	}
+	set_unsure(rp, tid, r->ino, r->index, false);
+	return 0;
+}
+
 /* Invariant 3: who may accept this write here. */
 static int write_allowed(const struct place *p, const struct chunk_req *r)
 {
@@ -490,7 +780,26 @@ static int write_allowed(const struct place *p, const struct chunk_req *r)
 	return st == TARGET_SERVING && p->pos == chain_head(&p->s->r, p->c) ? 0 : -ESTALE;
 }
 
-/* Steps 2-4 of the protocol, under the ordering lock with the chunk pending.
+/* Forward (if there is a next writer), then apply here, unless the
+ * successor's answer shows the write is already in a copy made by
+ * reconcile (invariant 8). *sent as forward_write's. */
+static int forward_apply(struct repl *rp, struct chunk_store *cs, struct place *p, int next,
+			 uint16_t type, const struct chunk_req *r, struct chunk_stat *st,
+			 bool *sent)
+{
+	if (next >= 0) {
+		struct fwd f;
+		struct chunk_stat succ;
+		int e = forward_write(rp, p, next, type, r, &f, &succ, sent);
+		if (e < 0)
+			return e;
+		if (already_here(rp, p, r, &f, &succ))
+			return local_stat(cs, r->ino, r->index, st);
+	}
+	return apply_local(cs, type, r, st);
+}
+
+/* Steps 2-5 of the protocol, under the ordering lock with the chunk pending.
  * The chain is looked up again under the lock: a write that queued behind
  * one whose forward failed must not forward by the table of before. */
 static int write_locked(struct repl *rp, struct chunk_store *cs, struct place *p, uint16_t type,
@@ -505,11 +814,15 @@ static int write_locked(struct repl *rp, struct chunk_store *cs, struct place *p
 	if (e < 0)
 		return e;
 	int next = chain_next_writer(&p->s->r, p->c, p->pos);
-	e = next >= 0 ? forward_write(rp, p, next, type, r) : 0;
+	uint32_t tid = r->route.target_id;
+	if (is_unsure(rp, tid, r->ino, r->index) && (e = reconcile(rp, cs, p, next, r)) < 0)
+		return e;
+	bool sent = false;
+	e = forward_apply(rp, cs, p, next, type, r, st, &sent);
 	if (e == 0)
-		e = apply_local(cs, type, r, st);
-	if (e == 0)
-		dedup_add(rp, r->route.target_id, r, st);
+		dedup_add(rp, tid, r, st);
+	else if (sent) /* invariant 7: the successor may have applied it */
+		set_unsure(rp, tid, r->ino, r->index, true);
 	return e;
 }
 
@@ -603,6 +916,7 @@ static int repl_put(struct repl *rp, struct chunk_store *cs, const struct chunk_
 		e = chunk_store_remove(cs, r->ino, r->index);
 	else
 		e = chunk_store_put(cs, r->ino, r->index, r->data, r->len, r->version, &m);
+	set_pulled(rp, tid, r->ino, r->index, 0, 0);
 	repl_order_unlock(rp, tid, r->ino, r->index);
 	if (e < 0)
 		return e;
@@ -625,6 +939,7 @@ static int repl_remove_file(struct repl *rp, struct chunk_store *cs, const struc
 	for (size_t i = 0; e >= 0 && i < n; i++) {
 		repl_order_lock(rp, tid, r->ino, idx[i]);
 		e = chunk_store_remove(cs, r->ino, idx[i]);
+		set_pulled(rp, tid, r->ino, idx[i], 0, 0);
 		repl_order_unlock(rp, tid, r->ino, idx[i]);
 		removed += e > 0;
 	}
@@ -674,6 +989,7 @@ int repl_new(struct meta_client *mc, struct cs_service *svc, struct repl **ret)
 	rp->svc = svc;
 	pthread_mutex_init(&rp->mu, NULL);
 	pthread_mutex_init(&rp->dedup_mu, NULL);
+	pthread_mutex_init(&rp->unsure_mu, NULL);
 	pthread_mutex_init(&rp->stop_mu, NULL);
 	pthread_cond_init(&rp->stop_cv, NULL);
 	for (int i = 0; i < ORDER_STRIPES; i++) {
@@ -744,6 +1060,8 @@ void repl_free(struct repl *rp)
 	}
 	pthread_mutex_destroy(&rp->mu);
 	pthread_mutex_destroy(&rp->dedup_mu);
+	pthread_mutex_destroy(&rp->unsure_mu);
+	free(rp->unsure);
 	pthread_mutex_destroy(&rp->stop_mu);
 	pthread_cond_destroy(&rp->stop_cv);
 	free(rp->dedup);
