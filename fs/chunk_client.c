@@ -13,7 +13,9 @@
  *
  * Replication (chunkserver/replica.c): writes and truncates go to the
  * chain's head (its first serving target) as WRITE_EX with this client's
- * random id and a request id kept across retries; reads go to a serving
+ * random id and a request id kept across retries (its own within the
+ * failover window, and the caller's with chunk_write_ids/_truncate_ids);
+ * reads go to a serving
  * replica chosen by chunk (CHUNK_READ_TAIL: always the tail), and to the
  * tail after -EAGAIN. A transport failure is reported to strata-meta
  * (mgmt_report), which probes the target and takes a dead one out of its
@@ -427,18 +429,38 @@ static int call_stat_reply(struct chunk_client *cc, const struct strata_layout *
 	return r;
 }
 
-static uint64_t next_req_id(struct chunk_client *cc)
+/* The first of n consecutive fresh request ids (never 0). */
+static uint64_t new_req_ids(struct chunk_client *cc, uint32_t n)
 {
-	return __atomic_add_fetch(&cc->next_req, 1, __ATOMIC_RELAXED);
+	return __atomic_add_fetch(&cc->next_req, n, __ATOMIC_RELAXED) - n + 1;
 }
 
-/* A write larger than CHUNK_IO_MAX (chunks above 4 MiB) is sent in pieces,
- * each atomic on its own. Each piece carries this client's id and a fresh
- * request id, kept across its retries: a replica that already applied it
- * answers from its dedup table (exactly once). */
+/* *ids: the request ids of this call, picked on its first attempt (0) and
+ * kept for the caller's retries of the same call. */
+static uint64_t req_ids(struct chunk_client *cc, uint64_t *ids, uint32_t n)
+{
+	if (!*ids)
+		*ids = new_req_ids(cc, n ? n : 1);
+	return *ids;
+}
+
 int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
 		uint32_t off, uint32_t len, const void *buf, unsigned flags)
 {
+	uint64_t ids = 0;
+	return chunk_write_ids(cc, layout, id, off, len, buf, flags, &ids);
+}
+
+/* A write larger than CHUNK_IO_MAX (chunks above 4 MiB) is sent in pieces,
+ * each atomic on its own. Each piece carries this client's id and a request
+ * id of its own (the k-th piece *ids + k), kept across its retries here and
+ * the caller's: a replica that already applied it answers from its dedup
+ * table (exactly once). */
+int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout,
+		    struct chunk_id id, uint32_t off, uint32_t len, const void *buf, unsigned flags,
+		    uint64_t *ids)
+{
+	uint64_t first = req_ids(cc, ids, (len + CHUNK_IO_MAX - 1) / CHUNK_IO_MAX);
 	uint32_t done = 0;
 	do {
 		struct chunk_req req = req_for(id);
@@ -448,7 +470,7 @@ int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, str
 		req.flags = flags & CHUNK_WRITE_SYNC ? CHUNK_WF_SYNC : 0;
 		req.data = (const uint8_t *)buf + done;
 		req.client_id = cc->client_id;
-		req.req_id = next_req_id(cc);
+		req.req_id = first + done / CHUNK_IO_MAX;
 		int r = call_stat_reply(cc, layout, id, MSG_CHUNK_WRITE_EX, &req, NULL);
 		if (r < 0)
 			return r;
@@ -460,11 +482,18 @@ int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, str
 int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
 		   struct chunk_id id, uint32_t len)
 {
+	uint64_t ids = 0;
+	return chunk_truncate_ids(cc, layout, id, len, &ids);
+}
+
+int chunk_truncate_ids(struct chunk_client *cc, const struct strata_layout *layout,
+		       struct chunk_id id, uint32_t len, uint64_t *ids)
+{
 	struct chunk_req req = req_for(id);
 	req.len = len;
 	req.chunk_size = layout->chunk_size;
 	req.client_id = cc->client_id;
-	req.req_id = next_req_id(cc);
+	req.req_id = req_ids(cc, ids, 1);
 	return call_stat_reply(cc, layout, id, MSG_CHUNK_TRUNCATE, &req, NULL);
 }
 

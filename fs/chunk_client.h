@@ -44,6 +44,18 @@ int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, str
 /* Cuts the chunk to len bytes (0 keeps an empty chunk). Missing is not an error. */
 int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
 		   struct chunk_id id, uint32_t len);
+/* The same, exactly once across the caller's own retries. One call retries
+ * a failed write with the same request id only within its failover window
+ * (chunk_client_set_retry_ms); a caller that tries again after that (as
+ * strata-fuse does) passes the same *ids to every attempt of one logical
+ * write: 0 before the first, which picks the ids and stores them there. A
+ * replica that applied an attempt already then answers the next from its
+ * dedup table instead of applying it again. */
+int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout,
+		    struct chunk_id id, uint32_t off, uint32_t len, const void *buf, unsigned flags,
+		    uint64_t *ids);
+int chunk_truncate_ids(struct chunk_client *cc, const struct strata_layout *layout,
+		       struct chunk_id id, uint32_t len, uint64_t *ids);
 /* Removes every chunk of ino with index >= first_index on every chain of the
  * layout's table (truncate and unlink). Missing chunks are not an error. */
 int chunk_remove_file(struct chunk_client *cc, const struct strata_layout *layout, uint64_t ino,

@@ -278,6 +278,11 @@ static int open_clients(struct sfs *fs)
 	fs->cc = chunk_client_new(fs->mc, &ro);
 	if (!fs->cc)
 		return -ENOMEM;
+	/* Tests only (tests/replication/fault.sh retry_id): a short same-id
+	 * window, so that writes are retried by ops_file.c's loop instead. */
+	const char *w = getenv("STRATA_TEST_CHUNK_RETRY_MS");
+	if (w && *w)
+		chunk_client_set_retry_ms(fs->cc, atoi(w));
 	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, STRATA_ROOT_INO, &root));
 	if (r < 0)
 		return r;

@@ -476,13 +476,17 @@ static int seg_read(struct io_job *j)
 	return 0;
 }
 
+/* Every retry of the segment carries the request ids of its first attempt:
+ * a retry after chunk_client's failover window that a replica applied
+ * already is answered from its dedup table, not applied twice. */
 static int seg_write(struct io_job *j)
 {
 	struct chunk_id id = {.ino = j->ino, .index = j->seg->index};
+	uint64_t ids = 0;
 
 	return SFS_CALL(j->fs, SFS_IDEM,
-			chunk_write(j->fs->cc, j->layout, id, j->seg->off, j->seg->len,
-				    j->buf + j->seg->bufoff, j->wflags));
+			chunk_write_ids(j->fs->cc, j->layout, id, j->seg->off, j->seg->len,
+					j->buf + j->seg->bufoff, j->wflags, &ids));
 }
 
 static void *io_thread(void *arg)

@@ -175,8 +175,10 @@ static int trim_chunks(struct sfs *fs, strata_ino_t ino, const struct strata_lay
 	}
 	if (size % cs) {
 		struct chunk_id id = {.ino = ino, .index = (uint32_t)(size / cs)};
+		uint64_t ids = 0; /* the same request id on every retry (exactly once) */
 
-		r = SFS_CALL(fs, SFS_IDEM, chunk_truncate(fs->cc, l, id, (uint32_t)(size % cs)));
+		r = SFS_CALL(fs, SFS_IDEM,
+			     chunk_truncate_ids(fs->cc, l, id, (uint32_t)(size % cs), &ids));
 		if (r < 0)
 			return r;
 	}

@@ -23,6 +23,12 @@
 #   dedup       the same WRITE_EX (client id, request id) sent twice to the
 #        head is applied once (the chunk version moves once); a new request
 #        id applies again; replicas stay equal
+#   retry_id    a write applied by the tail whose acknowledgement never
+#        reaches the head (the tail's replies to the middle dropped, the
+#        middle frozen once the tail applied it) is retried by strata-fuse
+#        after chunk_client's same-id window (cut to 300 ms) with the same
+#        request id: applied once (the chunk's version moves once on every
+#        replica), replicas equal
 #   churn       (soak) 12 rounds: kill -9 a random node, the workload goes
 #        on, the node returns and resyncs; replicas equal at the end
 #   torn        the tail is killed, one of its chunk files torn (cut in half)
@@ -249,6 +255,59 @@ dedup() {
 	verify_equal
 }
 
+# The version of chunk 0 of inode $2 on node $1 (read from its header; 0: none).
+chunk_version() {
+	local f
+	f=$(printf '%s/cs%s/t1/chunks/%02x/%016x/00000000' "$RC_DIR" "$1" $(($2 & 255)) "$2")
+	python3 -c 'import struct,sys
+try: print(struct.unpack_from("<Q", open(sys.argv[1], "rb").read(40), 32)[0])
+except OSError: print(0)' "$f"
+}
+
+retry_id() {
+	local h m t ns ino v0 v i dd_pid rule
+	[ "$RC_NETNS" = 1 ] || { rc_log "SKIP: needs network namespaces"; exit 77; }
+	touch "$RC_MNT/wl.stop"
+	wait "$WL_PID" || rc_fail "workload failed"
+	WL_PID=""
+	h=$(node_at 0) m=$(node_at 1) t=$(node_at 2)
+	head -c 65536 /dev/urandom >"$RC_DIR/once.1"
+	dd if="$RC_DIR/once.1" of="$RC_MNT/once" bs=64k conv=fsync status=none || rc_fail "write"
+	ino=$(stat -c %i "$RC_MNT/once")
+	v0=$(chunk_version "$t" "$ino")
+	[ "$v0" -ge 1 ] || rc_fail "no chunk of ino $ino on node $t"
+	# the tail's answers to the middle are lost (its packets with data: bare
+	# ACKs pass, so the middle's frame gets through): the middle waits, the
+	# write is applied at the tail only
+	ns="strn${RC_TAG}_$t"
+	rule=(OUTPUT -p tcp --sport "${RC_ADDR[$t]##*:}" -d "${RC_ADDR[$m]%:*}"
+		-m length --length 100:65535 -j DROP)
+	ip netns exec "$ns" iptables -A "${rule[@]}" || { rc_log "SKIP: no iptables in $ns"; exit 77; }
+	head -c 65536 /dev/urandom >"$RC_DIR/once.2"
+	dd if="$RC_DIR/once.2" of="$RC_MNT/once" bs=64k conv=notrunc,fsync status=none \
+		2>"$RC_DIR/dd.err" &
+	dd_pid=$!
+	for i in $(seq 1 100); do
+		v=$(chunk_version "$t" "$ino")
+		[ "$v" -gt "$v0" ] && break
+		sleep 0.02
+	done
+	[ "$v" -gt "$v0" ] || rc_fail "the tail did not apply the write"
+	rc_stop_node "$m" # taken out when the head's forward to it times out
+	rc_log "tail (node $t) at version $v; middle (node $m) frozen"
+	wait "$dd_pid" || rc_fail "write failed: $(cat "$RC_DIR/dd.err")"
+	ip netns exec "$ns" iptables -D "${rule[@]}"
+	rc_cont_node "$m"
+	rc_wait_serving 90 || rc_fail "the middle did not resync"
+	cmp "$RC_DIR/once.2" "$RC_MNT/once" || rc_fail "read back differs"
+	verify_equal
+	for i in "$h" "$m" "$t"; do
+		v=$(chunk_version "$i" "$ino")
+		rc_log "node $i: chunk version $v (before the write: $v0)"
+		[ "$v" = $((v0 + 1)) ] || rc_fail "the write was applied $((v - v0)) times on node $i"
+	done
+}
+
 churn() {
 	local k n
 	for k in $(seq 1 12); do
@@ -265,6 +324,8 @@ churn() {
 }
 
 rc_require
+# retry_id: chunk_client gives up a write after 300 ms, strata-fuse retries
+[ "$SCEN" = retry_id ] && export STRATA_TEST_CHUNK_RETRY_MS=300
 rc_start 3 1 3
 wl_start
 case "$SCEN" in
@@ -278,6 +339,7 @@ all_down) all_down ;;
 torn) torn ;;
 churn) churn ;;
 dedup) dedup ;;
+retry_id) retry_id ;;
 replace) replace ;;
 *) rc_fail "unknown scenario $SCEN" ;;
 esac
