@@ -255,6 +255,19 @@ static bool same_ent(const struct chunk_list_ent *a, const struct chunk_list_ent
 	       a->st.length == b->st.length && a->st.checksum == b->st.checksum;
 }
 
+/* One side of a --deep DIFF line: what target tid listed (version 0: a
+ * chunk that failed its checks). */
+static void print_deep_ent(uint32_t tid, const struct chunk_list_ent *e)
+{
+	if (!e) {
+		printf(" target %u: none", tid);
+		return;
+	}
+	printf(" target %u: ino %llu index %u v%llu len %u xxh3 %016llx", tid,
+	       (unsigned long long)e->ino, e->index, (unsigned long long)e->st.version,
+	       e->st.length, (unsigned long long)e->st.checksum);
+}
+
 /* --deep: every replica lists its chunks reading every block (a damaged
  * chunk lists as version 0); the lists must be identical. */
 static int verify_deep(const struct strata_target *const *tg, int nt,
@@ -276,10 +289,13 @@ static int verify_deep(const struct strata_target *const *tg, int nt,
 		for (size_t i = 0; i < STRATA_MAX(n, nb); i++)
 			if (i >= n || i >= nb || !same_ent(&v[i], &base[i])) {
 				(*ret_diffs)++;
-				printf("DIFF chain %u target %u entry %zu (ino %llu index %u)\n",
+				printf("DIFF chain %u target %u entry %zu (ino %llu index %u)",
 				       ch->chain_id, tg[a]->target_id, i,
 				       (unsigned long long)(i < n ? v[i].ino : base[i].ino),
 				       i < n ? v[i].index : base[i].index);
+				print_deep_ent(tg[a]->target_id, i < n ? &v[i] : NULL);
+				print_deep_ent(tg[0]->target_id, i < nb ? &base[i] : NULL);
+				printf("\n");
 			}
 	}
 	return 0;
