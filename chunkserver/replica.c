@@ -360,10 +360,10 @@ static uint32_t *pending_slot(struct repl *rp, uint32_t target, uint64_t ino, ui
 	return &rp->pending[(chunk_hash(target, ino, index) >> 7) % PENDING_SLOTS];
 }
 
-/* Invariant 7: chunks whose last forwarded write failed after it was sent
- * (its successor may have applied it; this replica did not). Exact keys,
- * few entries (one per failed forward, until the chunk's next write here
- * reconciles it). */
+/* Invariant 7: chunks whose last forwarded write failed after it may have
+ * been delivered (its successor may have applied it; this replica did not).
+ * Exact keys, few entries (one per failed forward, until the chunk's next
+ * write here reconciles it). */
 static int unsure_find(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
 {
 	for (int i = 0; i < rp->nunsure; i++)

@@ -1,6 +1,6 @@
 /* fsx.c — randomized file operations against a file and an in-memory model.
  *
- *   fsx [-n OPS] [-s SEED] [-l MAXLEN] [-v] DIR
+ *   fsx [-n OPS] [-s SEED] [-l MAXLEN] [-k] [-v] DIR
  *
  * A long seeded sequence of writes (small and multi-chunk, at random offsets
  * including past the end: holes), truncates (up and down), reads (compared
@@ -9,7 +9,9 @@
  * the reads, writes and truncates go through a second descriptor of the same
  * file, so that the client's caches must stay coherent between them. The first
  * difference prints the seed, the offending range and the last operations,
- * and exits 1. The same seed replays the same sequence.
+ * and exits 1. The same seed replays the same sequence. The file is removed at
+ * the end unless -k (keep it: the replication test compares its chunks across
+ * replicas afterwards; removed, they would be collected meanwhile).
  *
  * Chunks are 1 MiB in strata: sizes and offsets are biased towards chunk
  * boundaries, where client and chunkserver code splits requests. */
@@ -38,6 +40,7 @@ static uint64_t g_maxlen = 8ull * CHUNK;
 static uint64_t g_seed;
 static long g_op;
 static bool g_verbose;
+static bool g_keep; /* -k: leave the file in place at the end */
 static char g_path[2][PATH_MAX];
 static int g_cur; /* which of the two names the file has now */
 static int g_fd = -1;
@@ -281,7 +284,7 @@ static void op_fullcheck(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "Usage: fsx [-n OPS] [-s SEED] [-l MAXLEN] [-v] DIR\n");
+	fprintf(stderr, "Usage: fsx [-n OPS] [-s SEED] [-l MAXLEN] [-k] [-v] DIR\n");
 	exit(2);
 }
 
@@ -291,7 +294,7 @@ int main(int argc, char **argv)
 	int o;
 
 	g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-	while ((o = getopt(argc, argv, "n:s:l:vh")) != -1) {
+	while ((o = getopt(argc, argv, "n:s:l:kvh")) != -1) {
 		switch (o) {
 		case 'n':
 			nops = atol(optarg);
@@ -301,6 +304,9 @@ int main(int argc, char **argv)
 			break;
 		case 'l':
 			g_maxlen = strtoull(optarg, NULL, 0);
+			break;
+		case 'k':
+			g_keep = true;
 			break;
 		case 'v':
 			g_verbose = true;
@@ -353,7 +359,8 @@ int main(int argc, char **argv)
 	op_fullcheck();
 	close(g_fd);
 	close(g_fd2);
-	unlink(g_path[g_cur]);
+	if (!g_keep)
+		unlink(g_path[g_cur]);
 	printf("fsx: passed %ld ops (seed %" PRIu64 ")\n", nops, g_seed);
 	free(g_model);
 	free(g_buf);

@@ -9,7 +9,9 @@ FSX=${1:?fsx binary}
 rc_require
 rc_start 3 1 3
 mkdir -p "$RC_MNT/fsx"
-"$FSX" -n "${FSX_OPS:-2500}" -l $((3 * 1024 * 1024)) "$RC_MNT/fsx" >"$RC_DIR/fsx.out" 2>&1 &
+# -k: the file stays, so that its chunks are there to compare at the end
+# (removed, strata-meta's GC would collect them while the replicas are listed)
+"$FSX" -k -n "${FSX_OPS:-2500}" -l $((3 * 1024 * 1024)) "$RC_MNT/fsx" >"$RC_DIR/fsx.out" 2>&1 &
 F=$!
 sleep 4
 t=$(rc_chain_targets 0 | awk '{print $3}')
@@ -23,6 +25,10 @@ wait "$F" || { tail -20 "$RC_DIR/fsx.out" >&2; rc_fail "fsx failed on the replic
 tail -1 "$RC_DIR/fsx.out" >&2
 rc_wait_serving 90 || rc_fail "the tail did not resync"
 rc_admin verify >&2 || rc_fail "replicas differ"
+n=$(rc_admin --json verify | python3 -c 'import json,sys; print(json.load(sys.stdin)["chunks"])')
+size=$(cat "$RC_MNT"/fsx/fsx.* | wc -c)
+rc_log "fsx's file: $size bytes, $n chunk(s) compared"
+[ "$n" -gt 0 ] || [ "$size" -eq 0 ] || rc_fail "no chunks to compare"
 if ! rc_admin verify --deep >&2; then
 	# a lasting difference or a passing one (something written between the
 	# replicas' listings)? Look again.
