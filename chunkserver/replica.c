@@ -754,7 +754,7 @@ static int reconcile(struct repl *rp, struct chunk_store *cs, struct place *p, i
 	struct chunk_req b = { .route = r->route, .ino = r->ino, .index = r->index,
 			       .chunk_size = r->chunk_size };
 	struct fwd f;
-	struct chunk_stat succ, here;
+	struct chunk_stat succ = { 0 }, here = { 0 }; /* gcc -O2 cannot see local_stat sets it */
 	bool sent;
 	int e = forward_write(rp, p, next, MSG_CHUNK_WRITE_EX, &b, &f, &succ, &sent);
 	if (e == 0)
