@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "sandbox-internal.h"
+#include "sbx_masks.h"
 
 enum {
 	ST_CGROUP = 1,
@@ -174,23 +175,11 @@ static void setup_dev(void)
 	TRY(ST_DEV, mount("mqueue", "dev/mqueue", "mqueue", nsne, NULL));
 }
 
-/* What is masked or made read-only in /proc and /sys (relative to the
- * staging root). mntns_template finds once which of them this kernel has
+/* What is masked or made read-only in /proc and /sys (sbx_masks.h, relative
+ * to the staging root). mntns_template finds once which of them this kernel has
  * (a fresh proc and sysfs instance show the same entries as a sandbox's),
  * so that staging tries no mount on an absent one. */
 enum { M_PROC_FILES, M_PROC_DIRS, M_PROC_RO, M_SYS_DIRS, M_LISTS };
-static const char *const proc_masked[] = {
-    "proc/kcore",	 "proc/keys",	     "proc/key-users",	   "proc/timer_list",
-    "proc/timer_stats",	 "proc/sched_debug", "proc/latency_stats", "proc/kpagecgroup",
-    "proc/kpagecount",	 "proc/kpageflags",  "proc/kallsyms",	   "proc/vmallocinfo",
-    "proc/pagetypeinfo", "proc/slabinfo",
-};
-static const char *const proc_masked_dirs[] = {"proc/acpi", "proc/scsi", "proc/asound",
-					       "proc/driver"};
-static const char *const proc_ro[] = {"proc/bus", "proc/fs", "proc/irq", "proc/sys",
-				      "proc/sysrq-trigger"};
-static const char *const sys_masked[] = {"sys/firmware", "sys/devices/virtual/powercap",
-					 "sys/kernel/debug", "sys/kernel/security"};
 static const struct {
 	const char *const *paths;
 	size_t n;

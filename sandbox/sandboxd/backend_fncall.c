@@ -76,6 +76,7 @@
 #include "sandboxd.h"
 
 #ifdef STRATA_HAVE_CONTAINER
+#include "sbx_masks.h"
 #include "strata_sandbox.h"
 #endif
 
@@ -609,24 +610,11 @@ static void mount_dev(void)
 }
 
 /* What is masked or made read-only in /proc and /sys (relative to the new
- * root): the container library's lists (sandbox/container/child.c:
- * proc_masked, proc_masked_dirs, proc_ro, sys_masked), which are Docker's
- * and a few more; tests/sandboxd/test_fncall_python.py compares what a
- * Python call and a command call see. The worker runs as uid 0 without
- * capabilities, and some of these check only file permissions (writing
- * /proc/sysrq-trigger needs no capability). Absent paths are skipped. */
-static const char *const proc_masked[] = {
-    "proc/kcore",	 "proc/keys",	     "proc/key-users",	   "proc/timer_list",
-    "proc/timer_stats",	 "proc/sched_debug", "proc/latency_stats", "proc/kpagecgroup",
-    "proc/kpagecount",	 "proc/kpageflags",  "proc/kallsyms",	   "proc/vmallocinfo",
-    "proc/pagetypeinfo", "proc/slabinfo",
-};
-static const char *const proc_masked_dirs[] = {"proc/acpi", "proc/scsi", "proc/asound",
-					       "proc/driver"};
-static const char *const proc_ro[] = {"proc/bus", "proc/fs", "proc/irq", "proc/sys",
-				      "proc/sysrq-trigger"};
-static const char *const sys_masked[] = {"sys/firmware", "sys/devices/virtual/powercap",
-					 "sys/kernel/debug", "sys/kernel/security"};
+ * root): the container library's lists (sandbox/container/sbx_masks.h);
+ * tests/sandboxd/test_fncall_python.py compares what a Python call and a
+ * command call see. The worker runs as uid 0 without capabilities, and some
+ * of these check only file permissions (writing /proc/sysrq-trigger needs
+ * no capability). Absent paths are skipped. */
 
 /* Hides directory dir under an empty read-only tmpfs: the first one
  * mounted (*empty, then its path) is bound over the others. */
