@@ -1003,6 +1003,7 @@ int repl_new(struct meta_client *mc, struct cs_service *svc, struct repl **ret)
 static void *resync_main(void *arg)
 {
 	struct repl *rp = arg;
+	struct resync_state st = { 0 };
 	pthread_mutex_lock(&rp->stop_mu);
 	while (!rp->stop) {
 		struct timespec ts;
@@ -1014,7 +1015,7 @@ static void *resync_main(void *arg)
 		if (rp->stop)
 			break;
 		pthread_mutex_unlock(&rp->stop_mu);
-		repl_resync_pass(rp);
+		repl_resync_pass(rp, &st);
 		pthread_mutex_lock(&rp->stop_mu);
 	}
 	pthread_mutex_unlock(&rp->stop_mu);

@@ -46,8 +46,16 @@ int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chu
 struct meta_client *repl_meta(struct repl *rp);
 bool repl_stopping(struct repl *rp);
 struct cs_service *repl_service(struct repl *rp);
+/* What the resync thread carries from one pass to the next (resync.c); it
+ * owns it (on its stack) and passes it to every pass. Zero-initialised. */
+struct resync_state {
+	uint64_t tag_seq;     /* transfers tagged so far (part_tag) */
+	uint32_t warned_peer; /* the last target warned about as too old ... */
+	int64_t warned_ms;    /* ... and when (monotonic ms) */
+	int64_t expired_ms;   /* the last staging expiry (monotonic ms) */
+};
 /* One pass of the resync (resync.c): every local target that is the last
  * serving one of its chain pushes to a syncing successor. */
-void repl_resync_pass(struct repl *rp);
+void repl_resync_pass(struct repl *rp, struct resync_state *st);
 /* A copy of the current routing table (strata_routing_done); -ENXIO if none. */
 int repl_routing_copy(struct repl *rp, struct strata_routing *ret);

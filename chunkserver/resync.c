@@ -1,9 +1,11 @@
 /* resync.c — fills a syncing target from its predecessor, the chain's tail
  * (the last serving target), which pushes; strata-meta then makes it serving.
  *
- * A pass (repl_resync_pass, every 200 ms on the engine's thread) looks at
- * each local target that is the tail of its chain; if the next target is
- * syncing it runs sync_chain:
+ * A pass (repl_resync_pass, every 200 ms on the engine's thread, with that
+ * thread's struct resync_state: transfer tags, when a warning was last
+ * logged and staging last expired; no globals) looks at each local target
+ * that is the tail of its chain; if the next target is syncing it runs
+ * sync_chain:
  *   1. list the successor's chunks (LIST, paged, with CHUNK_LF_VERIFY so that
  *      a torn or damaged chunk lists as version 0) and our own;
  *   2. walk the union in (ino, index) order; for each chunk, under its
@@ -74,6 +76,7 @@ struct sync_job {
 	struct chunk_list_ent *remote; /* heap, sorted */
 	size_t nremote;
 	uint64_t done, total, copied, removed;
+	struct resync_state *st;      /* the resync thread's, across passes */
 	struct rpc_client *rpc;       /* PUT_PART's connection, made on first use */
 	uint8_t *part_buf;            /* CHUNK_IO_MAX bytes, on first use */
 };
@@ -143,21 +146,19 @@ static int put_remote(struct sync_job *j, uint64_t ino, uint32_t index, const vo
  * the successor (ours before, another tail's after a chain change). */
 static uint64_t part_tag(const struct sync_job *j)
 {
-	static uint64_t seq; /* the resync thread only */
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return ((uint64_t)j->self << 40) ^ ((uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec) ^
-	       (++seq << 20);
+	       (++j->st->tag_seq << 20);
 }
 
 static void warn_old_peer(const struct sync_job *j, uint64_t ino, uint32_t index, uint32_t len)
 {
-	static uint32_t last_peer; /* the resync thread only */
-	static int64_t last_ms;
-	if (last_peer == j->peer && mono_ms() - last_ms < OLD_PEER_WARN_EVERY_MS)
+	struct resync_state *st = j->st;
+	if (st->warned_peer == j->peer && mono_ms() - st->warned_ms < OLD_PEER_WARN_EVERY_MS)
 		return;
-	last_peer = j->peer;
-	last_ms = mono_ms();
+	st->warned_peer = j->peer;
+	st->warned_ms = mono_ms();
 	log_warn("resync: target %u at %s does not take chunks over %u bytes in pieces "
 		 "(MSG_CHUNK_PUT_PART unknown: an older strata-chunkserver); chunk %llu/%u "
 		 "(%u bytes) cannot be copied and the target stays syncing until it is upgraded",
@@ -366,7 +367,7 @@ static int sync_chain(struct sync_job *j)
 
 /* Runs the sync of chain c if target self is its tail and the next target
  * is syncing. */
-static void maybe_sync(struct repl *rp, const struct strata_routing *rt,
+static void maybe_sync(struct repl *rp, struct resync_state *st, const struct strata_routing *rt,
 		       const struct strata_chain *c, uint32_t self, struct chunk_store *cs)
 {
 	int pos = chain_pos(c, self);
@@ -379,7 +380,7 @@ static void maybe_sync(struct repl *rp, const struct strata_routing *rt,
 	if (!t)
 		return;
 	struct sync_job j = { .rp = rp, .cs = cs, .self = self, .peer = t->target_id,
-			      .chain = *c };
+			      .chain = *c, .st = st };
 	snprintf(j.peer_addr, sizeof(j.peer_addr), "%s", t->addr);
 	log_info("resync: chain %u (v%u): target %u -> target %u at %s", c->chain_id, c->version,
 		 self, j.peer, j.peer_addr);
@@ -400,12 +401,11 @@ static void maybe_sync(struct repl *rp, const struct strata_routing *rt,
 
 /* Drops the staging files of transfers whose sender went away (a receiver
  * side chore; the pass runs on every chunkserver). */
-static void expire_staging(struct cs_service *svc, int nt)
+static void expire_staging(struct cs_service *svc, struct resync_state *st, int nt)
 {
-	static int64_t last_ms; /* the resync thread only */
-	if (mono_ms() - last_ms < STAGE_EXPIRE_EVERY_MS)
+	if (st->expired_ms && mono_ms() - st->expired_ms < STAGE_EXPIRE_EVERY_MS)
 		return;
-	last_ms = mono_ms();
+	st->expired_ms = mono_ms();
 	for (int i = 0; i < nt; i++) {
 		int n = chunk_store_put_expire(svc->targets[i].store, STAGE_MAX_AGE_S);
 		if (n > 0)
@@ -414,17 +414,17 @@ static void expire_staging(struct cs_service *svc, int nt)
 	}
 }
 
-void repl_resync_pass(struct repl *rp)
+void repl_resync_pass(struct repl *rp, struct resync_state *st)
 {
 	struct cs_service *svc = repl_service(rp);
 	int nt = __atomic_load_n(&svc->ntargets, __ATOMIC_ACQUIRE);
-	expire_staging(svc, nt);
+	expire_staging(svc, st, nt);
 	struct strata_routing rt;
 	if (repl_routing_copy(rp, &rt) < 0)
 		return;
 	for (int i = 0; i < nt && !repl_stopping(rp); i++)
 		for (uint32_t k = 0; k < rt.nchains; k++)
-			maybe_sync(rp, &rt, &rt.chains[k], svc->targets[i].target_id,
+			maybe_sync(rp, st, &rt, &rt.chains[k], svc->targets[i].target_id,
 				   svc->targets[i].store);
 	strata_routing_done(&rt);
 }
