@@ -67,10 +67,14 @@
  *      own table (refetching when the request's is newer): a mismatch is
  *      -ESTALE and nothing is applied. A client write is accepted only at
  *      the head, a forwarded one only by a serving or syncing target.
- *   4. A read is served only by a serving target whose table is younger than
- *      half the lease (a frozen node that comes back cannot serve what it
- *      held before it was taken out); a non-tail replica with the chunk
- *      pending answers -EAGAIN and the client reads from the tail.
+ *   4. A read is served only by a serving target at the request's chain
+ *      version, both judged by a table younger than half the lease (an older
+ *      one is refetched and the request placed again by the new one:
+ *      read_place), before the read and again after it; so a frozen node
+ *      that comes back cannot serve what it held before it was taken out,
+ *      even to a client routing by the same old chain version. A non-tail
+ *      replica with the chunk pending or unsure answers -EAGAIN and the
+ *      client reads from the tail.
  *   5. A retried request (same client id and request id, non-zero) that was
  *      applied here is answered from the dedup table without applying or
  *      forwarding it again (bounded table: DEDUP_SLOTS, oldest overwritten).
@@ -228,17 +232,23 @@ int repl_refresh(struct repl *rp, int min_age_ms)
 	struct rsnap *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	/* The table is as new as the moment it was asked for, not as the moment
+	 * its answer was read: an answer that waited in the socket while this
+	 * process was frozen describes the chains before the freeze. */
+	int64_t asked_ms = now_ms();
 	int r = mgmt_routing(rp->mc, &s->r);
 	if (r < 0) {
 		free(s);
 		return r;
 	}
 	s->refs = 1;
-	s->fetched_ms = now_ms();
+	s->fetched_ms = asked_ms;
 	pthread_mutex_lock(&rp->mu);
 	struct rsnap *drop = rp->snap;
 	if (drop && drop->r.version > s->r.version) { /* a slower, older answer */
-		__atomic_store_n(&drop->fetched_ms, s->fetched_ms, __ATOMIC_RELEASE);
+		/* ours is newer than what strata-meta had when we asked */
+		if (__atomic_load_n(&drop->fetched_ms, __ATOMIC_ACQUIRE) < asked_ms)
+			__atomic_store_n(&drop->fetched_ms, asked_ms, __ATOMIC_RELEASE);
 		drop = s;
 	} else {
 		rp->snap = s;
@@ -531,21 +541,33 @@ static int place_of(struct repl *rp, const struct chunk_route *rt, struct place 
 	return 0;
 }
 
-/* Invariant 4 (first half): a multi-replica chain is read only from a table
- * younger than half the lease. */
-static int fresh_enough(struct repl *rp, struct place *p)
+/* Invariant 4: where a read may be served. The request's chain version and
+ * this target's serving state are checked by a table younger than half the
+ * lease (for a multi-replica chain); with an older one the table is
+ * refetched and the request placed again by the new one: a node frozen past
+ * the lease and thawed must not serve by what it believed before (the
+ * refetch alone proves nothing about the chain the request named, which the
+ * new table may have moved on from). Returns 0 with *p filled (release with
+ * place_done), or -ESTALE. */
+static int read_place(struct repl *rp, const struct chunk_route *rt, struct place *p,
+		      bool refetched)
 {
+	int e = place_of(rp, rt, p);
+	if (e < 0)
+		return e;
+	if (routing_state(&p->s->r, rt->target_id) != TARGET_SERVING) {
+		place_done(p);
+		return -ESTALE;
+	}
 	uint32_t lease = p->s->r.lease_ms;
 	if (p->c->ntargets < 2 || !lease ||
 	    now_ms() - __atomic_load_n(&p->s->fetched_ms, __ATOMIC_ACQUIRE) <= lease / 2)
 		return 0;
+	place_done(p);
+	if (refetched)
+		return -ESTALE;
 	repl_refresh(rp, 0);
-	struct rsnap *s = snap_get(rp);
-	int r = s && now_ms() - __atomic_load_n(&s->fetched_ms, __ATOMIC_ACQUIRE) <= lease / 2
-			? 0
-			: -ESTALE;
-	snap_put(s);
-	return r;
+	return read_place(rp, rt, p, true);
 }
 
 /* ---- reads --------------------------------------------------------------------- */
@@ -564,17 +586,16 @@ static int read_local(struct chunk_store *cs, const struct chunk_req *r, struct 
 	return 0;
 }
 
-/* Invariant 4. */
+/* Invariant 4. Placed by read_place before the read and again after it, so
+ * that both the pending check (a non-tail replica with the chunk pending or
+ * unsure, invariant 7, sends the client to the tail) and the data are judged
+ * by a table fetched since any freeze. */
 static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
 		     struct wbuf *reply)
 {
 	_cleanup_(place_done) struct place p = { 0 };
-	int e = place_of(rp, &r->route, &p);
+	int e = read_place(rp, &r->route, &p, false);
 	if (e < 0)
-		return e;
-	if (routing_state(&p.s->r, r->route.target_id) != TARGET_SERVING)
-		return -ESTALE;
-	if ((e = fresh_enough(rp, &p)) < 0)
 		return e;
 	if (p.pos != chain_tail(&p.s->r, p.c) &&
 	    is_pending(rp, r->route.target_id, r->ino, r->index))
@@ -582,7 +603,8 @@ static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk
 	if ((e = read_local(cs, r, reply)) < 0)
 		return e;
 	/* frozen between the check and the read: what it read may be stale */
-	return fresh_enough(rp, &p) < 0 ? -ESTALE : 0;
+	place_done(&p);
+	return read_place(rp, &r->route, &p, false) < 0 ? -ESTALE : 0;
 }
 
 /* ---- writes -------------------------------------------------------------------- */

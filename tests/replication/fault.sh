@@ -11,6 +11,13 @@
 #   partition   SIGSTOP the middle replica; writes go on after the lease; on
 #        SIGCONT it answers reads routed by the old chain version with
 #        -ESTALE/-EAGAIN, never data; it resyncs and rejoins
+#   thaw_read   partition's probe, its window hit every time: the READ
+#        routed by the old chain version is queued at the frozen replica
+#        (its socket takes it), and the replica's packets to strata-meta
+#        are dropped for the first 0.8 s after SIGCONT, so its heartbeat
+#        cannot refetch the table before the read is placed by the old one;
+#        the refetch for the read then succeeds (TCP retransmits), and the
+#        read must still get -ESTALE/-EAGAIN, not data
 #   rejoin      a node is down while 300 records are written, comes back:
 #        resync, then equal replicas (checksums of every chunk compared)
 #   two_failures  head and tail killed one after the other: the survivor
@@ -145,6 +152,43 @@ partition() {
 	# the frozen replica must not serve what it holds to old routing
 	probe_out=$("$STRATA_BUILD/tests/repl_probe" "${RC_ADDR[$n]}" "$t" 1 "$old_ver" 2 0)
 	rc_log "read at the thawed replica with chain version $old_ver: $probe_out"
+	case "$probe_out" in
+	"status -116 "* | "status -11 "*) ;;
+	*) rc_fail "thawed replica answered a stale-routed read: $probe_out" ;;
+	esac
+	rc_wait_serving 90 || rc_fail "thawed replica did not resync"
+	wl_progresses 20 10
+	wl_stop_check
+	verify_equal
+}
+
+thaw_read() {
+	local n t old_ver probe_out probe_pid ns rule
+	[ "$RC_NETNS" = 1 ] || rc_skip "needs network namespaces (drops the node's packets to strata-meta)"
+	n=$(node_at 1)
+	t=$(rc_chain_targets 0 | awk '{print $2}')
+	old_ver=$(rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])')
+	ns="strn${RC_TAG}_$n"
+	rule=(OUTPUT -p tcp -d "${RC_META%:*}" --dport "${RC_META##*:}" -j DROP)
+	ip netns exec "$ns" iptables -A "${rule[@]}" || rc_skip "no iptables in $ns"
+	ip netns exec "$ns" iptables -D "${rule[@]}"
+	rc_log "freezing node $n (target $t, chain version $old_ver)"
+	rc_stop_node "$n"
+	STALL_MAX=$((STALL_MAX + 3))
+	wl_progresses 30 "$STALL_MAX"
+	rc_admin chains | sed -n 2p >&2
+	# the read waits in the frozen node's socket
+	"$STRATA_BUILD/tests/repl_probe" "${RC_ADDR[$n]}" "$t" 1 "$old_ver" 2 0 \
+		>"$RC_DIR/probe.out" 2>&1 &
+	probe_pid=$!
+	sleep 0.5
+	ip netns exec "$ns" iptables -A "${rule[@]}" || rc_fail "cannot drop packets to strata-meta"
+	rc_cont_node "$n"
+	sleep 0.8
+	ip netns exec "$ns" iptables -D "${rule[@]}"
+	wait "$probe_pid" || rc_fail "probe failed: $(cat "$RC_DIR/probe.out")"
+	probe_out=$(cat "$RC_DIR/probe.out")
+	rc_log "read queued at the frozen replica with chain version $old_ver: $probe_out"
 	case "$probe_out" in
 	"status -116 "* | "status -11 "*) ;;
 	*) rc_fail "thawed replica answered a stale-routed read: $probe_out" ;;
@@ -333,6 +377,7 @@ kill_head) kill_role 0 ;;
 kill_middle) kill_role 1 ;;
 kill_tail) kill_role 2 ;;
 partition) partition ;;
+thaw_read) thaw_read ;;
 rejoin) rejoin ;;
 two_failures) two_failures ;;
 all_down) all_down ;;
