@@ -1337,6 +1337,20 @@ static void cmd_box_push(struct cmd_pool *p, struct cmd_box *bx)
 	p->nidle++;
 }
 
+/* A new warm sandbox of pool p (sandboxes of a pool differ in nothing; a
+ * pool's key fields do not change while a create for it is in flight). */
+static int cpool_create(struct fn_backend *fb, const struct cmd_pool *p, struct sbx **ret)
+{
+	struct sbx_config c = {.rootfs = p->rootfs,
+			       .hostname = "sandbox",
+			       .memory_bytes = (uint64_t)p->memory_mb << 20,
+			       .cpu_millis = p->cpu_millis,
+			       .pids_max = (uint32_t)p->pids,
+			       .disk_bytes = (uint64_t)p->disk_mb << 20,
+			       .network = p->net_host ? SBX_NET_HOST : SBX_NET_NONE};
+	return sbx_create(fb->rt, &c, ret);
+}
+
 /* The filler threads: make warm sandboxes for pools below their target. */
 static void *filler_main(void *arg)
 {
@@ -1363,17 +1377,10 @@ static void *filler_main(void *arg)
 			continue;
 		}
 		p->creating++;
-		struct sbx_config c = {.rootfs = p->rootfs,
-				       .hostname = "sandbox",
-				       .memory_bytes = (uint64_t)p->memory_mb << 20,
-				       .cpu_millis = p->cpu_millis,
-				       .pids_max = (uint32_t)p->pids,
-				       .disk_bytes = (uint64_t)p->disk_mb << 20,
-				       .network = p->net_host ? SBX_NET_HOST : SBX_NET_NONE};
 		pthread_mutex_unlock(&fb->mu);
 		struct sbx *s = NULL;
 		struct cmd_box *bx = malloc(sizeof(*bx));
-		int r = bx ? sbx_create(fb->rt, &c, &s) : -ENOMEM;
+		int r = bx ? cpool_create(fb, p, &s) : -ENOMEM;
 		pthread_mutex_lock(&fb->mu);
 		p->creating--;
 		if (r < 0) {
@@ -1503,14 +1510,7 @@ static int cpool_take(struct fn_backend *fb, struct cmd_pool *p, struct sbx **re
 		}
 		sbx_destroy(s);
 	}
-	struct sbx_config c = {.rootfs = p->rootfs,
-			       .hostname = "sandbox",
-			       .memory_bytes = (uint64_t)p->memory_mb << 20,
-			       .cpu_millis = p->cpu_millis,
-			       .pids_max = (uint32_t)p->pids,
-			       .disk_bytes = (uint64_t)p->disk_mb << 20,
-			       .network = p->net_host ? SBX_NET_HOST : SBX_NET_NONE};
-	return sbx_create(fb->rt, &c, ret);
+	return cpool_create(fb, p, ret);
 }
 
 static void cmd_io(void *ctx, uint32_t ev);
