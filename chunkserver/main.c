@@ -1,13 +1,19 @@
 /* main.c — strata-chunkserver: serves the chunks of one or more targets.
  *
  *   strata-chunkserver --listen HOST:PORT --meta HOST:PORT --target DIR [--target DIR]...
- *                      [--addr-file F] [--log-level L]
+ *                      [--addr-file F] [--log-level L] [--workers N] [--fwd-workers N]
  *
  * Start-up: open every target (lock it, clean crash leftovers), start the RPC
  * server, register with strata-meta (retrying while it comes up) under the
  * node and target ids persisted in each target's target.id, persist the ids
  * it assigns, then write --addr-file. The main thread then heartbeats every
- * second with each target's free/total bytes until SIGTERM or SIGINT. */
+ * second with each target's free/total bytes until SIGTERM or SIGINT.
+ *
+ * The RPC server's workers are split in pools (service.h, cs_pool_of):
+ * --workers for clients' requests, --fwd-workers for each chain position
+ * 1.., two for probes; --fwd-workers 0 puts everything in one pool of
+ * --workers (forwards may then wait on each other across nodes until they
+ * time out: for tests). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -34,7 +40,10 @@
 #include "uring_pool.h"
 
 #define CS_MAX_TARGETS 64
-#define CS_WORKERS 16 /* a forward holds its worker while the successor works: see README */
+#define CS_WORKERS 16	 /* pool of clients' requests (--workers) */
+#define CS_FWD_WORKERS 8 /* pool of each chain position 1.. (--fwd-workers) */
+#define CS_CTL_WORKERS 2 /* pool of PING (strata-meta's probes) */
+#define CS_MAX_WORKERS 256
 #define REGISTER_TIMEOUT_MS 30000
 #define HEARTBEAT_MS 500 /* well inside strata-meta's lease (3 s default) */
 
@@ -54,6 +63,7 @@ struct daemon {
 	struct rpc_server *srv;
 	struct meta_client *mc;
 	struct repl *repl;
+	int workers, fwd_workers; /* fwd_workers 0: one pool for everything */
 	uint32_t node_id;
 	char addr[80];
 	sigset_t sigs;
@@ -63,7 +73,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: strata-chunkserver --listen HOST:PORT --meta HOST:PORT --target DIR "
 		   "[--target DIR]...\n"
-		   "                          [--addr-file F] [--log-level error|warn|info|debug]\n");
+		   "                          [--addr-file F] [--log-level error|warn|info|debug]\n"
+		   "                          [--workers N] [--fwd-workers N]\n");
 }
 
 /* Returns 0, 1 after --help, or -EINVAL (message printed). */
@@ -73,6 +84,8 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 		{ "listen", required_argument, NULL, 'l' }, { "meta", required_argument, NULL, 'm' },
 		{ "target", required_argument, NULL, 't' }, { "addr-file", required_argument, NULL, 'a' },
 		{ "log-level", required_argument, NULL, 'L' }, { "help", no_argument, NULL, 'h' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "fwd-workers", required_argument, NULL, 'f' },
 		{ 0 },
 	};
 	int c;
@@ -94,6 +107,18 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 				return -EINVAL;
 			}
 			break;
+		case 'w':
+		case 'f': {
+			char *end;
+			long n = strtol(optarg, &end, 10);
+			if (*end || end == optarg || n < (c == 'w') || n > CS_MAX_WORKERS) {
+				fprintf(stderr, "strata-chunkserver: --%s takes %d..%d\n",
+					c == 'w' ? "workers" : "fwd-workers", c == 'w', CS_MAX_WORKERS);
+				return -EINVAL;
+			}
+			*(c == 'w' ? &d->workers : &d->fwd_workers) = (int)n;
+			break;
+		}
 		case 'h': usage(stdout); return 1;
 		default: usage(stderr); return -EINVAL;
 		}
@@ -117,7 +142,11 @@ static void on_corrupt(void *arg, const struct chunk_corruption *c)
 
 static int open_targets(struct daemon *d)
 {
-	int r = uring_pool_new(CS_WORKERS + 1, 64, &d->pool);
+	/* as many rings as worker threads: borrowing one never waits */
+	int nthreads = d->workers;
+	if (d->fwd_workers)
+		nthreads += (CS_NPOOLS - 2) * d->fwd_workers + CS_CTL_WORKERS;
+	int r = uring_pool_new(nthreads + 1, 64, &d->pool);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up io_uring");
 	for (int i = 0; i < d->ntargets; i++) {
@@ -290,7 +319,15 @@ static int start(struct daemon *d)
 	if (r < 0)
 		return r;
 	struct rpc_server_opts so = { .name = "chunkserver", .listen = d->listen,
-				      .workers = CS_WORKERS, .handler = cs_handle, .ctx = &d->svc };
+				      .workers = d->workers, .handler = cs_handle, .ctx = &d->svc };
+	if (d->fwd_workers) { /* invariant of cs_pool_of: no pool waits on itself */
+		so.npools = CS_NPOOLS;
+		so.pool_of = cs_pool_of;
+		so.pool_workers[CS_POOL_CLIENT] = d->workers;
+		for (int i = 1; i < CS_POOL_CONTROL; i++)
+			so.pool_workers[i] = d->fwd_workers;
+		so.pool_workers[CS_POOL_CONTROL] = CS_CTL_WORKERS;
+	}
 	r = rpc_server_start(&so, &d->srv);
 	if (r < 0)
 		return log_error_errno(r, "Failed to listen on %s", d->listen);
@@ -328,7 +365,7 @@ static void stop(struct daemon *d)
 
 int main(int argc, char **argv)
 {
-	struct daemon d = { 0 };
+	struct daemon d = { .workers = CS_WORKERS, .fwd_workers = CS_FWD_WORKERS };
 	int level = LOG_LVL_INFO;
 	int r = parse_args(&d, argc, argv, &level);
 	if (r != 0)

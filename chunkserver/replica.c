@@ -520,6 +520,14 @@ static const struct strata_chain *find_chain(struct rsnap *s, uint32_t id)
 	return s ? routing_chain(&s->r, id) : NULL;
 }
 
+int repl_chain_pos(struct repl *rp, const struct chunk_route *rt)
+{
+	struct rsnap *s = snap_get(rp);
+	int pos = chain_pos(find_chain(s, rt->chain_id), rt->target_id);
+	snap_put(s);
+	return pos;
+}
+
 /* Invariant 3: the request's chain version must be ours; a newer one makes
  * us refetch first. Returns 0 with *p filled (release with place_done) or
  * -ESTALE. */
@@ -620,6 +628,8 @@ static int fwd_result(struct repl *rp, uint32_t tid, int e)
 {
 	if (e == -ECONNREFUSED || e == -ECONNRESET || e == -ETIMEDOUT || e == -EPIPE ||
 	    e == -EHOSTUNREACH || e == -ENETUNREACH) {
+		log_warn_errno(e, "replica: call to target %u failed; reporting it to strata-meta",
+			       tid);
 		mgmt_report(rp->mc, tid); /* strata-meta probes it and fails its node */
 		repl_refresh(rp, 0);
 		return -EAGAIN;

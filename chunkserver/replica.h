@@ -35,6 +35,10 @@ int repl_start(struct repl *rp);
 int repl_handle(struct repl *rp, struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
 		struct wbuf *reply);
 
+/* The position of rt's target in rt's chain by the current table, or -1
+ * (no table, chain or target). For service.c's choice of worker pool. */
+int repl_chain_pos(struct repl *rp, const struct chunk_route *rt);
+
 /* ---- shared with resync.c ------------------------------------------------ */
 /* Per-chunk ordering lock of (target, ino, index): held from the arrival of a
  * write to its local apply, across the forward. */

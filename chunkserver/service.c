@@ -85,6 +85,25 @@ static int do_remove_file(struct chunk_store *cs, const struct chunk_req *r, str
 	return 0;
 }
 
+int cs_pool_of(void *ctx, uint16_t type, const uint8_t *payload, size_t len)
+{
+	struct cs_service *s = ctx;
+	if (type <= MSG_CHUNK_PING || type > MSG_CHUNK_PUT_PART)
+		return CS_POOL_CONTROL; /* PING, or answered -EOPNOTSUPP at once */
+	if (!s->repl)
+		return CS_POOL_CLIENT;
+	struct rbuf b;
+	struct chunk_route rt;
+	rbuf_init(&b, payload, len);
+	rt.target_id = rbuf_get_u32(&b);
+	rt.chain_id = rbuf_get_u32(&b);
+	rt.chain_ver = rbuf_get_u32(&b);
+	if (b.err)
+		return CS_POOL_CONTROL; /* malformed: answered -EBADMSG at once */
+	int pos = repl_chain_pos(s->repl, &rt);
+	return pos > 0 && pos < CS_POOL_CONTROL ? pos : CS_POOL_CLIENT;
+}
+
 int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	      const struct rpc_peer *peer)
 {

@@ -4,6 +4,7 @@
 #pragma once
 #include <stdint.h>
 #include "rpc.h"
+#include "types.h"
 
 struct chunk_store;
 
@@ -20,6 +21,22 @@ struct cs_service {
 		       * targets' ids are known; read with acquire */
 	struct repl *repl; /* replication engine (replica.h); NULL: local only */
 };
+
+/* Worker pools of the daemon's RPC server (cs_pool_of): a request for a
+ * target at chain position p runs in pool p (0: clients' writes at the head,
+ * reads, anything not in a chain), PING (strata-meta's probes) and messages
+ * that are not chunk requests in CS_POOL_CONTROL. */
+#define CS_POOL_CLIENT 0
+#define CS_POOL_CONTROL STRATA_MAX_REPLICAS
+#define CS_NPOOLS (STRATA_MAX_REPLICAS + 1)
+
+/* rpc_pool_fn; ctx is a struct cs_service. A request only ever waits on
+ * requests for targets further down its chain (a forward, a reconcile's
+ * barrier and read, a resync's LIST and PUT, or an ordering lock held by a
+ * write that forwards), so pools by position cannot wait on each other in
+ * a cycle, across any number of nodes and chains (chunkserver/README.md
+ * "Worker pools"). The position is looked up in this node's routing table. */
+int cs_pool_of(void *ctx, uint16_t type, const uint8_t *payload, size_t len);
 
 /* rpc_handler_fn; ctx is a struct cs_service. Errors: -EBADMSG (malformed
  * request), -EOPNOTSUPP (unknown message), -ENXIO (target not served here),

@@ -1,8 +1,11 @@
 /* rpc.h — request/reply RPC over a stream transport (TCP now, RDMA later).
  *
- * Server: one event-loop thread (epoll) accepts connections and reads frames;
- * complete requests go to a pool of worker threads that run the handler and
- * write the reply. A connection that sends a malformed frame (bad magic,
+ * Server: worker threads share one epoll set; the one that gets a
+ * connection's event reads its frame, runs the handler and writes the reply
+ * (rpc_server.c). Optionally the workers are split into pools and a frame
+ * runs only in the pool a classifier picks (rpc_server_opts.pool_of), so that
+ * requests which wait on other servers cannot take every worker from the
+ * requests they wait for. A connection that sends a malformed frame (bad magic,
  * newer major version, oversized length, bad checksum, truncated and then
  * closed) is logged with the reason and closed; other connections are
  * unaffected. Requests on one connection may be handled concurrently, so
@@ -64,13 +67,31 @@ struct rpc_peer {
  * reply carries no payload). It runs on a worker thread. */
 typedef int (*rpc_handler_fn)(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 			      const struct rpc_peer *peer);
+/* Picks the pool of a request from its type and payload (the request's
+ * fields, not yet decoded by the handler: may be short or malformed). Runs
+ * on the thread that read the frame, once per request; must not block.
+ * Returns 0..npools-1; anything else counts as 0. */
+typedef int (*rpc_pool_fn)(void *ctx, uint16_t type, const uint8_t *payload, size_t len);
+#define RPC_MAX_POOLS 8
 struct rpc_server_opts {
 	const char *name;   /* for logs, e.g. "meta" */
 	const char *listen; /* "host:port"; port 0 picks a free one */
-	int workers;        /* worker threads; 0 = 4 */
+	int workers;        /* worker threads (one pool); 0 = 4 */
 	int max_conns;      /* 0 = 1024 */
 	rpc_handler_fn handler;
 	void *ctx;
+	/* Worker pools, if npools > 1 (workers is then ignored): pool i runs at
+	 * most pool_workers[i] (>= 1) requests at a time, those pool_of picks
+	 * for it, and the server has sum(pool_workers) threads, so a pool that
+	 * has a free worker always has a thread to read its next request, however
+	 * long the other pools' handlers block. A request whose pool is busy
+	 * waits in the pool's queue (FIFO, at most pool_queue requests; each
+	 * holds its connection, which sends nothing more until it is answered);
+	 * beyond that it is answered -EAGAIN at once (rpc_pool_stats.busy). */
+	int npools;
+	int pool_workers[RPC_MAX_POOLS];
+	int pool_queue; /* 0 = 256 */
+	rpc_pool_fn pool_of;
 };
 /* Binds and starts the workers (rpc_server.c). Returns 0 and *ret (owned by the
  * caller, release with rpc_server_free), or -errno. */
@@ -81,6 +102,16 @@ uint16_t rpc_server_port(const struct rpc_server *s);
 void rpc_server_free(struct rpc_server *s);
 /* Counters for tests: frames rejected as malformed since start. */
 uint64_t rpc_server_rejected(const struct rpc_server *s);
+/* Counters of one pool since start (with npools > 1; a server without
+ * pools reports zeros for its pool 0). */
+struct rpc_pool_stats {
+	uint64_t run;    /* requests started */
+	uint64_t queued; /* of those, requests that waited in the queue first */
+	uint64_t busy;   /* requests answered -EAGAIN: pool and queue full */
+	int running, waiting; /* now */
+};
+/* Returns 0, or -EINVAL for a pool the server does not have. */
+int rpc_server_pool_stats(struct rpc_server *s, int pool, struct rpc_pool_stats *ret);
 
 /* ---- client ------------------------------------------------------------- */
 struct rpc_client;

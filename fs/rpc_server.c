@@ -20,7 +20,25 @@
  *     peer and the reason; nothing else is affected.
  *  3. Requests on one connection are handled one at a time, in order
  *     (clients never pipeline: rpc_client.c gives each call its own
- *     connection; a pipelining peer is served, sequentially). */
+ *     connection; a pipelining peer is served, sequentially).
+ *
+ * Pools (rpc_server_opts.npools > 1). The workers still share the epoll
+ * set and read any connection; a pool is a number of slots. A worker that
+ * has read a whole request asks pool_of for its pool p: with a free slot it
+ * takes it and runs the request itself (no hand-off, as without pools);
+ * otherwise the request waits in p's queue, its connection not re-armed
+ * (still owned, now by the queue, which holds a reference), and the worker
+ * goes back to the epoll set. A worker that finishes a request of p re-arms
+ * that connection and then, keeping the slot, runs what waits in p's queue,
+ * before it gives the slot back.
+ *  4. A pool runs at most pool_workers[p] requests at a time, and there are
+ *     exactly sum(pool_workers) threads: while some pool has a free slot,
+ *     some thread runs no request and so keeps reading (reading and queueing
+ *     never block). A handler of p that waits only on requests of other
+ *     pools (on this server or another) therefore never waits for a thread,
+ *     whatever the handlers of p itself or of unrelated pools do.
+ *  5. A queued request holds its connection un-armed; a pool's queue holds
+ *     at most pool_queue requests: the next is answered -EAGAIN (busy). */
 #include "rpc.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -56,6 +74,16 @@ struct rpc_conn {
 	uint8_t *payload;
 	size_t payload_got;
 	uint64_t sums[WIRE_MAX_PIECES]; /* piece sums of a WIRE_F_DATA frame */
+	/* a request waiting in a pool's queue (pool_lock) */
+	struct rpc_conn *qnext;
+	struct wire_hdr qh;
+	uint8_t *qpayload;
+};
+
+struct rpc_pool {
+	int slots, running, nwaiting; /* pool_lock */
+	struct rpc_conn *qhead, *qtail;
+	uint64_t run, queued, busy;
 };
 
 
@@ -72,6 +100,10 @@ struct rpc_server {
 	int nconns;		/* conns_lock */
 	uint64_t next_conn_id;	/* conns_lock */
 	struct rpc_conn *conns; /* registered connections; conns_lock */
+	int npools;		/* > 1: requests run in pools (invariant 4) */
+	int pool_queue;
+	pthread_mutex_t pool_lock;
+	struct rpc_pool pools[RPC_MAX_POOLS]; /* pool_lock */
 };
 
 static void conn_unref(struct rpc_conn *c)
@@ -169,10 +201,86 @@ static void run_frame(struct rpc_server *s, struct rpc_conn *c, const struct wir
 	free(payload);
 }
 
+/* Invariant 4: runs the request in its pool if the pool has a free slot
+ * (then *ret_held = the pool: the caller runs its queue before it gives the
+ * slot back, pool_drain), else queues it. Returns 0 (handled: re-arm c) or
+ * 1 (queued: c belongs to the queue). */
+static int pool_dispatch(struct rpc_server *s, struct rpc_conn *c, const struct wire_hdr *h,
+			 uint8_t *payload, struct wbuf *reply, int *ret_held)
+{
+	int p = s->opts.pool_of(s->opts.ctx, h->type, payload, h->payload_len);
+	if (p < 0 || p >= s->npools)
+		p = 0;
+	struct rpc_pool *pl = &s->pools[p];
+	pthread_mutex_lock(&s->pool_lock);
+	if (pl->running < pl->slots) {
+		pl->running++;
+		pl->run++;
+		pthread_mutex_unlock(&s->pool_lock);
+		*ret_held = p;
+		run_frame(s, c, h, payload, reply);
+		return 0;
+	}
+	if (pl->nwaiting < s->pool_queue) {
+		atomic_fetch_add(&c->refs, 1);
+		c->qh = *h;
+		c->qpayload = payload;
+		c->qnext = NULL;
+		if (pl->qtail)
+			pl->qtail->qnext = c;
+		else
+			pl->qhead = c;
+		pl->qtail = c;
+		pl->nwaiting++;
+		pl->queued++;
+		pthread_mutex_unlock(&s->pool_lock);
+		return 1;
+	}
+	pl->busy++;
+	pthread_mutex_unlock(&s->pool_lock);
+	wbuf_reset(reply);
+	send_reply(s, c, h, -EAGAIN, reply);
+	free(payload);
+	return 0;
+}
+
+/* Takes the next request of pool p's queue, or gives the slot back. */
+static struct rpc_conn *pool_next(struct rpc_server *s, int p)
+{
+	struct rpc_pool *pl = &s->pools[p];
+	pthread_mutex_lock(&s->pool_lock);
+	struct rpc_conn *c = s->stopping ? NULL : pl->qhead;
+	if (c) {
+		pl->qhead = c->qnext;
+		if (!pl->qhead)
+			pl->qtail = NULL;
+		pl->nwaiting--;
+		pl->run++;
+	} else {
+		pl->running--;
+	}
+	pthread_mutex_unlock(&s->pool_lock);
+	return c;
+}
+
+/* Holding a slot of pool p: runs its queue, then gives the slot back. */
+static void pool_drain(struct rpc_server *s, int p, struct wbuf *reply)
+{
+	struct rpc_conn *c;
+	while ((c = pool_next(s, p))) {
+		uint8_t *payload = c->qpayload;
+		c->qpayload = NULL;
+		run_frame(s, c, &c->qh, payload, reply);
+		conn_rearm(s, c);
+		conn_unref(c);
+	}
+}
+
 /* A whole frame has arrived on c: validate the checksum and handle it. A
  * WIRE_F_DATA frame's data hash and piece sums are kept for the handler
- * (rpc_peer.data*). */
-static int frame_complete(struct rpc_server *s, struct rpc_conn *c, struct wbuf *reply)
+ * (rpc_peer.data*). Returns 0 (re-arm c), 1 (queued) or -1 (c closed). */
+static int frame_complete(struct rpc_server *s, struct rpc_conn *c, struct wbuf *reply,
+			  int *ret_held)
 {
 	if (wire_payload_verify_data(c->hdr, &c->h, c->payload ? c->payload : (uint8_t *)"",
 				     &c->peer.data_hash, c->sums) < 0) {
@@ -189,13 +297,16 @@ static int frame_complete(struct rpc_server *s, struct rpc_conn *c, struct wbuf 
 	c->hdr_got = 0;
 	c->payload_got = 0;
 	c->peer.minor = c->h.minor;
+	if (s->npools > 1)
+		return pool_dispatch(s, c, &h, payload, reply, ret_held);
 	run_frame(s, c, &h, payload, reply);
 	return 0;
 }
 
 /* Reads what is available on c, up to one whole frame, which it handles.
- * Returns 0 to keep the connection, -1 once it was closed. */
-static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *reply)
+ * Returns 0 to keep the connection, 1 if its request was queued, -1 once it
+ * was closed; *ret_held as pool_dispatch's. */
+static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *reply, int *ret_held)
 {
 	for (;;) {
 		ssize_t n;
@@ -241,7 +352,7 @@ static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *repl
 		 * connection), so reading on would only earn an EAGAIN; if more is
 		 * there, the level-triggered epoll reports the socket again. */
 		if (c->hdr_got == WIRE_HDR_SIZE && c->payload_got == c->h.payload_len)
-			return frame_complete(s, c, reply) < 0 ? -1 : 0;
+			return frame_complete(s, c, reply, ret_held);
 	}
 }
 
@@ -309,12 +420,15 @@ static void conn_event(struct rpc_server *s, struct rpc_conn *c, uint32_t events
 		       struct wbuf *reply)
 {
 	atomic_fetch_add(&c->refs, 1);
-	int r = conn_read(s, c, reply);
+	int held = -1;
+	int r = conn_read(s, c, reply, &held);
 	if (r == 0 && (events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN))
 		conn_kill(s, c);
 	else if (r == 0)
 		conn_rearm(s, c);
 	conn_unref(c);
+	if (held >= 0)
+		pool_drain(s, held, reply);
 }
 
 static void *worker_main(void *arg)
@@ -374,11 +488,29 @@ int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret
 	s->opts = *opts;
 	if (s->opts.workers <= 0)
 		s->opts.workers = 4;
+	if (opts->npools > 1) {
+		if (opts->npools > RPC_MAX_POOLS || !opts->pool_of) {
+			free(s);
+			return -EINVAL;
+		}
+		s->npools = opts->npools;
+		s->pool_queue = opts->pool_queue > 0 ? opts->pool_queue : 256;
+		s->opts.workers = 0;
+		for (int i = 0; i < s->npools; i++) {
+			if (opts->pool_workers[i] <= 0) {
+				free(s);
+				return -EINVAL;
+			}
+			s->pools[i].slots = opts->pool_workers[i];
+			s->opts.workers += opts->pool_workers[i]; /* invariant 4 */
+		}
+	}
 	if (s->opts.max_conns <= 0)
 		s->opts.max_conns = 1024;
 	snprintf(s->name, sizeof(s->name), "%s", opts->name ? opts->name : "rpc");
 	s->listen_fd = s->epoll_fd = s->wake_fd = -1;
 	pthread_mutex_init(&s->conns_lock, NULL);
+	pthread_mutex_init(&s->pool_lock, NULL);
 	int r = listen_on(opts->listen, &s->listen_fd, &s->port);
 	if (r < 0)
 		goto fail;
@@ -422,6 +554,17 @@ uint64_t rpc_server_rejected(const struct rpc_server *s)
 	return s->rejected;
 }
 
+int rpc_server_pool_stats(struct rpc_server *s, int pool, struct rpc_pool_stats *ret)
+{
+	if (pool < 0 || pool >= (s->npools > 1 ? s->npools : 1))
+		return -EINVAL;
+	pthread_mutex_lock(&s->pool_lock);
+	const struct rpc_pool *pl = &s->pools[pool];
+	*ret = (struct rpc_pool_stats){ pl->run, pl->queued, pl->busy, pl->running, pl->nwaiting };
+	pthread_mutex_unlock(&s->pool_lock);
+	return 0;
+}
+
 void rpc_server_free(struct rpc_server *s)
 {
 	if (!s)
@@ -437,6 +580,17 @@ void rpc_server_free(struct rpc_server *s)
 	for (int i = 0; i < s->nworkers; i++)
 		pthread_join(s->workers[i], NULL);
 	free(s->workers);
+	/* requests still queued: drop the queue's reference */
+	for (int i = 0; i < s->npools; i++) {
+		struct rpc_conn *c, *next;
+		for (c = s->pools[i].qhead; c; c = next) {
+			next = c->qnext;
+			free(c->qpayload);
+			c->qpayload = NULL;
+			conn_unref(c);
+		}
+		s->pools[i].qhead = s->pools[i].qtail = NULL;
+	}
 	/* connections still registered: drop the registration's reference */
 	while (s->conns)
 		conn_kill(s, s->conns);
@@ -447,5 +601,6 @@ void rpc_server_free(struct rpc_server *s)
 	if (s->wake_fd >= 0)
 		close(s->wake_fd);
 	pthread_mutex_destroy(&s->conns_lock);
+	pthread_mutex_destroy(&s->pool_lock);
 	free(s);
 }

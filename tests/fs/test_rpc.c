@@ -1,7 +1,9 @@
 /* test_rpc.c — the RPC layer end to end over loopback TCP: concurrent calls,
  * large payloads into caller buffers, error statuses, timeouts, reconnect
  * after a server restart, and malformed frames that must close only the
- * offending connection. */
+ * offending connection; worker pools: a request runs in the pool the
+ * classifier picks, queues while its pool is busy (-EAGAIN once the queue is
+ * full) and never waits for a thread while its own pool has a free slot. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,7 +17,16 @@
 #include "log.h"
 #include "testutil.h"
 
-enum { T_ECHO = 1, T_FAIL = 2, T_SLOW = 3, T_BIG = 4, T_DATA = 5 };
+enum { T_ECHO = 1, T_FAIL = 2, T_SLOW = 3, T_BIG = 4, T_DATA = 5, T_HOLD = 6, T_NEST = 7,
+       T_PING = 8 };
+
+/* test_pools: T_HOLD blocks until the gate opens; T_NEST calls the server
+ * itself (nest_client) with a T_ECHO for pool 1 */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static bool gate_open;
+static int gate_entered;
+static struct rpc_client *nest_client;
 
 static int handler(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		   const struct rpc_peer *peer)
@@ -41,6 +52,26 @@ static int handler(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *repl
 		wbuf_put_u64(reply, split ? peer->data_hash : 0);
 		return rbuf_done(req);
 	}
+	case T_HOLD:
+		pthread_mutex_lock(&gate_mu);
+		gate_entered++;
+		pthread_cond_broadcast(&gate_cv);
+		while (!gate_open)
+			pthread_cond_wait(&gate_cv, &gate_mu);
+		pthread_mutex_unlock(&gate_mu);
+		return 0;
+	case T_NEST: {
+		struct wbuf w;
+		struct rpc_reply rep = {0};
+		wbuf_init(&w);
+		wbuf_put_u8(&w, 1);
+		int r = rpc_call(nest_client, T_ECHO, &w, 0, &rep);
+		rpc_reply_done(&rep);
+		wbuf_done(&w);
+		return r;
+	}
+	case T_PING:
+		return 0;
 	case T_FAIL:
 		return -ENOENT;
 	case T_SLOW:
@@ -333,6 +364,165 @@ static void test_old_peer(void)
 	CHECK_EQ(o.flagged, 0);
 }
 
+/* ---- worker pools ---------------------------------------------------------- */
+
+/* The pool is the payload's first byte (T_PING: pool 2). */
+static int pool_of(void *ctx, uint16_t type, const uint8_t *payload, size_t len)
+{
+	(void)ctx;
+	if (type == T_PING)
+		return 2;
+	return len ? payload[0] : 0;
+}
+
+struct call_arg {
+	struct rpc_client *c;
+	uint16_t type;
+	uint8_t pool;
+	int rc;
+	pthread_t t;
+};
+
+static int call_pool(struct rpc_client *c, uint16_t type, uint8_t pool)
+{
+	struct wbuf w;
+	struct rpc_reply rep = {0};
+	wbuf_init(&w);
+	wbuf_put_u8(&w, pool);
+	int r = rpc_call(c, type, &w, 0, &rep);
+	CHECK(r < 0 || (rep.len == 1 && rep.data[0] == pool) || type != T_ECHO);
+	rpc_reply_done(&rep);
+	wbuf_done(&w);
+	return r;
+}
+
+static void *call_main(void *p)
+{
+	struct call_arg *a = p;
+	a->rc = call_pool(a->c, a->type, a->pool);
+	return NULL;
+}
+
+static void call_start(struct call_arg *a, struct rpc_client *c, uint16_t type, uint8_t pool)
+{
+	*a = (struct call_arg){.c = c, .type = type, .pool = pool, .rc = 1};
+	CHECK(pthread_create(&a->t, NULL, call_main, a) == 0);
+}
+
+static struct rpc_pool_stats pool_stats(struct rpc_server *s, int pool)
+{
+	struct rpc_pool_stats st;
+	CHECK_EQ(rpc_server_pool_stats(s, pool, &st), 0);
+	return st;
+}
+
+/* Waits up to 5 s for pool's waiting count, or for gate_entered (pool < 0). */
+static void wait_for(struct rpc_server *s, int pool, int n)
+{
+	for (int i = 0; i < 500; i++) {
+		pthread_mutex_lock(&gate_mu);
+		int entered = gate_entered;
+		pthread_mutex_unlock(&gate_mu);
+		if ((pool < 0 ? entered : pool_stats(s, pool).waiting) == n)
+			return;
+		usleep(10 * 1000);
+	}
+	fprintf(stderr, "test_pools: pool %d never reached %d\n", pool, n);
+	exit(1);
+}
+
+static void *open_gate_later(void *p)
+{
+	(void)p;
+	usleep(300 * 1000);
+	pthread_mutex_lock(&gate_mu);
+	gate_open = true;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	return NULL;
+}
+
+static void test_pools(void)
+{
+	struct rpc_server_opts o = {.name = "pools", .listen = "127.0.0.1:0", .handler = handler,
+				    .npools = 3, .pool_workers = {1, 1, 1}, .pool_queue = 2,
+				    .pool_of = pool_of};
+	struct rpc_server *s;
+	CHECK_EQ(rpc_server_start(&o, &s), 0);
+	struct rpc_server_opts bad = o;
+	bad.pool_workers[1] = 0;
+	struct rpc_server *s2 = NULL;
+	CHECK_EQ(rpc_server_start(&bad, &s2), -EINVAL);
+	CHECK_EQ(rpc_server_pool_stats(s, 3, &(struct rpc_pool_stats){0}), -EINVAL);
+	char addr[32];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", rpc_server_port(s));
+	struct rpc_client_opts co = {.timeout_ms = 3000, .max_conns = 16};
+	struct rpc_client *c = rpc_client_new(addr, &co);
+	nest_client = rpc_client_new(addr, &co);
+	CHECK(c && nest_client);
+
+	/* pool 0 (one worker) busy: the next two wait in its queue, the
+	 * third is busy; pools 1 and 2 are served meanwhile */
+	struct call_arg hold[3];
+	call_start(&hold[0], c, T_HOLD, 0);
+	wait_for(s, -1, 1);
+	call_start(&hold[1], c, T_HOLD, 0);
+	call_start(&hold[2], c, T_HOLD, 7); /* out of range: pool 0 */
+	wait_for(s, 0, 2);
+	CHECK_EQ(call_pool(c, T_HOLD, 0), -EAGAIN);
+	for (int i = 0; i < 20; i++) {
+		CHECK_EQ(call_pool(c, T_ECHO, 1), 0);
+		CHECK_EQ(call_pool(c, T_PING, 0), 0);
+	}
+	pthread_mutex_lock(&gate_mu);
+	CHECK_EQ(gate_entered, 1); /* the queued ones did not run */
+	gate_open = true;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(hold[i].t, NULL);
+		CHECK_EQ(hold[i].rc, 0);
+	}
+	struct rpc_pool_stats st = pool_stats(s, 0);
+	CHECK_EQ(st.run, 3);
+	CHECK_EQ(st.queued, 2);
+	CHECK_EQ(st.busy, 1);
+	CHECK_EQ(st.running + st.waiting, 0);
+	CHECK_EQ(pool_stats(s, 1).run, 20);
+	CHECK_EQ(pool_stats(s, 2).run, 20);
+
+	/* requests of pool 0 that wait on requests of pool 1 (as a forward
+	 * waits on the next hop): every pool-0 slot taken and more queued,
+	 * still each one's call gets a thread (invariant 4) */
+	struct call_arg nest[3];
+	for (int i = 0; i < 3; i++)
+		call_start(&nest[i], c, T_NEST, 0);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(nest[i].t, NULL);
+		CHECK_EQ(nest[i].rc, 0);
+	}
+	CHECK_EQ(pool_stats(s, 0).run, 6);
+	CHECK_EQ(pool_stats(s, 1).run, 23);
+
+	/* a request still queued at shutdown is dropped with its connection */
+	gate_open = false;
+	gate_entered = 0;
+	call_start(&hold[0], c, T_HOLD, 0);
+	wait_for(s, -1, 1);
+	call_start(&hold[1], c, T_HOLD, 0);
+	wait_for(s, 0, 1);
+	pthread_t opener;
+	CHECK(pthread_create(&opener, NULL, open_gate_later, NULL) == 0);
+	rpc_server_free(s); /* returns once the running one is answered */
+	pthread_join(opener, NULL);
+	pthread_join(hold[0].t, NULL);
+	pthread_join(hold[1].t, NULL);
+	CHECK_EQ(hold[0].rc, 0);
+	CHECK(hold[1].rc < 0);
+	rpc_client_free(c);
+	rpc_client_free(nest_client);
+}
+
 int main(void)
 {
 	log_init("test_rpc", LOG_LVL_WARN);
@@ -350,6 +540,7 @@ int main(void)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", rpc_server_port(s));
 	test_data_frames(addr);
 	test_old_peer();
+	test_pools();
 	rpc_client_free(c);
 	rpc_server_free(s);
 	printf("test_rpc: ok\n");

@@ -30,7 +30,8 @@
 #   rc_teardown                                 # (installed as the EXIT trap)
 # Exposes RC_DIR (all state), RC_META (host:port), RC_MNT (the mount),
 # RC_NODES, RC_PID[i] (chunkserver pids), RC_NETNS (1 if namespaces are used).
-# Options (environment): RC_LEASE_MS (default 3000), RC_LOG_LEVEL (info).
+# Options (environment): RC_LEASE_MS (default 3000), RC_LOG_LEVEL (info),
+# RC_CS_ARGS (more options for every strata-chunkserver, e.g. "--workers 2").
 #
 # As a script:
 #   netns.sh up DIR N [TARGETS] [REPLICAS]   start and leave running (prints env)
@@ -186,7 +187,7 @@ rc_start_node() {
 	rm -f "$RC_DIR/cs$i.addr.new"
 	"${pre[@]}" "$STRATA_BIN/strata-chunkserver" --listen "$listen" --meta "$RC_META" \
 		"${args[@]}" --addr-file "$RC_DIR/cs$i.addr.new" \
-		--log-level "${RC_LOG_LEVEL:-info}" >>"$RC_DIR/log/cs$i.log" 2>&1 &
+		--log-level "${RC_LOG_LEVEL:-info}" ${RC_CS_ARGS:-} >>"$RC_DIR/log/cs$i.log" 2>&1 &
 	RC_PID[$i]=$!
 	echo "${RC_PID[$i]}" >"$RC_DIR/cs$i.pid"
 }

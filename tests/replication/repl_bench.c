@@ -9,7 +9,7 @@
  *                                           time to the first write that
  *                                           succeeds after the kill
  *
- * write and read print "MB/s X" and "cpu_s X" (this process); failover prints "failover_ms X". The file
+ * write and read print "MB/s X", "max_ms X" (the slowest chunk) and "cpu_s X" (this process); failover prints "failover_ms X". The file
  * is /bench.<pid> in the cluster's root (write creates it and prints its
  * inode on stderr; read reads the newest /bench.* created by this tool:
  * its name is passed in $REPL_BENCH_FILE). With $REPL_BENCH_REPLICAS=N the
@@ -33,6 +33,7 @@ struct job {
 	struct strata_attr a;
 	uint32_t nchunks;
 	uint32_t next; /* atomic */
+	uint32_t max_ms; /* atomic: the slowest chunk's call */
 	bool write;
 	int err;
 };
@@ -57,8 +58,14 @@ static void *worker(void *arg)
 		if (i >= j->nchunks)
 			break;
 		struct chunk_id id = { j->a.ino, i };
+		double t0 = now_s();
 		int r = j->write ? chunk_write(j->cc, &j->a.layout, id, 0, cs, buf, 0)
 				 : (int)chunk_read(j->cc, &j->a.layout, id, 0, cs, buf);
+		uint32_t ms = (uint32_t)((now_s() - t0) * 1000);
+		uint32_t max = __atomic_load_n(&j->max_ms, __ATOMIC_RELAXED);
+		while (ms > max && !__atomic_compare_exchange_n(&j->max_ms, &max, ms, false,
+								__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
 		if (r < 0) {
 			j->err = r;
 			break;
@@ -85,6 +92,7 @@ static int run(struct job *j, int threads)
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	printf("MB/s %.1f\n", (double)j->nchunks * j->a.layout.chunk_size / dt / 1e6);
+	printf("max_ms %u\n", j->max_ms);
 	printf("cpu_s %.3f\n", ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
 				    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 	return 0;
