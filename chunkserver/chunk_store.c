@@ -1145,32 +1145,30 @@ static void stage_path(char out[64], uint64_t ino, uint32_t index)
 	snprintf(out, 64, "tmp/%016llx.%08x.put", (unsigned long long)ino, index);
 }
 
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+/* Positioned I/O of all len bytes (a short write is -ENOSPC, a short read
+ * -EIO: the staging file ends early). */
+static int pio_all(int fd, void *buf, size_t len, uint64_t off, bool is_write)
 {
-	const uint8_t *p = buf;
+	uint8_t *p = buf;
 	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		ssize_t n = is_write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
-			return n < 0 ? -errno : -ENOSPC;
+			return n < 0 ? -errno : is_write ? -ENOSPC : -EIO;
 		p += n, len -= (size_t)n, off += (uint64_t)n;
 	}
 	return 0;
 }
 
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	return pio_all(fd, (void *)buf, len, off, true);
+}
+
 static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
-	uint8_t *p = buf;
-	while (len > 0) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n, len -= (size_t)n, off += (uint64_t)n;
-	}
-	return 0;
+	return pio_all(fd, buf, len, off, false);
 }
 
 static void stage_state_encode(uint8_t raw[STG_FIXED], const struct chunk_put_piece *p,

@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from conftest import SRC
-from sandboxd_harness import Daemon, sandboxd_binary
+from sandboxd_harness import Daemon, cgroup_dir, sandboxd_binary
 
 sys.path.insert(0, os.path.join(SRC, "sdk", "python"))
 import strata  # noqa: E402
@@ -156,16 +156,11 @@ def _host_cgroup_dir(comm, ctrl):
             with open("/proc/%s/comm" % pid) as f:
                 if f.read().strip() != comm:
                     continue
-            with open("/proc/%s/cgroup" % pid) as f:
-                lines = [l.rstrip("\n").split(":", 2) for l in f]
         except OSError:
             continue
-        for _, ctrls, path in lines:
-            if ctrl and ctrl in ctrls.split(","):
-                d = "/sys/fs/cgroup/" + ctrls
-                return (d if os.path.isdir(d) else "/sys/fs/cgroup/" + ctrl) + path
-            if not ctrl and ctrls == "":
-                return "/sys/fs/cgroup" + path
+        d = cgroup_dir(pid, ctrl)
+        if d:
+            return d
     raise AssertionError("no process named %r" % comm)
 
 

@@ -41,6 +41,25 @@ def make_busybox_rootfs(root):
     return root
 
 
+def cgroup_dir(pid, ctrl):
+    """From the host: the cgroup directory of process pid for controller ctrl
+    ("" for the cgroup2 one; a controller no v1 hierarchy has is looked up in
+    the cgroup2 one on a pure-v2 host), or None (no such process or cgroup)."""
+    try:
+        with open("/proc/%s/cgroup" % pid) as f:
+            lines = [l.rstrip("\n").split(":", 2) for l in f]
+    except OSError:
+        return None
+    for _, ctrls, path in lines:
+        if ctrl and ctrl in ctrls.split(","):
+            d = "/sys/fs/cgroup/" + ctrls
+            return (d if os.path.isdir(d) else "/sys/fs/cgroup/" + ctrl) + path
+    for _, ctrls, path in lines:
+        if ctrls == "" and (not ctrl or os.path.exists("/sys/fs/cgroup/cgroup.controllers")):
+            return "/sys/fs/cgroup" + path
+    return None
+
+
 def _die_with_parent():
     """In the child: SIGTERM when the test process dies, however it dies."""
     import ctypes

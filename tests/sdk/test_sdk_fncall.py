@@ -10,6 +10,7 @@ import pytest
 
 import strata
 from strata import Sandbox, AsyncSandbox
+from sandboxd_harness import cgroup_dir
 
 
 def create(sock, **kw):
@@ -99,19 +100,11 @@ def _host_cgroup_file(marker, ctrl, name):
                 with open("/proc/%s/cmdline" % pid, "rb") as f:
                     if marker.encode() not in f.read():
                         continue
-                with open("/proc/%s/cgroup" % pid) as f:
-                    lines = [l.rstrip("\n").split(":", 2) for l in f]
             except OSError:
                 continue
-            for _, ctrls, path in lines:
-                if ctrl in ctrls.split(","):
-                    d = "/sys/fs/cgroup/" + ctrls
-                    if not os.path.isdir(d):
-                        d = "/sys/fs/cgroup/" + ctrl
-                    return open(d + path + "/" + name).read().strip()
-            for _, ctrls, path in lines:
-                if ctrls == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                    return open("/sys/fs/cgroup" + path + "/" + name).read().strip()
+            d = cgroup_dir(pid, ctrl)
+            if d:
+                return open(d + "/" + name).read().strip()
         time.sleep(0.05)
     raise AssertionError("no process with %r" % marker)
 
