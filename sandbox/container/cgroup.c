@@ -208,11 +208,14 @@ static int init_v2(struct cg_driver *d, const char *name)
 /* Removes the empty sbx-* directories of our subtree: sandboxes that ended
  * without their host (a persistent one past its orphan timeout, or any
  * after a crash). A cgroup with processes cannot be removed, so live
- * sandboxes (waiting to be adopted) stay. Slots made by a runtime that is
+ * sandboxes (waiting to be adopted) stay. Slots made by a process that is
  * still alive (their name carries its pid) may be empty for a moment before
- * their sandbox joins, so they are left alone; our own only with own. */
+ * their sandbox joins, or wait empty in its spare list, so they are left
+ * alone; with own, this driver's (its prefix) go too, and never those of
+ * another runtime of this process that shares the subtree. */
 static void sweep(const struct cg_driver *d, bool own)
 {
+	size_t plen = strlen(d->prefix);
 	for (int i = 0; i < CG_NCTRL; i++) {
 		if (d->base_fd[i] < 0)
 			continue;
@@ -228,10 +231,10 @@ static void sweep(const struct cg_driver *d, bool own)
 			int pid = 0;
 			if (sscanf(de->d_name, "sbx-%d-", &pid) != 1 || pid <= 0)
 				continue;
-			bool mine = pid == getpid();
-			if (mine ? !own : (kill(pid, 0) == 0 || errno == EPERM))
-				continue;
-			unlinkat(d->base_fd[i], de->d_name, AT_REMOVEDIR);
+			bool ours = own && plen && !strncmp(de->d_name, d->prefix, plen);
+			bool dead = pid != getpid() && kill(pid, 0) < 0 && errno != EPERM;
+			if (ours || dead)
+				unlinkat(d->base_fd[i], de->d_name, AT_REMOVEDIR);
 		}
 		closedir(dir);
 	}
@@ -252,6 +255,9 @@ int cg_driver_init(struct cg_driver *d, const char *name, int version)
 		cg_driver_done(d);
 		return r == -ENOENT ? -ENOTSUP : r;
 	}
+	static unsigned drivers;
+	snprintf(d->prefix, sizeof(d->prefix), "sbx-%d-%u-", (int)getpid(),
+		 __atomic_add_fetch(&drivers, 1, __ATOMIC_RELAXED));
 	sweep(d, false);
 	return 0;
 }
@@ -299,7 +305,7 @@ int cg_slot_new(struct cg_driver *d, uint64_t seq, struct cg_slot **ret)
 		return -ENOMEM;
 	for (int i = 0; i < CG_NCTRL; i++)
 		s->dir_fd[i] = s->procs_fd[i] = -1;
-	snprintf(s->name, sizeof(s->name), "sbx-%d-%" PRIu64, (int)getpid(), seq);
+	snprintf(s->name, sizeof(s->name), "%s%" PRIu64, d->prefix, seq);
 	int n = d->version == 2 ? 1 : CG_NCTRL;
 	for (int i = 0; i < n && r == 0; i++) {
 		if (!d->has[i] && d->version == 1)
@@ -413,8 +419,7 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 	/* Only slots this runtime made: an adopted one has no "tasks" fds
 	 * to join through, and one named after a dead runtime may be swept
 	 * (removed) by the next runtime that starts while it waits here. */
-	int len = snprintf(buf, sizeof(buf), "sbx-%d-", (int)getpid());
-	if (strncmp(s->name, buf, (size_t)len) != 0)
+	if (strncmp(s->name, d->prefix, strlen(d->prefix)) != 0)
 		return false;
 	for (int i = 0; i < n; i++) {
 		if (s->dir_fd[i] < 0)

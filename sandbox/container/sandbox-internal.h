@@ -30,11 +30,14 @@ struct cg_driver {
 	int base_fd[CG_NCTRL];	       /* our subtree per controller (v2: [0]) */
 	char base[CG_NCTRL][PATH_MAX]; /* its path */
 	bool memsw;		       /* v1 memory.memsw.* exists */
+	/* "sbx-<pid>-<n>-": the names of this driver's slots. n tells apart
+	 * the runtimes of one process, which may share a subtree (cgroup.c). */
+	char prefix[32];
 };
 
 /* One sandbox's cgroups: a directory per v1 controller, or one on v2. */
 struct cg_slot {
-	char name[48];		/* sbx-<pid of the runtime that made it>-<seq> */
+	char name[48];		/* <its driver's prefix><seq>: sbx-<pid>-<n>-<seq> */
 	int dir_fd[CG_NCTRL];	/* -1 where absent; v2 uses [0] */
 	int procs_fd[CG_NCTRL]; /* v1: "tasks", written "0" by the child (cgroup.c) */
 	bool reused;		/* held an earlier sandbox: apply resets old limits */

@@ -394,7 +394,7 @@ static void cg_path(const struct fn_cg *cg, int i, uint64_t id, const char *file
 /* The number of directories of a worker (v1: one per hierarchy). */
 static int cg_count(const struct fn_cg *cg)
 {
-	return cg->version == 1 ? (cg->has_cpu ? 3 : 2) : cg->version;
+	return cg->version == 1 ? (cg->has_cpu ? 3 : 2) : cg->version == 2 ? 1 : 0;
 }
 
 /* Makes a worker's directory in base[i]. A sandboxd that stops removes
@@ -465,13 +465,13 @@ static int cpu_set(const struct fn_cg *cg, struct fn_worker *w, uint32_t millis)
 
 /* In the worker, before it pivots: creates its cgroups (the cpu one
  * exists already), moves itself in (the slow part of cgroups v1, kept off
- * sandboxd's loop), keeps the pids and memory directories open at fds 4
- * (v2: the one directory) and 5, close-on-exec, for its limits, and
- * unshares a cgroup namespace (its /proc/self/cgroup shows "/"). On v1 it
+ * sandboxd's loop) and keeps the pids and memory directories open at fds 4
+ * (v2: the one directory) and 5, close-on-exec, for its limits. On v1 it
  * joins through "tasks", which moves only the writing thread (all of this
  * single-threaded process) without the cgroup_threadgroup_rwsem that a
  * cgroup.procs write takes (sandbox/README.md). A failure ends it: a worker
- * runs with its limits or not at all. */
+ * runs with its limits or not at all (here, in cg_limit_self and in
+ * cg_hide). */
 static void cg_enter(const struct fn_cg *cg, uint64_t id)
 {
 	char p[PATH_MAX + 64];
@@ -498,20 +498,19 @@ static void cg_enter(const struct fn_cg *cg, uint64_t id)
 			close(fd);
 		}
 	}
-	if (unshare(CLONE_NEWCGROUP) < 0)
-		die("unshare the cgroup namespace");
 }
 
-static void write_at(int dfd, const char *file, long long v)
+/* Writes v into file of the directory dfd; a file that may be absent
+ * (optional: swap accounting off) is no failure. */
+static void limit_at(int dfd, const char *file, long long v, bool optional)
 {
 	char b[32];
 	int n = snprintf(b, sizeof(b), "%lld", v);
 	int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0 && optional && errno == ENOENT)
 		return;
-	if (write(fd, b, (size_t)n) < 0) {
-		/* a limit that cannot be set leaves the rlimits */
-	}
+	if (fd < 0 || write(fd, b, (size_t)n) != n)
+		die(file);
 	close(fd);
 }
 
@@ -519,17 +518,26 @@ static void write_at(int dfd, const char *file, long long v)
  * left (swap included, as the container library's). */
 static void cg_limit_self(const struct fn_cg *cg, int64_t pids, int64_t mem)
 {
-	if (!cg->version || fcntl(4, F_GETFD) < 0)
+	if (!cg->version)
 		return;
-	write_at(4, "pids.max", pids);
+	limit_at(4, "pids.max", pids, false);
 	if (cg->version == 2) {
-		write_at(4, "memory.max", mem);
-		write_at(4, "memory.swap.max", 0);
-	} else if (fcntl(5, F_GETFD) >= 0) {
-		write_at(5, "memory.limit_in_bytes", mem);
-		/* absent without swap accounting */
-		write_at(5, "memory.memsw.limit_in_bytes", mem);
+		limit_at(4, "memory.max", mem, false);
+		limit_at(4, "memory.swap.max", 0, true);
+	} else {
+		limit_at(5, "memory.limit_in_bytes", mem, false);
+		limit_at(5, "memory.memsw.limit_in_bytes", mem, true);
 	}
+}
+
+/* A cgroup namespace of its own (its /proc/self/cgroup shows "/"), after
+ * its limits are written: on a cgroup2 mounted with nsdelegate (systemd's
+ * way) the files of a namespace's root cgroup cannot be written from
+ * inside it. */
+static void cg_hide(void)
+{
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		die("unshare the cgroup namespace");
 }
 
 /* Removes a worker's cgroups; returns false if the kernel still holds one. */
@@ -746,6 +754,7 @@ worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, i
 	move_fds(in, out, err, ctl);
 	cg_enter(&p->fb->cg, cg_id);
 	cg_limit_self(&p->fb->cg, PY_PIDS, PY_MEMORY); /* shared by its calls */
+	cg_hide();
 	signal(SIGPIPE, SIG_DFL);
 	sigset_t none;
 	sigemptyset(&none);

@@ -156,6 +156,15 @@ int sbxt_setup(struct sbxt_env *e, unsigned pool)
 		sbxt_teardown(e);
 		return skip ? 77 : 1;
 	}
+	/* Set by the cgroup v2 run in a VM (tests/vm): a test that ran on
+	 * another version would prove nothing there. */
+	const char *want = getenv("STRATA_TEST_CGROUP_VERSION");
+	if (want && atoi(want) != sbx_runtime_cgroup_version(e->rt)) {
+		fprintf(stderr, "the runtime chose cgroup v%d, STRATA_TEST_CGROUP_VERSION is %s\n",
+			sbx_runtime_cgroup_version(e->rt), want);
+		sbxt_teardown(e);
+		return 1;
+	}
 	return 0;
 }
 

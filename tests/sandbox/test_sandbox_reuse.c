@@ -16,8 +16,11 @@
  * segments, message queues, semaphores and POSIX message queues left by a
  * sandbox, or a changed /dev/mqueue, are never seen by a later one, and at
  * least one sandbox runs in a reused IPC namespace (its first SysV id is
- * not 0). Also: a reused cgroup slot has the new sandbox's limits.
+ * not 0). Also: a reused cgroup slot has the new sandbox's limits, and a
+ * runtime freed leaves alone the slots of another one of the process
+ * under the same cgroup name.
  * Needs root; exits 77 with a reason otherwise. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +243,69 @@ static void test_slot_reuse(struct sbxt_env *e)
 	}
 }
 
+/* The sbx-* directories in a cgroup directory. */
+static int count_slots(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	for (struct dirent *de; d && (de = readdir(d));)
+		n += !strncmp(de->d_name, "sbx-", 4);
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Two runtimes of one process under the same cgroup name: their slots
+ * must not collide, and freeing one must leave the other's (in use, or
+ * empty in its spare list) alone; each kept slot is used again below. */
+static void test_shared_subtree(struct sbxt_env *e)
+{
+	struct sbx_config cfg = sbxt_config(e);
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	struct sbx *s = NULL, *held[6] = {NULL};
+	/* Six alive at once, then none: their slots wait in e->rt's spare
+	 * list (the pool, full meanwhile, takes none of them). */
+	for (int i = 0; i < 6; i++)
+		CHECK(sbx_create(e->rt, &cfg, &held[i]) == 0);
+	char base[4096] = "";
+	const char *slot = held[0] ? sbx_cgroup_path(held[0], "pids") : NULL;
+	snprintf(base, sizeof(base), "%s", slot ? slot : "/nonexistent");
+	*strrchr(base, '/') = 0;
+	for (int i = 0; i < 6; i++)
+		sbx_destroy(held[i]);
+	usleep(200000);
+	int slots = count_slots(base);
+	char state[400];
+	snprintf(state, sizeof(state), "%s/twin", e->state);
+	struct sbx_runtime_config rc = {
+	    .agent_path = e->agent, .state_dir = state, .cgroup_name = e->cgname, .pool_size = 2};
+	struct sbx_runtime *twin = NULL;
+	CHECK(sbx_runtime_new(&rc, &twin) == 0);
+	if (!twin)
+		return;
+	struct sbx *t = NULL;
+	CHECK(sbx_create(twin, &cfg, &t) == 0);
+	CHECK(t && sbxt_sh(t, "true", 5000, &o, &r) == 0 && r.exit_code == 0);
+	sbx_destroy(t);
+	sbx_runtime_free(twin);
+	int after = count_slots(base);
+	fprintf(stderr, "shared subtree: %d slot directories before the twin, %d after it\n", slots,
+		after);
+	CHECK(slots >= 6 && after == slots);
+	for (int i = 0; i < 8; i++) {
+		int rc2 = sbx_create(e->rt, &cfg, &s);
+		CHECK(rc2 == 0);
+		if (rc2) {
+			fprintf(stderr, "shared subtree: create %d after the twin: %s\n", i,
+				strerror(-rc2));
+			continue;
+		}
+		CHECK(sbxt_sh(s, "true", 5000, &o, &r) == 0 && r.exit_code == 0);
+		sbx_destroy(s);
+	}
+}
+
 int main(void)
 {
 	struct sbxt_env e;
@@ -249,6 +315,7 @@ int main(void)
 	test_netns_reuse(&e);
 	test_ipcns_reuse(&e);
 	test_fresh_netns(&e);
+	test_shared_subtree(&e);
 	if (sbx_runtime_cgroup_version(e.rt) == 1)
 		test_slot_reuse(&e);
 	sbxt_teardown(&e);
