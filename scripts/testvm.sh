@@ -19,8 +19,8 @@
 #
 # The guest: the host's root, read-only over 9p (virtio), under an overlay
 # whose upper layer is guest memory (whatever the command writes is gone with
-# the VM); proc, sysfs, devtmpfs, devpts, tmpfs on /tmp /run /var/tmp
-# /dev/shm; cgroup2 alone on /sys/fs/cgroup with cpu, memory, pids, io and
+# the VM); proc, sysfs, devtmpfs, devpts, tmpfs on /run and /dev/shm;
+# cgroup2 alone on /sys/fs/cgroup with cpu, memory, pids, io and
 # cpuset enabled for children; lo up, no other network. The command runs in
 # bash with the caller's environment (exported variables) and directory.
 # QEMU emulates the CPU (TCG: slow but real; the kernel's boot takes ~3 s

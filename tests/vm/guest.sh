@@ -16,8 +16,9 @@ mount_basics() {
 	mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 	mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 	mount -t mqueue mqueue /dev/mqueue
-	local d
-	for d in /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs "$d"; done
+	# /tmp and /var/tmp stay the overlay's (writable, in guest memory):
+	# the job's own tree may live there (a CI clone in /tmp), and a tmpfs
+	# over them would hide it.
 	mount -t tmpfs -o mode=755 tmpfs /run
 }
 
