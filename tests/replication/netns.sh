@@ -31,7 +31,8 @@
 # Exposes RC_DIR (all state), RC_META (host:port), RC_MNT (the mount),
 # RC_NODES, RC_PID[i] (chunkserver pids), RC_NETNS (1 if namespaces are used).
 # Options (environment): RC_LEASE_MS (default 3000), RC_LOG_LEVEL (info),
-# RC_CS_ARGS (more options for every strata-chunkserver, e.g. "--workers 2").
+# RC_CS_ARGS (more options for every strata-chunkserver, e.g. "--workers 2"),
+# RC_FUSE_ARGS (more options for strata-fuse, e.g. "--retry-ms 120000").
 #
 # As a script:
 #   netns.sh up DIR N [TARGETS] [REPLICAS]   start and leave running (prints env)
@@ -203,7 +204,8 @@ _rc_start_fuse() {
 	RC_MNT="$RC_DIR/mnt"
 	mkdir -p "$RC_MNT"
 	"$STRATA_BIN/strata-fuse" --meta "$RC_META" --mount "$RC_MNT" --client-id "rc-$RC_TAG" \
-		--foreground --log-level "${RC_LOG_LEVEL:-info}" >>"$RC_DIR/log/fuse.log" 2>&1 &
+		--foreground --log-level "${RC_LOG_LEVEL:-info}" ${RC_FUSE_ARGS:-} \
+		>>"$RC_DIR/log/fuse.log" 2>&1 &
 	echo $! >"$RC_DIR/fuse.pid"
 	local i
 	for i in $(seq 1 300); do

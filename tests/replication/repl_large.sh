@@ -35,6 +35,12 @@ rc_on_teardown() {
 }
 
 rc_require
+# Every write rewrites its whole chunk on each replica (copy-on-write,
+# chunkserver/chunk_store.c): the 1 MiB writes into a 64 MiB chunk queue
+# behind each other, and on a loaded 2-core VM with a slow disk some waited
+# past strata-fuse's default 15 s and failed with EIO (CI, 2026-11-30). This
+# test is about resync, not write latency: let the writes wait.
+export RC_FUSE_ARGS="--retry-ms 120000"
 rc_start 3 1 3
 SRC="$RC_DIR/src"
 mkdir -p "$SRC"
