@@ -5,7 +5,9 @@
  * has, even with an empty cgroup2 mount beside them); otherwise a cgroup2
  * mount whose root offers memory and pids means v2. Our subtree is created
  * below the cgroup our own process is in (per hierarchy on v1), so sandboxes
- * stay accounted to whoever runs us.
+ * stay accounted to whoever runs us; on v2 a process alone in its cgroup
+ * first moves into a leaf of it (sbx_cgroup_v2_base: a cgroup that holds a
+ * process cannot delegate controllers, the case of a systemd service).
  *
  * A slot is one sandbox's set of directories, made ahead of time by the pool
  * (mkdir, devices whitelist, open fds); at create time only the limits are
@@ -124,22 +126,32 @@ static int write_at(int dirfd, const char *file, const char *val)
 	return 0;
 }
 
-/* Opens (creating) <mount>/<own cgroup>/<name> for one hierarchy. */
-/* Opens (creating) <mount>/<own cgroup>/<name> for one hierarchy, or
- * <mount>/<name> with at_root. */
-static int open_base(const char *ctrl, const char *name, bool at_root, char *path, size_t cap)
+/* The directory of cgroup path own (from /proc/<pid>/cgroup) under a
+ * hierarchy's mount point mnt, whose root is mroot (not "/" when the mount
+ * shows a subtree, as in a container). */
+static int cgroup_dir(const char *mnt, const char *mroot, const char *own, char *path, size_t cap)
 {
-	char mnt[PATH_MAX], mroot[PATH_MAX], own[PATH_MAX] = "/";
-	int r = find_mount(ctrl[0] ? ctrl : NULL, mnt, sizeof(mnt), mroot, sizeof(mroot));
-	if (r == 0 && !at_root)
-		r = proc_cgroup("/proc/self/cgroup", ctrl, own, sizeof(own));
-	if (r < 0)
-		return r;
 	const char *rel = own;
 	size_t rl = strlen(mroot);
 	if (strcmp(mroot, "/") && !strncmp(own, mroot, rl))
 		rel = own + rl;
-	int n = snprintf(path, cap, "%s%s/%s", mnt, strcmp(rel, "/") ? rel : "", name);
+	int n = snprintf(path, cap, "%s%s", mnt, strcmp(rel, "/") ? rel : "");
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* Opens (creating) <mount>/<own cgroup>/<name> for one hierarchy, or
+ * <mount>/<name> with at_root. */
+static int open_base(const char *ctrl, const char *name, bool at_root, char *path, size_t cap)
+{
+	char mnt[PATH_MAX], mroot[PATH_MAX], own[PATH_MAX] = "/", dir[PATH_MAX];
+	int r = find_mount(ctrl[0] ? ctrl : NULL, mnt, sizeof(mnt), mroot, sizeof(mroot));
+	if (r == 0 && !at_root)
+		r = proc_cgroup("/proc/self/cgroup", ctrl, own, sizeof(own));
+	if (r == 0)
+		r = cgroup_dir(mnt, mroot, at_root ? mroot : own, dir, sizeof(dir));
+	if (r < 0)
+		return r;
+	int n = snprintf(path, cap, "%s/%s", dir, name);
 	if (n < 0 || (size_t)n >= cap)
 		return -ENAMETOOLONG;
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)
@@ -170,35 +182,114 @@ static void enable_controllers(int dirfd)
 		write_at(dirfd, "cgroup.subtree_control", want[i]);
 }
 
-static int try_v2(struct cg_driver *d, const char *name, bool at_root)
+/* Whether the cgroup dirfd has memory and pids enabled for its children
+ * (and in *cpu, cpu). */
+static bool delegates(int dirfd, bool *cpu)
 {
 	char ctl[128] = "";
-	int fd = open_base("", name, at_root, d->base[0], sizeof(d->base[0]));
-	if (fd < 0)
-		return fd;
-	_cleanup_close_ int pfd = openat(fd, "..", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-	if (pfd >= 0) /* fails when our own cgroup holds processes: checked below */
-		enable_controllers(pfd);
-	enable_controllers(fd);
-	_cleanup_close_ int cfd = openat(fd, "cgroup.subtree_control", O_RDONLY | O_CLOEXEC);
-	ssize_t n = cfd >= 0 ? read(cfd, ctl, sizeof(ctl) - 1) : -1;
+	_cleanup_close_ int fd = openat(dirfd, "cgroup.subtree_control", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, ctl, sizeof(ctl) - 1) : -1;
 	ctl[n > 0 ? n : 0] = 0;
-	if (!strstr(ctl, "memory") || !strstr(ctl, "pids")) {
+	if (cpu)
+		*cpu = strstr(ctl, "cpu ") || strstr(ctl, "cpu\n");
+	return strstr(ctl, "memory") && strstr(ctl, "pids");
+}
+
+/* Whether the cgroup directory dir holds a process (or cannot be read). */
+static bool holds_processes(const char *dir)
+{
+	char p[PATH_MAX + 16], buf[16];
+	snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	return fd < 0 || read(fd, buf, sizeof(buf)) != 0;
+}
+
+/* Moves this whole process (every thread: v2 moves processes) into the
+ * leaf dir/SBX_CGROUP_SELF. */
+static int move_self_to_leaf(const char *dir)
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/" SBX_CGROUP_SELF, dir);
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	_cleanup_close_ int fd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : write_at(fd, "cgroup.procs", "0");
+}
+
+int sbx_cgroup_v2_base(char *buf, size_t cap)
+{
+	char mnt[PATH_MAX], mroot[PATH_MAX], own[PATH_MAX];
+	int r = find_mount(NULL, mnt, sizeof(mnt), mroot, sizeof(mroot));
+	if (r == 0)
+		r = proc_cgroup("/proc/self/cgroup", "", own, sizeof(own));
+	if (r < 0)
+		return r;
+	/* Already in our leaf (an earlier call): build beside it. */
+	char *last = strrchr(own, '/');
+	if (last && last != own && !strcmp(last + 1, SBX_CGROUP_SELF))
+		*last = 0;
+	r = cgroup_dir(mnt, mroot, own, buf, cap);
+	if (r < 0)
+		return r;
+	_cleanup_close_ int fd = open(buf, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	/* The root cgroup (no cgroup.type) may hold processes and still
+	 * delegate; any other must be left by its processes first, before a
+	 * controller is enabled (the kernel lets threaded ones, cpu and pids,
+	 * be enabled beside processes, and such a cgroup then refuses the move
+	 * with EOPNOTSUPP). A cgroup namespace's root is not the root. */
+	bool root = faccessat(fd, "cgroup.type", F_OK, 0) < 0 && errno == ENOENT;
+	if (!root && holds_processes(buf)) {
+		r = move_self_to_leaf(buf);
+		if (r < 0)
+			return r;
+		if (holds_processes(buf))
+			return -EBUSY; /* others share our cgroup: not ours to manage */
+	}
+	enable_controllers(fd);
+	return 0;
+}
+
+/* The v2 subtree <base>/<name>: base is the directory sbx_cgroup_v2_base
+ * gives, or with at_root the hierarchy's root (a process whose cgroup
+ * others share). */
+static int try_v2(struct cg_driver *d, const char *name, bool at_root)
+{
+	char parent[PATH_MAX], mroot[PATH_MAX];
+	int r = at_root ? find_mount(NULL, parent, sizeof(parent), mroot, sizeof(mroot))
+			: sbx_cgroup_v2_base(parent, sizeof(parent));
+	if (r < 0) /* below our own cgroup: not possible, try the root */
+		return at_root ? r : -ENOTSUP;
+	if (at_root) {
+		_cleanup_close_ int pfd = open(parent, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+		if (pfd >= 0)
+			enable_controllers(pfd);
+	}
+	int n = snprintf(d->base[0], sizeof(d->base[0]), "%s/%s", parent, name);
+	if (n < 0 || (size_t)n >= sizeof(d->base[0]))
+		return -ENAMETOOLONG;
+	if (mkdir(d->base[0], 0755) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = open(d->base[0], O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	enable_controllers(fd);
+	if (!delegates(fd, &d->has[CG_CPU])) {
 		close(fd);
 		rmdir(d->base[0]);
 		return -ENOTSUP;
 	}
 	d->base_fd[0] = fd;
 	d->has[CG_MEMORY] = d->has[CG_PIDS] = true;
-	d->has[CG_CPU] = strstr(ctl, "cpu ") || strstr(ctl, "cpu\n");
 	d->version = 2;
 	return 0;
 }
 
-/* Below our own cgroup when it can delegate controllers (systemd
- * Delegate=yes with us in a leaf), else below the root of the hierarchy
- * (root only; a cgroup that holds processes cannot enable controllers for
- * its children). */
+/* Below our own cgroup (sbx_cgroup_v2_base: moving into a leaf of it if
+ * we sit in it alone, the systemd Delegate=yes way), else below the root
+ * of the hierarchy (root only; a cgroup that others' processes share
+ * cannot enable controllers for its children). */
 static int init_v2(struct cg_driver *d, const char *name)
 {
 	int r = try_v2(d, name, false);

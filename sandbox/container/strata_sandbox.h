@@ -57,6 +57,20 @@ int sbx_runtime_cgroup_version(const struct sbx_runtime *rt);
  * with PR_SET_SECCOMP after PR_SET_NO_NEW_PRIVS); the caller closes it. */
 int sbx_seccomp_program(int *ret_fd);
 
+/* cgroup v2: the directory (under the cgroup2 mount) below which this
+ * process makes its cgroups, with memory, pids and cpu (where the kernel
+ * has it) enabled for its children: our own cgroup, once it holds no
+ * process. A process below the root shares its cgroup with nobody
+ * (a systemd service, Delegate=yes) but sits in it itself, and a cgroup
+ * with processes cannot enable controllers for children: the first call
+ * moves the whole process into the leaf <own>/SBX_CGROUP_SELF, and every
+ * later one (also after a restart in the same cgroup) answers <own>
+ * again. -EBUSY when other processes share our cgroup, -ENOENT without
+ * cgroup2. Used by the runtime (cgroup.c) and sandboxd's fncall workers,
+ * so that both build in the same place. */
+#define SBX_CGROUP_SELF "strata-self"
+int sbx_cgroup_v2_base(char *buf, size_t cap);
+
 /* The open-file soft limit a sandbox starts with: the usual 1024 (Docker's
  * too). The strata daemons raise their own to the hard limit (fs/daemon.h);
  * sbx_sandbox_fd_limit() gives it back in the first process of a sandbox,

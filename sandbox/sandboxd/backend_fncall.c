@@ -369,8 +369,13 @@ static void cg_init(struct fn_cg *cg)
 		}
 		return;
 	}
-	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 &&
-	    cg_setup_dir(cg->base[0], "", sub) == 0) {
+	/* v2: below the same cgroup as the container library's sandboxes,
+	 * which may have moved sandboxd into a leaf of its own cgroup. */
+	char dir[PATH_MAX - sizeof(sub)];
+	if (sbx_cgroup_v2_base(dir, sizeof(dir)) == 0) {
+		snprintf(cg->base[0], sizeof(cg->base[0]), "%s%s", dir, sub);
+		if (mkdir(cg->base[0], 0755) < 0 && errno != EEXIST)
+			return;
 		char p[PATH_MAX + 32];
 		snprintf(p, sizeof(p), "%s/cgroup.subtree_control", cg->base[0]);
 		if (write_file(p, "+pids +memory +cpu") == 0) {

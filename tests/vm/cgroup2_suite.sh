@@ -2,7 +2,8 @@
 # tests/vm/cgroup2_suite.sh BUILD_DIR — inside the test VM (scripts/testvm.sh,
 # Debian 12's kernel, cgroup2 alone with every controller, mounted with
 # nsdelegate as systemd does): the container runtime's tests, sandboxd's API
-# tests (container and fncall backends) and the SDK's, which on the
+# tests (container and fncall backends), the SDK's, and sandboxd in a
+# systemd-like service cgroup (service_cgroup.py), which on the
 # development machine run on cgroup v1. Every one of them must run here: a
 # skip is a failure (except the image-store test, which needs a cluster and
 # has its own ctest entry).
@@ -45,5 +46,10 @@ run_pytest() {
 }
 run_pytest tests/sandboxd
 run_pytest tests/sdk
+
+# Last (it leaves system.slice behind): sandboxd alone in a service's
+# cgroup below the root, as systemd runs it.
+echo "== service cgroup"
+ASAN_OPTIONS=detect_leaks=0 /usr/bin/python3 "$SRC/tests/vm/service_cgroup.py" || failed=1
 
 exit $failed
