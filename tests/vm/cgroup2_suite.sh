@@ -2,13 +2,18 @@
 # tests/vm/cgroup2_suite.sh BUILD_DIR — inside the test VM (scripts/testvm.sh,
 # Debian 12's kernel, cgroup2 alone with every controller, mounted with
 # nsdelegate as systemd does): the container runtime's tests, sandboxd's API
-# tests (container and fncall backends), the SDK's, and sandboxd in a
-# systemd-like service cgroup (service_cgroup.py), which on the
+# tests (container and fncall backends), sandboxd in a systemd-like
+# service cgroup (service_cgroup.py) and the SDK's, which on the
 # development machine run on cgroup v1. Every one of them must run here: a
 # skip is a failure (except the image-store test, which needs a cluster and
 # has its own ctest entry).
+#
+# usage: cgroup2_suite.sh BUILD_DIR [core|sdk]   core (default): the library,
+#        sandboxd and the service cgroup (ctest cgroup2_vm, make test);
+#        sdk: the SDK's tests (ctest cgroup2_vm_sdk, make soak)
 set -uo pipefail
-BUILD=${1:?usage: cgroup2_suite.sh BUILD_DIR}
+BUILD=${1:?usage: cgroup2_suite.sh BUILD_DIR [core|sdk]}
+PART=${2:-core}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export STRATA_BIN=$BUILD/bin STRATA_SRC=$SRC STRATA_BUILD=$BUILD
 # sbx_test.c fails a test whose runtime chose another version.
@@ -20,13 +25,16 @@ if grep -q ' cgroup ' /proc/mounts || ! grep -q ' /sys/fs/cgroup cgroup2 ' /proc
 	exit 1
 fi
 
-for t in sandbox_basic sandbox_contain sandbox_adopt sandbox_reuse; do
-	echo "== $t"
-	(cd "$BUILD/tests" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 "./$t")
-	rc=$?
-	echo "== $t: exit $rc"
-	[ "$rc" -eq 0 ] || failed=1
-done
+run_library_tests() {
+	local t rc
+	for t in sandbox_basic sandbox_contain sandbox_adopt sandbox_reuse; do
+		echo "== $t"
+		(cd "$BUILD/tests" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 "./$t")
+		rc=$?
+		echo "== $t: exit $rc"
+		[ "$rc" -eq 0 ] || failed=1
+	done
+}
 
 # pytest, with every skip listed (-rs): only the known one may skip.
 run_pytest() {
@@ -44,12 +52,18 @@ run_pytest() {
 	fi
 	rm -f "$log"
 }
-run_pytest tests/sandboxd
-run_pytest tests/sdk
 
-# Last (it leaves system.slice behind): sandboxd alone in a service's
-# cgroup below the root, as systemd runs it.
-echo "== service cgroup"
-ASAN_OPTIONS=detect_leaks=0 /usr/bin/python3 "$SRC/tests/vm/service_cgroup.py" || failed=1
+case $PART in
+core)
+	run_library_tests
+	run_pytest tests/sandboxd
+	# Last (it leaves system.slice behind): sandboxd alone in a service's
+	# cgroup below the root, as systemd runs it.
+	echo "== service cgroup"
+	ASAN_OPTIONS=detect_leaks=0 /usr/bin/python3 "$SRC/tests/vm/service_cgroup.py" || failed=1
+	;;
+sdk) run_pytest tests/sdk ;;
+*) echo "cgroup2_suite: unknown part $PART"; exit 2 ;;
+esac
 
 exit $failed
