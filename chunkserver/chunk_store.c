@@ -332,19 +332,28 @@ static int make_dirs(int dirfd)
 	return r;
 }
 
-/* Deletes every file in tmp/ (invariant 5). */
-static int clean_tmp(int dirfd)
+/* The target's tmp/ as a directory stream (dirfd() of it for the *at
+ * calls), or NULL and errno. */
+static DIR *open_tmp_dir(int target_fd)
 {
-	int fd = openat(dirfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
+	int fd = openat(target_fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d && fd >= 0) {
+		int e = errno;
 		close(fd);
-		return -errno;
+		errno = e;
 	}
+	return d;
+}
+
+/* Deletes every file in tmp/ (invariant 5). */
+static int clean_tmp(int target_fd)
+{
+	DIR *d = open_tmp_dir(target_fd);
+	if (!d)
+		return -errno;
+	int fd = dirfd(d), r = 0;
 	struct dirent *de;
-	int r = 0;
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
@@ -1319,15 +1328,10 @@ int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
 
 int chunk_store_put_expire(struct chunk_store *cs, int max_age_s)
 {
-	int fd = openat(cs->dirfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d = open_tmp_dir(cs->dirfd);
+	if (!d)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
-	int n = 0;
+	int fd = dirfd(d), n = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		unsigned long long ino;
