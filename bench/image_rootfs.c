@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rootfs.h"
+#include "imagesvc/rootfs.h"
 
 static double now_us(void)
 {

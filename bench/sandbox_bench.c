@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "strata_sandbox.h"
+#include "sandbox/container/strata_sandbox.h"
 
 extern char **environ;
 
@@ -405,7 +405,8 @@ static int json_id(const char *body, char *id, size_t cap)
 
 static bool exec_ok(const struct hc *h)
 {
-	return h->body && (strstr(h->body, "\"exit_code\":0,") || strstr(h->body, "\"exit_code\": 0,"));
+	return h->body &&
+	       (strstr(h->body, "\"exit_code\":0,") || strstr(h->body, "\"exit_code\": 0,"));
 }
 
 struct api_ctx {
@@ -415,8 +416,9 @@ struct api_ctx {
 static int api_create(struct hc *h, const struct api_ctx *c, char *id, size_t cap)
 {
 	char body[512];
-	snprintf(body, sizeof(body), "{\"image\":\"%s\",\"backend\":\"%s\",\"memory_mb\":64,\"pids\":32}",
-		 c->image, c->backend);
+	snprintf(body, sizeof(body),
+		 "{\"image\":\"%s\",\"backend\":\"%s\",\"memory_mb\":64,\"pids\":32}", c->image,
+		 c->backend);
 	int st = hc_req(h, "POST", "/v1/sandboxes", body);
 	if (st < 0)
 		return st;
@@ -706,8 +708,8 @@ static int mode_purge(const char *sock)
 
 static int mode_lib(char **a)
 {
-	struct sbx_runtime_config rc = {.agent_path = a[1], .cgroup_name = "strata-bench",
-					.pool_size = (unsigned)atoi(a[4])};
+	struct sbx_runtime_config rc = {
+	    .agent_path = a[1], .cgroup_name = "strata-bench", .pool_size = (unsigned)atoi(a[4])};
 	char state[] = "/var/tmp/strata-bench-XXXXXX";
 	if (!mkdtemp(state))
 		return 1;
@@ -736,8 +738,8 @@ int main(int argc, char **argv)
 	if (!strcmp(m, "spawn") && argc >= 4) {
 		static char *true_argv[] = {"/bin/true", NULL};
 		snprintf(name, sizeof(name), "spawn_c%s", argv[2]);
-		struct bench b = {.name = name, .op = op_spawn,
-				  .arg = argc > 4 ? argv + 4 : true_argv};
+		struct bench b = {
+		    .name = name, .op = op_spawn, .arg = argc > 4 ? argv + 4 : true_argv};
 		return run_bench(&b, atoi(argv[2]), atof(argv[3]));
 	}
 	if (!strcmp(m, "crun") && argc == 5) {
@@ -756,7 +758,9 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(m, "fncall") && argc == 7) {
 		bool py = !strcmp(argv[4], "python");
-		struct api_ctx c = {.sock = argv[2], .image = argv[3], .backend = "fncall",
+		struct api_ctx c = {.sock = argv[2],
+				    .image = argv[3],
+				    .backend = "fncall",
 				    .call = py ? "{\"python\":\"x = 1\"}" : "{\"cmd\":[\"true\"]}"};
 		snprintf(name, sizeof(name), "fncall_%s_c%s", argv[4], argv[5]);
 		struct bench b = {

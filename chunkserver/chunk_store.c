@@ -46,7 +46,7 @@
  * uring_pool); reads touch only the 64 KiB blocks the range overlaps, and
  * blocks wholly covered by a read or write move straight between the caller's
  * buffer and the kernel. */
-#include "chunk_store.h"
+#include "chunkserver/chunk_store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,9 +64,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "cleanup.h"
-#include "uring_pool.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "chunkserver/uring_pool.h"
+#include "fs/wire.h"
 
 #define CHDR_MAGIC 0x4b484353u /* "SCHK" */
 #define CHDR_FORMAT 1
@@ -192,7 +192,8 @@ static int hdr_decode(const uint8_t *raw, uint64_t ino, uint32_t index, struct c
 	h->checksum = le64_get(raw + 48);
 	if (le64_get(raw + 56) != hdr_checksum(raw, h->nblocks) || h->ino != ino ||
 	    h->index != index || h->data_len > CHUNK_STORE_MAX_LEN ||
-	    h->nblocks != nblocks_for(h->data_len) || h->checksum != blocks_checksum(raw, h->nblocks))
+	    h->nblocks != nblocks_for(h->data_len) ||
+	    h->checksum != blocks_checksum(raw, h->nblocks))
 		return -EIO;
 	h->bcsum = malloc(sizeof(uint64_t) * (h->nblocks ? h->nblocks : 1));
 	if (!h->bcsum)
@@ -206,11 +207,11 @@ static int report_corrupt(struct chunk_store *cs, uint64_t ino, uint32_t index, 
 			  const char *what)
 {
 	if (cs->opts.on_corrupt) {
-		struct chunk_corruption c = { .target_id = cs->opts.target_id,
-					      .ino = ino,
-					      .index = index,
-					      .block = block,
-					      .what = what };
+		struct chunk_corruption c = {.target_id = cs->opts.target_id,
+					     .ino = ino,
+					     .index = index,
+					     .block = block,
+					     .what = what};
 		cs->opts.on_corrupt(cs->opts.arg, &c);
 	}
 	return -EIO;
@@ -218,8 +219,8 @@ static int report_corrupt(struct chunk_store *cs, uint64_t ino, uint32_t index, 
 
 static int read_at(struct io_uring *ring, int fd, void *buf, size_t len, uint64_t off)
 {
-	struct uring_op op = { .fd = fd, .kind = URING_READ, .iovcnt = 1, .off = off };
-	op.iov[0] = (struct iovec){ buf, len };
+	struct uring_op op = {.fd = fd, .kind = URING_READ, .iovcnt = 1, .off = off};
+	op.iov[0] = (struct iovec){buf, len};
 	return uring_run(ring, &op, 1);
 }
 
@@ -243,7 +244,8 @@ static int hdr_load(struct chunk_store *cs, struct io_uring *ring, int fd, uint6
 	if (len > (int)sizeof(first)) {
 		r = read_at(ring, fd, raw + sizeof(first), len - sizeof(first), sizeof(first));
 		if (r == -EIO)
-			return report_corrupt(cs, ino, index, -1, "chunk file shorter than its header");
+			return report_corrupt(cs, ino, index, -1,
+					      "chunk file shorter than its header");
 		if (r < 0)
 			return r;
 	}
@@ -301,7 +303,7 @@ static void ring_putp(struct ring_guard *g)
 		uring_pool_put(g->pool, g->ring);
 }
 #define RING_GUARD(name, cs)                                                                       \
-	_cleanup_(ring_putp) struct ring_guard name = { (cs)->pool, uring_pool_get((cs)->pool) }
+	_cleanup_(ring_putp) struct ring_guard name = {(cs)->pool, uring_pool_get((cs)->pool)}
 
 /* Opens a chunk file read-only: fd, -ENOENT, or -errno. */
 static int chunk_open(struct chunk_store *cs, uint64_t ino, uint32_t index)
@@ -465,27 +467,34 @@ static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
 	struct uring_op ops[3];
 	int nops = 0;
 	if (head_part)
-		ops[nops++] = (struct uring_op){ .fd = fd, .kind = URING_READ, .iovcnt = 1,
-						 .off = block_file_off(h->hdr_len, b0),
-						 .iov = { { head, block_len(h->data_len, b0) } } };
+		ops[nops++] = (struct uring_op){.fd = fd,
+						.kind = URING_READ,
+						.iovcnt = 1,
+						.off = block_file_off(h->hdr_len, b0),
+						.iov = {{head, block_len(h->data_len, b0)}}};
 	uint32_t m0 = b0 + head_part, m1 = b1 - tail_part; /* whole blocks m0..m1 */
 	if (m0 <= m1 && !(head_part && b0 == b1)) {
-		uint64_t ms = (uint64_t)m0 * BS, me = (uint64_t)m1 * BS + block_len(h->data_len, m1);
-		ops[nops++] = (struct uring_op){ .fd = fd, .kind = URING_READ, .iovcnt = 1,
-						 .off = block_file_off(h->hdr_len, m0),
-						 .iov = { { buf + (ms - off), me - ms } } };
+		uint64_t ms = (uint64_t)m0 * BS,
+			 me = (uint64_t)m1 * BS + block_len(h->data_len, m1);
+		ops[nops++] = (struct uring_op){.fd = fd,
+						.kind = URING_READ,
+						.iovcnt = 1,
+						.off = block_file_off(h->hdr_len, m0),
+						.iov = {{buf + (ms - off), me - ms}}};
 	}
 	if (tail_part)
-		ops[nops++] = (struct uring_op){ .fd = fd, .kind = URING_READ, .iovcnt = 1,
-						 .off = block_file_off(h->hdr_len, b1),
-						 .iov = { { tail, block_len(h->data_len, b1) } } };
+		ops[nops++] = (struct uring_op){.fd = fd,
+						.kind = URING_READ,
+						.iovcnt = 1,
+						.off = block_file_off(h->hdr_len, b1),
+						.iov = {{tail, block_len(h->data_len, b1)}}};
 	int r = uring_run(ring, ops, nops);
 	if (r == -EIO)
 		return report_corrupt(cs, h->ino, h->index, -1, "chunk file shorter than its data");
 	if (r < 0)
 		return r;
 	for (uint32_t b = b0; b <= b1; b++) {
-		const uint8_t *p = b == b0 && head_part ? head
+		const uint8_t *p = b == b0 && head_part	  ? head
 				   : b == b1 && tail_part ? tail
 							  : buf + ((uint64_t)b * BS - off);
 		r = verify_block(cs, h, b, p);
@@ -508,7 +517,7 @@ ssize_t chunk_store_read(struct chunk_store *cs, uint64_t ino, uint32_t index, u
 	if (fd < 0)
 		return fd;
 	RING_GUARD(g, cs);
-	_cleanup_(chunk_hdr_done) struct chunk_hdr h = { 0 };
+	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
 	int r = hdr_load(cs, g.ring, fd, ino, index, &h);
 	if (r < 0)
 		return r;
@@ -525,11 +534,11 @@ int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struc
 	if (fd < 0)
 		return fd;
 	RING_GUARD(g, cs);
-	_cleanup_(chunk_hdr_done) struct chunk_hdr h = { 0 };
+	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
 	int r = hdr_load(cs, g.ring, fd, ino, index, &h);
 	if (r < 0)
 		return r;
-	*ret = (struct chunk_meta){ h.version, h.data_len, h.checksum };
+	*ret = (struct chunk_meta){h.version, h.data_len, h.checksum};
 	return 0;
 }
 
@@ -538,8 +547,8 @@ int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struc
 /* How block b of the new version gets its bytes. */
 enum bkind {
 	B_DIRECT, /* wholly overwritten: straight from the caller's buffer */
-	B_COPY,   /* unchanged and same length: copy_file_range, old checksum */
-	B_ZERO,   /* beyond the old data and not written: a hole */
+	B_COPY,	  /* unchanged and same length: copy_file_range, old checksum */
+	B_ZERO,	  /* beyond the old data and not written: a hole */
 	B_BUILD,  /* old bytes (verified) + zeros + new bytes, in a scratch block */
 };
 
@@ -555,8 +564,8 @@ struct cow {
 	const uint64_t *sums; /* XXH3-64 of each 64 KiB piece of data, or NULL */
 	int oldfd, tmpfd;
 	struct chunk_hdr old, new;
-	uint8_t *scratch;  /* nbuild * BS */
-	uint8_t *hdr_raw;  /* new header bytes */
+	uint8_t *scratch; /* nbuild * BS */
+	uint8_t *hdr_raw; /* new header bytes */
 	bool have_old;
 	uint64_t set_version; /* chunk_store_put: the version to publish; 0 = old + 1 */
 };
@@ -612,7 +621,8 @@ static int copy_run(struct cow *c, uint64_t start, uint64_t end)
 			left -= (uint64_t)k;
 		else if (k == 0)
 			r = -EIO;
-		else if (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+		else if (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS ||
+			 errno == EINVAL)
 			r = copy_bounce(c->oldfd, &in, c->tmpfd, &out, left), left = 0;
 		else if (errno != EINTR)
 			r = -errno;
@@ -634,7 +644,8 @@ static int copy_unchanged(struct cow *c)
 		uint32_t e = b;
 		while (e < c->new.nblocks && classify(c, e) == B_COPY)
 			c->new.bcsum[e] = c->old.bcsum[e], e++;
-		int r = copy_run(c, (uint64_t)b * BS, (uint64_t)(e - 1) * BS + block_len(c->new_len, e - 1));
+		int r = copy_run(c, (uint64_t)b * BS,
+				 (uint64_t)(e - 1) * BS + block_len(c->new_len, e - 1));
 		if (r < 0)
 			return r;
 		b = e;
@@ -651,14 +662,17 @@ static int build_blocks(struct cow *c, const uint32_t *blocks, int n)
 	for (int i = 0; i < n; i++) {
 		uint32_t olen = block_len(c->old.data_len, blocks[i]);
 		if (olen > 0)
-			ops[nops++] = (struct uring_op){
-				.fd = c->oldfd, .kind = URING_READ, .iovcnt = 1,
-				.off = block_file_off(c->old.hdr_len, blocks[i]),
-				.iov = { { c->scratch + (size_t)i * BS, olen } } };
+			ops[nops++] =
+			    (struct uring_op){.fd = c->oldfd,
+					      .kind = URING_READ,
+					      .iovcnt = 1,
+					      .off = block_file_off(c->old.hdr_len, blocks[i]),
+					      .iov = {{c->scratch + (size_t)i * BS, olen}}};
 	}
 	int r = uring_run(c->ring, ops, nops);
 	if (r == -EIO)
-		return report_corrupt(c->cs, c->ino, c->index, -1, "chunk file shorter than its data");
+		return report_corrupt(c->cs, c->ino, c->index, -1,
+				      "chunk file shorter than its data");
 	for (int i = 0; r == 0 && i < n; i++) {
 		uint32_t b = blocks[i], olen = block_len(c->old.data_len, b);
 		uint8_t *p = c->scratch + (size_t)i * BS;
@@ -701,7 +715,7 @@ static uint64_t direct_sum(const struct cow *c, uint32_t b, uint32_t blen)
  * buffer) and the zero ones. */
 static int cow_plan(struct cow *c, struct cow_plan *p)
 {
-	*p = (struct cow_plan){ .d0 = 1, .d1 = 0 };
+	*p = (struct cow_plan){.d0 = 1, .d1 = 0};
 	bool any_direct = false;
 	for (uint32_t b = 0; b < c->new.nblocks; b++) {
 		uint32_t blen = block_len(c->new_len, b);
@@ -733,20 +747,27 @@ static int cow_submit(struct cow *c, const struct cow_plan *p)
 {
 	struct uring_op ops[2 + ARRAY_SIZE(p->build)];
 	int nops = 0;
-	ops[nops++] = (struct uring_op){ .fd = c->tmpfd, .kind = URING_WRITE, .iovcnt = 1, .off = 0,
-					 .iov = { { c->hdr_raw, c->new.hdr_len } } };
+	ops[nops++] = (struct uring_op){.fd = c->tmpfd,
+					.kind = URING_WRITE,
+					.iovcnt = 1,
+					.off = 0,
+					.iov = {{c->hdr_raw, c->new.hdr_len}}};
 	if (p->d0 <= p->d1) {
 		uint64_t s = (uint64_t)p->d0 * BS;
 		uint64_t e = (uint64_t)p->d1 * BS + block_len(c->new_len, p->d1);
-		ops[nops++] = (struct uring_op){ .fd = c->tmpfd, .kind = URING_WRITE, .iovcnt = 1,
-						 .off = c->new.hdr_len + s,
-						 .iov = { { (void *)(c->data + (s - c->off)), e - s } } };
+		ops[nops++] = (struct uring_op){.fd = c->tmpfd,
+						.kind = URING_WRITE,
+						.iovcnt = 1,
+						.off = c->new.hdr_len + s,
+						.iov = {{(void *)(c->data + (s - c->off)), e - s}}};
 	}
 	for (int i = 0; i < p->nbuild; i++)
 		ops[nops++] = (struct uring_op){
-			.fd = c->tmpfd, .kind = URING_WRITE, .iovcnt = 1,
-			.off = block_file_off(c->new.hdr_len, p->build[i]),
-			.iov = { { c->scratch + (size_t)i * BS, block_len(c->new_len, p->build[i]) } } };
+		    .fd = c->tmpfd,
+		    .kind = URING_WRITE,
+		    .iovcnt = 1,
+		    .off = block_file_off(c->new.hdr_len, p->build[i]),
+		    .iov = {{c->scratch + (size_t)i * BS, block_len(c->new_len, p->build[i])}}};
 	return uring_run_inline(ops, nops);
 }
 
@@ -813,10 +834,11 @@ static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
 {
 	char tp[64];
 	tmp_path(tp, c->ino, c->index);
-	c->new = (struct chunk_hdr){ .nblocks = nblocks_for(c->new_len), .ino = c->ino,
-				     .index = c->index,
-				     .version = c->set_version ? c->set_version : c->old.version + 1,
-				     .data_len = c->new_len };
+	c->new = (struct chunk_hdr){.nblocks = nblocks_for(c->new_len),
+				    .ino = c->ino,
+				    .index = c->index,
+				    .version = c->set_version ? c->set_version : c->old.version + 1,
+				    .data_len = c->new_len};
 	c->new.hdr_len = hdr_len_for(c->new.nblocks);
 	c->new.bcsum = calloc(c->new.nblocks ? c->new.nblocks : 1, sizeof(uint64_t));
 	if (!c->new.bcsum)
@@ -830,7 +852,7 @@ static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
 	if (r == 0)
 		r = write_new(c);
 	if (r == 0 && (flags & CHUNK_STORE_SYNC)) {
-		struct uring_op op = { .fd = c->tmpfd, .kind = URING_FDATASYNC };
+		struct uring_op op = {.fd = c->tmpfd, .kind = URING_FDATASYNC};
 		r = uring_run(c->ring, &op, 1);
 	}
 	if (r == 0)
@@ -840,7 +862,7 @@ static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
 		return r;
 	}
 	if (ret)
-		*ret = (struct chunk_meta){ c->new.version, c->new.data_len, c->new.checksum };
+		*ret = (struct chunk_meta){c->new.version, c->new.data_len, c->new.checksum};
 	return 0;
 }
 
@@ -883,16 +905,23 @@ int chunk_store_write_sums(struct chunk_store *cs, uint64_t ino, uint32_t index,
 	if ((uint64_t)off + len > CHUNK_STORE_MAX_LEN)
 		return -EFBIG;
 	if (len == 0) { /* like write(2): nothing changes, not even the length */
-		int r = chunk_store_stat(cs, ino, index, ret ? ret : &(struct chunk_meta){ 0 });
+		int r = chunk_store_stat(cs, ino, index, ret ? ret : &(struct chunk_meta){0});
 		if (r == -ENOENT && ret)
-			*ret = (struct chunk_meta){ 0 };
+			*ret = (struct chunk_meta){0};
 		return r == -ENOENT ? 0 : r;
 	}
 	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
 	RING_GUARD(g, cs);
-	_cleanup_(cow_done) struct cow c = { .cs = cs, .ring = g.ring, .ino = ino, .index = index,
-					     .off = off, .len = len, .data = data, .sums = sums,
-					     .oldfd = -1, .tmpfd = -1 };
+	_cleanup_(cow_done) struct cow c = {.cs = cs,
+					    .ring = g.ring,
+					    .ino = ino,
+					    .index = index,
+					    .off = off,
+					    .len = len,
+					    .data = data,
+					    .sums = sums,
+					    .oldfd = -1,
+					    .tmpfd = -1};
 	int r = cow_load_old(&c);
 	if (r < 0)
 		return r;
@@ -907,14 +936,14 @@ int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, u
 		return -EFBIG;
 	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
 	RING_GUARD(g, cs);
-	_cleanup_(cow_done) struct cow c = { .cs = cs, .ring = g.ring, .ino = ino, .index = index,
-					     .oldfd = -1, .tmpfd = -1 };
+	_cleanup_(cow_done) struct cow c = {
+	    .cs = cs, .ring = g.ring, .ino = ino, .index = index, .oldfd = -1, .tmpfd = -1};
 	int r = cow_load_old(&c);
 	if (r < 0)
 		return r;
 	if (!c.have_old || c.old.data_len == len) {
 		if (ret)
-			*ret = (struct chunk_meta){ c.old.version, c.old.data_len, c.old.checksum };
+			*ret = (struct chunk_meta){c.old.version, c.old.data_len, c.old.checksum};
 		return 0;
 	}
 	c.new_len = len;
@@ -941,7 +970,9 @@ static bool parse_index(const char *name, uint32_t *ret)
 	uint32_t v = 0;
 	for (int i = 0; i < 8; i++) {
 		char ch = name[i];
-		int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+		int d = ch >= '0' && ch <= '9'	 ? ch - '0'
+			: ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+						 : -1;
 		if (d < 0)
 			return false;
 		v = v << 4 | (uint32_t)d;
@@ -1032,8 +1063,8 @@ int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret
 
 /* ---- resync: replace wholesale, list ------------------------------------ */
 
-int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index,
-			 uint32_t **ret, size_t *ret_n)
+int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index, uint32_t **ret,
+			 size_t *ret_n)
 {
 	*ret = NULL;
 	*ret_n = 0;
@@ -1058,9 +1089,17 @@ int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const 
 	RING_GUARD(g, cs);
 	/* No old version is loaded: every block comes from data (or is a hole
 	 * when len is 0), so a damaged old chunk is simply replaced. */
-	_cleanup_(cow_done) struct cow c = { .cs = cs, .ring = g.ring, .ino = ino, .index = index,
-					     .off = 0, .len = len, .new_len = len, .data = data,
-					     .oldfd = -1, .tmpfd = -1, .set_version = version };
+	_cleanup_(cow_done) struct cow c = {.cs = cs,
+					    .ring = g.ring,
+					    .ino = ino,
+					    .index = index,
+					    .off = 0,
+					    .len = len,
+					    .new_len = len,
+					    .data = data,
+					    .oldfd = -1,
+					    .tmpfd = -1,
+					    .set_version = version};
 	return cow_run(&c, 0, ret);
 }
 
@@ -1082,7 +1121,7 @@ static int list_ino_dir(struct chunk_store *cs, uint64_t ino, struct chunk_key *
 			*v = nv;
 			*cap = nc;
 		}
-		(*v)[(*n)++] = (struct chunk_key){ ino, idx[i] };
+		(*v)[(*n)++] = (struct chunk_key){ino, idx[i]};
 	}
 	free(idx);
 	return r;
@@ -1160,7 +1199,8 @@ static int pio_all(int fd, void *buf, size_t len, uint64_t off, bool is_write)
 {
 	uint8_t *p = buf;
 	while (len > 0) {
-		ssize_t n = is_write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
+		ssize_t n =
+		    is_write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -1230,8 +1270,11 @@ static int stage_open(struct chunk_store *cs, const char *sp, const struct chunk
 static int stage_publish(struct chunk_store *cs, int fd, const char *sp, uint64_t ino,
 			 uint32_t index, const struct chunk_put_piece *p, struct chunk_meta *ret)
 {
-	struct chunk_hdr h = { .nblocks = nblocks_for(p->total), .ino = ino, .index = index,
-			       .version = p->version, .data_len = p->total };
+	struct chunk_hdr h = {.nblocks = nblocks_for(p->total),
+			      .ino = ino,
+			      .index = index,
+			      .version = p->version,
+			      .data_len = p->total};
 	h.hdr_len = hdr_len_for(h.nblocks);
 	_cleanup_free_ uint64_t *sums = malloc(sizeof(uint64_t) * (h.nblocks ? h.nblocks : 1));
 	_cleanup_free_ uint8_t *raw = malloc(h.hdr_len);
@@ -1245,7 +1288,8 @@ static int stage_publish(struct chunk_store *cs, int fd, const char *sp, uint64_
 		uint64_t s = (uint64_t)b0 * BS, e = STRATA_MIN(s + 16 * BS, (uint64_t)p->total);
 		r = pread_all(fd, buf, e - s, h.hdr_len + s);
 		for (uint32_t b = b0; r == 0 && b < h.nblocks && b < b0 + 16; b++)
-			if (block_sum(buf + (uint64_t)(b - b0) * BS, block_len(p->total, b)) != sums[b])
+			if (block_sum(buf + (uint64_t)(b - b0) * BS, block_len(p->total, b)) !=
+			    sums[b])
 				r = -EIO;
 	}
 	if (r < 0)
@@ -1269,7 +1313,7 @@ static int stage_publish(struct chunk_store *cs, int fd, const char *sp, uint64_
 			return r;
 	}
 	if (ret)
-		*ret = (struct chunk_meta){ h.version, h.data_len, h.checksum };
+		*ret = (struct chunk_meta){h.version, h.data_len, h.checksum};
 	return 0;
 }
 
@@ -1291,7 +1335,7 @@ int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
 			  const struct chunk_put_piece *p, struct chunk_meta *ret)
 {
 	if (ret)
-		*ret = (struct chunk_meta){ 0 };
+		*ret = (struct chunk_meta){0};
 	int r = piece_check(p);
 	if (r < 0)
 		return r;
@@ -1307,8 +1351,9 @@ int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
 		r = -ENOMEM;
 	for (uint32_t i = 0; r == 0 && i < nb; i++) {
 		uint32_t bl = STRATA_MIN(BS, p->len - i * BS);
-		le64_put(sums + 8 * i, p->sums ? p->sums[i]
-					       : block_sum((const uint8_t *)p->data + (size_t)i * BS, bl));
+		le64_put(sums + 8 * i,
+			 p->sums ? p->sums[i]
+				 : block_sum((const uint8_t *)p->data + (size_t)i * BS, bl));
 	}
 	if (r == 0)
 		r = pwrite_all(fd, p->data, p->len, (uint64_t)hdr_len + p->off);
@@ -1345,8 +1390,8 @@ int chunk_store_put_expire(struct chunk_store *cs, int max_age_s)
 			continue;
 		pthread_mutex_t *m = lock_chunk(cs, ino, index);
 		struct stat st;
-		if (fstatat(fd, de->d_name, &st, 0) == 0 &&
-		    st.st_mtime + max_age_s <= time(NULL) && unlinkat(fd, de->d_name, 0) == 0)
+		if (fstatat(fd, de->d_name, &st, 0) == 0 && st.st_mtime + max_age_s <= time(NULL) &&
+		    unlinkat(fd, de->d_name, 0) == 0)
 			n++;
 		pthread_mutex_unlock(m);
 	}

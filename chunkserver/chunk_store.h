@@ -16,7 +16,7 @@ struct chunk_store;
 
 #define CHUNK_BLOCK_SIZE (64u << 10)
 #define CHUNK_STORE_MAX_LEN (64u << 20) /* STRATA_MAX_CHUNK_SIZE */
-#define CHUNK_STORE_SYNC 0x1            /* write: durable before returning */
+#define CHUNK_STORE_SYNC 0x1		/* write: durable before returning */
 
 /* What a corruption report names. block is the 64 KiB block number, or -1
  * when the chunk's header is damaged. */
@@ -94,8 +94,8 @@ int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const 
 		    uint32_t len, uint64_t version, struct chunk_meta *ret);
 /* The chunk indexes >= first_index of ino, unsorted, into a heap array
  * (free()); none is 0 with *ret NULL. Returns 0 or -errno. */
-int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index,
-			 uint32_t **ret, size_t *ret_n);
+int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index, uint32_t **ret,
+			 size_t *ret_n);
 /* Removes ino's (empty) chunk directory, if it is empty. */
 void chunk_store_rmdir_ino(struct chunk_store *cs, uint64_t ino);
 struct chunk_key {
@@ -120,14 +120,14 @@ int chunk_store_list(struct chunk_store *cs, struct chunk_key **ret, size_t *ret
 #define CHUNK_PUT_LAST 0x2  /* the last piece (ends at total): verify and publish */
 struct chunk_put_piece {
 	uint64_t version;  /* published with the last piece (the source's version, > 0) */
-	uint64_t tag;      /* the transfer, chosen by the sender; every piece carries it */
+	uint64_t tag;	   /* the transfer, chosen by the sender; every piece carries it */
 	uint64_t checksum; /* the source's chunk checksum; the staged chunk must match it */
-	uint32_t total;    /* the chunk's length, <= CHUNK_STORE_MAX_LEN */
+	uint32_t total;	   /* the chunk's length, <= CHUNK_STORE_MAX_LEN */
 	uint32_t off, len; /* this piece: data[0..len) at off (block aligned; a piece
 			    * but the last is a whole number of blocks) */
 	const void *data;
 	const uint64_t *sums; /* XXH3-64 of each 64 KiB piece of data (wire_data_hash), or NULL */
-	unsigned flags;       /* CHUNK_PUT_FIRST, CHUNK_PUT_LAST */
+	unsigned flags;	      /* CHUNK_PUT_FIRST, CHUNK_PUT_LAST */
 };
 /* Stores one piece. Returns 0 (with the last piece: the published chunk's
  * state in *ret, which may be NULL; before: *ret zeroed), -EINVAL (a piece

@@ -28,16 +28,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chunk_store.h"
-#include "cleanup.h"
-#include "daemon.h"
-#include "log.h"
-#include "meta_client.h"
-#include "rpc.h"
-#include "replica.h"
-#include "service.h"
-#include "target_id.h"
-#include "uring_pool.h"
+#include "chunkserver/chunk_store.h"
+#include "fs/cleanup.h"
+#include "fs/daemon.h"
+#include "fs/log.h"
+#include "fs/meta_client.h"
+#include "fs/rpc.h"
+#include "chunkserver/replica.h"
+#include "chunkserver/service.h"
+#include "chunkserver/target_id.h"
+#include "chunkserver/uring_pool.h"
 
 #define CS_MAX_TARGETS 64
 #define CS_WORKERS 16	 /* pool of clients' requests (--workers) */
@@ -81,29 +81,40 @@ static void usage(FILE *f)
 static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 {
 	static const struct option opts[] = {
-		{ "listen", required_argument, NULL, 'l' }, { "meta", required_argument, NULL, 'm' },
-		{ "target", required_argument, NULL, 't' }, { "addr-file", required_argument, NULL, 'a' },
-		{ "log-level", required_argument, NULL, 'L' }, { "help", no_argument, NULL, 'h' },
-		{ "workers", required_argument, NULL, 'w' },
-		{ "fwd-workers", required_argument, NULL, 'f' },
-		{ 0 },
+	    {"listen", required_argument, NULL, 'l'},
+	    {"meta", required_argument, NULL, 'm'},
+	    {"target", required_argument, NULL, 't'},
+	    {"addr-file", required_argument, NULL, 'a'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"workers", required_argument, NULL, 'w'},
+	    {"fwd-workers", required_argument, NULL, 'f'},
+	    {0},
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'l': d->listen = optarg; break;
-		case 'm': d->meta = optarg; break;
-		case 'a': d->addr_file = optarg; break;
+		case 'l':
+			d->listen = optarg;
+			break;
+		case 'm':
+			d->meta = optarg;
+			break;
+		case 'a':
+			d->addr_file = optarg;
+			break;
 		case 't':
 			if (d->ntargets == CS_MAX_TARGETS) {
-				fprintf(stderr, "strata-chunkserver: at most %d targets\n", CS_MAX_TARGETS);
+				fprintf(stderr, "strata-chunkserver: at most %d targets\n",
+					CS_MAX_TARGETS);
 				return -EINVAL;
 			}
 			d->t[d->ntargets++].path = optarg;
 			break;
 		case 'L':
 			if ((*ret_level = log_level_parse(optarg)) < 0) {
-				fprintf(stderr, "strata-chunkserver: unknown log level '%s'\n", optarg);
+				fprintf(stderr, "strata-chunkserver: unknown log level '%s'\n",
+					optarg);
 				return -EINVAL;
 			}
 			break;
@@ -113,14 +124,19 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 			long n = strtol(optarg, &end, 10);
 			if (*end || end == optarg || n < (c == 'w') || n > CS_MAX_WORKERS) {
 				fprintf(stderr, "strata-chunkserver: --%s takes %d..%d\n",
-					c == 'w' ? "workers" : "fwd-workers", c == 'w', CS_MAX_WORKERS);
+					c == 'w' ? "workers" : "fwd-workers", c == 'w',
+					CS_MAX_WORKERS);
 				return -EINVAL;
 			}
 			*(c == 'w' ? &d->workers : &d->fwd_workers) = (int)n;
 			break;
 		}
-		case 'h': usage(stdout); return 1;
-		default: usage(stderr); return -EINVAL;
+		case 'h':
+			usage(stdout);
+			return 1;
+		default:
+			usage(stderr);
+			return -EINVAL;
 		}
 	}
 	if (!d->listen || !d->meta || d->ntargets == 0 || optind != argc) {
@@ -151,10 +167,11 @@ static int open_targets(struct daemon *d)
 		return log_error_errno(r, "Failed to set up io_uring");
 	for (int i = 0; i < d->ntargets; i++) {
 		struct dtarget *t = &d->t[i];
-		struct chunk_store_opts o = { .on_corrupt = on_corrupt, .arg = t };
+		struct chunk_store_opts o = {.on_corrupt = on_corrupt, .arg = t};
 		r = chunk_store_open(t->path, d->pool, &o, &t->store);
 		if (r == -EBUSY)
-			return log_error_errno(r, "Target '%s' is in use by another process", t->path);
+			return log_error_errno(r, "Target '%s' is in use by another process",
+					       t->path);
 		if (r < 0)
 			return log_error_errno(r, "Failed to open target '%s'", t->path);
 		r = target_id_load(t->path, &t->stored_node_id, &t->target_id);
@@ -183,11 +200,12 @@ static int advertise_addr(struct daemon *d)
 	p = rpc_server_port(d->srv);
 	bool wild = !host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
 	if (wild) {
-		struct addrinfo hints = { .ai_socktype = SOCK_DGRAM }, *ai = NULL;
+		struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *ai = NULL;
 		snprintf(port, sizeof(port), "%u", mp);
 		snprintf(host, sizeof(host), "127.0.0.1");
 		if (getaddrinfo(mhost[0] ? mhost : "127.0.0.1", port, &hints, &ai) == 0) {
-			_cleanup_close_ int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+			_cleanup_close_ int fd =
+			    socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 			struct sockaddr_storage ss;
 			socklen_t sl = sizeof(ss);
 			if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
@@ -239,7 +257,7 @@ static int adopt_ids(struct daemon *d, const struct mgmt_target_info *infos)
 			t->stored_node_id = d->node_id;
 		}
 		t->target_id = infos[i].target_id;
-		d->svc_targets[i] = (struct cs_target){ t->target_id, t->store };
+		d->svc_targets[i] = (struct cs_target){t->target_id, t->store};
 	}
 	d->svc.targets = d->svc_targets;
 	__atomic_store_n(&d->svc.ntargets, d->ntargets, __ATOMIC_RELEASE);
@@ -249,7 +267,7 @@ static int adopt_ids(struct daemon *d, const struct mgmt_target_info *infos)
 /* Returns true if SIGTERM/SIGINT arrived within timeout_ms. */
 static bool wait_signal(struct daemon *d, int timeout_ms)
 {
-	struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000 };
+	struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
 	int s = sigtimedwait(&d->sigs, NULL, &ts);
 	return s == SIGTERM || s == SIGINT;
 }
@@ -318,8 +336,11 @@ static int start(struct daemon *d)
 	int r = open_targets(d);
 	if (r < 0)
 		return r;
-	struct rpc_server_opts so = { .name = "chunkserver", .listen = d->listen,
-				      .workers = d->workers, .handler = cs_handle, .ctx = &d->svc };
+	struct rpc_server_opts so = {.name = "chunkserver",
+				     .listen = d->listen,
+				     .workers = d->workers,
+				     .handler = cs_handle,
+				     .ctx = &d->svc};
 	if (d->fwd_workers) { /* invariant of cs_pool_of: no pool waits on itself */
 		so.npools = CS_NPOOLS;
 		so.pool_of = cs_pool_of;
@@ -332,8 +353,8 @@ static int start(struct daemon *d)
 	if (r < 0)
 		return log_error_errno(r, "Failed to listen on %s", d->listen);
 	if (advertise_addr(d) < 0)
-		return log_error_errno(-EINVAL, "Bad address in --listen %s or --meta %s", d->listen,
-				       d->meta);
+		return log_error_errno(-EINVAL, "Bad address in --listen %s or --meta %s",
+				       d->listen, d->meta);
 	d->mc = meta_client_new(d->meta, "chunkserver", NULL);
 	if (!d->mc)
 		return log_error_errno(-ENOMEM, "Failed to create the meta client");
@@ -365,7 +386,7 @@ static void stop(struct daemon *d)
 
 int main(int argc, char **argv)
 {
-	struct daemon d = { .workers = CS_WORKERS, .fwd_workers = CS_FWD_WORKERS };
+	struct daemon d = {.workers = CS_WORKERS, .fwd_workers = CS_FWD_WORKERS};
 	int level = LOG_LVL_INFO;
 	int r = parse_args(&d, argc, argv, &level);
 	if (r != 0)

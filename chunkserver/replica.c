@@ -104,7 +104,7 @@
  *
  * Without an engine attached (service.c, repl == NULL) requests are served
  * locally with no chain checks (in-process tests). */
-#include "replica.h"
+#include "chunkserver/replica.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -113,13 +113,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "chunk_store.h"
-#include "cleanup.h"
-#include "layout.h"
-#include "log.h"
-#include "proto.h"
-#include "rpc.h"
-#include "service.h"
+#include "chunkserver/chunk_store.h"
+#include "fs/cleanup.h"
+#include "fs/layout.h"
+#include "fs/log.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
+#include "chunkserver/service.h"
 
 #define ORDER_STRIPES 1024
 #define PENDING_SLOTS 4096
@@ -293,8 +293,8 @@ static struct rpc_client *conn_for(struct repl *rp, const char *addr)
 		if (n)
 			rp->conns = n, rp->capconns = cap;
 	}
-	struct rpc_client_opts o = { .timeout_ms = FWD_TIMEOUT_MS,
-				     .connect_timeout_ms = FWD_CONNECT_MS };
+	struct rpc_client_opts o = {.timeout_ms = FWD_TIMEOUT_MS,
+				    .connect_timeout_ms = FWD_CONNECT_MS};
 	if (!rpc && rp->nconns < rp->capconns && (rpc = rpc_client_new(addr, &o))) {
 		snprintf(rp->conns[rp->nconns].addr, sizeof(rp->conns[0].addr), "%s", addr);
 		rp->conns[rp->nconns++].rpc = rpc;
@@ -315,12 +315,14 @@ int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chu
 	if (r < 0)
 		return r;
 	bool data = type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT;
-	struct iovec iov = { wb.data, wb.len };
+	struct iovec iov = {wb.data, wb.len};
 	/* a forward re-seals from the hash verified on receipt (WIRE_F_DATA):
 	 * the data is not read again, and what the next hop checks it against
 	 * is what the client sent, not what this hop holds */
-	struct rpc_data d = { .p = req->data, .len = data ? req->len : 0,
-			      .hashed = req->data_hashed, .hash = req->data_hash };
+	struct rpc_data d = {.p = req->data,
+			     .len = data ? req->len : 0,
+			     .hashed = req->data_hashed,
+			     .hash = req->data_hash};
 	return rpc_callv_data(rpc, type, &iov, 1, &d, 0, reply);
 }
 
@@ -329,7 +331,8 @@ int repl_call(struct repl *rp, const char *addr, uint16_t type, const struct chu
 static int held_find(const struct order_stripe *o, uint32_t target, uint64_t ino, uint32_t index)
 {
 	for (int i = 0; i < o->nheld; i++)
-		if (o->held[i].target == target && o->held[i].ino == ino && o->held[i].index == index)
+		if (o->held[i].target == target && o->held[i].ino == ino &&
+		    o->held[i].index == index)
 			return i;
 	return -1;
 }
@@ -350,7 +353,7 @@ void repl_order_lock(struct repl *rp, uint32_t target, uint64_t ino, uint32_t in
 			pthread_cond_wait(&o->cv, &o->mu);
 		}
 	}
-	o->held[o->nheld++] = (struct held_key){ target, index, ino };
+	o->held[o->nheld++] = (struct held_key){target, index, ino};
 	pthread_mutex_unlock(&o->mu);
 }
 
@@ -408,7 +411,7 @@ static void set_unsure(struct repl *rp, uint32_t target, uint64_t ino, uint32_t 
 				rp->unsure = n, rp->capunsure = cap;
 		}
 		if (rp->nunsure < rp->capunsure) {
-			rp->unsure[rp->nunsure] = (struct held_key){ target, index, ino };
+			rp->unsure[rp->nunsure] = (struct held_key){target, index, ino};
 			__atomic_store_n(&rp->nunsure, rp->nunsure + 1, __ATOMIC_RELEASE);
 		} else {
 			log_error("replica: out of memory marking chunk %llu:%u of target %u",
@@ -454,7 +457,7 @@ static void set_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t 
 	if (version) {
 		int i = rp->pulled_next;
 		rp->pulled_next = (i + 1) % PULLED_SLOTS;
-		rp->pulled[i] = (struct pulled){ { target, index, ino }, version, chain_ver };
+		rp->pulled[i] = (struct pulled){{target, index, ino}, version, chain_ver};
 		if (rp->npulled < PULLED_SLOTS)
 			__atomic_store_n(&rp->npulled, rp->npulled + 1, __ATOMIC_RELEASE);
 	}
@@ -496,7 +499,7 @@ static void dedup_add(struct repl *rp, uint32_t target, const struct chunk_req *
 		return;
 	pthread_mutex_lock(&rp->dedup_mu);
 	*dedup_slot(rp, target, r->client_id, r->req_id) =
-		(struct dedup_ent){ r->client_id, r->req_id, target, *st };
+	    (struct dedup_ent){r->client_id, r->req_id, target, *st};
 	pthread_mutex_unlock(&rp->dedup_mu);
 }
 
@@ -601,7 +604,7 @@ static int read_local(struct chunk_store *cs, const struct chunk_req *r, struct 
 static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
 		     struct wbuf *reply)
 {
-	_cleanup_(place_done) struct place p = { 0 };
+	_cleanup_(place_done) struct place p = {0};
 	int e = read_place(rp, &r->route, &p, false);
 	if (e < 0)
 		return e;
@@ -656,12 +659,12 @@ static int forward_write(struct repl *rp, struct place *p, int next, uint16_t ty
 	const struct strata_target *t = routing_target(&p->s->r, tid);
 	if (!t)
 		return -ESTALE;
-	*fw = (struct fwd){ tid, routing_state(&p->s->r, tid) == TARGET_SERVING };
+	*fw = (struct fwd){tid, routing_state(&p->s->r, tid) == TARGET_SERVING};
 	struct chunk_req f = *r;
-	f.route = (struct chunk_route){ tid, p->c->chain_id, p->c->version };
+	f.route = (struct chunk_route){tid, p->c->chain_id, p->c->version};
 	f.flags |= CHUNK_WF_FWD;
 	uint16_t ftype = type == MSG_CHUNK_WRITE ? MSG_CHUNK_WRITE_EX : type;
-	struct rpc_reply rep = { 0 };
+	struct rpc_reply rep = {0};
 	int e = repl_call(rp, t->addr, ftype, &f, &rep);
 	*sent = e != -ENOMEM && maybe_delivered(e);
 	if (e == 0) {
@@ -675,11 +678,11 @@ static int forward_write(struct repl *rp, struct place *p, int next, uint16_t ty
 
 static int local_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_stat *st)
 {
-	struct chunk_meta m = { 0 };
+	struct chunk_meta m = {0};
 	int e = chunk_store_stat(cs, ino, index, &m);
 	if (e == -ENOENT)
-		e = 0, m = (struct chunk_meta){ 0 };
-	*st = (struct chunk_stat){ m.version, m.length, m.checksum };
+		e = 0, m = (struct chunk_meta){0};
+	*st = (struct chunk_stat){m.version, m.length, m.checksum};
 	return e;
 }
 
@@ -698,7 +701,7 @@ static bool already_here(struct repl *rp, const struct place *p, const struct ch
 static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
 		       struct chunk_stat *ret)
 {
-	struct chunk_meta m = { 0 };
+	struct chunk_meta m = {0};
 	int e;
 	if (type == MSG_CHUNK_TRUNCATE)
 		e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
@@ -706,7 +709,7 @@ static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk
 		e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
 					   r->data_sums,
 					   r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
-	*ret = (struct chunk_stat){ m.version, m.length, m.checksum };
+	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
 	return e;
 }
 
@@ -719,10 +722,12 @@ static int read_successor(struct repl *rp, struct place *p, const struct fwd *f,
 	if (!t)
 		return -ESTALE;
 	for (uint32_t off = 0; off < st->length;) {
-		struct chunk_req q = { .route = { f->tid, p->c->chain_id, p->c->version },
-				       .ino = r->ino, .index = r->index, .off = off,
-				       .len = STRATA_MIN(CHUNK_IO_MAX, st->length - off) };
-		struct rpc_reply rep = { .buf = buf + off, .cap = q.len };
+		struct chunk_req q = {.route = {f->tid, p->c->chain_id, p->c->version},
+				      .ino = r->ino,
+				      .index = r->index,
+				      .off = off,
+				      .len = STRATA_MIN(CHUNK_IO_MAX, st->length - off)};
+		struct rpc_reply rep = {.buf = buf + off, .cap = q.len};
 		int e = repl_call(rp, t->addr, MSG_CHUNK_READ, &q, &rep);
 		if (e == 0 && rep.len != q.len)
 			e = -EAGAIN; /* changed under us: cannot be, try again later */
@@ -751,7 +756,7 @@ static int copy_successor(struct repl *rp, struct chunk_store *cs, struct place 
 	int e = read_successor(rp, p, f, r, succ, buf);
 	if (e < 0)
 		return e;
-	struct chunk_meta m = { 0 };
+	struct chunk_meta m = {0};
 	if ((e = chunk_store_put(cs, r->ino, r->index, buf, succ->length, succ->version, &m)) < 0)
 		return e;
 	if (m.checksum != succ->checksum || m.length != succ->length) {
@@ -783,10 +788,10 @@ static int reconcile(struct repl *rp, struct chunk_store *cs, struct place *p, i
 		set_unsure(rp, tid, r->ino, r->index, false);
 		return 0;
 	}
-	struct chunk_req b = { .route = r->route, .ino = r->ino, .index = r->index,
-			       .chunk_size = r->chunk_size };
+	struct chunk_req b = {
+	    .route = r->route, .ino = r->ino, .index = r->index, .chunk_size = r->chunk_size};
 	struct fwd f;
-	struct chunk_stat succ = { 0 }, here = { 0 }; /* gcc -O2 cannot see local_stat sets it */
+	struct chunk_stat succ = {0}, here = {0}; /* gcc -O2 cannot see local_stat sets it */
 	bool sent;
 	int e = forward_write(rp, p, next, MSG_CHUNK_WRITE_EX, &b, &f, &succ, &sent);
 	if (e == 0)
@@ -861,7 +866,7 @@ static int write_locked(struct repl *rp, struct chunk_store *cs, struct place *p
 static int repl_write(struct repl *rp, struct chunk_store *cs, uint16_t type,
 		      const struct chunk_req *r, struct wbuf *reply)
 {
-	_cleanup_(place_done) struct place p = { 0 };
+	_cleanup_(place_done) struct place p = {0};
 	struct chunk_stat st;
 	int e = place_of(rp, &r->route, &p);
 	if (e == 0)
@@ -891,7 +896,7 @@ static void list_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, bool
 		      uint8_t *scratch, struct chunk_stat *ret)
 {
 	struct chunk_meta m;
-	*ret = (struct chunk_stat){ 0 };
+	*ret = (struct chunk_stat){0};
 	if (chunk_store_stat(cs, ino, index, &m) < 0)
 		return;
 	for (uint32_t off = 0; verify && off < m.length; off += CHUNK_IO_MAX) {
@@ -899,7 +904,7 @@ static void list_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, bool
 		if (chunk_store_read(cs, ino, index, off, n, scratch) != (ssize_t)n)
 			return;
 	}
-	*ret = (struct chunk_stat){ m.version, m.length, m.checksum };
+	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
 }
 
 static bool key_after(const struct chunk_key *k, const struct chunk_req *r)
@@ -935,13 +940,13 @@ static int do_list(struct chunk_store *cs, const struct chunk_req *r, struct wbu
 static int repl_put(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
 		    struct wbuf *reply)
 {
-	_cleanup_(place_done) struct place p = { 0 };
+	_cleanup_(place_done) struct place p = {0};
 	int e = place_of(rp, &r->route, &p);
 	if (e < 0)
 		return e;
 	if (routing_state(&p.s->r, r->route.target_id) != TARGET_SYNCING)
 		return -ESTALE;
-	struct chunk_meta m = { 0 };
+	struct chunk_meta m = {0};
 	uint32_t tid = r->route.target_id;
 	repl_order_lock(rp, tid, r->ino, r->index);
 	if (r->flags & CHUNK_PF_REMOVE)
@@ -952,7 +957,7 @@ static int repl_put(struct repl *rp, struct chunk_store *cs, const struct chunk_
 	repl_order_unlock(rp, tid, r->ino, r->index);
 	if (e < 0)
 		return e;
-	struct chunk_stat st = { m.version, m.length, m.checksum };
+	struct chunk_stat st = {m.version, m.length, m.checksum};
 	chunk_stat_put(reply, &st);
 	return 0;
 }
@@ -1035,7 +1040,7 @@ int repl_new(struct meta_client *mc, struct cs_service *svc, struct repl **ret)
 static void *resync_main(void *arg)
 {
 	struct repl *rp = arg;
-	struct resync_state st = { 0 };
+	struct resync_state st = {0};
 	pthread_mutex_lock(&rp->stop_mu);
 	while (!rp->stop) {
 		struct timespec ts;

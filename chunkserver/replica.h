@@ -9,9 +9,9 @@
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
-#include "chunk_proto.h"
-#include "meta_client.h"
-#include "wire.h"
+#include "fs/chunk_proto.h"
+#include "fs/meta_client.h"
+#include "fs/wire.h"
 
 struct repl;
 struct cs_service;

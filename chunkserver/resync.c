@@ -44,7 +44,7 @@
  * restart removes; the sync stops and the next pass starts over. A
  * successor too old to know PUT_PART answers -EOPNOTSUPP: the sync stops
  * with a log line naming it (it cannot become serving until upgraded). */
-#include "resync.h"
+#include "chunkserver/resync.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -52,33 +52,33 @@
 #include <string.h>
 #include <time.h>
 
-#include "chunk_store.h"
-#include "cleanup.h"
-#include "layout.h"
-#include "log.h"
-#include "proto.h"
-#include "replica.h"
-#include "service.h"
+#include "chunkserver/chunk_store.h"
+#include "fs/cleanup.h"
+#include "fs/layout.h"
+#include "fs/log.h"
+#include "fs/proto.h"
+#include "chunkserver/replica.h"
+#include "chunkserver/service.h"
 
 #define SYNC_REPORT_EVERY 64
-#define PART_TIMEOUT_MS 5000          /* one piece, the last one's read-back and publish included */
-#define STAGE_MAX_AGE_S 120           /* a staging file untouched this long is dropped */
+#define PART_TIMEOUT_MS 5000 /* one piece, the last one's read-back and publish included */
+#define STAGE_MAX_AGE_S 120  /* a staging file untouched this long is dropped */
 #define STAGE_EXPIRE_EVERY_MS 30000
 #define OLD_PEER_WARN_EVERY_MS 60000
 
 struct sync_job {
 	struct repl *rp;
 	struct chunk_store *cs;
-	uint32_t self;                /* our target (the tail) */
-	uint32_t peer;                /* the syncing target */
+	uint32_t self; /* our target (the tail) */
+	uint32_t peer; /* the syncing target */
 	char peer_addr[64];
-	struct strata_chain chain;    /* as of the start */
+	struct strata_chain chain;     /* as of the start */
 	struct chunk_list_ent *remote; /* heap, sorted */
 	size_t nremote;
 	uint64_t done, total, copied, removed;
-	struct resync_state *st;      /* the resync thread's, across passes */
-	struct rpc_client *rpc;       /* PUT_PART's connection, made on first use */
-	uint8_t *part_buf;            /* CHUNK_IO_MAX bytes, on first use */
+	struct resync_state *st; /* the resync thread's, across passes */
+	struct rpc_client *rpc;	 /* PUT_PART's connection, made on first use */
+	uint8_t *part_buf;	 /* CHUNK_IO_MAX bytes, on first use */
 };
 
 static int64_t mono_ms(void)
@@ -90,15 +90,16 @@ static int64_t mono_ms(void)
 
 static struct chunk_route peer_route(const struct sync_job *j)
 {
-	return (struct chunk_route){ j->peer, j->chain.chain_id, j->chain.version };
+	return (struct chunk_route){j->peer, j->chain.chain_id, j->chain.version};
 }
 
 /* Step 1: the successor's chunks, every page. */
 static int list_remote(struct sync_job *j)
 {
 	size_t cap = 0;
-	struct chunk_req q = { .route = peer_route(j), .len = CHUNK_LIST_MAX,
-			       .flags = CHUNK_LF_FIRST | CHUNK_LF_VERIFY };
+	struct chunk_req q = {.route = peer_route(j),
+			      .len = CHUNK_LIST_MAX,
+			      .flags = CHUNK_LF_FIRST | CHUNK_LF_VERIFY};
 	for (bool more = true; more;) {
 		if (j->nremote + CHUNK_LIST_MAX > cap) {
 			cap = cap ? cap * 2 : CHUNK_LIST_MAX;
@@ -107,7 +108,7 @@ static int list_remote(struct sync_job *j)
 				return -ENOMEM;
 			j->remote = n;
 		}
-		struct rpc_reply rep = { 0 };
+		struct rpc_reply rep = {0};
 		int r = repl_call(j->rp, j->peer_addr, MSG_CHUNK_LIST, &q, &rep);
 		if (r == 0) {
 			struct rbuf b;
@@ -130,13 +131,18 @@ static int list_remote(struct sync_job *j)
 static int put_remote(struct sync_job *j, uint64_t ino, uint32_t index, const void *data,
 		      uint32_t len, uint64_t version, uint32_t flags)
 {
-	struct chunk_req q = { .route = peer_route(j), .ino = ino, .index = index, .len = len,
-			       .data = data, .version = version, .flags = flags,
-			       .chunk_size = STRATA_MAX(STRATA_MIN_CHUNK_SIZE,
-							len <= STRATA_MIN_CHUNK_SIZE
-								? STRATA_MIN_CHUNK_SIZE
-								: 1u << (32 - __builtin_clz(len - 1))) };
-	struct rpc_reply rep = { 0 };
+	struct chunk_req q = {.route = peer_route(j),
+			      .ino = ino,
+			      .index = index,
+			      .len = len,
+			      .data = data,
+			      .version = version,
+			      .flags = flags,
+			      .chunk_size = STRATA_MAX(STRATA_MIN_CHUNK_SIZE,
+						       len <= STRATA_MIN_CHUNK_SIZE
+							   ? STRATA_MIN_CHUNK_SIZE
+							   : 1u << (32 - __builtin_clz(len - 1)))};
+	struct rpc_reply rep = {0};
 	int r = repl_call(j->rp, j->peer_addr, MSG_CHUNK_PUT, &q, &rep);
 	rpc_reply_done(&rep);
 	return r;
@@ -168,21 +174,26 @@ static void warn_old_peer(const struct sync_job *j, uint64_t ino, uint32_t index
 /* Sends the piece of our chunk m at off (a transfer's piece: tag). Returns 0,
  * CHUNK_CHANGED if the chunk no longer reads as m's length, or -errno. */
 #define CHUNK_CHANGED 1
-static int send_piece(struct sync_job *j, uint64_t ino, uint32_t index,
-		      const struct chunk_meta *m, uint64_t tag, uint32_t off)
+static int send_piece(struct sync_job *j, uint64_t ino, uint32_t index, const struct chunk_meta *m,
+		      uint64_t tag, uint32_t off)
 {
 	if (!j->rpc) {
-		struct rpc_client_opts o = { .timeout_ms = PART_TIMEOUT_MS,
-					     .connect_timeout_ms = 1000, .max_conns = 1 };
+		struct rpc_client_opts o = {
+		    .timeout_ms = PART_TIMEOUT_MS, .connect_timeout_ms = 1000, .max_conns = 1};
 		if (!(j->rpc = rpc_client_new(j->peer_addr, &o)))
 			return -ENOMEM;
 	}
 	if (!j->part_buf && !(j->part_buf = malloc(CHUNK_IO_MAX)))
 		return -ENOMEM;
-	struct chunk_req q = { .route = peer_route(j), .ino = ino, .index = index,
-			       .version = m->version, .total = m->length, .tag = tag,
-			       .checksum = m->checksum, .off = off,
-			       .len = STRATA_MIN(CHUNK_IO_MAX, m->length - off) };
+	struct chunk_req q = {.route = peer_route(j),
+			      .ino = ino,
+			      .index = index,
+			      .version = m->version,
+			      .total = m->length,
+			      .tag = tag,
+			      .checksum = m->checksum,
+			      .off = off,
+			      .len = STRATA_MIN(CHUNK_IO_MAX, m->length - off)};
 	q.flags = (off == 0 ? CHUNK_PP_FIRST : 0) | (off + q.len == m->length ? CHUNK_PP_LAST : 0);
 	ssize_t n = chunk_store_read(j->cs, ino, index, off, q.len, j->part_buf);
 	if (n < 0)
@@ -194,9 +205,9 @@ static int send_piece(struct sync_job *j, uint64_t ino, uint32_t index,
 	int r = chunk_req_encode(MSG_CHUNK_PUT_PART, &q, &wb);
 	if (r < 0)
 		return r;
-	struct iovec iov = { wb.data, wb.len };
-	struct rpc_data d = { .p = j->part_buf, .len = q.len };
-	struct rpc_reply rep = { 0 };
+	struct iovec iov = {wb.data, wb.len};
+	struct rpc_data d = {.p = j->part_buf, .len = q.len};
+	struct rpc_reply rep = {0};
 	r = rpc_callv_data(j->rpc, MSG_CHUNK_PUT_PART, &iov, 1, &d, 0, &rep);
 	rpc_reply_done(&rep);
 	if (r == -EOPNOTSUPP)
@@ -245,9 +256,10 @@ static int put_parts(struct sync_job *j, uint64_t ino, uint32_t index, struct ch
 		if (r != CHUNK_CHANGED)
 			return r;
 		if (m.length <= CHUNK_IO_MAX || hold) /* shrank; or changed under the lock */
-			return -EAGAIN;               /* the next pass compares it again */
+			return -EAGAIN;		      /* the next pass compares it again */
 		log_info("resync: chunk %llu/%u written during its transfer to target %u; "
-			 "sending it again%s", (unsigned long long)ino, index, j->peer,
+			 "sending it again%s",
+			 (unsigned long long)ino, index, j->peer,
 			 attempt == 1 ? " under its ordering lock" : "");
 		last = (m.length - 1) / CHUNK_IO_MAX * CHUNK_IO_MAX;
 	}
@@ -291,7 +303,7 @@ static int sync_chunk_locked(struct sync_job *j, uint64_t ino, uint32_t index,
 static int sync_chunk(struct sync_job *j, uint64_t ino, uint32_t index,
 		      const struct chunk_stat *theirs)
 {
-	struct chunk_meta big = { 0 };
+	struct chunk_meta big = {0};
 	repl_order_lock(j->rp, j->self, ino, index);
 	int r = sync_chunk_locked(j, ino, index, theirs, &big);
 	repl_order_unlock(j->rp, j->self, ino, index);
@@ -302,8 +314,8 @@ static int sync_chunk(struct sync_job *j, uint64_t ino, uint32_t index,
 
 static void report(struct sync_job *j, bool finished, int *ret)
 {
-	struct mgmt_sync s = { j->chain.chain_id, j->chain.version, j->peer, j->done, j->total,
-			       finished };
+	struct mgmt_sync s = {j->chain.chain_id, j->chain.version, j->peer,
+			      j->done,		 j->total,	   finished};
 	int r = mgmt_sync_done(repl_meta(j->rp), &s);
 	if (ret)
 		*ret = r;
@@ -340,7 +352,8 @@ static int walk(struct sync_job *j, const struct chunk_key *keys, size_t n)
 		if (c < 0)
 			r = sync_chunk(j, keys[a].ino, keys[a].index, NULL), a++;
 		else if (c > 0)
-			r = sync_chunk(j, j->remote[b].ino, j->remote[b].index, &j->remote[b].st), b++;
+			r = sync_chunk(j, j->remote[b].ino, j->remote[b].index, &j->remote[b].st),
+			b++;
 		else
 			r = sync_chunk(j, keys[a].ino, keys[a].index, &j->remote[b].st), a++, b++;
 		if (++j->done % SYNC_REPORT_EVERY == 0)
@@ -379,14 +392,15 @@ static void maybe_sync(struct repl *rp, struct resync_state *st, const struct st
 	const struct strata_target *t = routing_target(rt, c->targets[next]);
 	if (!t)
 		return;
-	struct sync_job j = { .rp = rp, .cs = cs, .self = self, .peer = t->target_id,
-			      .chain = *c, .st = st };
+	struct sync_job j = {
+	    .rp = rp, .cs = cs, .self = self, .peer = t->target_id, .chain = *c, .st = st};
 	snprintf(j.peer_addr, sizeof(j.peer_addr), "%s", t->addr);
 	log_info("resync: chain %u (v%u): target %u -> target %u at %s", c->chain_id, c->version,
 		 self, j.peer, j.peer_addr);
 	int r = sync_chain(&j);
 	if (r < 0)
-		log_warn_errno(r, "resync: chain %u target %u -> %u stopped after %llu of %llu chunks",
+		log_warn_errno(r,
+			       "resync: chain %u target %u -> %u stopped after %llu of %llu chunks",
 			       c->chain_id, self, j.peer, (unsigned long long)j.done,
 			       (unsigned long long)j.total);
 	else
@@ -410,7 +424,8 @@ static void expire_staging(struct cs_service *svc, struct resync_state *st, int 
 		int n = chunk_store_put_expire(svc->targets[i].store, STAGE_MAX_AGE_S);
 		if (n > 0)
 			log_info("resync: target %u: dropped %d staging file(s) of interrupted "
-				 "transfers", svc->targets[i].target_id, n);
+				 "transfers",
+				 svc->targets[i].target_id, n);
 	}
 }
 
@@ -440,7 +455,8 @@ static int syncing_here(struct repl *rp, const struct chunk_route *rt)
 		if (repl_routing_copy(rp, &t) == 0) {
 			const struct strata_chain *c = routing_chain(&t, rt->chain_id);
 			bool newer = !c || c->version < rt->chain_ver;
-			bool ok = c && c->version == rt->chain_ver && chain_pos(c, rt->target_id) >= 0 &&
+			bool ok = c && c->version == rt->chain_ver &&
+				  chain_pos(c, rt->target_id) >= 0 &&
 				  routing_state(&t, rt->target_id) == TARGET_SYNCING;
 			strata_routing_done(&t);
 			if (ok)
@@ -460,11 +476,16 @@ int resync_put_part(struct repl *rp, struct chunk_store *cs, const struct chunk_
 	int e = syncing_here(rp, &r->route);
 	if (e < 0)
 		return e;
-	struct chunk_put_piece p = { .version = r->version, .tag = r->tag, .checksum = r->checksum,
-				     .total = r->total, .off = r->off, .len = r->len,
-				     .data = r->data, .sums = r->data_sums,
-				     .flags = (r->flags & CHUNK_PP_FIRST ? CHUNK_PUT_FIRST : 0) |
-					      (r->flags & CHUNK_PP_LAST ? CHUNK_PUT_LAST : 0) };
+	struct chunk_put_piece p = {.version = r->version,
+				    .tag = r->tag,
+				    .checksum = r->checksum,
+				    .total = r->total,
+				    .off = r->off,
+				    .len = r->len,
+				    .data = r->data,
+				    .sums = r->data_sums,
+				    .flags = (r->flags & CHUNK_PP_FIRST ? CHUNK_PUT_FIRST : 0) |
+					     (r->flags & CHUNK_PP_LAST ? CHUNK_PUT_LAST : 0)};
 	struct chunk_meta m;
 	uint32_t tid = r->route.target_id;
 	repl_order_lock(rp, tid, r->ino, r->index);
@@ -472,7 +493,7 @@ int resync_put_part(struct repl *rp, struct chunk_store *cs, const struct chunk_
 	repl_order_unlock(rp, tid, r->ino, r->index);
 	if (e < 0)
 		return e;
-	struct chunk_stat st = { m.version, m.length, m.checksum };
+	struct chunk_stat st = {m.version, m.length, m.checksum};
 	chunk_stat_put(reply, &st);
 	return 0;
 }

@@ -3,8 +3,8 @@
  * hands it here when a replication engine is attached). The sending side,
  * repl_resync_pass, is declared in replica.h. */
 #pragma once
-#include "chunk_proto.h"
-#include "wire.h"
+#include "fs/chunk_proto.h"
+#include "fs/wire.h"
 
 struct repl;
 struct chunk_store;

@@ -8,15 +8,15 @@
  * through replica.c: chain checks, forwarding, CRAQ reads, resync; PUT_PART
  * (a piece of a large chunk, resync) through resync.c. Without
  * one (in-process tests) they are served locally with no chain checks. */
-#include "service.h"
+#include "chunkserver/service.h"
 
 #include <errno.h>
 
-#include "chunk_proto.h"
-#include "chunk_store.h"
-#include "proto.h"
-#include "replica.h"
-#include "resync.h"
+#include "fs/chunk_proto.h"
+#include "chunkserver/chunk_store.h"
+#include "fs/proto.h"
+#include "chunkserver/replica.h"
+#include "chunkserver/resync.h"
 
 static struct chunk_store *find_target(struct cs_service *s, uint32_t target_id)
 {
@@ -29,7 +29,7 @@ static struct chunk_store *find_target(struct cs_service *s, uint32_t target_id)
 
 static void put_meta(struct wbuf *reply, const struct chunk_meta *m)
 {
-	struct chunk_stat st = { m->version, m->length, m->checksum };
+	struct chunk_stat st = {m->version, m->length, m->checksum};
 	chunk_stat_put(reply, &st);
 }
 
@@ -51,8 +51,8 @@ static int do_write(struct chunk_store *cs, const struct chunk_req *r, struct wb
 {
 	struct chunk_meta m;
 	unsigned flags = r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0;
-	int e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
-				       r->data_sums, flags, &m);
+	int e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data, r->data_sums,
+				       flags, &m);
 	if (e == 0)
 		put_meta(reply, &m);
 	return e;
@@ -117,8 +117,9 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	if (type == MSG_CHUNK_PING)
 		return 0;
 	/* the frame's verified data is this request's data: keep its sums */
-	if (peer && peer->data && (type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX ||
-				   type == MSG_CHUNK_PUT || type == MSG_CHUNK_PUT_PART) &&
+	if (peer && peer->data &&
+	    (type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT ||
+	     type == MSG_CHUNK_PUT_PART) &&
 	    r.data == (const void *)peer->data && r.len == peer->data_len && r.len > 0) {
 		r.data_hashed = true;
 		r.data_hash = peer->data_hash;
@@ -129,10 +130,10 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return -ENXIO;
 	if (s->repl && type == MSG_CHUNK_PUT_PART)
 		return resync_put_part(s->repl, cs, &r, reply);
-	if (s->repl && (type == MSG_CHUNK_READ || type == MSG_CHUNK_WRITE ||
-			type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_TRUNCATE ||
-			type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT ||
-			type == MSG_CHUNK_REMOVE_FILE))
+	if (s->repl &&
+	    (type == MSG_CHUNK_READ || type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX ||
+	     type == MSG_CHUNK_TRUNCATE || type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT ||
+	     type == MSG_CHUNK_REMOVE_FILE))
 		return repl_handle(s->repl, cs, type, &r, reply);
 	switch (type) {
 	case MSG_CHUNK_READ:

@@ -3,8 +3,8 @@
  * reply. Separate from main.c so that tests can serve targets in-process. */
 #pragma once
 #include <stdint.h>
-#include "rpc.h"
-#include "types.h"
+#include "fs/rpc.h"
+#include "fs/types.h"
 
 struct chunk_store;
 
@@ -17,8 +17,8 @@ struct repl;
 
 struct cs_service {
 	struct cs_target *targets;
-	int ntargets; /* published with __atomic_store_n (release) once the
-		       * targets' ids are known; read with acquire */
+	int ntargets;	   /* published with __atomic_store_n (release) once the
+			    * targets' ids are known; read with acquire */
 	struct repl *repl; /* replication engine (replica.h); NULL: local only */
 };
 

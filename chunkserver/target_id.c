@@ -4,7 +4,7 @@
  *   0  u32 magic 0x44495453 ("STID")   4 u16 version 1   6 u16 reserved
  *   8  u32 record length (32)          12 u32 node_id    16 u32 target_id
  *   20 u32 reserved                    24 u64 XXH3-64 of bytes 0..23 */
-#include "target_id.h"
+#include "chunkserver/target_id.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,8 +13,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "cleanup.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "fs/wire.h"
 
 #define TID_MAGIC 0x44495453u
 #define TID_VERSION 1
@@ -44,7 +44,7 @@ int target_id_store(const char *target_dir, uint32_t node_id, uint32_t target_id
 	char p[4096], tp[4096];
 	snprintf(p, sizeof(p), "%s/target.id", target_dir);
 	snprintf(tp, sizeof(tp), "%s/target.id.tmp", target_dir);
-	uint8_t rec[TID_LEN] = { 0 };
+	uint8_t rec[TID_LEN] = {0};
 	le32_put(rec, TID_MAGIC);
 	le16_put(rec + 4, TID_VERSION);
 	le32_put(rec + 8, TID_LEN);

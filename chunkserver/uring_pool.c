@@ -1,6 +1,6 @@
 /* uring_pool.c — io_uring instances lent to worker threads, and a batch
  * runner for vectored reads/writes/fdatasync (see uring_pool.h). */
-#include "uring_pool.h"
+#include "chunkserver/uring_pool.h"
 
 #include <errno.h>
 #include <liburing.h>

@@ -23,7 +23,7 @@
  * until CC_RETRY_MS, then the error is returned (the FUSE client retries on
  * and finally answers EIO). REMOVE_FILE and SYNC go to every serving and
  * syncing target of the table. */
-#include "chunk_client.h"
+#include "fs/chunk_client.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -34,17 +34,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chunk_proto.h"
-#include "cleanup.h"
-#include "layout.h"
-#include "proto.h"
-#include "rpc.h"
+#include "fs/chunk_proto.h"
+#include "fs/cleanup.h"
+#include "fs/layout.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
 
 #define ROUTING_MAX_AGE_MS 5000
 #define CC_MAX_TIMEOUT_MS 5000 /* per call: give up on a frozen replica in time */
 #define CC_RETRY_MS 4000       /* failover window of one call (see call_chunk) */
-#define CC_READ_TIMEOUT_MS 2000 /* a replica that does not answer a read in time is
-				 * skipped: the next serving one is asked */
+#define CC_READ_TIMEOUT_MS                                                                         \
+	2000 /* a replica that does not answer a read in time is                                   \
+	      * skipped: the next serving one is asked */
 
 struct rt_snap {
 	int refs;
@@ -62,12 +63,12 @@ struct chunk_client {
 	struct rpc_client_opts opts;
 	pthread_mutex_t lock;
 	struct rt_snap *snap; /* current table, one ref held by cc */
-	int64_t fetched_ms; /* last fetch attempt, successful or not */
+	int64_t fetched_ms;   /* last fetch attempt, successful or not */
 	bool pinned, fetching;
 	struct cc_conn *conns;
 	int nconns, capconns;
 	uint64_t client_id, next_req; /* exactly-once: (client_id, req id) per write */
-	int retry_ms;                 /* failover window of one call */
+	int retry_ms;		      /* failover window of one call */
 	enum chunk_read_policy read_policy;
 };
 
@@ -101,17 +102,18 @@ static void *dup_array(const void *p, size_t n, size_t size)
 /* Deep copy in our own allocation scheme (freed by routing_free). */
 static int routing_dup(const struct strata_routing *src, struct strata_routing *ret)
 {
-	struct strata_routing r = { .version = src->version, .lease_ms = src->lease_ms,
-				    .ntargets = src->ntargets,
-				    .nchains = src->nchains };
+	struct strata_routing r = {.version = src->version,
+				   .lease_ms = src->lease_ms,
+				   .ntargets = src->ntargets,
+				   .nchains = src->nchains};
 	r.targets = dup_array(src->targets, src->ntargets, sizeof(*r.targets));
 	r.chains = dup_array(src->chains, src->nchains, sizeof(*r.chains));
 	r.tables = calloc(src->ntables ? src->ntables : 1, sizeof(*r.tables));
 	int err = !r.targets || !r.chains || !r.tables ? -ENOMEM : 0;
 	for (uint32_t i = 0; err == 0 && i < src->ntables; i++, r.ntables++) {
 		r.tables[i] = src->tables[i];
-		r.tables[i].chain_ids = dup_array(src->tables[i].chain_ids, src->tables[i].nchains,
-						  sizeof(uint32_t));
+		r.tables[i].chain_ids =
+		    dup_array(src->tables[i].chain_ids, src->tables[i].nchains, sizeof(uint32_t));
 		if (!r.tables[i].chain_ids)
 			err = -ENOMEM;
 	}
@@ -156,7 +158,7 @@ static int routing_fetch(struct chunk_client *cc)
 {
 	if (!cc->mc)
 		return -ENXIO;
-	struct strata_routing r = { 0 };
+	struct strata_routing r = {0};
 	int err = mgmt_routing(cc->mc, &r);
 	if (err == 0) {
 		err = snap_install(cc, &r, false);
@@ -175,8 +177,8 @@ static int routing_fetch(struct chunk_client *cc)
 static int snap_get(struct chunk_client *cc, bool force, struct rt_snap **ret)
 {
 	pthread_mutex_lock(&cc->lock);
-	bool stale = !cc->pinned &&
-		     (force || !cc->snap || now_ms() - cc->fetched_ms > ROUTING_MAX_AGE_MS);
+	bool stale =
+	    !cc->pinned && (force || !cc->snap || now_ms() - cc->fetched_ms > ROUTING_MAX_AGE_MS);
 	bool fetch = stale && (!cc->snap || !cc->fetching);
 	if (fetch)
 		cc->fetching = true;
@@ -293,7 +295,7 @@ static int call_target(struct chunk_client *cc, const struct strata_routing *rt,
 	struct rpc_client *rpc = conn_for(cc, t->addr, fast);
 	if (!rpc)
 		return -ENOMEM;
-	req->route = (struct chunk_route){ target_id, chain->chain_id, chain->version };
+	req->route = (struct chunk_route){target_id, chain->chain_id, chain->version};
 	_cleanup_(wbuf_done) struct wbuf wb;
 	wbuf_init(&wb);
 	int r = chunk_req_encode(type, req, &wb);
@@ -301,8 +303,8 @@ static int call_target(struct chunk_client *cc, const struct strata_routing *rt,
 		return r;
 	/* the data as WIRE_F_DATA: hashed once here, and each hop re-seals its
 	 * forward from the hash it verified */
-	struct iovec iov = { wb.data, wb.len };
-	struct rpc_data d = { .p = req->data, .len = req->data ? req->len : 0 };
+	struct iovec iov = {wb.data, wb.len};
+	struct rpc_data d = {.p = req->data, .len = req->data ? req->len : 0};
 	r = rpc_callv_data(rpc, type, &iov, 1, &d, flags, reply);
 	if (is_transport(r) && cc->mc && !cc->pinned)
 		mgmt_report(cc->mc, target_id); /* strata-meta probes it, fails it if dead */
@@ -339,7 +341,7 @@ static uint32_t pick_target(struct chunk_client *cc, const struct strata_routing
 static void backoff(int attempt)
 {
 	int ms = attempt < 5 ? 10 << attempt : 200;
-	struct timespec ts = { 0, (long)ms * 1000000L };
+	struct timespec ts = {0, (long)ms * 1000000L};
 	nanosleep(&ts, NULL);
 }
 
@@ -363,16 +365,16 @@ static int call_chunk(struct chunk_client *cc, const struct strata_layout *layou
 		const struct strata_chain *chain = layout_chain_for_chunk(&s->r, layout, index);
 		uint32_t tid = chain ? pick_target(cc, &s->r, chain, type, req, tail, skip) : 0;
 		r = !chain ? -ENXIO
-			   : !tid ? -EAGAIN
-				  : call_target(cc, &s->r, chain, tid, type, req,
-						cc->pinned ? flags : flags & ~RPC_IDEMPOTENT, reply);
+		    : !tid ? -EAGAIN
+			   : call_target(cc, &s->r, chain, tid, type, req,
+					 cc->pinned ? flags : flags & ~RPC_IDEMPOTENT, reply);
 		snap_unref(s);
 		if (!worth_refetch(r) || cc->pinned || now_ms() >= deadline)
 			break;
 		tail = r == -EAGAIN && type == MSG_CHUNK_READ;
 		skip += is_transport(r);
 		rpc_reply_done(reply);
-		*reply = (struct rpc_reply){ .buf = buf, .cap = cap };
+		*reply = (struct rpc_reply){.buf = buf, .cap = cap};
 		if (r != -EAGAIN || !tail)
 			backoff(attempt);
 	}
@@ -381,11 +383,11 @@ static int call_chunk(struct chunk_client *cc, const struct strata_layout *layou
 
 static struct chunk_req req_for(struct chunk_id id)
 {
-	return (struct chunk_req){ .ino = id.ino, .index = id.index };
+	return (struct chunk_req){.ino = id.ino, .index = id.index};
 }
 
-ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout,
-		   struct chunk_id id, uint32_t off, uint32_t len, void *buf)
+ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		   uint32_t off, uint32_t len, void *buf)
 {
 	size_t done = 0;
 	while (done < len) {
@@ -393,8 +395,9 @@ ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout,
 		struct chunk_req req = req_for(id);
 		req.off = off + (uint32_t)done;
 		req.len = piece;
-		struct rpc_reply rep = { .buf = (uint8_t *)buf + done, .cap = piece };
-		int r = call_chunk(cc, layout, id.index, MSG_CHUNK_READ, &req, RPC_IDEMPOTENT, &rep);
+		struct rpc_reply rep = {.buf = (uint8_t *)buf + done, .cap = piece};
+		int r =
+		    call_chunk(cc, layout, id.index, MSG_CHUNK_READ, &req, RPC_IDEMPOTENT, &rep);
 		if (r == 0)
 			r = chunk_read_reply_check(rep.len, piece);
 		if (r == 0 && rep.data != rep.buf && rep.len) /* did not fit: cannot happen */
@@ -415,7 +418,7 @@ static int call_stat_reply(struct chunk_client *cc, const struct strata_layout *
 			   struct chunk_id id, uint16_t type, struct chunk_req *req,
 			   struct chunk_stat *ret)
 {
-	struct rpc_reply rep = { 0 };
+	struct rpc_reply rep = {0};
 	int r = call_chunk(cc, layout, id.index, type, req, RPC_IDEMPOTENT, &rep);
 	if (r == 0) {
 		struct rbuf rb;
@@ -456,9 +459,8 @@ int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, str
  * id of its own (the k-th piece *ids + k), kept across its retries here and
  * the caller's: a replica that already applied it answers from its dedup
  * table (exactly once). */
-int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout,
-		    struct chunk_id id, uint32_t off, uint32_t len, const void *buf, unsigned flags,
-		    uint64_t *ids)
+int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		    uint32_t off, uint32_t len, const void *buf, unsigned flags, uint64_t *ids)
 {
 	uint64_t first = req_ids(cc, ids, (len + CHUNK_IO_MAX - 1) / CHUNK_IO_MAX);
 	uint32_t done = 0;
@@ -479,8 +481,8 @@ int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout,
 	return 0;
 }
 
-int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
-		   struct chunk_id id, uint32_t len)
+int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		   uint32_t len)
 {
 	uint64_t ids = 0;
 	return chunk_truncate_ids(cc, layout, id, len, &ids);
@@ -513,7 +515,8 @@ static int call_table_once(struct chunk_client *cc, const struct strata_routing 
 	const struct strata_chain_table *t = routing_table(rt, layout->table_id);
 	if (!t)
 		return -ENXIO;
-	_cleanup_free_ uint32_t *seen = calloc(t->nchains * STRATA_MAX_REPLICAS + 1, sizeof(uint32_t));
+	_cleanup_free_ uint32_t *seen =
+	    calloc(t->nchains * STRATA_MAX_REPLICAS + 1, sizeof(uint32_t));
 	if (!seen)
 		return -ENOMEM;
 	size_t nseen = 0;
@@ -531,7 +534,7 @@ static int call_table_once(struct chunk_client *cc, const struct strata_routing 
 			if (dup)
 				continue;
 			seen[nseen++] = c->targets[j];
-			struct rpc_reply rep = { 0 };
+			struct rpc_reply rep = {0};
 			int r = call_target(cc, rt, c, c->targets[j], type, req,
 					    cc->pinned ? RPC_IDEMPOTENT : 0, &rep);
 			rpc_reply_done(&rep);
@@ -564,13 +567,13 @@ static int call_table(struct chunk_client *cc, const struct strata_layout *layou
 int chunk_remove_file(struct chunk_client *cc, const struct strata_layout *layout, uint64_t ino,
 		      uint32_t first_index)
 {
-	struct chunk_req req = { .ino = ino, .index = first_index };
+	struct chunk_req req = {.ino = ino, .index = first_index};
 	return call_table(cc, layout, MSG_CHUNK_REMOVE_FILE, &req);
 }
 
 int chunk_sync(struct chunk_client *cc, const struct strata_layout *layout)
 {
-	struct chunk_req req = { 0 };
+	struct chunk_req req = {0};
 	return call_table(cc, layout, MSG_CHUNK_SYNC, &req);
 }
 
@@ -593,7 +596,7 @@ int chunk_stat_target(struct chunk_client *cc, const struct strata_layout *layou
 		return r;
 	const struct strata_chain *chain = layout_chain_for_chunk(&s->r, layout, id.index);
 	struct chunk_req req = req_for(id);
-	struct rpc_reply rep = { 0 };
+	struct rpc_reply rep = {0};
 	r = chain ? call_target(cc, &s->r, chain, target_id, MSG_CHUNK_STAT, &req, RPC_IDEMPOTENT,
 				&rep)
 		  : -ENXIO;

@@ -11,8 +11,8 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include "types.h"
-#include "meta_client.h"
+#include "fs/types.h"
+#include "fs/meta_client.h"
 
 struct chunk_id {
 	uint64_t ino;
@@ -32,8 +32,8 @@ int chunk_client_set_routing(struct chunk_client *cc, const struct strata_routin
  * of bytes that exist (short when the chunk is shorter; 0 when the chunk was
  * never written: a hole, the caller zero-fills), or -EIO when the stored
  * bytes fail their checksum (never wrong bytes), or another -errno. */
-ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout,
-		   struct chunk_id id, uint32_t off, uint32_t len, void *buf);
+ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		   uint32_t off, uint32_t len, void *buf);
 /* Writes len bytes at off within the chunk (creating it; a gap before off
  * reads as zeros). Atomic: after a crash the chunk holds the old or the new
  * content. flags: CHUNK_WRITE_SYNC makes it durable before returning.
@@ -42,8 +42,8 @@ ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout,
 int chunk_write(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
 		uint32_t off, uint32_t len, const void *buf, unsigned flags);
 /* Cuts the chunk to len bytes (0 keeps an empty chunk). Missing is not an error. */
-int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
-		   struct chunk_id id, uint32_t len);
+int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		   uint32_t len);
 /* The same, exactly once across the caller's own retries. One call retries
  * a failed write with the same request id only within its failover window
  * (chunk_client_set_retry_ms); a caller that tries again after that (as
@@ -51,9 +51,8 @@ int chunk_truncate(struct chunk_client *cc, const struct strata_layout *layout,
  * write: 0 before the first, which picks the ids and stores them there. A
  * replica that applied an attempt already then answers the next from its
  * dedup table instead of applying it again. */
-int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout,
-		    struct chunk_id id, uint32_t off, uint32_t len, const void *buf, unsigned flags,
-		    uint64_t *ids);
+int chunk_write_ids(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
+		    uint32_t off, uint32_t len, const void *buf, unsigned flags, uint64_t *ids);
 int chunk_truncate_ids(struct chunk_client *cc, const struct strata_layout *layout,
 		       struct chunk_id id, uint32_t len, uint64_t *ids);
 /* Removes every chunk of ino with index >= first_index on every chain of the
@@ -72,11 +71,11 @@ int chunk_stat(struct chunk_client *cc, const struct strata_layout *layout, stru
 	       struct chunk_stat *ret);
 
 /* ---- replication ---------------------------------------------------------
- * Per-call timeouts are capped at 5 s (reads: 2 s, then the next replica) and one call retries through a chain
- * failover for up to 4 s (same request id: exactly once) before returning
- * the last error (-EAGAIN, -ESTALE or a transport error). */
+ * Per-call timeouts are capped at 5 s (reads: 2 s, then the next replica) and one call retries
+ * through a chain failover for up to 4 s (same request id: exactly once) before returning the last
+ * error (-EAGAIN, -ESTALE or a transport error). */
 enum chunk_read_policy {
-	CHUNK_READ_ANY = 0, /* any serving replica, spread by chunk (default) */
+	CHUNK_READ_ANY = 0,  /* any serving replica, spread by chunk (default) */
 	CHUNK_READ_TAIL = 1, /* always the tail (benchmark baseline) */
 };
 void chunk_client_set_read_policy(struct chunk_client *cc, enum chunk_read_policy p);

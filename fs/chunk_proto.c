@@ -1,10 +1,10 @@
 /* chunk_proto.c — encoders and decoders of the MSG_CHUNK_* payloads; the
  * field lists are in chunk_proto.h. */
-#include "chunk_proto.h"
+#include "fs/chunk_proto.h"
 
 #include <errno.h>
 #include <string.h>
-#include "proto.h"
+#include "fs/proto.h"
 
 #define CHUNK_MSG_LAST MSG_CHUNK_PUT_PART
 
@@ -96,35 +96,36 @@ static int chunk_req_check(uint16_t type, const struct chunk_req *r)
 		return r->len <= CHUNK_IO_MAX && end <= STRATA_MAX_CHUNK_SIZE ? 0 : -EBADMSG;
 	case MSG_CHUNK_WRITE:
 		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
-				       end <= r->chunk_size && (r->flags & ~CHUNK_WF_SYNC) == 0
-			       ? 0
-			       : -EBADMSG;
+			       end <= r->chunk_size && (r->flags & ~CHUNK_WF_SYNC) == 0
+			   ? 0
+			   : -EBADMSG;
 	case MSG_CHUNK_WRITE_EX:
 		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
-				       end <= r->chunk_size &&
-				       (r->flags & ~(CHUNK_WF_SYNC | CHUNK_WF_FWD)) == 0
-			       ? 0
-			       : -EBADMSG;
+			       end <= r->chunk_size &&
+			       (r->flags & ~(CHUNK_WF_SYNC | CHUNK_WF_FWD)) == 0
+			   ? 0
+			   : -EBADMSG;
 	case MSG_CHUNK_TRUNCATE:
 		return chunk_size_ok(r->chunk_size) && r->len <= r->chunk_size &&
-				       (r->flags & ~CHUNK_WF_FWD) == 0
-			       ? 0
-			       : -EBADMSG;
+			       (r->flags & ~CHUNK_WF_FWD) == 0
+			   ? 0
+			   : -EBADMSG;
 	case MSG_CHUNK_LIST:
-		return r->len >= 1 && r->len <= CHUNK_LIST_MAX && (r->flags & ~(CHUNK_LF_FIRST | CHUNK_LF_VERIFY)) == 0
-			       ? 0
-			       : -EBADMSG;
+		return r->len >= 1 && r->len <= CHUNK_LIST_MAX &&
+			       (r->flags & ~(CHUNK_LF_FIRST | CHUNK_LF_VERIFY)) == 0
+			   ? 0
+			   : -EBADMSG;
 	case MSG_CHUNK_PUT:
 		return r->len <= CHUNK_IO_MAX && chunk_size_ok(r->chunk_size) &&
-				       r->len <= r->chunk_size && (r->flags & ~CHUNK_PF_REMOVE) == 0
-			       ? 0
-			       : -EBADMSG;
+			       r->len <= r->chunk_size && (r->flags & ~CHUNK_PF_REMOVE) == 0
+			   ? 0
+			   : -EBADMSG;
 	case MSG_CHUNK_PUT_PART:
 		return r->len <= CHUNK_IO_MAX && r->total <= STRATA_MAX_CHUNK_SIZE &&
-				       end <= r->total && r->version != 0 &&
-				       (r->flags & ~(CHUNK_PP_FIRST | CHUNK_PP_LAST)) == 0
-			       ? 0
-			       : -EBADMSG;
+			       end <= r->total && r->version != 0 &&
+			       (r->flags & ~(CHUNK_PP_FIRST | CHUNK_PP_LAST)) == 0
+			   ? 0
+			   : -EBADMSG;
 	}
 	return 0;
 }
@@ -133,7 +134,7 @@ int chunk_req_decode(uint16_t type, struct rbuf *b, struct chunk_req *ret)
 {
 	if (type < MSG_CHUNK_PING || type > CHUNK_MSG_LAST)
 		return -EINVAL;
-	struct chunk_req r = { 0 };
+	struct chunk_req r = {0};
 	if (has_route(type)) {
 		r.route.target_id = rbuf_get_u32(b);
 		r.route.chain_id = rbuf_get_u32(b);

@@ -47,8 +47,8 @@
  * of two in STRATA_MIN..MAX_CHUNK_SIZE). Fuzzed by fs/fuzz_chunk_proto.c. */
 #pragma once
 #include <stdint.h>
-#include "chunk_client.h"
-#include "wire.h"
+#include "fs/chunk_client.h"
+#include "fs/wire.h"
 
 /* The most bytes one READ or WRITE moves; larger ranges are split. */
 #define CHUNK_IO_MAX (4u << 20)
@@ -77,14 +77,14 @@ struct chunk_req {
 	uint64_t ino;
 	uint32_t index; /* first_index for REMOVE_FILE */
 	uint32_t off, len;
-	uint32_t chunk_size; /* WRITE, TRUNCATE */
-	uint32_t flags;      /* WRITE */
-	const void *data;    /* WRITE: len bytes; decode: points into the rbuf */
+	uint32_t chunk_size;	    /* WRITE, TRUNCATE */
+	uint32_t flags;		    /* WRITE */
+	const void *data;	    /* WRITE: len bytes; decode: points into the rbuf */
 	uint64_t client_id, req_id; /* WRITE_EX, TRUNCATE: exactly-once; 0 = none */
-	uint64_t version;           /* PUT, PUT_PART */
-	uint32_t total;             /* PUT_PART: the whole chunk's length */
-	uint64_t tag;               /* PUT_PART: the transfer, chosen by the sender */
-	uint64_t checksum;          /* PUT_PART: the source's chunk checksum */
+	uint64_t version;	    /* PUT, PUT_PART */
+	uint32_t total;		    /* PUT_PART: the whole chunk's length */
+	uint64_t tag;		    /* PUT_PART: the transfer, chosen by the sender */
+	uint64_t checksum;	    /* PUT_PART: the source's chunk checksum */
 	/* Not on the wire: set by the server when the frame carried the data
 	 * as WIRE_F_DATA (rpc_peer.data), already verified. data_hash lets a
 	 * forward re-seal without reading the data; data_sums are the XXH3-64s

@@ -1,10 +1,10 @@
 /* daemon.c — process set-up shared by the strata daemons (see daemon.h). */
-#include "daemon.h"
+#include "fs/daemon.h"
 
 #include <errno.h>
 #include <sys/resource.h>
 
-#include "log.h"
+#include "fs/log.h"
 
 void daemon_raise_fd_limit(void)
 {

@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
-#include "chunk_proto.h"
-#include "proto.h"
+#include "fs/chunk_proto.h"
+#include "fs/proto.h"
 
 static void check_req(uint16_t type, const uint8_t *p, size_t n)
 {
@@ -21,7 +21,7 @@ static void check_req(uint16_t type, const uint8_t *p, size_t n)
 	}
 	if ((type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX || type == MSG_CHUNK_PUT ||
 	     type == MSG_CHUNK_PUT_PART) &&
-	    (!r.data && r.len) )
+	    (!r.data && r.len))
 		__builtin_trap();
 	if (r.data && (const uint8_t *)r.data + r.len > p + n)
 		__builtin_trap();

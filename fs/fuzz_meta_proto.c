@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include "meta_proto.h"
-#include "proto.h"
+#include "fs/meta_proto.h"
+#include "fs/proto.h"
 
 static void roundtrip(uint16_t type, const struct meta_req *q)
 {

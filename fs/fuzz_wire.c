@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/uio.h>
-#include "wire.h"
+#include "fs/wire.h"
 
 static uint64_t sums[WIRE_MAX_PIECES];
 
@@ -19,10 +19,11 @@ static void data_frame_roundtrip(const uint8_t *data, size_t size)
 	struct iovec f = {.iov_base = (void *)data, .iov_len = split};
 	struct wire_hdr h = {.type = data[1]}, d;
 	uint8_t raw[WIRE_HDR_SIZE];
-	wire_hdr_seal_data(&h, &f, 1, size - split, wire_data_hash(data + split, size - split, NULL),
-			   raw);
+	wire_hdr_seal_data(&h, &f, 1, size - split,
+			   wire_data_hash(data + split, size - split, NULL), raw);
 	uint64_t dh;
-	if (wire_hdr_decode(raw, &d, NULL) != 0 || wire_payload_verify_data(raw, &d, data, &dh, sums))
+	if (wire_hdr_decode(raw, &d, NULL) != 0 ||
+	    wire_payload_verify_data(raw, &d, data, &dh, sums))
 		__builtin_trap();
 	/* the same payload, one byte changed, must not verify */
 	static uint8_t copy[4096];
@@ -59,12 +60,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t op = rbuf_get_u8(&r);
 		uint32_t n;
 		switch (op % 6) {
-		case 0: (void)rbuf_get_u16(&r); break;
-		case 1: (void)rbuf_get_u32(&r); break;
-		case 2: (void)rbuf_get_u64(&r); break;
-		case 3: (void)rbuf_get_blob(&r, &n); break;
-		case 4: rbuf_get_str(&r, s, sizeof(s)); if (strlen(s) >= sizeof(s)) __builtin_trap(); break;
-		case 5: (void)rbuf_get_bytes(&r, op >> 3); break;
+		case 0:
+			(void)rbuf_get_u16(&r);
+			break;
+		case 1:
+			(void)rbuf_get_u32(&r);
+			break;
+		case 2:
+			(void)rbuf_get_u64(&r);
+			break;
+		case 3:
+			(void)rbuf_get_blob(&r, &n);
+			break;
+		case 4:
+			rbuf_get_str(&r, s, sizeof(s));
+			if (strlen(s) >= sizeof(s))
+				__builtin_trap();
+			break;
+		case 5:
+			(void)rbuf_get_bytes(&r, op >> 3);
+			break;
 		}
 	}
 	return 0;

@@ -3,13 +3,13 @@
  * targets, chains and tables by id in a routing table. Linear scans: tables
  * hold tens to hundreds of entries and lookups are not on a hot path that a
  * scan would dominate (the RPC costs far more). */
-#include "layout.h"
+#include "fs/layout.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include "meta_client.h"
+#include "fs/meta_client.h"
 
 const struct strata_target *routing_target(const struct strata_routing *r, uint32_t target_id)
 {
@@ -116,7 +116,7 @@ int strata_routing_copy(const struct strata_routing *src, struct strata_routing 
 	for (uint32_t i = 0; err == 0 && i < src->ntables; i++, r.ntables++) {
 		r.tables[i] = src->tables[i];
 		r.tables[i].chain_ids =
-			copy_array(src->tables[i].chain_ids, src->tables[i].nchains, sizeof(uint32_t));
+		    copy_array(src->tables[i].chain_ids, src->tables[i].nchains, sizeof(uint32_t));
 		if (!r.tables[i].chain_ids)
 			err = -ENOMEM;
 	}

@@ -1,6 +1,6 @@
 /* layout.h — mapping a file's chunks onto chains. Pure functions. */
 #pragma once
-#include "types.h"
+#include "fs/types.h"
 
 /* Returns the chain for chunk `index` of a file with this layout, or NULL if
  * the layout's table is unknown or empty. Chunks are striped round-robin over

@@ -1,6 +1,6 @@
 /* log.c — the daemon logger behind log.h: one line per call on stderr,
  * "2026-11-30T03:34:36.123Z ERROR strata-meta: message: errno text". */
-#include "log.h"
+#include "fs/log.h"
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -46,15 +46,17 @@ static void log_vmsg(enum log_level level, int err, const char *fmt, va_list ap)
 	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
-			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-			 tm.tm_sec, ts.tv_nsec / 1000000, tags[level], log_progname);
+	int n = snprintf(line, sizeof(line),
+			 "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ", tm.tm_year + 1900,
+			 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+			 ts.tv_nsec / 1000000, tags[level], log_progname);
 	n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
 	if (n > (int)sizeof(line) - 2)
 		n = sizeof(line) - 2;
 	if (err < 0) {
 		char ebuf[128];
-		n += snprintf(line + n, sizeof(line) - n, ": %s", strerror_r(-err, ebuf, sizeof(ebuf)));
+		n += snprintf(line + n, sizeof(line) - n, ": %s",
+			      strerror_r(-err, ebuf, sizeof(ebuf)));
 		if (n > (int)sizeof(line) - 2)
 			n = sizeof(line) - 2;
 	}

@@ -20,7 +20,7 @@ enum log_level log_get_level(void);
 int log_level_parse(const char *s);
 
 void log_msg(enum log_level level, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #define log_error(...) log_msg(LOG_LVL_ERROR, 0, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, 0, __VA_ARGS__)
@@ -33,6 +33,6 @@ void log_msg(enum log_level level, int err, const char *fmt, ...)
 /* err is a negative errno; its text is appended as ": <strerror>". Returns err
  * so that `return log_error_errno(r, ...)` works. */
 int log_msg_errno(enum log_level level, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 #define log_error_errno(err, ...) log_msg_errno(LOG_LVL_ERROR, (err), __VA_ARGS__)
 #define log_warn_errno(err, ...) log_msg_errno(LOG_LVL_WARN, (err), __VA_ARGS__)

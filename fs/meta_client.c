@@ -11,10 +11,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "cleanup.h"
-#include "meta_client.h"
-#include "meta_proto.h"
-#include "proto.h"
+#include "fs/cleanup.h"
+#include "fs/meta_client.h"
+#include "fs/meta_proto.h"
+#include "fs/proto.h"
 
 struct meta_client {
 	struct rpc_client *rpc;
@@ -59,8 +59,8 @@ static void reply_donep(struct rpc_reply *r)
 #define _cleanup_reply_ __attribute__((cleanup(reply_donep)))
 
 /* Encodes req for type and calls; *rep must be released by the caller. */
-static int call(struct meta_client *mc, uint16_t type, const struct meta_req *req,
-		unsigned flags, struct rpc_reply *rep)
+static int call(struct meta_client *mc, uint16_t type, const struct meta_req *req, unsigned flags,
+		struct rpc_reply *rep)
 {
 	struct wbuf w;
 	int r;
@@ -181,7 +181,8 @@ int meta_create(struct meta_client *mc, strata_ino_t parent, const char *name, u
 		uint64_t *ret_session)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
-	struct meta_req q = {.parent = parent, .mode = mode, .uid = uid, .gid = gid, .flags = flags};
+	struct meta_req q = {
+	    .parent = parent, .mode = mode, .uid = uid, .gid = gid, .flags = flags};
 	int r = set_name(q.name, name);
 
 	if (r < 0)
@@ -216,8 +217,8 @@ int meta_rename(struct meta_client *mc, strata_ino_t parent, const char *name,
 	return r ?: call_empty(mc, MSG_META_RENAME, &q, 0);
 }
 
-int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent,
-	      const char *newname, struct strata_attr *ret_attr)
+int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent, const char *newname,
+	      struct strata_attr *ret_attr)
 {
 	struct meta_req q = {.ino = ino, .newparent = newparent};
 	int r = set_name(q.newname, newname);
@@ -225,8 +226,8 @@ int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent,
 	return r ?: call_attr(mc, MSG_META_LINK, &q, 0, ret_attr);
 }
 
-int meta_symlink(struct meta_client *mc, strata_ino_t parent, const char *name,
-		 const char *target, uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_symlink(struct meta_client *mc, strata_ino_t parent, const char *name, const char *target,
+		 uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
 {
 	struct meta_req q = {.parent = parent, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
@@ -339,8 +340,7 @@ static int blob_reply(const struct rpc_reply *rep, void *buf, size_t cap)
 	return (int)n;
 }
 
-int meta_getxattr(struct meta_client *mc, strata_ino_t ino, const char *name, void *buf,
-		  size_t cap)
+int meta_getxattr(struct meta_client *mc, strata_ino_t ino, const char *name, void *buf, size_t cap)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
 	struct meta_req q = {.ino = ino};
@@ -411,8 +411,8 @@ int meta_clear_sessions(struct meta_client *mc)
 int meta_close(struct meta_client *mc, strata_ino_t ino, uint64_t session, int64_t length,
 	       int64_t mtime_ns)
 {
-	struct meta_req q = {.ino = ino, .session = session, .slength = length,
-			     .mtime_ns = mtime_ns};
+	struct meta_req q = {
+	    .ino = ino, .session = session, .slength = length, .mtime_ns = mtime_ns};
 
 	return call_empty(mc, MSG_META_CLOSE, &q, 0);
 }
@@ -493,8 +493,8 @@ int mgmt_register(struct meta_client *mc, uint32_t *ret_node_id, const char *add
 	return 0;
 }
 
-int mgmt_heartbeat(struct meta_client *mc, uint32_t node_id,
-		   const struct mgmt_target_info *targets, int ntargets)
+int mgmt_heartbeat(struct meta_client *mc, uint32_t node_id, const struct mgmt_target_info *targets,
+		   int ntargets)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
 	_cleanup_free_ struct mgmt_req *q = calloc(1, sizeof(*q));
@@ -570,8 +570,9 @@ int meta_fsck(struct meta_client *mc, uint32_t flags, struct meta_fsck_report *r
 
 	wbuf_init(&w);
 	meta_fsck_req_put(&w, flags, META_FSCK_MAX_RECORDS);
-	r = w.err ? w.err : rpc_call(mc->rpc, MSG_META_FSCK, &w,
-				     flags & META_FSCK_REPAIR ? 0 : RPC_IDEMPOTENT, &rep);
+	r = w.err ? w.err
+		  : rpc_call(mc->rpc, MSG_META_FSCK, &w,
+			     flags & META_FSCK_REPAIR ? 0 : RPC_IDEMPOTENT, &rep);
 	wbuf_done(&w);
 	if (r < 0)
 		return r;
@@ -589,23 +590,23 @@ void meta_fsck_report_done(struct meta_fsck_report *r)
 const char *meta_fsck_kind_name(uint16_t kind)
 {
 	static const char *const n[FSCK_KIND_MAX] = {
-		[FSCK_DANGLING_DENTRY] = "dangling-dentry",
-		[FSCK_DENTRY_TYPE] = "dentry-type",
-		[FSCK_DIR_LINKS] = "dir-links",
-		[FSCK_DIR_PARENT] = "dir-parent",
-		[FSCK_NLINK] = "nlink",
-		[FSCK_UNREACHABLE] = "unreachable",
-		[FSCK_ORPHAN_NO_MARKER] = "orphan-no-marker",
-		[FSCK_STALE_ORPHAN] = "stale-orphan-marker",
-		[FSCK_SESSION_NO_INDEX] = "session-no-index",
-		[FSCK_INDEX_NO_SESSION] = "index-no-session",
-		[FSCK_SESSION_NO_INODE] = "session-no-inode",
-		[FSCK_GC_LIVE] = "gc-queued-live",
-		[FSCK_COUNTER] = "counter",
-		[FSCK_INODE_COUNT] = "inode-count",
-		[FSCK_BAD_RECORD] = "bad-record",
-		[FSCK_STRAY_RECORD] = "stray-record",
-		[FSCK_SYMLINK_NO_TARGET] = "symlink-no-target",
+	    [FSCK_DANGLING_DENTRY] = "dangling-dentry",
+	    [FSCK_DENTRY_TYPE] = "dentry-type",
+	    [FSCK_DIR_LINKS] = "dir-links",
+	    [FSCK_DIR_PARENT] = "dir-parent",
+	    [FSCK_NLINK] = "nlink",
+	    [FSCK_UNREACHABLE] = "unreachable",
+	    [FSCK_ORPHAN_NO_MARKER] = "orphan-no-marker",
+	    [FSCK_STALE_ORPHAN] = "stale-orphan-marker",
+	    [FSCK_SESSION_NO_INDEX] = "session-no-index",
+	    [FSCK_INDEX_NO_SESSION] = "index-no-session",
+	    [FSCK_SESSION_NO_INODE] = "session-no-inode",
+	    [FSCK_GC_LIVE] = "gc-queued-live",
+	    [FSCK_COUNTER] = "counter",
+	    [FSCK_INODE_COUNT] = "inode-count",
+	    [FSCK_BAD_RECORD] = "bad-record",
+	    [FSCK_STRAY_RECORD] = "stray-record",
+	    [FSCK_SYMLINK_NO_TARGET] = "symlink-no-target",
 	};
 	return kind < FSCK_KIND_MAX && n[kind] ? n[kind] : "unknown";
 }
@@ -622,8 +623,9 @@ int meta_fsck_chunks(struct meta_client *mc, uint32_t flags, struct meta_fsck_ch
 		return -EINVAL;
 	wbuf_init(&w);
 	meta_fsck_chunks_req_put(&w, flags, items, n);
-	r = w.err ? w.err : rpc_call(mc->rpc, MSG_META_FSCK_CHUNKS, &w,
-				     flags & META_FSCK_REPAIR ? 0 : RPC_IDEMPOTENT, &rep);
+	r = w.err ? w.err
+		  : rpc_call(mc->rpc, MSG_META_FSCK_CHUNKS, &w,
+			     flags & META_FSCK_REPAIR ? 0 : RPC_IDEMPOTENT, &rep);
 	wbuf_done(&w);
 	if (r < 0)
 		return r;

@@ -12,8 +12,8 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include "types.h"
-#include "rpc.h"
+#include "fs/types.h"
+#include "fs/rpc.h"
 
 struct meta_client;
 
@@ -54,10 +54,10 @@ int meta_rmdir(struct meta_client *mc, strata_ino_t parent, const char *name);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
 int meta_rename(struct meta_client *mc, strata_ino_t parent, const char *name,
 		strata_ino_t newparent, const char *newname, uint32_t flags);
-int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent,
-	      const char *newname, struct strata_attr *ret_attr);
-int meta_symlink(struct meta_client *mc, strata_ino_t parent, const char *name,
-		 const char *target, uint32_t uid, uint32_t gid, struct strata_attr *ret_attr);
+int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent, const char *newname,
+	      struct strata_attr *ret_attr);
+int meta_symlink(struct meta_client *mc, strata_ino_t parent, const char *name, const char *target,
+		 uint32_t uid, uint32_t gid, struct strata_attr *ret_attr);
 /* Copies the target, NUL-terminated, into buf[cap]. Returns its length, or
  * -ERANGE if it does not fit. */
 int meta_readlink(struct meta_client *mc, strata_ino_t ino, char *buf, size_t cap);
@@ -109,7 +109,7 @@ const char *meta_client_id(const struct meta_client *mc);
 /* ---- cluster management ------------------------------------------------- */
 struct mgmt_target_info {
 	uint32_t target_id; /* 0 = assign a new id */
-	char path[256];     /* informational */
+	char path[256];	    /* informational */
 	uint64_t total_bytes, free_bytes;
 	/* The filesystem the target lives on, unique on its node (statvfs
 	 * f_fsid); 0 = unknown. statfs counts each (node, fsid) once. Sent in a
@@ -121,8 +121,8 @@ struct mgmt_target_info {
  * ids assigned (persist them beside the targets and send them next time). */
 int mgmt_register(struct meta_client *mc, uint32_t *ret_node_id, const char *addr,
 		  struct mgmt_target_info *targets, int ntargets);
-int mgmt_heartbeat(struct meta_client *mc, uint32_t node_id,
-		   const struct mgmt_target_info *targets, int ntargets);
+int mgmt_heartbeat(struct meta_client *mc, uint32_t node_id, const struct mgmt_target_info *targets,
+		   int ntargets);
 /* Fetches the routing table. On success *ret is filled with heap arrays;
  * release with strata_routing_done. */
 int mgmt_routing(struct meta_client *mc, struct strata_routing *ret);
@@ -151,11 +151,11 @@ struct mgmt_node_info {
 	uint32_t node_id;
 	char addr[64];
 	int64_t age_ms; /* since the last heartbeat seen by this strata-meta run */
-	uint8_t alive;  /* within the lease */
+	uint8_t alive;	/* within the lease */
 };
 struct mgmt_target_detail {
 	uint32_t target_id, node_id, chain_id; /* chain 0: spare, in no chain */
-	uint8_t state;                         /* enum strata_target_state */
+	uint8_t state;			       /* enum strata_target_state */
 	char path[256];
 	uint64_t total_bytes, free_bytes;
 	uint64_t sync_done, sync_total; /* resync progress while syncing */
@@ -163,7 +163,7 @@ struct mgmt_target_detail {
 struct mgmt_cluster {
 	uint32_t lease_ms, replicas, expect_nodes;
 	uint32_t nnodes, ntargets;
-	struct mgmt_node_info *nodes;       /* heap, mgmt_cluster_done */
+	struct mgmt_node_info *nodes;	    /* heap, mgmt_cluster_done */
 	struct mgmt_target_detail *targets; /* heap, mgmt_cluster_done */
 };
 int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret);
@@ -187,7 +187,8 @@ enum meta_fsck_kind {
 	FSCK_COUNTER,		  /* a next_* counter not above an id in use (name) */
 	FSCK_INODE_COUNT,	  /* the `inodes` counter differs from the count */
 	FSCK_BAD_RECORD,	  /* a record that does not decode (reported only) */
-	FSCK_STRAY_RECORD,	  /* an xattr or symlink target of a missing inode (name: "xattr"/"symlink") */
+	FSCK_STRAY_RECORD,	  /* an xattr or symlink target of a missing inode (name:
+				     "xattr"/"symlink") */
 	FSCK_SYMLINK_NO_TARGET,	  /* a symlink inode without its target (reported only) */
 	FSCK_KIND_MAX
 };
@@ -197,9 +198,9 @@ enum meta_fsck_kind {
 #define META_FSCK_MAX_RECORDS 1000
 struct meta_fsck_record {
 	uint16_t kind;
-	uint8_t repaired;	  /* 0: found; 1: a repair made (listed after the findings) */
-	uint64_t ino, parent;	  /* parent: the directory of the dentry, if any */
-	uint64_t expected, actual; /* nlink, counter values, type bits */
+	uint8_t repaired;		/* 0: found; 1: a repair made (listed after the findings) */
+	uint64_t ino, parent;		/* parent: the directory of the dentry, if any */
+	uint64_t expected, actual;	/* nlink, counter values, type bits */
 	char name[STRATA_NAME_MAX + 1]; /* dentry or counter name, or "" */
 };
 struct meta_fsck_report {
@@ -219,12 +220,12 @@ const char *meta_fsck_kind_name(uint16_t kind);
 
 /* Chunks listed on the chunkservers, asked about by inode. verdicts: */
 enum meta_fsck_verdict {
-	FSCK_CHUNK_OK = 0,	  /* a live regular file's, within its size */
-	FSCK_CHUNK_OPEN,	  /* the file has sessions: writes may be in flight */
-	FSCK_CHUNK_GC,		  /* inode queued for GC: the collector removes it */
-	FSCK_CHUNK_NO_INODE,	  /* orphan: no inode, not queued */
-	FSCK_CHUNK_NOT_FILE,	  /* orphan: the inode is not a regular file */
-	FSCK_CHUNK_BEYOND_EOF,	  /* orphan: at or past the chunk holding the end */
+	FSCK_CHUNK_OK = 0,     /* a live regular file's, within its size */
+	FSCK_CHUNK_OPEN,       /* the file has sessions: writes may be in flight */
+	FSCK_CHUNK_GC,	       /* inode queued for GC: the collector removes it */
+	FSCK_CHUNK_NO_INODE,   /* orphan: no inode, not queued */
+	FSCK_CHUNK_NOT_FILE,   /* orphan: the inode is not a regular file */
+	FSCK_CHUNK_BEYOND_EOF, /* orphan: at or past the chunk holding the end */
 };
 #define META_FSCK_CHUNKS_MAX 4096 /* items per MSG_META_FSCK_CHUNKS */
 struct meta_fsck_chunk {
@@ -234,8 +235,8 @@ struct meta_fsck_chunk {
 	uint32_t table_id; /* a chain table holding the chain it was listed on */
 	/* reply */
 	uint8_t verdict;
-	uint8_t removed;   /* repair: chunks from first_orphan on were removed */
-	int32_t err;	   /* repair: the removal's error, or 0 */
+	uint8_t removed;       /* repair: chunks from first_orphan on were removed */
+	int32_t err;	       /* repair: the removal's error, or 0 */
 	uint32_t first_orphan; /* orphans: the first index that is not the file's */
 	uint64_t size;
 };

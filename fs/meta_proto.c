@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "meta_proto.h"
-#include "proto.h"
+#include "fs/meta_proto.h"
+#include "fs/proto.h"
 
 enum {
 	F_INO = 1 << 0,
@@ -29,7 +29,7 @@ enum {
 	F_LENGTH = 1 << 14,
 	F_SLENGTH = 1 << 15,
 	F_MTIME = 1 << 16,
-	F_READDIR = 1 << 17, /* want_attrs, max */
+	F_READDIR = 1 << 17,  /* want_attrs, max */
 	F_REPLICAS = 1 << 18, /* sa.replicas: optional, older peers omit it */
 	F_BAD = 1u << 31,
 };
@@ -852,8 +852,8 @@ void meta_fsck_chunks_req_put(struct wbuf *b, uint32_t flags, const struct meta_
 	}
 }
 
-int meta_fsck_chunks_req_get(struct rbuf *b, uint32_t *ret_flags, struct meta_fsck_chunk **ret_items,
-			     uint32_t *ret_n)
+int meta_fsck_chunks_req_get(struct rbuf *b, uint32_t *ret_flags,
+			     struct meta_fsck_chunk **ret_items, uint32_t *ret_n)
 {
 	uint32_t flags = rbuf_get_u32(b), n = rbuf_get_u32(b);
 

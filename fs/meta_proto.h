@@ -10,9 +10,9 @@
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
-#include "types.h"
-#include "wire.h"
-#include "meta_client.h"
+#include "fs/types.h"
+#include "fs/wire.h"
+#include "fs/meta_client.h"
 
 #define META_CLIENT_ID_MAX 64
 #define MGMT_MAX_TARGETS 64
@@ -109,8 +109,8 @@ int meta_fsck_report_get(struct rbuf *b, struct meta_fsck_report *ret);
 void meta_fsck_chunks_req_put(struct wbuf *b, uint32_t flags, const struct meta_fsck_chunk *c,
 			      uint32_t n);
 /* *ret_items: heap array of *ret_n items (free()). */
-int meta_fsck_chunks_req_get(struct rbuf *b, uint32_t *ret_flags, struct meta_fsck_chunk **ret_items,
-			     uint32_t *ret_n);
+int meta_fsck_chunks_req_get(struct rbuf *b, uint32_t *ret_flags,
+			     struct meta_fsck_chunk **ret_items, uint32_t *ret_n);
 void meta_fsck_chunks_reply_put(struct wbuf *b, const struct meta_fsck_chunk *c, uint32_t n);
 /* Fills the reply fields of c[0..n) (n must match the reply). */
 int meta_fsck_chunks_reply_get(struct rbuf *b, struct meta_fsck_chunk *c, uint32_t n);

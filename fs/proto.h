@@ -28,7 +28,7 @@ enum strata_msg {
 	MSG_META_CLOSE,
 	MSG_META_SYNC,
 	MSG_META_SET_LENGTH,
-	MSG_META_FSCK,        /* namespace check (and repair): meta/fsck.c */
+	MSG_META_FSCK,	      /* namespace check (and repair): meta/fsck.c */
 	MSG_META_FSCK_CHUNKS, /* verdicts on listed chunks by inode (and removal) */
 	MSG_META_FSCK_RESYNC, /* a damaged or stale replica: resync its target */
 
@@ -42,8 +42,8 @@ enum strata_msg {
 	MSG_CHUNK_SYNC,
 	MSG_CHUNK_STAT,
 	MSG_CHUNK_WRITE_EX, /* WRITE with client id + request id (exactly-once, chain forward) */
-	MSG_CHUNK_LIST,     /* a page of (ino, index, version, length, checksum): resync */
-	MSG_CHUNK_PUT,      /* replace a whole chunk with a given version: resync */
+	MSG_CHUNK_LIST,	    /* a page of (ino, index, version, length, checksum): resync */
+	MSG_CHUNK_PUT,	    /* replace a whole chunk with a given version: resync */
 	MSG_CHUNK_PUT_PART, /* one piece of a chunk larger than CHUNK_IO_MAX: resync */
 
 	/* metadata service: cluster management */
@@ -52,5 +52,5 @@ enum strata_msg {
 	MSG_MGMT_ROUTING,
 	MSG_MGMT_REPORT,    /* "target T did not answer": meta probes it, fails its node */
 	MSG_MGMT_SYNC_DONE, /* resync progress / completion of a target on a chain */
-	MSG_MGMT_NODES,     /* admin: nodes with lease ages, target details */
+	MSG_MGMT_NODES,	    /* admin: nodes with lease ages, target details */
 };

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
-#include "wire.h"
+#include "fs/wire.h"
 
 /* ---- transport interface: room for RDMA beside TCP ---------------------- */
 struct transport_conn;
@@ -33,8 +33,7 @@ struct transport_ops {
 	/* addr is "host:port". Returns 0 and a connection, or -errno. */
 	int (*dial)(const char *addr, int timeout_ms, struct transport_conn **ret);
 	/* Sends all of iov, or fails. Returns 0 or -errno. */
-	int (*sendv)(struct transport_conn *c, const struct iovec *iov, int iovcnt,
-		     int timeout_ms);
+	int (*sendv)(struct transport_conn *c, const struct iovec *iov, int iovcnt, int timeout_ms);
 	/* Receives exactly n bytes. Returns 0, -ETIMEDOUT, -ECONNRESET on EOF, or -errno. */
 	int (*recv_exact)(struct transport_conn *c, void *buf, size_t n, int timeout_ms);
 	/* Waits for data and receives what is there (at least one byte) into
@@ -76,8 +75,8 @@ typedef int (*rpc_pool_fn)(void *ctx, uint16_t type, const uint8_t *payload, siz
 struct rpc_server_opts {
 	const char *name;   /* for logs, e.g. "meta" */
 	const char *listen; /* "host:port"; port 0 picks a free one */
-	int workers;        /* worker threads (one pool); 0 = 4 */
-	int max_conns;      /* 0 = 1024 */
+	int workers;	    /* worker threads (one pool); 0 = 4 */
+	int max_conns;	    /* 0 = 1024 */
 	rpc_handler_fn handler;
 	void *ctx;
 	/* Worker pools, if npools > 1 (workers is then ignored): pool i runs at
@@ -105,9 +104,9 @@ uint64_t rpc_server_rejected(const struct rpc_server *s);
 /* Counters of one pool since start (with npools > 1; a server without
  * pools reports zeros for its pool 0). */
 struct rpc_pool_stats {
-	uint64_t run;    /* requests started */
-	uint64_t queued; /* of those, requests that waited in the queue first */
-	uint64_t busy;   /* requests answered -EAGAIN: pool and queue full */
+	uint64_t run;	      /* requests started */
+	uint64_t queued;      /* of those, requests that waited in the queue first */
+	uint64_t busy;	      /* requests answered -EAGAIN: pool and queue full */
 	int running, waiting; /* now */
 };
 /* Returns 0, or -EINVAL for a pool the server does not have. */
@@ -116,9 +115,9 @@ int rpc_server_pool_stats(struct rpc_server *s, int pool, struct rpc_pool_stats 
 /* ---- client ------------------------------------------------------------- */
 struct rpc_client;
 struct rpc_client_opts {
-	int timeout_ms;     /* per call; 0 = 10000 */
+	int timeout_ms;		/* per call; 0 = 10000 */
 	int connect_timeout_ms; /* 0 = 2000 */
-	int max_conns;      /* pooled connections; 0 = 16 */
+	int max_conns;		/* pooled connections; 0 = 16 */
 };
 /* Returns a client for addr (no connection is made yet), or NULL on ENOMEM.
  * opts may be NULL. Release with rpc_client_free. */
@@ -132,10 +131,10 @@ const char *rpc_client_addr(const struct rpc_client *c);
  * received into buf (no allocation: large reads land in the caller's buffer);
  * otherwise payload is malloc'd and owned by the reply. */
 struct rpc_reply {
-	void *buf;      /* in: optional caller buffer */
-	size_t cap;     /* in: its size */
-	uint8_t *data;  /* out: the payload (== buf or heap) */
-	size_t len;     /* out: payload length */
+	void *buf;	/* in: optional caller buffer */
+	size_t cap;	/* in: its size */
+	uint8_t *data;	/* out: the payload (== buf or heap) */
+	size_t len;	/* out: payload length */
 	uint8_t *heap_; /* private: freed by rpc_reply_done */
 };
 void rpc_reply_done(struct rpc_reply *r);

@@ -16,7 +16,7 @@
  *  4. WIRE_F_DATA frames go only over a connection whose peer answered with
  *     minor >= 1: the first call on a new connection is a plain frame (a
  *     restarted peer may be older). */
-#include "rpc.h"
+#include "fs/rpc.h"
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -25,8 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "cleanup.h"
-
+#include "fs/cleanup.h"
 
 /* A pooled connection and what its peer told us. */
 struct pconn {
@@ -169,8 +168,8 @@ static int recv_reply(struct rpc_client *c, struct pconn *pc, uint64_t req_id, u
 	struct wire_hdr h;
 	struct iovec iov[2] = {{.iov_base = hdr, .iov_len = WIRE_HDR_SIZE}};
 	iov[1] = reply->buf && reply->cap >= sizeof(small)
-			 ? (struct iovec){.iov_base = reply->buf, .iov_len = reply->cap}
-			 : (struct iovec){.iov_base = small, .iov_len = sizeof(small)};
+		     ? (struct iovec){.iov_base = reply->buf, .iov_len = reply->cap}
+		     : (struct iovec){.iov_base = small, .iov_len = sizeof(small)};
 	ssize_t n = c->tops->recvv(tc, iov, 2, c->opts.timeout_ms);
 	if (n < 0)
 		return (int)n;
@@ -182,8 +181,8 @@ static int recv_reply(struct rpc_client *c, struct pconn *pc, uint64_t req_id, u
 		got = (size_t)n - WIRE_HDR_SIZE;
 	if (r < 0)
 		return r;
-	if (wire_hdr_decode(hdr, &h, NULL) < 0 || !(h.flags & WIRE_F_REPLY) ||
-	    h.req_id != req_id || h.type != type || got > h.payload_len)
+	if (wire_hdr_decode(hdr, &h, NULL) < 0 || !(h.flags & WIRE_F_REPLY) || h.req_id != req_id ||
+	    h.type != type || got > h.payload_len)
 		return -EPROTO;
 	uint8_t *dst = payload_dst(reply, h.payload_len, iov[1].iov_base, got);
 	if (!dst)

@@ -39,7 +39,7 @@
  *     whatever the handlers of p itself or of unrelated pools do.
  *  5. A queued request holds its connection un-armed; a pool's queue holds
  *     at most pool_queue requests: the next is answered -EAGAIN (busy). */
-#include "rpc.h"
+#include "fs/rpc.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -52,8 +52,8 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "cleanup.h"
-#include "log.h"
+#include "fs/cleanup.h"
+#include "fs/log.h"
 
 #define RPC_SEND_TIMEOUT_MS 30000
 
@@ -85,7 +85,6 @@ struct rpc_pool {
 	struct rpc_conn *qhead, *qtail;
 	uint64_t run, queued, busy;
 };
-
 
 struct rpc_server {
 	struct rpc_server_opts opts;
@@ -160,8 +159,8 @@ static void conn_rearm(struct rpc_server *s, struct rpc_conn *c)
 static void send_reply(struct rpc_server *s, struct rpc_conn *c, const struct wire_hdr *req,
 		       int status, const struct wbuf *reply)
 {
-	struct wire_hdr h = {.flags = WIRE_F_REPLY, .type = req->type, .status = status,
-			     .req_id = req->req_id};
+	struct wire_hdr h = {
+	    .flags = WIRE_F_REPLY, .type = req->type, .status = status, .req_id = req->req_id};
 	uint8_t hdr[WIRE_HDR_SIZE];
 	size_t len = status < 0 ? 0 : reply->len;
 	struct iovec iov[2] = {{.iov_base = hdr, .iov_len = WIRE_HDR_SIZE},
@@ -560,7 +559,7 @@ int rpc_server_pool_stats(struct rpc_server *s, int pool, struct rpc_pool_stats 
 		return -EINVAL;
 	pthread_mutex_lock(&s->pool_lock);
 	const struct rpc_pool *pl = &s->pools[pool];
-	*ret = (struct rpc_pool_stats){ pl->run, pl->queued, pl->busy, pl->running, pl->nwaiting };
+	*ret = (struct rpc_pool_stats){pl->run, pl->queued, pl->busy, pl->running, pl->nwaiting};
 	pthread_mutex_unlock(&s->pool_lock);
 	return 0;
 }

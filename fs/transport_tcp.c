@@ -8,7 +8,7 @@
  * block waits in poll() for at most its timeout. TCP_NODELAY is set
  * (requests are small and latency bound) and socket buffers are enlarged for
  * 1 MiB chunk transfers. */
-#include "rpc.h"
+#include "fs/rpc.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "cleanup.h"
+#include "fs/cleanup.h"
 
 struct transport_conn {
 	int fd;
@@ -89,7 +89,8 @@ void tcp_tune_socket(int fd)
 
 static int connect_one(const struct addrinfo *ai, int64_t deadline)
 {
-	_cleanup_close_ int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	_cleanup_close_ int fd =
+	    socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	tcp_tune_socket(fd);
@@ -317,11 +318,11 @@ static void tcp_close(struct transport_conn *c)
 }
 
 const struct transport_ops transport_tcp = {
-	.name = "tcp",
-	.dial = tcp_dial,
-	.sendv = tcp_sendv,
-	.recv_exact = tcp_recv_exact,
-	.recvv = tcp_recvv,
-	.hung_up = tcp_hung_up,
-	.close = tcp_close,
+    .name = "tcp",
+    .dial = tcp_dial,
+    .sendv = tcp_sendv,
+    .recv_exact = tcp_recv_exact,
+    .recvv = tcp_recvv,
+    .hung_up = tcp_hung_up,
+    .close = tcp_close,
 };

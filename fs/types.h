@@ -32,8 +32,8 @@ struct strata_attr {
 	uint64_t size;
 	uint64_t rdev;
 	int64_t atime_ns, mtime_ns, ctime_ns; /* since the epoch */
-	uint64_t generation;                  /* bumps when an inode number is reused */
-	struct strata_layout layout;          /* regular files and directories */
+	uint64_t generation;		      /* bumps when an inode number is reused */
+	struct strata_layout layout;	      /* regular files and directories */
 };
 
 /* setattr: which fields of struct strata_setattr to apply. */
@@ -47,7 +47,7 @@ enum {
 	STRATA_SET_ATIME_NOW = 1 << 6,
 	STRATA_SET_MTIME_NOW = 1 << 7,
 	STRATA_SET_CTIME = 1 << 8,
-	STRATA_SET_LAYOUT = 1 << 9, /* directories only: chunk_size for new files */
+	STRATA_SET_LAYOUT = 1 << 9,    /* directories only: chunk_size for new files */
 	STRATA_SET_REPLICAS = 1 << 10, /* directories only: replication factor for new files */
 };
 struct strata_setattr {
@@ -105,7 +105,7 @@ struct strata_chain_table {
 
 /* The whole routing table as fetched from strata-meta. */
 struct strata_routing {
-	uint64_t version; /* bumps on any change */
+	uint64_t version;  /* bumps on any change */
 	uint32_t lease_ms; /* node lease of strata-meta (0 from an old server) */
 	uint32_t ntargets, nchains, ntables;
 	struct strata_target *targets;

@@ -1,5 +1,5 @@
 /* wire.c — frame header codec and the growable/bounded buffers of wire.h. */
-#include "wire.h"
+#include "fs/wire.h"
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -90,8 +90,8 @@ static uint64_t data_frame_sum(const uint8_t hdr[WIRE_HDR_SIZE], const struct io
 	return XXH3_64bits_digest(&st);
 }
 
-void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
-			size_t data_len, uint64_t data_hash, uint8_t out[WIRE_HDR_SIZE])
+void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt, size_t data_len,
+			uint64_t data_hash, uint8_t out[WIRE_HDR_SIZE])
 {
 	size_t len = 0;
 	for (int i = 0; i < iovcnt; i++)
@@ -107,8 +107,7 @@ void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
 	le64_put(out + 32, h->checksum);
 }
 
-void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len,
-		   uint8_t out[WIRE_HDR_SIZE])
+void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len, uint8_t out[WIRE_HDR_SIZE])
 {
 	struct iovec iov = {.iov_base = (void *)payload, .iov_len = len};
 	wire_hdr_sealv(h, &iov, len ? 1 : 0, out);
@@ -117,16 +116,16 @@ void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len,
 int wire_hdr_decode(const uint8_t in[WIRE_HDR_SIZE], struct wire_hdr *ret, const char **why)
 {
 	struct wire_hdr h = {
-		.magic = le32_get(in),
-		.major = in[4],
-		.minor = in[5],
-		.flags = le16_get(in + 6),
-		.type = le16_get(in + 8),
-		.status = (int32_t)le32_get(in + 12),
-		.req_id = le64_get(in + 16),
-		.payload_len = le32_get(in + 24),
-		.data_off = le32_get(in + 28),
-		.checksum = le64_get(in + 32),
+	    .magic = le32_get(in),
+	    .major = in[4],
+	    .minor = in[5],
+	    .flags = le16_get(in + 6),
+	    .type = le16_get(in + 8),
+	    .status = (int32_t)le32_get(in + 12),
+	    .req_id = le64_get(in + 16),
+	    .payload_len = le32_get(in + 24),
+	    .data_off = le32_get(in + 28),
+	    .checksum = le64_get(in + 32),
 	};
 	const char *reason = NULL;
 	int r = 0;

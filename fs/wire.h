@@ -71,8 +71,7 @@ struct wire_hdr {
 
 /* Fills h->magic/major/minor/checksum for payload p[0..len) and encodes h into
  * out[WIRE_HDR_SIZE]. */
-void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len,
-		   uint8_t out[WIRE_HDR_SIZE]);
+void wire_hdr_seal(struct wire_hdr *h, const void *payload, size_t len, uint8_t out[WIRE_HDR_SIZE]);
 /* Same, for a payload given as an iovec list. */
 struct iovec;
 void wire_hdr_sealv(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
@@ -80,8 +79,8 @@ void wire_hdr_sealv(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
 /* Seals a WIRE_F_DATA frame: the fields are iov[0..iovcnt), followed by
  * data_len bytes of data whose wire_data_hash is data_hash (the data itself
  * is not read). Fills h like wire_hdr_sealv. */
-void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt,
-			size_t data_len, uint64_t data_hash, uint8_t out[WIRE_HDR_SIZE]);
+void wire_hdr_seal_data(struct wire_hdr *h, const struct iovec *iov, int iovcnt, size_t data_len,
+			uint64_t data_hash, uint8_t out[WIRE_HDR_SIZE]);
 /* The data_hash of WIRE_F_DATA for p[0..len). If sums is not NULL it gets
  * the XXH3-64 of each WIRE_DATA_PIECE piece (wire_data_pieces(len) of them). */
 uint64_t wire_data_hash(const void *p, size_t len, uint64_t *sums);
@@ -113,8 +112,8 @@ struct wbuf {
 	int err; /* -ENOMEM once an allocation failed; later puts are no-ops */
 };
 void wbuf_init(struct wbuf *b);
-void wbuf_done(struct wbuf *b);    /* frees data; accepts a zeroed wbuf */
-void wbuf_reset(struct wbuf *b);   /* len = 0, keeps the allocation */
+void wbuf_done(struct wbuf *b);	 /* frees data; accepts a zeroed wbuf */
+void wbuf_reset(struct wbuf *b); /* len = 0, keeps the allocation */
 void wbuf_put_u8(struct wbuf *b, uint8_t v);
 void wbuf_put_u16(struct wbuf *b, uint16_t v);
 void wbuf_put_u32(struct wbuf *b, uint32_t v);

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "wire.h"
+#include "fs/wire.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #if defined(__clang__)

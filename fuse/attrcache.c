@@ -22,7 +22,7 @@
  *     >= fs->ns_changed_at and it has not expired. */
 #include <string.h>
 
-#include "fuse-internal.h"
+#include "fuse/fuse-internal.h"
 
 uint64_t sfs_attr_stamp(struct sfs *fs)
 {

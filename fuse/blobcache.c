@@ -5,7 +5,7 @@
  * digest with an LRU list (head = most recent), and a hash table of the
  * digest tables attached to inodes. File I/O on cache files happens outside
  * the lock; a file evicted while a reader opens it is simply fetched again. */
-#include "blobcache.h"
+#include "fuse/blobcache.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,9 +23,9 @@
 
 #include <openssl/sha.h>
 
-#include "cleanup.h"
-#include "log.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "fs/log.h"
+#include "fs/wire.h"
 
 #define BC_BUCKETS 65536u
 #define BC_SPAN_MAX (8u << 20) /* bytes fetched in one call */

@@ -25,10 +25,10 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "blobcache.h"
-#include "chunk_client.h"
-#include "meta_client.h"
-#include "types.h"
+#include "fuse/blobcache.h"
+#include "fs/chunk_client.h"
+#include "fs/meta_client.h"
+#include "fs/types.h"
 
 #define SFS_MAX_IO (1u << 20)	 /* max_write / max_read / readahead */
 #define SFS_DIR_PAGE 128	 /* directory entries fetched per meta_readdir */

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cleanup.h"
+#include "fs/cleanup.h"
 
-#include "fuse-internal.h"
+#include "fuse/fuse-internal.h"
 
 static size_t bucket_of(strata_ino_t ino)
 {

@@ -26,10 +26,10 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "daemon.h"
-#include "fuse-internal.h"
-#include "log.h"
+#include "fs/cleanup.h"
+#include "fs/daemon.h"
+#include "fuse/fuse-internal.h"
+#include "fs/log.h"
 
 static void usage(FILE *f)
 {

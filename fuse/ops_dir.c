@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "fuse-internal.h"
+#include "fs/cleanup.h"
+#include "fuse/fuse-internal.h"
 
 static struct sfs *FS(fuse_req_t req)
 {

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "fuse-internal.h"
-#include "log.h"
+#include "fs/cleanup.h"
+#include "fuse/fuse-internal.h"
+#include "fs/log.h"
 
 #define MAX_SEGS (SFS_MAX_IO / STRATA_MIN_CHUNK_SIZE + 2)
 

@@ -16,9 +16,9 @@
 #include <stdio.h> /* RENAME_NOREPLACE, RENAME_EXCHANGE */
 #include <sys/xattr.h>
 
-#include "cleanup.h"
-#include "fuse-internal.h"
-#include "log.h"
+#include "fs/cleanup.h"
+#include "fuse/fuse-internal.h"
+#include "fs/log.h"
 
 #define XATTR_CAPS "security.capability"
 

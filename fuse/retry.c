@@ -19,7 +19,7 @@
 #include <signal.h>
 #include <time.h>
 
-#include "fuse-internal.h"
+#include "fuse/fuse-internal.h"
 
 uint64_t sfs_now_ns(void)
 {

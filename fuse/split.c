@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "fuse-internal.h"
+#include "fuse/fuse-internal.h"
 
 static bool is_pow2(uint32_t v)
 {

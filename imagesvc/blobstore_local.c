@@ -13,8 +13,8 @@
  *  2. Blob sizes are always multiples of IMG_BLOB_ALIGN.
  *  3. Tables are trusted only after their header and length check out; a
  *     corrupt one fails the open with -EBADMSG. */
-#include "blobstore.h"
-#include "digest_index.h"
+#include "imagesvc/blobstore.h"
+#include "imagesvc/digest_index.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -26,8 +26,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "fs/wire.h"
 
 static_assert(BLOBIDX_REC_SIZE == IMG_DIGEST_LEN + 8 + 4 + 4, "digest, offset, length, reserved");
 static_assert(BLOBIDX_HDR_SIZE == 4 + 2 + 2 + 4 + 4, "magic, version, hdr len, rec size, rsvd");

@@ -1,10 +1,10 @@
 /* digest_index.c — the dedup index of digest_index.h. SHA-256 digests are
  * uniformly distributed, so their first 8 bytes are the hash. */
-#include "digest_index.h"
+#include "imagesvc/digest_index.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "wire.h"
+#include "fs/wire.h"
 
 static struct digest_slot *probe(const struct digest_index *x, const uint8_t *d)
 {
@@ -14,8 +14,7 @@ static struct digest_slot *probe(const struct digest_index *x, const uint8_t *d)
 			return &x->slots[i];
 }
 
-static const struct blob_loc *digest_index_find(const struct digest_index *x,
-						const uint8_t *digest)
+static const struct blob_loc *digest_index_find(const struct digest_index *x, const uint8_t *digest)
 {
 	if (!x->cap)
 		return NULL;
@@ -23,8 +22,7 @@ static const struct blob_loc *digest_index_find(const struct digest_index *x,
 	return sl->used ? &sl->loc : NULL;
 }
 
-int digest_index_lookup(const struct digest_index *x, const uint8_t *digest,
-			struct blob_loc *ret)
+int digest_index_lookup(const struct digest_index *x, const uint8_t *digest, struct blob_loc *ret)
 {
 	const struct blob_loc *loc = digest_index_find(x, digest);
 	if (!loc)

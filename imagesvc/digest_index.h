@@ -5,7 +5,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
-#include "blobstore.h"
+#include "imagesvc/blobstore.h"
 
 struct digest_slot {
 	uint8_t digest[IMG_DIGEST_LEN];
@@ -19,8 +19,7 @@ struct digest_index {
 };
 
 /* Copies the location of digest into *ret. Returns 0 or -ENOENT. */
-int digest_index_lookup(const struct digest_index *x, const uint8_t *digest,
-			struct blob_loc *ret);
+int digest_index_lookup(const struct digest_index *x, const uint8_t *digest, struct blob_loc *ret);
 /* Adds digest -> loc unless the digest is present. Returns 0 or -ENOMEM. */
 int digest_index_add(struct digest_index *x, const uint8_t *digest, struct blob_loc loc);
 /* Frees the table; x is empty afterwards. */

@@ -33,7 +33,7 @@
  *     ("." and ".." included), so the kernel's binary search works.
  *  3. An inline tail and its inode lie in one block.
  *  4. tree_inode.scratch is 0 again when erofs_write_image() returns. */
-#include "erofs_writer.h"
+#include "imagesvc/erofs_writer.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -43,8 +43,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "fs/wire.h"
 
 #define BLK 4096u
 #define BLK_BITS 12

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tree.h"
+#include "imagesvc/tree.h"
 
 #define EROFS_MAX_DEVICES 4096
 

@@ -8,7 +8,7 @@
  *  3. The end of the source is only a clean end when the decoder finished a
  *     whole member/frame there; anything else is "truncated" (-EBADMSG).
  *  4. The first error is sticky: every later read returns it again. */
-#include "istream.h"
+#include "imagesvc/istream.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -9,7 +9,7 @@
  *     released; CACHE/HEX/root is mounted iff it is > 0 (changed under
  *     CACHE/HEX/lock).
  *  2. meta.img in the cache is only ever the verified copy (tmp + rename). */
-#include "mount.h"
+#include "imagesvc/mount.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,9 +23,9 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "rootfs.h"
-#include "store-internal.h"
+#include "fs/cleanup.h"
+#include "imagesvc/rootfs.h"
+#include "imagesvc/store-internal.h"
 
 #define EROFS_MAGIC 0xE0F5E1E2u
 

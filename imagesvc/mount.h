@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "store.h"
+#include "imagesvc/store.h"
 
 /* Takes a reference on image hex, mounting it if needed. Writes the shared
  * root into root[cap]; *ret_fresh says whether this call mounted it.

@@ -1,7 +1,7 @@
 /* prefetch.c — prefetch lists (prefetch.h): recorded with mincore over the
  * files of a mounted image, replayed by parallel reads of those ranges; the
  * eager mode reads every chunk of the image's blob files. */
-#include "prefetch.h"
+#include "imagesvc/prefetch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "store-internal.h"
-#include "tree.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "imagesvc/store-internal.h"
+#include "imagesvc/tree.h"
+#include "fs/wire.h"
 
 #define PF_HDR 16
 #define PF_ENT 24

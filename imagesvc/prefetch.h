@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "imagesvc/store.h"
 
 #define IMG_PREFETCH_MAGIC 0x4c465053u
 #define IMG_PREFETCH_MAX (1u << 20) /* entries per list */

@@ -1,7 +1,7 @@
 /* rootfs.c — sandbox roots as overlays over a shared image mount (rootfs.h).
  * The hot path is deliberately tiny (it is what a sandbox creation costs on
  * a node whose image is already mounted): mkdir, mkdir, mkdir, mount. */
-#include "rootfs.h"
+#include "imagesvc/rootfs.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store-internal.h"
+#include "imagesvc/store-internal.h"
 
 static int sub(char *buf, const char *dir, const char *name)
 {

@@ -4,7 +4,7 @@
 #include <limits.h>
 #include <sys/types.h>
 
-#include "store.h"
+#include "imagesvc/store.h"
 
 struct img_store {
 	char *root;

@@ -3,7 +3,7 @@
  * (conversion and publication) is in store_import.c. The layout and the
  * invariants are in store.h; every writer holds ROOT/lock (flock, node-local
  * on a FUSE mount, which is what a single-node cluster needs). */
-#include "store-internal.h"
+#include "imagesvc/store-internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,8 +19,8 @@
 
 #include <openssl/evp.h>
 
-#include "cleanup.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "fs/wire.h"
 
 int img_err_set(struct img_err *e, int code, const char *fmt, ...)
 {

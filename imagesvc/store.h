@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "blobstore.h"
+#include "imagesvc/blobstore.h"
 
 #define IMG_STORE_SUBDIR ".strata/images"
 #define IMG_BLOB_XATTR "trusted.strata.blob"

@@ -13,7 +13,7 @@
  *      table, mode 01444) and renamed into blobs/, then the image directory
  *      is renamed to images/HEX, then the ref is written (tmp + rename).
  * Any failure before step 5 removes tmp/ID, so nothing new is visible. */
-#include "store-internal.h"
+#include "imagesvc/store-internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,13 +24,13 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "digest_index.h"
-#include "erofs_writer.h"
-#include "istream.h"
-#include "tar.h"
-#include "tree.h"
-#include "wire.h"
+#include "fs/cleanup.h"
+#include "imagesvc/digest_index.h"
+#include "imagesvc/erofs_writer.h"
+#include "imagesvc/istream.h"
+#include "imagesvc/tar.h"
+#include "imagesvc/tree.h"
+#include "fs/wire.h"
 
 #define IMPORT_MAX_LAYER_BYTES (64ull << 30) /* expanded size of one layer */
 

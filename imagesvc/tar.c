@@ -18,7 +18,7 @@
  *  5. The end of the archive is two zero blocks (or one, then end of
  *     stream); the source is then drained so that decoder errors in a
  *     compressed trailer still surface. A stream that just stops is an error. */
-#include "tar.h"
+#include "imagesvc/tar.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cleanup.h"
+#include "fs/cleanup.h"
 
 #define NAME_MAX_COMPONENT 255
 #define SYMLINK_MAX 4095

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "istream.h"
+#include "imagesvc/istream.h"
 
 #define TAR_BLOCK 512
 

@@ -18,7 +18,7 @@
  *     exactly ceil(size / IMG_CHUNK_SIZE) extents.
  *  6. inline_total is the sum of the sizes of all live inodes with `data`,
  *     and never exceeds IMG_INLINE_BUDGET. */
-#include "tree.h"
+#include "imagesvc/tree.h"
 
 #include <errno.h>
 #include <openssl/sha.h>
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cleanup.h"
+#include "fs/cleanup.h"
 
 #define WH_PREFIX ".wh."
 #define WH_OPAQUE ".wh..wh..opq"

@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "blobstore.h"
-#include "tar.h"
+#include "imagesvc/blobstore.h"
+#include "imagesvc/tar.h"
 
 #define IMG_HOLE UINT32_MAX
 /* Regular files of at most IMG_INLINE_MAX bytes keep their content in the

@@ -44,8 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 struct cmap {
 	struct cluster_target *t;
@@ -210,7 +210,7 @@ static int chain_of(const struct cmap *m, uint32_t id)
 }
 
 /* Every chain index ci holding target id. */
-#define chains_of(m, id, ci) \
+#define chains_of(m, id, ci)                                                                       \
 	for (int ci = chain_of(m, id); ci >= 0; ci = chain_from(m, id, (uint32_t)ci + 1))
 
 static int chain_index(const struct cmap *m, uint32_t chain_id)
@@ -285,7 +285,8 @@ static void chain_bump(struct cmap *m, uint32_t ci)
 /* Target id changed state: every chain holding it is reordered and bumped. */
 static void chains_changed(struct cmap *m, uint32_t id)
 {
-	chains_of(m, id, ci) {
+	chains_of(m, id, ci)
+	{
 		chain_normalize(m, (uint32_t)ci);
 		chain_bump(m, (uint32_t)ci);
 	}
@@ -336,7 +337,7 @@ static uint8_t returning_state(struct cmap *m, const struct strata_chain *c,
 
 	if (t->state == TARGET_OFFLINE)
 		return serving == 0 && c->targets[0] == t->target_id ? TARGET_SERVING
-								      : TARGET_WAITING;
+								     : TARGET_WAITING;
 	if (restarted && t->state == TARGET_SERVING && serving > 1)
 		return TARGET_WAITING; /* may have missed or torn writes: resync */
 	if (restarted && t->state == TARGET_SYNCING)
@@ -348,8 +349,7 @@ static uint8_t returning_state(struct cmap *m, const struct strata_chain *c,
  * serving/syncing of a restarted node -> waiting when others serve. Only
  * the targets the node named (ids) come back: a disk it no longer has stays
  * offline until a replacement takes its place. */
-void cmap_node_up(struct cmap *m, uint32_t node_id, const uint32_t *ids, int nids,
-		  bool restarted)
+void cmap_node_up(struct cmap *m, uint32_t node_id, const uint32_t *ids, int nids, bool restarted)
 {
 	for (uint32_t i = 0; i < m->nt; i++) {
 		struct cluster_target *t = &m->t[i];
@@ -360,8 +360,8 @@ void cmap_node_up(struct cmap *m, uint32_t node_id, const uint32_t *ids, int nid
 			continue;
 		}
 		uint8_t st = TARGET_SERVING; /* the most cautious of its chains' answers */
-		chains_of(m, t->target_id, ci)
-			st = STRATA_MAX(st, returning_state(m, &m->c[ci], t, restarted));
+		chains_of(m, t->target_id, ci) st =
+		    STRATA_MAX(st, returning_state(m, &m->c[ci], t, restarted));
 		if (st == t->state)
 			continue;
 		set_state(m, t, st);
@@ -513,8 +513,8 @@ static int form_one(struct ns *ns, struct cmap *m, struct node_free *g, int ng, 
 		return -ENOMEM;
 	uint32_t rot = chains_of_factor(m, r) % r;
 	struct strata_chain *c = &m->c[m->nc];
-	*c = (struct strata_chain){.chain_id = ns->next_chain++, .version = 1,
-				   .ntargets = (uint8_t)r, .want = (uint8_t)r};
+	*c = (struct strata_chain){
+	    .chain_id = ns->next_chain++, .version = 1, .ntargets = (uint8_t)r, .want = (uint8_t)r};
 	for (uint32_t j = 0; j < r; j++) {
 		struct node_free *n = &g[(j + rot) % r];
 		c->targets[j] = n->ids[n->next++];
@@ -577,7 +577,8 @@ static uint32_t live_nodes(struct cmap *m)
 	for (uint32_t i = 0; i < m->nt; i++) {
 		bool seen = m->t[i].state == TARGET_OFFLINE;
 		for (uint32_t j = 0; j < i && !seen; j++)
-			seen = m->t[j].node_id == m->t[i].node_id && m->t[j].state != TARGET_OFFLINE;
+			seen =
+			    m->t[j].node_id == m->t[i].node_id && m->t[j].state != TARGET_OFFLINE;
 		n += !seen;
 	}
 	return n;
@@ -652,8 +653,7 @@ bool ns_probe_due(struct ns *ns, uint32_t target_id)
 	return due;
 }
 
-int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas,
-			uint32_t expect_nodes)
+int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas, uint32_t expect_nodes)
 {
 	if (lease_ms < 200 || replicas < 1 || replicas > STRATA_MAX_REPLICAS || expect_nodes < 1)
 		return -EINVAL;
@@ -779,9 +779,11 @@ static void fill_targets(struct ns *ns, struct cmap *m, struct mgmt_cluster *c)
 		struct cluster_target *t = &m->t[i];
 		struct mgmt_target_detail *d = &c->targets[c->ntargets++];
 		int ci = chain_of(m, t->target_id);
-		*d = (struct mgmt_target_detail){.target_id = t->target_id, .node_id = t->node_id,
+		*d = (struct mgmt_target_detail){.target_id = t->target_id,
+						 .node_id = t->node_id,
 						 .chain_id = ci >= 0 ? m->c[ci].chain_id : 0,
-						 .state = t->state, .total_bytes = t->total_bytes,
+						 .state = t->state,
+						 .total_bytes = t->total_bytes,
 						 .free_bytes = t->free_bytes};
 		snprintf(d->path, sizeof(d->path), "%s", t->path);
 		pthread_mutex_lock(&ns->live_mu);
@@ -796,8 +798,8 @@ static void fill_targets(struct ns *ns, struct cmap *m, struct mgmt_cluster *c)
 
 int ns_cluster(struct ns *ns, struct mgmt_cluster *ret)
 {
-	struct mgmt_cluster c = {.lease_ms = ns->lease_ms, .replicas = ns->replicas,
-				 .expect_nodes = ns->expect_nodes};
+	struct mgmt_cluster c = {
+	    .lease_ms = ns->lease_ms, .replicas = ns->replicas, .expect_nodes = ns->expect_nodes};
 	struct cmap *m = NULL;
 	int r;
 

@@ -27,8 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 void cluster_put_target(struct kv_batch *b, const struct cluster_target *t)
 {
@@ -290,8 +290,8 @@ static int reg_target(struct ns *ns, struct cmap *m, uint32_t node_id, const cha
 	return r;
 }
 
-static int register_locked(struct ns *ns, struct kv_batch *b, uint32_t *node_id,
-			   const char *addr, struct mgmt_target_info *targets, int ntargets)
+static int register_locked(struct ns *ns, struct kv_batch *b, uint32_t *node_id, const char *addr,
+			   struct mgmt_target_info *targets, int ntargets)
 {
 	struct cmap *m = NULL;
 	bool changed = false;

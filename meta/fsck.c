@@ -30,8 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 #define FSCK_MAX_INODES (256ull << 20) /* inodes one check holds in memory */
 #define FSCK_ROUNDS 4

@@ -5,9 +5,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
-#include "cleanup.h"
-#include "gc.h"
-#include "ticker.h"
+#include "fs/cleanup.h"
+#include "meta/gc.h"
+#include "meta/ticker.h"
 
 /* ---- one pass ------------------------------------------------------------- */
 
@@ -107,7 +107,6 @@ struct gc {
 	atomic_bool stop; /* lets a running pass end early */
 	int backoff_ms;
 };
-
 
 /* One sweep: passes back to back from the start of the queue until a pass
  * comes out short (the end), fails or the collector stops. Returns 0 or the

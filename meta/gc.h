@@ -22,7 +22,7 @@
 #pragma once
 #include <stdatomic.h>
 #include <stdbool.h>
-#include "ns.h"
+#include "meta/ns.h"
 
 #define GC_BATCH 1024 /* inodes per pass */
 #define GC_WORKERS 8  /* removals in flight at once */

@@ -62,8 +62,8 @@ struct kv_snap;
 struct kv_snap *kv_snap_new(struct kv *kv);
 void kv_snap_free(struct kv *kv, struct kv_snap *s);
 /* kv_get / kv_scan at snapshot s (NULL: the current state). */
-int kv_get_at(struct kv *kv, const struct kv_snap *s, const void *key, size_t klen,
-	      void **ret_val, size_t *ret_len);
+int kv_get_at(struct kv *kv, const struct kv_snap *s, const void *key, size_t klen, void **ret_val,
+	      size_t *ret_len);
 int kv_scan_at(struct kv *kv, const struct kv_snap *s, const void *prefix, size_t plen,
 	       const void *start, size_t slen, kv_scan_fn fn, void *ctx);
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <rocksdb/c.h>
-#include "kv.h"
-#include "cleanup.h"
+#include "meta/kv.h"
+#include "fs/cleanup.h"
 
 struct kv {
 	rocksdb_t *db;
@@ -102,8 +102,8 @@ int kv_get(struct kv *kv, const void *key, size_t klen, void **ret_val, size_t *
 	return kv_get_at(kv, NULL, key, klen, ret_val, ret_len);
 }
 
-int kv_get_at(struct kv *kv, const struct kv_snap *s, const void *key, size_t klen,
-	      void **ret_val, size_t *ret_len)
+int kv_get_at(struct kv *kv, const struct kv_snap *s, const void *key, size_t klen, void **ret_val,
+	      size_t *ret_len)
 {
 	char *err = NULL;
 	size_t vlen = 0;

@@ -11,16 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "chunk_client.h"
-#include "cleanup.h"
-#include "daemon.h"
-#include "gc.h"
-#include "log.h"
-#include "meta_client.h"
-#include "ns.h"
-#include "rpc.h"
-#include "server.h"
-#include "ticker.h"
+#include "fs/chunk_client.h"
+#include "fs/cleanup.h"
+#include "fs/daemon.h"
+#include "meta/gc.h"
+#include "fs/log.h"
+#include "fs/meta_client.h"
+#include "meta/ns.h"
+#include "fs/rpc.h"
+#include "meta/server.h"
+#include "meta/ticker.h"
 
 #define GC_RETRY_MS 1000 /* failover window of one GC removal */
 
@@ -59,33 +59,54 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{"listen", required_argument, NULL, 'l'}, {"db", required_argument, NULL, 'd'},
-		{"addr-file", required_argument, NULL, 'a'},
-		{"log-level", required_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-		{"lease-ms", required_argument, NULL, 'L'}, {"replicas", required_argument, NULL, 'R'},
-		{"expect-nodes", required_argument, NULL, 'E'},
-		{NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 'l'},
+	    {"db", required_argument, NULL, 'd'},
+	    {"addr-file", required_argument, NULL, 'a'},
+	    {"log-level", required_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"lease-ms", required_argument, NULL, 'L'},
+	    {"replicas", required_argument, NULL, 'R'},
+	    {"expect-nodes", required_argument, NULL, 'E'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c;
 
-	*o = (struct opts){.log_level = LOG_LVL_INFO, .lease_ms = NS_DEFAULT_LEASE_MS,
-			   .replicas = NS_DEFAULT_REPLICAS, .expect_nodes = 1};
+	*o = (struct opts){.log_level = LOG_LVL_INFO,
+			   .lease_ms = NS_DEFAULT_LEASE_MS,
+			   .replicas = NS_DEFAULT_REPLICAS,
+			   .expect_nodes = 1};
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'l': o->listen = optarg; break;
-		case 'd': o->db = optarg; break;
-		case 'a': o->addr_file = optarg; break;
+		case 'l':
+			o->listen = optarg;
+			break;
+		case 'd':
+			o->db = optarg;
+			break;
+		case 'a':
+			o->addr_file = optarg;
+			break;
 		case 'v':
 			if ((o->log_level = log_level_parse(optarg)) < 0) {
 				fprintf(stderr, "strata-meta: bad --log-level '%s'\n", optarg);
 				return -EINVAL;
 			}
 			break;
-		case 'L': o->lease_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'R': o->replicas = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'E': o->expect_nodes = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -EINVAL;
+		case 'L':
+			o->lease_ms = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'R':
+			o->replicas = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'E':
+			o->expect_nodes = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
 		}
 	}
 	if (!o->listen || !o->db || optind != argc) {
@@ -159,7 +180,8 @@ static void gc_report(void *ctx, int read_error, const struct gc_stats *sweep, i
 		log_debug("gc: collected %d inodes", sweep->done);
 	if (sweep->failed && !d->gc_failed_logged)
 		log_warn("gc: %d inodes could not be collected yet; retrying with backoff "
-			 "(next in %d ms)", sweep->failed, wait_ms);
+			 "(next in %d ms)",
+			 sweep->failed, wait_ms);
 	d->gc_failed_logged = sweep->failed > 0;
 }
 
@@ -228,10 +250,12 @@ static int start(struct daemon *d, const struct opts *o)
 		return log_error_errno(r, "Failed to open metadata store '%s' (%s)", o->db, why);
 	r = ns_set_cluster_opts(d->ns, o->lease_ms, o->replicas, o->expect_nodes);
 	if (r < 0)
-		return log_error_errno(r, "Bad --lease-ms (>= 200), --replicas (1..%d) or "
-				       "--expect-nodes (>= 1)", STRATA_MAX_REPLICAS);
-	struct rpc_server_opts so = {.name = "meta", .listen = o->listen, .handler = meta_handle,
-				     .ctx = d->ns};
+		return log_error_errno(r,
+				       "Bad --lease-ms (>= 200), --replicas (1..%d) or "
+				       "--expect-nodes (>= 1)",
+				       STRATA_MAX_REPLICAS);
+	struct rpc_server_opts so = {
+	    .name = "meta", .listen = o->listen, .handler = meta_handle, .ctx = d->ns};
 	r = rpc_server_start(&so, &d->srv);
 	if (r < 0)
 		return log_error_errno(r, "Failed to listen on '%s'", o->listen);

@@ -22,9 +22,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include "kv.h"
-#include "ns.h"
-#include "wire.h"
+#include "meta/kv.h"
+#include "meta/ns.h"
+#include "fs/wire.h"
 
 struct ns_live {
 	uint32_t node_id; /* or target id (probes) */
@@ -35,18 +35,18 @@ struct ns_live {
 /* key tags: first byte of every key */
 enum {
 	K_COUNTER = 'M', /* M name                     -> u64 */
-	K_INODE = 'I',   /* I ino(be64)                -> inode record */
-	K_DENTRY = 'D',  /* D parent(be64) name        -> dentry record */
-	K_XATTR = 'X',   /* X ino(be64) name           -> value bytes */
+	K_INODE = 'I',	 /* I ino(be64)                -> inode record */
+	K_DENTRY = 'D',	 /* D parent(be64) name        -> dentry record */
+	K_XATTR = 'X',	 /* X ino(be64) name           -> value bytes */
 	K_SYMLINK = 'L', /* L ino(be64)                -> target bytes */
 	K_SESSION = 'S', /* S ino(be64) sid(be64)      -> session record */
-	K_CLIENT = 'U',  /* U client 0x00 ino sid      -> empty */
-	K_ORPHAN = 'O',  /* O ino(be64)                -> empty */
-	K_GC = 'G',      /* G ino(be64)                -> gc record */
-	K_NODE = 'N',    /* N node(be32)               -> node record */
-	K_TARGET = 'T',  /* T target(be32)             -> target record */
-	K_CHAIN = 'H',   /* H chain(be32)              -> chain record */
-	K_TABLE = 'B',   /* B table(be32)              -> table record */
+	K_CLIENT = 'U',	 /* U client 0x00 ino sid      -> empty */
+	K_ORPHAN = 'O',	 /* O ino(be64)                -> empty */
+	K_GC = 'G',	 /* G ino(be64)                -> gc record */
+	K_NODE = 'N',	 /* N node(be32)               -> node record */
+	K_TARGET = 'T',	 /* T target(be32)             -> target record */
+	K_CHAIN = 'H',	 /* H chain(be32)              -> chain record */
+	K_TABLE = 'B',	 /* B table(be32)              -> table record */
 };
 #define REC_VERSION 1
 
@@ -107,7 +107,7 @@ struct ns {
 	/* replication (chainmap.c): options and in-memory liveness */
 	uint32_t lease_ms, replicas, expect_nodes;
 	pthread_mutex_t live_mu; /* guards the two arrays below */
-	struct ns_live *live;    /* node -> last heartbeat (monotonic ms) */
+	struct ns_live *live;	 /* node -> last heartbeat (monotonic ms) */
 	uint32_t nlive, caplive;
 	struct ns_prog *prog; /* target -> resync progress */
 	uint32_t nprog, capprog;
@@ -141,8 +141,7 @@ int ns_get_inode(struct ns *ns, uint64_t ino, struct inode *ret);
 int ns_get_dir(struct ns *ns, uint64_t ino, struct inode *ret);
 int ns_get_dentry(struct ns *ns, uint64_t parent, const char *name, struct dentry *ret);
 void ns_put_inode(struct kv_batch *b, const struct inode *in);
-void ns_put_dentry(struct kv_batch *b, uint64_t parent, const char *name,
-		   const struct dentry *d);
+void ns_put_dentry(struct kv_batch *b, uint64_t parent, const char *name, const struct dentry *d);
 void ns_put_counter(struct kv_batch *b, const char *name, uint64_t v);
 int ns_get_counter(struct ns *ns, const char *name, uint64_t *ret);
 /* kv_write and bookkeeping (dirty count). */
@@ -202,8 +201,8 @@ int cluster_new_table(struct ns *ns, struct kv_batch *b, uint8_t r, const uint32
  * table when it has none yet). */
 int cluster_point_root(struct ns *ns, struct kv_batch *b);
 /* Reads a table record up to its chain ids: *ret_n of them follow in b. */
-int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-			 struct rbuf *b, uint32_t *ret_n);
+int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
+			 uint32_t *ret_n);
 /* Sets ns->newest_table to the default table (see tables.c). */
 void ns_pick_default_table(struct ns *ns);
 void cluster_put_counters(struct ns *ns, struct kv_batch *b);

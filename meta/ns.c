@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 int64_t ns_now(void)
 {
@@ -130,8 +130,7 @@ void ns_put_inode(struct kv_batch *b, const struct inode *in)
 	wbuf_done(&w);
 }
 
-void ns_put_dentry(struct kv_batch *b, uint64_t parent, const char *name,
-		   const struct dentry *d)
+void ns_put_dentry(struct kv_batch *b, uint64_t parent, const char *name, const struct dentry *d)
 {
 	uint8_t val[13] = {REC_VERSION};
 	struct key k;

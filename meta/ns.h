@@ -10,15 +10,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "types.h"
-#include "meta_client.h"
+#include "fs/types.h"
+#include "fs/meta_client.h"
 
 struct ns;
 
-#define NS_CLIENT_ID_MAX 64   /* bytes of a client id */
-#define NS_READDIR_MAX 1024   /* entries per readdir call */
+#define NS_CLIENT_ID_MAX 64    /* bytes of a client id */
+#define NS_READDIR_MAX 1024    /* entries per readdir call */
 #define NS_XATTR_COUNT_MAX 256 /* xattrs per inode */
-#define NS_MAX_TARGETS 64     /* targets per registering node */
+#define NS_MAX_TARGETS 64      /* targets per registering node */
 #define NS_TOTAL_INODES (1ull << 40)
 
 /* Opens the engine on the store in directory dir (created if missing; the
@@ -63,11 +63,10 @@ int ns_readdir(struct ns *ns, strata_ino_t ino, const char *after, bool want_att
 	       ns_dirent_fn fn, void *ctx, int *ret_more);
 int ns_statfs(struct ns *ns, struct strata_statfs *ret);
 
-int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value,
-		size_t size, uint32_t flags);
+int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value, size_t size,
+		uint32_t flags);
 /* Returns 0 and a malloc'd value (owned by the caller). */
-int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val,
-		size_t *ret_len);
+int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val, size_t *ret_len);
 /* Returns 0 and a malloc'd NUL-separated name list (owned by the caller). */
 int ns_listxattr(struct ns *ns, strata_ino_t ino, char **ret_list, size_t *ret_len);
 int ns_removexattr(struct ns *ns, strata_ino_t ino, const char *name);
@@ -115,8 +114,7 @@ int ns_routing(struct ns *ns, struct strata_routing *ret);
  * factor 1..min(5, nodes) are formed (chainmap.c).
  * expect_nodes: no chain is formed before that many nodes registered (>= 1).
  * Call before serving. Returns 0 or -EINVAL. */
-int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas,
-			uint32_t expect_nodes);
+int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas, uint32_t expect_nodes);
 /* Takes out of their chains the nodes whose lease ran out; returns how many. */
 int ns_lease_check(struct ns *ns);
 /* True if target_id was not probed in the last NS_PROBE_EVERY_MS (and
@@ -130,7 +128,6 @@ int ns_sync_done(struct ns *ns, const struct mgmt_sync *s);
 /* The admin view; release with mgmt_cluster_done. */
 int ns_cluster(struct ns *ns, struct mgmt_cluster *ret);
 
-
 /* ---- fsck (fsck.c; README.md "fsck") -------------------------------------- */
 /* Checks the store on a snapshot (no lock: mutations go on); with
  * META_FSCK_REPAIR then repairs under the mutation lock what a re-scan of
@@ -140,8 +137,8 @@ int ns_cluster(struct ns *ns, struct mgmt_cluster *ret);
 int ns_fsck(struct ns *ns, uint32_t flags, struct meta_fsck_report *ret);
 /* Removes the chunks of ino with index >= first_index on every chain of the
  * layout's table (MSG_CHUNK_REMOVE_FILE, as the GC does). */
-typedef int (*ns_fsck_remove_fn)(void *ctx, const struct strata_layout *layout,
-				 strata_ino_t ino, uint32_t first_index);
+typedef int (*ns_fsck_remove_fn)(void *ctx, const struct strata_layout *layout, strata_ino_t ino,
+				 uint32_t first_index);
 /* Fills the verdict of items[0..n) under the mutation lock; with
  * META_FSCK_REPAIR calls rm for every orphan before releasing it (rm must not
  * call back into the engine). Returns 0 or -errno. */

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
-#include "cleanup.h"
-#include "meta_proto.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "fs/meta_proto.h"
+#include "meta/ns-internal.h"
 
 int ns_getattr(struct ns *ns, strata_ino_t ino, struct strata_attr *ret)
 {
@@ -291,8 +291,8 @@ static int setxattr_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, cons
 	return 0;
 }
 
-int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value,
-		size_t size, uint32_t flags)
+int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value, size_t size,
+		uint32_t flags)
 {
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
 	int r = xattr_name_check(name);
@@ -310,8 +310,7 @@ int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *v
 	return r ?: ns_commit(ns, b);
 }
 
-int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val,
-		size_t *ret_len)
+int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val, size_t *ret_len)
 {
 	struct inode in;
 	struct key k;

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fcntl.h>
-#include "cleanup.h"
-#include "meta_proto.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "fs/meta_proto.h"
+#include "meta/ns-internal.h"
 
 struct new_entry {
 	uint32_t mode;
@@ -116,8 +116,8 @@ static void entry_add(struct ns *ns, struct kv_batch *b, struct inode *pdir, con
 }
 
 /* Under ns->mu: creates the entry into batch b (not committed). */
-static int entry_create_locked(struct ns *ns, struct kv_batch *b, uint64_t parent,
-			       const char *name, const struct new_entry *e, struct inode *ret)
+static int entry_create_locked(struct ns *ns, struct kv_batch *b, uint64_t parent, const char *name,
+			       const struct new_entry *e, struct inode *ret)
 {
 	struct inode pdir;
 	int r = entry_prepare(ns, parent, name, &pdir);
@@ -129,8 +129,8 @@ static int entry_create_locked(struct ns *ns, struct kv_batch *b, uint64_t paren
 	return 0;
 }
 
-static int entry_create(struct ns *ns, uint64_t parent, const char *name,
-			const struct new_entry *e, struct strata_attr *ret)
+static int entry_create(struct ns *ns, uint64_t parent, const char *name, const struct new_entry *e,
+			struct strata_attr *ret)
 {
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);

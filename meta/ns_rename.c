@@ -15,9 +15,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include "cleanup.h"
-#include "meta_proto.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "fs/meta_proto.h"
+#include "meta/ns-internal.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)

@@ -10,8 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t flags,
 		    const char *client, uint64_t *ret_sid)

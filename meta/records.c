@@ -7,7 +7,7 @@
  * written with the wire.h codec; decoders refuse a newer version. */
 #include <errno.h>
 #include <string.h>
-#include "ns-internal.h"
+#include "meta/ns-internal.h"
 
 void key_init(struct key *k, uint8_t tag)
 {

@@ -8,15 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "chunk_proto.h"
-#include "cleanup.h"
-#include "layout.h"
-#include "log.h"
-#include "rpc.h"
-#include "meta_proto.h"
-#include "ns.h"
-#include "proto.h"
-#include "server.h"
+#include "fs/chunk_proto.h"
+#include "fs/cleanup.h"
+#include "fs/layout.h"
+#include "fs/log.h"
+#include "fs/rpc.h"
+#include "fs/meta_proto.h"
+#include "meta/ns.h"
+#include "fs/proto.h"
+#include "meta/server.h"
 
 typedef int (*op_fn)(struct ns *ns, const struct meta_req *q, struct wbuf *w);
 
@@ -223,29 +223,29 @@ static int op_set_length(struct ns *ns, const struct meta_req *q, struct wbuf *w
 }
 
 static const op_fn meta_ops[] = {
-	[MSG_META_PING - MSG_META_PING] = op_ping,
-	[MSG_META_LOOKUP - MSG_META_PING] = op_lookup,
-	[MSG_META_GETATTR - MSG_META_PING] = op_getattr,
-	[MSG_META_SETATTR - MSG_META_PING] = op_setattr,
-	[MSG_META_MKNOD - MSG_META_PING] = op_mknod,
-	[MSG_META_MKDIR - MSG_META_PING] = op_mkdir,
-	[MSG_META_CREATE - MSG_META_PING] = op_create,
-	[MSG_META_UNLINK - MSG_META_PING] = op_unlink,
-	[MSG_META_RMDIR - MSG_META_PING] = op_rmdir,
-	[MSG_META_RENAME - MSG_META_PING] = op_rename,
-	[MSG_META_LINK - MSG_META_PING] = op_link,
-	[MSG_META_SYMLINK - MSG_META_PING] = op_symlink,
-	[MSG_META_READLINK - MSG_META_PING] = op_readlink,
-	[MSG_META_READDIR - MSG_META_PING] = op_readdir,
-	[MSG_META_STATFS - MSG_META_PING] = op_statfs,
-	[MSG_META_SETXATTR - MSG_META_PING] = op_setxattr,
-	[MSG_META_GETXATTR - MSG_META_PING] = op_getxattr,
-	[MSG_META_LISTXATTR - MSG_META_PING] = op_listxattr,
-	[MSG_META_REMOVEXATTR - MSG_META_PING] = op_removexattr,
-	[MSG_META_OPEN - MSG_META_PING] = op_open,
-	[MSG_META_CLOSE - MSG_META_PING] = op_close,
-	[MSG_META_SYNC - MSG_META_PING] = op_sync,
-	[MSG_META_SET_LENGTH - MSG_META_PING] = op_set_length,
+    [MSG_META_PING - MSG_META_PING] = op_ping,
+    [MSG_META_LOOKUP - MSG_META_PING] = op_lookup,
+    [MSG_META_GETATTR - MSG_META_PING] = op_getattr,
+    [MSG_META_SETATTR - MSG_META_PING] = op_setattr,
+    [MSG_META_MKNOD - MSG_META_PING] = op_mknod,
+    [MSG_META_MKDIR - MSG_META_PING] = op_mkdir,
+    [MSG_META_CREATE - MSG_META_PING] = op_create,
+    [MSG_META_UNLINK - MSG_META_PING] = op_unlink,
+    [MSG_META_RMDIR - MSG_META_PING] = op_rmdir,
+    [MSG_META_RENAME - MSG_META_PING] = op_rename,
+    [MSG_META_LINK - MSG_META_PING] = op_link,
+    [MSG_META_SYMLINK - MSG_META_PING] = op_symlink,
+    [MSG_META_READLINK - MSG_META_PING] = op_readlink,
+    [MSG_META_READDIR - MSG_META_PING] = op_readdir,
+    [MSG_META_STATFS - MSG_META_PING] = op_statfs,
+    [MSG_META_SETXATTR - MSG_META_PING] = op_setxattr,
+    [MSG_META_GETXATTR - MSG_META_PING] = op_getxattr,
+    [MSG_META_LISTXATTR - MSG_META_PING] = op_listxattr,
+    [MSG_META_REMOVEXATTR - MSG_META_PING] = op_removexattr,
+    [MSG_META_OPEN - MSG_META_PING] = op_open,
+    [MSG_META_CLOSE - MSG_META_PING] = op_close,
+    [MSG_META_SYNC - MSG_META_PING] = op_sync,
+    [MSG_META_SET_LENGTH - MSG_META_PING] = op_set_length,
 };
 
 static int handle_meta(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *reply)
@@ -322,8 +322,8 @@ static int probe_target(struct ns *ns, uint32_t target_id)
 	strata_routing_done(&rt);
 	if (!addr[0])
 		return -ENOENT;
-	struct rpc_client_opts o = {.timeout_ms = PROBE_TIMEOUT_MS,
-				    .connect_timeout_ms = PROBE_TIMEOUT_MS, .max_conns = 1};
+	struct rpc_client_opts o = {
+	    .timeout_ms = PROBE_TIMEOUT_MS, .connect_timeout_ms = PROBE_TIMEOUT_MS, .max_conns = 1};
 	struct rpc_client *c = rpc_client_new(addr, &o);
 	struct rpc_reply rep = {0};
 	if (!c)
@@ -381,7 +381,8 @@ static void log_repairs(const struct meta_fsck_report *r, const char *peer)
 		if (!c->repaired)
 			continue;
 		log_info("fsck (%s): repaired %s: ino %llu parent %llu name '%s' expected %llu "
-			 "was %llu", peer, meta_fsck_kind_name(c->kind), (unsigned long long)c->ino,
+			 "was %llu",
+			 peer, meta_fsck_kind_name(c->kind), (unsigned long long)c->ino,
 			 (unsigned long long)c->parent, c->name, (unsigned long long)c->expected,
 			 (unsigned long long)c->actual);
 	}
@@ -413,7 +414,8 @@ static int fsck_remove(void *ctx, const struct strata_layout *layout, strata_ino
 			if ((st != TARGET_SERVING && st != TARGET_SYNCING) || !tg)
 				continue;
 			struct chunk_req q = {.route = {tg->target_id, c->chain_id, c->version},
-					      .ino = ino, .index = first_index};
+					      .ino = ino,
+					      .index = first_index};
 			struct rpc_client_opts o = {.timeout_ms = FSCK_RM_TIMEOUT_MS,
 						    .connect_timeout_ms = FSCK_RM_TIMEOUT_MS,
 						    .max_conns = 1};
@@ -468,8 +470,10 @@ static int handle_fsck(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 			return -EBADMSG;
 		r = ns_fsck_resync(ns, tid, &st);
 		if (r == 0)
-			log_info("fsck (%s): repaired a damaged replica: target %u is resynced from "
-				 "its chain", peer, tid);
+			log_info(
+			    "fsck (%s): repaired a damaged replica: target %u is resynced from "
+			    "its chain",
+			    peer, tid);
 		else
 			log_info("fsck (%s): resync of target %u refused: %s", peer, tid,
 				 strerror(-r));
@@ -491,11 +495,11 @@ static int handle_fsck(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 		const struct meta_fsck_chunk *c = &items[i];
 		if (c->verdict >= FSCK_CHUNK_NO_INODE && (flags & META_FSCK_REPAIR))
 			log_info("fsck (%s): orphan chunks of inode %llu from index %u on table %u "
-				 "(%s): %s", peer, (unsigned long long)c->ino, c->first_orphan,
-				 c->table_id,
-				 c->verdict == FSCK_CHUNK_NO_INODE  ? "no inode"
+				 "(%s): %s",
+				 peer, (unsigned long long)c->ino, c->first_orphan, c->table_id,
+				 c->verdict == FSCK_CHUNK_NO_INODE   ? "no inode"
 				 : c->verdict == FSCK_CHUNK_NOT_FILE ? "not a regular file"
-								      : "past the end of the file",
+								     : "past the end of the file",
 				 c->removed ? "removed" : strerror(-c->err));
 	}
 	meta_fsck_chunks_reply_put(w, items, n);

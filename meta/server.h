@@ -3,7 +3,7 @@
  * the reply. ctx is the struct ns. Decode errors answer -EBADMSG; unknown
  * message types -EOPNOTSUPP. */
 #pragma once
-#include "rpc.h"
+#include "fs/rpc.h"
 
 int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		const struct rpc_peer *peer);

@@ -20,8 +20,8 @@
  * the cluster's factor). */
 #include <errno.h>
 #include <stdlib.h>
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
 			 uint32_t *ret_n)

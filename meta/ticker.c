@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
-#include "ticker.h"
+#include "meta/ticker.h"
 
 struct ticker {
 	pthread_t thr;

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config clang libclang-rt-14-dev
+  build-essential cmake pkg-config clang libclang-rt-14-dev clang-format
   librocksdb-dev liburing-dev libfuse3-dev fuse3 libxxhash-dev
   libzstd-dev zlib1g-dev libssl-dev erofs-utils
   python3 python3-pytest

@@ -4,18 +4,18 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "chunks.h"
-#include "proto.h"
-#include "wire.h"
+#include "tools/chunks.h"
+#include "fs/proto.h"
+#include "fs/wire.h"
 
 int cli_chunk_call(const struct strata_target *t, const struct strata_chain *ch, uint16_t type,
 		   struct chunk_req *q, struct rpc_reply *rep)
 {
-	struct rpc_client_opts o = { .timeout_ms = 30000, .max_conns = 1 };
+	struct rpc_client_opts o = {.timeout_ms = 30000, .max_conns = 1};
 	struct rpc_client *c = rpc_client_new(t->addr, &o);
 	if (!c)
 		return -ENOMEM;
-	q->route = (struct chunk_route){ t->target_id, ch->chain_id, ch->version };
+	q->route = (struct chunk_route){t->target_id, ch->chain_id, ch->version};
 	struct wbuf w;
 	wbuf_init(&w);
 	int r = chunk_req_encode(type, q, &w);
@@ -30,9 +30,11 @@ int cli_chunk_list_page(const struct strata_target *t, const struct strata_chain
 			uint64_t ino, uint32_t index, uint32_t max, bool deep,
 			struct chunk_list_ent *v, bool *more)
 {
-	struct chunk_req q = { .ino = ino, .index = index, .len = max,
-			       .flags = (first ? CHUNK_LF_FIRST : 0) | (deep ? CHUNK_LF_VERIFY : 0) };
-	struct rpc_reply rep = { 0 };
+	struct chunk_req q = {.ino = ino,
+			      .index = index,
+			      .len = max,
+			      .flags = (first ? CHUNK_LF_FIRST : 0) | (deep ? CHUNK_LF_VERIFY : 0)};
+	struct rpc_reply rep = {0};
 	int r = cli_chunk_call(t, ch, MSG_CHUNK_LIST, &q, &rep);
 	if (r == 0) {
 		struct rbuf b;
@@ -55,9 +57,9 @@ int cli_chunk_list_all(const struct strata_target *t, const struct strata_chain 
 			return -ENOMEM;
 		}
 		v = nv;
-		int r = cli_chunk_list_page(t, ch, n == 0, n ? v[n - 1].ino : 0,
-					    n ? v[n - 1].index : 0, CHUNK_LIST_MAX, deep, v + n,
-					    &more);
+		int r =
+		    cli_chunk_list_page(t, ch, n == 0, n ? v[n - 1].ino : 0, n ? v[n - 1].index : 0,
+					CHUNK_LIST_MAX, deep, v + n, &more);
 		if (r < 0) {
 			free(v);
 			return r;
@@ -74,8 +76,8 @@ int cli_chunk_list_all(const struct strata_target *t, const struct strata_chain 
 int cli_chunk_stat(const struct strata_target *t, const struct strata_chain *ch, uint64_t ino,
 		   uint32_t index, struct chunk_stat *st)
 {
-	struct chunk_req q = { .ino = ino, .index = index };
-	struct rpc_reply rep = { 0 };
+	struct chunk_req q = {.ino = ino, .index = index};
+	struct rpc_reply rep = {0};
 	int r = cli_chunk_call(t, ch, MSG_CHUNK_STAT, &q, &rep);
 	if (r == 0) {
 		struct rbuf b;
@@ -84,6 +86,6 @@ int cli_chunk_stat(const struct strata_target *t, const struct strata_chain *ch,
 	}
 	rpc_reply_done(&rep);
 	if (r == -ENOENT)
-		*st = (struct chunk_stat){ 0 };
+		*st = (struct chunk_stat){0};
 	return r == -ENOENT ? 0 : r;
 }

@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chunk_proto.h"
-#include "layout.h"
-#include "rpc.h"
+#include "fs/chunk_proto.h"
+#include "fs/layout.h"
+#include "fs/rpc.h"
 
 /* One idempotent request to target t of chain ch (routed by the chain's
  * current version); the reply in *rep (rpc_reply_done it). */

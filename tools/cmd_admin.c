@@ -36,20 +36,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "chunk_proto.h"
-#include "chunks.h"
-#include "cleanup.h"
-#include "cli.h"
-#include "layout.h"
-#include "meta_client.h"
-#include "proto.h"
-#include "rpc.h"
+#include "fs/chunk_proto.h"
+#include "tools/chunks.h"
+#include "fs/cleanup.h"
+#include "tools/cli.h"
+#include "fs/layout.h"
+#include "fs/meta_client.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
 
 #define VERB "admin"
 
 static const char *state_name(uint8_t s)
 {
-	static const char *n[] = { "serving", "syncing", "waiting", "offline" };
+	static const char *n[] = {"serving", "syncing", "waiting", "offline"};
 	return s < 4 ? n[s] : "unknown";
 }
 
@@ -122,7 +122,8 @@ static int show_targets(const struct mgmt_cluster *c, bool json)
 		snprintf(sz, sizeof(sz), "%llu/%llu", (unsigned long long)(t->free_bytes >> 20),
 			 (unsigned long long)(t->total_bytes >> 20));
 		if (t->sync_total)
-			snprintf(rs, sizeof(rs), "%llu/%llu chunks", (unsigned long long)t->sync_done,
+			snprintf(rs, sizeof(rs), "%llu/%llu chunks",
+				 (unsigned long long)t->sync_done,
 				 (unsigned long long)t->sync_total);
 		printf("%-7u %-5u %-6u %-8s %-18s %s\n", t->target_id, t->node_id, t->chain_id,
 		       state_name(t->state), sz, rs);
@@ -176,8 +177,8 @@ static int show_usage(struct meta_client *mc, const struct mgmt_cluster *c, bool
 		       "%llu inodes used\n\n%-6s %-24s %-7s %-12s %-12s %s\n",
 		       (unsigned long long)(used >> 20), (unsigned long long)(st.total_bytes >> 20),
 		       pct(used, st.total_bytes), (unsigned long long)(st.avail_bytes >> 20),
-		       (unsigned long long)st.used_inodes, "NODE", "ADDRESS", "TARGETS",
-		       "USED MiB", "TOTAL MiB", "USE%");
+		       (unsigned long long)st.used_inodes, "NODE", "ADDRESS", "TARGETS", "USED MiB",
+		       "TOTAL MiB", "USE%");
 	for (uint32_t i = 0; i < c->nnodes; i++) {
 		const struct mgmt_node_info *n = &c->nodes[i];
 		uint32_t nt;
@@ -214,9 +215,11 @@ static void print_chain(const struct strata_routing *rt, const struct strata_cha
 		const char *st = state_name(routing_state(rt, ch->targets[j]));
 		if (json)
 			printf("%s{\"target\":%u,\"node\":%u,\"state\":\"%s\",\"addr\":\"%s\"}",
-			       j ? "," : "", ch->targets[j], t ? t->node_id : 0, st, t ? t->addr : "");
+			       j ? "," : "", ch->targets[j], t ? t->node_id : 0, st,
+			       t ? t->addr : "");
 		else
-			printf("%s%u@n%u:%s", j ? " -> " : "", ch->targets[j], t ? t->node_id : 0, st);
+			printf("%s%u@n%u:%s", j ? " -> " : "", ch->targets[j], t ? t->node_id : 0,
+			       st);
 	}
 	printf(json ? "]}" : "\n");
 }
@@ -226,7 +229,8 @@ static int show_chains(const struct strata_routing *rt, bool json)
 	if (json)
 		printf("{\"routing_version\":%llu,\"chains\":[", (unsigned long long)rt->version);
 	else
-		printf("%-6s %-8s %-9s %s\n", "CHAIN", "VERSION", "REPLICAS", "TARGETS (head first)");
+		printf("%-6s %-8s %-9s %s\n", "CHAIN", "VERSION", "REPLICAS",
+		       "TARGETS (head first)");
 	for (uint32_t i = 0; i < rt->nchains; i++) {
 		if (json && i)
 			printf(",");
@@ -235,11 +239,11 @@ static int show_chains(const struct strata_routing *rt, bool json)
 	printf(json ? "],\"tables\":[" : "\n%-6s %-9s %s\n", "TABLE", "REPLICAS", "CHAINS");
 	for (uint32_t i = 0; i < rt->ntables; i++) {
 		const struct strata_chain_table *t = &rt->tables[i];
-		printf(json ? "%s{\"table\":%u,\"replicas\":%u,\"chains\":["
-			    : "%s%-6u %-9u ",
+		printf(json ? "%s{\"table\":%u,\"replicas\":%u,\"chains\":[" : "%s%-6u %-9u ",
 		       json && i ? "," : "", t->table_id, t->replicas);
 		for (uint32_t j = 0; j < t->nchains; j++)
-			printf(json ? "%s%u" : "%s%u", j ? (json ? "," : " ") : "", t->chain_ids[j]);
+			printf(json ? "%s%u" : "%s%u", j ? (json ? "," : " ") : "",
+			       t->chain_ids[j]);
 		printf(json ? "]}" : "\n");
 	}
 	if (json)
@@ -270,8 +274,8 @@ static void print_deep_ent(uint32_t tid, const struct chunk_list_ent *e)
 
 /* --deep: every replica lists its chunks reading every block (a damaged
  * chunk lists as version 0); the lists must be identical. */
-static int verify_deep(const struct strata_target *const *tg, int nt,
-		       const struct strata_chain *ch, uint64_t *ret_chunks, uint64_t *ret_diffs)
+static int verify_deep(const struct strata_target *const *tg, int nt, const struct strata_chain *ch,
+		       uint64_t *ret_chunks, uint64_t *ret_diffs)
 {
 	_cleanup_free_ struct chunk_list_ent *base = NULL;
 	size_t nb = 0;
@@ -322,7 +326,8 @@ static int verify_chain(const struct strata_routing *rt, const struct strata_cha
 			struct chunk_stat st[STRATA_MAX_REPLICAS];
 			bool differ = false;
 			for (int b = 0; b < nt; b++) {
-				if ((r = cli_chunk_stat(tg[b], ch, ents[i].ino, ents[i].index, &st[b])) < 0)
+				if ((r = cli_chunk_stat(tg[b], ch, ents[i].ino, ents[i].index,
+							&st[b])) < 0)
 					return r;
 				differ |= st[b].version != st[0].version ||
 					  st[b].length != st[0].length ||
@@ -334,7 +339,8 @@ static int verify_chain(const struct strata_routing *rt, const struct strata_cha
 			(*ret_diffs)++;
 			if (!json)
 				for (int b = 0; b < nt; b++)
-					printf("DIFF chain %u ino %llu index %u target %u: v%llu len %u "
+					printf("DIFF chain %u ino %llu index %u target %u: v%llu "
+					       "len %u "
 					       "xxh3 %016llx\n",
 					       ch->chain_id, (unsigned long long)ents[i].ino,
 					       ents[i].index, tg[b]->target_id,
@@ -371,7 +377,7 @@ static int do_verify(const struct strata_routing *rt, bool json, bool deep)
 struct layout_args {
 	const char *op, *path; /* op: "get" or "set" */
 	char mount[CLI_PATH];  /* the cluster's mount point, or "" */
-	int replicas;          /* set: 0 = unchanged */
+	int replicas;	       /* set: 0 = unchanged */
 	uint32_t chunk_size;   /* set: 0 = unchanged */
 };
 
@@ -431,7 +437,8 @@ static const struct strata_chain_table *layout_table(const struct strata_routing
 {
 	const struct strata_chain_table *t = routing_table(rt, a->layout.table_id), *best = t;
 	for (uint32_t i = 0; t && S_ISDIR(a->mode) && i < rt->ntables; i++)
-		if (rt->tables[i].replicas == t->replicas && rt->tables[i].table_id > best->table_id)
+		if (rt->tables[i].replicas == t->replicas &&
+		    rt->tables[i].table_id > best->table_id)
 			best = &rt->tables[i];
 	return best;
 }
@@ -478,14 +485,16 @@ static int layout_set_err(const struct layout_args *la, const struct strata_rout
 			la->path);
 	else if (r == -ERANGE) {
 		factors(rt, f, sizeof(f));
-		cli_err(VERB, "%s: no chain table with %d replicas (tables exist for: %s); a "
-			      "factor needs that many nodes with spare targets",
+		cli_err(VERB,
+			"%s: no chain table with %d replicas (tables exist for: %s); a "
+			"factor needs that many nodes with spare targets",
 			la->path, la->replicas, f[0] ? f : "none");
 	} else if (r == -EINVAL && la->chunk_size)
 		cli_err(VERB, "--chunk-size must be a power of two from 64K to 64M");
 	else if (r == -EPROTO)
-		cli_err(VERB, "%s: strata-meta did not set the replication factor (a version "
-			      "without factors per directory?)",
+		cli_err(VERB,
+			"%s: strata-meta did not set the replication factor (a version "
+			"without factors per directory?)",
 			la->path);
 	else
 		cli_err(VERB, "%s: cannot set the layout: %s", la->path, strerror(-r));
@@ -496,9 +505,10 @@ static int layout_set_err(const struct layout_args *la, const struct strata_rout
 static int layout_apply(struct meta_client *mc, const struct layout_args *la,
 			const struct strata_routing *rt, struct strata_attr *a)
 {
-	struct strata_setattr sa = { .replicas = (uint32_t)la->replicas,
-				     .chunk_size = la->chunk_size };
-	sa.valid = (la->replicas ? STRATA_SET_REPLICAS : 0) | (la->chunk_size ? STRATA_SET_LAYOUT : 0);
+	struct strata_setattr sa = {.replicas = (uint32_t)la->replicas,
+				    .chunk_size = la->chunk_size};
+	sa.valid =
+	    (la->replicas ? STRATA_SET_REPLICAS : 0) | (la->chunk_size ? STRATA_SET_LAYOUT : 0);
 	int r = sa.valid ? meta_setattr(mc, a->ino, &sa, a) : 0;
 	const struct strata_chain_table *t = layout_table(rt, a);
 	if (r == 0 && la->replicas && (!t || t->replicas != la->replicas))
@@ -509,12 +519,12 @@ static int layout_apply(struct meta_client *mc, const struct layout_args *la,
 static int do_layout(struct meta_client *mc, const struct layout_args *la, bool json)
 {
 	const char *path = ns_path(la->path, la->mount);
-	struct strata_routing rt = { 0 };
+	struct strata_routing rt = {0};
 	struct strata_attr a;
 	int r = walk(mc, path, &a);
 	if (r < 0) {
-		cli_err(VERB, "%s: %s", la->path, r == -EINVAL ? "not an absolute path without '..'"
-							     : strerror(-r));
+		cli_err(VERB, "%s: %s", la->path,
+			r == -EINVAL ? "not an absolute path without '..'" : strerror(-r));
 		return 1;
 	}
 	if ((r = mgmt_routing(mc, &rt)) < 0) {
@@ -574,18 +584,19 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
  * Returns the verb, or NULL for a usage error. */
 static const char *parse_verb(int argc, char **argv, int first, struct layout_args *la)
 {
-	static const char *const verbs[] = { "nodes", "targets", "chains", "verify", "usage" };
+	static const char *const verbs[] = {"nodes", "targets", "chains", "verify", "usage"};
 	const char *what = first < argc ? argv[first] : NULL;
 	bool setting = la->replicas || la->chunk_size;
 	if (what && !strcmp(what, "layout")) {
-		if (argc - first != 3 || (strcmp(argv[first + 1], "get") && strcmp(argv[first + 1], "set")))
+		if (argc - first != 3 ||
+		    (strcmp(argv[first + 1], "get") && strcmp(argv[first + 1], "set")))
 			return NULL;
 		la->op = argv[first + 1];
 		la->path = argv[first + 2];
 		return setting == !strcmp(la->op, "set") ? what : NULL;
 	}
-	for (size_t i = 0; what && !setting && argc - first == 1 && i < sizeof(verbs) / sizeof(*verbs);
-	     i++)
+	for (size_t i = 0;
+	     what && !setting && argc - first == 1 && i < sizeof(verbs) / sizeof(*verbs); i++)
 		if (!strcmp(what, verbs[i]))
 			return what;
 	return NULL;
@@ -594,23 +605,37 @@ static const char *parse_verb(int argc, char **argv, int first, struct layout_ar
 int cmd_admin(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "home", required_argument, NULL, 'H' },     { "meta", required_argument, NULL, 'm' },
-		{ "json", no_argument, NULL, 'j' },           { "help", no_argument, NULL, 'h' },
-		{ "deep", no_argument, NULL, 'd' },           { "replicas", required_argument, NULL, 'r' },
-		{ "chunk-size", required_argument, NULL, 'c' }, {},
+	    {"home", required_argument, NULL, 'H'},
+	    {"meta", required_argument, NULL, 'm'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"deep", no_argument, NULL, 'd'},
+	    {"replicas", required_argument, NULL, 'r'},
+	    {"chunk-size", required_argument, NULL, 'c'},
+	    {},
 	};
 	const char *home = NULL, *meta = NULL;
-	struct layout_args la = { 0 };
+	struct layout_args la = {0};
 	bool json = false, deep = false;
 	int o;
 	opterr = 0;
 	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (o) {
-		case 'H': home = optarg; break;
-		case 'm': meta = optarg; break;
-		case 'j': json = true; break;
-		case 'd': deep = true; break;
-		case 'h': usage(stdout); return 0;
+		case 'H':
+			home = optarg;
+			break;
+		case 'm':
+			meta = optarg;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'd':
+			deep = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
 		case 'r':
 			if (cli_parse_int(optarg, 1, STRATA_MAX_REPLICAS, &la.replicas) == 0)
 				break;
@@ -621,7 +646,9 @@ int cmd_admin(int argc, char **argv)
 				break;
 			cli_err(VERB, "--chunk-size: not a size (e.g. 1M, 64K): %s", optarg);
 			return 2;
-		default: cli_bad_option(VERB, o, argv); return 2;
+		default:
+			cli_bad_option(VERB, o, argv);
+			return 2;
 		}
 	}
 	const char *what = parse_verb(argc, argv, optind, &la);

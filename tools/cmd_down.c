@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "cli.h"
-#include "mount.h"
-#include "store.h"
+#include "tools/cli.h"
+#include "imagesvc/mount.h"
+#include "imagesvc/store.h"
 
 #define VERB "down"
 

@@ -33,15 +33,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chunk_proto.h"
-#include "chunks.h"
-#include "cleanup.h"
-#include "cli.h"
-#include "layout.h"
-#include "meta_client.h"
-#include "meta_proto.h"
-#include "proto.h"
-#include "rpc.h"
+#include "fs/chunk_proto.h"
+#include "tools/chunks.h"
+#include "fs/cleanup.h"
+#include "tools/cli.h"
+#include "fs/layout.h"
+#include "fs/meta_client.h"
+#include "fs/meta_proto.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
 
 #define VERB "fsck"
 #define RECHECKS 3 /* a replica difference must persist this many looks */

@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "mount.h"
-#include "oci.h"
-#include "prefetch.h"
-#include "registry.h"
-#include "store.h"
+#include "tools/cli.h"
+#include "imagesvc/mount.h"
+#include "imagesvc/pull/oci.h"
+#include "imagesvc/prefetch.h"
+#include "imagesvc/pull/registry.h"
+#include "imagesvc/store.h"
 
 #define VERB "image"
 

@@ -10,9 +10,7 @@
  *   strata sandbox ls [--json]
  *   strata sandbox rm ID...
  *
- * tools/ links only strata_fs, so this file shares sandboxd's JSON codec by
- * including its source (one translation unit; nothing else in `strata` uses
- * it). */
+ * Requests and replies are JSON, through the codec sandboxd uses (fs/json.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -22,8 +20,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "../sandbox/sandboxd/json.c"
+#include "tools/cli.h"
+#include "fs/json.h"
 
 #define VERB "sandbox"
 

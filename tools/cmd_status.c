@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 #define VERB "status"
 

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "cli.h"
-#include "types.h"
+#include "tools/cli.h"
+#include "fs/types.h"
 
 #define VERB "up"
 /* The port of a chunkserver that has an address of its own. */

@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include "cleanup.h"
-#include "cli.h"
+#include "fs/cleanup.h"
+#include "tools/cli.h"
 
 void cli_err(const char *verb, const char *fmt, ...)
 {

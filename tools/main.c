@@ -4,7 +4,7 @@
  * $STRATA_HOME (default ./.strata). */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 struct verb {
 	const char *name;

@@ -12,10 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <fcntl.h>
-#include "cleanup.h"
-#include "cli.h"
+#include "fs/cleanup.h"
+#include "tools/cli.h"
 #ifdef STRATA_HAVE_META_CLIENT
-#include "meta_client.h"
+#include "fs/meta_client.h"
 #endif
 
 /* Splits "host:port" or "[v6]:port". */

@@ -51,8 +51,8 @@
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "cleanup.h"
-#include "cli.h"
+#include "fs/cleanup.h"
+#include "tools/cli.h"
 
 #define NET_A 10 /* 10.78.Y.0/24 */
 #define NET_B 78
@@ -60,7 +60,7 @@
 #define NET_LOCK "/run/strata-net.lock"
 #define NSFS_MAGIC 0x6e736673
 #define NODE_HOST_BASE 10 /* node i is .(10+i) */
-#define NODE_CC "reno"   /* TCP congestion control inside the node namespaces */
+#define NODE_CC "reno"	  /* TCP congestion control inside the node namespaces */
 
 /* ---- names ------------------------------------------------------------------ */
 

@@ -21,8 +21,8 @@
 #include <linux/close_range.h>
 #include <time.h>
 #include <unistd.h>
-#include "cleanup.h"
-#include "cli.h"
+#include "fs/cleanup.h"
+#include "tools/cli.h"
 
 #define FUSE_SUPER_MAGIC 0x65735546
 

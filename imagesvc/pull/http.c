@@ -31,8 +31,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "cleanup.h"
-#include "http.h"
+#include "fs/cleanup.h"
+#include "imagesvc/pull/http.h"
 
 #define HTTP_LINE_MAX 8192
 #define HTTP_MAX_HEADERS 128

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "oci.h"
+#include "imagesvc/pull/oci.h"
 
 #define HTTP_MAX_HOST 256
 #define HTTP_MAX_URL 8192

@@ -11,7 +11,7 @@
 
 #include <json-c/json.h>
 
-#include "oci.h"
+#include "imagesvc/pull/oci.h"
 
 #define OCI_MT_MANIFEST "application/vnd.oci.image.manifest.v1+json"
 #define OCI_MT_INDEX "application/vnd.oci.image.index.v1+json"

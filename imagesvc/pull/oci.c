@@ -21,8 +21,8 @@
 
 #include <openssl/evp.h>
 
-#include "cleanup.h"
-#include "oci-internal.h"
+#include "fs/cleanup.h"
+#include "imagesvc/pull/oci-internal.h"
 
 int oci_err_set(struct oci_err *e, int code, const char *fmt, ...)
 {

@@ -23,10 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "istream.h"
-#include "oci-internal.h"
-#include "tar.h"
+#include "fs/cleanup.h"
+#include "imagesvc/istream.h"
+#include "imagesvc/pull/oci-internal.h"
+#include "imagesvc/tar.h"
 
 #define ARCHIVE_MAX_COMPONENTS 3
 #define ARCHIVE_MAX_ALIASES 4096

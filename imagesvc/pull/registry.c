@@ -22,10 +22,10 @@
 
 #include <openssl/evp.h>
 
-#include "cleanup.h"
-#include "http.h"
-#include "oci-internal.h"
-#include "registry.h"
+#include "fs/cleanup.h"
+#include "imagesvc/pull/http.h"
+#include "imagesvc/pull/oci-internal.h"
+#include "imagesvc/pull/registry.h"
 
 #define REG_MAX_REDIRECTS 5
 #define REG_MAX_TOKEN 8192

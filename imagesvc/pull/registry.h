@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "oci.h"
+#include "imagesvc/pull/oci.h"
 
 struct registry_ref {
 	char *scheme;	/* "http", "https" or NULL when not given */

@@ -8,7 +8,7 @@
  * on a unix socket outside its root, see accept_host); when the agent exits, the kernel kills
  * everything else in the sandbox's pid namespace. See agent.h for the loop's
  * invariants and PROTOCOL.md for the messages. */
-#include "agent.h"
+#include "sandbox/agent/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "proto.h"
+#include "sandbox/agent/proto.h"
 
 #define AG_MAX_EXECS 256
 #define AG_MAX_FDS 4 /* fds received with frames (SCM_RIGHTS), queued */

@@ -9,7 +9,7 @@
  * carries AG_EXIT_F_TRUNCATED. Start failures (no such binary, bad cwd or
  * user) are the EXEC reply's status; after a successful reply exactly one
  * EXIT follows. */
-#include "agent.h"
+#include "sandbox/agent/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -200,10 +200,17 @@ static int spawn(struct ag_exec_req *q, struct ag_execp *e)
 		goto out;
 	/* Not fork(): no copy of the page tables, no copy-on-write faults in
 	 * either process and no teardown of the copy at the exec (~0.1 ms). */
-	struct child_args ca = {.q = q, .in = fds[4], .out = fds[1], .err = fds[3],
-				.errfd = fds[7], .uid = uid, .gid = gid, .ids = ids, .home = home};
-	pid_t pid = clone(child, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
-			  &ca);
+	struct child_args ca = {.q = q,
+				.in = fds[4],
+				.out = fds[1],
+				.err = fds[3],
+				.errfd = fds[7],
+				.uid = uid,
+				.gid = gid,
+				.ids = ids,
+				.home = home};
+	pid_t pid =
+	    clone(child, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
 	if (pid < 0) {
 		r = -errno;
 		goto out;

@@ -7,7 +7,7 @@
  * the sandbox's capabilities). Every reply starts with an i32 status; only
  * regular files are read or written, and opens use O_NONBLOCK so that a FIFO
  * cannot stall the agent's loop. */
-#include "agent.h"
+#include "sandbox/agent/agent.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -31,7 +31,7 @@
  * write. The unmount that pivot_root would need costs an RCU grace period
  * on the critical path. A failure replies the errno and exits (ending the
  * sandbox). */
-#include "agent.h"
+#include "sandbox/agent/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>

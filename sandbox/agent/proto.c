@@ -4,7 +4,7 @@
  * sandbox library and the fuzz target compile the same file. Writers grow a
  * heap buffer and remember the first allocation failure; readers are bounded
  * cursors that turn every overrun into -EBADMSG. */
-#include "proto.h"
+#include "sandbox/agent/proto.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
+#include "sandbox/container/sandbox-internal.h"
 
 static const char *const ctrl_names[CG_NCTRL] = {"memory", "cpu", "pids", "devices"};
 

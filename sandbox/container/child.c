@@ -59,8 +59,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
-#include "sbx_masks.h"
+#include "sandbox/container/sandbox-internal.h"
+#include "sandbox/container/sbx_masks.h"
 
 enum {
 	ST_CGROUP = 1,

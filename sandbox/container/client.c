@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto.h"
-#include "sandbox-internal.h"
+#include "sandbox/agent/proto.h"
+#include "sandbox/container/sandbox-internal.h"
 
 #define FILE_TIMEOUT_MS 30000
 #define EXEC_GRACE_MS 10000

@@ -53,7 +53,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
+#include "sandbox/container/sandbox-internal.h"
 
 #define LO_FLAGS (IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
 

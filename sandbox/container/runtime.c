@@ -45,7 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
+#include "sandbox/container/sandbox-internal.h"
 
 static int mkdir_p(const char *path, mode_t mode)
 {

@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cleanup.h"
-#include "strata_sandbox.h"
+#include "fs/cleanup.h"
+#include "sandbox/container/strata_sandbox.h"
 
 static inline void fclosep(FILE **f)
 {
@@ -123,18 +123,18 @@ uint64_t sbx_caps_keep(void);
 struct child_args {
 	int mntns_fd; /* the runtime's template mount namespace (mntns_template) */
 	char tmpfs_opts[64];
-	bool new_netns;		/* clone made a network namespace: lo must be brought up */
-	int netns_fd;		/* else a reused one to join (setns), or -1 (host network) */
-	int ipcns_fd;		/* a reused IPC namespace to join, or -1 (clone made one) */
-	bool cgroupns;		/* unshare a cgroup namespace after joining */
-	int procs_fd[CG_NCTRL]; /* v1 "tasks" files to join, -1 if none */
-	int agent_fd;		/* memfd with the agent */
-	int seccomp_fd;		/* memfd with the BPF program */
+	bool new_netns;		   /* clone made a network namespace: lo must be brought up */
+	int netns_fd;		   /* else a reused one to join (setns), or -1 (host network) */
+	int ipcns_fd;		   /* a reused IPC namespace to join, or -1 (clone made one) */
+	bool cgroupns;		   /* unshare a cgroup namespace after joining */
+	int procs_fd[CG_NCTRL];	   /* v1 "tasks" files to join, -1 if none */
+	int agent_fd;		   /* memfd with the agent */
+	int seccomp_fd;		   /* memfd with the BPF program */
 	uint32_t masks_present[4]; /* bit i of [k]: entry i of mask list k exists */
-	int sock_fd;		/* agent end of the socketpair */
-	int err_fd;		/* write end of the error pipe (clone3), or -1 */
-	int *status;		/* or (clone_vm) where a failure's {step, errno} goes */
-	bool files_shared;	/* cloned with CLONE_FILES: unshare (close_range) */
+	int sock_fd;		   /* agent end of the socketpair */
+	int err_fd;		   /* write end of the error pipe (clone3), or -1 */
+	int *status;		   /* or (clone_vm) where a failure's {step, errno} goes */
+	bool files_shared;	   /* cloned with CLONE_FILES: unshare (close_range) */
 };
 
 /* Runs in the child; never returns. On failure reports {step, errno} in
@@ -221,9 +221,9 @@ struct sbx_runtime {
 	int home_net_fd, home_ipc_fd;
 	uint32_t masks_present[4]; /* which masked paths exist (child.c, mntns_template) */
 	bool fresh_netns;	   /* never reuse network or IPC namespaces */
-	int mntns_fd;	  /* the template mount namespace (mntns_template) */
-	int agent_fd;	/* sealed memfd with strata-agent */
-	int seccomp_fd; /* sealed memfd with the BPF program */
+	int mntns_fd;		   /* the template mount namespace (mntns_template) */
+	int agent_fd;		   /* sealed memfd with strata-agent */
+	int seccomp_fd;		   /* sealed memfd with the BPF program */
 	struct cg_driver cg;
 	struct pool pool;
 	uint64_t seq; /* atomically incremented */
@@ -234,9 +234,9 @@ struct sbx {
 	struct sbx_runtime *rt;
 	pid_t pid;
 	int pidfd;
-	int ctl; /* host end of the protocol stream */
+	int ctl;	    /* host end of the protocol stream */
 	struct netns netns; /* its network namespace ("none"; fd -1 if unknown), reused after it */
-	struct ipcns ipc; /* its IPC namespace (-1 if unknown), reused after it */
+	struct ipcns ipc;   /* its IPC namespace (-1 if unknown), reused after it */
 	struct cg_slot *cg;
 	enum sbx_network net;
 	bool persist; /* survives its stream; released, not killed, by sbx_release */

@@ -42,8 +42,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proto.h"
-#include "sandbox-internal.h"
+#include "sandbox/agent/proto.h"
+#include "sandbox/container/sandbox-internal.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3

@@ -46,7 +46,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
+#include "sandbox/container/sandbox-internal.h"
 
 static const char *const allowed[] = {
     "accept",

@@ -38,12 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "http.h"
-#include "log.h"
-#include "pool.h"
-#include "sandboxd.h"
-#include "tar.h"
+#include "fs/cleanup.h"
+#include "sandbox/sandboxd/http.h"
+#include "fs/log.h"
+#include "sandbox/sandboxd/pool.h"
+#include "sandbox/sandboxd/sandboxd.h"
+#include "sandbox/sandboxd/tar.h"
 
 #define ERRLEN 512
 #define SBD_STDIN_CHUNK_MAX (1u << 20) /* one POST .../stdin body */
@@ -393,7 +393,7 @@ struct create_job {
 #define CREATE_INLINE_MAX_US 1000
 
 static struct {
-	pthread_mutex_t mu; /* guards done, finished */
+	pthread_mutex_t mu;  /* guards done, finished */
 	pthread_cond_t cond; /* a create finished (for the drain) */
 	struct create_job *in_flight, *done;
 	unsigned running; /* started and not finished */
@@ -423,7 +423,8 @@ static void create_reserve(struct sandboxd *d, const struct sbd_sandbox *sb, int
  * j, and the drain may close cj.efd: the eventfd is written under cj.mu. */
 static void create_run(struct sbd_job *job)
 {
-	struct create_job *j = (struct create_job *)((char *)job - offsetof(struct create_job, job));
+	struct create_job *j =
+	    (struct create_job *)((char *)job - offsetof(struct create_job, job));
 	int64_t t0 = now_us();
 	j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
 	j->took_us = now_us() - t0;

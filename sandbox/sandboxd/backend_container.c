@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 #ifndef STRATA_HAVE_CONTAINER
 
@@ -121,7 +121,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include <time.h>
 #include <unistd.h>
 
-#include "strata_sandbox.h"
+#include "sandbox/container/strata_sandbox.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
 #define EXEC_GRACE_MS 10000 /* beyond an exec's timeout, as sbx_exec waits */
@@ -961,12 +961,11 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	};
 	snprintf(dir, sizeof(dir), "%s/container", state_dir);
 	int r = agent_path(agent, sizeof(agent));
-	struct sbx_runtime_config rc = {
-	    .agent_path = agent,
-	    .state_dir = dir,
-	    .cgroup_name = "strata-sandbox",
-	    .pool_size = 8,
-	    .fresh_netns = fresh_netns};
+	struct sbx_runtime_config rc = {.agent_path = agent,
+					.state_dir = dir,
+					.cgroup_name = "strata-sandbox",
+					.pool_size = 8,
+					.fresh_netns = fresh_netns};
 	if (r == 0)
 		r = sbx_runtime_new(&rc, &cb->rt);
 	if (r < 0)

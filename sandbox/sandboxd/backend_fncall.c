@@ -71,13 +71,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "loop.h"
-#include "sandboxd.h"
+#include "fs/cleanup.h"
+#include "sandbox/sandboxd/loop.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 #ifdef STRATA_HAVE_CONTAINER
-#include "sbx_masks.h"
-#include "strata_sandbox.h"
+#include "sandbox/container/sbx_masks.h"
+#include "sandbox/container/strata_sandbox.h"
 #endif
 
 #ifndef CLONE_PIDFD
@@ -179,7 +179,7 @@ struct cmd_pool {
 	uint32_t cpu_millis;
 	struct cmd_box *idle;
 	int nidle, creating, target, uses;
-	int err; /* the last create failed: not refilled until the next call */
+	int err;	      /* the last create failed: not refilled until the next call */
 	int64_t last_use_ms;  /* made or called (the loop's) */
 	int64_t last_call_ms; /* the last call, 0 = none yet */
 	struct cmd_pool *next;
@@ -624,7 +624,7 @@ static void mount_dev(void)
 
 /* What is masked or made read-only in /proc and /sys (relative to the new
  * root): the container library's lists (sandbox/container/sbx_masks.h);
- * tests/sandboxd/test_fncall_python.py compares what a Python call and a
+ * tests/sandbox/sandboxd/test_fncall_python.py compares what a Python call and a
  * command call see. The worker runs as uid 0 without capabilities, and some
  * of these check only file permissions (writing /proc/sysrq-trigger needs
  * no capability). Absent paths are skipped. */
@@ -1340,7 +1340,7 @@ struct cmd_call {
 	bool exit_pending;
 	struct sbd_exit exit;
 	int64_t deadline_ms;
-	char argv0[128]; /* for the message of a command that could not start */
+	char argv0[128];       /* for the message of a command that could not start */
 	struct cmd_call *next; /* in fb->cmds */
 };
 
@@ -1691,7 +1691,8 @@ static void cmd_after(struct cmd_call *c, bool done)
 	if (c->exit_pending || done) {
 		if (!c->exit_pending) { /* cannot happen: done comes after exit */
 			c->exit.exit_code = -1;
-			snprintf(c->exit.error, sizeof(c->exit.error), "the call ended without exit");
+			snprintf(c->exit.error, sizeof(c->exit.error),
+				 "the call ended without exit");
 		}
 		cmd_finish(c, true);
 		return;

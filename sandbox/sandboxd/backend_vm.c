@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sandboxd.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 struct vm_backend {
 	struct sbd_backend b;

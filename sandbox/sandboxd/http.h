@@ -10,7 +10,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
-#include "json.h"
+#include "fs/json.h"
 
 #define HTTP_MAX_HEAD 16384
 #define HTTP_MAX_HEADERS 64

@@ -29,12 +29,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "log.h"
-#include "mount.h"
-#include "prefetch.h"
-#include "sandboxd.h"
-#include "store.h"
+#include "fs/cleanup.h"
+#include "fs/log.h"
+#include "imagesvc/mount.h"
+#include "imagesvc/prefetch.h"
+#include "sandbox/sandboxd/sandboxd.h"
+#include "imagesvc/store.h"
 
 #define IMAGES_RECORD_AFTER_S 5
 

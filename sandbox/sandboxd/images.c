@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "sandboxd.h"
+#include "fs/cleanup.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 static bool valid_name(const char *n)
 {

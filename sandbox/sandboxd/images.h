@@ -31,7 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "json.h"
+#include "fs/json.h"
 
 #define IMAGES_LINGER_S 30	    /* $STRATA_SANDBOXD_IMAGE_LINGER_S overrides (tests) */
 #define IMAGES_CONFIG_MAX (1 << 20) /* bytes of an OCI image config we read */

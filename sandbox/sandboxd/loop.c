@@ -2,7 +2,7 @@
  *
  * Invariant: a watch deleted while events for it are pending in the current
  * round is never called: sbd_watch_del clears it from the pending array. */
-#include "loop.h"
+#include "sandbox/sandboxd/loop.h"
 
 #include <errno.h>
 #include <stdlib.h>

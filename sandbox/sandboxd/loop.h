@@ -14,7 +14,7 @@ struct sbd_loop;
 typedef void (*sbd_io_fn)(void *ctx, uint32_t events);
 
 struct sbd_watch {
-	int fd; /* -1 when not registered */
+	int fd;		 /* -1 when not registered */
 	uint32_t events; /* as registered: a mod to the same is skipped */
 	sbd_io_fn fn;
 	void *ctx;

@@ -34,32 +34,33 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "daemon.h"
-#include "log.h"
-#include "sandboxd.h"
+#include "fs/cleanup.h"
+#include "fs/daemon.h"
+#include "fs/log.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 static void usage(FILE *f)
 {
 	fprintf(
-	    f, "Usage: strata-sandboxd [OPTIONS]\n"
-	       "  --home DIR             cluster home (default $STRATA_HOME or ./.strata)\n"
-	       "  --socket PATH          API socket (default HOME/run/sandboxd.sock)\n"
-	       "  --state-dir DIR        sandbox state (default /run/strata/sandboxd-HASH or\n"
-	       "                         /dev/shm/strata/..., a tmpfs, linked from HOME/sandboxd)\n"
-	       "  --image NAME=DIR       register a root filesystem directory as image NAME\n"
-	       "  --images-dir DIR       register every DIR/*.json {\"name\",\"rootfs\",...}\n"
-	       "  --listen-tcp HOST:PORT also serve TCP (needs --token or $STRATA_SANDBOXD_TOKEN)\n"
-	       "  --token T              bearer token for TCP clients\n"
-	       "  --max-sandboxes N      admission: sandboxes on this node (default 4096)\n"
-	       "  --memory-budget-mb N   admission: sum of memory_mb (default 32 x RAM)\n"
-	       "  --pids-budget N        admission: sum of pids (default 4 x pid_max)\n"
-	       "  --reserve-mb N         refuse creates below this MemAvailable (default 128)\n"
-	       "  --max-body-mb N        largest request body (default 64)\n"
-	       "  --fncall-pool N        warm fncall workers per image (default 2)\n"
-	       "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
-	       "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
-	       "  --log-level L          error|warn|info|debug (default info)\n");
+	    f,
+	    "Usage: strata-sandboxd [OPTIONS]\n"
+	    "  --home DIR             cluster home (default $STRATA_HOME or ./.strata)\n"
+	    "  --socket PATH          API socket (default HOME/run/sandboxd.sock)\n"
+	    "  --state-dir DIR        sandbox state (default /run/strata/sandboxd-HASH or\n"
+	    "                         /dev/shm/strata/..., a tmpfs, linked from HOME/sandboxd)\n"
+	    "  --image NAME=DIR       register a root filesystem directory as image NAME\n"
+	    "  --images-dir DIR       register every DIR/*.json {\"name\",\"rootfs\",...}\n"
+	    "  --listen-tcp HOST:PORT also serve TCP (needs --token or $STRATA_SANDBOXD_TOKEN)\n"
+	    "  --token T              bearer token for TCP clients\n"
+	    "  --max-sandboxes N      admission: sandboxes on this node (default 4096)\n"
+	    "  --memory-budget-mb N   admission: sum of memory_mb (default 32 x RAM)\n"
+	    "  --pids-budget N        admission: sum of pids (default 4 x pid_max)\n"
+	    "  --reserve-mb N         refuse creates below this MemAvailable (default 128)\n"
+	    "  --max-body-mb N        largest request body (default 64)\n"
+	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
+	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
+	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
+	    "  --log-level L          error|warn|info|debug (default info)\n");
 }
 
 static int64_t mem_total_mb(void)
@@ -439,8 +440,8 @@ static int setup_backends(struct sandboxd *d)
 static void teardown(struct sandboxd *d)
 {
 	server_close(d);
-	api_creates_drain(d); /* creates in flight: finished, kept for adoption */
-	registry_free_all(d); /* the sandboxes keep running: only our memory */
+	api_creates_drain(d);	    /* creates in flight: finished, kept for adoption */
+	registry_free_all(d);	    /* the sandboxes keep running: only our memory */
 	registry_unpersist_wait(d); /* before the state dir may be removed */
 	for (size_t i = ARRAY_SIZE(d->backends); i-- > 0;) /* fncall before container */
 		if (d->backends[i])

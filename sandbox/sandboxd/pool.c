@@ -4,13 +4,13 @@
  * only queued when idle > queued, else a thread is started for it); idle
  * counts threads waiting on cond, queued the jobs not yet taken. Threads
  * are detached: the daemon's exit does not wait for an idle one. */
-#include "pool.h"
+#include "sandbox/sandboxd/pool.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
-#define POOL_KEEP 16  /* idle threads kept however long they idle */
+#define POOL_KEEP 16   /* idle threads kept however long they idle */
 #define POOL_IDLE_S 30 /* beyond those, an idle thread exits after this */
 
 static struct {

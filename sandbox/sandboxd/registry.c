@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "log.h"
-#include "pool.h"
-#include "sandboxd.h"
+#include "fs/cleanup.h"
+#include "fs/log.h"
+#include "sandbox/sandboxd/pool.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 const char *sbd_state_name(enum sbd_state s)
 {

@@ -22,10 +22,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "backend.h"
-#include "images.h"
-#include "json.h"
-#include "loop.h"
+#include "sandbox/sandboxd/backend.h"
+#include "sandbox/sandboxd/images.h"
+#include "fs/json.h"
+#include "sandbox/sandboxd/loop.h"
 
 #define SBD_ID_LEN 20
 #define SBD_MAX_LABELS 32

@@ -22,10 +22,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "http.h"
-#include "log.h"
-#include "sandboxd.h"
+#include "fs/cleanup.h"
+#include "sandbox/sandboxd/http.h"
+#include "fs/log.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 struct conn {
 	struct sandboxd *d;

@@ -1,5 +1,5 @@
 /* tar.c — tar streams over backend file operations (see tar.h). */
-#include "tar.h"
+#include "sandbox/sandboxd/tar.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandboxd.h"
+#include "sandbox/sandboxd/sandboxd.h"
 
 struct buf {
 	uint8_t *p;

@@ -10,7 +10,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include "backend.h"
+#include "sandbox/sandboxd/backend.h"
 
 #define TAR_MAX_ENTRIES 100000
 #define TAR_MAX_DEPTH 64

@@ -5,20 +5,24 @@
 #include <errno.h>
 #include <string.h>
 
-#include "chunk_proto.h"
-#include "layout.h"
-#include "proto.h"
-#include "testutil.h"
+#include "fs/chunk_proto.h"
+#include "fs/layout.h"
+#include "fs/proto.h"
+#include "tests/testutil.h"
 
-static const uint16_t types[] = { MSG_CHUNK_PING,   MSG_CHUNK_READ,  MSG_CHUNK_WRITE,
-				  MSG_CHUNK_TRUNCATE, MSG_CHUNK_REMOVE, MSG_CHUNK_REMOVE_FILE,
-				  MSG_CHUNK_SYNC,   MSG_CHUNK_STAT };
+static const uint16_t types[] = {MSG_CHUNK_PING,     MSG_CHUNK_READ,   MSG_CHUNK_WRITE,
+				 MSG_CHUNK_TRUNCATE, MSG_CHUNK_REMOVE, MSG_CHUNK_REMOVE_FILE,
+				 MSG_CHUNK_SYNC,     MSG_CHUNK_STAT};
 
 static struct chunk_req sample(void)
 {
-	return (struct chunk_req){ .route = { 3, 4, 5 }, .ino = 0x1122334455667788ull,
-				   .index = 9, .off = 4096, .len = 100,
-				   .chunk_size = 1u << 20, .flags = CHUNK_WF_SYNC };
+	return (struct chunk_req){.route = {3, 4, 5},
+				  .ino = 0x1122334455667788ull,
+				  .index = 9,
+				  .off = 4096,
+				  .len = 100,
+				  .chunk_size = 1u << 20,
+				  .flags = CHUNK_WF_SYNC};
 }
 
 /* Encodes r (plus WRITE data) into w. */
@@ -82,7 +86,7 @@ static void test_roundtrip(void)
 
 static void expect_bad(uint16_t type, struct chunk_req r)
 {
-	uint8_t data[64] = { 0 };
+	uint8_t data[64] = {0};
 	struct wbuf w;
 	wbuf_init(&w);
 	CHECK_EQ(chunk_req_encode(type, &r, &w), 0);
@@ -133,7 +137,7 @@ static void test_replies(void)
 {
 	struct wbuf w;
 	wbuf_init(&w);
-	struct chunk_stat s = { 7, 12345, 0xfeedull }, g;
+	struct chunk_stat s = {7, 12345, 0xfeedull}, g;
 	chunk_stat_put(&w, &s);
 	struct rbuf b;
 	rbuf_init(&b, w.data, w.len);
@@ -156,15 +160,20 @@ static void test_replies(void)
 
 static void test_layout(void)
 {
-	struct strata_target targets[2] = { { .target_id = 101, .addr = "a:1" },
-					    { .target_id = 102, .addr = "b:2" } };
-	struct strata_chain chains[2] = { { .chain_id = 1, .ntargets = 1, .targets = { 101 } },
-					  { .chain_id = 2, .ntargets = 1, .targets = { 102 } } };
-	uint32_t ids[2] = { 2, 1 };
-	struct strata_chain_table tables[1] = { { .table_id = 5, .nchains = 2, .chain_ids = ids } };
-	struct strata_routing r = { .version = 1, .ntargets = 2, .nchains = 2, .ntables = 1,
-				    .targets = targets, .chains = chains, .tables = tables };
-	struct strata_layout l = { .chunk_size = 1u << 20, .table_id = 5, .stripe_seed = 7 };
+	struct strata_target targets[2] = {{.target_id = 101, .addr = "a:1"},
+					   {.target_id = 102, .addr = "b:2"}};
+	struct strata_chain chains[2] = {{.chain_id = 1, .ntargets = 1, .targets = {101}},
+					 {.chain_id = 2, .ntargets = 1, .targets = {102}}};
+	uint32_t ids[2] = {2, 1};
+	struct strata_chain_table tables[1] = {{.table_id = 5, .nchains = 2, .chain_ids = ids}};
+	struct strata_routing r = {.version = 1,
+				   .ntargets = 2,
+				   .nchains = 2,
+				   .ntables = 1,
+				   .targets = targets,
+				   .chains = chains,
+				   .tables = tables};
+	struct strata_layout l = {.chunk_size = 1u << 20, .table_id = 5, .stripe_seed = 7};
 	/* seed 7 -> slot 1 -> chain 1; then alternate */
 	CHECK_EQ(layout_chain_for_chunk(&r, &l, 0)->chain_id, 1);
 	CHECK_EQ(layout_chain_for_chunk(&r, &l, 1)->chain_id, 2);

@@ -13,15 +13,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chunk_client.h"
-#include "chunk_proto.h"
-#include "chunk_store.h"
-#include "log.h"
-#include "proto.h"
-#include "rpc.h"
-#include "service.h"
-#include "testutil.h"
-#include "uring_pool.h"
+#include "fs/chunk_client.h"
+#include "fs/chunk_proto.h"
+#include "chunkserver/chunk_store.h"
+#include "fs/log.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
+#include "chunkserver/service.h"
+#include "tests/testutil.h"
+#include "chunkserver/uring_pool.h"
 
 #define MiB (1u << 20)
 
@@ -38,17 +38,22 @@ struct world {
 
 static void routing_for(struct world *w, uint32_t first_target_id, struct chunk_client *cc)
 {
-	struct strata_target t[2] = { { .target_id = first_target_id }, { .target_id = 22 } };
+	struct strata_target t[2] = {{.target_id = first_target_id}, {.target_id = 22}};
 	snprintf(t[0].addr, sizeof(t[0].addr), "%s", w->addr);
 	snprintf(t[1].addr, sizeof(t[1].addr), "%s", w->addr);
 	struct strata_chain c[2] = {
-		{ .chain_id = 1, .version = 1, .ntargets = 1, .targets = { first_target_id } },
-		{ .chain_id = 2, .version = 1, .ntargets = 1, .targets = { 22 } },
+	    {.chain_id = 1, .version = 1, .ntargets = 1, .targets = {first_target_id}},
+	    {.chain_id = 2, .version = 1, .ntargets = 1, .targets = {22}},
 	};
-	uint32_t ids[2] = { 1, 2 };
-	struct strata_chain_table tb = { .table_id = 1, .nchains = 2, .chain_ids = ids };
-	struct strata_routing r = { .version = 1, .ntargets = 2, .nchains = 2, .ntables = 1,
-				    .targets = t, .chains = c, .tables = &tb };
+	uint32_t ids[2] = {1, 2};
+	struct strata_chain_table tb = {.table_id = 1, .nchains = 2, .chain_ids = ids};
+	struct strata_routing r = {.version = 1,
+				   .ntargets = 2,
+				   .nchains = 2,
+				   .ntables = 1,
+				   .targets = t,
+				   .chains = c,
+				   .tables = &tb};
 	CHECK_EQ(chunk_client_set_routing(cc, &r), 0);
 }
 
@@ -61,18 +66,21 @@ static void world_up(struct world *w)
 		char p[128];
 		snprintf(p, sizeof(p), "%s/t%d", w->dir, i);
 		w->targets[i].target_id = 21 + i;
-		struct chunk_store_opts o = { .target_id = 21 + i };
+		struct chunk_store_opts o = {.target_id = 21 + i};
 		CHECK_EQ(chunk_store_open(p, w->pool, &o, &w->targets[i].store), 0);
 	}
-	w->svc = (struct cs_service){ w->targets, 2 };
-	struct rpc_server_opts so = { .name = "cs-test", .listen = "127.0.0.1:0", .workers = 4,
-				      .handler = cs_handle, .ctx = &w->svc };
+	w->svc = (struct cs_service){w->targets, 2};
+	struct rpc_server_opts so = {.name = "cs-test",
+				     .listen = "127.0.0.1:0",
+				     .workers = 4,
+				     .handler = cs_handle,
+				     .ctx = &w->svc};
 	CHECK_EQ(rpc_server_start(&so, &w->srv), 0);
 	snprintf(w->addr, sizeof(w->addr), "127.0.0.1:%u", rpc_server_port(w->srv));
 	w->cc = chunk_client_new(NULL, NULL);
 	CHECK(w->cc);
 	routing_for(w, 21, w->cc);
-	w->layout = (struct strata_layout){ .chunk_size = 4 * MiB, .table_id = 1, .stripe_seed = 0 };
+	w->layout = (struct strata_layout){.chunk_size = 4 * MiB, .table_id = 1, .stripe_seed = 0};
 }
 
 static void world_down(struct world *w)
@@ -98,7 +106,7 @@ static void test_io(struct world *w)
 	uint8_t *a = malloc(MiB), *b = malloc(2 * MiB);
 	CHECK(a && b);
 	fill(a, MiB, 1);
-	struct chunk_id id = { .ino = 77, .index = 0 };
+	struct chunk_id id = {.ino = 77, .index = 0};
 	CHECK_EQ(chunk_read(w->cc, &w->layout, id, 0, 4096, b), 0); /* hole */
 	CHECK_EQ(chunk_write(w->cc, &w->layout, id, 0, MiB, a, 0), 0);
 	memset(b, 0, MiB);
@@ -122,13 +130,13 @@ static void test_io(struct world *w)
 	CHECK_EQ(st.length, 1000);
 	CHECK_EQ(chunk_read(w->cc, &w->layout, id, 0, MiB, b), 1000);
 	CHECK(memcmp(a, b, 1000) == 0);
-	struct chunk_id missing = { 78, 0 };
+	struct chunk_id missing = {78, 0};
 	CHECK_EQ(chunk_stat(w->cc, &w->layout, missing, &st), -ENOENT);
 	CHECK_EQ(chunk_truncate(w->cc, &w->layout, missing, 10), 0);
 
 	/* chunks 0..3 alternate between the two targets */
 	for (uint32_t i = 0; i < 4; i++) {
-		struct chunk_id c = { 79, i };
+		struct chunk_id c = {79, i};
 		CHECK_EQ(chunk_write(w->cc, &w->layout, c, 0, 100, a, 0), 0);
 	}
 	struct chunk_meta m;
@@ -137,11 +145,11 @@ static void test_io(struct world *w)
 	CHECK_EQ(chunk_store_stat(w->targets[0].store, 79, 1, &m), -ENOENT);
 	CHECK_EQ(chunk_remove_file(w->cc, &w->layout, 79, 1), 0);
 	for (uint32_t i = 0; i < 4; i++) {
-		struct chunk_id c = { 79, i };
+		struct chunk_id c = {79, i};
 		CHECK_EQ(chunk_stat(w->cc, &w->layout, c, &st), i == 0 ? 0 : -ENOENT);
 	}
 	CHECK_EQ(chunk_remove_file(w->cc, &w->layout, 79, 0), 0);
-	CHECK_EQ(chunk_stat(w->cc, &w->layout, (struct chunk_id){ 79, 0 }, &st), -ENOENT);
+	CHECK_EQ(chunk_stat(w->cc, &w->layout, (struct chunk_id){79, 0}, &st), -ENOENT);
 	CHECK_EQ(chunk_sync(w->cc, &w->layout), 0);
 
 	/* a chunk larger than one message: 6 MiB in a 8 MiB chunk */
@@ -150,8 +158,8 @@ static void test_io(struct world *w)
 	uint8_t *c6 = malloc(6 * MiB), *r6 = malloc(6 * MiB);
 	CHECK(c6 && r6);
 	fill(c6, 6 * MiB, 5);
-	CHECK_EQ(chunk_write(w->cc, &big, (struct chunk_id){ 80, 0 }, 0, 6 * MiB, c6, 0), 0);
-	CHECK_EQ(chunk_read(w->cc, &big, (struct chunk_id){ 80, 0 }, 0, 6 * MiB, r6), 6 * MiB);
+	CHECK_EQ(chunk_write(w->cc, &big, (struct chunk_id){80, 0}, 0, 6 * MiB, c6, 0), 0);
+	CHECK_EQ(chunk_read(w->cc, &big, (struct chunk_id){80, 0}, 0, 6 * MiB, r6), 6 * MiB);
 	CHECK(memcmp(c6, r6, 6 * MiB) == 0);
 	/* past the layout's chunk size: refused */
 	CHECK_EQ(chunk_write(w->cc, &w->layout, id, 4 * MiB - 1, 2, a, 0), -EBADMSG);
@@ -168,11 +176,11 @@ static void test_errors(struct world *w)
 	CHECK(cc);
 	routing_for(w, 99, cc);
 	uint8_t buf[16];
-	CHECK_EQ(chunk_read(cc, &w->layout, (struct chunk_id){ 1, 0 }, 0, 16, buf), -ENXIO);
+	CHECK_EQ(chunk_read(cc, &w->layout, (struct chunk_id){1, 0}, 0, 16, buf), -ENXIO);
 	chunk_client_free(cc);
 	/* a layout whose table does not exist */
-	struct strata_layout nolayout = { .chunk_size = MiB, .table_id = 9 };
-	CHECK_EQ(chunk_read(w->cc, &nolayout, (struct chunk_id){ 1, 0 }, 0, 16, buf), -ENXIO);
+	struct strata_layout nolayout = {.chunk_size = MiB, .table_id = 9};
+	CHECK_EQ(chunk_read(w->cc, &nolayout, (struct chunk_id){1, 0}, 0, 16, buf), -ENXIO);
 
 	/* malformed and unknown requests */
 	struct rpc_client *rc = rpc_client_new(w->addr, NULL);
@@ -180,7 +188,7 @@ static void test_errors(struct world *w)
 	struct wbuf req;
 	wbuf_init(&req);
 	wbuf_put_u32(&req, 21);
-	struct rpc_reply rep = { 0 };
+	struct rpc_reply rep = {0};
 	CHECK_EQ(rpc_call(rc, MSG_CHUNK_READ, &req, 0, &rep), -EBADMSG);
 	rpc_reply_done(&rep);
 	CHECK_EQ(rpc_call(rc, 0x02ff, &req, 0, &rep), -EOPNOTSUPP);
@@ -194,7 +202,7 @@ static void test_errors(struct world *w)
 	/* corruption on disk comes back as EIO */
 	uint8_t data[8192];
 	fill(data, sizeof(data), 3);
-	struct chunk_id id = { 0x123, 0 };
+	struct chunk_id id = {0x123, 0};
 	CHECK_EQ(chunk_write(w->cc, &w->layout, id, 0, sizeof(data), data, 0), 0);
 	char p[256];
 	snprintf(p, sizeof(p), "%s/t0/chunks/23/%016llx/%08x", w->dir, 0x123ull, 0u);
@@ -218,7 +226,7 @@ static void *write_slots(void *arg)
 	for (int i = 0; i < 16; i++) {
 		int slot = i * 4 + wr->n;
 		memset(buf, slot + 1, sizeof(buf));
-		int r = chunk_write(wr->w->cc, &wr->w->layout, (struct chunk_id){ 90, 0 },
+		int r = chunk_write(wr->w->cc, &wr->w->layout, (struct chunk_id){90, 0},
 				    (uint32_t)slot * 4096, 4096, buf, 0);
 		if (r != 0)
 			return (void *)1;
@@ -231,7 +239,7 @@ static void test_concurrent(struct world *w)
 	pthread_t th[4];
 	struct writer wr[4];
 	for (int i = 0; i < 4; i++) {
-		wr[i] = (struct writer){ w, i };
+		wr[i] = (struct writer){w, i};
 		CHECK_EQ(pthread_create(&th[i], NULL, write_slots, &wr[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
@@ -241,13 +249,13 @@ static void test_concurrent(struct world *w)
 	}
 	uint8_t *buf = malloc(64 * 4096);
 	CHECK(buf);
-	CHECK_EQ(chunk_read(w->cc, &w->layout, (struct chunk_id){ 90, 0 }, 0, 64 * 4096, buf),
+	CHECK_EQ(chunk_read(w->cc, &w->layout, (struct chunk_id){90, 0}, 0, 64 * 4096, buf),
 		 64 * 4096);
 	for (int s = 0; s < 64; s++)
 		for (int j = 0; j < 4096; j++)
 			CHECK_EQ(buf[s * 4096 + j], s + 1);
 	struct chunk_stat st;
-	CHECK_EQ(chunk_stat(w->cc, &w->layout, (struct chunk_id){ 90, 0 }, &st), 0);
+	CHECK_EQ(chunk_stat(w->cc, &w->layout, (struct chunk_id){90, 0}, &st), 0);
 	CHECK_EQ(st.version, 64);
 	free(buf);
 }
@@ -255,7 +263,7 @@ static void test_concurrent(struct world *w)
 int main(void)
 {
 	log_init("test_chunk_rpc", LOG_LVL_WARN);
-	struct world w = { 0 };
+	struct world w = {0};
 	world_up(&w);
 	test_io(&w);
 	test_errors(&w);

@@ -22,10 +22,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "chunk_store.h"
-#include "testutil.h"
-#include "uring_pool.h"
-#include "wire.h"
+#include "chunkserver/chunk_store.h"
+#include "tests/testutil.h"
+#include "chunkserver/uring_pool.h"
+#include "fs/wire.h"
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)
@@ -52,7 +52,7 @@ struct env {
 
 static void env_open(struct env *e)
 {
-	struct chunk_store_opts o = { .target_id = 7, .on_corrupt = count_corrupt, .arg = &e->log };
+	struct chunk_store_opts o = {.target_id = 7, .on_corrupt = count_corrupt, .arg = &e->log};
 	CHECK_EQ(chunk_store_open(e->dir, e->pool, &o, &e->cs), 0);
 }
 
@@ -84,7 +84,7 @@ static void expect_chunk(struct env *e, uint64_t ino, uint32_t index, const uint
 	CHECK_EQ(n, len);
 	CHECK(memcmp(buf, model, len) == 0);
 	/* unaligned small reads across block edges */
-	uint32_t offs[] = { 0, 1, BS - 3, BS, 2 * BS + 17, len > 5 ? len - 5 : 0 };
+	uint32_t offs[] = {0, 1, BS - 3, BS, 2 * BS + 17, len > 5 ? len - 5 : 0};
 	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		if (offs[i] >= len)
 			continue;
@@ -200,12 +200,14 @@ static void test_write_sums(struct env *e)
 	uint8_t *data = malloc(2 * MiB), *buf = malloc(2 * MiB);
 	uint64_t sums[WIRE_MAX_PIECES];
 	CHECK(data && buf);
-	struct { uint32_t off, len; } w[] = {
-		{ 0, MiB },                /* whole aligned blocks */
-		{ BS, 2 * BS + 100 },      /* aligned, short last piece at the new end */
-		{ 0, BS + 100 },           /* aligned, short last piece inside old data */
-		{ BS - 5, 3 * BS },        /* unaligned: sums unusable, hashed */
-		{ 4 * BS, 3 * BS },        /* aligned, past the end with a gap */
+	struct {
+		uint32_t off, len;
+	} w[] = {
+	    {0, MiB},		/* whole aligned blocks */
+	    {BS, 2 * BS + 100}, /* aligned, short last piece at the new end */
+	    {0, BS + 100},	/* aligned, short last piece inside old data */
+	    {BS - 5, 3 * BS},	/* unaligned: sums unusable, hashed */
+	    {4 * BS, 3 * BS},	/* aligned, past the end with a gap */
 	};
 	for (uint32_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
 		struct chunk_meta a, b;
@@ -214,8 +216,8 @@ static void test_write_sums(struct env *e)
 		CHECK_EQ(chunk_store_write(e->cs, 61, i, 0, 3 * BS + 7, data, 0, &b), 0);
 		fill(data, w[i].len, 200 + i);
 		wire_data_hash(data, w[i].len, sums);
-		CHECK_EQ(chunk_store_write_sums(e->cs, 60, i, w[i].off, w[i].len, data, sums, 0, &a),
-			 0);
+		CHECK_EQ(
+		    chunk_store_write_sums(e->cs, 60, i, w[i].off, w[i].len, data, sums, 0, &a), 0);
 		CHECK_EQ(chunk_store_write(e->cs, 61, i, w[i].off, w[i].len, data, 0, &b), 0);
 		CHECK_EQ(a.length, b.length);
 		CHECK(a.checksum == b.checksum);
@@ -328,7 +330,7 @@ static void test_concurrent_read(struct env *e)
 {
 	uint8_t *data = malloc(MiB);
 	CHECK(data);
-	struct rw_ctx x = { .e = e };
+	struct rw_ctx x = {.e = e};
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, uniform_reader, &x), 0);
 	for (int v = 1; v <= 150; v++) {
@@ -382,7 +384,7 @@ static void crash_child(struct env *e)
 	struct chunk_store *cs;
 	if (uring_pool_new(1, 16, &pool) < 0 || chunk_store_open(e->dir, pool, NULL, &cs) < 0)
 		_exit(2);
-	struct chunk_meta m = { 0 };
+	struct chunk_meta m = {0};
 	chunk_store_stat(cs, 5, 0, &m);
 	uint8_t *data = malloc(MiB);
 	for (uint32_t v = (uint32_t)m.version + 1;; v++) {
@@ -413,9 +415,15 @@ static int put_piece(struct env *e, uint64_t ino, uint32_t index, uint64_t versi
 		     uint64_t checksum, const uint8_t *data, uint32_t total, uint32_t off,
 		     uint32_t len, unsigned flags, const uint64_t *sums, struct chunk_meta *m)
 {
-	struct chunk_put_piece p = { .version = version, .tag = tag, .checksum = checksum,
-				     .total = total, .off = off, .len = len, .data = data + off,
-				     .sums = sums, .flags = flags };
+	struct chunk_put_piece p = {.version = version,
+				    .tag = tag,
+				    .checksum = checksum,
+				    .total = total,
+				    .off = off,
+				    .len = len,
+				    .data = data + off,
+				    .sums = sums,
+				    .flags = flags};
 	return chunk_store_put_piece(e->cs, ino, index, &p, m);
 }
 
@@ -428,15 +436,18 @@ static int put_all(struct env *e, uint64_t ino, uint32_t index, uint64_t version
 	int r = 0;
 	for (uint32_t off = 0; r == 0 && off < total && off < stop_at; off += piece) {
 		uint32_t n = total - off < piece ? total - off : piece;
-		unsigned fl = (off == 0 ? CHUNK_PUT_FIRST : 0) | (off + n == total ? CHUNK_PUT_LAST : 0);
+		unsigned fl =
+		    (off == 0 ? CHUNK_PUT_FIRST : 0) | (off + n == total ? CHUNK_PUT_LAST : 0);
 		uint64_t *sums = NULL;
 		if ((off / piece) % 2) { /* every other piece with the frame's sums */
 			sums = malloc(sizeof(uint64_t) * (n / BS + 1));
 			CHECK(sums);
 			for (uint32_t i = 0; i * BS < n; i++)
-				sums[i] = XXH3_64bits(data + off + i * BS, n - i * BS < BS ? n - i * BS : BS);
+				sums[i] = XXH3_64bits(data + off + i * BS,
+						      n - i * BS < BS ? n - i * BS : BS);
 		}
-		r = put_piece(e, ino, index, version, tag, checksum, data, total, off, n, fl, sums, m);
+		r = put_piece(e, ino, index, version, tag, checksum, data, total, off, n, fl, sums,
+			      m);
 		free(sums);
 	}
 	return r;
@@ -464,8 +475,10 @@ static void test_put_pieces(struct env *e)
 	/* the checksum the source would have: the same bytes written normally */
 	struct chunk_meta src, m, st;
 	for (uint32_t off = 0; off < total; off += piece)
-		CHECK_EQ(chunk_store_write(e->cs, 51, 0, off, total - off < piece ? total - off : piece,
-					   data + off, 0, &src), 0);
+		CHECK_EQ(chunk_store_write(e->cs, 51, 0, off,
+					   total - off < piece ? total - off : piece, data + off, 0,
+					   &src),
+			 0);
 	CHECK_EQ(src.length, total);
 	CHECK_EQ(chunk_store_write(e->cs, 50, 3, 0, MiB, old, 0, NULL), 0);
 
@@ -479,7 +492,8 @@ static void test_put_pieces(struct env *e)
 	for (uint32_t off = 3 * piece; off < total; off += piece) {
 		uint32_t n = total - off < piece ? total - off : piece;
 		CHECK_EQ(put_piece(e, 50, 3, 9, 1001, src.checksum, data, total, off, n,
-				   off + n == total ? CHUNK_PUT_LAST : 0, NULL, &m), 0);
+				   off + n == total ? CHUNK_PUT_LAST : 0, NULL, &m),
+			 0);
 	}
 	CHECK(m.version == 9 && m.length == total && m.checksum == src.checksum);
 	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
@@ -492,8 +506,9 @@ static void test_put_pieces(struct env *e)
 		 -EINVAL); /* first not at 0 */
 	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, 0, piece - 1, CHUNK_PUT_FIRST, NULL, &m),
 		 -EINVAL); /* not whole blocks */
-	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, 0, piece, CHUNK_PUT_FIRST | CHUNK_PUT_LAST,
-			   NULL, &m), -EINVAL); /* last but not at the end */
+	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, total, 0, piece,
+			   CHUNK_PUT_FIRST | CHUNK_PUT_LAST, NULL, &m),
+		 -EINVAL); /* last but not at the end */
 	CHECK_EQ(put_piece(e, 52, 0, 0, 1, 0, data, total, 0, piece, CHUNK_PUT_FIRST, NULL, &m),
 		 -EINVAL); /* version 0 */
 	CHECK_EQ(put_piece(e, 52, 0, 1, 1, 0, data, 65 * MiB, 0, piece, CHUNK_PUT_FIRST, NULL, &m),
@@ -505,12 +520,15 @@ static void test_put_pieces(struct env *e)
 	/* another transfer's, an out-of-order and a repeated piece are refused
 	 * and leave the transfer going */
 	CHECK_EQ(put_all(e, 52, 0, 4, 77, src.checksum, data, total, piece, 2 * piece, &m), 0);
-	CHECK_EQ(put_piece(e, 52, 0, 4, 78, src.checksum, data, total, 2 * piece, piece, 0, NULL, &m),
-		 -ESTALE); /* other tag */
-	CHECK_EQ(put_piece(e, 52, 0, 5, 77, src.checksum, data, total, 2 * piece, piece, 0, NULL, &m),
-		 -ESTALE); /* other version */
-	CHECK_EQ(put_piece(e, 52, 0, 4, 77, src.checksum, data, total, 3 * piece, piece, 0, NULL, &m),
-		 -ESTALE); /* skips a piece */
+	CHECK_EQ(
+	    put_piece(e, 52, 0, 4, 78, src.checksum, data, total, 2 * piece, piece, 0, NULL, &m),
+	    -ESTALE); /* other tag */
+	CHECK_EQ(
+	    put_piece(e, 52, 0, 5, 77, src.checksum, data, total, 2 * piece, piece, 0, NULL, &m),
+	    -ESTALE); /* other version */
+	CHECK_EQ(
+	    put_piece(e, 52, 0, 4, 77, src.checksum, data, total, 3 * piece, piece, 0, NULL, &m),
+	    -ESTALE); /* skips a piece */
 	CHECK_EQ(put_piece(e, 52, 0, 4, 77, src.checksum, data, total, piece, piece, 0, NULL, &m),
 		 -ESTALE); /* again */
 	CHECK_EQ(count_tmp(e), 1);
@@ -521,7 +539,8 @@ static void test_put_pieces(struct env *e)
 	CHECK_EQ(count_tmp(e), 0);
 
 	/* the source's checksum does not match: nothing published, staging gone */
-	CHECK_EQ(put_all(e, 50, 3, 10, 1002, src.checksum ^ 1, data, total, piece, total, &m), -EIO);
+	CHECK_EQ(put_all(e, 50, 3, 10, 1002, src.checksum ^ 1, data, total, piece, total, &m),
+		 -EIO);
 	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
 	CHECK(st.version == 9 && st.checksum == src.checksum);
 	CHECK_EQ(count_tmp(e), 0);
@@ -531,8 +550,9 @@ static void test_put_pieces(struct env *e)
 	char sp[512];
 	stage_file(e, 50, 3, sp, sizeof(sp));
 	flip_byte(sp, 4096 + 5 * MiB + 3);
-	CHECK_EQ(put_piece(e, 50, 3, 10, 1003, src.checksum, data, total, 4 * piece, total - 4 * piece,
-			   CHUNK_PUT_LAST, NULL, &m), -EIO);
+	CHECK_EQ(put_piece(e, 50, 3, 10, 1003, src.checksum, data, total, 4 * piece,
+			   total - 4 * piece, CHUNK_PUT_LAST, NULL, &m),
+		 -EIO);
 	CHECK_EQ(chunk_store_stat(e->cs, 50, 3, &st), 0);
 	CHECK_EQ(st.version, 9);
 	expect_chunk(e, 50, 3, data, total);
@@ -544,7 +564,7 @@ static void test_put_pieces(struct env *e)
 	CHECK_EQ(chunk_store_put_expire(e->cs, 3600), 0);
 	CHECK_EQ(count_tmp(e), 1);
 	stage_file(e, 53, 1, sp, sizeof(sp));
-	struct timespec past[2] = { { time(NULL) - 600, 0 }, { time(NULL) - 600, 0 } };
+	struct timespec past[2] = {{time(NULL) - 600, 0}, {time(NULL) - 600, 0}};
 	CHECK_EQ(utimensat(AT_FDCWD, sp, past, 0), 0);
 	CHECK_EQ(chunk_store_put_expire(e->cs, 120), 1);
 	CHECK_EQ(put_piece(e, 53, 1, 2, 5, src.checksum, data, total, piece, piece, 0, NULL, &m),
@@ -629,7 +649,7 @@ static int test_enospc(struct uring_pool *pool)
 		rmdir(mnt);
 		return 77;
 	}
-	struct env e = { .pool = pool };
+	struct env e = {.pool = pool};
 	snprintf(e.dir, sizeof(e.dir), "%s/t", mnt);
 	env_open(&e);
 	uint8_t *a = malloc(MiB), *buf = malloc(MiB);
@@ -637,10 +657,10 @@ static int test_enospc(struct uring_pool *pool)
 	fill(a, MiB, 21);
 	CHECK_EQ(chunk_store_write(e.cs, 9, 0, 0, MiB, a, 0, NULL), 0);
 	int r = 0;
-	uint32_t i, sizes[] = { MiB, 64 * KiB, 4 * KiB };
+	uint32_t i, sizes[] = {MiB, 64 * KiB, 4 * KiB};
 	for (size_t s = 0; s < 3; s++)
-		for (i = 1; i < 100000 && (r = chunk_store_write(e.cs, 10 + s, i, 0, sizes[s], buf, 0,
-								 NULL)) == 0;
+		for (i = 1; i < 100000 && (r = chunk_store_write(e.cs, 10 + s, i, 0, sizes[s], buf,
+								 0, NULL)) == 0;
 		     i++)
 			;
 	CHECK_EQ(r, -ENOSPC);
@@ -669,7 +689,7 @@ static int test_enospc(struct uring_pool *pool)
  * enospc` runs only that one (77 without mount privileges). */
 int main(int argc, char **argv)
 {
-	struct env e = { 0 };
+	struct env e = {0};
 	int r = uring_pool_new(2, 32, &e.pool);
 	if (r < 0) {
 		fprintf(stderr, "skip: io_uring unavailable: %s\n", strerror(-r));

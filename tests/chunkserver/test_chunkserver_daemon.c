@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chunk_client.h"
-#include "meta_client.h"
-#include "target_id.h"
-#include "testutil.h"
+#include "fs/chunk_client.h"
+#include "fs/meta_client.h"
+#include "chunkserver/target_id.h"
+#include "tests/testutil.h"
 
 #define MiB (1u << 20)
 
@@ -75,8 +75,8 @@ static pid_t start_cs(struct cluster *c)
 	char cs_bin[600];
 	snprintf(cs_bin, sizeof(cs_bin), "%s/strata-chunkserver", c->bin);
 	unlink(c->cs_addrf);
-	char *argv[] = { cs_bin,  "--listen", "127.0.0.1:0", "--meta", c->meta_addr,
-			 "--target", c->t1, "--target", c->t2, "--addr-file", c->cs_addrf, NULL };
+	char *argv[] = {cs_bin, "--listen", "127.0.0.1:0", "--meta",	  c->meta_addr, "--target",
+			c->t1,	"--target", c->t2,	   "--addr-file", c->cs_addrf,	NULL};
 	pid_t pid = spawn(argv, c->cs_log);
 	if (wait_addr(c->cs_addrf, pid, c->cs_addr, sizeof(c->cs_addr)) < 0) {
 		show_log(c->cs_log);
@@ -117,8 +117,8 @@ static void corrupt_and_check_log(struct cluster *c, struct chunk_client *cc,
 	CHECK_EQ(pwrite(fd, &v, 1, 4096 + 3 * 65536 + 1), 1);
 	close(fd);
 	uint8_t buf[4096];
-	CHECK_EQ(chunk_read(cc, layout, (struct chunk_id){ 1000, 0 }, 3 * 65536, 4096, buf), -EIO);
-	CHECK_EQ(chunk_read(cc, layout, (struct chunk_id){ 1000, 0 }, 0, 4096, buf), 4096);
+	CHECK_EQ(chunk_read(cc, layout, (struct chunk_id){1000, 0}, 3 * 65536, 4096, buf), -EIO);
+	CHECK_EQ(chunk_read(cc, layout, (struct chunk_id){1000, 0}, 0, 4096, buf), 4096);
 	char cmd[400];
 	snprintf(cmd, sizeof(cmd), "grep -q 'Corrupt chunk ino 0x3e8 index 0 .*block 3' '%s'",
 		 c->cs_log);
@@ -130,7 +130,7 @@ static void corrupt_and_check_log(struct cluster *c, struct chunk_client *cc,
 
 int main(void)
 {
-	struct cluster c = { 0 };
+	struct cluster c = {0};
 	const char *bin = getenv("STRATA_BIN");
 	snprintf(c.bin, sizeof(c.bin), "%s", bin ? bin : "bin");
 	char meta_bin[600];
@@ -150,8 +150,8 @@ int main(void)
 	snprintf(c.cs_log, sizeof(c.cs_log), "%s/cs.log", c.dir);
 	snprintf(c.cs_addrf, sizeof(c.cs_addrf), "%s/cs.addr", c.dir);
 
-	char *margv[] = { meta_bin, "--listen", "127.0.0.1:0", "--db", db,
-			  "--addr-file", meta_addrf, NULL };
+	char *margv[] = {meta_bin, "--listen",	  "127.0.0.1:0", "--db",
+			 db,	   "--addr-file", meta_addrf,	 NULL};
 	c.meta = spawn(margv, meta_log);
 	if (wait_addr(meta_addrf, c.meta, c.meta_addr, sizeof(c.meta_addr)) < 0) {
 		show_log(meta_log);
@@ -161,15 +161,16 @@ int main(void)
 
 	struct meta_client *mc = meta_client_new(c.meta_addr, "test-cs-daemon", NULL);
 	CHECK(mc);
-	struct strata_routing rt = { 0 };
+	struct strata_routing rt = {0};
 	CHECK_EQ(mgmt_routing(mc, &rt), 0);
 	if (rt.ntables == 0 || rt.tables[0].nchains == 0) {
-		fprintf(stderr, "skip: strata-meta made no chain table from the registered targets\n");
+		fprintf(stderr,
+			"skip: strata-meta made no chain table from the registered targets\n");
 		stop(c.cs);
 		stop(c.meta);
 		return 77;
 	}
-	struct strata_layout layout = { .chunk_size = MiB, .table_id = rt.tables[0].table_id };
+	struct strata_layout layout = {.chunk_size = MiB, .table_id = rt.tables[0].table_id};
 	strata_routing_done(&rt);
 
 	struct chunk_client *cc = chunk_client_new(mc, NULL);
@@ -178,7 +179,7 @@ int main(void)
 	CHECK(a && b);
 	for (uint32_t i = 0; i < 4; i++) {
 		fill(a, MiB, i);
-		CHECK_EQ(chunk_write(cc, &layout, (struct chunk_id){ 1000, i }, 0, MiB, a, 0), 0);
+		CHECK_EQ(chunk_write(cc, &layout, (struct chunk_id){1000, i}, 0, MiB, a, 0), 0);
 	}
 	CHECK_EQ(chunk_sync(cc, &layout), 0);
 
@@ -194,12 +195,12 @@ int main(void)
 	CHECK(n1b == n1 && t1b == t1);
 	for (uint32_t i = 0; i < 4; i++) {
 		fill(a, MiB, i);
-		CHECK_EQ(chunk_read(cc, &layout, (struct chunk_id){ 1000, i }, 0, MiB, b), MiB);
+		CHECK_EQ(chunk_read(cc, &layout, (struct chunk_id){1000, i}, 0, MiB, b), MiB);
 		CHECK(memcmp(a, b, MiB) == 0);
 	}
 	corrupt_and_check_log(&c, cc, &layout);
 	CHECK_EQ(chunk_remove_file(cc, &layout, 1000, 0), 0);
-	CHECK_EQ(chunk_read(cc, &layout, (struct chunk_id){ 1000, 0 }, 0, 10, b), 0);
+	CHECK_EQ(chunk_read(cc, &layout, (struct chunk_id){1000, 0}, 0, 10, b), 0);
 
 	chunk_client_free(cc);
 	meta_client_free(mc);

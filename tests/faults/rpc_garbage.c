@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
-#include "proto.h"
-#include "wire.h"
+#include "fs/proto.h"
+#include "fs/wire.h"
 
 static const char *g_addr;
 static uint16_t g_ping;

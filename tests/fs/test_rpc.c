@@ -13,12 +13,20 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include "rpc.h"
-#include "log.h"
-#include "testutil.h"
+#include "fs/rpc.h"
+#include "fs/log.h"
+#include "tests/testutil.h"
 
-enum { T_ECHO = 1, T_FAIL = 2, T_SLOW = 3, T_BIG = 4, T_DATA = 5, T_HOLD = 6, T_NEST = 7,
-       T_PING = 8 };
+enum {
+	T_ECHO = 1,
+	T_FAIL = 2,
+	T_SLOW = 3,
+	T_BIG = 4,
+	T_DATA = 5,
+	T_HOLD = 6,
+	T_NEST = 7,
+	T_PING = 8
+};
 
 /* test_pools: T_HOLD blocks until the gate opens; T_NEST calls the server
  * itself (nest_client) with a T_ECHO for pool 1 */
@@ -43,10 +51,10 @@ static int handler(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *repl
 		const uint8_t *data = (const uint8_t *)req->p + req->off;
 		size_t len = rbuf_remaining(req);
 		bool split = peer->data != NULL;
-		if (split && (peer->data != data || peer->data_len != len ||
-			      peer->data_sums[0] != wire_xxh3_64(data, len < WIRE_DATA_PIECE
-										   ? len
-										   : WIRE_DATA_PIECE, 0)))
+		if (split &&
+		    (peer->data != data || peer->data_len != len ||
+		     peer->data_sums[0] !=
+			 wire_xxh3_64(data, len < WIRE_DATA_PIECE ? len : WIRE_DATA_PIECE, 0)))
 			return -EPROTO;
 		wbuf_put_u8(reply, split);
 		wbuf_put_u64(reply, split ? peer->data_hash : 0);
@@ -96,8 +104,8 @@ static struct rpc_server *start(uint16_t port)
 {
 	char addr[32];
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
-	struct rpc_server_opts o = {.name = "test", .listen = addr, .workers = 3,
-				    .handler = handler};
+	struct rpc_server_opts o = {
+	    .name = "test", .listen = addr, .workers = 3, .handler = handler};
 	struct rpc_server *s;
 	CHECK(rpc_server_start(&o, &s) == 0);
 	return s;
@@ -444,8 +452,12 @@ static void *open_gate_later(void *p)
 
 static void test_pools(void)
 {
-	struct rpc_server_opts o = {.name = "pools", .listen = "127.0.0.1:0", .handler = handler,
-				    .npools = 3, .pool_workers = {1, 1, 1}, .pool_queue = 2,
+	struct rpc_server_opts o = {.name = "pools",
+				    .listen = "127.0.0.1:0",
+				    .handler = handler,
+				    .npools = 3,
+				    .pool_workers = {1, 1, 1},
+				    .pool_queue = 2,
 				    .pool_of = pool_of};
 	struct rpc_server *s;
 	CHECK_EQ(rpc_server_start(&o, &s), 0);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include "wire.h"
-#include "testutil.h"
+#include "fs/wire.h"
+#include "tests/testutil.h"
 
 static void test_roundtrip(void)
 {

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chunk_client.h"
-#include "cleanup.h"
-#include "ns-internal.h"
+#include "fs/chunk_client.h"
+#include "fs/cleanup.h"
+#include "meta/ns-internal.h"
 
 static int die(const char *what, int r)
 {

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ns-internal.h"
-#include "testutil.h"
+#include "meta/ns-internal.h"
+#include "tests/testutil.h"
 
 #define ROOT STRATA_ROOT_INO
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fuse-internal.h"
+#include "fuse/fuse-internal.h"
 
 static int failures;
 

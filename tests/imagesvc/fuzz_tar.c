@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "tar.h"
+#include "imagesvc/tar.h"
 
 struct src {
 	const uint8_t *p;

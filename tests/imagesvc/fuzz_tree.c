@@ -9,10 +9,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "blobstore.h"
-#include "erofs_writer.h"
-#include "tar.h"
-#include "tree.h"
+#include "imagesvc/blobstore.h"
+#include "imagesvc/erofs_writer.h"
+#include "imagesvc/tar.h"
+#include "imagesvc/tree.h"
 
 struct mem_store {
 	struct blobstore base;

@@ -14,12 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blobstore.h"
-#include "cleanup.h"
-#include "erofs_writer.h"
-#include "istream.h"
-#include "tar.h"
-#include "tree.h"
+#include "imagesvc/blobstore.h"
+#include "fs/cleanup.h"
+#include "imagesvc/erofs_writer.h"
+#include "imagesvc/istream.h"
+#include "imagesvc/tar.h"
+#include "imagesvc/tree.h"
 
 static int apply_one(struct tree *t, struct blobstore *bs, const char *path, unsigned layer,
 		     struct tree_stats *st)

@@ -28,13 +28,13 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "blobstore.h"
-#include "cleanup.h"
-#include "erofs_writer.h"
-#include "istream.h"
-#include "tar.h"
-#include "tarbuild.h"
-#include "tree.h"
+#include "imagesvc/blobstore.h"
+#include "fs/cleanup.h"
+#include "imagesvc/erofs_writer.h"
+#include "imagesvc/istream.h"
+#include "imagesvc/tar.h"
+#include "tests/imagesvc/tarbuild.h"
+#include "imagesvc/tree.h"
 
 static int failures;
 

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "istream.h"
-#include "tar.h"
-#include "tarbuild.h"
+#include "imagesvc/istream.h"
+#include "imagesvc/tar.h"
+#include "tests/imagesvc/tarbuild.h"
 
 static int failures;
 

@@ -15,10 +15,10 @@
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
-#include "cleanup.h"
-#include "gc.h"
-#include "ns.h"
-#include "testutil.h"
+#include "fs/cleanup.h"
+#include "meta/gc.h"
+#include "meta/ns.h"
+#include "tests/testutil.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -361,8 +361,11 @@ static void test_setattr(struct ns *ns)
 	CHECK_EQ(a.gid, 8);
 	CHECK_EQ(a.size, 12345);
 	CHECK(a.ctime_ns >= before.ctime_ns);
-	sa = (struct strata_setattr){.valid = STRATA_SET_ATIME | STRATA_SET_MTIME | STRATA_SET_CTIME,
-				     .atime_ns = 111, .mtime_ns = 222, .ctime_ns = 333};
+	sa =
+	    (struct strata_setattr){.valid = STRATA_SET_ATIME | STRATA_SET_MTIME | STRATA_SET_CTIME,
+				    .atime_ns = 111,
+				    .mtime_ns = 222,
+				    .ctime_ns = 333};
 	CHECK_EQ(ns_setattr(ns, f, &sa, &a), 0);
 	CHECK_EQ(a.atime_ns, 111);
 	CHECK_EQ(a.mtime_ns, 222);
@@ -704,8 +707,9 @@ static void *worker_main(void *arg)
 
 	for (int i = 0; i < w->n; i++) {
 		snprintf(name, sizeof(name), "w%d-%05d", w->id, i);
-		CHECK_EQ(ns_create(w->ns, w->dir, name, 0644, 0, 0, O_CREAT | O_EXCL, "conc", &a,
-				   &sid), 0);
+		CHECK_EQ(
+		    ns_create(w->ns, w->dir, name, 0644, 0, 0, O_CREAT | O_EXCL, "conc", &a, &sid),
+		    0);
 		CHECK_EQ(ns_close_file(w->ns, a.ino, sid, 10, -1), 0);
 		if (i % 10 == 0) {
 			snprintf(to, sizeof(to), "m%d-%05d", w->id, i);

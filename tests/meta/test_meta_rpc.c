@@ -16,10 +16,10 @@
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
-#include "meta_client.h"
-#include "proto.h"
-#include "rpc.h"
-#include "testutil.h"
+#include "fs/meta_client.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
+#include "tests/testutil.h"
 
 #define ROOT STRATA_ROOT_INO
 
@@ -229,7 +229,8 @@ static void *bench_main(void *p)
 	for (int i = 0; i < b->n; i++) {
 		snprintf(name, sizeof(name), "t%d-%05d", b->id, i);
 		CHECK_EQ(meta_create(b->mc, b->dir, name, 0644, 0, 0, O_CREAT | O_EXCL | O_RDWR, &a,
-				     &sid), 0);
+				     &sid),
+			 0);
 	}
 	return NULL;
 }

@@ -9,12 +9,12 @@
  *                                           time to the first write that
  *                                           succeeds after the kill
  *
- * write and read print "MB/s X", "max_ms X" (the slowest chunk) and "cpu_s X" (this process); failover prints "failover_ms X". The file
- * is /bench.<pid> in the cluster's root (write creates it and prints its
- * inode on stderr; read reads the newest /bench.* created by this tool:
- * its name is passed in $REPL_BENCH_FILE). With $REPL_BENCH_REPLICAS=N the
- * file lives in /r<N>, a directory made with replication factor N (strata
- * admin layout set), so one cluster holds files of several factors. */
+ * write and read print "MB/s X", "max_ms X" (the slowest chunk) and "cpu_s X" (this process);
+ * failover prints "failover_ms X". The file is /bench.<pid> in the cluster's root (write creates it
+ * and prints its inode on stderr; read reads the newest /bench.* created by this tool: its name is
+ * passed in $REPL_BENCH_FILE). With $REPL_BENCH_REPLICAS=N the file lives in /r<N>, a directory
+ * made with replication factor N (strata admin layout set), so one cluster holds files of several
+ * factors. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,14 +25,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chunk_client.h"
-#include "meta_client.h"
+#include "fs/chunk_client.h"
+#include "fs/meta_client.h"
 
 struct job {
 	struct chunk_client *cc;
 	struct strata_attr a;
 	uint32_t nchunks;
-	uint32_t next; /* atomic */
+	uint32_t next;	 /* atomic */
 	uint32_t max_ms; /* atomic: the slowest chunk's call */
 	bool write;
 	int err;
@@ -57,7 +57,7 @@ static void *worker(void *arg)
 		uint32_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
 		if (i >= j->nchunks)
 			break;
-		struct chunk_id id = { j->a.ino, i };
+		struct chunk_id id = {j->a.ino, i};
 		double t0 = now_s();
 		int r = j->write ? chunk_write(j->cc, &j->a.layout, id, 0, cs, buf, 0)
 				 : (int)chunk_read(j->cc, &j->a.layout, id, 0, cs, buf);
@@ -94,7 +94,7 @@ static int run(struct job *j, int threads)
 	printf("MB/s %.1f\n", (double)j->nchunks * j->a.layout.chunk_size / dt / 1e6);
 	printf("max_ms %u\n", j->max_ms);
 	printf("cpu_s %.3f\n", ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-				    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+				   (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 	return 0;
 }
 
@@ -107,8 +107,9 @@ static int failover(struct chunk_client *cc, const struct strata_attr *a, pid_t 
 			kill(victim, SIGKILL);
 			killed = now_s();
 		}
-		struct chunk_id id = { a->ino, 0 };
-		int r = chunk_write(cc, &a->layout, id, (i % 16) * sizeof(buf), sizeof(buf), buf, 0);
+		struct chunk_id id = {a->ino, 0};
+		int r =
+		    chunk_write(cc, &a->layout, id, (i % 16) * sizeof(buf), sizeof(buf), buf, 0);
 		if (r == 0 && killed) {
 			printf("failover_ms %.0f\n", (now_s() - killed) * 1000);
 			return 0;
@@ -150,7 +151,7 @@ int main(int argc, char **argv)
 	}
 	struct meta_client *mc = meta_client_new(argv[2], NULL, NULL);
 	struct chunk_client *cc = chunk_client_new(mc, NULL);
-	struct job j = { .cc = cc, .write = !strcmp(argv[1], "write") };
+	struct job j = {.cc = cc, .write = !strcmp(argv[1], "write")};
 	char name[64];
 	const char *env = getenv("REPL_BENCH_FILE");
 	snprintf(name, sizeof(name), "%s", env && strcmp(argv[1], "write") ? env : "");

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chunk_proto.h"
-#include "proto.h"
-#include "rpc.h"
+#include "fs/chunk_proto.h"
+#include "fs/proto.h"
+#include "fs/rpc.h"
 
 int main(int argc, char **argv)
 {
@@ -32,17 +32,17 @@ int main(int argc, char **argv)
 	bool write = argc == 9;
 	uint16_t type = write ? MSG_CHUNK_WRITE_EX : MSG_CHUNK_READ;
 	struct chunk_req q = {
-		.route = { (uint32_t)strtoul(argv[2], NULL, 0), (uint32_t)strtoul(argv[3], NULL, 0),
-			   (uint32_t)strtoul(argv[4], NULL, 0) },
-		.ino = strtoull(argv[5], NULL, 0),
-		.index = (uint32_t)strtoul(argv[6], NULL, 0),
-		.off = 0,
-		.len = write ? sizeof(data) : 65536,
-		.chunk_size = 1u << 20,
-		.client_id = write ? strtoull(argv[7], NULL, 0) : 0,
-		.req_id = write ? strtoull(argv[8], NULL, 0) : 0,
+	    .route = {(uint32_t)strtoul(argv[2], NULL, 0), (uint32_t)strtoul(argv[3], NULL, 0),
+		      (uint32_t)strtoul(argv[4], NULL, 0)},
+	    .ino = strtoull(argv[5], NULL, 0),
+	    .index = (uint32_t)strtoul(argv[6], NULL, 0),
+	    .off = 0,
+	    .len = write ? sizeof(data) : 65536,
+	    .chunk_size = 1u << 20,
+	    .client_id = write ? strtoull(argv[7], NULL, 0) : 0,
+	    .req_id = write ? strtoull(argv[8], NULL, 0) : 0,
 	};
-	struct rpc_client_opts o = { .timeout_ms = 5000, .max_conns = 1 };
+	struct rpc_client_opts o = {.timeout_ms = 5000, .max_conns = 1};
 	struct rpc_client *c = rpc_client_new(argv[1], &o);
 	if (!c)
 		return 1;
@@ -51,9 +51,9 @@ int main(int argc, char **argv)
 	chunk_req_encode(type, &q, &w);
 	if (write)
 		wbuf_put_bytes(&w, data, sizeof(data));
-	struct rpc_reply rep = { 0 };
+	struct rpc_reply rep = {0};
 	int r = rpc_call(c, type, &w, 0, &rep);
-	struct chunk_stat st = { 0 };
+	struct chunk_stat st = {0};
 	if (write && r == 0) {
 		struct rbuf b;
 		rbuf_init(&b, rep.data, rep.len);

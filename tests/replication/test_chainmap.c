@@ -28,9 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "layout.h"
-#include "ns-internal.h"
-#include "../testutil.h"
+#include "fs/layout.h"
+#include "meta/ns-internal.h"
+#include "tests/testutil.h"
 
 #define ROOT STRATA_ROOT_INO
 
@@ -56,7 +56,7 @@ static struct ns *open_opts(const char *dir, uint32_t replicas, uint32_t expect)
  * else the ids are filled in). Returns the node id. */
 static uint32_t reg(struct ns *ns, int port, int n, uint32_t *tids)
 {
-	struct mgmt_target_info t[8] = { 0 };
+	struct mgmt_target_info t[8] = {0};
 	char addr[32];
 	uint32_t node = 0;
 	snprintf(addr, sizeof(addr), "10.0.0.%d:7000", port);
@@ -87,8 +87,8 @@ static const struct strata_chain *chain_with(const struct strata_routing *rt, ui
 static void test_form_and_fail(const char *dir)
 {
 	struct ns *ns = open_ns(dir);
-	struct strata_routing rt = { 0 };
-	uint32_t t1[3] = { 0 }, t2[3] = { 0 }, t3[3] = { 0 };
+	struct strata_routing rt = {0};
+	uint32_t t1[3] = {0}, t2[3] = {0}, t3[3] = {0};
 	CHECK_EQ(ns_set_cluster_opts(ns, 3000, 3, 3), 0);
 	CHECK_EQ(ns_set_cluster_opts(ns, 3000, 6, 3), -EINVAL);
 	reg(ns, 1, 3, t1);
@@ -133,15 +133,14 @@ static void test_form_and_fail(const char *dir)
 	CHECK_EQ(chain_nserving(&rt, c), 2);
 
 	/* it comes back (heartbeat): waiting -> syncing (first waiting) */
-	struct mgmt_target_info hb[3] = { { t3[0], "", 1, 1 }, { t3[1], "", 1, 1 },
-					  { t3[2], "", 1, 1 } };
+	struct mgmt_target_info hb[3] = {{t3[0], "", 1, 1}, {t3[1], "", 1, 1}, {t3[2], "", 1, 1}};
 	CHECK_EQ(ns_heartbeat(ns, n3, hb, 3), 0);
 	routing(ns, &rt);
 	c = routing_chain(&rt, cid);
 	CHECK_EQ(routing_state(&rt, t3[0]), TARGET_SYNCING);
 	CHECK_EQ(c->targets[2], t3[0]);
 	/* completion at an old chain version is refused; at the current one it serves */
-	struct mgmt_sync s = { cid, c->version - 1, t3[0], 5, 5, 1 };
+	struct mgmt_sync s = {cid, c->version - 1, t3[0], 5, 5, 1};
 	CHECK_EQ(ns_sync_done(ns, &s), -ESTALE);
 	s.chain_ver = c->version;
 	CHECK_EQ(ns_sync_done(ns, &s), 0);
@@ -169,8 +168,8 @@ static void test_form_and_fail(const char *dir)
 static void test_all_down(const char *dir)
 {
 	struct ns *ns = open_ns(dir);
-	struct strata_routing rt = { 0 };
-	uint32_t t[3][1] = { { 0 } }, n[3];
+	struct strata_routing rt = {0};
+	uint32_t t[3][1] = {{0}}, n[3];
 	CHECK_EQ(ns_set_cluster_opts(ns, 3000, 3, 3), 0);
 	for (int i = 0; i < 3; i++)
 		n[i] = reg(ns, 10 + i, 1, t[i]);
@@ -194,7 +193,7 @@ static void test_all_down(const char *dir)
 		if (t[i][0] == order[0])
 			head_node = i;
 	}
-	struct mgmt_target_info hb = { order[2], "", 1, 1 };
+	struct mgmt_target_info hb = {order[2], "", 1, 1};
 	CHECK_EQ(ns_heartbeat(ns, n[tail_node], &hb, 1), 0);
 	routing(ns, &rt);
 	CHECK_EQ(routing_state(&rt, order[2]), TARGET_WAITING);
@@ -215,22 +214,23 @@ static void test_all_down(const char *dir)
 static void test_replace_and_lease(const char *dir)
 {
 	struct ns *ns = open_ns(dir);
-	struct strata_routing rt = { 0 };
-	uint32_t t[3][1] = { { 0 } }, n[3];
+	struct strata_routing rt = {0};
+	uint32_t t[3][1] = {{0}}, n[3];
 	CHECK_EQ(ns_set_cluster_opts(ns, 300, 3, 3), 0);
 	for (int i = 0; i < 3; i++)
 		n[i] = reg(ns, 20 + i, 1, t[i]);
 	CHECK_EQ(ns_fail_target_node(ns, t[1][0]), 0);
 	/* node 2 returns with a new, empty disk: a fresh target id */
-	struct mgmt_target_info nt = { 0, "/new", 1, 1 };
+	struct mgmt_target_info nt = {0, "/new", 1, 1};
 	uint32_t node = n[1];
 	CHECK_EQ(ns_register(ns, &node, "10.0.0.21:7000", &nt, 1), 0);
 	routing(ns, &rt);
 	const struct strata_chain *c = chain_with(&rt, nt.target_id);
 	if (!c)
 		for (uint32_t i = 0; i < rt.nchains; i++)
-			fprintf(stderr, "chain %u: %u targets [%u %u %u] new %u\n", rt.chains[i].chain_id,
-				rt.chains[i].ntargets, rt.chains[i].targets[0], rt.chains[i].targets[1],
+			fprintf(stderr, "chain %u: %u targets [%u %u %u] new %u\n",
+				rt.chains[i].chain_id, rt.chains[i].ntargets,
+				rt.chains[i].targets[0], rt.chains[i].targets[1],
 				rt.chains[i].targets[2], nt.target_id);
 	CHECK(c != NULL);
 	CHECK_EQ(c->ntargets, 3);
@@ -307,7 +307,7 @@ static struct strata_layout file_layout(struct ns *ns, strata_ino_t parent, cons
 
 static int set_replicas(struct ns *ns, strata_ino_t ino, uint32_t r)
 {
-	struct strata_setattr sa = { .valid = STRATA_SET_REPLICAS, .replicas = r };
+	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS, .replicas = r};
 	struct strata_attr a;
 	return ns_setattr(ns, ino, &sa, &a);
 }
@@ -316,7 +316,7 @@ static int set_replicas(struct ns *ns, strata_ino_t ino, uint32_t r)
 static void test_five_nodes(const char *dir)
 {
 	struct ns *ns = open_opts(dir, 3, 5);
-	struct strata_routing rt = { 0 };
+	struct strata_routing rt = {0};
 	for (int i = 1; i <= 5; i++)
 		reg(ns, 40 + i, 4, NULL);
 	routing(ns, &rt);
@@ -324,8 +324,10 @@ static void test_five_nodes(const char *dir)
 	/* 20 targets: 3 + 1 + 2 + 4 + 5 = 15, then one more chain of 3 */
 	const struct strata_chain_table *t3 = routing_table(&rt, table_of(&rt, 3));
 	CHECK_EQ(t3->nchains, 2);
-	uint32_t h0 = routing_target(&rt, routing_chain(&rt, t3->chain_ids[0])->targets[0])->node_id;
-	uint32_t h1 = routing_target(&rt, routing_chain(&rt, t3->chain_ids[1])->targets[0])->node_id;
+	uint32_t h0 =
+	    routing_target(&rt, routing_chain(&rt, t3->chain_ids[0])->targets[0])->node_id;
+	uint32_t h1 =
+	    routing_target(&rt, routing_chain(&rt, t3->chain_ids[1])->targets[0])->node_id;
 	CHECK(h0 != h1); /* heads rotate within a factor */
 
 	/* the root and what it holds: the default factor */
@@ -343,8 +345,9 @@ static void test_five_nodes(const char *dir)
 	strata_ino_t sub = mkdir_in(ns, d1, "sub"); /* inherited by subdirectories */
 	CHECK_EQ(factor_of(&rt, file_layout(ns, sub, "f").table_id), 1);
 	/* with the chunk size in the same call */
-	struct strata_setattr sa = { .valid = STRATA_SET_REPLICAS | STRATA_SET_LAYOUT,
-				     .replicas = 2, .chunk_size = 4u << 20 };
+	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS | STRATA_SET_LAYOUT,
+				    .replicas = 2,
+				    .chunk_size = 4u << 20};
 	CHECK_EQ(ns_setattr(ns, sub, &sa, &a), 0);
 	CHECK_EQ(factor_of(&rt, a.layout.table_id), 2);
 	struct strata_layout l = file_layout(ns, sub, "g");
@@ -365,7 +368,7 @@ static void test_five_nodes(const char *dir)
 static void test_round(const char *dir)
 {
 	struct ns *ns = open_opts(dir, 1, 3);
-	struct strata_routing rt = { 0 };
+	struct strata_routing rt = {0};
 	for (int i = 0; i < 3; i++)
 		reg(ns, 60 + i, 1, NULL);
 	routing(ns, &rt);
@@ -380,7 +383,7 @@ static void test_round(const char *dir)
 static void test_one_node(const char *dir)
 {
 	struct ns *ns = open_opts(dir, 3, 1);
-	struct strata_routing rt = { 0 };
+	struct strata_routing rt = {0};
 	strata_ino_t early = mkdir_in(ns, ROOT, "early"); /* before any table */
 	CHECK_EQ(set_replicas(ns, early, 1), -ERANGE);
 	reg(ns, 50, 2, NULL);
@@ -408,8 +411,8 @@ static void test_one_node(const char *dir)
 static void test_failure(const char *dir)
 {
 	struct ns *ns = open_opts(dir, 3, 3);
-	struct strata_routing rt = { 0 };
-	uint32_t tids[3][2] = { { 0 } }, nodes[3];
+	struct strata_routing rt = {0};
+	uint32_t tids[3][2] = {{0}}, nodes[3];
 	for (int i = 0; i < 3; i++)
 		nodes[i] = reg(ns, 20 + i, 2, tids[i]);
 	routing(ns, &rt);
@@ -424,7 +427,7 @@ static void test_failure(const char *dir)
 	CHECK_EQ(ns_fail_target_node(ns, solo), 0);
 	routing(ns, &rt);
 	CHECK_EQ(rt.ntables, ntables);
-	CHECK_EQ(check_tables(&rt), 0xeu); /* no chain left its table */
+	CHECK_EQ(check_tables(&rt), 0xeu);	    /* no chain left its table */
 	for (uint32_t i = 0; i < rt.nchains; i++) { /* degraded where the node was */
 		const struct strata_chain *c = &rt.chains[i];
 		bool hit = chain_pos(c, tids[k][0]) >= 0 || chain_pos(c, tids[k][1]) >= 0;
@@ -432,14 +435,14 @@ static void test_failure(const char *dir)
 	}
 	/* the node returns (heartbeat): the lone replica serves at once, the
 	 * other chains' replicas resync */
-	struct mgmt_target_info hb[2] = { { tids[k][0], "", 1, 1 }, { tids[k][1], "", 1, 1 } };
+	struct mgmt_target_info hb[2] = {{tids[k][0], "", 1, 1}, {tids[k][1], "", 1, 1}};
 	CHECK_EQ(ns_heartbeat(ns, nodes[k], hb, 2), 0);
 	routing(ns, &rt);
 	CHECK_EQ(routing_state(&rt, solo), TARGET_SERVING);
 	uint32_t other = tids[k][0] == solo ? tids[k][1] : tids[k][0];
 	CHECK_EQ(routing_state(&rt, other), TARGET_SYNCING);
 	const struct strata_chain *c = chain_with(&rt, other);
-	struct mgmt_sync s = { c->chain_id, c->version, other, 1, 1, 1 };
+	struct mgmt_sync s = {c->chain_id, c->version, other, 1, 1, 1};
 	CHECK_EQ(ns_sync_done(ns, &s), 0);
 	routing(ns, &rt);
 	CHECK_EQ(routing_state(&rt, other), TARGET_SERVING);
@@ -470,7 +473,7 @@ static void make_legacy(const char *dir)
 	struct kv *kv = NULL;
 	char why[256];
 	CHECK_EQ(kv_open(dir, &kv, why, sizeof(why)), 0);
-	struct strip s = { kv_batch_new(), K_TABLE };
+	struct strip s = {kv_batch_new(), K_TABLE};
 	CHECK_EQ(kv_scan(kv, &s.tag, 1, NULL, 0, strip_one, &s), 0);
 	s.tag = K_CHAIN;
 	CHECK_EQ(kv_scan(kv, &s.tag, 1, NULL, 0, strip_one, &s), 0);
@@ -482,7 +485,7 @@ static void make_legacy(const char *dir)
 static void test_legacy(const char *dir)
 {
 	struct ns *ns = open_opts(dir, 3, 3);
-	struct strata_routing rt = { 0 };
+	struct strata_routing rt = {0};
 	for (int i = 0; i < 3; i++)
 		reg(ns, 30 + i, 1, NULL);
 	strata_ino_t d = mkdir_in(ns, ROOT, "d");
@@ -504,8 +507,8 @@ int main(void)
 {
 	/* each test on a store of its own */
 	static void (*const tests[])(const char *) = {
-		test_form_and_fail, test_all_down, test_replace_and_lease, test_five_nodes,
-		test_round,	    test_one_node, test_failure,	   test_legacy,
+	    test_form_and_fail, test_all_down, test_replace_and_lease, test_five_nodes,
+	    test_round,		test_one_node, test_failure,	       test_legacy,
 	};
 	char base[] = "/tmp/test_chainmap.XXXXXX", dir[300], cmd[400];
 	CHECK(mkdtemp(base) != NULL);

@@ -228,9 +228,11 @@ static int probe_hijack(void)
 static int tcp_listener(int family)
 {
 	int s = socket(family, SOCK_STREAM, 0);
-	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT),
+	struct sockaddr_in a4 = {.sin_family = AF_INET,
+				 .sin_port = htons(PROBE_PORT),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(PROBE_PORT),
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+				  .sin6_port = htons(PROBE_PORT),
 				  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
 	int r = family == AF_INET ? bind(s, (struct sockaddr *)&a4, sizeof(a4))
 				  : bind(s, (struct sockaddr *)&a6, sizeof(a6));
@@ -245,7 +247,8 @@ static int tcp_listener(int family)
 static int udp_bound(void)
 {
 	int s = socket(AF_INET, SOCK_DGRAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT + 1),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(PROBE_PORT + 1),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		if (s >= 0)
@@ -271,7 +274,8 @@ static int unix_abstract(void)
 /* A connection to the listener l; fills *ret_acc with the accepted end. */
 static int tcp_pair(int l, int *ret_acc)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(PROBE_PORT),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int c = socket(AF_INET, SOCK_STREAM, 0);
 	if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
@@ -300,7 +304,8 @@ static int probe_netdirty(bool linger)
 	(void)l6; /* absent without IPv6 */
 	static char data[4096];
 	(void)!write(c, data, sizeof(data)); /* left unread in acc */
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PROBE_PORT + 1),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(PROBE_PORT + 1),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int d = socket(AF_INET, SOCK_DGRAM, 0);
 	sendto(d, data, 1000, 0, (struct sockaddr *)&a, sizeof(a)); /* left unread in u */
@@ -324,7 +329,8 @@ static int probe_netdirty(bool linger)
 					   .flags = 1 /* CREATE */,
 					   .linger = 60};
 		int r = setsockopt(s6, IPPROTO_IPV6, 32 /* IPV6_FLOWLABEL_MGR */, &fr, sizeof(fr));
-		printf("netdirty: TIME_WAIT left, flow label %s\n", r == 0 ? "left" : strerror(errno));
+		printf("netdirty: TIME_WAIT left, flow label %s\n",
+		       r == 0 ? "left" : strerror(errno));
 		fflush(stdout);
 		return 0; /* both outlive us */
 	}
@@ -363,7 +369,7 @@ static long read_num(const char *path, int base)
 static int probe_netclean(void)
 {
 	static const char *const tables[] = {
-	    "/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp", "/proc/net/udp6",
+	    "/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp",	 "/proc/net/udp6",
 	    "/proc/net/raw", "/proc/net/raw6", "/proc/net/unix", "/proc/net/ip6_flowlabel"};
 	int bad = 0;
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {

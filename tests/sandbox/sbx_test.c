@@ -2,7 +2,7 @@
  * filesystem is /bin/busybox from Debian's busybox-static with a symlink per
  * applet, a passwd with root, nobody and user (1000), and the sbx_probe
  * helper as /bin/probe. */
-#include "sbx_test.h"
+#include "tests/sandbox/sbx_test.h"
 
 #include <errno.h>
 #include <fcntl.h>

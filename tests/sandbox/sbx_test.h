@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "strata_sandbox.h"
+#include "sandbox/container/strata_sandbox.h"
 
 struct sbxt_env {
 	char dir[256];	  /* temp dir holding everything */

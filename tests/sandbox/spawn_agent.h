@@ -1,6 +1,6 @@
 /* spawn_agent.h — for tests of the agent protocol without namespaces: runs
  * $STRATA_BIN/strata-agent as a plain child on a socketpair (its fd 3) and
- * attaches the library to it. Used by tests/sandbox and tests/sandboxd. */
+ * attaches the library to it. Used by tests/sandbox and tests/sandbox/sandboxd. */
 #pragma once
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "strata_sandbox.h"
+#include "sandbox/container/strata_sandbox.h"
 
 /* *ret_pid and *ret_raw_fd (the library's end of the stream) may be NULL. */
 static inline int spawn_test_agent(struct sbx **ret, pid_t *ret_pid, int *ret_raw_fd)

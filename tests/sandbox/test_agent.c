@@ -14,9 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proto.h"
-#include "spawn_agent.h"
-#include "strata_sandbox.h"
+#include "sandbox/agent/proto.h"
+#include "tests/sandbox/spawn_agent.h"
+#include "sandbox/container/strata_sandbox.h"
 
 static int failed;
 #define CHECK(c)                                                                                   \

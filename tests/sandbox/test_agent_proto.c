@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto.h"
+#include "sandbox/agent/proto.h"
 
 static int failed;
 #define CHECK(c)                                                                                   \

@@ -21,8 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
-#include "sbx_test.h"
+#include "sandbox/container/sandbox-internal.h"
+#include "tests/sandbox/sbx_test.h"
 
 /* Clones child_main_vm as sandbox.c does (without namespaces) and returns
  * the step it reported, with its errno in *err; 0 if none. */

@@ -25,8 +25,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
-#include "sbx_test.h"
+#include "sandbox/container/sandbox-internal.h"
+#include "tests/sandbox/sbx_test.h"
 
 static int lo_flags(int set, int clear)
 {

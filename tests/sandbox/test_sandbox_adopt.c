@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sbx_test.h"
+#include "tests/sandbox/sbx_test.h"
 
 /* Running (a zombie is not: it is ours to reap, or init's). */
 static bool alive(pid_t pid)

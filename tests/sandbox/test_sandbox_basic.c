@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sbx_test.h"
+#include "tests/sandbox/sbx_test.h"
 
 static uint64_t now_us(void)
 {
@@ -253,7 +253,8 @@ static void *worker_main(void *arg)
 		if (rc == 0 && r.exit_code == 0)
 			w->ok++;
 		else
-			fprintf(stderr, "concurrent: exec: %s, exit %d\n", strerror(-rc), r.exit_code);
+			fprintf(stderr, "concurrent: exec: %s, exit %d\n", strerror(-rc),
+				r.exit_code);
 		sbx_destroy(s);
 	}
 	return NULL;

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sbx_test.h"
+#include "tests/sandbox/sbx_test.h"
 
 /* Runs a command until the agent answers "ok" again (the sandbox recovers). */
 static bool responsive(struct sbx *s)

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sbx_test.h"
+#include "tests/sandbox/sbx_test.h"
 
 /* Runs netclean in a new sandbox; *reused: lo had carried traffic. Returns
  * the sandbox (or NULL). */
@@ -174,8 +174,9 @@ static void test_fresh_netns(struct sbxt_env *e)
 			break;
 		reused += re;
 		CHECK(ipc_clean(s) == 0); /* a fresh IPC namespace too */
-		CHECK(sbxt_sh(s, "/bin/probe netdirty >/tmp/ready 2>&1 </dev/null & "
-				 "while [ ! -s /tmp/ready ]; do usleep 1000; done",
+		CHECK(sbxt_sh(s,
+			      "/bin/probe netdirty >/tmp/ready 2>&1 </dev/null & "
+			      "while [ ! -s /tmp/ready ]; do usleep 1000; done",
 			      10000, &o, &r) == 0);
 		sbx_destroy(s);
 		usleep(20000);

@@ -21,8 +21,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sandbox-internal.h"
-#include "sbx_test.h"
+#include "sandbox/container/sandbox-internal.h"
+#include "tests/sandbox/sbx_test.h"
 
 struct prog {
 	struct sock_filter *f;
@@ -57,7 +57,8 @@ static uint32_t run(const struct prog *p, const struct seccomp_data *d)
 		uint32_t k = i->k, src = BPF_SRC(i->code) == BPF_X ? X : k;
 		switch (BPF_CLASS(i->code)) {
 		case BPF_LD:
-			if (i->code == (BPF_LD | BPF_W | BPF_ABS) && k % 4 == 0 && k + 4 <= sizeof(*d))
+			if (i->code == (BPF_LD | BPF_W | BPF_ABS) && k % 4 == 0 &&
+			    k + 4 <= sizeof(*d))
 				memcpy(&A, data + k, 4);
 			else if (i->code == (BPF_LD | BPF_IMM))
 				A = k;
@@ -88,29 +89,67 @@ static uint32_t run(const struct prog *p, const struct seccomp_data *d)
 			break;
 		case BPF_ALU:
 			switch (BPF_OP(i->code)) {
-			case BPF_ADD: A += src; break;
-			case BPF_SUB: A -= src; break;
-			case BPF_MUL: A *= src; break;
-			case BPF_DIV: if (!src) return 0; A /= src; break;
-			case BPF_MOD: if (!src) return 0; A %= src; break;
-			case BPF_AND: A &= src; break;
-			case BPF_OR: A |= src; break;
-			case BPF_XOR: A ^= src; break;
-			case BPF_LSH: A = src < 32 ? A << src : 0; break;
-			case BPF_RSH: A = src < 32 ? A >> src : 0; break;
-			case BPF_NEG: A = -A; break;
-			default: return 0xdead;
+			case BPF_ADD:
+				A += src;
+				break;
+			case BPF_SUB:
+				A -= src;
+				break;
+			case BPF_MUL:
+				A *= src;
+				break;
+			case BPF_DIV:
+				if (!src)
+					return 0;
+				A /= src;
+				break;
+			case BPF_MOD:
+				if (!src)
+					return 0;
+				A %= src;
+				break;
+			case BPF_AND:
+				A &= src;
+				break;
+			case BPF_OR:
+				A |= src;
+				break;
+			case BPF_XOR:
+				A ^= src;
+				break;
+			case BPF_LSH:
+				A = src < 32 ? A << src : 0;
+				break;
+			case BPF_RSH:
+				A = src < 32 ? A >> src : 0;
+				break;
+			case BPF_NEG:
+				A = -A;
+				break;
+			default:
+				return 0xdead;
 			}
 			break;
 		case BPF_JMP: {
 			bool c;
 			switch (BPF_OP(i->code)) {
-			case BPF_JA: pc += k; continue;
-			case BPF_JEQ: c = A == src; break;
-			case BPF_JGT: c = A > src; break;
-			case BPF_JGE: c = A >= src; break;
-			case BPF_JSET: c = (A & src) != 0; break;
-			default: return 0xdead;
+			case BPF_JA:
+				pc += k;
+				continue;
+			case BPF_JEQ:
+				c = A == src;
+				break;
+			case BPF_JGT:
+				c = A > src;
+				break;
+			case BPF_JGE:
+				c = A >= src;
+				break;
+			case BPF_JSET:
+				c = (A & src) != 0;
+				break;
+			default:
+				return 0xdead;
 			}
 			pc += c ? i->jt : i->jf;
 			break;
@@ -135,7 +174,8 @@ static bool cache_emulable(const struct prog *p)
 	for (size_t pc = 0; pc < p->n; pc++) {
 		uint16_t c = p->f[pc].code;
 		uint32_t k = p->f[pc].k;
-		if (c == (BPF_LD | BPF_W | BPF_ABS) && k >= offsetof(struct seccomp_data, instruction_pointer))
+		if (c == (BPF_LD | BPF_W | BPF_ABS) &&
+		    k >= offsetof(struct seccomp_data, instruction_pointer))
 			continue; /* argument loads: those syscalls are not cached, fine */
 		if (c != (BPF_LD | BPF_W | BPF_ABS) && c != (BPF_RET | BPF_K) &&
 		    c != (BPF_JMP | BPF_JA) && c != (BPF_JMP | BPF_JEQ | BPF_K) &&
@@ -160,7 +200,8 @@ int main(void)
 #endif
 	CHECK(cache_emulable(&ours));
 
-	static const uint32_t arches[] = {AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, 0, AUDIT_ARCH_AARCH64};
+	static const uint32_t arches[] = {AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, 0,
+					  AUDIT_ARCH_AARCH64};
 	static const uint64_t a0s[] = {0,
 				       1,
 				       2,
@@ -177,16 +218,16 @@ int main(void)
 				       0x100000002ull,
 				       0x100000010ull,
 				       0xffffffffffffffffull,
-				       0x11,				    /* SIGCHLD: plain fork */
-				       0x3d0f00,			    /* pthread_create's */
-				       0x3d0f00 | 0x20000000,		    /* + CLONE_NEWPID */
-				       0x80,				    /* CLONE_NEWTIME */
-				       0x20000,				    /* CLONE_NEWNS */
-				       0x02000000,			    /* CLONE_NEWCGROUP */
-				       0x04000000,			    /* CLONE_NEWUTS */
-				       0x08000000,			    /* CLONE_NEWIPC */
-				       0x10000000,			    /* CLONE_NEWUSER */
-				       0x40000000,			    /* CLONE_NEWNET */
+				       0x11,		      /* SIGCHLD: plain fork */
+				       0x3d0f00,	      /* pthread_create's */
+				       0x3d0f00 | 0x20000000, /* + CLONE_NEWPID */
+				       0x80,		      /* CLONE_NEWTIME */
+				       0x20000,		      /* CLONE_NEWNS */
+				       0x02000000,	      /* CLONE_NEWCGROUP */
+				       0x04000000,	      /* CLONE_NEWUTS */
+				       0x08000000,	      /* CLONE_NEWIPC */
+				       0x10000000,	      /* CLONE_NEWUSER */
+				       0x40000000,	      /* CLONE_NEWNET */
 				       0x80000000,
 				       0x100000000ull | 0x11,
 				       0x3};
@@ -206,9 +247,10 @@ int main(void)
 	size_t nn = 0;
 	for (uint32_t nr = 0; nr <= 1100; nr++)
 		nrs[nn++] = nr;
-	static const uint32_t big[] = {0x3fffffff, 0x40000000, 0x40000001, 0x40000000 | 41,
-				       0x40000000 | 56, 0x40000000 | 512, 0x7fffffff, 0x80000000,
-				       0xfffffffe, 0xffffffff, 0x10000, 4095, 4096};
+	static const uint32_t big[] = {
+	    0x3fffffff,	      0x40000000, 0x40000001, 0x40000000 | 41, 0x40000000 | 56,
+	    0x40000000 | 512, 0x7fffffff, 0x80000000, 0xfffffffe,      0xffffffff,
+	    0x10000,	      4095,	  4096};
 	for (size_t i = 0; i < ARRAY_SIZE(big); i++)
 		nrs[nn++] = big[i];
 
@@ -218,7 +260,8 @@ int main(void)
 			uint32_t nr = nrs[ni];
 			bool conditional = nr == SYS_clone || nr == SYS_socket ||
 					   nr == SYS_personality || nr == SYS_clone3;
-			size_t n0 = conditional ? ARRAY_SIZE(a0s) : 1, n1 = conditional ? ARRAY_SIZE(a1s) : 1;
+			size_t n0 = conditional ? ARRAY_SIZE(a0s) : 1,
+			       n1 = conditional ? ARRAY_SIZE(a1s) : 1;
 			for (size_t i0 = 0; i0 < n0; i0++) {
 				for (size_t i1 = 0; i1 < n1; i1++) {
 					struct seccomp_data d = {.nr = (int)nr,
@@ -230,11 +273,12 @@ int main(void)
 					runs++;
 					allowed += x == SECCOMP_RET_ALLOW;
 					if (x != y && mismatches++ < 10)
-						fprintf(stderr,
-							"arch %#x nr %u a0 %#llx a1 %#llx: ours %#x, "
-							"libseccomp %#x\n",
-							arches[ai], nr, (unsigned long long)d.args[0],
-							(unsigned long long)d.args[1], x, y);
+						fprintf(
+						    stderr,
+						    "arch %#x nr %u a0 %#llx a1 %#llx: ours %#x, "
+						    "libseccomp %#x\n",
+						    arches[ai], nr, (unsigned long long)d.args[0],
+						    (unsigned long long)d.args[1], x, y);
 					CHECK(x != 0xdead);
 				}
 			}

@@ -56,7 +56,7 @@ run_pytest() {
 case $PART in
 core)
 	run_library_tests
-	run_pytest tests/sandboxd
+	run_pytest tests/sandbox/sandboxd
 	# Last (it leaves system.slice behind): sandboxd alone in a service's
 	# cgroup below the root, as systemd runs it.
 	echo "== service cgroup"

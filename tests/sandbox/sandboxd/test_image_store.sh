@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/sandboxd/test_image_store.sh — strata-sandboxd on images of the
+# tests/sandbox/sandboxd/test_image_store.sh — strata-sandboxd on images of the
 # cluster's image store, end to end: a single-node cluster
 # (tests/lib/cluster.sh), the busybox sample imported as busybox:latest,
 # strata-sandboxd started against the cluster's home (--home), then the
@@ -14,7 +14,7 @@
 set -euo pipefail
 : "${STRATA_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
 . "$STRATA_SRC/tests/lib/cluster.sh"
-. "$STRATA_SRC/tests/image/lib.sh"
+. "$STRATA_SRC/tests/imagesvc/lib.sh"
 
 export STRATA_BIN
 [ -x "$STRATA_BIN/strata-sandboxd" ] || cluster_skip "strata-sandboxd is not built"
@@ -116,20 +116,20 @@ cluster_log "strata-sandboxd up (pid $SBD_PID)"
 
 export STRATA_IMAGE_TEST=1 STRATA_IMAGE_HEX="$HEX" STRATA_HOME
 export PYTHONPATH="$STRATA_SRC/sdk/python"
-$PY -m pytest -q -p no:cacheprovider -rs -k "not readopts" "$STRATA_SRC/tests/sandboxd/test_image_store.py"
+$PY -m pytest -q -p no:cacheprovider -rs -k "not readopts" "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py"
 
 # Restart: a sandbox on a store image survives a sandboxd restart, and the
 # new sandboxd takes over the node reference (no second mount, no leak).
 cluster_log "restarting strata-sandboxd with a live sandbox"
-sbid=$($PY "$STRATA_SRC/tests/sandboxd/test_image_store.py" --create busybox)
+sbid=$($PY "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py" --create busybox)
 sandboxd_stop
 sandboxd_start
 STRATA_SANDBOX_ID=$sbid $PY -m pytest -q -p no:cacheprovider -rs -k "readopts" \
-	"$STRATA_SRC/tests/sandboxd/test_image_store.py"
+	"$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py"
 
 if cli_runs_sandboxd; then
 	cluster_log "strata down with a live sandbox and image mounts: nothing left"
-	sbid=$($PY "$STRATA_SRC/tests/sandboxd/test_image_store.py" --create busybox)
+	sbid=$($PY "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py" --create busybox)
 	pid=$(grep -o '"agent_pid":[0-9]*' "$STRATA_HOME/sandboxd/sandboxes/$sbid/state.json" | cut -d: -f2)
 	mkdir -p "$IMG_WORK/ro" "$IMG_WORK/rw"
 	strata_cli image mount busybox "$IMG_WORK/ro" --record-after 0 >/dev/null

@@ -19,9 +19,9 @@
 
 #include <json-c/json.h>
 
-#include "cleanup.h"
-#include "oci.h"
-#include "registry.h"
+#include "fs/cleanup.h"
+#include "imagesvc/pull/oci.h"
+#include "imagesvc/pull/registry.h"
 
 static int fail(const struct oci_err *e, int r)
 {

@@ -7,7 +7,7 @@
 # works and a layer refused by the OCI reader (digest mismatch) stages nothing.
 set -euo pipefail
 . "$STRATA_SRC/tests/lib/cluster.sh"
-. "$STRATA_SRC/tests/image/lib.sh"
+. "$STRATA_SRC/tests/imagesvc/lib.sh"
 image_setup
 S=strata_cli
 STORE="$MNT/.strata/images"

@@ -11,7 +11,7 @@
 # Skips when strata-fuse has no chunk cache.
 set -euo pipefail
 . "$STRATA_SRC/tests/lib/cluster.sh"
-. "$STRATA_SRC/tests/image/lib.sh"
+. "$STRATA_SRC/tests/imagesvc/lib.sh"
 image_have_blobcache || cluster_skip "strata-fuse has no node chunk cache (--cache-size)"
 image_setup
 S=strata_cli

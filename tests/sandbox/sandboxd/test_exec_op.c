@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../sandbox/spawn_agent.h"
-#include "strata_sandbox.h"
+#include "tests/sandbox/spawn_agent.h"
+#include "sandbox/container/strata_sandbox.h"
 
 static int failed;
 #define CHECK(c)                                                                                   \

@@ -8,7 +8,7 @@
 # nothing behind. Skips without docker-registry or skopeo.
 set -euo pipefail
 . "$STRATA_SRC/tests/lib/cluster.sh"
-. "$STRATA_SRC/tests/image/lib.sh"
+. "$STRATA_SRC/tests/imagesvc/lib.sh"
 for t in docker-registry skopeo; do
 	command -v $t >/dev/null || cluster_skip "$t is missing (scripts/install-deps.sh)"
 done

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http.h"
+#include "imagesvc/pull/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

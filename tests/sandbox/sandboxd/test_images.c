@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandboxd.h"
-#include "testutil.h"
+#include "sandbox/sandboxd/sandboxd.h"
+#include "tests/testutil.h"
 
 static void write_file(const char *path, const char *text)
 {

@@ -1,6 +1,6 @@
 /* json.c — strict recursive-descent JSON parser, an emitter with automatic
  * commas, and base64 (see json.h for the invariants). */
-#include "json.h"
+#include "fs/json.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,8 +1,8 @@
-# tests/image/lib.sh — helpers shared by the image integration tests (source
+# tests/imagesvc/lib.sh — helpers shared by the image integration tests (source
 # after tests/lib/cluster.sh). Exposes IMG_WORK (a scratch dir inside the
 # cluster's temp dir, so the cluster trap removes it) after image_setup.
 
-IMG_SRC_DIR="$STRATA_SRC/tests/image"
+IMG_SRC_DIR="$STRATA_SRC/tests/imagesvc"
 PY=/usr/bin/python3 # Debian's, as tests/CMakeLists.txt uses
 
 # Starts a cluster and builds (or reuses) the busybox sample image.

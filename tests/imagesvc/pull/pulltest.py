@@ -19,7 +19,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.environ.get("STRATA_SRC", os.path.abspath(os.path.join(HERE, "..", "..")))
+SRC = os.environ.get("STRATA_SRC", os.path.abspath(os.path.join(HERE, "..", "..", "..")))
 _procs = []
 
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
-#include "oci-internal.h"
-#include "registry.h"
+#include "imagesvc/pull/http.h"
+#include "imagesvc/pull/oci-internal.h"
+#include "imagesvc/pull/registry.h"
 
 static void fuzz_docs(const char *s, size_t n)
 {

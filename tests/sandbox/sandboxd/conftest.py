@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.environ.get("STRATA_SRC") or os.path.abspath(os.path.join(HERE, "..", ".."))
+SRC = os.environ.get("STRATA_SRC") or os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "tests", "sdk"))
 
 from sandboxd_harness import Daemon, make_busybox_rootfs, sandboxd_binary  # noqa: E402

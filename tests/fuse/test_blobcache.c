@@ -16,9 +16,9 @@
 
 #include <openssl/sha.h>
 
-#include "blobcache.h"
-#include "testutil.h"
-#include "wire.h"
+#include "fuse/blobcache.h"
+#include "tests/testutil.h"
+#include "fs/wire.h"
 
 #define NREC 24
 

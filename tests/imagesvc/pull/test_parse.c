@@ -6,10 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../testutil.h"
-#include "http.h"
-#include "oci-internal.h"
-#include "registry.h"
+#include "tests/testutil.h"
+#include "imagesvc/pull/http.h"
+#include "imagesvc/pull/oci-internal.h"
+#include "imagesvc/pull/registry.h"
 
 static void test_refs(void)
 {

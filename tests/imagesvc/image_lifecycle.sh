@@ -8,7 +8,7 @@
 # FUSE client has the node chunk cache): what was read is in the cache.
 set -euo pipefail
 . "$STRATA_SRC/tests/lib/cluster.sh"
-. "$STRATA_SRC/tests/image/lib.sh"
+. "$STRATA_SRC/tests/imagesvc/lib.sh"
 image_setup
 S=strata_cli
 STORE="$MNT/.strata/images"

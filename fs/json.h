@@ -1,4 +1,4 @@
-/* json.h — the small JSON parser and emitter of strata-sandboxd's HTTP API.
+/* json.h — the small JSON parser and emitter shared by strata-sandboxd's HTTP API and the CLI.
  *
  * Why our own: the API needs a strict parser (exact errors, limits on depth,
  * size and string length, duplicate keys refused) and a streaming-friendly

@@ -15,9 +15,9 @@
 
 #include <openssl/sha.h>
 
-#include "../imagesvc/tarbuild.h"
-#include "store.h"
-#include "testutil.h"
+#include "tests/imagesvc/tarbuild.h"
+#include "imagesvc/store.h"
+#include "tests/testutil.h"
 
 static char dir[] = "/tmp/test_store.XXXXXX";
 static char root[512];
