@@ -45,22 +45,22 @@ static bool is_erofs(const char *dir)
 	return statfs(dir, &sf) == 0 && (uint32_t)sf.f_type == EROFS_MAGIC;
 }
 
-static void kernel_msg(int fsfd, struct img_err *e, int code, const char *what)
+static void kernel_msg(int fsfd, struct strata_err *e, int code, const char *what)
 {
 	char buf[256] = "";
 	ssize_t n = read(fsfd, buf, sizeof(buf) - 1);
 	buf[n > 0 ? n : 0] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
-	img_err_set(e, code, "%s: %s%s%s", what, strerror(-code), buf[0] ? "; kernel: " : "",
-		    buf[0] ? buf + (n > 2 && buf[1] == ' ' ? 2 : 0) : "");
+	strata_err_set(e, code, "%s: %s%s%s", what, strerror(-code), buf[0] ? "; kernel: " : "",
+		       buf[0] ? buf + (n > 2 && buf[1] == ' ' ? 2 : 0) : "");
 }
 
 int img_erofs_mount(const char *meta, char *const *devices, size_t n, const char *dir,
-		    struct img_err *e)
+		    struct strata_err *e)
 {
 	_cleanup_close_ int fsfd = fsopen("erofs", FSOPEN_CLOEXEC);
 	if (fsfd < 0)
-		return img_err_set(e, -errno, "the kernel has no EROFS (fsopen: %m)");
+		return strata_err_set(e, -errno, "the kernel has no EROFS (fsopen: %m)");
 	int r = fsconfig(fsfd, FSCONFIG_SET_STRING, "source", meta, 0);
 	for (size_t i = 0; r == 0 && i < n; i++)
 		r = fsconfig(fsfd, FSCONFIG_SET_STRING, "device", devices[i], 0);
@@ -78,13 +78,13 @@ int img_erofs_mount(const char *meta, char *const *devices, size_t n, const char
 	_cleanup_close_ int mfd =
 	    fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
 	if (mfd < 0 || move_mount(mfd, "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-		return img_err_set(e, -errno, "attaching the EROFS mount at %s: %m", dir);
+		return strata_err_set(e, -errno, "attaching the EROFS mount at %s: %m", dir);
 	return 0;
 }
 
 /* Copies the metadata image into the cache and checks its digest. */
 static int fetch_meta(struct img_store *s, const char *hex, const struct img_record *rec,
-		      const char *dst, struct img_err *e)
+		      const char *dst, struct strata_err *e)
 {
 	char src[PATH_MAX], tmp[PATH_MAX + 16];
 	uint8_t sha[32];
@@ -92,12 +92,12 @@ static int fetch_meta(struct img_store *s, const char *hex, const struct img_rec
 		return 0;
 	int r = img_store_image_path(s, hex, "meta.img", src, sizeof(src));
 	if (r < 0)
-		return img_err_set(e, r, "path too long");
+		return strata_err_set(e, r, "path too long");
 	snprintf(tmp, sizeof(tmp), "%s.%d", dst, (int)getpid());
 	_cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
 	_cleanup_close_ int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (in < 0 || out < 0)
-		return img_err_set(e, -errno, "copying the metadata image of %.12s: %m", hex);
+		return strata_err_set(e, -errno, "copying the metadata image of %.12s: %m", hex);
 	char buf[1 << 16];
 	for (ssize_t n; r == 0 && (n = store_read_all(in, buf, sizeof(buf))) != 0;)
 		r = n < 0 ? (int)n : store_write_all(out, buf, (size_t)n);
@@ -109,20 +109,20 @@ static int fetch_meta(struct img_store *s, const char *hex, const struct img_rec
 		r = -errno;
 	if (r < 0) {
 		unlink(tmp);
-		return img_err_set(e, r, "copying the metadata image of %.12s: %s", hex,
-				   r == -EBADMSG ? "digest mismatch" : strerror(-r));
+		return strata_err_set(e, r, "copying the metadata image of %.12s: %s", hex,
+				      r == -EBADMSG ? "digest mismatch" : strerror(-r));
 	}
 	return 0;
 }
 
 static int mount_image(struct img_store *s, const char *dir, const char *hex, const char *root,
-		       struct img_err *e)
+		       struct strata_err *e)
 {
 	struct img_record rec;
 	char meta[PATH_MAX];
 	int r = img_store_record(s, hex, &rec);
 	if (r < 0)
-		return img_err_set(e, r, "image %.12s: record: %s", hex, strerror(-r));
+		return strata_err_set(e, r, "image %.12s: record: %s", hex, strerror(-r));
 	char **devs = calloc(rec.n_blobs + 1, sizeof(char *));
 	r = devs ? pathf(meta, sizeof(meta), "%s/meta.img", dir) : -ENOMEM;
 	for (uint32_t i = 0; r == 0 && i < rec.n_blobs; i++) {
@@ -131,7 +131,7 @@ static int mount_image(struct img_store *s, const char *dir, const char *hex, co
 			    : -ENOMEM;
 	}
 	if (r < 0)
-		img_err_set(e, r, "image %.12s: %s", hex, strerror(-r));
+		strata_err_set(e, r, "image %.12s: %s", hex, strerror(-r));
 	if (r == 0)
 		r = fetch_meta(s, hex, &rec, meta, e);
 	if (r == 0 && (mkdir(root, 0755) == 0 || errno == EEXIST))
@@ -201,7 +201,7 @@ static bool fuse_replaced(struct img_store *s, const char *dir)
 }
 
 int img_node_acquire(struct img_store *s, const char *cache, const char *hex, char *root,
-		     size_t cap, bool *ret_fresh, struct img_err *e)
+		     size_t cap, bool *ret_fresh, struct strata_err *e)
 {
 	char dir[PATH_MAX], users[PATH_MAX + 8], node[256];
 	int r = pathf(dir, sizeof(dir), "%s/%s", cache, hex);
@@ -210,18 +210,19 @@ int img_node_acquire(struct img_store *s, const char *cache, const char *hex, ch
 	if (r == 0)
 		r = store_mkdir_p(dir);
 	if (r < 0)
-		return img_err_set(e, r, "node cache %s: %s", cache, strerror(-r));
+		return strata_err_set(e, r, "node cache %s: %s", cache, strerror(-r));
 	snprintf(users, sizeof(users), "%s/users", dir);
 	_cleanup_close_ int lk = lock_dir(dir);
 	if (lk < 0)
-		return img_err_set(e, lk, "locking %s: %s", dir, strerror(-lk));
+		return strata_err_set(e, lk, "locking %s: %s", dir, strerror(-lk));
 	int n = read_count(users);
 	bool fresh = n <= 0 || !is_erofs(root) || fuse_replaced(s, dir);
 	store_node_name(node, sizeof(node));
 	if (fresh) {
 		umount2(root, MNT_DETACH); /* a stale one, if any */
 		if ((r = img_store_lease(s, hex, node, true)) < 0)
-			return img_err_set(e, r, "taking a lease on %.12s: %s", hex, strerror(-r));
+			return strata_err_set(e, r, "taking a lease on %.12s: %s", hex,
+					      strerror(-r));
 		if ((r = mount_image(s, dir, hex, root, e)) < 0) {
 			img_store_lease(s, hex, node, false);
 			return r;
@@ -230,29 +231,29 @@ int img_node_acquire(struct img_store *s, const char *cache, const char *hex, ch
 		n = 0;
 	}
 	if ((r = write_count(users, n + 1)) < 0)
-		return img_err_set(e, r, "writing %s: %s", users, strerror(-r));
+		return strata_err_set(e, r, "writing %s: %s", users, strerror(-r));
 	if (ret_fresh)
 		*ret_fresh = fresh;
 	return 0;
 }
 
-int img_node_release(struct img_store *s, const char *cache, const char *hex, struct img_err *e)
+int img_node_release(struct img_store *s, const char *cache, const char *hex, struct strata_err *e)
 {
 	char dir[PATH_MAX], users[PATH_MAX + 8], root[PATH_MAX + 8], node[256];
 	int r = pathf(dir, sizeof(dir), "%s/%s", cache, hex);
 	if (r < 0)
-		return img_err_set(e, r, "path too long");
+		return strata_err_set(e, r, "path too long");
 	snprintf(users, sizeof(users), "%s/users", dir);
 	snprintf(root, sizeof(root), "%s/root", dir);
 	_cleanup_close_ int lk = lock_dir(dir);
 	if (lk < 0)
-		return img_err_set(e, lk, "locking %s: %s", dir, strerror(-lk));
+		return strata_err_set(e, lk, "locking %s: %s", dir, strerror(-lk));
 	int n = read_count(users) - 1;
 	if (n > 0)
 		return write_count(users, n);
 	if (umount2(root, 0) < 0 && errno != EINVAL && errno != ENOENT) {
 		if (errno != EBUSY || umount2(root, MNT_DETACH) < 0)
-			return img_err_set(e, -errno, "unmounting %s: %m", root);
+			return strata_err_set(e, -errno, "unmounting %s: %m", root);
 	}
 	store_node_name(node, sizeof(node));
 	img_store_lease(s, hex, node, false);
@@ -299,56 +300,56 @@ static int attach(const char *root, const char *scratch, const char *dir, bool w
 }
 
 int img_node_mount(struct img_store *s, const char *cache, const char *hex, const char *dir,
-		   bool writable, bool *ret_fresh, struct img_err *e)
+		   bool writable, bool *ret_fresh, struct strata_err *e)
 {
 	char real[PATH_MAX], rec[PATH_MAX], scratch[PATH_MAX], root[PATH_MAX], text[PATH_MAX + 128];
 	if (!realpath(dir, real))
-		return img_err_set(e, -errno, "mount point %s: %m", dir);
+		return strata_err_set(e, -errno, "mount point %s: %m", dir);
 	int r = bind_paths(cache, real, rec, scratch);
 	if (r == 0 && access(rec, F_OK) == 0)
-		return img_err_set(e, -EBUSY, "an image is already mounted at %s", real);
+		return strata_err_set(e, -EBUSY, "an image is already mounted at %s", real);
 	char sub[PATH_MAX];
 	if (r == 0 && (r = pathf(sub, sizeof(sub), "%s/binds", cache)) == 0)
 		r = store_mkdir_p(sub);
 	if (r == 0 && (r = pathf(sub, sizeof(sub), "%s/roots", cache)) == 0)
 		r = store_mkdir_p(sub);
 	if (r < 0)
-		return img_err_set(e, r, "node cache %s: %s", cache, strerror(-r));
+		return strata_err_set(e, r, "node cache %s: %s", cache, strerror(-r));
 	if ((r = img_node_acquire(s, cache, hex, root, sizeof(root), ret_fresh, e)) < 0)
 		return r;
 	if ((r = attach(root, scratch, real, writable)) < 0) {
 		img_node_release(s, cache, hex, NULL);
-		return img_err_set(e, r, "mounting at %s: %s", real, strerror(-r));
+		return strata_err_set(e, r, "mounting at %s: %s", real, strerror(-r));
 	}
 	snprintf(text, sizeof(text), "%s %s %s\n", hex, writable ? "overlay" : "bind", real);
 	if ((r = store_write_file(rec, text, strlen(text))) < 0) {
 		img_rootfs_remove(scratch, real);
 		img_node_release(s, cache, hex, NULL);
-		return img_err_set(e, r, "recording the mount: %s", strerror(-r));
+		return strata_err_set(e, r, "recording the mount: %s", strerror(-r));
 	}
 	return 0;
 }
 
-int img_node_umount(struct img_store *s, const char *cache, const char *dir, struct img_err *e)
+int img_node_umount(struct img_store *s, const char *cache, const char *dir, struct strata_err *e)
 {
 	char real[PATH_MAX], rec[PATH_MAX], scratch[PATH_MAX], text[PATH_MAX + 128];
 	char hex[65], kind[16];
 	if (!realpath(dir, real))
-		return img_err_set(e, -errno, "%s: %m", dir);
+		return strata_err_set(e, -errno, "%s: %m", dir);
 	int r = bind_paths(cache, real, rec, scratch);
 	_cleanup_close_ int fd = r < 0 ? -1 : open(rec, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return img_err_set(e, -ENOENT, "no image is mounted at %s", real);
+		return strata_err_set(e, -ENOENT, "no image is mounted at %s", real);
 	ssize_t n = store_read_all(fd, text, sizeof(text) - 1);
 	text[n > 0 ? n : 0] = '\0';
 	if (sscanf(text, "%64s %15s", hex, kind) != 2)
-		return img_err_set(e, -EBADMSG, "corrupt mount record %s", rec);
+		return strata_err_set(e, -EBADMSG, "corrupt mount record %s", rec);
 	if (!strcmp(kind, "overlay"))
 		r = img_rootfs_remove(scratch, real);
 	else if (umount2(real, 0) < 0 && errno != EINVAL)
 		r = (errno == EBUSY && umount2(real, MNT_DETACH) == 0) ? 0 : -errno;
 	if (r < 0)
-		return img_err_set(e, r, "unmounting %s: %s", real, strerror(-r));
+		return strata_err_set(e, r, "unmounting %s: %s", real, strerror(-r));
 	unlink(rec);
 	return img_node_release(s, cache, hex, e);
 }

@@ -27,19 +27,19 @@
  * root into root[cap]; *ret_fresh says whether this call mounted it.
  * Returns 0 or -errno with e filled. */
 int img_node_acquire(struct img_store *s, const char *cache, const char *hex, char *root,
-		     size_t cap, bool *ret_fresh, struct img_err *e);
+		     size_t cap, bool *ret_fresh, struct strata_err *e);
 /* Drops a reference; the last one unmounts. Returns 0 or -errno. */
-int img_node_release(struct img_store *s, const char *cache, const char *hex, struct img_err *e);
+int img_node_release(struct img_store *s, const char *cache, const char *hex, struct strata_err *e);
 /* Mounts the EROFS image meta (a regular file) with the given device files
  * at dir. Returns 0 or -errno with the kernel's message in e. */
 int img_erofs_mount(const char *meta, char *const *devices, size_t n, const char *dir,
-		    struct img_err *e);
+		    struct strata_err *e);
 
 /* `strata image mount`: makes image hex visible at dir, read-only (bind of
  * the shared root) or writable (an overlay, rootfs.h). */
 int img_node_mount(struct img_store *s, const char *cache, const char *hex, const char *dir,
-		   bool writable, bool *ret_fresh, struct img_err *e);
+		   bool writable, bool *ret_fresh, struct strata_err *e);
 /* `strata image umount`: undoes img_node_mount at dir. */
-int img_node_umount(struct img_store *s, const char *cache, const char *dir, struct img_err *e);
+int img_node_umount(struct img_store *s, const char *cache, const char *dir, struct strata_err *e);
 /* The shared root of hex if it is mounted on this node: 0 or -ENOENT. */
 int img_node_root(const char *cache, const char *hex, char *root, size_t cap);

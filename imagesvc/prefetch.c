@@ -167,7 +167,7 @@ static int write_list(struct img_store *s, const char *hex, const struct pf_list
 }
 
 int img_prefetch_record(struct img_store *s, const char *hex, const char *root,
-			struct img_prefetch_stats *ret, struct img_err *e)
+			struct img_prefetch_stats *ret, struct strata_err *e)
 {
 	struct pf_list l = {0};
 	char rel[PF_PATH_MAX + 1] = "";
@@ -175,9 +175,9 @@ int img_prefetch_record(struct img_store *s, const char *hex, const char *root,
 	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int r = fd < 0 ? -errno : record_dir(fd, rel, 0, 0, &l);
 	if (r < 0)
-		img_err_set(e, r, "recording what %s read: %s", root, strerror(-r));
+		strata_err_set(e, r, "recording what %s read: %s", root, strerror(-r));
 	if (r == 0 && (r = write_list(s, hex, &l)) < 0)
-		img_err_set(e, r, "writing the prefetch list: %s", strerror(-r));
+		strata_err_set(e, r, "writing the prefetch list: %s", strerror(-r));
 	if (r == 0 && ret) {
 		*ret = (struct img_prefetch_stats){.chunks = l.n, .seconds = now_s() - t0};
 		for (size_t i = 0; i < l.n; i++)
@@ -348,24 +348,24 @@ static int run_list(struct img_store *s, struct runner *x, int threads)
 }
 
 int img_prefetch_run(struct img_store *s, const char *hex, const char *root, bool eager,
-		     int threads, struct img_prefetch_stats *ret, struct img_err *e)
+		     int threads, struct img_prefetch_stats *ret, struct strata_err *e)
 {
 	struct img_record rec;
 	struct pf_list l = {0};
 	double t0 = now_s();
 	int r = img_store_record(s, hex, &rec);
 	if (r < 0)
-		return img_err_set(e, r, "image %.12s: %s", hex, strerror(-r));
+		return strata_err_set(e, r, "image %.12s: %s", hex, strerror(-r));
 	r = eager ? list_all(s, &rec, &l) : read_list(s, hex, &l);
 	if (r == -ENOENT)
-		img_err_set(e, r, "image %.12s has no recorded prefetch list", hex);
+		strata_err_set(e, r, "image %.12s has no recorded prefetch list", hex);
 	else if (r < 0)
-		img_err_set(e, r, "image %.12s: prefetch list: %s", hex, strerror(-r));
+		strata_err_set(e, r, "image %.12s: prefetch list: %s", hex, strerror(-r));
 	struct runner x = {.l = &l, .rec = eager ? &rec : NULL, .root_fd = -1};
 	if (r == 0 && !eager && (x.root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		r = img_err_set(e, -errno, "prefetching %.12s: %s: %m", hex, root);
+		r = strata_err_set(e, -errno, "prefetching %.12s: %s: %m", hex, root);
 	if (r == 0 && (r = run_list(s, &x, threads > 0 ? threads : PF_THREADS)) < 0)
-		img_err_set(e, r, "prefetching %.12s: %s", hex, strerror(-r));
+		strata_err_set(e, r, "prefetching %.12s: %s", hex, strerror(-r));
 	if (x.root_fd >= 0)
 		close(x.root_fd);
 	if (r == 0 && ret) {

@@ -35,11 +35,11 @@ struct img_prefetch_stats {
 /* Records the prefetch list of image hex from what this node has read of the
  * image mounted at root. Returns 0 or -errno with e filled. */
 int img_prefetch_record(struct img_store *s, const char *hex, const char *root,
-			struct img_prefetch_stats *ret, struct img_err *e);
+			struct img_prefetch_stats *ret, struct strata_err *e);
 /* Fetches the recorded list through the image mounted at root (-ENOENT if
  * there is none) or, eager, every chunk of the image's blobs (root unused).
  * threads <= 0 picks a default. ret->bytes counts bytes read. */
 int img_prefetch_run(struct img_store *s, const char *hex, const char *root, bool eager,
-		     int threads, struct img_prefetch_stats *ret, struct img_err *e);
+		     int threads, struct img_prefetch_stats *ret, struct strata_err *e);
 /* True if image hex has a recorded list. */
 bool img_prefetch_exists(struct img_store *s, const char *hex);

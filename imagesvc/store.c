@@ -22,18 +22,6 @@
 #include "fs/cleanup.h"
 #include "fs/wire.h"
 
-int img_err_set(struct img_err *e, int code, const char *fmt, ...)
-{
-	if (e && e->code == 0) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-		va_end(ap);
-		e->code = code;
-	}
-	return code;
-}
-
 static int path_fmt(char *buf, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int path_fmt(char *buf, size_t cap, const char *fmt, ...)
@@ -455,29 +443,30 @@ static int resolve_prefix(struct img_store *s, const char *prefix, char hex[65])
 	return found == 1 ? 0 : found ? -EEXIST : -ENOENT;
 }
 
-int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct img_err *e)
+int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct strata_err *e)
 {
 	uint8_t d[32];
 	if (img_digest_parse(ref, d) == 0) {
 		img_digest_hex(d, hex);
 		if (image_exists(s, hex))
 			return 0;
-		return img_err_set(e, -ENOENT, "no image with digest %s", ref);
+		return strata_err_set(e, -ENOENT, "no image with digest %s", ref);
 	}
 	size_t len = strlen(ref);
 	if (len >= 8 && len < 64 && strspn(ref, "0123456789abcdef") == len) {
 		int r = resolve_prefix(s, ref, hex);
 		if (r == 0 || r == -EEXIST)
-			return r == 0 ? 0 : img_err_set(e, r, "digest prefix %s is ambiguous", ref);
+			return r == 0 ? 0
+				      : strata_err_set(e, r, "digest prefix %s is ambiguous", ref);
 	}
 	char file[NAME_MAX + 1];
 	int r = store_ref_file(ref, file, sizeof(file));
 	if (r < 0)
-		return img_err_set(e, r, "invalid image reference '%s'", ref);
+		return strata_err_set(e, r, "invalid image reference '%s'", ref);
 	r = read_ref(s, file, hex);
 	if (r == -ENOENT || (r == 0 && !image_exists(s, hex)))
-		return img_err_set(e, -ENOENT, "no image named '%s' (see strata image ls)", ref);
-	return r < 0 ? img_err_set(e, r, "cannot read ref '%s': %s", ref, strerror(-r)) : 0;
+		return strata_err_set(e, -ENOENT, "no image named '%s' (see strata image ls)", ref);
+	return r < 0 ? strata_err_set(e, r, "cannot read ref '%s': %s", ref, strerror(-r)) : 0;
 }
 
 int img_store_set_ref(struct img_store *s, const char *name, const char *hex)
@@ -739,17 +728,17 @@ static int drop_ref(void *arg, const char *file, const char *hex)
 	return 0;
 }
 
-static int rm_image_locked(struct img_store *s, const char *hex, bool force, struct img_err *e)
+static int rm_image_locked(struct img_store *s, const char *hex, bool force, struct strata_err *e)
 {
 	char node[256] = "", p[PATH_MAX];
 	int n = img_store_leases(s, hex, node, sizeof(node));
 	if (n > 0 && !force)
-		return img_err_set(e, -EBUSY,
-				   "image %.12s is mounted on %s (strata image umount first)", hex,
-				   node);
+		return strata_err_set(e, -EBUSY,
+				      "image %.12s is mounted on %s (strata image umount first)",
+				      hex, node);
 	int r = img_store_image_path(s, hex, NULL, p, sizeof(p));
 	if (r < 0)
-		return img_err_set(e, r, "path too long");
+		return strata_err_set(e, r, "path too long");
 	char dead[PATH_MAX];
 	/* Rename first, so that the record vanishes atomically. */
 	if (path_fmt(dead, sizeof(dead), "%s/tmp/rm-%s", s->root, hex) == 0 && rename(p, dead) == 0)
@@ -757,15 +746,15 @@ static int rm_image_locked(struct img_store *s, const char *hex, bool force, str
 	else
 		store_rm_rf(p);
 	r = store_gc_locked(s);
-	return r < 0 ? img_err_set(e, r, "garbage collection failed: %s", strerror(-r)) : 0;
+	return r < 0 ? strata_err_set(e, r, "garbage collection failed: %s", strerror(-r)) : 0;
 }
 
-int img_store_rm(struct img_store *s, const char *ref, bool force, struct img_err *e)
+int img_store_rm(struct img_store *s, const char *ref, bool force, struct strata_err *e)
 {
 	char hex[65], file[NAME_MAX + 1], p[PATH_MAX];
 	int r = store_lock(s);
 	if (r < 0)
-		return img_err_set(e, r, "cannot lock the store: %s", strerror(-r));
+		return strata_err_set(e, r, "cannot lock the store: %s", strerror(-r));
 	r = img_store_resolve(s, ref, hex, e);
 	bool by_name = r == 0 && img_digest_parse(ref, (uint8_t[32]){0}) < 0 &&
 		       store_ref_file(ref, file, sizeof(file)) == 0 &&
@@ -776,13 +765,13 @@ int img_store_rm(struct img_store *s, const char *ref, bool force, struct img_er
 		if (left == 1 && !force && img_store_leases(s, hex, NULL, 0) > 0)
 			r = rm_image_locked(s, hex, false, e); /* refuses: mounted */
 		else if (unlink(p) < 0)
-			r = img_err_set(e, -errno, "cannot remove ref '%s': %m", ref);
+			r = strata_err_set(e, -errno, "cannot remove ref '%s': %m", ref);
 		else if (left == 1)
 			r = rm_image_locked(s, hex, force, e);
 	} else if (r == 0) {
 		int left = refs_to(s, hex);
 		if (left > 0 && !force)
-			r = img_err_set(
+			r = strata_err_set(
 			    e, -EBUSY,
 			    "image %.12s still has %d name(s); remove them or use --force", hex,
 			    left);

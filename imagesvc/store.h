@@ -31,8 +31,9 @@
  *     holds it.
  *  3. Blob and table files never change after publication.
  *
- * Errors: negative errno, with a one-line message in struct img_err. */
+ * Errors: negative errno, with a one-line message in struct strata_err. */
 #pragma once
+#include "fs/err.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,14 +50,6 @@
 #define IMG_MAX_LAYERS 256
 #define IMG_MAX_BLOBS 4096
 #define IMG_NAME_MAX 200
-
-struct img_err {
-	int code;
-	char msg[512];
-};
-/* Records code and a message in e (may be NULL) unless one is there; returns code. */
-int img_err_set(struct img_err *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* An image record (ROOT/images/HEX/image):
  *   header 16 B: magic "SIMG", u16 version, u16 header len 16, u32 total len, u32 0
@@ -105,12 +98,12 @@ struct img_import_stats {
 /* Converts and publishes an image (see the invariants). Returns 0 or a
  * negative errno with e filled; on failure nothing new is visible. */
 int img_store_import(struct img_store *s, const struct img_import_req *req,
-		     struct img_import_stats *ret, struct img_err *e);
+		     struct img_import_stats *ret, struct strata_err *e);
 
 /* Resolves REF: "sha256:HEX", a unique HEX prefix (>= 8), or name[:tag]
  * (tag "latest" when absent). Writes the 64-char hex into hex[65].
  * Returns 0, -ENOENT, -EINVAL or -EEXIST (ambiguous prefix). */
-int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct img_err *e);
+int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct strata_err *e);
 /* Loads the record of image hex. Returns 0 and *ret (img_record_done it). */
 int img_store_record(struct img_store *s, const char *hex, struct img_record *ret);
 void img_record_done(struct img_record *r);
@@ -131,7 +124,7 @@ void img_store_names_of(struct img_store *s, const char *hex, char *buf, size_t 
 /* Removes REF: a name drops that ref only; the image itself (and blobs no
  * other image lists) go when no ref is left. -EBUSY if the image is mounted
  * (a lease exists) unless force. Returns 0 or -errno with e filled. */
-int img_store_rm(struct img_store *s, const char *ref, bool force, struct img_err *e);
+int img_store_rm(struct img_store *s, const char *ref, bool force, struct strata_err *e);
 /* Removes unreferenced blobs and import debris. Returns the number of blobs
  * removed or -errno. Takes the lock. */
 int img_store_gc(struct img_store *s);

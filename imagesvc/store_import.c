@@ -63,7 +63,7 @@ static int load_rec(void *arg, const uint8_t *digest, uint64_t off, uint32_t len
 }
 
 /* Loads every published digest table (the store's digest index). */
-static int load_index(struct import_bs *b, struct img_err *e)
+static int load_index(struct import_bs *b, struct strata_err *e)
 {
 	for (uint32_t id = 0; id < b->first_id; id++) {
 		char p[PATH_MAX];
@@ -73,8 +73,8 @@ static int load_index(struct import_bs *b, struct img_err *e)
 		if (r == -ENOENT)
 			continue;
 		if (r < 0)
-			return img_err_set(e, r, "digest table %s: %s", p,
-					   r == -EBADMSG ? "corrupt" : strerror(-r));
+			return strata_err_set(e, r, "digest table %s: %s", p,
+					      r == -EBADMSG ? "corrupt" : strerror(-r));
 	}
 	return 0;
 }
@@ -206,11 +206,11 @@ static const struct blobstore_ops import_ops = {
 
 /* ---- conversion ---------------------------------------------------------------------- */
 static int apply_layer(struct tree *t, struct import_bs *b, const struct img_layer_src *l,
-		       unsigned n, struct tree_stats *st, struct img_err *e)
+		       unsigned n, struct tree_stats *st, struct strata_err *e)
 {
 	_cleanup_close_ int fd = open(l->path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return img_err_set(e, -errno, "layer %u (%s): %m", n, l->path);
+		return strata_err_set(e, -errno, "layer %u (%s): %m", n, l->path);
 	struct istream *in = NULL;
 	struct tar_reader *tr = NULL;
 	uint32_t blob;
@@ -222,15 +222,16 @@ static int apply_layer(struct tree *t, struct import_bs *b, const struct img_lay
 		r = blobstore_begin_blob(&b->base, &blob);
 	}
 	if (r < 0) {
-		img_err_set(e, r, "layer %u (%s): %s", n, l->digest, strerror(-r));
+		strata_err_set(e, r, "layer %u (%s): %s", n, l->digest, strerror(-r));
 	} else {
 		r = tree_apply_layer(t, tr, &b->base, blob, n, st);
 		if (r < 0)
-			img_err_set(e, r, "layer %u (%s, %s): %s", n, l->digest,
-				    istream_kind_name(istream_kind(in)), tree_error(t));
+			strata_err_set(e, r, "layer %u (%s, %s): %s", n, l->digest,
+				       istream_kind_name(istream_kind(in)), tree_error(t));
 		int r2 = blobstore_end_blob(&b->base, blob);
 		if (r == 0 && r2 < 0)
-			r = img_err_set(e, r2, "layer %u: writing its blob: %s", n, strerror(-r2));
+			r = strata_err_set(e, r2, "layer %u: writing its blob: %s", n,
+					   strerror(-r2));
 	}
 	tar_reader_free(tr);
 	istream_free(in);
@@ -257,12 +258,12 @@ static int copy_file(const char *from, const char *to)
 /* Writes meta.img, the record and the documents into DIR/image. */
 static int write_image_dir(struct import_bs *b, struct tree *t, const struct img_import_req *req,
 			   const uint8_t manifest[32], struct img_record *rec,
-			   struct img_import_stats *st, struct img_err *e)
+			   struct img_import_stats *st, struct strata_err *e)
 {
 	char dir[PATH_MAX], p[PATH_MAX + 32];
 	snprintf(dir, sizeof(dir), "%s/image", b->dir);
 	if (mkdir(dir, 0755) < 0)
-		return img_err_set(e, -errno, "cannot create %s: %m", dir);
+		return strata_err_set(e, -errno, "cannot create %s: %m", dir);
 	snprintf(p, sizeof(p), "%s/meta.img", dir);
 	_cleanup_close_ int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	struct erofs_image_info info = {0};
@@ -271,7 +272,7 @@ static int write_image_dir(struct import_bs *b, struct tree *t, const struct img
 		r = -errno;
 	if (r < 0) {
 		free(info.blobs);
-		return img_err_set(e, r, "writing the EROFS metadata image: %s", strerror(-r));
+		return strata_err_set(e, r, "writing the EROFS metadata image: %s", strerror(-r));
 	}
 	memcpy(rec->manifest, manifest, 32);
 	rec->blobs = info.blobs;
@@ -280,20 +281,20 @@ static int write_image_dir(struct import_bs *b, struct tree *t, const struct img
 	st->meta_size = info.size;
 	st->n_blobs = rec->n_blobs;
 	if ((r = img_sha256_file(p, rec->meta_sha, NULL)) < 0)
-		return img_err_set(e, r, "hashing %s: %s", p, strerror(-r));
+		return strata_err_set(e, r, "hashing %s: %s", p, strerror(-r));
 	if (req->manifest_path && (snprintf(p, sizeof(p), "%s/manifest.json", dir), 1) &&
 	    (r = copy_file(req->manifest_path, p)) < 0)
-		return img_err_set(e, r, "copying the manifest: %s", strerror(-r));
+		return strata_err_set(e, r, "copying the manifest: %s", strerror(-r));
 	if (req->config_path && (snprintf(p, sizeof(p), "%s/config.json", dir), 1) &&
 	    (r = copy_file(req->config_path, p)) < 0)
-		return img_err_set(e, r, "copying the config: %s", strerror(-r));
+		return strata_err_set(e, r, "copying the config: %s", strerror(-r));
 	_cleanup_free_ uint8_t *buf = malloc(store_record_size(rec));
 	if (!buf)
-		return img_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	store_record_encode(rec, buf);
 	snprintf(p, sizeof(p), "%s/image", dir);
 	if ((r = store_write_file(p, buf, store_record_size(rec))) < 0)
-		return img_err_set(e, r, "writing the image record: %s", strerror(-r));
+		return strata_err_set(e, r, "writing the image record: %s", strerror(-r));
 	return 0;
 }
 
@@ -333,7 +334,7 @@ static bool is_new_blob(struct import_bs *b, uint32_t id)
 }
 
 static int publish(struct import_bs *b, const struct img_record *rec, const char *hex,
-		   const char *name, struct img_import_stats *st, struct img_err *e)
+		   const char *name, struct img_import_stats *st, struct strata_err *e)
 {
 	char from[PATH_MAX], to[PATH_MAX];
 	int r = 0;
@@ -343,31 +344,32 @@ static int publish(struct import_bs *b, const struct img_record *rec, const char
 			st->blobs_new++;
 		}
 	if (r < 0)
-		return img_err_set(e, r, "publishing blobs: %s", strerror(-r));
+		return strata_err_set(e, r, "publishing blobs: %s", strerror(-r));
 	snprintf(from, sizeof(from), "%s/image", b->dir);
 	if ((r = img_store_image_path(b->s, hex, NULL, to, sizeof(to))) < 0 || rename(from, to) < 0)
-		return img_err_set(e, r < 0 ? r : -errno, "publishing image %.12s: %s", hex,
-				   strerror(r < 0 ? -r : errno));
+		return strata_err_set(e, r < 0 ? r : -errno, "publishing image %.12s: %s", hex,
+				      strerror(r < 0 ? -r : errno));
 	if (name && (r = img_store_set_ref(b->s, name, hex)) < 0)
-		return img_err_set(e, r, "writing the name '%s': %s", name, strerror(-r));
+		return strata_err_set(e, r, "writing the name '%s': %s", name, strerror(-r));
 	return 0;
 }
 
 static int convert(struct import_bs *b, const struct img_import_req *req, const uint8_t man[32],
-		   const char *hex, struct img_import_stats *st, struct img_err *e)
+		   const char *hex, struct img_import_stats *st, struct strata_err *e)
 {
 	struct tree *t = NULL;
 	struct tree_stats ts = {0};
 	struct img_record rec = {.created = store_now_s(), .n_layers = (uint32_t)req->n_layers};
 	int r = load_index(b, e);
 	if (r == 0 && (r = tree_new(&t)) < 0)
-		img_err_set(e, r, "out of memory");
+		strata_err_set(e, r, "out of memory");
 	rec.layers = calloc(req->n_layers + 1, 32);
 	if (r == 0 && !rec.layers)
-		r = img_err_set(e, -ENOMEM, "out of memory");
+		r = strata_err_set(e, -ENOMEM, "out of memory");
 	for (size_t i = 0; r == 0 && i < req->n_layers; i++) {
 		if (img_digest_parse(req->layers[i].digest, rec.layers[i]) < 0)
-			r = img_err_set(e, -EINVAL, "bad layer digest '%s'", req->layers[i].digest);
+			r = strata_err_set(e, -EINVAL, "bad layer digest '%s'",
+					   req->layers[i].digest);
 		else
 			r = apply_layer(t, b, &req->layers[i], (unsigned)i, &ts, e);
 	}
@@ -391,27 +393,27 @@ static int convert(struct import_bs *b, const struct img_import_req *req, const 
 
 static int import_locked(struct img_store *s, const struct img_import_req *req,
 			 const uint8_t man[32], const char *hex, struct img_import_stats *st,
-			 struct img_err *e)
+			 struct strata_err *e)
 {
 	char p[PATH_MAX];
 	int r = store_gc_locked(s);
 	if (r < 0)
-		return img_err_set(e, r, "cleaning the store: %s", strerror(-r));
+		return strata_err_set(e, r, "cleaning the store: %s", strerror(-r));
 	if (img_store_image_path(s, hex, "image", p, sizeof(p)) == 0 && access(p, F_OK) == 0) {
 		st->existed = true;
 		r = req->name ? img_store_set_ref(s, req->name, hex) : 0;
-		return r < 0 ? img_err_set(e, r, "writing the name: %s", strerror(-r)) : 0;
+		return r < 0 ? strata_err_set(e, r, "writing the name: %s", strerror(-r)) : 0;
 	}
 	struct import_bs *b = calloc(1, sizeof(*b));
 	if (!b)
-		return img_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	b->base.ops = &import_ops;
 	b->s = s;
 	b->first_id = b->next_id = store_max_blob(s);
 	snprintf(b->dir, sizeof(b->dir), "%s/tmp/import-%d-%s", img_store_root(s), (int)getpid(),
 		 hex);
 	if (mkdir(b->dir, 0755) < 0)
-		r = img_err_set(e, -errno, "cannot create %s: %m", b->dir);
+		r = strata_err_set(e, -errno, "cannot create %s: %m", b->dir);
 	if (r == 0)
 		r = convert(b, req, man, hex, st, e);
 	store_rm_rf(b->dir); /* debris: unpublished blobs, or nothing */
@@ -420,22 +422,22 @@ static int import_locked(struct img_store *s, const struct img_import_req *req,
 }
 
 int img_store_import(struct img_store *s, const struct img_import_req *req,
-		     struct img_import_stats *ret, struct img_err *e)
+		     struct img_import_stats *ret, struct strata_err *e)
 {
 	uint8_t man[32];
 	char hex[65], file[NAME_MAX + 1];
 	struct img_import_stats st = {0};
 	if (img_digest_parse(req->manifest_digest, man) < 0)
-		return img_err_set(e, -EINVAL, "bad manifest digest '%s'", req->manifest_digest);
+		return strata_err_set(e, -EINVAL, "bad manifest digest '%s'", req->manifest_digest);
 	if (req->n_layers > IMG_MAX_LAYERS)
-		return img_err_set(e, -E2BIG, "%zu layers (at most %d)", req->n_layers,
-				   IMG_MAX_LAYERS);
+		return strata_err_set(e, -E2BIG, "%zu layers (at most %d)", req->n_layers,
+				      IMG_MAX_LAYERS);
 	if (req->name && store_ref_file(req->name, file, sizeof(file)) < 0)
-		return img_err_set(e, -EINVAL, "invalid image name '%s'", req->name);
+		return strata_err_set(e, -EINVAL, "invalid image name '%s'", req->name);
 	img_digest_hex(man, hex);
 	int r = store_lock(s);
 	if (r < 0)
-		return img_err_set(e, r, "cannot lock the store: %s", strerror(-r));
+		return strata_err_set(e, r, "cannot lock the store: %s", strerror(-r));
 	r = import_locked(s, req, man, hex, &st, e);
 	store_unlock(s);
 	if (r == 0 && ret)

@@ -68,7 +68,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int fail(const char *sub, const struct img_err *e, int r)
+static int fail(const char *sub, const struct strata_err *e, int r)
 {
 	cli_err(VERB, "%s: %s", sub, e->code ? e->msg : strerror(-r));
 	return 1;
@@ -129,8 +129,8 @@ static void print_import(struct ctx *c, const char *name, const struct oci_image
 /* Converts a loaded stage into the store under name. */
 static int import_stage(struct ctx *c, const char *stage, const char *name, double t0)
 {
-	struct oci_err oe = {0};
-	struct img_err e = {0};
+	struct strata_err oe = {0};
+	struct strata_err e = {0};
 	struct oci_image *img = NULL;
 	char man[CLI_PATH], cfg[CLI_PATH];
 	int r = oci_stage_load(stage, false, &img, &oe);
@@ -170,7 +170,7 @@ static int rm_stage(const char *stage)
 static int sub_import(struct ctx *c)
 {
 	char stage[CLI_PATH], name[256];
-	struct oci_err oe = {0};
+	struct strata_err oe = {0};
 	double t0 = now_s();
 	const char *src = c->o.pos[0];
 	if (stage_dir(c, stage) < 0)
@@ -191,7 +191,7 @@ static int sub_import(struct ctx *c)
 static int sub_pull(struct ctx *c)
 {
 	char stage[CLI_PATH], name[512];
-	struct oci_err oe = {0};
+	struct strata_err oe = {0};
 	struct registry_ref ref = {0};
 	struct registry_opts ro = {.insecure = c->o.insecure};
 	double t0 = now_s();
@@ -293,7 +293,7 @@ static void inspect_json(struct ctx *c, const char *hex, const struct img_record
 
 static int sub_inspect(struct ctx *c)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	struct img_record rec;
 	char hex[65], names[1024], node[256] = "", lh[65], p[CLI_PATH];
 	int r = img_store_resolve(c->s, c->o.pos[0], hex, &e);
@@ -329,7 +329,7 @@ static int sub_inspect(struct ctx *c)
 /* ---- rm / gc / prefetch ------------------------------------------------------------- */
 static int sub_rm(struct ctx *c)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	int r = img_store_rm(c->s, c->o.pos[0], c->o.force, &e);
 	return r < 0 ? fail("rm", &e, r) : 0;
 }
@@ -360,7 +360,7 @@ static void print_pf(struct ctx *c, const char *what, const struct img_prefetch_
 /* Replays the list (or, eager, everything) through a mount of the image on
  * this node, mounting it for the duration if need be. */
 static int prefetch_now(struct ctx *c, const char *hex, struct img_prefetch_stats *st,
-			struct img_err *e)
+			struct strata_err *e)
 {
 	char root[CLI_PATH];
 	bool held = false;
@@ -378,7 +378,7 @@ static int prefetch_now(struct ctx *c, const char *hex, struct img_prefetch_stat
 
 static int sub_prefetch(struct ctx *c)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	struct img_prefetch_stats st = {0};
 	char hex[65], root[CLI_PATH];
 	int r = img_store_resolve(c->s, c->o.pos[0], hex, &e);
@@ -420,7 +420,7 @@ static void spawn_recorder(struct ctx *c, const char *hex, int after)
 
 static int sub_mount(struct ctx *c)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	struct img_prefetch_stats st = {0};
 	char hex[65];
 	bool fresh = false;
@@ -450,7 +450,7 @@ static int sub_mount(struct ctx *c)
 
 static int sub_umount(struct ctx *c)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	int r = img_node_umount(c->s, c->cache, c->o.pos[0], &e);
 	return r < 0 ? fail("umount", &e, r) : 0;
 }

@@ -169,11 +169,11 @@ void http_url_done(struct http_url *u)
 
 /* --- client and TLS -------------------------------------------------------- */
 
-int http_client_new(const struct http_opts *o, struct http_client **ret, struct oci_err *e)
+int http_client_new(const struct http_opts *o, struct http_client **ret, struct strata_err *e)
 {
 	struct http_client *c = calloc(1, sizeof(*c));
 	if (!c)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	c->o = *o;
 	if (c->o.timeout_ms <= 0)
 		c->o.timeout_ms = 30000;
@@ -199,13 +199,13 @@ static const char *ssl_reason(void)
 	return s ? s : "unknown TLS error";
 }
 
-static int tls_ctx(struct http_client *c, struct oci_err *e)
+static int tls_ctx(struct http_client *c, struct strata_err *e)
 {
 	if (c->ctx)
 		return 0;
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	if (!ctx)
-		return oci_err_set(e, -ENOMEM, "TLS: %s", ssl_reason());
+		return strata_err_set(e, -ENOMEM, "TLS: %s", ssl_reason());
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 	if (c->o.insecure) {
@@ -215,8 +215,8 @@ static int tls_ctx(struct http_client *c, struct oci_err *e)
 		SSL_CTX_set_default_verify_paths(ctx);
 		if (c->o.ca_file && SSL_CTX_load_verify_locations(ctx, c->o.ca_file, NULL) != 1) {
 			SSL_CTX_free(ctx);
-			return oci_err_set(e, -EINVAL, "TLS: cannot load CA file %s: %s",
-					   c->o.ca_file, ssl_reason());
+			return strata_err_set(e, -EINVAL, "TLS: cannot load CA file %s: %s",
+					      c->o.ca_file, ssl_reason());
 		}
 	}
 	c->ctx = ctx;
@@ -224,7 +224,7 @@ static int tls_ctx(struct http_client *c, struct oci_err *e)
 }
 
 static int tls_handshake(struct http_client *c, struct http_conn *conn, const char *host,
-			 struct oci_err *e)
+			 struct strata_err *e)
 {
 	int r = tls_ctx(c, e);
 	if (r < 0)
@@ -232,7 +232,7 @@ static int tls_handshake(struct http_client *c, struct http_conn *conn, const ch
 	ERR_clear_error();
 	conn->ssl = SSL_new(c->ctx);
 	if (!conn->ssl)
-		return oci_err_set(e, -ENOMEM, "TLS: %s", ssl_reason());
+		return strata_err_set(e, -ENOMEM, "TLS: %s", ssl_reason());
 	SSL_set_fd(conn->ssl, conn->fd);
 	unsigned char ip[16];
 	bool is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
@@ -242,19 +242,20 @@ static int tls_handshake(struct http_client *c, struct http_conn *conn, const ch
 		X509_VERIFY_PARAM *p = SSL_get0_param(conn->ssl);
 		if (is_ip ? !X509_VERIFY_PARAM_set1_ip_asc(p, host)
 			  : !SSL_set1_host(conn->ssl, host))
-			return oci_err_set(e, -ENOMEM, "TLS: %s", ssl_reason());
+			return strata_err_set(e, -ENOMEM, "TLS: %s", ssl_reason());
 	}
 	if (SSL_connect(conn->ssl) == 1)
 		return 0;
 	long vr = SSL_get_verify_result(conn->ssl);
 	if (vr != X509_V_OK)
-		return oci_err_set(e, -EPROTO,
-				   "TLS: certificate of %s not trusted: %s (use --insecure to skip "
-				   "verification)",
-				   host, X509_verify_cert_error_string(vr));
+		return strata_err_set(
+		    e, -EPROTO,
+		    "TLS: certificate of %s not trusted: %s (use --insecure to skip "
+		    "verification)",
+		    host, X509_verify_cert_error_string(vr));
 	if (errno == EAGAIN || errno == EWOULDBLOCK)
-		return oci_err_set(e, -ETIMEDOUT, "TLS handshake with %s timed out", host);
-	return oci_err_set(e, -EPROTO, "TLS handshake with %s failed: %s", host, ssl_reason());
+		return strata_err_set(e, -ETIMEDOUT, "TLS handshake with %s timed out", host);
+	return strata_err_set(e, -EPROTO, "TLS handshake with %s failed: %s", host, ssl_reason());
 }
 
 /* --- connections ------------------------------------------------------------ */
@@ -340,25 +341,25 @@ static int connect_one(const struct addrinfo *ai, int timeout_ms)
 }
 
 static int conn_open(struct http_client *c, const struct http_url *u, struct http_conn **ret,
-		     struct oci_err *e)
+		     struct strata_err *e)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct addrinfo *res = NULL;
 	int g = getaddrinfo(u->host, u->port, &hints, &res);
 	if (g != 0)
-		return oci_err_set(e, -EHOSTUNREACH, "cannot resolve %s: %s", u->host,
-				   gai_strerror(g));
+		return strata_err_set(e, -EHOSTUNREACH, "cannot resolve %s: %s", u->host,
+				      gai_strerror(g));
 	int fd = -ENOENT;
 	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
 		fd = connect_one(ai, c->o.timeout_ms);
 	freeaddrinfo(res);
 	if (fd < 0)
-		return oci_err_set(e, fd, "cannot connect to %s:%s: %s", u->host, u->port,
-				   strerror(-fd));
+		return strata_err_set(e, fd, "cannot connect to %s:%s: %s", u->host, u->port,
+				      strerror(-fd));
 	struct http_conn *conn = calloc(1, sizeof(*conn));
 	if (!conn) {
 		close(fd);
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	conn->fd = fd;
 	conn->timeout_ms = c->o.timeout_ms;
@@ -618,7 +619,7 @@ static int body_framing(struct http_response *r, const char *method)
 }
 
 static int read_head_lines(struct http_client *c, struct http_response *r, char *line,
-			   struct oci_err *e)
+			   struct strata_err *e)
 {
 	size_t budget = c->o.max_header_bytes;
 	for (;;) { /* skip 1xx interim responses */
@@ -636,15 +637,15 @@ static int read_head_lines(struct http_client *c, struct http_response *r, char 
 				k = add_header(r, line);
 		}
 		if (k == -EFBIG)
-			return oci_err_set(
+			return strata_err_set(
 			    e, -EFBIG,
 			    "response headers over the limit (%zu bytes, %d headers, "
 			    "%d bytes a line)",
 			    c->o.max_header_bytes, HTTP_MAX_HEADERS, HTTP_LINE_MAX);
 		if (k == -EPROTO)
-			return oci_err_set(e, -EPROTO, "malformed HTTP response");
+			return strata_err_set(e, -EPROTO, "malformed HTTP response");
 		if (k < 0)
-			return oci_err_set(e, k, "reading the response: %s", strerror(-k));
+			return strata_err_set(e, k, "reading the response: %s", strerror(-k));
 		if (r->status >= 200 || r->status == 101)
 			break;
 		for (size_t i = 0; i < r->n_headers; i++) {
@@ -657,11 +658,11 @@ static int read_head_lines(struct http_client *c, struct http_response *r, char 
 }
 
 static int read_head(struct http_client *c, struct http_response *r, const char *method,
-		     struct oci_err *e)
+		     struct strata_err *e)
 {
 	_cleanup_free_ char *line = malloc(HTTP_LINE_MAX);
 	if (!line)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	/* The whole header block must arrive within one stall limit: a server
 	 * trickling a byte at a time cannot hold us longer. */
 	r->conn->deadline_ms = now_ms() + c->o.timeout_ms;
@@ -671,14 +672,14 @@ static int read_head(struct http_client *c, struct http_response *r, const char 
 	if (k < 0)
 		return k;
 	if (body_framing(r, method) < 0)
-		return oci_err_set(e, -EPROTO,
-				   "malformed body framing (Content-Length or "
-				   "Transfer-Encoding)");
+		return strata_err_set(e, -EPROTO,
+				      "malformed body framing (Content-Length or "
+				      "Transfer-Encoding)");
 	return 0;
 }
 
 int http_request(struct http_client *c, const char *method, const struct http_url *url,
-		 const char *const *headers, struct http_response *ret, struct oci_err *e)
+		 const char *const *headers, struct http_response *ret, struct strata_err *e)
 {
 	struct http_response r = {0};
 	int k = conn_open(c, url, &r.conn, e);
@@ -686,7 +687,7 @@ int http_request(struct http_client *c, const char *method, const struct http_ur
 		return k;
 	k = send_request(r.conn, method, url, headers);
 	if (k < 0)
-		oci_err_set(e, k, "sending the request to %s: %s", url->host, strerror(-k));
+		strata_err_set(e, k, "sending the request to %s: %s", url->host, strerror(-k));
 	else
 		k = read_head(c, &r, method, e);
 	if (k < 0) {
@@ -698,13 +699,13 @@ int http_request(struct http_client *c, const char *method, const struct http_ur
 }
 
 int http_response_from_fd(struct http_client *c, int fd, const char *method,
-			  struct http_response *ret, struct oci_err *e)
+			  struct http_response *ret, struct strata_err *e)
 {
 	struct http_response r = {0};
 	r.conn = calloc(1, sizeof(*r.conn));
 	if (!r.conn) {
 		close(fd);
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	r.conn->fd = fd;
 	r.conn->timeout_ms = c->o.timeout_ms;
@@ -718,22 +719,22 @@ int http_response_from_fd(struct http_client *c, int fd, const char *method,
 }
 
 /* Reads the next chunk-size line, or the trailers after the last chunk. */
-static int next_chunk(struct http_response *r, struct oci_err *e)
+static int next_chunk(struct http_response *r, struct strata_err *e)
 {
 	char line[256];
 	size_t budget = 4096;
 	if (r->chunk_open) { /* the CRLF after the previous chunk's data */
 		ssize_t n = conn_line(r->conn, line, sizeof(line), &budget);
 		if (n != 0)
-			return oci_err_set(e, n < 0 && n != -EFBIG ? (int)n : -EPROTO,
-					   "malformed chunked body");
+			return strata_err_set(e, n < 0 && n != -EFBIG ? (int)n : -EPROTO,
+					      "malformed chunked body");
 	}
 	ssize_t n = conn_line(r->conn, line, sizeof(line), &budget);
 	if (n < 0)
-		return oci_err_set(e, n == -EFBIG ? -EPROTO : (int)n, "malformed chunked body");
+		return strata_err_set(e, n == -EFBIG ? -EPROTO : (int)n, "malformed chunked body");
 	size_t hex = strspn(line, "0123456789abcdefABCDEF");
 	if (hex == 0 || hex > 15 || (line[hex] && line[hex] != ';' && line[hex] != ' '))
-		return oci_err_set(e, -EPROTO, "malformed chunk size line");
+		return strata_err_set(e, -EPROTO, "malformed chunk size line");
 	r->remaining = strtoull(line, NULL, 16);
 	r->chunk_open = true;
 	if (r->remaining > 0)
@@ -744,8 +745,8 @@ static int next_chunk(struct http_response *r, struct oci_err *e)
 		n = conn_line(r->conn, line, sizeof(line), &budget);
 		r->trailer_bytes += before - budget;
 		if (n < 0)
-			return oci_err_set(e, n == -EFBIG ? -EFBIG : (int)n,
-					   "chunked body trailers too long or cut");
+			return strata_err_set(e, n == -EFBIG ? -EFBIG : (int)n,
+					      "chunked body trailers too long or cut");
 		if (n == 0)
 			break;
 	}
@@ -753,7 +754,7 @@ static int next_chunk(struct http_response *r, struct oci_err *e)
 	return 0;
 }
 
-ssize_t http_read_body(struct http_response *r, void *buf, size_t n, struct oci_err *e)
+ssize_t http_read_body(struct http_response *r, void *buf, size_t n, struct strata_err *e)
 {
 	if (r->done || n == 0)
 		return 0;
@@ -767,12 +768,12 @@ ssize_t http_read_body(struct http_response *r, void *buf, size_t n, struct oci_
 	size_t want = (r->chunked || r->has_length) ? STRATA_MIN(n, r->remaining) : n;
 	ssize_t k = conn_read(r->conn, buf, want);
 	if (k < 0)
-		return oci_err_set(e, (int)k, "reading the body: %s", strerror((int)-k));
+		return strata_err_set(e, (int)k, "reading the body: %s", strerror((int)-k));
 	if (k == 0 && (r->chunked || r->has_length))
-		return oci_err_set(e, -ECONNRESET,
-				   "the connection closed %llu bytes before the "
-				   "end of the body",
-				   (unsigned long long)r->remaining);
+		return strata_err_set(e, -ECONNRESET,
+				      "the connection closed %llu bytes before the "
+				      "end of the body",
+				      (unsigned long long)r->remaining);
 	if (k == 0) {
 		r->done = true;
 		return 0;
@@ -785,24 +786,25 @@ ssize_t http_read_body(struct http_response *r, void *buf, size_t n, struct oci_
 }
 
 int http_read_body_all(struct http_response *r, size_t max, char **ret, size_t *ret_len,
-		       struct oci_err *e)
+		       struct strata_err *e)
 {
 	if (r->has_length && r->length > max)
-		return oci_err_set(e, -EFBIG, "response body of %llu bytes, over the limit of %zu",
-				   (unsigned long long)r->length, max);
+		return strata_err_set(e, -EFBIG,
+				      "response body of %llu bytes, over the limit of %zu",
+				      (unsigned long long)r->length, max);
 	size_t cap = r->has_length ? (size_t)r->length + 1 : 4096, len = 0;
 	_cleanup_free_ char *buf = malloc(cap);
 	if (!buf)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	for (;;) {
 		if (len + 1 >= cap) {
 			if (cap > max + 1)
-				return oci_err_set(
+				return strata_err_set(
 				    e, -EFBIG, "response body over the limit of %zu bytes", max);
 			cap = STRATA_MIN(cap * 2, max + 2);
 			char *nb = realloc(buf, cap);
 			if (!nb)
-				return oci_err_set(e, -ENOMEM, "out of memory");
+				return strata_err_set(e, -ENOMEM, "out of memory");
 			buf = nb;
 		}
 		ssize_t k = http_read_body(r, buf + len, cap - len - 1, e);
@@ -812,8 +814,8 @@ int http_read_body_all(struct http_response *r, size_t max, char **ret, size_t *
 			break;
 		len += (size_t)k;
 		if (len > max)
-			return oci_err_set(e, -EFBIG, "response body over the limit of %zu bytes",
-					   max);
+			return strata_err_set(e, -EFBIG,
+					      "response body over the limit of %zu bytes", max);
 	}
 	buf[len] = 0;
 	*ret = TAKE_PTR(buf);

@@ -10,7 +10,7 @@
  * size lines, trailers, and every body read into memory (the caller's max).
  * Connect, read and write stall after timeout_ms.
  *
- * Errors are negative errno with a message in struct oci_err:
+ * Errors are negative errno with a message in struct strata_err:
  *   -ECONNRESET  the connection broke (also an early end of a body)
  *   -ETIMEDOUT   the peer stalled        -ECONNREFUSED nobody listens
  *   -EPROTO      not HTTP, or a TLS failure (handshake, certificate)
@@ -53,7 +53,7 @@ struct http_opts {
 struct http_client;
 
 /* Returns 0 and a client (free with http_client_free), or -errno. */
-int http_client_new(const struct http_opts *o, struct http_client **ret, struct oci_err *e);
+int http_client_new(const struct http_opts *o, struct http_client **ret, struct strata_err *e);
 struct http_client *http_client_free(struct http_client *c);
 
 struct http_header {
@@ -78,15 +78,15 @@ struct http_response {
  * NULL-terminated list, may be NULL) and reads the status line and headers.
  * Returns 0 with *ret filled (http_response_done it), or a negative errno. */
 int http_request(struct http_client *c, const char *method, const struct http_url *url,
-		 const char *const *headers, struct http_response *ret, struct oci_err *e);
+		 const char *const *headers, struct http_response *ret, struct strata_err *e);
 /* Returns the first header named name (case-insensitive), or NULL. */
 const char *http_header(const struct http_response *r, const char *name);
 /* Reads body bytes: >0, 0 at the end of the body, or a negative errno. */
-ssize_t http_read_body(struct http_response *r, void *buf, size_t n, struct oci_err *e);
+ssize_t http_read_body(struct http_response *r, void *buf, size_t n, struct strata_err *e);
 /* Reads the whole body, at most max bytes, into *ret (NUL-terminated,
  * free()). -EFBIG when it is longer. */
 int http_read_body_all(struct http_response *r, size_t max, char **ret, size_t *ret_len,
-		       struct oci_err *e);
+		       struct strata_err *e);
 /* Closes the connection and frees the headers. */
 void http_response_done(struct http_response *r);
 
@@ -95,4 +95,4 @@ bool http_error_retryable(int err);
 /* Reads a response from an already connected plain socket (fuzzing and
  * tests). Takes fd over, also on failure. Returns as http_request does. */
 int http_response_from_fd(struct http_client *c, int fd, const char *method,
-			  struct http_response *ret, struct oci_err *e);
+			  struct http_response *ret, struct strata_err *e);

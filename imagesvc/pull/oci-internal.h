@@ -2,7 +2,7 @@
  * Docker v2 media types, descriptor/manifest/index/config parsing with
  * json-c, platform selection, SHA-256 digests (OpenSSL libcrypto) and the
  * stage writer that builds a staged image directory (see oci.h) atomically.
- * Nothing here logs; errors are negative errno plus a message in oci_err. */
+ * Nothing here logs; errors are negative errno plus a message in struct strata_err (fs/err.h). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -67,30 +67,31 @@ static inline const char *oci_jstr(struct json_object *o, const char *key)
  * what names the document in errors. Returns 0 and the object in *ret
  * (json_object_put it), or -EBADMSG. */
 int oci_json_parse(const char *what, const char *buf, size_t len, struct json_object **ret,
-		   struct oci_err *e);
+		   struct strata_err *e);
 /* Tells a manifest from an index/list by its mediaType, else the transport's
  * Content-Type (may be NULL), else its shape. Schema 1 is -EOPNOTSUPP. */
 int oci_doc_kind(const char *buf, size_t len, const char *content_type, enum oci_doc_kind *ret,
-		 struct oci_err *e);
+		 struct strata_err *e);
 /* Parses an index or manifest list. Returns 0 and the entries in *ret
  * (free()), or a negative errno. */
 int oci_parse_index(const char *buf, size_t len, const struct oci_limits *lim,
-		    struct oci_desc **ret, size_t *ret_n, struct oci_err *e);
+		    struct oci_desc **ret, size_t *ret_n, struct strata_err *e);
 /* Picks the entry to use: with tag, the one whose ref.name annotation is tag
  * (then, if that is itself an index, the caller recurses); without, the
  * linux/amd64 one, or the only one when no entry names a platform.
  * Returns 0 and its position, or -ENOENT naming what there was. */
-int oci_select(const struct oci_desc *d, size_t n, const char *tag, size_t *ret, struct oci_err *e);
+int oci_select(const struct oci_desc *d, size_t n, const char *tag, size_t *ret,
+	       struct strata_err *e);
 /* Parses an image manifest (OCI or Docker v2 schema 2). Returns 0 and *ret
  * (oci_manifest_done it) or a negative errno. */
 int oci_parse_manifest(const char *buf, size_t len, const struct oci_limits *lim,
-		       struct oci_manifest *ret, struct oci_err *e);
+		       struct oci_manifest *ret, struct strata_err *e);
 void oci_manifest_done(struct oci_manifest *m);
 /* Parses an image config; refuses one for another platform (-ENOENT) and
  * one whose rootfs.diff_ids disagree with n_layers (-EBADMSG). diff_ids, if
  * not NULL, receives a copy of rootfs.diff_ids (n_layers entries). */
 int oci_parse_config(const char *buf, size_t len, size_t n_layers, struct oci_config *ret,
-		     char (*diff_ids)[OCI_DIGEST_MAX], struct oci_err *e);
+		     char (*diff_ids)[OCI_DIGEST_MAX], struct strata_err *e);
 void oci_config_done(struct oci_config *c);
 
 /* --- digests ---------------------------------------------------------- */
@@ -112,16 +113,16 @@ void oci_hash_done(struct oci_hash *h);
 
 /* Checks that buf[len] has the descriptor's size and digest. */
 int oci_verify_bytes(const char *what, const void *buf, size_t len, const char *digest,
-		     uint64_t size, struct oci_err *e);
+		     uint64_t size, struct strata_err *e);
 /* Copies src_fd to dst_fd (both at their offsets) while hashing; the bytes
  * must be exactly size long and hash to digest. */
 int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *digest, uint64_t size,
-		      struct oci_err *e);
+		      struct strata_err *e);
 /* Reads a whole regular file (path relative to dirfd, no symlinks followed
  * in the last component) of at most max bytes into *ret (NUL-terminated,
  * free()). */
 int oci_read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_len,
-		     struct oci_err *e);
+		     struct strata_err *e);
 
 /* --- the stage writer ------------------------------------------------- */
 
@@ -133,16 +134,16 @@ struct oci_stage {
 };
 
 /* Creates the temporary directory next to final (final must not exist). */
-int oci_stage_begin(const char *final, struct oci_stage *st, struct oci_err *e);
+int oci_stage_begin(const char *final, struct oci_stage *st, struct strata_err *e);
 int oci_stage_write(struct oci_stage *st, const char *name, const void *buf, size_t len,
-		    struct oci_err *e);
+		    struct strata_err *e);
 /* Creates layers/NNN for writing. Returns 0 and the fd in *ret_fd. */
-int oci_stage_layer_open(struct oci_stage *st, size_t idx, int *ret_fd, struct oci_err *e);
+int oci_stage_layer_open(struct oci_stage *st, size_t idx, int *ret_fd, struct strata_err *e);
 /* Writes manifest.json, manifest.digest, source and (when st->name is set)
  * name, syncs, renames into place (never over an existing directory). The stage is finished either
  * way (oci_stage_abort is a no-op). */
 int oci_stage_commit(struct oci_stage *st, const char *manifest, size_t len, const char *source,
-		     struct oci_err *e);
+		     struct strata_err *e);
 /* Removes the temporary directory; accepts a finished stage. */
 void oci_stage_abort(struct oci_stage *st);
 
@@ -151,7 +152,7 @@ int oci_rm_tree(const char *path);
 
 /* Imports a docker-save tarball (oci_archive.c). */
 int oci_import_archive(const char *src, const char *tag, const char *stage_dir,
-		       const struct oci_limits *lim, struct oci_err *e);
+		       const struct oci_limits *lim, struct strata_err *e);
 /* Imports an OCI layout at dirfd (oci.c); source names it in STAGE/source. */
 int oci_import_layout_at(int dirfd, const char *source, const char *tag, const char *stage_dir,
-			 const struct oci_limits *lim, struct oci_err *e);
+			 const struct oci_limits *lim, struct strata_err *e);

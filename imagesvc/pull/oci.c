@@ -24,18 +24,6 @@
 #include "fs/cleanup.h"
 #include "imagesvc/pull/oci-internal.h"
 
-int oci_err_set(struct oci_err *e, int code, const char *fmt, ...)
-{
-	if (!e || e->code != 0)
-		return code;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-	va_end(ap);
-	e->code = code;
-	return code;
-}
-
 void oci_limits_default(struct oci_limits *ret)
 {
 	*ret = (struct oci_limits){
@@ -119,16 +107,16 @@ void oci_hash_done(struct oci_hash *h)
 }
 
 int oci_verify_bytes(const char *what, const void *buf, size_t len, const char *digest,
-		     uint64_t size, struct oci_err *e)
+		     uint64_t size, struct strata_err *e)
 {
 	if (len != size)
-		return oci_err_set(e, -EBADMSG, "%s: %zu bytes, but its descriptor says %llu", what,
-				   len, (unsigned long long)size);
+		return strata_err_set(e, -EBADMSG, "%s: %zu bytes, but its descriptor says %llu",
+				      what, len, (unsigned long long)size);
 	char got[OCI_DIGEST_MAX];
 	oci_sha256(buf, len, got);
 	if (strcmp(got, digest) != 0)
-		return oci_err_set(e, -EBADMSG, "%s: content has digest %s, expected %s", what, got,
-				   digest);
+		return strata_err_set(e, -EBADMSG, "%s: content has digest %s, expected %s", what,
+				      got, digest);
 	return 0;
 }
 
@@ -148,13 +136,13 @@ static int write_all(int fd, const void *buf, size_t len)
 }
 
 int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *digest, uint64_t size,
-		      struct oci_err *e)
+		      struct strata_err *e)
 {
 	enum { BUF = 256 * 1024 };
 	_cleanup_free_ char *buf = malloc(BUF);
 	struct oci_hash h = {0};
 	if (!buf || oci_hash_init(&h) < 0)
-		return oci_err_set(e, -ENOMEM, "%s: out of memory", what);
+		return strata_err_set(e, -ENOMEM, "%s: out of memory", what);
 	uint64_t total = 0;
 	int r = 0;
 	for (;;) {
@@ -162,22 +150,22 @@ int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *dige
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			r = oci_err_set(e, -errno, "%s: read: %s", what, strerror(errno));
+			r = strata_err_set(e, -errno, "%s: read: %s", what, strerror(errno));
 			break;
 		}
 		if (n == 0)
 			break;
 		total += (uint64_t)n;
 		if (total > size) {
-			r = oci_err_set(e, -EBADMSG,
-					"%s: longer than the %llu bytes its descriptor says", what,
-					(unsigned long long)size);
+			r = strata_err_set(e, -EBADMSG,
+					   "%s: longer than the %llu bytes its descriptor says",
+					   what, (unsigned long long)size);
 			break;
 		}
 		oci_hash_update(&h, buf, (size_t)n);
 		r = write_all(dst_fd, buf, (size_t)n);
 		if (r < 0) {
-			oci_err_set(e, r, "%s: write: %s", what, strerror(-r));
+			strata_err_set(e, r, "%s: write: %s", what, strerror(-r));
 			break;
 		}
 	}
@@ -187,38 +175,38 @@ int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *dige
 	if (r < 0)
 		return r;
 	if (total != size)
-		return oci_err_set(e, -EBADMSG, "%s: %llu bytes, but its descriptor says %llu",
-				   what, (unsigned long long)total, (unsigned long long)size);
+		return strata_err_set(e, -EBADMSG, "%s: %llu bytes, but its descriptor says %llu",
+				      what, (unsigned long long)total, (unsigned long long)size);
 	if (strcmp(got, digest) != 0)
-		return oci_err_set(e, -EBADMSG, "%s: content has digest %s, expected %s", what, got,
-				   digest);
+		return strata_err_set(e, -EBADMSG, "%s: content has digest %s, expected %s", what,
+				      got, digest);
 	return 0;
 }
 
 int oci_read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_len,
-		     struct oci_err *e)
+		     struct strata_err *e)
 {
 	_cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return oci_err_set(e, -errno, "%s: %s", path, strerror(errno));
+		return strata_err_set(e, -errno, "%s: %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) < 0)
-		return oci_err_set(e, -errno, "%s: %s", path, strerror(errno));
+		return strata_err_set(e, -errno, "%s: %s", path, strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return oci_err_set(e, -EBADMSG, "%s: not a regular file", path);
+		return strata_err_set(e, -EBADMSG, "%s: not a regular file", path);
 	if ((uint64_t)st.st_size > max)
-		return oci_err_set(e, -EFBIG, "%s: %lld bytes, over the limit of %zu", path,
-				   (long long)st.st_size, max);
+		return strata_err_set(e, -EFBIG, "%s: %lld bytes, over the limit of %zu", path,
+				      (long long)st.st_size, max);
 	_cleanup_free_ char *buf = malloc((size_t)st.st_size + 1);
 	if (!buf)
-		return oci_err_set(e, -ENOMEM, "%s: out of memory", path);
+		return strata_err_set(e, -ENOMEM, "%s: out of memory", path);
 	size_t got = 0;
 	while (got < (size_t)st.st_size) {
 		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return oci_err_set(e, -errno, "%s: %s", path, strerror(errno));
+			return strata_err_set(e, -errno, "%s: %s", path, strerror(errno));
 		if (n == 0)
 			break;
 		got += (size_t)n;
@@ -232,15 +220,15 @@ int oci_read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t
 /* --- JSON ---------------------------------------------------------------- */
 
 int oci_json_parse(const char *what, const char *buf, size_t len, struct json_object **ret,
-		   struct oci_err *e)
+		   struct strata_err *e)
 {
 	if (len > INT_MAX)
-		return oci_err_set(e, -EFBIG, "%s: too large", what);
+		return strata_err_set(e, -EFBIG, "%s: too large", what);
 	if (memchr(buf, 0, len))
-		return oci_err_set(e, -EBADMSG, "%s: not JSON (NUL byte)", what);
+		return strata_err_set(e, -EBADMSG, "%s: not JSON (NUL byte)", what);
 	struct json_tokener *tok = json_tokener_new_ex(OCI_JSON_MAX_DEPTH);
 	if (!tok)
-		return oci_err_set(e, -ENOMEM, "%s: out of memory", what);
+		return strata_err_set(e, -ENOMEM, "%s: out of memory", what);
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 	struct json_object *o = json_tokener_parse_ex(tok, buf, (int)len);
 	enum json_tokener_error jerr = json_tokener_get_error(tok);
@@ -248,32 +236,33 @@ int oci_json_parse(const char *what, const char *buf, size_t len, struct json_ob
 	json_tokener_free(tok);
 	if (!o || jerr != json_tokener_success) {
 		json_object_put(o);
-		return oci_err_set(e, -EBADMSG, "%s: invalid JSON: %s", what,
-				   json_tokener_error_desc(jerr));
+		return strata_err_set(e, -EBADMSG, "%s: invalid JSON: %s", what,
+				      json_tokener_error_desc(jerr));
 	}
 	while (end < len && strchr(" \t\r\n", buf[end]))
 		end++;
 	if (end != len || !json_object_is_type(o, json_type_object)) {
 		json_object_put(o);
-		return oci_err_set(e, -EBADMSG, "%s: not one JSON object", what);
+		return strata_err_set(e, -EBADMSG, "%s: not one JSON object", what);
 	}
 	*ret = o;
 	return 0;
 }
 
-static int copy_short(char *dst, size_t cap, const char *src, const char *what, struct oci_err *e)
+static int copy_short(char *dst, size_t cap, const char *src, const char *what,
+		      struct strata_err *e)
 {
 	size_t n = strlen(src);
 	if (n >= cap)
-		return oci_err_set(e, -EBADMSG, "%s is too long (%zu bytes)", what, n);
+		return strata_err_set(e, -EBADMSG, "%s is too long (%zu bytes)", what, n);
 	memcpy(dst, src, n + 1);
 	return 0;
 }
 
-static int parse_platform(struct json_object *p, struct oci_desc *d, struct oci_err *e)
+static int parse_platform(struct json_object *p, struct oci_desc *d, struct strata_err *e)
 {
 	if (!json_object_is_type(p, json_type_object))
-		return oci_err_set(e, -EBADMSG, "descriptor platform is not an object");
+		return strata_err_set(e, -EBADMSG, "descriptor platform is not an object");
 	const char *os = oci_jstr(p, "os"), *arch = oci_jstr(p, "architecture"),
 		   *var = oci_jstr(p, "variant");
 	d->has_platform = true;
@@ -288,21 +277,21 @@ static int parse_platform(struct json_object *p, struct oci_desc *d, struct oci_
 }
 
 static int parse_desc(struct json_object *o, const char *what, struct oci_desc *d,
-		      struct oci_err *e)
+		      struct strata_err *e)
 {
 	memset(d, 0, sizeof(*d));
 	if (!json_object_is_type(o, json_type_object))
-		return oci_err_set(e, -EBADMSG, "%s: descriptor is not an object", what);
+		return strata_err_set(e, -EBADMSG, "%s: descriptor is not an object", what);
 	const char *mt = oci_jstr(o, "mediaType"), *dg = oci_jstr(o, "digest");
 	struct json_object *sz, *v;
 	if (!mt || !dg || !json_object_object_get_ex(o, "size", &sz) ||
 	    !json_object_is_type(sz, json_type_int) || json_object_get_int64(sz) < 0)
-		return oci_err_set(e, -EBADMSG, "%s: descriptor lacks mediaType, digest or size",
-				   what);
+		return strata_err_set(e, -EBADMSG, "%s: descriptor lacks mediaType, digest or size",
+				      what);
 	int r = oci_digest_check(dg);
 	if (r < 0)
-		return oci_err_set(e, r == -EOPNOTSUPP ? r : -EBADMSG,
-				   "%s: digest '%.80s' is not sha256:<64 hex>", what, dg);
+		return strata_err_set(e, r == -EOPNOTSUPP ? r : -EBADMSG,
+				      "%s: digest '%.80s' is not sha256:<64 hex>", what, dg);
 	d->size = (uint64_t)json_object_get_int64(sz);
 	strcpy(d->digest, dg);
 	r = copy_short(d->media_type, sizeof(d->media_type), mt, "mediaType", e);
@@ -325,7 +314,7 @@ static int parse_desc(struct json_object *o, const char *what, struct oci_desc *
 }
 
 int oci_doc_kind(const char *buf, size_t len, const char *content_type, enum oci_doc_kind *ret,
-		 struct oci_err *e)
+		 struct strata_err *e)
 {
 	_cleanup_json_ struct json_object *o = NULL;
 	int r = oci_json_parse("manifest", buf, len, &o, e);
@@ -340,40 +329,41 @@ int oci_doc_kind(const char *buf, size_t len, const char *content_type, enum oci
 	else if (mt && (!strcmp(mt, OCI_MT_MANIFEST) || !strcmp(mt, DOCKER_MT_MANIFEST)))
 		*ret = OCI_DOC_MANIFEST;
 	else if (mt && !strncmp(mt, DOCKER_MT_SCHEMA1, strlen(DOCKER_MT_SCHEMA1)))
-		return oci_err_set(e, -EOPNOTSUPP, "Docker schema 1 manifests are not supported");
+		return strata_err_set(e, -EOPNOTSUPP,
+				      "Docker schema 1 manifests are not supported");
 	else if (json_object_object_get_ex(o, "manifests", &v))
 		*ret = OCI_DOC_INDEX;
 	else if (json_object_object_get_ex(o, "layers", &v))
 		*ret = OCI_DOC_MANIFEST;
 	else
-		return oci_err_set(e, -EOPNOTSUPP, "unsupported manifest media type '%.100s'",
-				   mt ? mt : "(none)");
+		return strata_err_set(e, -EOPNOTSUPP, "unsupported manifest media type '%.100s'",
+				      mt ? mt : "(none)");
 	return 0;
 }
 
-static int check_schema2(struct json_object *o, const char *what, struct oci_err *e)
+static int check_schema2(struct json_object *o, const char *what, struct strata_err *e)
 {
 	struct json_object *v;
 	if (!json_object_object_get_ex(o, "schemaVersion", &v) ||
 	    !json_object_is_type(v, json_type_int) || json_object_get_int64(v) != 2)
-		return oci_err_set(e, json_object_get_int64(v) == 1 ? -EOPNOTSUPP : -EBADMSG,
-				   "%s: schemaVersion is not 2", what);
+		return strata_err_set(e, json_object_get_int64(v) == 1 ? -EOPNOTSUPP : -EBADMSG,
+				      "%s: schemaVersion is not 2", what);
 	return 0;
 }
 
 /* Parses the array member key of o into *ret (n entries, at most max). */
 static int parse_desc_array(struct json_object *o, const char *key, size_t max,
-			    struct oci_desc **ret, size_t *ret_n, struct oci_err *e)
+			    struct oci_desc **ret, size_t *ret_n, struct strata_err *e)
 {
 	struct json_object *arr;
 	if (!json_object_object_get_ex(o, key, &arr) || !json_object_is_type(arr, json_type_array))
-		return oci_err_set(e, -EBADMSG, "'%s' is missing or not an array", key);
+		return strata_err_set(e, -EBADMSG, "'%s' is missing or not an array", key);
 	size_t n = json_object_array_length(arr);
 	if (n > max)
-		return oci_err_set(e, -EFBIG, "%zu %s, over the limit of %zu", n, key, max);
+		return strata_err_set(e, -EFBIG, "%zu %s, over the limit of %zu", n, key, max);
 	_cleanup_free_ struct oci_desc *d = calloc(n ? n : 1, sizeof(*d));
 	if (!d)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		char what[64];
 		snprintf(what, sizeof(what), "%s[%zu]", key, i);
@@ -387,7 +377,7 @@ static int parse_desc_array(struct json_object *o, const char *key, size_t max,
 }
 
 int oci_parse_index(const char *buf, size_t len, const struct oci_limits *lim,
-		    struct oci_desc **ret, size_t *ret_n, struct oci_err *e)
+		    struct oci_desc **ret, size_t *ret_n, struct strata_err *e)
 {
 	struct oci_limits lb;
 	lim = limits_or_default(lim, &lb);
@@ -411,7 +401,7 @@ static bool is_manifest_type(const char *mt)
 	       !strcmp(mt, OCI_MT_INDEX) || !strcmp(mt, DOCKER_MT_LIST);
 }
 
-static int no_platform_error(const struct oci_desc *d, size_t n, struct oci_err *e)
+static int no_platform_error(const struct oci_desc *d, size_t n, struct strata_err *e)
 {
 	char have[512] = "";
 	size_t used = 0;
@@ -424,11 +414,12 @@ static int no_platform_error(const struct oci_desc *d, size_t n, struct oci_err 
 			break;
 		used += (size_t)k;
 	}
-	return oci_err_set(e, -ENOENT, "no %s/%s image in the index (it has: %s)", OCI_WANT_OS,
-			   OCI_WANT_ARCH, used ? have : "nothing");
+	return strata_err_set(e, -ENOENT, "no %s/%s image in the index (it has: %s)", OCI_WANT_OS,
+			      OCI_WANT_ARCH, used ? have : "nothing");
 }
 
-int oci_select(const struct oci_desc *d, size_t n, const char *tag, size_t *ret, struct oci_err *e)
+int oci_select(const struct oci_desc *d, size_t n, const char *tag, size_t *ret,
+	       struct strata_err *e)
 {
 	if (tag) {
 		for (size_t i = 0; i < n; i++) {
@@ -444,7 +435,7 @@ int oci_select(const struct oci_desc *d, size_t n, const char *tag, size_t *ret,
 			any = any || !strcmp(d[i].ref_name, tag);
 		if (any)
 			return no_platform_error(d, n, e);
-		return oci_err_set(e, -ENOENT, "no image tagged '%s' in the index", tag);
+		return strata_err_set(e, -ENOENT, "no image tagged '%s' in the index", tag);
 	}
 	size_t with_platform = 0, only = SIZE_MAX;
 	for (size_t i = 0; i < n; i++) {
@@ -463,12 +454,13 @@ int oci_select(const struct oci_desc *d, size_t n, const char *tag, size_t *ret,
 		return 0;
 	}
 	if (with_platform == 0 && only == SIZE_MAX - 1)
-		return oci_err_set(e, -ENOENT, "the index holds several images; name one by tag");
+		return strata_err_set(e, -ENOENT,
+				      "the index holds several images; name one by tag");
 	return no_platform_error(d, n, e);
 }
 
 int oci_parse_manifest(const char *buf, size_t len, const struct oci_limits *lim,
-		       struct oci_manifest *ret, struct oci_err *e)
+		       struct oci_manifest *ret, struct strata_err *e)
 {
 	struct oci_limits lb;
 	lim = limits_or_default(lim, &lb);
@@ -481,7 +473,7 @@ int oci_parse_manifest(const char *buf, size_t len, const struct oci_limits *lim
 	struct oci_manifest m = {0};
 	struct json_object *cfg;
 	if (!json_object_object_get_ex(o, "config", &cfg))
-		return oci_err_set(e, -EBADMSG, "manifest: no config descriptor");
+		return strata_err_set(e, -EBADMSG, "manifest: no config descriptor");
 	r = parse_desc(cfg, "manifest config", &m.config, e);
 	if (r == 0)
 		r = parse_desc_array(o, "layers", lim->max_layers, &m.layers, &m.n_layers, e);
@@ -490,23 +482,23 @@ int oci_parse_manifest(const char *buf, size_t len, const struct oci_limits *lim
 	for (size_t i = 0; i < m.n_layers; i++) {
 		enum oci_compression c;
 		if (oci_layer_compression(m.layers[i].media_type, &c) < 0) {
-			oci_err_set(e, -EOPNOTSUPP, "layer %zu: unsupported media type '%s'", i,
-				    m.layers[i].media_type);
+			strata_err_set(e, -EOPNOTSUPP, "layer %zu: unsupported media type '%s'", i,
+				       m.layers[i].media_type);
 			oci_manifest_done(&m);
 			return -EOPNOTSUPP;
 		}
 		if (m.layers[i].size > lim->max_layer) {
-			oci_err_set(e, -EFBIG, "layer %zu: %llu bytes, over the limit of %llu", i,
-				    (unsigned long long)m.layers[i].size,
-				    (unsigned long long)lim->max_layer);
+			strata_err_set(e, -EFBIG, "layer %zu: %llu bytes, over the limit of %llu",
+				       i, (unsigned long long)m.layers[i].size,
+				       (unsigned long long)lim->max_layer);
 			oci_manifest_done(&m);
 			return -EFBIG;
 		}
 	}
 	if (m.config.size > lim->max_config) {
 		oci_manifest_done(&m);
-		return oci_err_set(e, -EFBIG, "config: %llu bytes, over the limit of %zu",
-				   (unsigned long long)m.config.size, lim->max_config);
+		return strata_err_set(e, -EFBIG, "config: %llu bytes, over the limit of %zu",
+				      (unsigned long long)m.config.size, lim->max_config);
 	}
 	*ret = m;
 	return 0;
@@ -542,7 +534,7 @@ int oci_layer_compression(const char *mt, enum oci_compression *ret)
 }
 
 /* Copies the string array member key (or NULL) into *ret (NULL-terminated). */
-static int strv_member(struct json_object *o, const char *key, char ***ret, struct oci_err *e)
+static int strv_member(struct json_object *o, const char *key, char ***ret, struct strata_err *e)
 {
 	struct json_object *arr;
 	*ret = NULL;
@@ -550,61 +542,62 @@ static int strv_member(struct json_object *o, const char *key, char ***ret, stru
 	    json_object_is_type(arr, json_type_null))
 		return 0;
 	if (!json_object_is_type(arr, json_type_array))
-		return oci_err_set(e, -EBADMSG, "config: %s is not an array", key);
+		return strata_err_set(e, -EBADMSG, "config: %s is not an array", key);
 	size_t n = json_object_array_length(arr);
 	char **v = calloc(n + 1, sizeof(*v));
 	if (!v)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	*ret = v;
 	for (size_t i = 0; i < n; i++) {
 		struct json_object *s = json_object_array_get_idx(arr, i);
 		if (!json_object_is_type(s, json_type_string))
-			return oci_err_set(e, -EBADMSG, "config: %s[%zu] is not a string", key, i);
+			return strata_err_set(e, -EBADMSG, "config: %s[%zu] is not a string", key,
+					      i);
 		v[i] = strdup(json_object_get_string(s));
 		if (!v[i])
-			return oci_err_set(e, -ENOMEM, "out of memory");
+			return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	return 0;
 }
 
-static int str_member(struct json_object *o, const char *key, char **ret, struct oci_err *e)
+static int str_member(struct json_object *o, const char *key, char **ret, struct strata_err *e)
 {
 	const char *s = oci_jstr(o, key);
 	*ret = NULL;
 	if (!s)
 		return 0;
 	*ret = strdup(s);
-	return *ret ? 0 : oci_err_set(e, -ENOMEM, "out of memory");
+	return *ret ? 0 : strata_err_set(e, -ENOMEM, "out of memory");
 }
 
 static int config_diff_ids(struct json_object *o, size_t n_layers, char (*diff_ids)[OCI_DIGEST_MAX],
-			   struct oci_err *e)
+			   struct strata_err *e)
 {
 	struct json_object *rootfs, *ids;
 	if (!json_object_object_get_ex(o, "rootfs", &rootfs) ||
 	    !json_object_object_get_ex(rootfs, "diff_ids", &ids)) {
 		if (diff_ids)
-			return oci_err_set(e, -EBADMSG, "config: no rootfs.diff_ids");
+			return strata_err_set(e, -EBADMSG, "config: no rootfs.diff_ids");
 		return 0;
 	}
 	if (!json_object_is_type(ids, json_type_array) || json_object_array_length(ids) != n_layers)
-		return oci_err_set(e, -EBADMSG,
-				   "config: rootfs.diff_ids does not list one id per layer (%zu)",
-				   n_layers);
+		return strata_err_set(
+		    e, -EBADMSG, "config: rootfs.diff_ids does not list one id per layer (%zu)",
+		    n_layers);
 	for (size_t i = 0; diff_ids && i < n_layers; i++) {
 		struct json_object *s = json_object_array_get_idx(ids, i);
 		const char *d =
 		    json_object_is_type(s, json_type_string) ? json_object_get_string(s) : "";
 		if (oci_digest_check(d) < 0)
-			return oci_err_set(e, -EBADMSG,
-					   "config: diff_ids[%zu] is not a sha256 digest", i);
+			return strata_err_set(e, -EBADMSG,
+					      "config: diff_ids[%zu] is not a sha256 digest", i);
 		strcpy(diff_ids[i], d);
 	}
 	return 0;
 }
 
 int oci_parse_config(const char *buf, size_t len, size_t n_layers, struct oci_config *ret,
-		     char (*diff_ids)[OCI_DIGEST_MAX], struct oci_err *e)
+		     char (*diff_ids)[OCI_DIGEST_MAX], struct strata_err *e)
 {
 	_cleanup_json_ struct json_object *o = NULL;
 	int r = oci_json_parse("config", buf, len, &o, e);
@@ -612,8 +605,8 @@ int oci_parse_config(const char *buf, size_t len, size_t n_layers, struct oci_co
 		return r;
 	const char *os = oci_jstr(o, "os"), *arch = oci_jstr(o, "architecture");
 	if ((os && strcmp(os, OCI_WANT_OS)) || (arch && strcmp(arch, OCI_WANT_ARCH)))
-		return oci_err_set(e, -ENOENT, "the image is for %.60s/%.60s, not %s/%s",
-				   os ? os : "?", arch ? arch : "?", OCI_WANT_OS, OCI_WANT_ARCH);
+		return strata_err_set(e, -ENOENT, "the image is for %.60s/%.60s, not %s/%s",
+				      os ? os : "?", arch ? arch : "?", OCI_WANT_OS, OCI_WANT_ARCH);
 	r = config_diff_ids(o, n_layers, diff_ids, e);
 	if (r < 0)
 		return r;
@@ -680,15 +673,15 @@ int oci_rm_tree(const char *path)
 	return 0;
 }
 
-int oci_stage_begin(const char *final, struct oci_stage *st, struct oci_err *e)
+int oci_stage_begin(const char *final, struct oci_stage *st, struct strata_err *e)
 {
 	*st = (struct oci_stage){.dirfd = -1};
 	struct stat sb;
 	if (lstat(final, &sb) == 0)
-		return oci_err_set(e, -EEXIST, "%s: the stage directory exists already", final);
+		return strata_err_set(e, -EEXIST, "%s: the stage directory exists already", final);
 	if (asprintf(&st->tmp, "%s.tmp-XXXXXX", final) < 0) {
 		st->tmp = NULL;
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	st->final = strdup(final);
 	if (!st->final || !mkdtemp(st->tmp)) {
@@ -696,40 +689,40 @@ int oci_stage_begin(const char *final, struct oci_stage *st, struct oci_err *e)
 		free(st->tmp);
 		free(st->final);
 		*st = (struct oci_stage){.dirfd = -1};
-		return oci_err_set(e, r, "%s: cannot create the stage: %s", final, strerror(-r));
+		return strata_err_set(e, r, "%s: cannot create the stage: %s", final, strerror(-r));
 	}
 	st->dirfd = open(st->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (st->dirfd < 0 || fchmod(st->dirfd, 0755) < 0 ||
 	    mkdirat(st->dirfd, "layers", 0755) < 0) {
 		int r = -errno;
 		oci_stage_abort(st);
-		return oci_err_set(e, r, "%s: %s", final, strerror(-r));
+		return strata_err_set(e, r, "%s: %s", final, strerror(-r));
 	}
 	return 0;
 }
 
 int oci_stage_write(struct oci_stage *st, const char *name, const void *buf, size_t len,
-		    struct oci_err *e)
+		    struct strata_err *e)
 {
 	_cleanup_close_ int fd =
 	    openat(st->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
-		return oci_err_set(e, -errno, "stage %s: %s", name, strerror(errno));
+		return strata_err_set(e, -errno, "stage %s: %s", name, strerror(errno));
 	int r = write_all(fd, buf, len);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	if (r < 0)
-		return oci_err_set(e, r, "stage %s: %s", name, strerror(-r));
+		return strata_err_set(e, r, "stage %s: %s", name, strerror(-r));
 	return 0;
 }
 
-int oci_stage_layer_open(struct oci_stage *st, size_t idx, int *ret_fd, struct oci_err *e)
+int oci_stage_layer_open(struct oci_stage *st, size_t idx, int *ret_fd, struct strata_err *e)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "layers/%03zu", idx);
 	int fd = openat(st->dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
-		return oci_err_set(e, -errno, "stage %s: %s", name, strerror(errno));
+		return strata_err_set(e, -errno, "stage %s: %s", name, strerror(errno));
 	*ret_fd = fd;
 	return 0;
 }
@@ -752,7 +745,7 @@ static int sync_layers(struct oci_stage *st)
 }
 
 int oci_stage_commit(struct oci_stage *st, const char *manifest, size_t len, const char *source,
-		     struct oci_err *e)
+		     struct strata_err *e)
 {
 	char digest[OCI_DIGEST_MAX + 1];
 	oci_sha256(manifest, len, digest);
@@ -768,12 +761,12 @@ int oci_stage_commit(struct oci_stage *st, const char *manifest, size_t len, con
 		r = oci_stage_write(st, "name", line, strlen(line), e);
 	}
 	if (r == 0 && (r = sync_layers(st)) < 0)
-		oci_err_set(e, r, "stage: sync: %s", strerror(-r));
+		strata_err_set(e, r, "stage: sync: %s", strerror(-r));
 	if (r == 0 && fsync(st->dirfd) < 0)
-		r = oci_err_set(e, -errno, "stage: sync: %s", strerror(errno));
+		r = strata_err_set(e, -errno, "stage: sync: %s", strerror(errno));
 	if (r == 0 && renameat2(AT_FDCWD, st->tmp, AT_FDCWD, st->final, RENAME_NOREPLACE) < 0)
-		r = oci_err_set(e, -errno, "%s: cannot move the stage into place: %s", st->final,
-				strerror(errno));
+		r = strata_err_set(e, -errno, "%s: cannot move the stage into place: %s", st->final,
+				   strerror(errno));
 	if (r == 0) {
 		free(st->tmp);
 		st->tmp = NULL; /* nothing left to remove */
@@ -798,13 +791,13 @@ void oci_stage_abort(struct oci_stage *st)
 
 /* Reads blobs/sha256/<hex> of d (at most max bytes) and verifies it. */
 static int layout_read_blob(int dirfd, const struct oci_desc *d, size_t max, const char *what,
-			    char **ret, size_t *ret_len, struct oci_err *e)
+			    char **ret, size_t *ret_len, struct strata_err *e)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "blobs/sha256/%s", d->digest + 7);
 	if (d->size > max)
-		return oci_err_set(e, -EFBIG, "%s %s: %llu bytes, over the limit of %zu", what,
-				   d->digest, (unsigned long long)d->size, max);
+		return strata_err_set(e, -EFBIG, "%s %s: %llu bytes, over the limit of %zu", what,
+				      d->digest, (unsigned long long)d->size, max);
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
 	int r = oci_read_file_at(dirfd, path, max, &buf, &len, e);
@@ -817,7 +810,7 @@ static int layout_read_blob(int dirfd, const struct oci_desc *d, size_t max, con
 	return 0;
 }
 
-static int layout_check(int dirfd, struct oci_err *e)
+static int layout_check(int dirfd, struct strata_err *e)
 {
 	_cleanup_free_ char *buf = NULL;
 	_cleanup_json_ struct json_object *o = NULL;
@@ -829,16 +822,16 @@ static int layout_check(int dirfd, struct oci_err *e)
 		return r;
 	const char *v = oci_jstr(o, "imageLayoutVersion");
 	if (!v || strncmp(v, "1.", 2) != 0)
-		return oci_err_set(e, -EOPNOTSUPP,
-				   "oci-layout: unsupported imageLayoutVersion '%.40s'",
-				   v ? v : "(none)");
+		return strata_err_set(e, -EOPNOTSUPP,
+				      "oci-layout: unsupported imageLayoutVersion '%.40s'",
+				      v ? v : "(none)");
 	return 0;
 }
 
 /* Follows index.json (and nested indexes, at most 4 deep) to the manifest. */
 static int layout_find_manifest(int dirfd, const char *tag, const struct oci_limits *lim,
 				char **ret, size_t *ret_len, char name[OCI_SHORT_MAX],
-				struct oci_err *e)
+				struct strata_err *e)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
@@ -850,7 +843,7 @@ static int layout_find_manifest(int dirfd, const char *tag, const struct oci_lim
 		if (r == 0)
 			r = oci_select(d, n, depth == 0 ? tag : NULL, &pick, e);
 		if (r == 0 && depth >= 4)
-			r = oci_err_set(e, -ELOOP, "indexes nested too deep");
+			r = strata_err_set(e, -ELOOP, "indexes nested too deep");
 		if (r < 0)
 			return r;
 		free(TAKE_PTR(buf));
@@ -871,14 +864,14 @@ static int layout_find_manifest(int dirfd, const char *tag, const struct oci_lim
 
 /* Copies and verifies layer i of m from the layout into the stage. */
 static int layout_copy_layer(int dirfd, struct oci_stage *st, const struct oci_manifest *m,
-			     size_t i, struct oci_err *e)
+			     size_t i, struct strata_err *e)
 {
 	char path[128], what[128];
 	snprintf(path, sizeof(path), "blobs/sha256/%s", m->layers[i].digest + 7);
 	snprintf(what, sizeof(what), "layer %zu (%s)", i, m->layers[i].digest);
 	_cleanup_close_ int src = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (src < 0)
-		return oci_err_set(e, -errno, "%s: %s: %s", what, path, strerror(errno));
+		return strata_err_set(e, -errno, "%s: %s: %s", what, path, strerror(errno));
 	_cleanup_close_ int dst = -1;
 	int r = oci_stage_layer_open(st, i, &dst, e);
 	if (r == 0)
@@ -887,7 +880,7 @@ static int layout_copy_layer(int dirfd, struct oci_stage *st, const struct oci_m
 }
 
 int oci_import_layout_at(int dirfd, const char *source, const char *tag, const char *stage_dir,
-			 const struct oci_limits *lim, struct oci_err *e)
+			 const struct oci_limits *lim, struct strata_err *e)
 {
 	struct oci_limits lb;
 	lim = limits_or_default(lim, &lb);
@@ -924,28 +917,29 @@ int oci_import_layout_at(int dirfd, const char *source, const char *tag, const c
 }
 
 static int import_any(const char *src, const char *tag, const char *stage_dir,
-		      const struct oci_limits *lim, struct oci_err *e)
+		      const struct oci_limits *lim, struct strata_err *e)
 {
 	struct stat sb, stage_sb;
 	if (stat(src, &sb) < 0)
-		return oci_err_set(e, -errno, "%s", strerror(errno));
+		return strata_err_set(e, -errno, "%s", strerror(errno));
 	if (lstat(stage_dir, &stage_sb) == 0)
-		return oci_err_set(e, -EEXIST, "%s: the stage directory exists already", stage_dir);
+		return strata_err_set(e, -EEXIST, "%s: the stage directory exists already",
+				      stage_dir);
 	if (S_ISREG(sb.st_mode))
 		return oci_import_archive(src, tag, stage_dir, lim, e);
 	if (!S_ISDIR(sb.st_mode))
-		return oci_err_set(e, -EINVAL, "neither an OCI layout nor a tarball");
+		return strata_err_set(e, -EINVAL, "neither an OCI layout nor a tarball");
 	_cleanup_close_ int dfd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
-		return oci_err_set(e, -errno, "%s", strerror(errno));
+		return strata_err_set(e, -errno, "%s", strerror(errno));
 	_cleanup_free_ char *source = NULL;
 	if (asprintf(&source, "oci-layout:%s\n", src) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	return oci_import_layout_at(dfd, source, tag, stage_dir, lim, e);
 }
 
 int oci_import(const char *src, const char *tag, const char *stage_dir,
-	       const struct oci_limits *lim, struct oci_err *e)
+	       const struct oci_limits *lim, struct strata_err *e)
 {
 	int r = import_any(src, tag, stage_dir, lim, e);
 	if (r < 0 && e && e->code == r && strncmp(e->msg, src, strlen(src)) != 0) {
@@ -959,11 +953,11 @@ int oci_import(const char *src, const char *tag, const char *stage_dir,
 /* --- loading a stage -------------------------------------------------------- */
 
 static int load_layers(struct oci_image *img, const struct oci_manifest *m, bool verify,
-		       struct oci_err *e)
+		       struct strata_err *e)
 {
 	img->layers = calloc(m->n_layers ? m->n_layers : 1, sizeof(*img->layers));
 	if (!img->layers)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < m->n_layers; i++) {
 		struct oci_layer *l = &img->layers[i];
 		img->n_layers++;
@@ -973,16 +967,16 @@ static int load_layers(struct oci_image *img, const struct oci_manifest *m, bool
 		l->media_type = strdup(m->layers[i].media_type);
 		if (!l->media_type || asprintf(&l->path, "%s/layers/%03zu", img->dir, i) < 0) {
 			l->path = NULL;
-			return oci_err_set(e, -ENOMEM, "out of memory");
+			return strata_err_set(e, -ENOMEM, "out of memory");
 		}
 		_cleanup_close_ int fd = open(l->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		struct stat sb;
 		if (fd < 0 || fstat(fd, &sb) < 0)
-			return oci_err_set(e, -errno, "%s: %s", l->path, strerror(errno));
+			return strata_err_set(e, -errno, "%s: %s", l->path, strerror(errno));
 		if ((uint64_t)sb.st_size != l->size)
-			return oci_err_set(e, -EBADMSG, "%s: %lld bytes, the manifest says %llu",
-					   l->path, (long long)sb.st_size,
-					   (unsigned long long)l->size);
+			return strata_err_set(e, -EBADMSG, "%s: %lld bytes, the manifest says %llu",
+					      l->path, (long long)sb.st_size,
+					      (unsigned long long)l->size);
 		if (verify) {
 			_cleanup_close_ int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
 			int r = oci_copy_verified(fd, null, l->path, l->digest, l->size, e);
@@ -993,22 +987,22 @@ static int load_layers(struct oci_image *img, const struct oci_manifest *m, bool
 	return 0;
 }
 
-static int load_name(int dfd, struct oci_image *img, struct oci_err *e)
+static int load_name(int dfd, struct oci_image *img, struct strata_err *e)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
-	struct oci_err ignore = {0};
+	struct strata_err ignore = {0};
 	int r = oci_read_file_at(dfd, "name", OCI_SHORT_MAX, &buf, &len, &ignore);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0)
-		return oci_err_set(e, r, "name: %s", ignore.msg);
+		return strata_err_set(e, r, "name: %s", ignore.msg);
 	buf[strcspn(buf, "\n")] = 0;
 	img->name = buf[0] ? TAKE_PTR(buf) : NULL;
 	return 0;
 }
 
-static int stage_load(int dfd, struct oci_image *img, bool verify, struct oci_err *e)
+static int stage_load(int dfd, struct oci_image *img, bool verify, struct strata_err *e)
 {
 	struct oci_limits lim;
 	oci_limits_default(&lim);
@@ -1022,7 +1016,7 @@ static int stage_load(int dfd, struct oci_image *img, bool verify, struct oci_er
 		return r;
 	dg[strcspn(dg, "\n")] = 0;
 	if (oci_digest_check(dg) < 0)
-		return oci_err_set(e, -EBADMSG, "manifest.digest: not a digest");
+		return strata_err_set(e, -EBADMSG, "manifest.digest: not a digest");
 	r = oci_verify_bytes("manifest.json", man, man_len, dg, man_len, e);
 	if (r == 0)
 		r = oci_parse_manifest(man, man_len, &lim, &m, e);
@@ -1045,15 +1039,15 @@ static int stage_load(int dfd, struct oci_image *img, bool verify, struct oci_er
 	return r;
 }
 
-int oci_stage_load(const char *stage_dir, bool verify, struct oci_image **ret, struct oci_err *e)
+int oci_stage_load(const char *stage_dir, bool verify, struct oci_image **ret, struct strata_err *e)
 {
 	_cleanup_close_ int dfd = open(stage_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
-		return oci_err_set(e, -errno, "%s: %s", stage_dir, strerror(errno));
+		return strata_err_set(e, -errno, "%s: %s", stage_dir, strerror(errno));
 	struct oci_image *img = calloc(1, sizeof(*img));
 	if (!img || !(img->dir = strdup(stage_dir))) {
 		free(img);
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	int r = stage_load(dfd, img, verify, e);
 	if (r < 0) {

@@ -27,26 +27,17 @@
  * exist yet. Manifest indexes and lists are resolved to their linux/amd64
  * manifest; an image only for another platform is refused.
  *
- * Errors: negative errno, and a message in struct oci_err for the boundary
+ * Errors: negative errno, and a message in struct strata_err for the boundary
  * (CLI, RPC reply). -EBADMSG malformed input or a digest mismatch, -EFBIG a
  * limit, -EOPNOTSUPP an unsupported format or media type, -ENOENT a missing
  * file, tag or platform, -EEXIST the stage exists. */
 #pragma once
+#include "fs/err.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define OCI_DIGEST_MAX 72 /* "sha256:" + 64 hex + NUL, rounded up */
-
-struct oci_err {
-	int code;      /* negative errno, 0 when nothing failed */
-	char msg[768]; /* one line, no trailing newline */
-};
-
-/* Records code and a printf-style message in e (may be NULL) unless a more
- * specific one is already there. Returns code (negative errno). */
-int oci_err_set(struct oci_err *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Limits on everything an image's author or a registry controls. */
 struct oci_limits {
@@ -93,12 +84,13 @@ struct oci_image {
  * "name:tag" or just "tag"); NULL takes the only image there is. lim may be
  * NULL. Returns 0 or a negative errno with e filled. */
 int oci_import(const char *src, const char *tag, const char *stage_dir,
-	       const struct oci_limits *lim, struct oci_err *e);
+	       const struct oci_limits *lim, struct strata_err *e);
 
 /* Loads a stage directory. verify re-hashes every layer (otherwise only the
  * manifest and config are re-hashed and layer sizes checked). Returns 0 and
  * the image in *ret (free with oci_image_free), or a negative errno. */
-int oci_stage_load(const char *stage_dir, bool verify, struct oci_image **ret, struct oci_err *e);
+int oci_stage_load(const char *stage_dir, bool verify, struct oci_image **ret,
+		   struct strata_err *e);
 
 /* Frees img; accepts NULL; returns NULL. */
 struct oci_image *oci_image_free(struct oci_image *img);

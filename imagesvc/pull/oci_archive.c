@@ -76,24 +76,25 @@ static int mkparents(int dfd, const char *path)
 	return 0;
 }
 
-static int unpack_file(struct unpack *u, struct tar_reader *tr, const char *path, struct oci_err *e)
+static int unpack_file(struct unpack *u, struct tar_reader *tr, const char *path,
+		       struct strata_err *e)
 {
 	int r = mkparents(u->dfd, path);
 	if (r < 0)
-		return oci_err_set(e, r, "archive entry %s: %s", path, strerror(-r));
+		return strata_err_set(e, r, "archive entry %s: %s", path, strerror(-r));
 	unlinkat(u->dfd, path, 0);
 	_cleanup_close_ int fd =
 	    openat(u->dfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
-		return oci_err_set(e, -errno, "archive entry %s: %s", path, strerror(errno));
+		return strata_err_set(e, -errno, "archive entry %s: %s", path, strerror(errno));
 	enum { BUF = 128 * 1024 };
 	_cleanup_free_ char *buf = malloc(BUF);
 	if (!buf)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	for (;;) {
 		ssize_t n = tar_read(tr, buf, BUF);
 		if (n < 0)
-			return oci_err_set(e, (int)n, "archive: %s", tar_error(tr));
+			return strata_err_set(e, (int)n, "archive: %s", tar_error(tr));
 		if (n == 0)
 			return 0;
 		for (ssize_t off = 0; off < n;) {
@@ -101,8 +102,8 @@ static int unpack_file(struct unpack *u, struct tar_reader *tr, const char *path
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w < 0)
-				return oci_err_set(e, -errno, "archive entry %s: %s", path,
-						   strerror(errno));
+				return strata_err_set(e, -errno, "archive entry %s: %s", path,
+						      strerror(errno));
 			off += w;
 		}
 	}
@@ -138,34 +139,35 @@ static int resolve_symlink(const char *entry, const char *target, char **ret)
 	return *ret ? 0 : -ENOMEM;
 }
 
-static int add_alias(struct unpack *u, const struct tar_entry *te, struct oci_err *e)
+static int add_alias(struct unpack *u, const struct tar_entry *te, struct strata_err *e)
 {
 	if (u->n_aliases >= ARCHIVE_MAX_ALIASES)
-		return oci_err_set(e, -EFBIG, "archive: more than %d links", ARCHIVE_MAX_ALIASES);
+		return strata_err_set(e, -EFBIG, "archive: more than %d links",
+				      ARCHIVE_MAX_ALIASES);
 	_cleanup_free_ char *target = NULL;
 	int r = te->type == TAR_SYMLINK ? resolve_symlink(te->path, te->linkname, &target)
 					: ((target = strdup(te->linkname)) ? 0 : -ENOMEM);
 	if (r < 0 || !name_ok(target))
-		return oci_err_set(e, r < 0 ? r : -EINVAL,
-				   "archive: link %s -> %s points outside the archive", te->path,
-				   te->linkname);
+		return strata_err_set(e, r < 0 ? r : -EINVAL,
+				      "archive: link %s -> %s points outside the archive", te->path,
+				      te->linkname);
 	struct alias *a = realloc(u->aliases, (u->n_aliases + 1) * sizeof(*a));
 	if (!a)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	u->aliases = a;
 	a[u->n_aliases].name = strdup(te->path);
 	if (!a[u->n_aliases].name)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	a[u->n_aliases++].target = TAKE_PTR(target);
 	return 0;
 }
 
 static int unpack_entry(struct unpack *u, struct tar_reader *tr, const struct tar_entry *te,
-			struct oci_err *e)
+			struct strata_err *e)
 {
 	if (++u->entries > u->lim->max_archive_entries)
-		return oci_err_set(e, -EFBIG, "archive: more than %zu entries",
-				   u->lim->max_archive_entries);
+		return strata_err_set(e, -EFBIG, "archive: more than %zu entries",
+				      u->lim->max_archive_entries);
 	if (!name_ok(te->path))
 		return 0; /* not part of a docker-save archive: skipped */
 	switch (te->type) {
@@ -174,8 +176,8 @@ static int unpack_entry(struct unpack *u, struct tar_reader *tr, const struct ta
 	case TAR_DIR:
 		if (mkparents(u->dfd, te->path) < 0 ||
 		    (mkdirat(u->dfd, te->path, 0755) < 0 && errno != EEXIST))
-			return oci_err_set(e, -errno, "archive entry %s: %s", te->path,
-					   strerror(errno));
+			return strata_err_set(e, -errno, "archive entry %s: %s", te->path,
+					      strerror(errno));
 		return 0;
 	case TAR_SYMLINK:
 	case TAR_HARDLINK:
@@ -185,7 +187,7 @@ static int unpack_entry(struct unpack *u, struct tar_reader *tr, const struct ta
 	}
 }
 
-static int resolve_aliases(struct unpack *u, struct oci_err *e)
+static int resolve_aliases(struct unpack *u, struct strata_err *e)
 {
 	/* A link may name another link: a few rounds resolve chains. */
 	for (int round = 0; round < 8; round++) {
@@ -203,8 +205,8 @@ static int resolve_aliases(struct unpack *u, struct oci_err *e)
 			int r = mkparents(u->dfd, a->name);
 			unlinkat(u->dfd, a->name, 0);
 			if (r < 0 || linkat(u->dfd, a->target, u->dfd, a->name, 0) < 0)
-				return oci_err_set(e, r < 0 ? r : -errno, "archive link %s: %s",
-						   a->name, strerror(r < 0 ? -r : errno));
+				return strata_err_set(e, r < 0 ? r : -errno, "archive link %s: %s",
+						      a->name, strerror(r < 0 ? -r : errno));
 			free(a->name);
 			a->name = NULL;
 		}
@@ -214,11 +216,11 @@ static int resolve_aliases(struct unpack *u, struct oci_err *e)
 	return 0; /* dangling links: only an error if something needs them */
 }
 
-static int unpack_archive(const char *src, struct unpack *u, struct oci_err *e)
+static int unpack_archive(const char *src, struct unpack *u, struct strata_err *e)
 {
 	_cleanup_close_ int fd = open(src, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return oci_err_set(e, -errno, "%s: %s", src, strerror(errno));
+		return strata_err_set(e, -errno, "%s: %s", src, strerror(errno));
 	struct istream *is = NULL;
 	struct tar_reader *tr = NULL;
 	struct tar_limits tl;
@@ -229,14 +231,14 @@ static int unpack_archive(const char *src, struct unpack *u, struct oci_err *e)
 		r = tar_reader_new(&tl, istream_read_fn, is, &tr);
 	if (r < 0) {
 		istream_free(is);
-		return oci_err_set(e, r, "%s: %s", src, strerror(-r));
+		return strata_err_set(e, r, "%s: %s", src, strerror(-r));
 	}
 	tar_reader_describe_source(tr, istream_error_fn);
 	for (;;) {
 		const struct tar_entry *te;
 		r = tar_next(tr, &te);
 		if (r < 0)
-			r = oci_err_set(e, r, "%s: %s", src, tar_error(tr));
+			r = strata_err_set(e, r, "%s: %s", src, tar_error(tr));
 		if (r <= 0)
 			break;
 		r = unpack_entry(u, tr, te, e);
@@ -270,13 +272,13 @@ static const char *repotag_find(struct json_object *img, const char *tag)
 }
 
 static int pick_image(struct json_object *arr, const char *tag, struct json_object **ret,
-		      struct oci_err *e)
+		      struct strata_err *e)
 {
 	size_t n = json_object_array_length(arr);
 	if (!tag) {
 		if (n != 1)
-			return oci_err_set(e, -ENOENT,
-					   "manifest.json holds %zu images; name one by tag", n);
+			return strata_err_set(e, -ENOENT,
+					      "manifest.json holds %zu images; name one by tag", n);
 		*ret = json_object_array_get_idx(arr, 0);
 		return 0;
 	}
@@ -286,18 +288,18 @@ static int pick_image(struct json_object *arr, const char *tag, struct json_obje
 			return 0;
 		}
 	}
-	return oci_err_set(e, -ENOENT, "no image tagged '%s' in manifest.json", tag);
+	return strata_err_set(e, -ENOENT, "no image tagged '%s' in manifest.json", tag);
 }
 
 /* Verifies the config file, whose base name (minus ".json") is its digest. */
 static int classic_config(int dfd, const char *path, const struct oci_limits *lim, char **ret,
-			  size_t *ret_len, char digest[OCI_DIGEST_MAX], struct oci_err *e)
+			  size_t *ret_len, char digest[OCI_DIGEST_MAX], struct strata_err *e)
 {
 	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	snprintf(digest, OCI_DIGEST_MAX, "sha256:%.64s", base);
 	if (oci_digest_check(digest) < 0)
-		return oci_err_set(e, -EBADMSG,
-				   "manifest.json: config name '%.80s' is not a digest", path);
+		return strata_err_set(e, -EBADMSG,
+				      "manifest.json: config name '%.80s' is not a digest", path);
 	int r = oci_read_file_at(dfd, path, lim->max_config, ret, ret_len, e);
 	if (r == 0)
 		r = oci_verify_bytes("config", *ret, *ret_len, digest, *ret_len, e);
@@ -305,14 +307,14 @@ static int classic_config(int dfd, const char *path, const struct oci_limits *li
 }
 
 static int classic_layer(int dfd, struct oci_stage *st, const char *path, size_t i,
-			 const char *diff_id, uint64_t *ret_size, struct oci_err *e)
+			 const char *diff_id, uint64_t *ret_size, struct strata_err *e)
 {
 	char what[128];
 	snprintf(what, sizeof(what), "layer %zu (%.60s)", i, path);
 	_cleanup_close_ int src = openat(dfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat sb;
 	if (src < 0 || fstat(src, &sb) < 0)
-		return oci_err_set(e, -errno, "%s: %s", what, strerror(errno));
+		return strata_err_set(e, -errno, "%s: %s", what, strerror(errno));
 	_cleanup_close_ int dst = -1;
 	int r = oci_stage_layer_open(st, i, &dst, e);
 	if (r == 0)
@@ -324,14 +326,14 @@ static int classic_layer(int dfd, struct oci_stage *st, const char *path, size_t
 /* Writes the OCI manifest the classic form lacks. */
 static int classic_manifest(const char *cfg_digest, size_t cfg_len,
 			    char (*diff_ids)[OCI_DIGEST_MAX], const uint64_t *sizes, size_t n,
-			    char **ret, size_t *ret_len, struct oci_err *e)
+			    char **ret, size_t *ret_len, struct strata_err *e)
 {
 	_cleanup_json_ struct json_object *m = json_object_new_object();
 	struct json_object *cfg = json_object_new_object(), *layers = json_object_new_array();
 	if (!m || !cfg || !layers) {
 		json_object_put(cfg);
 		json_object_put(layers);
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	json_object_object_add(m, "schemaVersion", json_object_new_int(2));
 	json_object_object_add(m, "mediaType", json_object_new_string(OCI_MT_MANIFEST));
@@ -342,7 +344,7 @@ static int classic_manifest(const char *cfg_digest, size_t cfg_len,
 	for (size_t i = 0; i < n; i++) {
 		struct json_object *l = json_object_new_object();
 		if (!l)
-			return oci_err_set(e, -ENOMEM, "out of memory");
+			return strata_err_set(e, -ENOMEM, "out of memory");
 		json_object_object_add(l, "mediaType", json_object_new_string(OCI_MT_LAYER_TAR));
 		json_object_object_add(l, "digest", json_object_new_string(diff_ids[i]));
 		json_object_object_add(l, "size", json_object_new_int64((int64_t)sizes[i]));
@@ -353,7 +355,7 @@ static int classic_manifest(const char *cfg_digest, size_t cfg_len,
 							      JSON_C_TO_STRING_NOSLASHESCAPE);
 	*ret = s ? strdup(s) : NULL;
 	if (!*ret)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	*ret_len = strlen(*ret);
 	return 0;
 }
@@ -371,7 +373,7 @@ struct classic {
 };
 
 static int classic_layers(int dfd, struct classic *c, const char *src, const char *stage_dir,
-			  struct oci_err *e)
+			  struct strata_err *e)
 {
 	struct oci_stage st = {.dirfd = -1};
 	_cleanup_free_ char *man = NULL, *source = NULL;
@@ -382,14 +384,15 @@ static int classic_layers(int dfd, struct classic *c, const char *src, const cha
 	for (size_t i = 0; r == 0 && i < c->n; i++) {
 		const char *p = json_object_get_string(json_object_array_get_idx(c->layers, i));
 		r = p ? classic_layer(dfd, &st, p, i, c->diff_ids[i], &c->sizes[i], e)
-		      : oci_err_set(e, -EBADMSG, "manifest.json: Layers[%zu] is not a string", i);
+		      : strata_err_set(e, -EBADMSG, "manifest.json: Layers[%zu] is not a string",
+				       i);
 	}
 	if (r == 0)
 		r = classic_manifest(c->cfg_digest, c->cfg_len, c->diff_ids, c->sizes, c->n, &man,
 				     &man_len, e);
 	if (r == 0 && asprintf(&source, "docker-archive:%s\n", src) < 0) {
 		source = NULL;
-		r = oci_err_set(e, -ENOMEM, "out of memory");
+		r = strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	const char *name = repotag_find(c->img, c->tag);
 	if (name && strlen(name) < sizeof(st.name))
@@ -401,19 +404,19 @@ static int classic_layers(int dfd, struct classic *c, const char *src, const cha
 }
 
 static int import_classic(int dfd, const char *src, const char *tag, const char *stage_dir,
-			  const struct oci_limits *lim, struct oci_err *e)
+			  const struct oci_limits *lim, struct strata_err *e)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
 	_cleanup_json_ struct json_object *arr = NULL;
 	int r = oci_read_file_at(dfd, "manifest.json", lim->max_manifest, &buf, &len, e);
 	if (r < 0)
-		return oci_err_set(e, r, "%s: neither an OCI layout nor a docker-save archive",
-				   src);
+		return strata_err_set(e, r, "%s: neither an OCI layout nor a docker-save archive",
+				      src);
 	enum json_tokener_error jerr;
 	arr = json_tokener_parse_verbose(buf, &jerr);
 	if (!arr || !json_object_is_type(arr, json_type_array))
-		return oci_err_set(e, -EBADMSG, "%s: manifest.json is not a JSON array", src);
+		return strata_err_set(e, -EBADMSG, "%s: manifest.json is not a JSON array", src);
 	struct json_object *img = NULL;
 	r = pick_image(arr, tag, &img, e);
 	if (r < 0)
@@ -422,15 +425,15 @@ static int import_classic(int dfd, const char *src, const char *tag, const char 
 	struct classic c = {.img = img, .tag = tag};
 	if (!cfg_path || !json_object_object_get_ex(img, "Layers", &c.layers) ||
 	    !json_object_is_type(c.layers, json_type_array))
-		return oci_err_set(e, -EBADMSG, "%s: manifest.json lacks Config or Layers", src);
+		return strata_err_set(e, -EBADMSG, "%s: manifest.json lacks Config or Layers", src);
 	c.n = json_object_array_length(c.layers);
 	if (c.n > lim->max_layers)
-		return oci_err_set(e, -EFBIG, "%s: %zu layers, over the limit of %zu", src, c.n,
-				   lim->max_layers);
+		return strata_err_set(e, -EFBIG, "%s: %zu layers, over the limit of %zu", src, c.n,
+				      lim->max_layers);
 	struct oci_config conf = {0};
 	c.diff_ids = calloc(c.n + 1, sizeof(*c.diff_ids));
 	c.sizes = calloc(c.n + 1, sizeof(*c.sizes));
-	r = c.diff_ids && c.sizes ? 0 : oci_err_set(e, -ENOMEM, "out of memory");
+	r = c.diff_ids && c.sizes ? 0 : strata_err_set(e, -ENOMEM, "out of memory");
 	if (r == 0)
 		r = classic_config(dfd, cfg_path, lim, &c.cfg, &c.cfg_len, c.cfg_digest, e);
 	if (r == 0)
@@ -454,21 +457,21 @@ static const char *layout_tag(const char *tag)
 }
 
 static int import_unpacked(int dfd, const char *src, const char *tag, const char *stage_dir,
-			   const struct oci_limits *lim, struct oci_err *e)
+			   const struct oci_limits *lim, struct strata_err *e)
 {
 	struct stat sb;
 	if (fstatat(dfd, "oci-layout", &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    fstatat(dfd, "index.json", &sb, AT_SYMLINK_NOFOLLOW) == 0) {
 		_cleanup_free_ char *source = NULL;
 		if (asprintf(&source, "docker-archive:%s\n", src) < 0)
-			return oci_err_set(e, -ENOMEM, "out of memory");
+			return strata_err_set(e, -ENOMEM, "out of memory");
 		return oci_import_layout_at(dfd, source, layout_tag(tag), stage_dir, lim, e);
 	}
 	return import_classic(dfd, src, tag, stage_dir, lim, e);
 }
 
 int oci_import_archive(const char *src, const char *tag, const char *stage_dir,
-		       const struct oci_limits *lim, struct oci_err *e)
+		       const struct oci_limits *lim, struct strata_err *e)
 {
 	struct oci_limits lb;
 	if (!lim) {
@@ -477,12 +480,12 @@ int oci_import_archive(const char *src, const char *tag, const char *stage_dir,
 	}
 	_cleanup_free_ char *scratch = NULL;
 	if (asprintf(&scratch, "%s.src-XXXXXX", stage_dir) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	if (!mkdtemp(scratch))
-		return oci_err_set(e, -errno, "%s: cannot create a scratch directory: %s",
-				   stage_dir, strerror(errno));
+		return strata_err_set(e, -errno, "%s: cannot create a scratch directory: %s",
+				      stage_dir, strerror(errno));
 	struct unpack u = {.dfd = open(scratch, O_RDONLY | O_DIRECTORY | O_CLOEXEC), .lim = lim};
-	int r = u.dfd < 0 ? oci_err_set(e, -errno, "%s: %s", scratch, strerror(errno)) : 0;
+	int r = u.dfd < 0 ? strata_err_set(e, -errno, "%s: %s", scratch, strerror(errno)) : 0;
 	if (r == 0)
 		r = unpack_archive(src, &u, e);
 	if (r == 0)

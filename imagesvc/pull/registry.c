@@ -116,7 +116,7 @@ static int ref_split(char *s, struct registry_ref *r)
 	return repo_ok(r->repo) && strlen(r->registry) < HTTP_MAX_HOST ? 0 : -EINVAL;
 }
 
-int registry_ref_parse(const char *s, struct registry_ref *ret, struct oci_err *e)
+int registry_ref_parse(const char *s, struct registry_ref *ret, struct strata_err *e)
 {
 	struct registry_ref r = {0};
 	const char *in = s;
@@ -129,7 +129,7 @@ int registry_ref_parse(const char *s, struct registry_ref *ret, struct oci_err *
 	int k = copy ? ref_split(copy, &r) : -EINVAL;
 	if (k < 0) {
 		registry_ref_done(&r);
-		return oci_err_set(e, k, "invalid image reference '%.200s'", in);
+		return strata_err_set(e, k, "invalid image reference '%.200s'", in);
 	}
 	*ret = r;
 	return 0;
@@ -258,7 +258,7 @@ static bool token_ok(const char *t)
 	return true;
 }
 
-static int parse_token(const char *body, size_t len, char **ret, struct oci_err *e)
+static int parse_token(const char *body, size_t len, char **ret, struct strata_err *e)
 {
 	struct json_object *o = NULL;
 	int r = oci_json_parse("token response", body, len, &o, e);
@@ -272,7 +272,7 @@ static int parse_token(const char *body, size_t len, char **ret, struct oci_err 
 		t = json_object_get_string(v);
 	if (!t || !token_ok(t)) {
 		json_object_put(o);
-		return oci_err_set(e, -EACCES, "the token server sent no usable token");
+		return strata_err_set(e, -EACCES, "the token server sent no usable token");
 	}
 	r = asprintf(ret, "Authorization: Bearer %s", t) < 0 ? -ENOMEM : 0;
 	json_object_put(o);
@@ -280,21 +280,21 @@ static int parse_token(const char *body, size_t len, char **ret, struct oci_err 
 }
 
 static int fetch_token(struct registry *reg, const char *realm, const char *service,
-		       const char *scope, struct oci_err *e)
+		       const char *scope, struct strata_err *e)
 {
 	_cleanup_free_ char *svc = url_escape(service ? service : ""), *sc = NULL, *url = NULL,
 			    *basic = NULL, *body = NULL;
 	_cleanup_free_ char *dflt = NULL;
 	if (!scope && asprintf(&dflt, "repository:%s:pull", reg->ref.repo) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	sc = url_escape(scope ? scope : dflt);
 	if (!svc || !sc ||
 	    asprintf(&url, "%s%sservice=%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?", svc,
 		     sc) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	struct http_url u = {0};
 	if (http_url_parse(url, &u) < 0)
-		return oci_err_set(e, -EPROTO, "bad token realm '%.200s'", realm);
+		return strata_err_set(e, -EPROTO, "bad token realm '%.200s'", realm);
 	int r = reg->o.username ? basic_header(reg, &basic) : 0;
 	const char *hdrs[] = {basic, NULL};
 	struct http_response resp = {0};
@@ -302,13 +302,14 @@ static int fetch_token(struct registry *reg, const char *realm, const char *serv
 		r = http_request(reg->http, "GET", &u, hdrs, &resp, e);
 	http_url_done(&u);
 	if (r < 0)
-		return oci_err_set(e, r, "token server %.200s: %s", realm, strerror(-r));
+		return strata_err_set(e, r, "token server %.200s: %s", realm, strerror(-r));
 	size_t len = 0;
 	if (resp.status == 401 || resp.status == 403)
-		r = oci_err_set(e, -EACCES, "token server refused the %s (HTTP %d)",
-				reg->o.username ? "credentials" : "anonymous request", resp.status);
+		r = strata_err_set(e, -EACCES, "token server refused the %s (HTTP %d)",
+				   reg->o.username ? "credentials" : "anonymous request",
+				   resp.status);
 	else if (resp.status != 200)
-		r = oci_err_set(e, -EPROTO, "token server answered HTTP %d", resp.status);
+		r = strata_err_set(e, -EPROTO, "token server answered HTTP %d", resp.status);
 	else
 		r = http_read_body_all(&resp, REG_MAX_TOKEN_BODY, &body, &len, e);
 	http_response_done(&resp);
@@ -322,31 +323,32 @@ static int fetch_token(struct registry *reg, const char *realm, const char *serv
 
 /* Answers the challenge of a 401 response by setting reg->auth. */
 static int answer_challenge(struct registry *reg, const struct http_response *resp,
-			    struct oci_err *e)
+			    struct strata_err *e)
 {
 	const char *h = http_header(resp, "WWW-Authenticate");
 	char scheme[16];
 	_cleanup_free_ char *realm = NULL, *service = NULL, *scope = NULL;
 	if (reg->auth_tried)
-		return oci_err_set(e, -EACCES, "%s: authentication failed (HTTP 401)%s", reg->host,
-				   reg->o.username ? "" : "; the registry may need --user");
+		return strata_err_set(e, -EACCES, "%s: authentication failed (HTTP 401)%s",
+				      reg->host,
+				      reg->o.username ? "" : "; the registry may need --user");
 	reg->auth_tried = true;
 	if (!h || registry_parse_challenge(h, scheme, sizeof(scheme), &realm, &service, &scope) < 0)
-		return oci_err_set(e, -EACCES, "%s: HTTP 401 without a usable WWW-Authenticate",
-				   reg->host);
+		return strata_err_set(e, -EACCES, "%s: HTTP 401 without a usable WWW-Authenticate",
+				      reg->host);
 	if (!strcasecmp(scheme, "Bearer") && realm)
 		return fetch_token(reg, realm, service, scope, e);
 	if (!strcasecmp(scheme, "Basic")) {
 		if (!reg->o.username)
-			return oci_err_set(
+			return strata_err_set(
 			    e, -EACCES, "%s: the registry wants credentials (--user)", reg->host);
 		free(reg->auth);
 		reg->auth = NULL;
 		int r = basic_header(reg, &reg->auth);
-		return r < 0 ? oci_err_set(e, r, "credentials: %s", strerror(-r)) : 0;
+		return r < 0 ? strata_err_set(e, r, "credentials: %s", strerror(-r)) : 0;
 	}
-	return oci_err_set(e, -EACCES, "%s: unsupported authentication scheme '%s'", reg->host,
-			   scheme);
+	return strata_err_set(e, -EACCES, "%s: unsupported authentication scheme '%s'", reg->host,
+			      scheme);
 }
 
 /* --- stored credentials ---------------------------------------------------- */
@@ -359,7 +361,7 @@ static void auth_key_host(const char *key, char *buf, size_t cap)
 }
 
 static int creds_from_entry(struct json_object *v, char **ret_user, char **ret_pass,
-			    struct oci_err *e)
+			    struct strata_err *e)
 {
 	const char *b64 = oci_jstr(v, "auth");
 	const char *u = oci_jstr(v, "username"), *p = oci_jstr(v, "password");
@@ -367,14 +369,14 @@ static int creds_from_entry(struct json_object *v, char **ret_user, char **ret_p
 	if (b64) {
 		size_t n = strlen(b64);
 		if (n == 0 || n > 4 * (sizeof(plain) / 3) - 4)
-			return oci_err_set(e, -EINVAL, "config.json: bad auth entry");
+			return strata_err_set(e, -EINVAL, "config.json: bad auth entry");
 		int k = EVP_DecodeBlock(plain, (const unsigned char *)b64, (int)n);
 		while (k > 0 && plain[k - 1] == 0)
 			k--; /* base64 padding decodes to NULs */
 		plain[k < 0 ? 0 : k] = 0;
 		char *colon = strchr((char *)plain, ':');
 		if (k <= 0 || !colon)
-			return oci_err_set(e, -EINVAL, "config.json: bad auth entry");
+			return strata_err_set(e, -EINVAL, "config.json: bad auth entry");
 		*colon = 0;
 		u = (const char *)plain;
 		p = colon + 1;
@@ -387,26 +389,26 @@ static int creds_from_entry(struct json_object *v, char **ret_user, char **ret_p
 	if (!*ret_user || !*ret_pass) {
 		free(*ret_user);
 		free(*ret_pass);
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	return 0;
 }
 
 int registry_creds_lookup(const char *path, const char *registry, char **ret_user, char **ret_pass,
-			  struct oci_err *e)
+			  struct strata_err *e)
 {
 	_cleanup_free_ char *dflt = NULL, *buf = NULL;
 	const char *dir = getenv("DOCKER_CONFIG"), *home = getenv("HOME");
 	if (!path && (dir || home) &&
 	    asprintf(&dflt, "%s%s/config.json", dir ? dir : home, dir ? "" : "/.docker") < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	if (!(path = path ? path : dflt))
 		return -ENOENT;
 	size_t len = 0;
-	struct oci_err ignore = {0};
+	struct strata_err ignore = {0};
 	int r = oci_read_file_at(AT_FDCWD, path, 1 << 20, &buf, &len, &ignore);
 	if (r < 0)
-		return r == -ENOENT ? r : oci_err_set(e, r, "%s", ignore.msg);
+		return r == -ENOENT ? r : strata_err_set(e, r, "%s", ignore.msg);
 	_cleanup_json_ struct json_object *o = NULL;
 	struct json_object *auths;
 	r = oci_json_parse(path, buf, len, &o, e);
@@ -455,12 +457,12 @@ static bool is_redirect(int status)
  * redirects. extra: an Accept or Range header line, or NULL. Returns 0 with
  * the final response (any status) or a negative errno. */
 static int reg_get(struct registry *reg, const char *path, const char *extra,
-		   struct http_response *ret, struct oci_err *e)
+		   struct http_response *ret, struct strata_err *e)
 {
 	struct http_url u = {0};
 	int r = reg_url(reg, path, &u);
 	if (r < 0)
-		return oci_err_set(e, -EINVAL, "bad registry URL for %.200s", path);
+		return strata_err_set(e, -EINVAL, "bad registry URL for %.200s", path);
 	for (int hop = 0;; hop++) {
 		bool ours = same_origin(reg, &u);
 		const char *hdrs[] = {extra, ours ? reg->auth : NULL, NULL};
@@ -490,10 +492,10 @@ static int reg_get(struct registry *reg, const char *path, const char *extra,
 		r = hop >= REG_MAX_REDIRECTS ? -ELOOP : http_url_resolve(&u, loc, &next);
 		http_response_done(&resp);
 		if (r < 0) {
-			r = oci_err_set(e, r == -ELOOP ? -ELOOP : -EPROTO,
-					r == -ELOOP ? "more than %d redirects"
-						    : "bad redirect (%d)",
-					REG_MAX_REDIRECTS);
+			r = strata_err_set(e, r == -ELOOP ? -ELOOP : -EPROTO,
+					   r == -ELOOP ? "more than %d redirects"
+						       : "bad redirect (%d)",
+					   REG_MAX_REDIRECTS);
 			break;
 		}
 		http_url_done(&u);
@@ -504,16 +506,16 @@ static int reg_get(struct registry *reg, const char *path, const char *extra,
 }
 
 /* Maps an unexpected HTTP status to an errno and a message. */
-static int status_error(struct registry *reg, int status, const char *what, struct oci_err *e)
+static int status_error(struct registry *reg, int status, const char *what, struct strata_err *e)
 {
 	if (status == 404)
-		return oci_err_set(e, -ENOENT, "%s: not found in %s/%s (HTTP 404)", what, reg->host,
-				   reg->ref.repo);
+		return strata_err_set(e, -ENOENT, "%s: not found in %s/%s (HTTP 404)", what,
+				      reg->host, reg->ref.repo);
 	if (status == 401 || status == 403)
-		return oci_err_set(e, -EACCES, "%s: access denied (HTTP %d)", what, status);
+		return strata_err_set(e, -EACCES, "%s: access denied (HTTP %d)", what, status);
 	if (status >= 500)
-		return oci_err_set(e, -EAGAIN, "%s: registry error (HTTP %d)", what, status);
-	return oci_err_set(e, -EPROTO, "%s: unexpected HTTP %d", what, status);
+		return strata_err_set(e, -EAGAIN, "%s: registry error (HTTP %d)", what, status);
+	return strata_err_set(e, -EPROTO, "%s: unexpected HTTP %d", what, status);
 }
 
 static bool retryable(int r)
@@ -533,11 +535,11 @@ static void backoff(const struct registry *reg, int attempt)
 /* GETs a small document (manifest or config) into memory. */
 static int get_small(struct registry *reg, const char *path, const char *accept, size_t max,
 		     const char *what, char **ret, size_t *ret_len, char **ret_ctype,
-		     struct oci_err *e)
+		     struct strata_err *e)
 {
 	int r = 0;
 	for (int attempt = 0; attempt < reg->o.max_attempts; attempt++) {
-		struct oci_err ae = {0};
+		struct strata_err ae = {0};
 		struct http_response resp = {0};
 		if (attempt > 0)
 			backoff(reg, attempt - 1);
@@ -554,8 +556,9 @@ static int get_small(struct registry *reg, const char *path, const char *accept,
 		if (r == 0 || !retryable(r) || attempt + 1 == reg->o.max_attempts) {
 			bool named = !strncmp(ae.msg, what, strlen(what));
 			if (r < 0)
-				oci_err_set(e, r, "%s%s%s%s", named ? "" : what, named ? "" : ": ",
-					    ae.msg, attempt ? " (gave up after retries)" : "");
+				strata_err_set(e, r, "%s%s%s%s", named ? "" : what,
+					       named ? "" : ": ", ae.msg,
+					       attempt ? " (gave up after retries)" : "");
 			return r;
 		}
 	}
@@ -565,11 +568,11 @@ static int get_small(struct registry *reg, const char *path, const char *accept,
 /* --- manifests ------------------------------------------------------------------ */
 
 static int get_manifest(struct registry *reg, const char *ref, const struct oci_desc *want,
-			char **ret, size_t *ret_len, char **ret_ctype, struct oci_err *e)
+			char **ret, size_t *ret_len, char **ret_ctype, struct strata_err *e)
 {
 	_cleanup_free_ char *path = NULL;
 	if (asprintf(&path, "/v2/%s/manifests/%s", reg->ref.repo, ref) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	char what[320];
 	snprintf(what, sizeof(what), "manifest %s:%s", reg->ref.repo, ref);
 	int r = get_small(reg, path, REG_ACCEPT, reg->lim.max_manifest, what, ret, ret_len,
@@ -581,7 +584,7 @@ static int get_manifest(struct registry *reg, const char *ref, const struct oci_
 	if (want)
 		r = oci_verify_bytes(what, *ret, *ret_len, want->digest, want->size, e);
 	else if (!strncmp(ref, "sha256:", 7) && strcmp(ref, got) != 0)
-		r = oci_err_set(e, -EBADMSG, "%s: content has digest %s", what, got);
+		r = strata_err_set(e, -EBADMSG, "%s: content has digest %s", what, got);
 	if (r < 0) {
 		free(TAKE_PTR(*ret));
 		free(TAKE_PTR(*ret_ctype));
@@ -590,7 +593,7 @@ static int get_manifest(struct registry *reg, const char *ref, const struct oci_
 }
 
 /* Resolves the reference to an image manifest, through indexes. */
-static int resolve_manifest(struct registry *reg, char **ret, size_t *ret_len, struct oci_err *e)
+static int resolve_manifest(struct registry *reg, char **ret, size_t *ret_len, struct strata_err *e)
 {
 	const char *ref = reg->ref.digest ? reg->ref.digest : reg->ref.tag;
 	_cleanup_free_ char *buf = NULL, *ctype = NULL;
@@ -612,7 +615,7 @@ static int resolve_manifest(struct registry *reg, char **ret, size_t *ret_len, s
 		if (r == 0)
 			r = oci_select(d, n, NULL, &pick, e);
 		if (r == 0 && depth >= REG_MAX_INDEX_DEPTH)
-			r = oci_err_set(e, -ELOOP, "indexes nested too deep");
+			r = strata_err_set(e, -ELOOP, "indexes nested too deep");
 		if (r < 0)
 			return r;
 		free(TAKE_PTR(buf));
@@ -650,18 +653,18 @@ static bool range_continues(const struct http_response *resp, const struct blob_
 	return cr && sscanf(cr, "bytes %llu-", &start) == 1 && start == b->have;
 }
 
-static int blob_body(struct blob_dl *b, struct http_response *resp, struct oci_err *e)
+static int blob_body(struct blob_dl *b, struct http_response *resp, struct strata_err *e)
 {
 	if (resp->has_length && b->have + resp->length != b->d->size)
-		return oci_err_set(e, -EBADMSG,
-				   "%s: the registry sends %llu bytes, the manifest "
-				   "says %llu",
-				   b->what, (unsigned long long)(b->have + resp->length),
-				   (unsigned long long)b->d->size);
+		return strata_err_set(e, -EBADMSG,
+				      "%s: the registry sends %llu bytes, the manifest "
+				      "says %llu",
+				      b->what, (unsigned long long)(b->have + resp->length),
+				      (unsigned long long)b->d->size);
 	enum { BUF = 256 * 1024 };
 	_cleanup_free_ char *buf = malloc(BUF);
 	if (!buf)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	for (;;) {
 		ssize_t k = http_read_body(resp, buf, BUF, e);
 		if (k < 0)
@@ -669,36 +672,36 @@ static int blob_body(struct blob_dl *b, struct http_response *resp, struct oci_e
 		if (k == 0)
 			break;
 		if (b->have + (uint64_t)k > b->d->size)
-			return oci_err_set(e, -EBADMSG,
-					   "%s: longer than the %llu bytes the manifest "
-					   "says",
-					   b->what, (unsigned long long)b->d->size);
+			return strata_err_set(e, -EBADMSG,
+					      "%s: longer than the %llu bytes the manifest "
+					      "says",
+					      b->what, (unsigned long long)b->d->size);
 		for (ssize_t off = 0; off < k;) {
 			ssize_t w = write(b->fd, buf + off, (size_t)(k - off));
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w < 0)
-				return oci_err_set(e, -errno, "%s: write: %s", b->what,
-						   strerror(errno));
+				return strata_err_set(e, -errno, "%s: write: %s", b->what,
+						      strerror(errno));
 			off += w;
 		}
 		oci_hash_update(&b->h, buf, (size_t)k);
 		b->have += (uint64_t)k;
 	}
 	if (b->have != b->d->size)
-		return oci_err_set(e, -ECONNRESET, "%s: the body ended after %llu of %llu bytes",
-				   b->what, (unsigned long long)b->have,
-				   (unsigned long long)b->d->size);
+		return strata_err_set(e, -ECONNRESET, "%s: the body ended after %llu of %llu bytes",
+				      b->what, (unsigned long long)b->have,
+				      (unsigned long long)b->d->size);
 	return 0;
 }
 
-static int blob_attempt(struct registry *reg, struct blob_dl *b, struct oci_err *e)
+static int blob_attempt(struct registry *reg, struct blob_dl *b, struct strata_err *e)
 {
 	_cleanup_free_ char *path = NULL;
 	char range[64];
 	snprintf(range, sizeof(range), "Range: bytes=%llu-", (unsigned long long)b->have);
 	if (asprintf(&path, "/v2/%s/blobs/%s", reg->ref.repo, b->d->digest) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	struct http_response resp = {0};
 	int r = reg_get(reg, path, b->have ? range : NULL, &resp, e);
 	if (r < 0)
@@ -717,17 +720,17 @@ static int blob_attempt(struct registry *reg, struct blob_dl *b, struct oci_err 
 
 /* Downloads blob d into fd, retrying transient failures, and verifies it. */
 static int get_blob(struct registry *reg, const struct oci_desc *d, const char *what, int fd,
-		    struct oci_err *e)
+		    struct strata_err *e)
 {
 	struct blob_dl b = {.d = d, .what = what, .fd = fd};
 	if (oci_hash_init(&b.h) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	int r = 0, attempt;
-	struct oci_err ae = {0};
+	struct strata_err ae = {0};
 	for (attempt = 0; attempt < reg->o.max_attempts; attempt++) {
 		if (attempt > 0)
 			backoff(reg, attempt - 1);
-		ae = (struct oci_err){0};
+		ae = (struct strata_err){0};
 		r = blob_attempt(reg, &b, &ae);
 		if (r == 0 || !retryable(r))
 			break;
@@ -736,23 +739,23 @@ static int get_blob(struct registry *reg, const struct oci_desc *d, const char *
 	oci_hash_final(&b.h, got);
 	oci_hash_done(&b.h);
 	if (r < 0 && retryable(r))
-		return oci_err_set(e, r, "%s: gave up after %d attempts (%llu of %llu bytes): %s",
-				   what, attempt, (unsigned long long)b.have,
-				   (unsigned long long)d->size, ae.msg);
+		return strata_err_set(
+		    e, r, "%s: gave up after %d attempts (%llu of %llu bytes): %s", what, attempt,
+		    (unsigned long long)b.have, (unsigned long long)d->size, ae.msg);
 	if (r < 0)
-		return oci_err_set(e, r, "%s", ae.msg);
+		return strata_err_set(e, r, "%s", ae.msg);
 	if (strcmp(got, d->digest) != 0)
-		return oci_err_set(e, -EBADMSG, "%s: content has digest %s, expected %s", what, got,
-				   d->digest);
+		return strata_err_set(e, -EBADMSG, "%s: content has digest %s, expected %s", what,
+				      got, d->digest);
 	return 0;
 }
 
 static int get_config(struct registry *reg, const struct oci_desc *d, char **ret, size_t *ret_len,
-		      struct oci_err *e)
+		      struct strata_err *e)
 {
 	_cleanup_free_ char *path = NULL;
 	if (asprintf(&path, "/v2/%s/blobs/%s", reg->ref.repo, d->digest) < 0)
-		return oci_err_set(e, -ENOMEM, "out of memory");
+		return strata_err_set(e, -ENOMEM, "out of memory");
 	int r = get_small(reg, path, NULL, reg->lim.max_config, "config", ret, ret_len, NULL, e);
 	if (r == 0)
 		r = oci_verify_bytes("config", *ret, *ret_len, d->digest, d->size, e);
@@ -764,11 +767,11 @@ static int get_config(struct registry *reg, const struct oci_desc *d, char **ret
 /* --- the pull -------------------------------------------------------------------- */
 
 /* Settles the scheme with GET /v2/ (any HTTP answer will do). */
-static int reg_ping(struct registry *reg, struct oci_err *e)
+static int reg_ping(struct registry *reg, struct strata_err *e)
 {
 	reg->tls = !reg->ref.scheme || !strcmp(reg->ref.scheme, "https");
 	for (int attempt = 0;; attempt++) {
-		struct oci_err ae = {0};
+		struct strata_err ae = {0};
 		struct http_url u = {0};
 		struct http_response resp = {0};
 		int r = reg_url(reg, "/v2/", &u);
@@ -782,17 +785,17 @@ static int reg_ping(struct registry *reg, struct oci_err *e)
 		}
 		bool plain = r == -EPROTO && reg->tls && strstr(ae.msg, "wrong version number");
 		if (r == 0 || !retryable(r) || attempt + 1 >= reg->o.max_attempts)
-			return r < 0 ? oci_err_set(e, r, "registry %s: %s%s", reg->host, ae.msg,
-						   plain ? " (it may speak plain http: use "
-							   "http://REF or --insecure)"
-							 : "")
+			return r < 0 ? strata_err_set(e, r, "registry %s: %s%s", reg->host, ae.msg,
+						      plain ? " (it may speak plain http: use "
+							      "http://REF or --insecure)"
+							    : "")
 				     : 0;
 		backoff(reg, attempt);
 	}
 }
 
 static int pull_layers(struct registry *reg, struct oci_stage *st, const struct oci_manifest *m,
-		       struct oci_err *e)
+		       struct strata_err *e)
 {
 	for (size_t i = 0; i < m->n_layers; i++) {
 		char what[128];
@@ -807,7 +810,8 @@ static int pull_layers(struct registry *reg, struct oci_stage *st, const struct 
 	return 0;
 }
 
-static int do_pull(struct registry *reg, const char *ref, const char *stage_dir, struct oci_err *e)
+static int do_pull(struct registry *reg, const char *ref, const char *stage_dir,
+		   struct strata_err *e)
 {
 	_cleanup_free_ char *man = NULL, *cfg = NULL, *source = NULL;
 	size_t man_len = 0, cfg_len = 0;
@@ -831,7 +835,7 @@ static int do_pull(struct registry *reg, const char *ref, const char *stage_dir,
 		r = pull_layers(reg, &st, &m, e);
 	if (r == 0 && asprintf(&source, "registry:%s\n", ref) < 0) {
 		source = NULL;
-		r = oci_err_set(e, -ENOMEM, "out of memory");
+		r = strata_err_set(e, -ENOMEM, "out of memory");
 	}
 	if (r == 0) {
 		snprintf(st.name, sizeof(st.name), "%s/%s%s%s", reg->ref.registry, reg->ref.repo,
@@ -846,7 +850,7 @@ static int do_pull(struct registry *reg, const char *ref, const char *stage_dir,
 }
 
 static int registry_init(struct registry *reg, const char *ref, const struct registry_opts *o,
-			 struct oci_err *e)
+			 struct strata_err *e)
 {
 	reg->o = *o;
 	if (reg->o.max_attempts <= 0)
@@ -871,7 +875,7 @@ static int registry_init(struct registry *reg, const char *ref, const struct reg
 }
 
 int registry_pull(const char *ref, const char *stage_dir, const struct registry_opts *o,
-		  struct oci_err *e)
+		  struct strata_err *e)
 {
 	struct registry reg = {0};
 	int r = registry_init(&reg, ref, o, e);

@@ -32,7 +32,7 @@ struct registry_ref {
 
 /* Parses a reference; the tag defaults to "latest" when there is no digest.
  * Returns 0 and *ret (registry_ref_done it), -EINVAL or -ENOMEM. */
-int registry_ref_parse(const char *s, struct registry_ref *ret, struct oci_err *e);
+int registry_ref_parse(const char *s, struct registry_ref *ret, struct strata_err *e);
 void registry_ref_done(struct registry_ref *r);
 
 struct registry_opts {
@@ -53,7 +53,7 @@ struct registry_opts {
  * malformed document), -EFBIG (a limit), -EPROTO (HTTP or TLS), or the
  * transport error of the last attempt (-ECONNRESET, -ETIMEDOUT, ...). */
 int registry_pull(const char *ref, const char *stage_dir, const struct registry_opts *o,
-		  struct oci_err *e);
+		  struct strata_err *e);
 
 /* Looks up basic credentials for registry ("host[:port]" as in a reference)
  * in a Docker-style config.json: path, or when NULL $DOCKER_CONFIG/config.json
@@ -62,7 +62,7 @@ int registry_pull(const char *ref, const char *stage_dir, const struct registry_
  * Hub: "https://index.docker.io/v1/"). Returns 0 with *ret_user and
  * *ret_pass (free()), -ENOENT when there are none, or a negative errno. */
 int registry_creds_lookup(const char *path, const char *registry, char **ret_user, char **ret_pass,
-			  struct oci_err *e);
+			  struct strata_err *e);
 
 /* Parses a WWW-Authenticate challenge: scheme into scheme[cap] ("Bearer",
  * "Basic"), and the realm, service and scope parameters (NULL when absent,

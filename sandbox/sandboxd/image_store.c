@@ -283,7 +283,7 @@ static void start_recorder(struct sbd_imgstore *g, const char *hex)
 /* Takes sandboxd's node reference on im (mounting it if it is not). */
 static int hold(struct sbd_imgstore *g, struct sbd_image *im, char *why, size_t cap)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	char root[PATH_MAX];
 	bool fresh = false;
 	int64_t t0 = sbd_now_ms();
@@ -308,7 +308,7 @@ static int hold(struct sbd_imgstore *g, struct sbd_image *im, char *why, size_t 
 
 static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	int r = img_node_release(g->store, g->cache, im->hex, &e);
 	if (r < 0)
 		log_warn("image %.12s: releasing the node mount: %s", im->hex, e.msg);
@@ -323,7 +323,7 @@ static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
 
 static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], char *why, size_t cap)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	int r = st_open(g, why, cap);
 	if (r < 0) {
 		char tmp[512];

@@ -63,7 +63,7 @@ static int count(const char *sub)
 static int import(struct img_store *s, const char *man, const char *name,
 		  const struct img_layer_src *l, size_t n, struct img_import_stats *st)
 {
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	struct img_import_req req = {
 	    .manifest_digest = man, .name = name, .layers = l, .n_layers = n};
 	int r = img_store_import(s, &req, st, &e);
@@ -76,7 +76,7 @@ int main(void)
 {
 	struct img_store *s;
 	struct img_import_stats st;
-	struct img_err e = {0};
+	struct strata_err e = {0};
 	char p0[512], p1[512], p2[512], d0[72], d1[72], d2[72], hex[65], hex2[65];
 	const char *m1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 	const char *m2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
@@ -106,7 +106,7 @@ int main(void)
 	CHECK(!strncmp(hex, "1111", 4));
 	CHECK_EQ(img_store_resolve(s, "11111111", hex, &e), 0);
 	CHECK_EQ(img_store_resolve(s, m1, hex, &e), 0);
-	CHECK_EQ(img_store_resolve(s, "nope:1", hex, &(struct img_err){0}), -ENOENT);
+	CHECK_EQ(img_store_resolve(s, "nope:1", hex, &(struct strata_err){0}), -ENOENT);
 	struct img_record rec;
 	CHECK_EQ(img_store_record(s, hex, &rec), 0);
 	CHECK_EQ(rec.n_layers, 2);
@@ -136,11 +136,11 @@ int main(void)
 
 	/* Leases: rm refuses a mounted image. */
 	CHECK_EQ(img_store_lease(s, hex, "node1", true), 0);
-	CHECK_EQ(img_store_rm(s, "app:1", false, &(struct img_err){0}), 0); /* a name */
-	CHECK_EQ(img_store_rm(s, "app:again", false, &(struct img_err){0}), -EBUSY);
+	CHECK_EQ(img_store_rm(s, "app:1", false, &(struct strata_err){0}), 0); /* a name */
+	CHECK_EQ(img_store_rm(s, "app:again", false, &(struct strata_err){0}), -EBUSY);
 	CHECK_EQ(img_store_lease(s, hex, "node1", false), 0);
 	CHECK_EQ(img_store_rm(s, "app:again", false, &e), 0);
-	CHECK_EQ(img_store_resolve(s, m1, hex2, &(struct img_err){0}), -ENOENT);
+	CHECK_EQ(img_store_resolve(s, m1, hex2, &(struct strata_err){0}), -ENOENT);
 	/* The blob of layer 0 is still listed by "other": it stays. */
 	CHECK_EQ(img_store_resolve(s, "other", hex2, &e), 0);
 	CHECK_EQ(img_store_record(s, hex2, &rec), 0);

@@ -14,7 +14,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct http_client *c;
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	if (!c) {
 		struct http_opts o = {.timeout_ms = 1000, .max_header_bytes = 4096};
 		if (http_client_new(&o, &c, &e) < 0)

@@ -12,7 +12,7 @@
 
 static void fuzz_docs(const char *s, size_t n)
 {
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	enum oci_doc_kind kind;
 	struct oci_manifest m;
 	struct oci_desc *d;
@@ -34,7 +34,7 @@ static void fuzz_docs(const char *s, size_t n)
 
 static void fuzz_strings(const char *s)
 {
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	char scheme[16];
 	char *realm, *service, *scope;
 	if (registry_parse_challenge(s, scheme, sizeof(scheme), &realm, &service, &scope) == 0) {

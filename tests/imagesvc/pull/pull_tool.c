@@ -23,7 +23,7 @@
 #include "imagesvc/pull/oci.h"
 #include "imagesvc/pull/registry.h"
 
-static int fail(const struct oci_err *e, int r)
+static int fail(const struct strata_err *e, int r)
 {
 	fprintf(stderr, "pull_tool: %s: %s\n", strerrorname_np(-r) ? strerrorname_np(-r) : "?",
 		e->msg[0] ? e->msg : strerror(-r));
@@ -58,7 +58,7 @@ static struct json_object *str(const char *s)
 
 static int show(const char *dir, bool verify)
 {
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	struct oci_image *img = NULL;
 	int r = oci_stage_load(dir, verify, &img, &e);
 	if (r < 0)
@@ -156,7 +156,7 @@ static int pull(int argc, char **argv)
 		o.username = user;
 		o.password = colon + 1;
 	}
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	_cleanup_free_ char *fuser = NULL, *fpass = NULL;
 	struct registry_ref ref = {0};
 	int r = 0;
@@ -185,7 +185,7 @@ static int import(int argc, char **argv)
 	}
 	if (optind + 2 != argc)
 		return usage();
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	int r = oci_import(argv[optind], tag, argv[optind + 1], NULL, &e);
 	return r < 0 ? fail(&e, r) : 0;
 }

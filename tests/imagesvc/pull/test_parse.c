@@ -13,7 +13,7 @@
 
 static void test_refs(void)
 {
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	struct registry_ref r;
 	CHECK_EQ(registry_ref_parse("127.0.0.1:5000/busybox:v1", &r, &e), 0);
 	CHECK(!strcmp(r.registry, "127.0.0.1:5000") && !strcmp(r.repo, "busybox"));
@@ -93,7 +93,7 @@ static void test_index(void)
 	    "\"platform\":{\"os\":\"linux\",\"architecture\":\"arm64\",\"variant\":\"v8\"}},"
 	    "{\"mediaType\":\"" OCI_MT_MANIFEST "\",\"digest\":\"" D2 "\",\"size\":11,"
 	    "\"platform\":{\"os\":\"linux\",\"architecture\":\"amd64\"}}]}";
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	struct oci_desc *d;
 	size_t n, pick;
 	enum oci_doc_kind kind;
@@ -109,7 +109,7 @@ static void test_index(void)
 	struct oci_limits lim;
 	oci_limits_default(&lim);
 	lim.max_index_entries = 1;
-	e = (struct oci_err){0};
+	e = (struct strata_err){0};
 	CHECK_EQ(oci_parse_index(idx, strlen(idx), &lim, &d, &n, &e), -EFBIG);
 }
 
@@ -120,7 +120,7 @@ static void test_manifest_config(void)
 	    "\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1 "\",\"size\":3},"
 	    "\"layers\":[{\"mediaType\":\"application/vnd.docker.image.rootfs.diff.tar.gzip\","
 	    "\"digest\":\"" D2 "\",\"size\":5}]}";
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	struct oci_manifest m;
 	CHECK_EQ(oci_parse_manifest(man, strlen(man), NULL, &m, &e), 0);
 	CHECK_EQ(m.n_layers, 1);
@@ -134,7 +134,7 @@ static void test_manifest_config(void)
 	    "\",\"size\":3},\"layers\":[{\"mediaType\":"
 	    "\"application/vnd.docker.image.rootfs.foreign.diff.tar.gzip\",\"digest\":\"" D2
 	    "\",\"size\":5}]}";
-	e = (struct oci_err){0};
+	e = (struct strata_err){0};
 	CHECK_EQ(oci_parse_manifest(foreign, strlen(foreign), NULL, &m, &e), -EOPNOTSUPP);
 
 	static const char cfg[] = "{\"os\":\"linux\",\"architecture\":\"amd64\",\"config\":{"
@@ -142,14 +142,14 @@ static void test_manifest_config(void)
 				  "\"WorkingDir\":\"/w\"},\"rootfs\":{\"type\":\"layers\","
 				  "\"diff_ids\":[\"" D1 "\"]}}";
 	struct oci_config c;
-	e = (struct oci_err){0};
+	e = (struct strata_err){0};
 	CHECK_EQ(oci_parse_config(cfg, strlen(cfg), 1, &c, NULL, &e), 0);
 	CHECK(!strcmp(c.cmd[1], "-c") && !c.cmd[2] && !c.entrypoint && !strcmp(c.user, "1:2"));
 	CHECK(!strcmp(c.working_dir, "/w") && !strcmp(c.env[0], "A=1"));
 	oci_config_done(&c);
 	CHECK_EQ(oci_parse_config(cfg, strlen(cfg), 2, &c, NULL, &e), -EBADMSG);
 	static const char arm[] = "{\"os\":\"linux\",\"architecture\":\"arm64\"}";
-	e = (struct oci_err){0};
+	e = (struct strata_err){0};
 	CHECK_EQ(oci_parse_config(arm, strlen(arm), 0, &c, NULL, &e), -ENOENT);
 	CHECK(strstr(e.msg, "linux/arm64"));
 	static const char trailing[] = "{\"os\":\"linux\"} x";
@@ -168,7 +168,7 @@ static void test_creds(void)
 	    "\"bad.example\":{\"auth\":\"!!\"}}}";
 	CHECK(write(fd, cfg, strlen(cfg)) == (ssize_t)strlen(cfg));
 	close(fd);
-	struct oci_err e = {0};
+	struct strata_err e = {0};
 	char *u = NULL, *p = NULL;
 	CHECK_EQ(registry_creds_lookup(path, "reg.example:5000", &u, &p, &e), 0);
 	CHECK(!strcmp(u, "tester") && !strcmp(p, "s3cret"));
