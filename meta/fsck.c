@@ -829,21 +829,14 @@ int ns_fsck_chunks(struct ns *ns, uint32_t flags, struct meta_fsck_chunk *items,
 int ns_fsck_resync(struct ns *ns, uint32_t target_id, uint8_t *ret_state)
 {
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	_cleanup_free_ uint8_t *v = NULL;
 	struct cluster_target t;
 	struct cmap *m = NULL;
-	struct key k;
-	size_t n;
 	int r;
 
 	if (!b)
 		return -ENOMEM;
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	key_init(&k, K_TARGET);
-	key_u32(&k, target_id);
-	if ((r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n)) < 0)
-		return r;
-	if ((r = cluster_target_decode(v, n, &t)) < 0)
+	if ((r = cluster_get_target(ns, target_id, &t)) < 0)
 		return r;
 	if (t.state != TARGET_SERVING)
 		return -EALREADY; /* already out of service, or being resynced */

@@ -63,6 +63,7 @@ void key_str(struct key *k, const char *s);
 uint64_t key_get_u64(const uint8_t *p);
 uint32_t key_get_u32(const uint8_t *p);
 /* Common shapes. */
+void key_id(struct key *k, uint8_t tag, uint32_t id); /* N, T, H, B: tag id(be32) */
 void key_ino(struct key *k, uint8_t tag, uint64_t ino);
 void key_dentry(struct key *k, uint64_t parent, const char *name);
 void key_named(struct key *k, uint8_t tag, uint64_t ino, const char *name);
@@ -174,7 +175,8 @@ void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t fl
 /* 0 if directory ino has no entries, -ENOTEMPTY, or -errno. */
 int ns_dir_empty(struct ns *ns, uint64_t ino);
 
-/* Cluster map records (cluster.c). */
+/* Cluster map records (records.c; cluster.c, chainmap.c and tables.c use
+ * them). Each cluster_put_* adds the record under its key to b. */
 struct cluster_target {
 	uint32_t target_id, node_id;
 	uint8_t state;
@@ -184,13 +186,27 @@ struct cluster_target {
 	int64_t last_seen_ns;
 	uint64_t fsid; /* appended to the record; absent = 0 (unknown) */
 };
+/* A node record: its address and when it was last seen (ns_now). */
+void cluster_put_node(struct kv_batch *b, uint32_t id, const char *addr, int64_t now);
+/* Decodes a target record's value (not target_id: that is the key's).
+ * Returns 0 or -EIO. */
 int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret);
 void cluster_put_target(struct kv_batch *b, const struct cluster_target *t);
+/* Reads target id's record (cluster.c): 0, -ENOENT, -EIO, or -errno. */
+int cluster_get_target(struct ns *ns, uint32_t id, struct cluster_target *ret);
 /* Chain records carry c->want (the replication factor it was formed with)
  * after the target ids; records without it read as want = n. */
 void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c);
 int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
 			 struct strata_chain *c);
+/* A table record: chain ids[0..n) in striping order, then factor r.
+ * Returns 0 or the encoder's error (wbuf err, -ENOMEM). */
+int cluster_put_table(struct kv_batch *b, uint32_t table_id, uint8_t r, const uint32_t *ids, int n);
+/* Reads a table record up to its chain ids: *ret_n of them follow in b,
+ * then (in a record written since factors were kept) the factor u8.
+ * Returns 0 or -EIO. */
+int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
+			 uint32_t *ret_n);
 
 /* Chain tables per replication factor (tables.c). */
 /* Adds to b a new chain table of replication factor r: the ids[0..n) (every
@@ -200,9 +216,6 @@ int cluster_new_table(struct ns *ns, struct kv_batch *b, uint8_t r, const uint32
 /* Moves the root directory to the newest table of its factor (the default
  * table when it has none yet). */
 int cluster_point_root(struct ns *ns, struct kv_batch *b);
-/* Reads a table record up to its chain ids: *ret_n of them follow in b. */
-int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
-			 uint32_t *ret_n);
 /* Sets ns->newest_table to the default table (see tables.c). */
 void ns_pick_default_table(struct ns *ns);
 void cluster_put_counters(struct ns *ns, struct kv_batch *b);
