@@ -34,12 +34,12 @@
  * State of one chunk on one replica (functions making each transition):
  *
  *      committed(v) --repl_write (pending count +1)--> pending(v -> v+1)
- *      pending      --write_locked: forward_write ok, apply_local ok,
+ *      pending      --write_locked: forward_write ok, cs_write_local ok,
  *                     dedup_add--> committed(v+1)
  *      pending      --forward_write failed before the request could be
  *                     delivered--> committed(v) (error to the caller)
  *      pending      --forward_write failed after it may have been
- *                     delivered, or apply_local failed--> unsure(v) (error
+ *                     delivered, or cs_write_local failed--> unsure(v) (error
  *                     to the caller; replicas below may hold v+1)
  *      unsure(v)    --next write: reconcile (an empty write down the chain
  *                     as a barrier; a serving successor ahead is copied here
@@ -700,21 +700,6 @@ static bool already_here(struct repl *rp, const struct place *p, const struct ch
 	       pulled_version(rp, r->route.target_id, r->ino, r->index, p->c->version);
 }
 
-static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
-		       struct chunk_stat *ret)
-{
-	struct chunk_meta m = {0};
-	int e;
-	if (type == MSG_CHUNK_TRUNCATE)
-		e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
-	else
-		e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
-					   r->data_sums,
-					   r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
-	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
-	return e;
-}
-
 /* Reads the successor's whole chunk (st: its state, as it answered the
  * barrier) into buf. */
 static int read_successor(struct repl *rp, struct place *p, const struct fwd *f,
@@ -835,7 +820,7 @@ static int forward_apply(struct repl *rp, struct chunk_store *cs, struct place *
 		if (already_here(rp, p, r, &f, &succ))
 			return local_stat(cs, r->ino, r->index, st);
 	}
-	return apply_local(cs, type, r, st);
+	return cs_write_local(cs, type, r, st);
 }
 
 /* Steps 2-5 of the protocol, under the ordering lock with the chunk pending.

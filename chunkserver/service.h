@@ -8,6 +8,7 @@
 
 struct chunk_store;
 struct chunk_req;
+struct chunk_stat;
 struct wbuf;
 
 struct cs_target {
@@ -52,3 +53,10 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
  * none for a missing chunk. Returns 0, -ENOMEM, or chunk_store_read's
  * error. Used by cs_handle without and repl_handle with replication. */
 int cs_read_local(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply);
+/* Applies r locally to cs: a TRUNCATE to r->len, else (WRITE, WRITE_EX) a
+ * write of r->data at r->off with its piece sums (r->data_sums, may be
+ * NULL) and CHUNK_WF_SYNC. No chain checks. *ret gets the chunk's new state
+ * (zeros on failure). Returns 0 or the engine's error (-EFBIG, -ENOSPC,
+ * -EIO, ...). Used by cs_handle without and repl_handle with replication. */
+int cs_write_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		   struct chunk_stat *ret);
