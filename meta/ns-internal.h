@@ -84,7 +84,29 @@ struct dentry {
 	uint32_t mode; /* type bits */
 };
 
-/* A chain table and its replication factor (cluster.c keeps them in memory:
+/* The namespace's other records (records.c). Decoders return 0 or -EIO (a
+ * wrong length or version) and leave *ret alone on failure unless said. */
+#define DENTRY_REC_LEN 13
+void dentry_encode(const struct dentry *d, uint8_t ret[DENTRY_REC_LEN]); /* keeps type bits only */
+int dentry_decode(const uint8_t *p, size_t len, struct dentry *ret);
+#define COUNTER_REC_LEN 9
+void counter_encode(uint64_t v, uint8_t ret[COUNTER_REC_LEN]);
+int counter_decode(const uint8_t *p, size_t len, uint64_t *ret);
+/* A session S(ino, sid): how it was opened, when, and by which client. */
+struct session_rec {
+	uint32_t flags;
+	int64_t opened_ns;
+	char client[NS_CLIENT_ID_MAX + 1];
+};
+void session_encode(uint32_t flags, int64_t opened_ns, const char *client, struct wbuf *b);
+/* May fill *ret partly on failure. */
+int session_decode(const uint8_t *p, size_t len, struct session_rec *ret);
+/* A GC queue entry G(ino): what the collector needs once the inode is gone. */
+#define GC_REC_LEN 21
+void gc_encode(const struct inode *in, uint8_t ret[GC_REC_LEN]);
+int gc_decode(const uint8_t *p, size_t len, struct ns_gc_item *ret); /* not ret->ino (the key's) */
+
+/* A chain table and its replication factor (tables.c keeps them in memory:
  * layouts resolve a factor to its newest table on every create). */
 struct ns_table {
 	uint32_t table_id;

@@ -6,9 +6,14 @@
  * layout). Values: a version byte (REC_VERSION) then little-endian fields
  * written with the wire.h codec; decoders refuse a newer version.
  *
- * Here: the inode record, and the cluster map's (cluster.c, chainmap.c,
- * tables.c), keyed by tag and a be32 id (key_id); values after the version
- * byte:
+ * Here: the namespace's records (values after the version byte):
+ *   I inode  : see inode_encode (attributes, layout, parent)
+ *   D dentry : ino u64, type bits u32
+ *   M counter: u64
+ *   S session: flags u32, opened i64, client str
+ *   G gc     : size u64, chunk_size u32, table_id u32, stripe_seed u32
+ * and the cluster map's (cluster.c, chainmap.c, tables.c), keyed by tag and
+ * a be32 id (key_id):
  *   N node   : addr str, last_seen i64
  *   T target : node u32, state u8, path str, addr str, total u64, free u64,
  *              last_seen i64, fsid u64 (appended; absent: 0)
@@ -157,6 +162,86 @@ int inode_decode(const uint8_t *p, size_t len, struct inode *ret)
 	if (rbuf_done(&b) < 0)
 		return -EIO;
 	*ret = in;
+	return 0;
+}
+
+/* ---- the namespace's other records --------------------------------------- */
+
+void dentry_encode(const struct dentry *d, uint8_t ret[DENTRY_REC_LEN])
+{
+	ret[0] = REC_VERSION;
+	le64_put(ret + 1, d->ino);
+	le32_put(ret + 9, d->mode & 0170000);
+}
+
+int dentry_decode(const uint8_t *p, size_t len, struct dentry *ret)
+{
+	struct rbuf b;
+	struct dentry d;
+
+	rbuf_init(&b, p, len);
+	if (rbuf_get_u8(&b) != REC_VERSION)
+		return -EIO;
+	d.ino = rbuf_get_u64(&b);
+	d.mode = rbuf_get_u32(&b);
+	if (rbuf_done(&b) < 0)
+		return -EIO;
+	*ret = d;
+	return 0;
+}
+
+void counter_encode(uint64_t v, uint8_t ret[COUNTER_REC_LEN])
+{
+	ret[0] = REC_VERSION;
+	le64_put(ret + 1, v);
+}
+
+int counter_decode(const uint8_t *p, size_t len, uint64_t *ret)
+{
+	if (len != COUNTER_REC_LEN || p[0] != REC_VERSION)
+		return -EIO;
+	*ret = le64_get(p + 1);
+	return 0;
+}
+
+void session_encode(uint32_t flags, int64_t opened_ns, const char *client, struct wbuf *b)
+{
+	wbuf_put_u8(b, REC_VERSION);
+	wbuf_put_u32(b, flags);
+	wbuf_put_i64(b, opened_ns);
+	wbuf_put_str(b, client);
+}
+
+int session_decode(const uint8_t *p, size_t len, struct session_rec *ret)
+{
+	struct rbuf b;
+
+	rbuf_init(&b, p, len);
+	if (rbuf_get_u8(&b) != REC_VERSION)
+		return -EIO;
+	ret->flags = rbuf_get_u32(&b);
+	ret->opened_ns = rbuf_get_i64(&b);
+	rbuf_get_str(&b, ret->client, sizeof(ret->client));
+	return rbuf_done(&b) < 0 ? -EIO : 0;
+}
+
+void gc_encode(const struct inode *in, uint8_t ret[GC_REC_LEN])
+{
+	ret[0] = REC_VERSION;
+	le64_put(ret + 1, in->a.size);
+	le32_put(ret + 9, in->a.layout.chunk_size);
+	le32_put(ret + 13, in->a.layout.table_id);
+	le32_put(ret + 17, in->a.layout.stripe_seed);
+}
+
+int gc_decode(const uint8_t *p, size_t len, struct ns_gc_item *ret)
+{
+	if (len != GC_REC_LEN || p[0] != REC_VERSION)
+		return -EIO;
+	ret->size = le64_get(p + 1);
+	ret->layout.chunk_size = le32_get(p + 9);
+	ret->layout.table_id = le32_get(p + 13);
+	ret->layout.stripe_seed = le32_get(p + 17);
 	return 0;
 }
 

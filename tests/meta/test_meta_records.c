@@ -1,10 +1,11 @@
-/* test_meta_records.c — the cluster map's records in meta/records.c, byte
- * for byte: node, target, chain and table records are written through a
- * real store (kv_rocksdb) and compared with their documented layout (a
- * version byte, then little-endian fields), then decoded back, including
- * the older shapes without the appended fields (target without fsid, chain
- * without want, table without factor). A change of these bytes is a change
- * of the disk format. */
+/* test_meta_records.c — the value records of meta/records.c, byte for byte:
+ * the namespace's dentry, counter, session and GC records, and the cluster
+ * map's node, target, chain and table records (written through a real
+ * store, kv_rocksdb), compared with their documented layout (a version
+ * byte, then little-endian fields), then decoded back, including the older
+ * shapes without the appended fields (target without fsid, chain without
+ * want, table without factor) and refusals of a wrong length or version. A
+ * change of these bytes is a change of the disk format. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,58 @@ static void test_table(struct kv *kv)
 	CHECK(cluster_table_decode(k.b, k.len, want, 9, &rb, &n) < 0); /* ids cut off */
 }
 
+static void test_namespace_records(void)
+{
+	static const uint8_t dent[] = {1, 0x21, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0, 0};
+	struct dentry d = {.ino = 0x21, .mode = 0100644}, dg;
+	uint8_t raw[GC_REC_LEN];
+
+	dentry_encode(&d, raw);
+	CHECK(memcmp(raw, dent, sizeof(dent)) == 0); /* type bits only */
+	CHECK_EQ(dentry_decode(dent, sizeof(dent), &dg), 0);
+	CHECK_EQ(dg.ino, 0x21);
+	CHECK_EQ(dg.mode, 0100000);
+	CHECK(dentry_decode(dent, sizeof(dent) - 1, &dg) < 0);
+
+	static const uint8_t ctr[] = {1, 8, 7, 6, 5, 4, 3, 2, 1};
+	uint64_t v = 0;
+	counter_encode(0x0102030405060708, raw);
+	CHECK(memcmp(raw, ctr, sizeof(ctr)) == 0);
+	CHECK_EQ(counter_decode(ctr, sizeof(ctr), &v), 0);
+	CHECK_EQ(v, 0x0102030405060708);
+	CHECK(counter_decode(ctr, sizeof(ctr) + 1, &v) < 0);
+
+	static const uint8_t sess[] = {1, 2, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 2, 0, 'c', '1'};
+	struct session_rec sr;
+	struct wbuf w;
+	wbuf_init(&w);
+	session_encode(2, 9, "c1", &w);
+	CHECK_EQ(w.len, sizeof(sess));
+	CHECK(memcmp(w.data, sess, sizeof(sess)) == 0);
+	wbuf_done(&w);
+	CHECK_EQ(session_decode(sess, sizeof(sess), &sr), 0);
+	CHECK_EQ(sr.flags, 2);
+	CHECK_EQ(sr.opened_ns, 9);
+	CHECK(strcmp(sr.client, "c1") == 0);
+	CHECK(session_decode(sess, sizeof(sess) - 1, &sr) < 0);
+
+	static const uint8_t gc[] = {1,	   0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+				     0x10, 0,	 3, 0, 0, 0, 5, 0, 0, 0};
+	struct inode in = {.a = {.size = 0x10, .layout = {0x100000, 3, 5}}};
+	struct ns_gc_item it = {0};
+	gc_encode(&in, raw);
+	CHECK(memcmp(raw, gc, sizeof(gc)) == 0);
+	CHECK_EQ(gc_decode(gc, sizeof(gc), &it), 0);
+	CHECK_EQ(it.size, 0x10);
+	CHECK_EQ(it.layout.chunk_size, 0x100000);
+	CHECK_EQ(it.layout.table_id, 3);
+	CHECK_EQ(it.layout.stripe_seed, 5);
+	uint8_t newer[sizeof(gc)];
+	memcpy(newer, gc, sizeof(gc));
+	newer[0] = REC_VERSION + 1;
+	CHECK(gc_decode(newer, sizeof(newer), &it) < 0);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test_meta_records.XXXXXX";
@@ -143,6 +196,7 @@ int main(void)
 
 	CHECK(mkdtemp(dir) != NULL);
 	CHECK_EQ(kv_open(dir, &kv, why, sizeof(why)), 0);
+	test_namespace_records();
 	test_node(kv);
 	test_target(kv);
 	test_chain(kv);
