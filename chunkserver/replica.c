@@ -34,12 +34,12 @@
  * State of one chunk on one replica (functions making each transition):
  *
  *      committed(v) --repl_write (pending count +1)--> pending(v -> v+1)
- *      pending      --write_locked: forward_write ok, apply_local ok,
+ *      pending      --write_locked: forward_write ok, cs_write_local ok,
  *                     dedup_add--> committed(v+1)
  *      pending      --forward_write failed before the request could be
  *                     delivered--> committed(v) (error to the caller)
  *      pending      --forward_write failed after it may have been
- *                     delivered, or apply_local failed--> unsure(v) (error
+ *                     delivered, or cs_write_local failed--> unsure(v) (error
  *                     to the caller; replicas below may hold v+1)
  *      unsure(v)    --next write: reconcile (an empty write down the chain
  *                     as a barrier; a serving successor ahead is copied here
@@ -50,7 +50,7 @@
  *                     (nothing applied: the copy holds it)
  *      committed(v) --repl_write: dedup_find hit--> committed(v) (answered
  *                     with the recorded result, nothing applied)
- *      any          --repl_put (a resync PUT from sync_chunk in resync.c)-->
+ *      any          --resync_put (a resync PUT from sync_chunk, resync.c)-->
  *                     committed(the predecessor's version)
  *      any, read    --repl_read: pending and not the tail--> -EAGAIN
  *
@@ -119,6 +119,8 @@
 #include "fs/log.h"
 #include "fs/proto.h"
 #include "fs/rpc.h"
+#include "chunkserver/replica-internal.h"
+#include "chunkserver/resync.h"
 #include "chunkserver/service.h"
 
 #define ORDER_STRIPES 1024
@@ -464,6 +466,11 @@ static void set_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t 
 	pthread_mutex_unlock(&rp->unsure_mu);
 }
 
+void repl_forget_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
+{
+	set_pulled(rp, target, ino, index, 0, 0);
+}
+
 /* A hash slot may be shared: a false "pending" only sends a read to the tail.
  * An unsure chunk counts as pending: its successor may hold a write it lacks. */
 static bool is_pending(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
@@ -581,21 +588,16 @@ static int read_place(struct repl *rp, const struct chunk_route *rt, struct plac
 	return read_place(rp, rt, p, true);
 }
 
-/* ---- reads --------------------------------------------------------------------- */
-
-static int read_local(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+int repl_check_syncing(struct repl *rp, const struct chunk_route *rt)
 {
-	if (r->len == 0)
-		return 0;
-	uint8_t *dst = wbuf_reserve(reply, r->len);
-	if (!dst)
-		return -ENOMEM;
-	ssize_t n = chunk_store_read(cs, r->ino, r->index, r->off, r->len, dst);
-	if (n < 0)
-		return (int)n;
-	reply->len -= r->len - (size_t)n;
-	return 0;
+	_cleanup_(place_done) struct place p = {0};
+	int e = place_of(rp, rt, &p);
+	if (e < 0)
+		return e;
+	return routing_state(&p.s->r, rt->target_id) == TARGET_SYNCING ? 0 : -ESTALE;
 }
+
+/* ---- reads --------------------------------------------------------------------- */
 
 /* Invariant 4. Placed by read_place before the read and again after it, so
  * that both the pending check (a non-tail replica with the chunk pending or
@@ -611,7 +613,7 @@ static int repl_read(struct repl *rp, struct chunk_store *cs, const struct chunk
 	if (p.pos != chain_tail(&p.s->r, p.c) &&
 	    is_pending(rp, r->route.target_id, r->ino, r->index))
 		return -EAGAIN;
-	if ((e = read_local(cs, r, reply)) < 0)
+	if ((e = cs_read_local(cs, r, reply)) < 0)
 		return e;
 	/* frozen between the check and the read: what it read may be stale */
 	place_done(&p);
@@ -696,21 +698,6 @@ static bool already_here(struct repl *rp, const struct place *p, const struct ch
 		return false;
 	return succ->version <=
 	       pulled_version(rp, r->route.target_id, r->ino, r->index, p->c->version);
-}
-
-static int apply_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
-		       struct chunk_stat *ret)
-{
-	struct chunk_meta m = {0};
-	int e;
-	if (type == MSG_CHUNK_TRUNCATE)
-		e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
-	else
-		e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
-					   r->data_sums,
-					   r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
-	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
-	return e;
 }
 
 /* Reads the successor's whole chunk (st: its state, as it answered the
@@ -833,7 +820,7 @@ static int forward_apply(struct repl *rp, struct chunk_store *cs, struct place *
 		if (already_here(rp, p, r, &f, &succ))
 			return local_stat(cs, r->ino, r->index, st);
 	}
-	return apply_local(cs, type, r, st);
+	return cs_write_local(cs, type, r, st);
 }
 
 /* Steps 2-5 of the protocol, under the ordering lock with the chunk pending.
@@ -888,80 +875,6 @@ static int repl_write(struct repl *rp, struct chunk_store *cs, uint16_t type,
 	return e;
 }
 
-/* ---- resync: listing and wholesale puts ---------------------------------------- */
-
-/* The chunk's state; with verify every block is read and checked, and a
- * damaged chunk is reported with version 0 so that resync replaces it. */
-static void list_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, bool verify,
-		      uint8_t *scratch, struct chunk_stat *ret)
-{
-	struct chunk_meta m;
-	*ret = (struct chunk_stat){0};
-	if (chunk_store_stat(cs, ino, index, &m) < 0)
-		return;
-	for (uint32_t off = 0; verify && off < m.length; off += CHUNK_IO_MAX) {
-		uint32_t n = STRATA_MIN(CHUNK_IO_MAX, m.length - off);
-		if (chunk_store_read(cs, ino, index, off, n, scratch) != (ssize_t)n)
-			return;
-	}
-	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
-}
-
-static bool key_after(const struct chunk_key *k, const struct chunk_req *r)
-{
-	return k->ino > r->ino || (k->ino == r->ino && k->index > r->index);
-}
-
-static int do_list(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
-{
-	_cleanup_free_ struct chunk_key *keys = NULL;
-	size_t n = 0, i = 0;
-	int e = chunk_store_list(cs, &keys, &n);
-	if (e < 0)
-		return e;
-	bool verify = r->flags & CHUNK_LF_VERIFY;
-	_cleanup_free_ uint8_t *scratch = verify ? malloc(CHUNK_IO_MAX) : NULL;
-	_cleanup_free_ struct chunk_list_ent *ents = calloc(r->len, sizeof(*ents));
-	if (!ents || (verify && !scratch))
-		return -ENOMEM;
-	while (i < n && !(r->flags & CHUNK_LF_FIRST) && !key_after(&keys[i], r))
-		i++;
-	uint32_t k = 0;
-	for (; i < n && k < r->len; i++, k++) {
-		ents[k].ino = keys[i].ino;
-		ents[k].index = keys[i].index;
-		list_stat(cs, keys[i].ino, keys[i].index, verify, scratch, &ents[k].st);
-	}
-	chunk_list_put(reply, ents, k, i < n);
-	return reply->err;
-}
-
-/* A resync put: only a syncing target takes one, at the current version. */
-static int repl_put(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
-		    struct wbuf *reply)
-{
-	_cleanup_(place_done) struct place p = {0};
-	int e = place_of(rp, &r->route, &p);
-	if (e < 0)
-		return e;
-	if (routing_state(&p.s->r, r->route.target_id) != TARGET_SYNCING)
-		return -ESTALE;
-	struct chunk_meta m = {0};
-	uint32_t tid = r->route.target_id;
-	repl_order_lock(rp, tid, r->ino, r->index);
-	if (r->flags & CHUNK_PF_REMOVE)
-		e = chunk_store_remove(cs, r->ino, r->index);
-	else
-		e = chunk_store_put(cs, r->ino, r->index, r->data, r->len, r->version, &m);
-	set_pulled(rp, tid, r->ino, r->index, 0, 0);
-	repl_order_unlock(rp, tid, r->ino, r->index);
-	if (e < 0)
-		return e;
-	struct chunk_stat st = {m.version, m.length, m.checksum};
-	chunk_stat_put(reply, &st);
-	return 0;
-}
-
 /* REMOVE_FILE one chunk at a time under its ordering lock, so that a resync
  * PUT of the chunk in flight (from a predecessor holding its own lock) lands
  * before the removal here, never after. Clients send REMOVE_FILE down the
@@ -1000,10 +913,6 @@ int repl_handle(struct repl *rp, struct chunk_store *cs, uint16_t type, const st
 	case MSG_CHUNK_WRITE_EX:
 	case MSG_CHUNK_TRUNCATE:
 		return repl_write(rp, cs, type, r, reply);
-	case MSG_CHUNK_LIST:
-		return do_list(cs, r, reply);
-	case MSG_CHUNK_PUT:
-		return repl_put(rp, cs, r, reply);
 	case MSG_CHUNK_REMOVE_FILE:
 		return repl_remove_file(rp, cs, r, reply);
 	}
@@ -1037,28 +946,6 @@ int repl_new(struct meta_client *mc, struct cs_service *svc, struct repl **ret)
 	return 0;
 }
 
-static void *resync_main(void *arg)
-{
-	struct repl *rp = arg;
-	struct resync_state st = {0};
-	pthread_mutex_lock(&rp->stop_mu);
-	while (!rp->stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L)
-			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-		pthread_cond_timedwait(&rp->stop_cv, &rp->stop_mu, &ts);
-		if (rp->stop)
-			break;
-		pthread_mutex_unlock(&rp->stop_mu);
-		repl_resync_pass(rp, &st);
-		pthread_mutex_lock(&rp->stop_mu);
-	}
-	pthread_mutex_unlock(&rp->stop_mu);
-	return NULL;
-}
-
 int repl_start(struct repl *rp)
 {
 	int r = pthread_create(&rp->resync_thr, NULL, resync_main, rp);
@@ -1071,6 +958,22 @@ int repl_start(struct repl *rp)
 bool repl_stopping(struct repl *rp)
 {
 	pthread_mutex_lock(&rp->stop_mu);
+	bool s = rp->stop;
+	pthread_mutex_unlock(&rp->stop_mu);
+	return s;
+}
+
+bool repl_wait_stop(struct repl *rp, int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms % 1000 * 1000000L;
+	ts.tv_sec += ms / 1000;
+	if (ts.tv_nsec >= 1000000000L)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+	pthread_mutex_lock(&rp->stop_mu);
+	if (!rp->stop)
+		pthread_cond_timedwait(&rp->stop_cv, &rp->stop_mu, &ts);
 	bool s = rp->stop;
 	pthread_mutex_unlock(&rp->stop_mu);
 	return s;

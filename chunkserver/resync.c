@@ -1,9 +1,10 @@
 /* resync.c — fills a syncing target from its predecessor, the chain's tail
  * (the last serving target), which pushes; strata-meta then makes it serving.
  *
- * A pass (repl_resync_pass, every 200 ms on the engine's thread, with that
- * thread's struct resync_state: transfer tags, when a warning was last
- * logged and staging last expired; no globals) looks at each local target
+ * The sending side. A pass (resync_pass, every PASS_EVERY_MS on the resync
+ * thread, resync_main, which repl_start starts; with that thread's struct
+ * resync_state: transfer tags, when a warning was last logged and staging
+ * last expired; no globals) looks at each local target
  * that is the tail of its chain; if the next target is syncing it runs
  * sync_chain:
  *   1. list the successor's chunks (LIST, paged, with CHUNK_LF_VERIFY so that
@@ -31,7 +32,7 @@
  * hold up writes to the chunk past the forward timeout); the last one goes
  * under it, once the chunk is seen unchanged (else the transfer starts
  * over; the third attempt holds the lock throughout). The receiver
- * (resync_put_part, under its own ordering lock per piece) stages them in
+ * (resync_put, under its own ordering lock per piece) stages them in
  * tmp/ and publishes the chunk with the last piece only after checking
  * every block, and the whole chunk's checksum against ours
  * (chunk_store_put_piece): so the successor holds its old chunk or exactly
@@ -43,7 +44,13 @@
  * expiry (STAGE_MAX_AGE_S, checked every STAGE_EXPIRE_EVERY_MS) or a
  * restart removes; the sync stops and the next pass starts over. A
  * successor too old to know PUT_PART answers -EOPNOTSUPP: the sync stops
- * with a log line naming it (it cannot become serving until upgraded). */
+ * with a log line naming it (it cannot become serving until upgraded).
+ *
+ * The receiving side (resync_handle, from service.c): LIST answers the
+ * sender's listing; PUT and PUT_PART (only at a syncing target, at the
+ * request's chain version, under the chunk's ordering lock) take its
+ * chunks. The ordering locks, calls and chain checks are replica.c's
+ * (replica-internal.h). */
 #include "chunkserver/resync.h"
 
 #include <errno.h>
@@ -57,14 +64,24 @@
 #include "fs/layout.h"
 #include "fs/log.h"
 #include "fs/proto.h"
-#include "chunkserver/replica.h"
+#include "chunkserver/replica-internal.h"
 #include "chunkserver/service.h"
 
+#define PASS_EVERY_MS 200
 #define SYNC_REPORT_EVERY 64
 #define PART_TIMEOUT_MS 5000 /* one piece, the last one's read-back and publish included */
 #define STAGE_MAX_AGE_S 120  /* a staging file untouched this long is dropped */
 #define STAGE_EXPIRE_EVERY_MS 30000
 #define OLD_PEER_WARN_EVERY_MS 60000
+
+/* What the resync thread carries from one pass to the next; it owns it (on
+ * its stack, resync_main) and passes it to every pass. Zero-initialised. */
+struct resync_state {
+	uint64_t tag_seq;     /* transfers tagged so far (part_tag) */
+	uint32_t warned_peer; /* the last target warned about as too old ... */
+	int64_t warned_ms;    /* ... and when (monotonic ms) */
+	int64_t expired_ms;   /* the last staging expiry (monotonic ms) */
+};
 
 struct sync_job {
 	struct repl *rp;
@@ -429,7 +446,7 @@ static void expire_staging(struct cs_service *svc, struct resync_state *st, int 
 	}
 }
 
-void repl_resync_pass(struct repl *rp, struct resync_state *st)
+static void resync_pass(struct repl *rp, struct resync_state *st)
 {
 	struct cs_service *svc = repl_service(rp);
 	int nt = __atomic_load_n(&svc->ntargets, __ATOMIC_ACQUIRE);
@@ -444,38 +461,74 @@ void repl_resync_pass(struct repl *rp, struct resync_state *st)
 	strata_routing_done(&rt);
 }
 
-/* ---- the receiving side: PUT_PART (resync.h) ---------------------------- */
-
-/* Is target rt->target_id syncing in chain rt->chain_id at rt->chain_ver by
- * our table (refetched once when the request's chain version is newer)? */
-static int syncing_here(struct repl *rp, const struct chunk_route *rt)
+void *resync_main(void *arg)
 {
-	for (int pass = 0; pass < 2; pass++) {
-		struct strata_routing t;
-		if (repl_routing_copy(rp, &t) == 0) {
-			const struct strata_chain *c = routing_chain(&t, rt->chain_id);
-			bool newer = !c || c->version < rt->chain_ver;
-			bool ok = c && c->version == rt->chain_ver &&
-				  chain_pos(c, rt->target_id) >= 0 &&
-				  routing_state(&t, rt->target_id) == TARGET_SYNCING;
-			strata_routing_done(&t);
-			if (ok)
-				return 0;
-			if (!newer)
-				return -ESTALE;
-		}
-		if (pass == 0)
-			repl_refresh(rp, 20);
-	}
-	return -ESTALE;
+	struct repl *rp = arg;
+	struct resync_state st = {0};
+	while (!repl_wait_stop(rp, PASS_EVERY_MS))
+		resync_pass(rp, &st);
+	return NULL;
 }
 
-int resync_put_part(struct repl *rp, struct chunk_store *cs, const struct chunk_req *r,
-		    struct wbuf *reply)
+/* ---- the receiving side (resync.h) ------------------------------------- */
+
+/* The chunk's state; with verify every block is read and checked, and a
+ * damaged chunk is reported with version 0 so that resync replaces it. */
+static void list_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, bool verify,
+		      uint8_t *scratch, struct chunk_stat *ret)
 {
-	int e = syncing_here(rp, &r->route);
+	struct chunk_meta m;
+	*ret = (struct chunk_stat){0};
+	if (chunk_store_stat(cs, ino, index, &m) < 0)
+		return;
+	for (uint32_t off = 0; verify && off < m.length; off += CHUNK_IO_MAX) {
+		uint32_t n = STRATA_MIN(CHUNK_IO_MAX, m.length - off);
+		if (chunk_store_read(cs, ino, index, off, n, scratch) != (ssize_t)n)
+			return;
+	}
+	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
+}
+
+static bool key_after(const struct chunk_key *k, const struct chunk_req *r)
+{
+	return k->ino > r->ino || (k->ino == r->ino && k->index > r->index);
+}
+
+static int resync_list(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+{
+	_cleanup_free_ struct chunk_key *keys = NULL;
+	size_t n = 0, i = 0;
+	int e = chunk_store_list(cs, &keys, &n);
 	if (e < 0)
 		return e;
+	bool verify = r->flags & CHUNK_LF_VERIFY;
+	_cleanup_free_ uint8_t *scratch = verify ? malloc(CHUNK_IO_MAX) : NULL;
+	_cleanup_free_ struct chunk_list_ent *ents = calloc(r->len, sizeof(*ents));
+	if (!ents || (verify && !scratch))
+		return -ENOMEM;
+	while (i < n && !(r->flags & CHUNK_LF_FIRST) && !key_after(&keys[i], r))
+		i++;
+	uint32_t k = 0;
+	for (; i < n && k < r->len; i++, k++) {
+		ents[k].ino = keys[i].ino;
+		ents[k].index = keys[i].index;
+		list_stat(cs, keys[i].ino, keys[i].index, verify, scratch, &ents[k].st);
+	}
+	chunk_list_put(reply, ents, k, i < n);
+	return reply->err;
+}
+
+/* PUT: the whole chunk at the sender's version, or its removal. */
+static int put_whole(struct chunk_store *cs, const struct chunk_req *r, struct chunk_meta *m)
+{
+	if (r->flags & CHUNK_PF_REMOVE)
+		return chunk_store_remove(cs, r->ino, r->index);
+	return chunk_store_put(cs, r->ino, r->index, r->data, r->len, r->version, m);
+}
+
+/* PUT_PART: one piece of a transfer (put_parts on the sending side). */
+static int put_piece(struct chunk_store *cs, const struct chunk_req *r, struct chunk_meta *m)
+{
 	struct chunk_put_piece p = {.version = r->version,
 				    .tag = r->tag,
 				    .checksum = r->checksum,
@@ -486,14 +539,45 @@ int resync_put_part(struct repl *rp, struct chunk_store *cs, const struct chunk_
 				    .sums = r->data_sums,
 				    .flags = (r->flags & CHUNK_PP_FIRST ? CHUNK_PUT_FIRST : 0) |
 					     (r->flags & CHUNK_PP_LAST ? CHUNK_PUT_LAST : 0)};
-	struct chunk_meta m;
+	return chunk_store_put_piece(cs, r->ino, r->index, &p, m);
+}
+
+/* PUT or PUT_PART: only a syncing target takes one, at the current chain
+ * version; under the chunk's ordering lock, so that a forwarded write to it
+ * lands before or after, never during. A whole put also forgets any copy
+ * from a successor (replica.c, invariant 8). */
+static int resync_put(struct repl *rp, struct chunk_store *cs, uint16_t type,
+		      const struct chunk_req *r, struct wbuf *reply)
+{
+	int e = repl_check_syncing(rp, &r->route);
+	if (e < 0)
+		return e;
+	struct chunk_meta m = {0};
 	uint32_t tid = r->route.target_id;
 	repl_order_lock(rp, tid, r->ino, r->index);
-	e = chunk_store_put_piece(cs, r->ino, r->index, &p, &m);
+	if (type == MSG_CHUNK_PUT) {
+		e = put_whole(cs, r, &m);
+		repl_forget_pulled(rp, tid, r->ino, r->index);
+	} else {
+		e = put_piece(cs, r, &m);
+	}
 	repl_order_unlock(rp, tid, r->ino, r->index);
 	if (e < 0)
 		return e;
 	struct chunk_stat st = {m.version, m.length, m.checksum};
 	chunk_stat_put(reply, &st);
 	return 0;
+}
+
+int resync_handle(struct repl *rp, struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		  struct wbuf *reply)
+{
+	switch (type) {
+	case MSG_CHUNK_LIST:
+		return resync_list(cs, r, reply);
+	case MSG_CHUNK_PUT:
+	case MSG_CHUNK_PUT_PART:
+		return resync_put(rp, cs, type, r, reply);
+	}
+	return -EOPNOTSUPP;
 }

@@ -4,10 +4,11 @@
  * A READ is read by the engine straight into the reply buffer (wbuf_reserve),
  * a WRITE's data is handed to the engine as a pointer into the request frame:
  * the server copies no chunk data. With a replication engine attached
- * (cs_service.repl, the daemon) reads, writes, truncates, LIST and PUT go
- * through replica.c: chain checks, forwarding, CRAQ reads, resync; PUT_PART
- * (a piece of a large chunk, resync) through resync.c. Without
- * one (in-process tests) they are served locally with no chain checks. */
+ * (cs_service.repl, the daemon) reads, writes, truncates and REMOVE_FILE go
+ * through replica.c (chain checks, forwarding, CRAQ reads), and resync's
+ * LIST, PUT and PUT_PART through resync.c. Without one (in-process tests)
+ * they are served locally with no chain checks; both paths read with
+ * cs_read_local and write with cs_write_local. */
 #include "chunkserver/service.h"
 
 #include <errno.h>
@@ -33,7 +34,7 @@ static void put_meta(struct wbuf *reply, const struct chunk_meta *m)
 	chunk_stat_put(reply, &st);
 }
 
-static int do_read(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+int cs_read_local(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
 {
 	if (r->len == 0)
 		return 0;
@@ -47,23 +48,28 @@ static int do_read(struct chunk_store *cs, const struct chunk_req *r, struct wbu
 	return 0;
 }
 
-static int do_write(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+int cs_write_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		   struct chunk_stat *ret)
 {
-	struct chunk_meta m;
-	unsigned flags = r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0;
-	int e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data, r->data_sums,
-				       flags, &m);
-	if (e == 0)
-		put_meta(reply, &m);
+	struct chunk_meta m = {0};
+	int e;
+	if (type == MSG_CHUNK_TRUNCATE)
+		e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
+	else
+		e = chunk_store_write_sums(cs, r->ino, r->index, r->off, r->len, r->data,
+					   r->data_sums,
+					   r->flags & CHUNK_WF_SYNC ? CHUNK_STORE_SYNC : 0, &m);
+	*ret = (struct chunk_stat){m.version, m.length, m.checksum};
 	return e;
 }
 
-static int do_truncate(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply)
+static int do_write(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		    struct wbuf *reply)
 {
-	struct chunk_meta m;
-	int e = chunk_store_truncate(cs, r->ino, r->index, r->len, &m);
+	struct chunk_stat st;
+	int e = cs_write_local(cs, type, r, &st);
 	if (e == 0)
-		put_meta(reply, &m);
+		chunk_stat_put(reply, &st);
 	return e;
 }
 
@@ -128,25 +134,24 @@ int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	struct chunk_store *cs = find_target(s, r.route.target_id);
 	if (!cs)
 		return -ENXIO;
-	if (s->repl && type == MSG_CHUNK_PUT_PART)
-		return resync_put_part(s->repl, cs, &r, reply);
+	if (s->repl &&
+	    (type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT || type == MSG_CHUNK_PUT_PART))
+		return resync_handle(s->repl, cs, type, &r, reply);
 	if (s->repl &&
 	    (type == MSG_CHUNK_READ || type == MSG_CHUNK_WRITE || type == MSG_CHUNK_WRITE_EX ||
-	     type == MSG_CHUNK_TRUNCATE || type == MSG_CHUNK_LIST || type == MSG_CHUNK_PUT ||
-	     type == MSG_CHUNK_REMOVE_FILE))
+	     type == MSG_CHUNK_TRUNCATE || type == MSG_CHUNK_REMOVE_FILE))
 		return repl_handle(s->repl, cs, type, &r, reply);
 	switch (type) {
 	case MSG_CHUNK_READ:
-		return do_read(cs, &r, reply);
+		return cs_read_local(cs, &r, reply);
 	case MSG_CHUNK_WRITE:
 	case MSG_CHUNK_WRITE_EX:
-		return do_write(cs, &r, reply);
+	case MSG_CHUNK_TRUNCATE:
+		return do_write(cs, type, &r, reply);
 	case MSG_CHUNK_LIST:
 	case MSG_CHUNK_PUT:
 	case MSG_CHUNK_PUT_PART:
 		return -EOPNOTSUPP; /* replication only */
-	case MSG_CHUNK_TRUNCATE:
-		return do_truncate(cs, &r, reply);
 	case MSG_CHUNK_REMOVE:
 		e = chunk_store_remove(cs, r.ino, r.index);
 		return e < 0 ? e : 0;

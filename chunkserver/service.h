@@ -7,6 +7,9 @@
 #include "fs/types.h"
 
 struct chunk_store;
+struct chunk_req;
+struct chunk_stat;
+struct wbuf;
 
 struct cs_target {
 	uint32_t target_id; /* assigned by strata-meta */
@@ -43,3 +46,17 @@ int cs_pool_of(void *ctx, uint16_t type, const uint8_t *payload, size_t len);
  * then the engine's (-EIO, -ENOSPC, -ENOENT for STAT of a missing chunk, ...). */
 int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	      const struct rpc_peer *peer);
+
+/* Reads r's range (r->off, r->len) of chunk (r->ino, r->index) of cs into
+ * reply, straight into its buffer: no chain checks (the caller made them).
+ * Past the chunk's end the reply is short: only the bytes the chunk has,
+ * none for a missing chunk. Returns 0, -ENOMEM, or chunk_store_read's
+ * error. Used by cs_handle without and repl_handle with replication. */
+int cs_read_local(struct chunk_store *cs, const struct chunk_req *r, struct wbuf *reply);
+/* Applies r locally to cs: a TRUNCATE to r->len, else (WRITE, WRITE_EX) a
+ * write of r->data at r->off with its piece sums (r->data_sums, may be
+ * NULL) and CHUNK_WF_SYNC. No chain checks. *ret gets the chunk's new state
+ * (zeros on failure). Returns 0 or the engine's error (-EFBIG, -ENOSPC,
+ * -EIO, ...). Used by cs_handle without and repl_handle with replication. */
+int cs_write_local(struct chunk_store *cs, uint16_t type, const struct chunk_req *r,
+		   struct chunk_stat *ret);

@@ -81,55 +81,11 @@ static int64_t now_ms(void)
 
 /* ---- routing snapshots ------------------------------------------------- */
 
-static void routing_free(struct strata_routing *r)
-{
-	for (uint32_t i = 0; r->tables && i < r->ntables; i++)
-		free(r->tables[i].chain_ids);
-	free(r->tables);
-	free(r->chains);
-	free(r->targets);
-	memset(r, 0, sizeof(*r));
-}
-
-static void *dup_array(const void *p, size_t n, size_t size)
-{
-	void *q = malloc(n ? n * size : 1);
-	if (q && n)
-		memcpy(q, p, n * size);
-	return q;
-}
-
-/* Deep copy in our own allocation scheme (freed by routing_free). */
-static int routing_dup(const struct strata_routing *src, struct strata_routing *ret)
-{
-	struct strata_routing r = {.version = src->version,
-				   .lease_ms = src->lease_ms,
-				   .ntargets = src->ntargets,
-				   .nchains = src->nchains};
-	r.targets = dup_array(src->targets, src->ntargets, sizeof(*r.targets));
-	r.chains = dup_array(src->chains, src->nchains, sizeof(*r.chains));
-	r.tables = calloc(src->ntables ? src->ntables : 1, sizeof(*r.tables));
-	int err = !r.targets || !r.chains || !r.tables ? -ENOMEM : 0;
-	for (uint32_t i = 0; err == 0 && i < src->ntables; i++, r.ntables++) {
-		r.tables[i] = src->tables[i];
-		r.tables[i].chain_ids =
-		    dup_array(src->tables[i].chain_ids, src->tables[i].nchains, sizeof(uint32_t));
-		if (!r.tables[i].chain_ids)
-			err = -ENOMEM;
-	}
-	if (err < 0) {
-		routing_free(&r);
-		return err;
-	}
-	*ret = r;
-	return 0;
-}
-
 static void snap_unref(struct rt_snap *s)
 {
 	if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
-	routing_free(&s->r);
+	strata_routing_done(&s->r);
 	free(s);
 }
 
@@ -139,7 +95,7 @@ static int snap_install(struct chunk_client *cc, const struct strata_routing *r,
 	struct rt_snap *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	int err = routing_dup(r, &s->r);
+	int err = strata_routing_copy(r, &s->r);
 	if (err < 0) {
 		free(s);
 		return err;

@@ -16,13 +16,8 @@
  * heartbeats refresh sizes, last-seen times and the node's lease, and bring
  * back targets that were taken out while the node still lived.
  *
- * Records (values after the version byte):
- *   N node   : addr str, last_seen i64
- *   T target : node u32, state u8, path str, addr str, total u64, free u64,
- *              last_seen i64
- *   H chain  : version u32, n u8, target ids u32 x n, want u8
- *   B table  : n u32, chain ids u32 x n, replicas u8 (appended; absent: the
- *              smallest want of its chains) */
+ * The node, target, chain and table records and their codecs are in
+ * records.c, with the meta store's other records. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,120 +25,20 @@
 #include "fs/cleanup.h"
 #include "meta/ns-internal.h"
 
-void cluster_put_target(struct kv_batch *b, const struct cluster_target *t)
-{
-	struct wbuf w;
-	struct key k;
-
-	wbuf_init(&w);
-	wbuf_put_u8(&w, REC_VERSION);
-	wbuf_put_u32(&w, t->node_id);
-	wbuf_put_u8(&w, t->state);
-	wbuf_put_str(&w, t->path);
-	wbuf_put_str(&w, t->addr);
-	wbuf_put_u64(&w, t->total_bytes);
-	wbuf_put_u64(&w, t->free_bytes);
-	wbuf_put_i64(&w, t->last_seen_ns);
-	wbuf_put_u64(&w, t->fsid);
-	key_init(&k, K_TARGET);
-	key_u32(&k, t->target_id);
-	kv_batch_put(b, k.b, k.len, w.data, w.len);
-	wbuf_done(&w);
-}
-
-int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret)
-{
-	struct cluster_target t = {0};
-	struct rbuf b;
-
-	rbuf_init(&b, p, len);
-	if (rbuf_get_u8(&b) != REC_VERSION)
-		return -EIO;
-	t.node_id = rbuf_get_u32(&b);
-	t.state = rbuf_get_u8(&b);
-	rbuf_get_str(&b, t.path, sizeof(t.path));
-	rbuf_get_str(&b, t.addr, sizeof(t.addr));
-	t.total_bytes = rbuf_get_u64(&b);
-	t.free_bytes = rbuf_get_u64(&b);
-	t.last_seen_ns = rbuf_get_i64(&b);
-	if (!b.err && rbuf_remaining(&b) >= 8)
-		t.fsid = rbuf_get_u64(&b);
-	if (rbuf_done(&b) < 0)
-		return -EIO;
-	*ret = t;
-	return 0;
-}
-
-static int get_target(struct ns *ns, uint32_t id, struct cluster_target *ret)
+int cluster_get_target(struct ns *ns, uint32_t id, struct cluster_target *ret)
 {
 	_cleanup_free_ uint8_t *v = NULL;
 	struct key k;
 	size_t n;
 	int r;
 
-	key_init(&k, K_TARGET);
-	key_u32(&k, id);
+	key_id(&k, K_TARGET, id);
 	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
 	if (r < 0)
 		return r;
 	r = cluster_target_decode(v, n, ret);
 	ret->target_id = id;
 	return r;
-}
-
-static void put_node(struct kv_batch *b, uint32_t id, const char *addr, int64_t now)
-{
-	struct wbuf w;
-	struct key k;
-
-	wbuf_init(&w);
-	wbuf_put_u8(&w, REC_VERSION);
-	wbuf_put_str(&w, addr);
-	wbuf_put_i64(&w, now);
-	key_init(&k, K_NODE);
-	key_u32(&k, id);
-	kv_batch_put(b, k.b, k.len, w.data, w.len);
-	wbuf_done(&w);
-}
-
-void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c)
-{
-	struct wbuf w;
-	struct key k;
-
-	wbuf_init(&w);
-	wbuf_put_u8(&w, REC_VERSION);
-	wbuf_put_u32(&w, c->version);
-	wbuf_put_u8(&w, c->ntargets);
-	for (int i = 0; i < c->ntargets; i++)
-		wbuf_put_u32(&w, c->targets[i]);
-	wbuf_put_u8(&w, c->want);
-	key_init(&k, K_CHAIN);
-	key_u32(&k, c->chain_id);
-	kv_batch_put(b, k.b, k.len, w.data, w.len);
-	wbuf_done(&w);
-}
-
-int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-			 struct strata_chain *c)
-{
-	struct rbuf b;
-
-	if (kl != 5)
-		return -EIO;
-	memset(c, 0, sizeof(*c));
-	rbuf_init(&b, v, vl);
-	if (rbuf_get_u8(&b) != REC_VERSION)
-		return -EIO;
-	c->chain_id = key_get_u32(k + 1);
-	c->version = rbuf_get_u32(&b);
-	c->ntargets = rbuf_get_u8(&b);
-	if (c->ntargets > STRATA_MAX_REPLICAS)
-		return -EIO;
-	for (int i = 0; i < c->ntargets; i++)
-		c->targets[i] = rbuf_get_u32(&b);
-	c->want = rbuf_remaining(&b) >= 1 ? rbuf_get_u8(&b) : c->ntargets;
-	return rbuf_done(&b) < 0 ? -EIO : 0;
 }
 
 /* ---- collecting records into growable arrays ----------------------------- */
@@ -307,7 +202,7 @@ static int register_locked(struct ns *ns, struct kv_batch *b, uint32_t *node_id,
 		ns->next_node = *node_id + 1;
 		changed = true;
 	}
-	put_node(b, *node_id, addr, now);
+	cluster_put_node(b, *node_id, addr, now);
 	for (int i = 0; i < ntargets && r == 0; i++)
 		r = reg_target(ns, m, *node_id, addr, now, &targets[i], &changed);
 	if (r == 0) {
@@ -379,12 +274,11 @@ static int heartbeat_locked(struct ns *ns, struct kv_batch *b, uint32_t node_id,
 	int64_t now = ns_now();
 	int r;
 
-	key_init(&k, K_NODE);
-	key_u32(&k, node_id);
+	key_id(&k, K_NODE, node_id);
 	if ((r = kv_exists(ns->kv, k.b, k.len)) < 0)
 		return r; /* -ENOENT: the chunkserver registers again */
 	for (int i = 0; i < ntargets; i++) {
-		if ((r = get_target(ns, targets[i].target_id, &t)) < 0)
+		if ((r = cluster_get_target(ns, targets[i].target_id, &t)) < 0)
 			return r;
 		if (t.node_id != node_id)
 			return -EINVAL;

@@ -177,7 +177,6 @@ static int scan_dentry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v,
 {
 	struct scan *sc = ctx;
 	char name[STRATA_NAME_MAX + 1];
-	struct rbuf b;
 
 	sc->st->dentries++;
 	if (kl < 10 || kl > 9 + STRATA_NAME_MAX) {
@@ -187,14 +186,13 @@ static int scan_dentry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v,
 	uint64_t parent = key_get_u64(k + 1);
 	memcpy(name, k + 9, kl - 9);
 	name[kl - 9] = 0;
-	rbuf_init(&b, v, vl);
-	uint8_t ver = rbuf_get_u8(&b);
-	uint64_t ino = rbuf_get_u64(&b);
-	uint32_t dmode = rbuf_get_u32(&b);
-	if (ver != REC_VERSION || rbuf_done(&b) < 0) {
+	struct dentry de;
+	if (dentry_decode(v, vl, &de) < 0) {
 		record_only(sc, FSCK_BAD_RECORD, parent, name);
 		return 0;
 	}
+	uint64_t ino = de.ino;
+	uint32_t dmode = de.mode;
 	struct fino *p = find(sc, parent), *t = find(sc, ino);
 	if (!t || !p || !mode_is_dir(p->in.a.mode)) {
 		record(sc, FSCK_DANGLING_DENTRY, ino, parent, name, 0, ino);
@@ -309,7 +307,6 @@ static int scan_session(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v
 	struct scan *sc = ctx;
 	char client[NS_CLIENT_ID_MAX + 1];
 	struct key u;
-	struct rbuf b;
 
 	sc->st->sessions++;
 	if (kl != 17) {
@@ -319,15 +316,12 @@ static int scan_session(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v
 	uint64_t ino = key_get_u64(k + 1), sid = key_get_u64(k + 9);
 	if (sid > sc->max_sid)
 		sc->max_sid = sid;
-	rbuf_init(&b, v, vl);
-	uint8_t ver = rbuf_get_u8(&b);
-	rbuf_get_u32(&b);
-	rbuf_get_i64(&b);
-	rbuf_get_str(&b, client, sizeof(client));
-	if (ver != REC_VERSION || rbuf_done(&b) < 0) {
+	struct session_rec s;
+	if (session_decode(v, vl, &s) < 0) {
 		record_only(sc, FSCK_BAD_RECORD, ino, "session");
 		return 0;
 	}
+	memcpy(client, s.client, sizeof(client));
 	key_client(&u, client, ino, sid);
 	struct fino *t = find(sc, ino);
 	if (!t) {
@@ -559,11 +553,10 @@ static int check_counter(struct scan *sc, const char *name, uint64_t dflt, uint6
 	if (r < 0 && r != -ENOENT)
 		return r;
 	if (r == 0) {
-		if (n != 9 || v[0] != REC_VERSION) {
+		if (counter_decode(v, n, &cur) < 0) {
 			record_only(sc, FSCK_BAD_RECORD, 0, name);
 			return 0;
 		}
-		cur = le64_get(v + 1);
 	}
 	if (cur > want_above)
 		return 0;
@@ -829,21 +822,14 @@ int ns_fsck_chunks(struct ns *ns, uint32_t flags, struct meta_fsck_chunk *items,
 int ns_fsck_resync(struct ns *ns, uint32_t target_id, uint8_t *ret_state)
 {
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	_cleanup_free_ uint8_t *v = NULL;
 	struct cluster_target t;
 	struct cmap *m = NULL;
-	struct key k;
-	size_t n;
 	int r;
 
 	if (!b)
 		return -ENOMEM;
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	key_init(&k, K_TARGET);
-	key_u32(&k, target_id);
-	if ((r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n)) < 0)
-		return r;
-	if ((r = cluster_target_decode(v, n, &t)) < 0)
+	if ((r = cluster_get_target(ns, target_id, &t)) < 0)
 		return r;
 	if (t.state != TARGET_SERVING)
 		return -EALREADY; /* already out of service, or being resynced */

@@ -63,6 +63,7 @@ void key_str(struct key *k, const char *s);
 uint64_t key_get_u64(const uint8_t *p);
 uint32_t key_get_u32(const uint8_t *p);
 /* Common shapes. */
+void key_id(struct key *k, uint8_t tag, uint32_t id); /* N, T, H, B: tag id(be32) */
 void key_ino(struct key *k, uint8_t tag, uint64_t ino);
 void key_dentry(struct key *k, uint64_t parent, const char *name);
 void key_named(struct key *k, uint8_t tag, uint64_t ino, const char *name);
@@ -83,7 +84,29 @@ struct dentry {
 	uint32_t mode; /* type bits */
 };
 
-/* A chain table and its replication factor (cluster.c keeps them in memory:
+/* The namespace's other records (records.c). Decoders return 0 or -EIO (a
+ * wrong length or version) and leave *ret alone on failure unless said. */
+#define DENTRY_REC_LEN 13
+void dentry_encode(const struct dentry *d, uint8_t ret[DENTRY_REC_LEN]); /* keeps type bits only */
+int dentry_decode(const uint8_t *p, size_t len, struct dentry *ret);
+#define COUNTER_REC_LEN 9
+void counter_encode(uint64_t v, uint8_t ret[COUNTER_REC_LEN]);
+int counter_decode(const uint8_t *p, size_t len, uint64_t *ret);
+/* A session S(ino, sid): how it was opened, when, and by which client. */
+struct session_rec {
+	uint32_t flags;
+	int64_t opened_ns;
+	char client[NS_CLIENT_ID_MAX + 1];
+};
+void session_encode(uint32_t flags, int64_t opened_ns, const char *client, struct wbuf *b);
+/* May fill *ret partly on failure. */
+int session_decode(const uint8_t *p, size_t len, struct session_rec *ret);
+/* A GC queue entry G(ino): what the collector needs once the inode is gone. */
+#define GC_REC_LEN 21
+void gc_encode(const struct inode *in, uint8_t ret[GC_REC_LEN]);
+int gc_decode(const uint8_t *p, size_t len, struct ns_gc_item *ret); /* not ret->ino (the key's) */
+
+/* A chain table and its replication factor (tables.c keeps them in memory:
  * layouts resolve a factor to its newest table on every create). */
 struct ns_table {
 	uint32_t table_id;
@@ -174,7 +197,8 @@ void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t fl
 /* 0 if directory ino has no entries, -ENOTEMPTY, or -errno. */
 int ns_dir_empty(struct ns *ns, uint64_t ino);
 
-/* Cluster map records (cluster.c). */
+/* Cluster map records (records.c; cluster.c, chainmap.c and tables.c use
+ * them). Each cluster_put_* adds the record under its key to b. */
 struct cluster_target {
 	uint32_t target_id, node_id;
 	uint8_t state;
@@ -184,13 +208,27 @@ struct cluster_target {
 	int64_t last_seen_ns;
 	uint64_t fsid; /* appended to the record; absent = 0 (unknown) */
 };
+/* A node record: its address and when it was last seen (ns_now). */
+void cluster_put_node(struct kv_batch *b, uint32_t id, const char *addr, int64_t now);
+/* Decodes a target record's value (not target_id: that is the key's).
+ * Returns 0 or -EIO. */
 int cluster_target_decode(const uint8_t *p, size_t len, struct cluster_target *ret);
 void cluster_put_target(struct kv_batch *b, const struct cluster_target *t);
+/* Reads target id's record (cluster.c): 0, -ENOENT, -EIO, or -errno. */
+int cluster_get_target(struct ns *ns, uint32_t id, struct cluster_target *ret);
 /* Chain records carry c->want (the replication factor it was formed with)
  * after the target ids; records without it read as want = n. */
 void cluster_put_chain(struct kv_batch *b, const struct strata_chain *c);
 int cluster_chain_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
 			 struct strata_chain *c);
+/* A table record: chain ids[0..n) in striping order, then factor r.
+ * Returns 0 or the encoder's error (wbuf err, -ENOMEM). */
+int cluster_put_table(struct kv_batch *b, uint32_t table_id, uint8_t r, const uint32_t *ids, int n);
+/* Reads a table record up to its chain ids: *ret_n of them follow in b,
+ * then (in a record written since factors were kept) the factor u8.
+ * Returns 0 or -EIO. */
+int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
+			 uint32_t *ret_n);
 
 /* Chain tables per replication factor (tables.c). */
 /* Adds to b a new chain table of replication factor r: the ids[0..n) (every
@@ -200,9 +238,6 @@ int cluster_new_table(struct ns *ns, struct kv_batch *b, uint8_t r, const uint32
 /* Moves the root directory to the newest table of its factor (the default
  * table when it has none yet). */
 int cluster_point_root(struct ns *ns, struct kv_batch *b);
-/* Reads a table record up to its chain ids: *ret_n of them follow in b. */
-int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
-			 uint32_t *ret_n);
 /* Sets ns->newest_table to the default table (see tables.c). */
 void ns_pick_default_table(struct ns *ns);
 void cluster_put_counters(struct ns *ns, struct kv_batch *b);

@@ -43,18 +43,15 @@ int ns_get_counter(struct ns *ns, const char *name, uint64_t *ret)
 	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
 	if (r < 0)
 		return r;
-	if (n != 9 || v[0] != REC_VERSION)
-		return -EIO;
-	*ret = le64_get(v + 1);
-	return 0;
+	return counter_decode(v, n, ret);
 }
 
 void ns_put_counter(struct kv_batch *b, const char *name, uint64_t v)
 {
-	uint8_t val[9] = {REC_VERSION};
+	uint8_t val[COUNTER_REC_LEN];
 	struct key k;
 
-	le64_put(val + 1, v);
+	counter_encode(v, val);
 	key_counter(&k, name);
 	kv_batch_put(b, k.b, k.len, val, sizeof(val));
 }
@@ -102,7 +99,6 @@ int ns_get_dentry(struct ns *ns, uint64_t parent, const char *name, struct dentr
 {
 	_cleanup_free_ uint8_t *v = NULL;
 	struct key k;
-	struct rbuf b;
 	size_t n;
 	int r;
 
@@ -110,12 +106,7 @@ int ns_get_dentry(struct ns *ns, uint64_t parent, const char *name, struct dentr
 	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
 	if (r < 0)
 		return r;
-	rbuf_init(&b, v, n);
-	if (rbuf_get_u8(&b) != REC_VERSION)
-		return -EIO;
-	ret->ino = rbuf_get_u64(&b);
-	ret->mode = rbuf_get_u32(&b);
-	return rbuf_done(&b) < 0 ? -EIO : 0;
+	return dentry_decode(v, n, ret);
 }
 
 void ns_put_inode(struct kv_batch *b, const struct inode *in)
@@ -132,11 +123,10 @@ void ns_put_inode(struct kv_batch *b, const struct inode *in)
 
 void ns_put_dentry(struct kv_batch *b, uint64_t parent, const char *name, const struct dentry *d)
 {
-	uint8_t val[13] = {REC_VERSION};
+	uint8_t val[DENTRY_REC_LEN];
 	struct key k;
 
-	le64_put(val + 1, d->ino);
-	le32_put(val + 9, d->mode & 0170000);
+	dentry_encode(d, val);
 	key_dentry(&k, parent, name);
 	kv_batch_put(b, k.b, k.len, val, sizeof(val));
 }
@@ -186,13 +176,10 @@ int ns_prefix_any(struct ns *ns, const struct key *prefix)
 /* GC record: version, size, layout. */
 static void put_gc(struct kv_batch *b, const struct inode *in)
 {
-	uint8_t val[1 + 8 + 12] = {REC_VERSION};
+	uint8_t val[GC_REC_LEN];
 	struct key k;
 
-	le64_put(val + 1, in->a.size);
-	le32_put(val + 9, in->a.layout.chunk_size);
-	le32_put(val + 13, in->a.layout.table_id);
-	le32_put(val + 17, in->a.layout.stripe_seed);
+	gc_encode(in, val);
 	key_ino(&k, K_GC, in->a.ino);
 	kv_batch_put(b, k.b, k.len, val, sizeof(val));
 }

@@ -134,10 +134,11 @@ static int rd_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size
 		c->more = 1;
 		return 1;
 	}
-	if (vl != 13 || v[0] != REC_VERSION || nl == 0 || nl > STRATA_NAME_MAX)
+	struct dentry de;
+	if (nl == 0 || nl > STRATA_NAME_MAX || dentry_decode(v, vl, &de) < 0)
 		return -EIO;
-	d.ino = le64_get(v + 1);
-	d.mode = le32_get(v + 9);
+	d.ino = de.ino;
+	d.mode = de.mode;
 	memcpy(d.name, k + 9, nl);
 	if (c->want_attrs) {
 		int r = ns_get_inode(c->ns, d.ino, &in);

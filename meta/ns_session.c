@@ -21,10 +21,7 @@ void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t fl
 	struct key k;
 
 	wbuf_init(&w);
-	wbuf_put_u8(&w, REC_VERSION);
-	wbuf_put_u32(&w, flags);
-	wbuf_put_i64(&w, ns_now());
-	wbuf_put_str(&w, client);
+	session_encode(flags, ns_now(), client, &w);
 	key_session(&k, ino, sid);
 	kv_batch_put(b, k.b, k.len, w.data, w.len);
 	wbuf_done(&w);
@@ -79,7 +76,7 @@ int ns_open_file(struct ns *ns, strata_ino_t ino, uint32_t flags, const char *cl
 static int session_client(struct ns *ns, uint64_t ino, uint64_t sid, char *client)
 {
 	_cleanup_free_ uint8_t *v = NULL;
-	struct rbuf rb;
+	struct session_rec s;
 	struct key k;
 	size_t n;
 	int r;
@@ -88,13 +85,10 @@ static int session_client(struct ns *ns, uint64_t ino, uint64_t sid, char *clien
 	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
 	if (r < 0)
 		return r;
-	rbuf_init(&rb, v, n);
-	if (rbuf_get_u8(&rb) != REC_VERSION)
-		return -EIO;
-	rbuf_get_u32(&rb);
-	rbuf_get_i64(&rb);
-	rbuf_get_str(&rb, client, NS_CLIENT_ID_MAX + 1);
-	return rbuf_done(&rb) < 0 ? -EIO : 0;
+	r = session_decode(v, n, &s);
+	if (r == 0)
+		memcpy(client, s.client, sizeof(s.client));
+	return r;
 }
 
 struct other_ctx {
@@ -276,14 +270,11 @@ static int gc_one(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size
 
 	if (c->n >= c->max)
 		return 1;
-	if (kl != 9 || vl != 21 || v[0] != REC_VERSION)
+	it = &c->items[c->n];
+	if (kl != 9 || gc_decode(v, vl, it) < 0)
 		return 0; /* unreadable entry: skip, fsck reports it */
-	it = &c->items[c->n++];
 	it->ino = key_get_u64(k + 1);
-	it->size = le64_get(v + 1);
-	it->layout.chunk_size = le32_get(v + 9);
-	it->layout.table_id = le32_get(v + 13);
-	it->layout.stripe_seed = le32_get(v + 17);
+	c->n++;
 	return 0;
 }
 

@@ -13,25 +13,14 @@
  * existed) gets it.
  *
  * The factors are kept in memory (ns->tables, ns->factor_table, under
- * ns->mu), loaded by ns_open. Record (after the version byte):
- *   B table : n u32, chain ids u32 x n, replicas u8
- * The factor byte was appended: a table written before has none and takes
- * the smallest `want` of its chains (a db of the old single-table code gets
- * the cluster's factor). */
+ * ns->mu), loaded by ns_open. The table record and its codec are in
+ * records.c. Its factor byte was appended: a table written before has none
+ * and takes the smallest `want` of its chains (legacy_factor: a db of the
+ * old single-table code gets the cluster's factor). */
 #include <errno.h>
 #include <stdlib.h>
 #include "fs/cleanup.h"
 #include "meta/ns-internal.h"
-
-int cluster_table_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, struct rbuf *b,
-			 uint32_t *ret_n)
-{
-	if (kl != 5 || vl < 5 || v[0] != REC_VERSION)
-		return -EIO;
-	rbuf_init(b, v + 1, vl - 1);
-	*ret_n = rbuf_get_u32(b);
-	return (uint64_t)*ret_n * 4 > rbuf_remaining(b) ? -EIO : 0;
-}
 
 uint8_t ns_table_factor(const struct ns *ns, uint32_t table_id)
 {
@@ -94,8 +83,7 @@ static uint8_t legacy_factor(struct ns *ns, struct rbuf *b, uint32_t n)
 		struct strata_chain c;
 		struct key k;
 		size_t vl;
-		key_init(&k, K_CHAIN);
-		key_u32(&k, rbuf_get_u32(b));
+		key_id(&k, K_CHAIN, rbuf_get_u32(b));
 		if (kv_get(ns->kv, k.b, k.len, (void **)&v, &vl) == 0 &&
 		    cluster_chain_decode(k.b, k.len, v, vl, &c) == 0 && (!r || c.want < r))
 			r = c.want;
@@ -131,24 +119,12 @@ int cluster_load_tables(struct ns *ns)
 int cluster_new_table(struct ns *ns, struct kv_batch *b, uint8_t r, const uint32_t *ids, int n)
 {
 	uint32_t table = ns->next_table;
-	struct wbuf w;
-	struct key k;
 	int e = remember(ns, table, r);
 
 	if (e < 0)
 		return e;
 	ns->next_table++;
-	wbuf_init(&w);
-	wbuf_put_u8(&w, REC_VERSION);
-	wbuf_put_u32(&w, (uint32_t)n);
-	for (int i = 0; i < n; i++)
-		wbuf_put_u32(&w, ids[i]);
-	wbuf_put_u8(&w, r);
-	key_init(&k, K_TABLE);
-	key_u32(&k, table);
-	kv_batch_put(b, k.b, k.len, w.data, w.len);
-	e = w.err;
-	wbuf_done(&w);
+	e = cluster_put_table(b, table, r, ids, n);
 	ns_pick_default_table(ns);
 	return e;
 }
