@@ -31,14 +31,8 @@
 #define BC_SPAN_MAX (8u << 20) /* bytes fetched in one call */
 #define BC_WAIT_S 5	       /* longest wait for another reader's fetch */
 
-struct bc_rec {
-	uint64_t off;
-	uint32_t len;
-	uint8_t digest[32];
-};
-
 struct bc_table {
-	struct bc_rec *v; /* sorted by offset */
+	struct blob_rec *v; /* sorted by offset */
 	size_t n;
 };
 
@@ -78,33 +72,29 @@ struct blobcache {
 /* ---- tables -------------------------------------------------------------------------- */
 static int rec_cmp(const void *a, const void *b)
 {
-	const struct bc_rec *x = a, *y = b;
+	const struct blob_rec *x = a, *y = b;
 	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static int take_rec(void *ctx, size_t i, const struct blob_rec *rec)
+{
+	((struct bc_table *)ctx)->v[i] = *rec;
+	return 0;
 }
 
 int bc_table_parse(const void *buf, size_t len, struct bc_table **ret)
 {
-	const uint8_t *b = buf;
-	if (len < BC_TABLE_HDR || (len - BC_TABLE_HDR) % BC_TABLE_REC || len > BC_TABLE_MAX ||
-	    le32_get(b) != BC_TABLE_MAGIC || le16_get(b + 4) != 1 ||
-	    le16_get(b + 6) != BC_TABLE_HDR || le32_get(b + 8) != BC_TABLE_REC)
+	size_t n;
+	if (len > BC_TABLE_MAX || blob_table_count(buf, len, &n) < 0)
 		return -EBADMSG;
 	struct bc_table *t = calloc(1, sizeof(*t));
-	size_t n = (len - BC_TABLE_HDR) / BC_TABLE_REC;
 	if (!t || !(t->v = calloc(n + 1, sizeof(*t->v)))) {
 		free(t);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < n; i++) {
-		const uint8_t *r = b + BC_TABLE_HDR + i * BC_TABLE_REC;
-		struct bc_rec *x = &t->v[i];
-		memcpy(x->digest, r, 32);
-		x->off = le64_get(r + 32);
-		x->len = le32_get(r + 40);
-		if (x->off % BC_ALIGN || x->len == 0 || x->len > BC_CHUNK_MAX) {
-			bc_table_free(t);
-			return -EBADMSG;
-		}
+	if (blob_table_decode(buf, len, take_rec, t) < 0) {
+		bc_table_free(t);
+		return -EBADMSG;
 	}
 	t->n = n;
 	if (n)
@@ -125,16 +115,6 @@ struct bc_table *bc_table_free(struct bc_table *t)
 		free(t);
 	}
 	return NULL;
-}
-
-int bc_xattr_parse(const void *buf, size_t len, uint64_t *ret_ino)
-{
-	const uint8_t *b = buf;
-	if (len != BC_XATTR_SIZE || le32_get(b) != BC_XATTR_MAGIC || le16_get(b + 4) != 1 ||
-	    le16_get(b + 6) != BC_XATTR_SIZE)
-		return -EBADMSG;
-	*ret_ino = le64_get(b + 8);
-	return 0;
 }
 
 static size_t tab_bucket(uint64_t ino)
@@ -427,18 +407,13 @@ static void write_stats(struct blobcache *bc)
 }
 
 /* ---- reads ------------------------------------------------------------------------------ */
-static uint64_t padded(const struct bc_rec *r)
-{
-	return ((uint64_t)r->len + BC_ALIGN - 1) / BC_ALIGN * BC_ALIGN;
-}
-
 /* Index of the first record whose padded end is past off. */
 static size_t first_rec(const struct bc_table *t, uint64_t off)
 {
 	size_t lo = 0, hi = t->n;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (t->v[mid].off + padded(&t->v[mid]) <= off)
+		if (t->v[mid].off + blob_padded(t->v[mid].len) <= off)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -448,7 +423,7 @@ static size_t first_rec(const struct bc_table *t, uint64_t off)
 
 /* Copies the part of chunk data (the record's bytes) that falls in the
  * request [off, off+len) into buf. */
-static void copy_part(const struct bc_rec *r, const uint8_t *data, uint64_t off, size_t len,
+static void copy_part(const struct blob_rec *r, const uint8_t *data, uint64_t off, size_t len,
 		      uint8_t *buf)
 {
 	uint64_t a = r->off > off ? r->off : off;
@@ -459,7 +434,7 @@ static void copy_part(const struct bc_rec *r, const uint8_t *data, uint64_t off,
 
 /* Serves r from the cache file if present. Returns 1 (served), 0 (miss) or
  * -errno. */
-static int from_cache(struct blobcache *bc, const struct bc_rec *r, uint64_t off, size_t len,
+static int from_cache(struct blobcache *bc, const struct blob_rec *r, uint64_t off, size_t len,
 		      uint8_t *buf)
 {
 	char p[PATH_MAX];
@@ -507,7 +482,7 @@ static int from_cache(struct blobcache *bc, const struct bc_rec *r, uint64_t off
 	return 1;
 }
 
-static void store_chunk(struct blobcache *bc, const struct bc_rec *r, const uint8_t *data)
+static void store_chunk(struct blobcache *bc, const struct blob_rec *r, const uint8_t *data)
 {
 	char p[PATH_MAX], tmp[PATH_MAX + 32];
 	uint64_t seq;
@@ -534,7 +509,7 @@ static void store_chunk(struct blobcache *bc, const struct bc_rec *r, const uint
 
 /* Fetches records v[i..j) (adjacent in the blob) in one call, verifies and
  * caches each, and copies the requested parts. */
-static int fetch_span(struct blobcache *bc, const struct bc_rec *v, size_t i, size_t j,
+static int fetch_span(struct blobcache *bc, const struct blob_rec *v, size_t i, size_t j,
 		      uint64_t off, size_t len, uint8_t *buf, bc_fetch_fn fetch, void *ctx)
 {
 	uint64_t base = v[i].off, end = v[j - 1].off + v[j - 1].len;
@@ -571,7 +546,7 @@ static int fetch_span(struct blobcache *bc, const struct bc_rec *v, size_t i, si
 /* Claims the fetch of r: returns 1 if this thread must fetch it, 0 after
  * waiting for another thread's fetch of it (then look in the cache again),
  * or -ENOMEM. */
-static int claim(struct blobcache *bc, const struct bc_rec *r, struct bc_inflight *slot)
+static int claim(struct blobcache *bc, const struct blob_rec *r, struct bc_inflight *slot)
 {
 	bool waited = false;
 	struct timespec deadline;
@@ -616,7 +591,7 @@ static void release_claims(struct blobcache *bc, struct bc_inflight *slots, size
 
 /* Serves record i from the cache or claims it for fetching. Returns 1
  * (served), 0 (claimed: fetch it) or -errno. */
-static int serve_or_claim(struct blobcache *bc, const struct bc_rec *r, uint64_t off, size_t len,
+static int serve_or_claim(struct blobcache *bc, const struct blob_rec *r, uint64_t off, size_t len,
 			  uint8_t *buf, struct bc_inflight *slot)
 {
 	for (;;) {
@@ -648,7 +623,7 @@ int blobcache_read(struct blobcache *bc, const struct bc_table *t, uint64_t off,
 			break;
 		}
 		bool adjacent = miss_start != SIZE_MAX && got == 0 &&
-				t->v[i].off == t->v[i - 1].off + padded(&t->v[i - 1]) &&
+				t->v[i].off == t->v[i - 1].off + blob_padded(t->v[i - 1].len) &&
 				t->v[i].off + t->v[i].len - t->v[miss_start].off <= BC_SPAN_MAX;
 		if (miss_start != SIZE_MAX && !adjacent) {
 			r = fetch_span(bc, t->v, miss_start, i, off, len, buf, fetch, ctx);

@@ -2,7 +2,8 @@
  *
  * Image blobs (imagesvc/store.h) are regular files of the namespace, marked
  * at import with the xattr trusted.strata.blob (and the sticky bit, a cheap
- * filter) naming the inode of their chunk-digest table. When the kernel
+ * filter) naming the inode of their chunk-digest table (blob, table and
+ * xattr formats: fs/blob_format.h). When the kernel
  * reads such a file (EROFS reads its extra devices through the FUSE mount),
  * strata-fuse serves the read from here:
  *
@@ -32,16 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BC_XATTR "trusted.strata.blob"
-#define BC_XATTR_MAGIC 0x584c4253u /* "SBLX" */
-#define BC_XATTR_SIZE 16
-#define BC_TABLE_MAGIC 0x494c4253u /* "SBLI", imagesvc/blobstore.h */
-#define BC_TABLE_HDR 16
-#define BC_TABLE_REC 48
+#include "fs/blob_format.h"
+
 #define BC_TABLE_MAX (64u << 20) /* bytes of one digest table */
 #define BC_MAX_TABLES 65536	 /* blobs attached at once */
-#define BC_CHUNK_MAX (1u << 20)
-#define BC_ALIGN 4096u
 
 struct blobcache;
 struct bc_table;
@@ -56,12 +51,12 @@ int blobcache_open(const char *dir, uint64_t max_bytes, struct blobcache **ret);
 /* Frees bc and every attached table; accepts NULL; returns NULL. */
 struct blobcache *blobcache_free(struct blobcache *bc);
 
-/* Parses a digest table (blobstore.h format). Returns 0 and *ret, or
- * -EBADMSG / -ENOMEM. */
+/* Parses a digest table (fs/blob_format.h) into a lookup table sorted by
+ * offset (at most BC_TABLE_MAX bytes; overlapping records are refused).
+ * Returns 0 and *ret, or -EBADMSG / -ENOMEM. */
 int bc_table_parse(const void *buf, size_t len, struct bc_table **ret);
+/* Frees t; accepts NULL; returns NULL. */
 struct bc_table *bc_table_free(struct bc_table *t);
-/* Parses the xattr value; returns 0 and the table's inode, or -EBADMSG. */
-int bc_xattr_parse(const void *buf, size_t len, uint64_t *ret_ino);
 
 /* Attaches t (ownership passes, also on failure) to inode ino. Returns 0,
  * -ENOSPC (too many tables) or -ENOMEM. An existing table is kept. */

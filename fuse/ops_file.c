@@ -14,10 +14,10 @@
  * fsync: chunk_sync on the file's chain table when chunk writes happened
  * since the last fsync, then the length, then meta_sync.
  *
- * Image blobs (sticky bit + xattr trusted.strata.blob, see blobcache.h) are
- * read through the node chunk cache when it is enabled (--cache-dir): the
- * digest table is loaded at the first open (failing the open with EIO if it
- * cannot be), and every read is verified chunk by chunk. */
+ * Image blobs (sticky bit + xattr trusted.strata.blob, see blobcache.h and
+ * fs/blob_format.h) are read through the node chunk cache when it is enabled
+ * (--cache-dir): the digest table is loaded at the first open (failing the
+ * open with EIO if it cannot be), and every read is verified chunk by chunk. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -86,7 +86,7 @@ static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct bc_table **
 
 	if (r < 0)
 		return r;
-	if (!S_ISREG(a.mode) || a.size < BC_TABLE_HDR || a.size > BC_TABLE_MAX ||
+	if (!S_ISREG(a.mode) || a.size < BLOB_TABLE_HDR_SIZE || a.size > BC_TABLE_MAX ||
 	    !a.layout.chunk_size)
 		return -EBADMSG;
 	buf = malloc(a.size);
@@ -103,7 +103,7 @@ static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct bc_table **
  * unverified. */
 static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct bc_table **ret)
 {
-	uint8_t x[BC_XATTR_SIZE + 16];
+	uint8_t x[BLOB_XATTR_SIZE + 16];
 	struct bc_table *t = NULL;
 	uint64_t tino;
 	uint32_t mode;
@@ -120,11 +120,11 @@ static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct bc_tabl
 	*ret = blobcache_table(fs->bc, in->ino);
 	if (*ret)
 		return 0;
-	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, in->ino, BC_XATTR, x, sizeof(x)));
+	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, in->ino, BLOB_XATTR_NAME, x, sizeof(x)));
 	if (r == -ENODATA)
 		return 0; /* sticky, but no blob */
 	if (r >= 0)
-		r = bc_xattr_parse(x, (size_t)r, &tino);
+		r = blob_xattr_decode(x, (size_t)r, &tino);
 	if (r >= 0)
 		r = blob_load_table(fs, tino, &t);
 	if (r >= 0)

@@ -2,7 +2,7 @@
  *
  * DIR/blob-NNNNNNNN.data holds the chunks of one layer, each at a 4 KiB
  * aligned offset and zero-padded; DIR/blob-NNNNNNNN.idx is its chunk-digest
- * table (format in blobstore.h). At open, every table is read into an
+ * table (format in fs/blob_format.h). At open, every table is read into an
  * in-memory dedup index (open addressing on the digest), so a chunk stored by
  * any earlier layer or image is found again. Later the same files will live
  * in a reserved part of the strata namespace and be read through FUSE.
@@ -10,13 +10,12 @@
  * Invariants:
  *  1. A digest is in the index only after its bytes were written to the blob
  *     and its record appended to the table.
- *  2. Blob sizes are always multiples of IMG_BLOB_ALIGN.
+ *  2. Blob sizes are always multiples of BLOB_ALIGN.
  *  3. Tables are trusted only after their header and length check out; a
  *     corrupt one fails the open with -EBADMSG. */
 #include "imagesvc/blobstore.h"
 #include "imagesvc/digest_index.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,10 +26,6 @@
 #include <unistd.h>
 
 #include "fs/cleanup.h"
-#include "fs/wire.h"
-
-static_assert(BLOBIDX_REC_SIZE == IMG_DIGEST_LEN + 8 + 4 + 4, "digest, offset, length, reserved");
-static_assert(BLOBIDX_HDR_SIZE == 4 + 2 + 2 + 4 + 4, "magic, version, hdr len, rec size, rsvd");
 
 struct open_blob {
 	uint32_t id;
@@ -62,18 +57,16 @@ static int load_table(struct local_store *s, uint32_t id)
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	uint8_t hdr[BLOBIDX_HDR_SIZE];
-	if (read(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) || le32_get(hdr) != BLOBIDX_MAGIC ||
-	    le16_get(hdr + 4) != BLOBIDX_VERSION || le16_get(hdr + 6) != BLOBIDX_HDR_SIZE ||
-	    le32_get(hdr + 8) != BLOBIDX_REC_SIZE)
+	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
+	if (read(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) || blob_table_hdr_check(hdr) < 0)
 		return -EBADMSG;
-	uint8_t rec[BLOBIDX_REC_SIZE];
+	uint8_t raw[BLOB_TABLE_REC_SIZE];
 	ssize_t n;
-	while ((n = read(fd, rec, sizeof(rec))) == (ssize_t)sizeof(rec)) {
-		struct blob_loc loc = {id, le64_get(rec + 32)};
-		if (loc.off % IMG_BLOB_ALIGN || le32_get(rec + 40) > IMG_CHUNK_SIZE)
+	while ((n = read(fd, raw, sizeof(raw))) == (ssize_t)sizeof(raw)) {
+		struct blob_rec rec;
+		if (blob_rec_decode(raw, &rec) < 0)
 			return -EBADMSG;
-		r = digest_index_add(&s->index, rec, loc);
+		r = digest_index_add(&s->index, rec.digest, (struct blob_loc){id, rec.off});
 		if (r < 0)
 			return r;
 	}
@@ -131,11 +124,8 @@ static int local_begin_blob(struct blobstore *bs, uint32_t *ret_blob)
 	    open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
 	if (ifd < 0)
 		return -errno;
-	uint8_t hdr[BLOBIDX_HDR_SIZE] = {0};
-	le32_put(hdr, BLOBIDX_MAGIC);
-	le16_put(hdr + 4, BLOBIDX_VERSION);
-	le16_put(hdr + 6, BLOBIDX_HDR_SIZE);
-	le32_put(hdr + 8, BLOBIDX_REC_SIZE);
+	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
+	blob_table_hdr_encode(hdr);
 	if (write(ifd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr))
 		return -EIO;
 	s->open[s->n_open++] = (struct open_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0};
@@ -176,18 +166,18 @@ static int write_all(int fd, const void *p, size_t n)
 int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
 		      const void *data, uint32_t len, uint64_t *ret_next)
 {
-	static const uint8_t zeros[IMG_BLOB_ALIGN];
-	uint32_t pad = (IMG_BLOB_ALIGN - len % IMG_BLOB_ALIGN) % IMG_BLOB_ALIGN;
+	static const uint8_t zeros[BLOB_ALIGN];
+	uint32_t pad = (uint32_t)(blob_padded(len) - len);
 	int r = pwrite_all(data_fd, data, len, off);
 	if (r == 0 && pad)
 		r = pwrite_all(data_fd, zeros, pad, off + len);
 	if (r < 0)
 		return r;
-	uint8_t rec[BLOBIDX_REC_SIZE] = {0};
-	memcpy(rec, digest, IMG_DIGEST_LEN);
-	le64_put(rec + 32, off);
-	le32_put(rec + 40, len);
-	r = write_all(idx_fd, rec, sizeof(rec));
+	struct blob_rec rec = {.off = off, .len = len};
+	uint8_t raw[BLOB_TABLE_REC_SIZE];
+	memcpy(rec.digest, digest, BLOB_DIGEST_LEN);
+	blob_rec_encode(&rec, raw);
+	r = write_all(idx_fd, raw, sizeof(raw));
 	if (r < 0)
 		return r;
 	*ret_next = off + len + pad;
@@ -198,7 +188,7 @@ static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *d
 			   const void *data, uint32_t len, struct blob_loc *ret, bool *ret_new)
 {
 	struct local_store *s = (struct local_store *)bs;
-	if (len == 0 || len > IMG_CHUNK_SIZE)
+	if (len == 0 || len > BLOB_CHUNK_SIZE)
 		return -EINVAL;
 	if (digest_index_lookup(&s->index, digest, ret) == 0) {
 		*ret_new = false;

@@ -185,8 +185,7 @@ int img_sha256_file(const char *path, uint8_t out[32], uint64_t *ret_size)
 }
 
 /* ---- digest tables ------------------------------------------------------------ */
-int img_blobidx_read(const char *path,
-		     int (*fn)(void *ctx, const uint8_t *digest, uint64_t off, uint32_t len),
+int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const struct blob_rec *rec),
 		     void *ctx)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -195,27 +194,15 @@ int img_blobidx_read(const char *path,
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (st.st_size < BLOBIDX_HDR_SIZE || (st.st_size - BLOBIDX_HDR_SIZE) % BLOBIDX_REC_SIZE ||
-	    st.st_size > (256 << 20))
+	if (st.st_size < BLOB_TABLE_HDR_SIZE ||
+	    (st.st_size - BLOB_TABLE_HDR_SIZE) % BLOB_TABLE_REC_SIZE || st.st_size > (256 << 20))
 		return -EBADMSG;
 	_cleanup_free_ uint8_t *buf = malloc((size_t)st.st_size);
 	if (!buf)
 		return -ENOMEM;
 	if (store_read_all(fd, buf, (size_t)st.st_size) != st.st_size)
 		return -EIO;
-	if (le32_get(buf) != BLOBIDX_MAGIC || le16_get(buf + 4) != BLOBIDX_VERSION ||
-	    le16_get(buf + 6) != BLOBIDX_HDR_SIZE || le32_get(buf + 8) != BLOBIDX_REC_SIZE)
-		return -EBADMSG;
-	for (size_t o = BLOBIDX_HDR_SIZE; o < (size_t)st.st_size; o += BLOBIDX_REC_SIZE) {
-		uint64_t off = le64_get(buf + o + 32);
-		uint32_t len = le32_get(buf + o + 40);
-		if (off % IMG_BLOB_ALIGN || len == 0 || len > IMG_CHUNK_SIZE)
-			return -EBADMSG;
-		int r = fn(ctx, buf + o, off, len);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return blob_table_decode(buf, (size_t)st.st_size, fn, ctx);
 }
 
 ssize_t store_read_all(int fd, void *buf, size_t n)

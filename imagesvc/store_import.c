@@ -30,7 +30,6 @@
 #include "imagesvc/istream.h"
 #include "imagesvc/tar.h"
 #include "imagesvc/tree.h"
-#include "fs/wire.h"
 
 #define IMPORT_MAX_LAYER_BYTES (64ull << 30) /* expanded size of one layer */
 
@@ -56,10 +55,10 @@ struct load_ctx {
 	uint32_t blob;
 };
 
-static int load_rec(void *arg, const uint8_t *digest, uint64_t off, uint32_t len)
+static int load_rec(void *arg, size_t i, const struct blob_rec *rec)
 {
 	struct load_ctx *c = arg;
-	return digest_index_add(&c->b->index, digest, (struct blob_loc){c->blob, off});
+	return digest_index_add(&c->b->index, rec->digest, (struct blob_loc){c->blob, rec->off});
 }
 
 /* Loads every published digest table (the store's digest index). */
@@ -112,11 +111,8 @@ static int ib_begin(struct blobstore *bs, uint32_t *ret)
 	_cleanup_close_ int ifd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (ifd < 0)
 		return -errno;
-	uint8_t hdr[BLOBIDX_HDR_SIZE] = {0};
-	le32_put(hdr, BLOBIDX_MAGIC);
-	le16_put(hdr + 4, BLOBIDX_VERSION);
-	le16_put(hdr + 6, BLOBIDX_HDR_SIZE);
-	le32_put(hdr + 8, BLOBIDX_REC_SIZE);
+	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
+	blob_table_hdr_encode(hdr);
 	if ((r = store_write_all(ifd, hdr, sizeof(hdr))) < 0)
 		return r;
 	b->blobs[b->n_blobs++] = (struct staged_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0, 0};
@@ -137,7 +133,7 @@ static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, co
 		  uint32_t len, struct blob_loc *ret, bool *ret_new)
 {
 	struct import_bs *b = (struct import_bs *)bs;
-	if (len == 0 || len > IMG_CHUNK_SIZE)
+	if (len == 0 || len > BLOB_CHUNK_SIZE)
 		return -EINVAL;
 	if (digest_index_lookup(&b->index, digest, ret) == 0) {
 		*ret_new = false;
@@ -314,12 +310,9 @@ static int publish_blob(struct import_bs *b, uint32_t id)
 		return r;
 	if (stat(ifrom, &st) < 0)
 		return -errno;
-	uint8_t x[IMG_BLOB_XATTR_SIZE] = {0};
-	le32_put(x, IMG_BLOB_XATTR_MAGIC);
-	le16_put(x + 4, 1);
-	le16_put(x + 6, IMG_BLOB_XATTR_SIZE);
-	le64_put(x + 8, (uint64_t)st.st_ino);
-	if (setxattr(from, IMG_BLOB_XATTR, x, sizeof(x), 0) < 0 && errno != ENOTSUP)
+	uint8_t x[BLOB_XATTR_SIZE];
+	blob_xattr_encode((uint64_t)st.st_ino, x);
+	if (setxattr(from, BLOB_XATTR_NAME, x, sizeof(x), 0) < 0 && errno != ENOTSUP)
 		return -errno;
 	if (chmod(from, 01444) < 0 || chmod(ifrom, 0444) < 0)
 		return -errno;

@@ -44,18 +44,18 @@ static int fetch(void *ctx, uint64_t off, size_t len, void *buf)
 static uint8_t *build(struct store *s, size_t *tlen)
 {
 	static const uint32_t sizes[] = {1 << 20, 5000, 4096, 70000, 1, 300000, 12288, 999999};
-	uint8_t *tab = calloc(1, BC_TABLE_HDR + NREC * BC_TABLE_REC);
+	uint8_t *tab = calloc(1, BLOB_TABLE_HDR_SIZE + NREC * BLOB_TABLE_REC_SIZE);
 	size_t off = 0;
 	s->blob = calloc(1, 64 << 20);
-	le32_put(tab, BC_TABLE_MAGIC);
+	le32_put(tab, BLOB_TABLE_MAGIC);
 	le16_put(tab + 4, 1);
-	le16_put(tab + 6, BC_TABLE_HDR);
-	le32_put(tab + 8, BC_TABLE_REC);
+	le16_put(tab + 6, BLOB_TABLE_HDR_SIZE);
+	le32_put(tab + 8, BLOB_TABLE_REC_SIZE);
 	for (int i = 0; i < NREC; i++) {
 		uint32_t len = sizes[i % 8];
 		for (uint32_t k = 0; k < len; k++)
 			s->blob[off + k] = (uint8_t)(k * 31 + i * 7 + 1);
-		uint8_t *r = tab + BC_TABLE_HDR + i * BC_TABLE_REC;
+		uint8_t *r = tab + BLOB_TABLE_HDR_SIZE + i * BLOB_TABLE_REC_SIZE;
 		SHA256(s->blob + off, len, r);
 		le64_put(r + 32, off);
 		le32_put(r + 40, len);
@@ -64,7 +64,7 @@ static uint8_t *build(struct store *s, size_t *tlen)
 			off += 8192; /* a gap */
 	}
 	s->size = off;
-	*tlen = BC_TABLE_HDR + NREC * BC_TABLE_REC;
+	*tlen = BLOB_TABLE_HDR_SIZE + NREC * BLOB_TABLE_REC_SIZE;
 	return tab;
 }
 
@@ -173,7 +173,7 @@ int main(void)
 	blobcache_free(bc);
 	{
 		char p[512], hex[65];
-		const uint8_t *d = tab + BC_TABLE_HDR + 3 * BC_TABLE_REC;
+		const uint8_t *d = tab + BLOB_TABLE_HDR_SIZE + 3 * BLOB_TABLE_REC_SIZE;
 		for (int i = 0; i < 32; i++)
 			snprintf(hex + 2 * i, 3, "%02x", d[i]);
 		snprintf(p, sizeof(p), "%s/chunks/%.2s/%s", dir, hex, hex);
@@ -186,7 +186,8 @@ int main(void)
 	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
 	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
 	before = s.fetched;
-	check_range(bc, t, &s, le64_get(tab + BC_TABLE_HDR + 3 * BC_TABLE_REC + 32), 4096);
+	check_range(bc, t, &s, le64_get(tab + BLOB_TABLE_HDR_SIZE + 3 * BLOB_TABLE_REC_SIZE + 32),
+		    4096);
 	CHECK(s.fetched > before);
 
 	/* A chunk altered in the store (not cached yet): EIO, never wrong bytes. */
@@ -195,7 +196,7 @@ int main(void)
 	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
 	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
 	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
-	uint64_t off5 = le64_get(tab + BC_TABLE_HDR + 5 * BC_TABLE_REC + 32);
+	uint64_t off5 = le64_get(tab + BLOB_TABLE_HDR_SIZE + 5 * BLOB_TABLE_REC_SIZE + 32);
 	s.blob[off5 + 100] ^= 0xff;
 	uint8_t *buf = malloc(1 << 20);
 	memset(buf, 0xaa, 1 << 20);
