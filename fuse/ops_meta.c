@@ -378,6 +378,21 @@ void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode
 	}
 }
 
+/* Replies to mknod, mkdir or symlink in parent, whose meta call returned r
+ * (and *a, asked for at stamp): a failure may still have changed the parent,
+ * so its cached attributes go; a success patches them (sfs_attr_created). */
+static void reply_created(fuse_req_t req, struct sfs *fs, fuse_ino_t parent, int r,
+			  struct strata_attr *a, uint64_t stamp)
+{
+	if (r < 0) {
+		sfs_attr_changed(fs, parent);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	sfs_attr_created(fs, parent, a, stamp);
+	reply_entry(req, a, stamp);
+}
+
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct sfs *fs = FS(req);
@@ -389,13 +404,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_mknod(fs->mc, parent, name, m, rdev, uid, gid, &a));
-	if (r < 0) {
-		sfs_attr_changed(fs, parent);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	sfs_attr_created(fs, parent, &a, stamp);
-	reply_entry(req, &a, stamp);
+	reply_created(req, fs, parent, r, &a, stamp);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -409,13 +418,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	sfs_new_owner(req, parent, true, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_mkdir(fs->mc, parent, name, m, uid, gid, &a));
-	if (r < 0) {
-		sfs_attr_changed(fs, parent);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	sfs_attr_created(fs, parent, &a, stamp);
-	reply_entry(req, &a, stamp);
+	reply_created(req, fs, parent, r, &a, stamp);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -450,13 +453,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	}
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_symlink(fs->mc, parent, name, link, c->uid, c->gid, &a));
-	if (r < 0) {
-		sfs_attr_changed(fs, parent);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	sfs_attr_created(fs, parent, &a, stamp);
-	reply_entry(req, &a, stamp);
+	reply_created(req, fs, parent, r, &a, stamp);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
