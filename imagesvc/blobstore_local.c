@@ -134,31 +134,20 @@ static int local_begin_blob(struct blobstore *bs, uint32_t *ret_blob)
 	return 0;
 }
 
-static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+/* Writes p[0..n) at off, or at the file position (O_APPEND) when off < 0.
+ * Returns 0 or -errno. */
+static int write_full(int fd, const void *p, size_t n, int64_t off)
 {
 	while (n > 0) {
-		ssize_t k = pwrite(fd, p, n, (off_t)off);
+		ssize_t k = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
 			return k < 0 ? -errno : -EIO;
 		p = (const uint8_t *)p + k;
 		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return 0;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t k = write(fd, p, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		p = (const uint8_t *)p + k;
-		n -= (size_t)k;
+		if (off >= 0)
+			off += k;
 	}
 	return 0;
 }
@@ -168,16 +157,16 @@ int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *dige
 {
 	static const uint8_t zeros[BLOB_ALIGN];
 	uint32_t pad = (uint32_t)(blob_padded(len) - len);
-	int r = pwrite_all(data_fd, data, len, off);
+	int r = write_full(data_fd, data, len, (int64_t)off);
 	if (r == 0 && pad)
-		r = pwrite_all(data_fd, zeros, pad, off + len);
+		r = write_full(data_fd, zeros, pad, (int64_t)(off + len));
 	if (r < 0)
 		return r;
 	struct blob_rec rec = {.off = off, .len = len};
 	uint8_t raw[BLOB_TABLE_REC_SIZE];
 	memcpy(rec.digest, digest, BLOB_DIGEST_LEN);
 	blob_rec_encode(&rec, raw);
-	r = write_all(idx_fd, raw, sizeof(raw));
+	r = write_full(idx_fd, raw, sizeof(raw), -1);
 	if (r < 0)
 		return r;
 	*ret_next = off + len + pad;

@@ -46,6 +46,17 @@ int img_store_image_path(const struct img_store *s, const char *hex, const char 
 			file ? file : "");
 }
 
+/* Opens the directory ROOT/sub, its path written into p. Returns 0 and the
+ * stream in *ret (closedir it), or -errno. */
+static int open_sub(const struct img_store *s, const char *sub, char p[PATH_MAX], DIR **ret)
+{
+	int r = path_fmt(p, PATH_MAX, "%s/%s", s->root, sub);
+	if (r < 0)
+		return r;
+	*ret = opendir(p);
+	return *ret ? 0 : -errno;
+}
+
 const char *img_store_root(const struct img_store *s)
 {
 	return s->root;
@@ -414,12 +425,10 @@ static bool image_exists(struct img_store *s, const char *hex)
 static int resolve_prefix(struct img_store *s, const char *prefix, char hex[65])
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/images", s->root), found = 0;
+	DIR *d;
+	int r = open_sub(s, "images", p, &d), found = 0;
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; (de = readdir(d));) {
 		if (strlen(de->d_name) == 64 && !strncmp(de->d_name, prefix, strlen(prefix))) {
 			found++;
@@ -473,12 +482,10 @@ static int for_each_ref(struct img_store *s, int (*fn)(void *, const char *, con
 			void *ctx)
 {
 	char p[PATH_MAX], hex[65];
-	int r = path_fmt(p, sizeof(p), "%s/refs", s->root);
+	DIR *d;
+	int r = open_sub(s, "refs", p, &d);
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; r >= 0 && (de = readdir(d));) {
 		if (de->d_name[0] == '.' || strstr(de->d_name, ".tmp."))
 			continue;
@@ -541,11 +548,9 @@ int img_store_list(struct img_store *s, int (*fn)(void *ctx, const char *name, c
 	struct list_ctx c = {.fn = fn, .ctx = ctx};
 	int r = for_each_ref(s, list_ref, &c);
 	char p[PATH_MAX];
-	if (r < 0 || (r = path_fmt(p, sizeof(p), "%s/images", s->root)) < 0)
+	DIR *d;
+	if (r < 0 || (r = open_sub(s, "images", p, &d)) < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; r >= 0 && (de = readdir(d));)
 		if (strlen(de->d_name) == 64 && refs_to(s, de->d_name) == 0)
 			r = fn(ctx, NULL, de->d_name);
@@ -568,12 +573,10 @@ int img_store_lease(struct img_store *s, const char *hex, const char *node, bool
 int img_store_leases(struct img_store *s, const char *hex, char *node, size_t cap)
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/leases", s->root), n = 0;
+	DIR *d;
+	int r = open_sub(s, "leases", p, &d), n = 0;
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; (de = readdir(d));) {
 		const char *at = strrchr(de->d_name, '@');
 		if (!at || strcmp(at + 1, hex))
@@ -612,12 +615,10 @@ int store_rm_rf(const char *path)
 static int mark_used(struct img_store *s, uint8_t *used, uint32_t max)
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/images", s->root);
+	DIR *d;
+	int r = open_sub(s, "images", p, &d);
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; r == 0 && (de = readdir(d));) {
 		struct img_record rec;
 		if (strlen(de->d_name) != 64)
@@ -639,12 +640,10 @@ static int mark_used(struct img_store *s, uint8_t *used, uint32_t max)
 static int clear_tmp(struct img_store *s)
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/tmp", s->root);
+	DIR *d;
+	int r = open_sub(s, "tmp", p, &d);
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; (de = readdir(d));) {
 		char q[PATH_MAX];
 		if (de->d_name[0] != '.' && path_fmt(q, sizeof(q), "%s/%s", p, de->d_name) == 0)
@@ -658,10 +657,8 @@ uint32_t store_max_blob(struct img_store *s)
 {
 	char p[PATH_MAX];
 	uint32_t max = 0;
-	if (path_fmt(p, sizeof(p), "%s/blobs", s->root) < 0)
-		return 0;
-	DIR *d = opendir(p);
-	if (!d)
+	DIR *d;
+	if (open_sub(s, "blobs", p, &d) < 0)
 		return 0;
 	for (struct dirent *de; (de = readdir(d));) {
 		unsigned id;
