@@ -582,6 +582,33 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	fuse_reply_err(req, -r);
 }
 
+/* Allocates the reply buffer of a getxattr / listxattr of *size bytes (none
+ * for a size probe), capping *size at max. Returns false after replying
+ * ENOMEM. */
+static bool xattr_buf(fuse_req_t req, size_t *size, size_t max, char **ret)
+{
+	*ret = NULL;
+	if (*size == 0)
+		return true;
+	*size = STRATA_MIN(*size, max);
+	*ret = malloc(*size);
+	if (!*ret)
+		fuse_reply_err(req, ENOMEM);
+	return *ret != NULL;
+}
+
+/* Replies to a getxattr / listxattr whose meta call returned r: the length
+ * for a size probe (size 0), else the bytes in buf. */
+static void reply_xattr(fuse_req_t req, int r, size_t size, const char *buf)
+{
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)r);
+	else
+		fuse_reply_buf(req, buf, (size_t)r);
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct sfs *fs = FS(req);
@@ -592,23 +619,12 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
-	if (size > 0) {
-		size = STRATA_MIN(size, (size_t)STRATA_XATTR_SIZE_MAX);
-		buf = malloc(size);
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-	}
+	if (!xattr_buf(req, &size, STRATA_XATTR_SIZE_MAX, &buf))
+		return;
 	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, ino, name, buf, size));
 	if (r == -ENODATA)
 		caps_set(fs, ino, name, 0);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)r);
-	else
-		fuse_reply_buf(req, buf, (size_t)r);
+	reply_xattr(req, r, size, buf);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -617,21 +633,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	_cleanup_free_ char *buf = NULL;
 	int r;
 
-	if (size > 0) {
-		size = STRATA_MIN(size, (size_t)XATTR_LIST_MAX);
-		buf = malloc(size);
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-	}
+	if (!xattr_buf(req, &size, XATTR_LIST_MAX, &buf))
+		return;
 	r = SFS_CALL(fs, SFS_IDEM, meta_listxattr(fs->mc, ino, buf, size));
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)r);
-	else
-		fuse_reply_buf(req, buf, (size_t)r);
+	reply_xattr(req, r, size, buf);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
