@@ -88,9 +88,24 @@ static inline struct blobstore *blobstore_free(struct blobstore *bs)
  * Returns 0 and the store in *ret, or -errno (-EBADMSG for a corrupt table). */
 int blobstore_local_open(const char *dir, struct blobstore **ret);
 
-/* Appends one chunk at byte off of a blob: its data padded to BLOB_ALIGN
- * in data_fd, and its record at the end of the digest table idx_fd (opened
- * O_APPEND or positioned at its end). Returns 0 and the offset after the
- * padded chunk in *ret_next, or -errno (the blob is then unusable). */
-int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
-		      const void *data, uint32_t len, uint64_t *ret_next);
+/* ---- for implementations: the files of one blob being written ---- */
+struct digest_index;
+
+struct blob_files {
+	int data_fd, idx_fd; /* -1 once closed */
+	uint64_t size;	     /* bytes in the data file, a multiple of BLOB_ALIGN */
+};
+
+/* Creates the data file and the digest table (O_EXCL: a second writer fails
+ * instead of interleaving) and writes the table header. Returns 0 and the
+ * open files in *ret, or -errno. */
+int blob_files_create(const char *data_path, const char *idx_path, struct blob_files *ret);
+/* put_chunk over a dedup index: -EINVAL for a bad len; a digest known to ix
+ * gives its location (*ret_new false); else the chunk is appended to f (the
+ * open blob `blob`; -EBADF when f is NULL or closed) and added to ix.
+ * Returns 0 or -errno (the blob is then unusable). */
+int blob_files_put(struct blob_files *f, struct digest_index *ix, uint32_t blob,
+		   const uint8_t digest[BLOB_DIGEST_LEN], const void *data, uint32_t len,
+		   struct blob_loc *ret, bool *ret_new);
+/* Syncs and closes both files (closed either way). Returns 0 or -errno. */
+int blob_files_close(struct blob_files *f);

@@ -29,8 +29,7 @@
 
 struct open_blob {
 	uint32_t id;
-	int data_fd, idx_fd;
-	uint64_t size;
+	struct blob_files f;
 };
 
 struct local_store {
@@ -105,30 +104,20 @@ static struct open_blob *find_open(struct local_store *s, uint32_t id)
 static int local_begin_blob(struct blobstore *bs, uint32_t *ret_blob)
 {
 	struct local_store *s = (struct local_store *)bs;
-	char path[4096];
+	char data[4096], idx[4096];
 	uint32_t id = s->next_id;
 	struct open_blob *nb = realloc(s->open, (s->n_open + 1) * sizeof(*nb));
 	if (!nb)
 		return -ENOMEM;
 	s->open = nb;
-	int r = blob_file(s, id, "data", path, sizeof(path));
+	int r = blob_file(s, id, "data", data, sizeof(data));
+	if (r == 0)
+		r = blob_file(s, id, "idx", idx, sizeof(idx));
+	if (r == 0)
+		r = blob_files_create(data, idx, &s->open[s->n_open].f);
 	if (r < 0)
 		return r;
-	_cleanup_close_ int dfd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (dfd < 0)
-		return -errno;
-	r = blob_file(s, id, "idx", path, sizeof(path));
-	if (r < 0)
-		return r;
-	_cleanup_close_ int ifd =
-	    open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-	if (ifd < 0)
-		return -errno;
-	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
-	blob_table_hdr_encode(hdr);
-	if (write(ifd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr))
-		return -EIO;
-	s->open[s->n_open++] = (struct open_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0};
+	s->open[s->n_open++].id = id;
 	s->next_id++;
 	*ret_blob = id;
 	return 0;
@@ -152,8 +141,29 @@ static int write_full(int fd, const void *p, size_t n, int64_t off)
 	return 0;
 }
 
-int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
-		      const void *data, uint32_t len, uint64_t *ret_next)
+int blob_files_create(const char *data_path, const char *idx_path, struct blob_files *ret)
+{
+	_cleanup_close_ int dfd = open(data_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (dfd < 0)
+		return -errno;
+	_cleanup_close_ int ifd =
+	    open(idx_path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+	if (ifd < 0)
+		return -errno;
+	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
+	blob_table_hdr_encode(hdr);
+	int r = write_full(ifd, hdr, sizeof(hdr), -1);
+	if (r < 0)
+		return r;
+	*ret = (struct blob_files){TAKE_FD(dfd), TAKE_FD(ifd), 0};
+	return 0;
+}
+
+/* Appends one chunk at byte off of a blob: its data padded to BLOB_ALIGN in
+ * data_fd, and its record at the end of the digest table idx_fd. Returns 0
+ * and the offset after the padded chunk in *ret_next, or -errno. */
+static int append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
+			const void *data, uint32_t len, uint64_t *ret_next)
 {
 	static const uint8_t zeros[BLOB_ALIGN];
 	uint32_t pad = (uint32_t)(blob_padded(len) - len);
@@ -173,28 +183,46 @@ int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *dige
 	return 0;
 }
 
-static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *digest,
-			   const void *data, uint32_t len, struct blob_loc *ret, bool *ret_new)
+int blob_files_put(struct blob_files *f, struct digest_index *ix, uint32_t blob,
+		   const uint8_t digest[BLOB_DIGEST_LEN], const void *data, uint32_t len,
+		   struct blob_loc *ret, bool *ret_new)
 {
-	struct local_store *s = (struct local_store *)bs;
 	if (len == 0 || len > BLOB_CHUNK_SIZE)
 		return -EINVAL;
-	if (digest_index_lookup(&s->index, digest, ret) == 0) {
+	if (digest_index_lookup(ix, digest, ret) == 0) {
 		*ret_new = false;
 		return 0;
 	}
-	struct open_blob *b = find_open(s, blob);
-	if (!b)
+	if (!f || f->data_fd < 0)
 		return -EBADF;
-	struct blob_loc loc = {blob, b->size};
-	int r = blob_append_chunk(b->data_fd, b->idx_fd, b->size, digest, data, len, &b->size);
+	struct blob_loc loc = {blob, f->size};
+	int r = append_chunk(f->data_fd, f->idx_fd, f->size, digest, data, len, &f->size);
 	if (r == 0)
-		r = digest_index_add(&s->index, digest, loc);
+		r = digest_index_add(ix, digest, loc);
 	if (r < 0)
 		return r;
 	*ret = loc;
 	*ret_new = true;
 	return 0;
+}
+
+int blob_files_close(struct blob_files *f)
+{
+	int r = 0;
+	if (fsync(f->data_fd) < 0 || fsync(f->idx_fd) < 0)
+		r = -errno;
+	close(f->data_fd);
+	close(f->idx_fd);
+	f->data_fd = f->idx_fd = -1;
+	return r;
+}
+
+static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *digest,
+			   const void *data, uint32_t len, struct blob_loc *ret, bool *ret_new)
+{
+	struct local_store *s = (struct local_store *)bs;
+	struct open_blob *b = find_open(s, blob);
+	return blob_files_put(b ? &b->f : NULL, &s->index, blob, digest, data, len, ret, ret_new);
 }
 
 static int local_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
@@ -208,11 +236,7 @@ static int local_end_blob(struct blobstore *bs, uint32_t blob)
 	struct open_blob *b = find_open(s, blob);
 	if (!b)
 		return -EBADF;
-	int r = 0;
-	if (fsync(b->data_fd) < 0 || fsync(b->idx_fd) < 0)
-		r = -errno;
-	close(b->data_fd);
-	close(b->idx_fd);
+	int r = blob_files_close(&b->f);
 	*b = s->open[--s->n_open];
 	return r;
 }
@@ -229,8 +253,8 @@ static void local_free(struct blobstore *bs)
 {
 	struct local_store *s = (struct local_store *)bs;
 	for (size_t i = 0; i < s->n_open; i++) {
-		close(s->open[i].data_fd);
-		close(s->open[i].idx_fd);
+		close(s->open[i].f.data_fd);
+		close(s->open[i].f.idx_fd);
 	}
 	free(s->open);
 	digest_index_done(&s->index);
