@@ -27,50 +27,44 @@
 #include "fs/log.h"
 #include "fs/wire.h"
 
-#define BC_BUCKETS 65536u
-#define BC_SPAN_MAX (8u << 20) /* bytes fetched in one call */
-#define BC_WAIT_S 5	       /* longest wait for another reader's fetch */
+#define CACHE_BUCKETS 65536u
+#define CACHE_SPAN_MAX (8u << 20) /* bytes fetched in one call */
+#define CACHE_WAIT_S 5		  /* longest wait for another reader's fetch */
 
-struct bc_rec {
-	uint64_t off;
-	uint32_t len;
-	uint8_t digest[32];
-};
-
-struct bc_table {
-	struct bc_rec *v; /* sorted by offset */
+struct sfs_blob_table {
+	struct blob_rec *v; /* sorted by offset */
 	size_t n;
 };
 
-struct bc_entry {
+struct cache_entry {
 	uint8_t digest[32];
 	uint64_t size;
 	bool verified;
-	struct bc_entry *hnext, *prev, *next;
+	struct cache_entry *hnext, *prev, *next;
 };
 
-struct bc_tab_slot {
+struct tab_slot {
 	uint64_t ino;
-	struct bc_table *t;
-	struct bc_tab_slot *next;
+	struct sfs_blob_table *t;
+	struct tab_slot *next;
 };
 
-struct bc_inflight {
+struct fetch_claim {
 	uint8_t digest[32];
-	struct bc_inflight *next;
+	struct fetch_claim *next;
 };
 
-struct blobcache {
+struct sfs_blobcache {
 	char *dir;
 	uint64_t limit;
 	pthread_mutex_t lock;
 	pthread_cond_t done;	      /* an in-flight fetch ended */
-	struct bc_inflight *inflight; /* chunks being fetched (one fetch each) */
-	struct bc_entry **buckets;
-	struct bc_entry *head, *tail;
-	struct bc_tab_slot **tabs;
+	struct fetch_claim *inflight; /* chunks being fetched (one fetch each) */
+	struct cache_entry **buckets;
+	struct cache_entry *head, *tail;
+	struct tab_slot **tabs;
 	size_t n_tabs;
-	struct blobcache_stats st;
+	struct sfs_blobcache_stats st;
 	int stats_fd;
 	uint64_t tmp_seq;
 };
@@ -78,47 +72,43 @@ struct blobcache {
 /* ---- tables -------------------------------------------------------------------------- */
 static int rec_cmp(const void *a, const void *b)
 {
-	const struct bc_rec *x = a, *y = b;
+	const struct blob_rec *x = a, *y = b;
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-int bc_table_parse(const void *buf, size_t len, struct bc_table **ret)
+static int take_rec(void *ctx, size_t i, const struct blob_rec *rec)
 {
-	const uint8_t *b = buf;
-	if (len < BC_TABLE_HDR || (len - BC_TABLE_HDR) % BC_TABLE_REC || len > BC_TABLE_MAX ||
-	    le32_get(b) != BC_TABLE_MAGIC || le16_get(b + 4) != 1 ||
-	    le16_get(b + 6) != BC_TABLE_HDR || le32_get(b + 8) != BC_TABLE_REC)
+	((struct sfs_blob_table *)ctx)->v[i] = *rec;
+	return 0;
+}
+
+int sfs_blob_table_parse(const void *buf, size_t len, struct sfs_blob_table **ret)
+{
+	size_t n;
+	if (len > SFS_BLOB_TABLE_MAX || blob_table_count(buf, len, &n) < 0)
 		return -EBADMSG;
-	struct bc_table *t = calloc(1, sizeof(*t));
-	size_t n = (len - BC_TABLE_HDR) / BC_TABLE_REC;
+	struct sfs_blob_table *t = calloc(1, sizeof(*t));
 	if (!t || !(t->v = calloc(n + 1, sizeof(*t->v)))) {
 		free(t);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < n; i++) {
-		const uint8_t *r = b + BC_TABLE_HDR + i * BC_TABLE_REC;
-		struct bc_rec *x = &t->v[i];
-		memcpy(x->digest, r, 32);
-		x->off = le64_get(r + 32);
-		x->len = le32_get(r + 40);
-		if (x->off % BC_ALIGN || x->len == 0 || x->len > BC_CHUNK_MAX) {
-			bc_table_free(t);
-			return -EBADMSG;
-		}
+	if (blob_table_decode(buf, len, take_rec, t) < 0) {
+		sfs_blob_table_free(t);
+		return -EBADMSG;
 	}
 	t->n = n;
 	if (n)
 		qsort(t->v, n, sizeof(*t->v), rec_cmp);
 	for (size_t i = 1; i < n; i++)
 		if (t->v[i].off < t->v[i - 1].off + t->v[i - 1].len) { /* overlap */
-			bc_table_free(t);
+			sfs_blob_table_free(t);
 			return -EBADMSG;
 		}
 	*ret = t;
 	return 0;
 }
 
-struct bc_table *bc_table_free(struct bc_table *t)
+struct sfs_blob_table *sfs_blob_table_free(struct sfs_blob_table *t)
 {
 	if (t) {
 		free(t->v);
@@ -127,51 +117,41 @@ struct bc_table *bc_table_free(struct bc_table *t)
 	return NULL;
 }
 
-int bc_xattr_parse(const void *buf, size_t len, uint64_t *ret_ino)
-{
-	const uint8_t *b = buf;
-	if (len != BC_XATTR_SIZE || le32_get(b) != BC_XATTR_MAGIC || le16_get(b + 4) != 1 ||
-	    le16_get(b + 6) != BC_XATTR_SIZE)
-		return -EBADMSG;
-	*ret_ino = le64_get(b + 8);
-	return 0;
-}
-
 static size_t tab_bucket(uint64_t ino)
 {
-	return (size_t)((ino * 0x9e3779b97f4a7c15ull) >> 48) & (BC_BUCKETS - 1);
+	return (size_t)((ino * 0x9e3779b97f4a7c15ull) >> 48) & (CACHE_BUCKETS - 1);
 }
 
-int blobcache_attach(struct blobcache *bc, uint64_t ino, struct bc_table *t)
+int sfs_blobcache_attach(struct sfs_blobcache *bc, uint64_t ino, struct sfs_blob_table *t)
 {
-	struct bc_tab_slot *s = calloc(1, sizeof(*s));
+	struct tab_slot *s = calloc(1, sizeof(*s));
 	int r = 0;
 	pthread_mutex_lock(&bc->lock);
-	for (struct bc_tab_slot *p = bc->tabs[tab_bucket(ino)]; p; p = p->next)
+	for (struct tab_slot *p = bc->tabs[tab_bucket(ino)]; p; p = p->next)
 		if (p->ino == ino)
 			r = 1;
 	if (r == 0 && !s)
 		r = -ENOMEM;
-	else if (r == 0 && bc->n_tabs >= BC_MAX_TABLES)
+	else if (r == 0 && bc->n_tabs >= SFS_BLOB_TABLES_MAX)
 		r = -ENOSPC;
 	if (r == 0) {
-		*s = (struct bc_tab_slot){ino, t, bc->tabs[tab_bucket(ino)]};
+		*s = (struct tab_slot){ino, t, bc->tabs[tab_bucket(ino)]};
 		bc->tabs[tab_bucket(ino)] = s;
 		bc->n_tabs++;
 	}
 	pthread_mutex_unlock(&bc->lock);
 	if (r != 0) {
 		free(s);
-		bc_table_free(t);
+		sfs_blob_table_free(t);
 	}
 	return r > 0 ? 0 : r;
 }
 
-const struct bc_table *blobcache_table(struct blobcache *bc, uint64_t ino)
+const struct sfs_blob_table *sfs_blobcache_table(struct sfs_blobcache *bc, uint64_t ino)
 {
-	const struct bc_table *t = NULL;
+	const struct sfs_blob_table *t = NULL;
 	pthread_mutex_lock(&bc->lock);
-	for (struct bc_tab_slot *p = bc->tabs[tab_bucket(ino)]; p && !t; p = p->next)
+	for (struct tab_slot *p = bc->tabs[tab_bucket(ino)]; p && !t; p = p->next)
 		if (p->ino == ino)
 			t = p->t;
 	pthread_mutex_unlock(&bc->lock);
@@ -181,18 +161,18 @@ const struct bc_table *blobcache_table(struct blobcache *bc, uint64_t ino)
 /* ---- cache index (caller holds bc->lock) ------------------------------------------ */
 static size_t ent_bucket(const uint8_t *d)
 {
-	return (size_t)le32_get(d) & (BC_BUCKETS - 1);
+	return (size_t)le32_get(d) & (CACHE_BUCKETS - 1);
 }
 
-static struct bc_entry *ent_find(struct blobcache *bc, const uint8_t *d)
+static struct cache_entry *ent_find(struct sfs_blobcache *bc, const uint8_t *d)
 {
-	for (struct bc_entry *e = bc->buckets[ent_bucket(d)]; e; e = e->hnext)
+	for (struct cache_entry *e = bc->buckets[ent_bucket(d)]; e; e = e->hnext)
 		if (!memcmp(e->digest, d, 32))
 			return e;
 	return NULL;
 }
 
-static void lru_unlink(struct blobcache *bc, struct bc_entry *e)
+static void lru_unlink(struct sfs_blobcache *bc, struct cache_entry *e)
 {
 	if (e->prev)
 		e->prev->next = e->next;
@@ -205,7 +185,7 @@ static void lru_unlink(struct blobcache *bc, struct bc_entry *e)
 	e->prev = e->next = NULL;
 }
 
-static void lru_push(struct blobcache *bc, struct bc_entry *e)
+static void lru_push(struct sfs_blobcache *bc, struct cache_entry *e)
 {
 	e->prev = NULL;
 	e->next = bc->head;
@@ -216,7 +196,7 @@ static void lru_push(struct blobcache *bc, struct bc_entry *e)
 		bc->tail = e;
 }
 
-static void chunk_path(const struct blobcache *bc, const uint8_t *d, char *buf, size_t cap)
+static void chunk_path(const struct sfs_blobcache *bc, const uint8_t *d, char *buf, size_t cap)
 {
 	char hex[65];
 	for (int i = 0; i < 32; i++)
@@ -224,9 +204,9 @@ static void chunk_path(const struct blobcache *bc, const uint8_t *d, char *buf, 
 	snprintf(buf, cap, "%s/chunks/%.2s/%s", bc->dir, hex, hex);
 }
 
-static void ent_remove(struct blobcache *bc, struct bc_entry *e)
+static void ent_remove(struct sfs_blobcache *bc, struct cache_entry *e)
 {
-	struct bc_entry **pp = &bc->buckets[ent_bucket(e->digest)];
+	struct cache_entry **pp = &bc->buckets[ent_bucket(e->digest)];
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
@@ -237,11 +217,11 @@ static void ent_remove(struct blobcache *bc, struct bc_entry *e)
 }
 
 /* Evicts from the LRU tail until the cache fits, sparing keep. */
-static void evict_locked(struct blobcache *bc, const struct bc_entry *keep)
+static void evict_locked(struct sfs_blobcache *bc, const struct cache_entry *keep)
 {
 	char p[PATH_MAX];
 	while (bc->st.bytes > bc->limit && bc->tail && bc->tail != keep) {
-		struct bc_entry *e = bc->tail;
+		struct cache_entry *e = bc->tail;
 		chunk_path(bc, e->digest, p, sizeof(p));
 		unlink(p);
 		ent_remove(bc, e);
@@ -249,10 +229,10 @@ static void evict_locked(struct blobcache *bc, const struct bc_entry *keep)
 	}
 }
 
-static struct bc_entry *ent_add(struct blobcache *bc, const uint8_t *d, uint64_t size,
-				bool verified)
+static struct cache_entry *ent_add(struct sfs_blobcache *bc, const uint8_t *d, uint64_t size,
+				   bool verified)
 {
-	struct bc_entry *e = ent_find(bc, d);
+	struct cache_entry *e = ent_find(bc, d);
 	if (e)
 		return e;
 	if (!(e = calloc(1, sizeof(*e))))
@@ -268,7 +248,7 @@ static struct bc_entry *ent_add(struct blobcache *bc, const uint8_t *d, uint64_t
 	return e;
 }
 
-static void write_stats(struct blobcache *bc);
+static void write_stats(struct sfs_blobcache *bc);
 
 /* ---- open / scan ---------------------------------------------------------------------- */
 struct scanned {
@@ -330,7 +310,7 @@ static void scan_sub(const char *sub, struct scanned **v, size_t *n, size_t *cap
 }
 
 /* Loads what a previous run left, oldest last in the LRU. */
-static void scan(struct blobcache *bc)
+static void scan(struct sfs_blobcache *bc)
 {
 	struct scanned *v = NULL;
 	size_t n = 0, cap = 0;
@@ -347,27 +327,27 @@ static void scan(struct blobcache *bc)
 	evict_locked(bc, NULL);
 }
 
-int blobcache_open(const char *dir, uint64_t max_bytes, struct blobcache **ret)
+int sfs_blobcache_open(const char *dir, uint64_t max_bytes, struct sfs_blobcache **ret)
 {
 	char p[PATH_MAX];
-	struct blobcache *bc = calloc(1, sizeof(*bc));
+	struct sfs_blobcache *bc = calloc(1, sizeof(*bc));
 	if (!bc)
 		return -ENOMEM;
 	bc->dir = strdup(dir);
 	bc->limit = max_bytes;
 	bc->stats_fd = -1;
-	bc->buckets = calloc(BC_BUCKETS, sizeof(*bc->buckets));
-	bc->tabs = calloc(BC_BUCKETS, sizeof(*bc->tabs));
+	bc->buckets = calloc(CACHE_BUCKETS, sizeof(*bc->buckets));
+	bc->tabs = calloc(CACHE_BUCKETS, sizeof(*bc->tabs));
 	pthread_mutex_init(&bc->lock, NULL);
 	pthread_cond_init(&bc->done, NULL);
 	if (!bc->dir || !bc->buckets || !bc->tabs) {
-		blobcache_free(bc);
+		sfs_blobcache_free(bc);
 		return -ENOMEM;
 	}
 	snprintf(p, sizeof(p), "%s/chunks", dir);
 	if ((mkdir(dir, 0700) < 0 && errno != EEXIST) || (mkdir(p, 0700) < 0 && errno != EEXIST)) {
 		int r = -errno;
-		blobcache_free(bc);
+		sfs_blobcache_free(bc);
 		return r;
 	}
 	for (int i = 0; i < 256; i++) {
@@ -382,16 +362,16 @@ int blobcache_open(const char *dir, uint64_t max_bytes, struct blobcache **ret)
 	return 0;
 }
 
-struct blobcache *blobcache_free(struct blobcache *bc)
+struct sfs_blobcache *sfs_blobcache_free(struct sfs_blobcache *bc)
 {
 	if (!bc)
 		return NULL;
 	while (bc->head)
 		ent_remove(bc, bc->head);
-	for (size_t i = 0; bc->tabs && i < BC_BUCKETS; i++)
-		for (struct bc_tab_slot *s = bc->tabs[i], *nx; s; s = nx) {
+	for (size_t i = 0; bc->tabs && i < CACHE_BUCKETS; i++)
+		for (struct tab_slot *s = bc->tabs[i], *nx; s; s = nx) {
 			nx = s->next;
-			bc_table_free(s->t);
+			sfs_blob_table_free(s->t);
 			free(s);
 		}
 	if (bc->stats_fd >= 0)
@@ -405,18 +385,18 @@ struct blobcache *blobcache_free(struct blobcache *bc)
 	return NULL;
 }
 
-void blobcache_get_stats(struct blobcache *bc, struct blobcache_stats *ret)
+void sfs_blobcache_get_stats(struct sfs_blobcache *bc, struct sfs_blobcache_stats *ret)
 {
 	pthread_mutex_lock(&bc->lock);
 	*ret = bc->st;
 	pthread_mutex_unlock(&bc->lock);
 }
 
-static void write_stats(struct blobcache *bc)
+static void write_stats(struct sfs_blobcache *bc)
 {
-	struct blobcache_stats s;
+	struct sfs_blobcache_stats s;
 	char buf[512];
-	blobcache_get_stats(bc, &s);
+	sfs_blobcache_get_stats(bc, &s);
 	int n = snprintf(
 	    buf, sizeof(buf),
 	    "fetched_bytes %" PRIu64 "\nfetches %" PRIu64 "\nhits %" PRIu64 "\nmisses %" PRIu64
@@ -427,18 +407,13 @@ static void write_stats(struct blobcache *bc)
 }
 
 /* ---- reads ------------------------------------------------------------------------------ */
-static uint64_t padded(const struct bc_rec *r)
-{
-	return ((uint64_t)r->len + BC_ALIGN - 1) / BC_ALIGN * BC_ALIGN;
-}
-
 /* Index of the first record whose padded end is past off. */
-static size_t first_rec(const struct bc_table *t, uint64_t off)
+static size_t first_rec(const struct sfs_blob_table *t, uint64_t off)
 {
 	size_t lo = 0, hi = t->n;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (t->v[mid].off + padded(&t->v[mid]) <= off)
+		if (t->v[mid].off + blob_padded(t->v[mid].len) <= off)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -448,7 +423,7 @@ static size_t first_rec(const struct bc_table *t, uint64_t off)
 
 /* Copies the part of chunk data (the record's bytes) that falls in the
  * request [off, off+len) into buf. */
-static void copy_part(const struct bc_rec *r, const uint8_t *data, uint64_t off, size_t len,
+static void copy_part(const struct blob_rec *r, const uint8_t *data, uint64_t off, size_t len,
 		      uint8_t *buf)
 {
 	uint64_t a = r->off > off ? r->off : off;
@@ -459,13 +434,13 @@ static void copy_part(const struct bc_rec *r, const uint8_t *data, uint64_t off,
 
 /* Serves r from the cache file if present. Returns 1 (served), 0 (miss) or
  * -errno. */
-static int from_cache(struct blobcache *bc, const struct bc_rec *r, uint64_t off, size_t len,
+static int from_cache(struct sfs_blobcache *bc, const struct blob_rec *r, uint64_t off, size_t len,
 		      uint8_t *buf)
 {
 	char p[PATH_MAX];
 	bool verified;
 	pthread_mutex_lock(&bc->lock);
-	struct bc_entry *e = ent_find(bc, r->digest);
+	struct cache_entry *e = ent_find(bc, r->digest);
 	verified = e && e->verified;
 	if (e) {
 		lru_unlink(bc, e);
@@ -507,7 +482,7 @@ static int from_cache(struct blobcache *bc, const struct bc_rec *r, uint64_t off
 	return 1;
 }
 
-static void store_chunk(struct blobcache *bc, const struct bc_rec *r, const uint8_t *data)
+static void store_chunk(struct sfs_blobcache *bc, const struct blob_rec *r, const uint8_t *data)
 {
 	char p[PATH_MAX], tmp[PATH_MAX + 32];
 	uint64_t seq;
@@ -526,7 +501,7 @@ static void store_chunk(struct blobcache *bc, const struct bc_rec *r, const uint
 		return; /* the cache is best effort; the read itself succeeded */
 	}
 	pthread_mutex_lock(&bc->lock);
-	struct bc_entry *e = ent_add(bc, r->digest, r->len, true);
+	struct cache_entry *e = ent_add(bc, r->digest, r->len, true);
 	if (e)
 		evict_locked(bc, e);
 	pthread_mutex_unlock(&bc->lock);
@@ -534,8 +509,8 @@ static void store_chunk(struct blobcache *bc, const struct bc_rec *r, const uint
 
 /* Fetches records v[i..j) (adjacent in the blob) in one call, verifies and
  * caches each, and copies the requested parts. */
-static int fetch_span(struct blobcache *bc, const struct bc_rec *v, size_t i, size_t j,
-		      uint64_t off, size_t len, uint8_t *buf, bc_fetch_fn fetch, void *ctx)
+static int fetch_span(struct sfs_blobcache *bc, const struct blob_rec *v, size_t i, size_t j,
+		      uint64_t off, size_t len, uint8_t *buf, sfs_blob_fetch_fn fetch, void *ctx)
 {
 	uint64_t base = v[i].off, end = v[j - 1].off + v[j - 1].len;
 	_cleanup_free_ uint8_t *data = malloc(end - base);
@@ -571,15 +546,15 @@ static int fetch_span(struct blobcache *bc, const struct bc_rec *v, size_t i, si
 /* Claims the fetch of r: returns 1 if this thread must fetch it, 0 after
  * waiting for another thread's fetch of it (then look in the cache again),
  * or -ENOMEM. */
-static int claim(struct blobcache *bc, const struct bc_rec *r, struct bc_inflight *slot)
+static int claim(struct sfs_blobcache *bc, const struct blob_rec *r, struct fetch_claim *slot)
 {
 	bool waited = false;
 	struct timespec deadline;
 	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += BC_WAIT_S;
+	deadline.tv_sec += CACHE_WAIT_S;
 	pthread_mutex_lock(&bc->lock);
 	for (;;) {
-		struct bc_inflight *f = bc->inflight;
+		struct fetch_claim *f = bc->inflight;
 		while (f && memcmp(f->digest, r->digest, 32))
 			f = f->next;
 		if (!f)
@@ -601,10 +576,10 @@ static int claim(struct blobcache *bc, const struct bc_rec *r, struct bc_infligh
 	return waited ? 0 : 1;
 }
 
-static void release_claims(struct blobcache *bc, struct bc_inflight *slots, size_t n)
+static void release_claims(struct sfs_blobcache *bc, struct fetch_claim *slots, size_t n)
 {
 	pthread_mutex_lock(&bc->lock);
-	for (struct bc_inflight **pp = &bc->inflight; *pp;) {
+	for (struct fetch_claim **pp = &bc->inflight; *pp;) {
 		if (*pp >= slots && *pp < slots + n)
 			*pp = (*pp)->next;
 		else
@@ -616,8 +591,8 @@ static void release_claims(struct blobcache *bc, struct bc_inflight *slots, size
 
 /* Serves record i from the cache or claims it for fetching. Returns 1
  * (served), 0 (claimed: fetch it) or -errno. */
-static int serve_or_claim(struct blobcache *bc, const struct bc_rec *r, uint64_t off, size_t len,
-			  uint8_t *buf, struct bc_inflight *slot)
+static int serve_or_claim(struct sfs_blobcache *bc, const struct blob_rec *r, uint64_t off,
+			  size_t len, uint8_t *buf, struct fetch_claim *slot)
 {
 	for (;;) {
 		int got = from_cache(bc, r, off, len, buf);
@@ -628,8 +603,8 @@ static int serve_or_claim(struct blobcache *bc, const struct bc_rec *r, uint64_t
 	}
 }
 
-int blobcache_read(struct blobcache *bc, const struct bc_table *t, uint64_t off, size_t len,
-		   void *out, bc_fetch_fn fetch, void *ctx)
+int sfs_blobcache_read(struct sfs_blobcache *bc, const struct sfs_blob_table *t, uint64_t off,
+		       size_t len, void *out, sfs_blob_fetch_fn fetch, void *ctx)
 {
 	uint8_t *buf = out;
 	size_t first = first_rec(t, off), last = first, miss_start = SIZE_MAX, n_claims = 0;
@@ -637,7 +612,7 @@ int blobcache_read(struct blobcache *bc, const struct bc_table *t, uint64_t off,
 	memset(buf, 0, len); /* padding, gaps and holes read as zeros */
 	while (last < t->n && t->v[last].off < off + len)
 		last++;
-	struct bc_inflight *slots = calloc(last - first + 1, sizeof(*slots));
+	struct fetch_claim *slots = calloc(last - first + 1, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
 	for (size_t i = first; r >= 0 && i <= last; i++) {
@@ -648,8 +623,8 @@ int blobcache_read(struct blobcache *bc, const struct bc_table *t, uint64_t off,
 			break;
 		}
 		bool adjacent = miss_start != SIZE_MAX && got == 0 &&
-				t->v[i].off == t->v[i - 1].off + padded(&t->v[i - 1]) &&
-				t->v[i].off + t->v[i].len - t->v[miss_start].off <= BC_SPAN_MAX;
+				t->v[i].off == t->v[i - 1].off + blob_padded(t->v[i - 1].len) &&
+				t->v[i].off + t->v[i].len - t->v[miss_start].off <= CACHE_SPAN_MAX;
 		if (miss_start != SIZE_MAX && !adjacent) {
 			r = fetch_span(bc, t->v, miss_start, i, off, len, buf, fetch, ctx);
 			miss_start = SIZE_MAX;

@@ -2,7 +2,8 @@
  *
  * Image blobs (imagesvc/store.h) are regular files of the namespace, marked
  * at import with the xattr trusted.strata.blob (and the sticky bit, a cheap
- * filter) naming the inode of their chunk-digest table. When the kernel
+ * filter) naming the inode of their chunk-digest table (blob, table and
+ * xattr formats: fs/blob_format.h). When the kernel
  * reads such a file (EROFS reads its extra devices through the FUSE mount),
  * strata-fuse serves the read from here:
  *
@@ -26,55 +27,49 @@
  *     only after verification; renamed into place atomically).
  *  2. cached bytes <= limit after every insertion (the entry just inserted
  *     is evicted last).
- *  3. Tables attached to an inode are never freed before blobcache_free, so
- *     a pointer from blobcache_table() stays valid. */
+ *  3. Tables attached to an inode are never freed before sfs_blobcache_free, so
+ *     a pointer from sfs_blobcache_table() stays valid. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
-#define BC_XATTR "trusted.strata.blob"
-#define BC_XATTR_MAGIC 0x584c4253u /* "SBLX" */
-#define BC_XATTR_SIZE 16
-#define BC_TABLE_MAGIC 0x494c4253u /* "SBLI", imagesvc/blobstore.h */
-#define BC_TABLE_HDR 16
-#define BC_TABLE_REC 48
-#define BC_TABLE_MAX (64u << 20) /* bytes of one digest table */
-#define BC_MAX_TABLES 65536	 /* blobs attached at once */
-#define BC_CHUNK_MAX (1u << 20)
-#define BC_ALIGN 4096u
+#include "fs/blob_format.h"
 
-struct blobcache;
-struct bc_table;
+#define SFS_BLOB_TABLE_MAX (64u << 20) /* bytes of one digest table */
+#define SFS_BLOB_TABLES_MAX 65536      /* blobs attached at once */
+
+struct sfs_blobcache;
+struct sfs_blob_table;
 
 /* Fetches len raw bytes of the blob at off from the store into buf.
  * Returns 0 or -errno. */
-typedef int (*bc_fetch_fn)(void *ctx, uint64_t off, size_t len, void *buf);
+typedef int (*sfs_blob_fetch_fn)(void *ctx, uint64_t off, size_t len, void *buf);
 
 /* Opens (creating) the cache in dir, limited to max_bytes. Returns 0 and
  * *ret, or -errno. */
-int blobcache_open(const char *dir, uint64_t max_bytes, struct blobcache **ret);
+int sfs_blobcache_open(const char *dir, uint64_t max_bytes, struct sfs_blobcache **ret);
 /* Frees bc and every attached table; accepts NULL; returns NULL. */
-struct blobcache *blobcache_free(struct blobcache *bc);
+struct sfs_blobcache *sfs_blobcache_free(struct sfs_blobcache *bc);
 
-/* Parses a digest table (blobstore.h format). Returns 0 and *ret, or
- * -EBADMSG / -ENOMEM. */
-int bc_table_parse(const void *buf, size_t len, struct bc_table **ret);
-struct bc_table *bc_table_free(struct bc_table *t);
-/* Parses the xattr value; returns 0 and the table's inode, or -EBADMSG. */
-int bc_xattr_parse(const void *buf, size_t len, uint64_t *ret_ino);
+/* Parses a digest table (fs/blob_format.h) into a lookup table sorted by
+ * offset (at most SFS_BLOB_TABLE_MAX bytes; overlapping records are refused).
+ * Returns 0 and *ret, or -EBADMSG / -ENOMEM. */
+int sfs_blob_table_parse(const void *buf, size_t len, struct sfs_blob_table **ret);
+/* Frees t; accepts NULL; returns NULL. */
+struct sfs_blob_table *sfs_blob_table_free(struct sfs_blob_table *t);
 
 /* Attaches t (ownership passes, also on failure) to inode ino. Returns 0,
  * -ENOSPC (too many tables) or -ENOMEM. An existing table is kept. */
-int blobcache_attach(struct blobcache *bc, uint64_t ino, struct bc_table *t);
+int sfs_blobcache_attach(struct sfs_blobcache *bc, uint64_t ino, struct sfs_blob_table *t);
 /* The table attached to ino, or NULL. */
-const struct bc_table *blobcache_table(struct blobcache *bc, uint64_t ino);
+const struct sfs_blob_table *sfs_blobcache_table(struct sfs_blobcache *bc, uint64_t ino);
 
 /* Reads [off, off+len) of the blob described by t into buf (verified).
  * Returns 0 or -errno (-EIO on a digest mismatch). */
-int blobcache_read(struct blobcache *bc, const struct bc_table *t, uint64_t off, size_t len,
-		   void *buf, bc_fetch_fn fetch, void *ctx);
+int sfs_blobcache_read(struct sfs_blobcache *bc, const struct sfs_blob_table *t, uint64_t off,
+		       size_t len, void *buf, sfs_blob_fetch_fn fetch, void *ctx);
 
-struct blobcache_stats {
+struct sfs_blobcache_stats {
 	uint64_t fetched_bytes, fetches, hits, misses, bad, evicted, bytes, entries;
 };
-void blobcache_get_stats(struct blobcache *bc, struct blobcache_stats *ret);
+void sfs_blobcache_get_stats(struct sfs_blobcache *bc, struct sfs_blobcache_stats *ret);

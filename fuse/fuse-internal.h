@@ -103,8 +103,8 @@ struct sfs_file {
 	struct sfs_inode *inode; /* referenced */
 	uint64_t session;
 	uint32_t flags;
-	const struct bc_table *blob;  /* image blob: reads verified via fs->bc */
-	struct sfs_file *prev, *next; /* fs->files; fs->files_lock */
+	const struct sfs_blob_table *blob; /* image blob: reads verified via fs->bc */
+	struct sfs_file *prev, *next;	   /* fs->files; fs->files_lock */
 };
 
 struct sfs_dir {
@@ -136,7 +136,7 @@ struct sfs {
 	struct sfs_opts o;
 	struct meta_client *mc;
 	struct chunk_client *cc;
-	struct blobcache *bc; /* NULL without --cache-dir */
+	struct sfs_blobcache *bc; /* NULL without --cache-dir */
 	struct fuse_session *se;
 	struct sfs_itable itable;
 	pthread_mutex_t files_lock;

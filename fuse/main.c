@@ -342,7 +342,7 @@ static int open_blobcache(struct sfs *fs)
 		return 0;
 	if (asprintf(&dir, "%s/blobcache", fs->o.cache_dir) < 0)
 		return -ENOMEM;
-	r = blobcache_open(dir, fs->o.cache_bytes, &fs->bc);
+	r = sfs_blobcache_open(dir, fs->o.cache_bytes, &fs->bc);
 	if (r < 0)
 		return log_error_errno(r, "Failed to open the chunk cache in %s", dir);
 	log_info("Chunk cache in %s, %llu MiB", dir, (unsigned long long)(fs->o.cache_bytes >> 20));
@@ -436,7 +436,7 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&fs.files_lock, NULL);
 	r = serve(&fs, &ready_fd);
 	report_ready(&ready_fd, 1);
-	blobcache_free(fs.bc);
+	sfs_blobcache_free(fs.bc);
 	chunk_client_free(fs.cc);
 	meta_client_free(fs.mc);
 	sfs_itable_done(&fs.itable);

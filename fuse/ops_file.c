@@ -14,10 +14,10 @@
  * fsync: chunk_sync on the file's chain table when chunk writes happened
  * since the last fsync, then the length, then meta_sync.
  *
- * Image blobs (sticky bit + xattr trusted.strata.blob, see blobcache.h) are
- * read through the node chunk cache when it is enabled (--cache-dir): the
- * digest table is loaded at the first open (failing the open with EIO if it
- * cannot be), and every read is verified chunk by chunk. */
+ * Image blobs (sticky bit + xattr trusted.strata.blob, see blobcache.h and
+ * fs/blob_format.h) are read through the node chunk cache when it is enabled
+ * (--cache-dir): the digest table is loaded at the first open (failing the
+ * open with EIO if it cannot be), and every read is verified chunk by chunk. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -78,7 +78,7 @@ static int blob_fetch(void *ctx, uint64_t off, size_t len, void *buf)
 }
 
 /* Loads the digest table stored in inode tino. */
-static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct bc_table **ret)
+static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct sfs_blob_table **ret)
 {
 	_cleanup_free_ char *buf = NULL;
 	struct strata_attr a;
@@ -86,7 +86,7 @@ static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct bc_table **
 
 	if (r < 0)
 		return r;
-	if (!S_ISREG(a.mode) || a.size < BC_TABLE_HDR || a.size > BC_TABLE_MAX ||
+	if (!S_ISREG(a.mode) || a.size < BLOB_TABLE_HDR_SIZE || a.size > SFS_BLOB_TABLE_MAX ||
 	    !a.layout.chunk_size)
 		return -EBADMSG;
 	buf = malloc(a.size);
@@ -95,16 +95,16 @@ static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct bc_table **
 	r = read_range(fs, tino, &a.layout, 0, a.size, buf);
 	if (r < 0)
 		return r;
-	return bc_table_parse(buf, a.size, ret);
+	return sfs_blob_table_parse(buf, a.size, ret);
 }
 
 /* Sets *ret to the blob table of in (NULL if in is no blob or the cache is
  * off). A blob whose table cannot be loaded is -EIO: never served
  * unverified. */
-static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct bc_table **ret)
+static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct sfs_blob_table **ret)
 {
-	uint8_t x[BC_XATTR_SIZE + 16];
-	struct bc_table *t = NULL;
+	uint8_t x[BLOB_XATTR_SIZE + 16];
+	struct sfs_blob_table *t = NULL;
 	uint64_t tino;
 	uint32_t mode;
 	int r;
@@ -117,23 +117,23 @@ static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct bc_tabl
 	pthread_mutex_unlock(&in->lock);
 	if (!(mode & S_ISVTX))
 		return 0;
-	*ret = blobcache_table(fs->bc, in->ino);
+	*ret = sfs_blobcache_table(fs->bc, in->ino);
 	if (*ret)
 		return 0;
-	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, in->ino, BC_XATTR, x, sizeof(x)));
+	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, in->ino, BLOB_XATTR_NAME, x, sizeof(x)));
 	if (r == -ENODATA)
 		return 0; /* sticky, but no blob */
 	if (r >= 0)
-		r = bc_xattr_parse(x, (size_t)r, &tino);
+		r = blob_xattr_decode(x, (size_t)r, &tino);
 	if (r >= 0)
 		r = blob_load_table(fs, tino, &t);
 	if (r >= 0)
-		r = blobcache_attach(fs->bc, in->ino, t); /* takes t */
+		r = sfs_blobcache_attach(fs->bc, in->ino, t); /* takes t */
 	if (r < 0)
 		return log_warn_errno(r == -ENOMEM ? r : -EIO,
 				      "Failed to load the digest table of blob inode %llu (%s)",
 				      (unsigned long long)in->ino, strerror(-r));
-	*ret = blobcache_table(fs->bc, in->ino);
+	*ret = sfs_blobcache_table(fs->bc, in->ino);
 	return *ret ? 0 : -EIO;
 }
 
@@ -248,7 +248,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs *fs = FS(req);
 	struct sfs_inode *in = sfs_inode_get(fs, ino, true);
 	uint32_t flags = (uint32_t)fi->flags & ~(uint32_t)(O_TRUNC | O_CREAT | O_EXCL);
-	const struct bc_table *blob = NULL;
+	const struct sfs_blob_table *blob = NULL;
 	struct sfs_file *f;
 	uint64_t session;
 	int r;
@@ -569,7 +569,7 @@ void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 	if (f->blob) {
 		struct blob_ctx c = {.fs = fs, .ino = ino, .layout = layout};
 
-		r = blobcache_read(fs->bc, f->blob, (uint64_t)off, n, buf, blob_fetch, &c);
+		r = sfs_blobcache_read(fs->bc, f->blob, (uint64_t)off, n, buf, blob_fetch, &c);
 	} else {
 		r = do_io(fs, ino, &layout, (uint64_t)off, n, buf, false, 0);
 	}

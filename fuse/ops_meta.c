@@ -378,6 +378,21 @@ void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode
 	}
 }
 
+/* Replies to mknod, mkdir or symlink in parent, whose meta call returned r
+ * (and *a, asked for at stamp): a failure may still have changed the parent,
+ * so its cached attributes go; a success patches them (sfs_attr_created). */
+static void reply_created(fuse_req_t req, struct sfs *fs, fuse_ino_t parent, int r,
+			  struct strata_attr *a, uint64_t stamp)
+{
+	if (r < 0) {
+		sfs_attr_changed(fs, parent);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	sfs_attr_created(fs, parent, a, stamp);
+	reply_entry(req, a, stamp);
+}
+
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct sfs *fs = FS(req);
@@ -389,13 +404,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_mknod(fs->mc, parent, name, m, rdev, uid, gid, &a));
-	if (r < 0) {
-		sfs_attr_changed(fs, parent);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	sfs_attr_created(fs, parent, &a, stamp);
-	reply_entry(req, &a, stamp);
+	reply_created(req, fs, parent, r, &a, stamp);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -409,13 +418,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	sfs_new_owner(req, parent, true, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_mkdir(fs->mc, parent, name, m, uid, gid, &a));
-	if (r < 0) {
-		sfs_attr_changed(fs, parent);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	sfs_attr_created(fs, parent, &a, stamp);
-	reply_entry(req, &a, stamp);
+	reply_created(req, fs, parent, r, &a, stamp);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -450,13 +453,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	}
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_ONCE, meta_symlink(fs->mc, parent, name, link, c->uid, c->gid, &a));
-	if (r < 0) {
-		sfs_attr_changed(fs, parent);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	sfs_attr_created(fs, parent, &a, stamp);
-	reply_entry(req, &a, stamp);
+	reply_created(req, fs, parent, r, &a, stamp);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -585,6 +582,33 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	fuse_reply_err(req, -r);
 }
 
+/* Allocates the reply buffer of a getxattr / listxattr of *size bytes (none
+ * for a size probe), capping *size at max. Returns false after replying
+ * ENOMEM. */
+static bool xattr_buf(fuse_req_t req, size_t *size, size_t max, char **ret)
+{
+	*ret = NULL;
+	if (*size == 0)
+		return true;
+	*size = STRATA_MIN(*size, max);
+	*ret = malloc(*size);
+	if (!*ret)
+		fuse_reply_err(req, ENOMEM);
+	return *ret != NULL;
+}
+
+/* Replies to a getxattr / listxattr whose meta call returned r: the length
+ * for a size probe (size 0), else the bytes in buf. */
+static void reply_xattr(fuse_req_t req, int r, size_t size, const char *buf)
+{
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)r);
+	else
+		fuse_reply_buf(req, buf, (size_t)r);
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct sfs *fs = FS(req);
@@ -595,23 +619,12 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
-	if (size > 0) {
-		size = STRATA_MIN(size, (size_t)STRATA_XATTR_SIZE_MAX);
-		buf = malloc(size);
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-	}
+	if (!xattr_buf(req, &size, STRATA_XATTR_SIZE_MAX, &buf))
+		return;
 	r = SFS_CALL(fs, SFS_IDEM, meta_getxattr(fs->mc, ino, name, buf, size));
 	if (r == -ENODATA)
 		caps_set(fs, ino, name, 0);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)r);
-	else
-		fuse_reply_buf(req, buf, (size_t)r);
+	reply_xattr(req, r, size, buf);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -620,21 +633,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	_cleanup_free_ char *buf = NULL;
 	int r;
 
-	if (size > 0) {
-		size = STRATA_MIN(size, (size_t)XATTR_LIST_MAX);
-		buf = malloc(size);
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-	}
+	if (!xattr_buf(req, &size, XATTR_LIST_MAX, &buf))
+		return;
 	r = SFS_CALL(fs, SFS_IDEM, meta_listxattr(fs->mc, ino, buf, size));
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)r);
-	else
-		fuse_reply_buf(req, buf, (size_t)r);
+	reply_xattr(req, r, size, buf);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)

@@ -2,7 +2,7 @@
  *
  * DIR/blob-NNNNNNNN.data holds the chunks of one layer, each at a 4 KiB
  * aligned offset and zero-padded; DIR/blob-NNNNNNNN.idx is its chunk-digest
- * table (format in blobstore.h). At open, every table is read into an
+ * table (format in fs/blob_format.h). At open, every table is read into an
  * in-memory dedup index (open addressing on the digest), so a chunk stored by
  * any earlier layer or image is found again. Later the same files will live
  * in a reserved part of the strata namespace and be read through FUSE.
@@ -10,13 +10,12 @@
  * Invariants:
  *  1. A digest is in the index only after its bytes were written to the blob
  *     and its record appended to the table.
- *  2. Blob sizes are always multiples of IMG_BLOB_ALIGN.
+ *  2. Blob sizes are always multiples of BLOB_ALIGN.
  *  3. Tables are trusted only after their header and length check out; a
  *     corrupt one fails the open with -EBADMSG. */
 #include "imagesvc/blobstore.h"
 #include "imagesvc/digest_index.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,15 +26,10 @@
 #include <unistd.h>
 
 #include "fs/cleanup.h"
-#include "fs/wire.h"
-
-static_assert(BLOBIDX_REC_SIZE == IMG_DIGEST_LEN + 8 + 4 + 4, "digest, offset, length, reserved");
-static_assert(BLOBIDX_HDR_SIZE == 4 + 2 + 2 + 4 + 4, "magic, version, hdr len, rec size, rsvd");
 
 struct open_blob {
 	uint32_t id;
-	int data_fd, idx_fd;
-	uint64_t size;
+	struct blob_files f;
 };
 
 struct local_store {
@@ -62,18 +56,16 @@ static int load_table(struct local_store *s, uint32_t id)
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	uint8_t hdr[BLOBIDX_HDR_SIZE];
-	if (read(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) || le32_get(hdr) != BLOBIDX_MAGIC ||
-	    le16_get(hdr + 4) != BLOBIDX_VERSION || le16_get(hdr + 6) != BLOBIDX_HDR_SIZE ||
-	    le32_get(hdr + 8) != BLOBIDX_REC_SIZE)
+	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
+	if (read(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) || blob_table_hdr_check(hdr) < 0)
 		return -EBADMSG;
-	uint8_t rec[BLOBIDX_REC_SIZE];
+	uint8_t raw[BLOB_TABLE_REC_SIZE];
 	ssize_t n;
-	while ((n = read(fd, rec, sizeof(rec))) == (ssize_t)sizeof(rec)) {
-		struct blob_loc loc = {id, le64_get(rec + 32)};
-		if (loc.off % IMG_BLOB_ALIGN || le32_get(rec + 40) > IMG_CHUNK_SIZE)
+	while ((n = read(fd, raw, sizeof(raw))) == (ssize_t)sizeof(raw)) {
+		struct blob_rec rec;
+		if (blob_rec_decode(raw, &rec) < 0)
 			return -EBADMSG;
-		r = digest_index_add(&s->index, rec, loc);
+		r = digest_index_add(&s->index, rec.digest, (struct blob_loc){id, rec.off});
 		if (r < 0)
 			return r;
 	}
@@ -112,110 +104,125 @@ static struct open_blob *find_open(struct local_store *s, uint32_t id)
 static int local_begin_blob(struct blobstore *bs, uint32_t *ret_blob)
 {
 	struct local_store *s = (struct local_store *)bs;
-	char path[4096];
+	char data[4096], idx[4096];
 	uint32_t id = s->next_id;
 	struct open_blob *nb = realloc(s->open, (s->n_open + 1) * sizeof(*nb));
 	if (!nb)
 		return -ENOMEM;
 	s->open = nb;
-	int r = blob_file(s, id, "data", path, sizeof(path));
+	int r = blob_file(s, id, "data", data, sizeof(data));
+	if (r == 0)
+		r = blob_file(s, id, "idx", idx, sizeof(idx));
+	if (r == 0)
+		r = blob_files_create(data, idx, &s->open[s->n_open].f);
 	if (r < 0)
 		return r;
-	_cleanup_close_ int dfd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (dfd < 0)
-		return -errno;
-	r = blob_file(s, id, "idx", path, sizeof(path));
-	if (r < 0)
-		return r;
-	_cleanup_close_ int ifd =
-	    open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-	if (ifd < 0)
-		return -errno;
-	uint8_t hdr[BLOBIDX_HDR_SIZE] = {0};
-	le32_put(hdr, BLOBIDX_MAGIC);
-	le16_put(hdr + 4, BLOBIDX_VERSION);
-	le16_put(hdr + 6, BLOBIDX_HDR_SIZE);
-	le32_put(hdr + 8, BLOBIDX_REC_SIZE);
-	if (write(ifd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr))
-		return -EIO;
-	s->open[s->n_open++] = (struct open_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0};
+	s->open[s->n_open++].id = id;
 	s->next_id++;
 	*ret_blob = id;
 	return 0;
 }
 
-static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+/* Writes p[0..n) at off, or at the file position (O_APPEND) when off < 0.
+ * Returns 0 or -errno. */
+static int write_full(int fd, const void *p, size_t n, int64_t off)
 {
 	while (n > 0) {
-		ssize_t k = pwrite(fd, p, n, (off_t)off);
+		ssize_t k = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
 			return k < 0 ? -errno : -EIO;
 		p = (const uint8_t *)p + k;
 		n -= (size_t)k;
-		off += (uint64_t)k;
+		if (off >= 0)
+			off += k;
 	}
 	return 0;
 }
 
-static int write_all(int fd, const void *p, size_t n)
+int blob_files_create(const char *data_path, const char *idx_path, struct blob_files *ret)
 {
-	while (n > 0) {
-		ssize_t k = write(fd, p, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		p = (const uint8_t *)p + k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-int blob_append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
-		      const void *data, uint32_t len, uint64_t *ret_next)
-{
-	static const uint8_t zeros[IMG_BLOB_ALIGN];
-	uint32_t pad = (IMG_BLOB_ALIGN - len % IMG_BLOB_ALIGN) % IMG_BLOB_ALIGN;
-	int r = pwrite_all(data_fd, data, len, off);
-	if (r == 0 && pad)
-		r = pwrite_all(data_fd, zeros, pad, off + len);
+	_cleanup_close_ int dfd = open(data_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (dfd < 0)
+		return -errno;
+	_cleanup_close_ int ifd =
+	    open(idx_path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+	if (ifd < 0)
+		return -errno;
+	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
+	blob_table_hdr_encode(hdr);
+	int r = write_full(ifd, hdr, sizeof(hdr), -1);
 	if (r < 0)
 		return r;
-	uint8_t rec[BLOBIDX_REC_SIZE] = {0};
-	memcpy(rec, digest, IMG_DIGEST_LEN);
-	le64_put(rec + 32, off);
-	le32_put(rec + 40, len);
-	r = write_all(idx_fd, rec, sizeof(rec));
+	*ret = (struct blob_files){TAKE_FD(dfd), TAKE_FD(ifd), 0};
+	return 0;
+}
+
+/* Appends one chunk at byte off of a blob: its data padded to BLOB_ALIGN in
+ * data_fd, and its record at the end of the digest table idx_fd. Returns 0
+ * and the offset after the padded chunk in *ret_next, or -errno. */
+static int append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *digest,
+			const void *data, uint32_t len, uint64_t *ret_next)
+{
+	static const uint8_t zeros[BLOB_ALIGN];
+	uint32_t pad = (uint32_t)(blob_padded(len) - len);
+	int r = write_full(data_fd, data, len, (int64_t)off);
+	if (r == 0 && pad)
+		r = write_full(data_fd, zeros, pad, (int64_t)(off + len));
+	if (r < 0)
+		return r;
+	struct blob_rec rec = {.off = off, .len = len};
+	uint8_t raw[BLOB_TABLE_REC_SIZE];
+	memcpy(rec.digest, digest, BLOB_DIGEST_LEN);
+	blob_rec_encode(&rec, raw);
+	r = write_full(idx_fd, raw, sizeof(raw), -1);
 	if (r < 0)
 		return r;
 	*ret_next = off + len + pad;
 	return 0;
 }
 
-static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *digest,
-			   const void *data, uint32_t len, struct blob_loc *ret, bool *ret_new)
+int blob_files_put(struct blob_files *f, struct digest_index *ix, uint32_t blob,
+		   const uint8_t digest[BLOB_DIGEST_LEN], const void *data, uint32_t len,
+		   struct blob_loc *ret, bool *ret_new)
 {
-	struct local_store *s = (struct local_store *)bs;
-	if (len == 0 || len > IMG_CHUNK_SIZE)
+	if (len == 0 || len > BLOB_CHUNK_SIZE)
 		return -EINVAL;
-	if (digest_index_lookup(&s->index, digest, ret) == 0) {
+	if (digest_index_lookup(ix, digest, ret) == 0) {
 		*ret_new = false;
 		return 0;
 	}
-	struct open_blob *b = find_open(s, blob);
-	if (!b)
+	if (!f || f->data_fd < 0)
 		return -EBADF;
-	struct blob_loc loc = {blob, b->size};
-	int r = blob_append_chunk(b->data_fd, b->idx_fd, b->size, digest, data, len, &b->size);
+	struct blob_loc loc = {blob, f->size};
+	int r = append_chunk(f->data_fd, f->idx_fd, f->size, digest, data, len, &f->size);
 	if (r == 0)
-		r = digest_index_add(&s->index, digest, loc);
+		r = digest_index_add(ix, digest, loc);
 	if (r < 0)
 		return r;
 	*ret = loc;
 	*ret_new = true;
 	return 0;
+}
+
+int blob_files_close(struct blob_files *f)
+{
+	int r = 0;
+	if (fsync(f->data_fd) < 0 || fsync(f->idx_fd) < 0)
+		r = -errno;
+	close(f->data_fd);
+	close(f->idx_fd);
+	f->data_fd = f->idx_fd = -1;
+	return r;
+}
+
+static int local_put_chunk(struct blobstore *bs, uint32_t blob, const uint8_t *digest,
+			   const void *data, uint32_t len, struct blob_loc *ret, bool *ret_new)
+{
+	struct local_store *s = (struct local_store *)bs;
+	struct open_blob *b = find_open(s, blob);
+	return blob_files_put(b ? &b->f : NULL, &s->index, blob, digest, data, len, ret, ret_new);
 }
 
 static int local_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
@@ -229,11 +236,7 @@ static int local_end_blob(struct blobstore *bs, uint32_t blob)
 	struct open_blob *b = find_open(s, blob);
 	if (!b)
 		return -EBADF;
-	int r = 0;
-	if (fsync(b->data_fd) < 0 || fsync(b->idx_fd) < 0)
-		r = -errno;
-	close(b->data_fd);
-	close(b->idx_fd);
+	int r = blob_files_close(&b->f);
 	*b = s->open[--s->n_open];
 	return r;
 }
@@ -250,8 +253,8 @@ static void local_free(struct blobstore *bs)
 {
 	struct local_store *s = (struct local_store *)bs;
 	for (size_t i = 0; i < s->n_open; i++) {
-		close(s->open[i].data_fd);
-		close(s->open[i].idx_fd);
+		close(s->open[i].f.data_fd);
+		close(s->open[i].f.idx_fd);
 	}
 	free(s->open);
 	digest_index_done(&s->index);

@@ -10,7 +10,7 @@ static struct digest_slot *probe(const struct digest_index *x, const uint8_t *d)
 {
 	size_t mask = x->cap - 1;
 	for (size_t i = le64_get(d) & mask;; i = (i + 1) & mask)
-		if (!x->slots[i].used || !memcmp(x->slots[i].digest, d, IMG_DIGEST_LEN))
+		if (!x->slots[i].used || !memcmp(x->slots[i].digest, d, BLOB_DIGEST_LEN))
 			return &x->slots[i];
 }
 
@@ -58,7 +58,7 @@ int digest_index_add(struct digest_index *x, const uint8_t *digest, struct blob_
 	struct digest_slot *sl = probe(x, digest);
 	if (sl->used)
 		return 0; /* the first location wins */
-	memcpy(sl->digest, digest, IMG_DIGEST_LEN);
+	memcpy(sl->digest, digest, BLOB_DIGEST_LEN);
 	sl->loc = loc;
 	sl->used = true;
 	x->count++;

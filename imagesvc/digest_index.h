@@ -8,7 +8,7 @@
 #include "imagesvc/blobstore.h"
 
 struct digest_slot {
-	uint8_t digest[IMG_DIGEST_LEN];
+	uint8_t digest[BLOB_DIGEST_LEN];
 	struct blob_loc loc;
 	bool used;
 };

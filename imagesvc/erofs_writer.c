@@ -69,8 +69,8 @@
 #define XATTR_IBODY_MAX (XATTR_IBODY_HDR_SIZE + 4u * (UINT16_MAX - 1))
 
 static_assert(SB_OFFSET + SB_SIZE == 9 * DEVT_SLOT_SIZE, "device table follows the superblock");
-static_assert((IMG_CHUNK_SIZE >> BLK_BITS) == 256, "chunk bits = 8");
-static_assert(IMG_BLOB_ALIGN == BLK, "blob chunks are block aligned");
+static_assert((BLOB_CHUNK_SIZE >> BLK_BITS) == 256, "chunk bits = 8");
+static_assert(BLOB_ALIGN == BLK, "blob chunks are block aligned");
 static_assert(DIRENT_SIZE == 12 && CHUNK_INDEX_SIZE == 8 && XATTR_IBODY_HDR_SIZE == 12,
 	      "sizes of erofs_dirent, erofs_inode_chunk_index, erofs_xattr_ibody_header");
 
@@ -566,7 +566,7 @@ static void put_inode_header(const struct writer *wr, const struct winode *w, ui
 	    w->xattr_size ? (uint16_t)(1 + (w->xattr_size - XATTR_IBODY_HDR_SIZE) / 4) : 0;
 	uint32_t iu = 0;
 	if (w->layout == LAYOUT_CHUNK_BASED)
-		iu = (IMG_CHUNK_SHIFT - BLK_BITS) | CHUNK_FORMAT_INDEXES;
+		iu = (BLOB_CHUNK_SHIFT - BLK_BITS) | CHUNK_FORMAT_INDEXES;
 	else if (S_ISCHR(t->mode) || S_ISBLK(t->mode))
 		iu = encode_rdev(t->rdev_major, t->rdev_minor);
 	else if (w->nblocks)

@@ -48,6 +48,23 @@ static int fail(struct istream *s, int err, const char *fmt, const char *detail)
 	return s->err;
 }
 
+/* Reads once from the source into the free end of the input buffer
+ * (retrying EINTR). Returns 0 (src_eof set when the source ended) or -errno. */
+static int read_some(struct istream *s)
+{
+	for (;;) {
+		ssize_t n = s->fn(s->ctx, s->in + s->in_len, IN_CAP - s->in_len);
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			return fail(s, (int)n, "reading the layer failed%s", NULL);
+		if (n == 0)
+			s->src_eof = true;
+		s->in_len += (size_t)n;
+		return 0;
+	}
+}
+
 /* Refills the input buffer if it is empty. Returns 0 (maybe with src_eof set)
  * or -errno from the source. */
 static int refill(struct istream *s)
@@ -55,17 +72,7 @@ static int refill(struct istream *s)
 	if (s->in_off < s->in_len || s->src_eof)
 		return 0;
 	s->in_off = s->in_len = 0;
-	for (;;) {
-		ssize_t n = s->fn(s->ctx, s->in, IN_CAP);
-		if (n == -EINTR)
-			continue;
-		if (n < 0)
-			return fail(s, (int)n, "reading the layer failed%s", NULL);
-		if (n == 0)
-			s->src_eof = true;
-		s->in_len = (size_t)n;
-		return 0;
-	}
+	return read_some(s);
 }
 
 /* Makes at least `want` bytes available at in+in_off unless the source ends. */
@@ -77,14 +84,9 @@ static int peek(struct istream *s, size_t want)
 			s->in_len -= s->in_off;
 			s->in_off = 0;
 		}
-		ssize_t n = s->fn(s->ctx, s->in + s->in_len, IN_CAP - s->in_len);
-		if (n == -EINTR)
-			continue;
-		if (n < 0)
-			return fail(s, (int)n, "reading the layer failed%s", NULL);
-		if (n == 0)
-			s->src_eof = true;
-		s->in_len += (size_t)n;
+		int r = read_some(s);
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }

@@ -226,10 +226,10 @@ struct all_ctx {
 	uint32_t blob;
 };
 
-static int all_one(void *arg, const uint8_t *digest, uint64_t off, uint32_t len)
+static int all_one(void *arg, size_t i, const struct blob_rec *rec)
 {
 	struct all_ctx *c = arg;
-	return list_add(c->l, NULL, c->blob, off, len);
+	return list_add(c->l, NULL, c->blob, rec->off, rec->len);
 }
 
 static int list_all(struct img_store *s, const struct img_record *rec, struct pf_list *l)
@@ -265,7 +265,7 @@ static int fd_of(struct runner *x, uint32_t blob)
 static void read_range(int fd, char *buf, uint64_t off, uint64_t len, bool drop)
 {
 	for (uint64_t done = 0; done < len;) {
-		size_t n = len - done > IMG_CHUNK_SIZE ? IMG_CHUNK_SIZE : (size_t)(len - done);
+		size_t n = len - done > BLOB_CHUNK_SIZE ? BLOB_CHUNK_SIZE : (size_t)(len - done);
 		ssize_t k = pread(fd, buf, n, (off_t)(off + done));
 		if (k <= 0)
 			break;
@@ -279,7 +279,7 @@ static void run_one(struct runner *x, const struct pf_ent *p, char *buf)
 {
 	if (!p->path) { /* whole 4 KiB blocks (the blob is padded), for O_DIRECT */
 		int fd = fd_of(x, p->blob);
-		uint64_t len = (p->len + IMG_BLOB_ALIGN - 1) / IMG_BLOB_ALIGN * IMG_BLOB_ALIGN;
+		uint64_t len = blob_padded(p->len);
 		if (fd >= 0)
 			read_range(fd, buf, p->off, len, true);
 		return;
@@ -299,7 +299,7 @@ static void *run_thread(void *arg)
 {
 	struct runner *x = arg;
 	char *buf = NULL;
-	if (posix_memalign((void **)&buf, IMG_BLOB_ALIGN, IMG_CHUNK_SIZE) != 0)
+	if (posix_memalign((void **)&buf, BLOB_ALIGN, BLOB_CHUNK_SIZE) != 0)
 		buf = NULL;
 	for (size_t i; buf && (i = atomic_fetch_add(&x->next, 1)) < x->l->n;)
 		run_one(x, &x->l->v[i], buf);

@@ -46,6 +46,17 @@ int img_store_image_path(const struct img_store *s, const char *hex, const char 
 			file ? file : "");
 }
 
+/* Opens the directory ROOT/sub, its path written into p. Returns 0 and the
+ * stream in *ret (closedir it), or -errno. */
+static int open_sub(const struct img_store *s, const char *sub, char p[PATH_MAX], DIR **ret)
+{
+	int r = path_fmt(p, PATH_MAX, "%s/%s", s->root, sub);
+	if (r < 0)
+		return r;
+	*ret = opendir(p);
+	return *ret ? 0 : -errno;
+}
+
 const char *img_store_root(const struct img_store *s)
 {
 	return s->root;
@@ -185,8 +196,7 @@ int img_sha256_file(const char *path, uint8_t out[32], uint64_t *ret_size)
 }
 
 /* ---- digest tables ------------------------------------------------------------ */
-int img_blobidx_read(const char *path,
-		     int (*fn)(void *ctx, const uint8_t *digest, uint64_t off, uint32_t len),
+int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const struct blob_rec *rec),
 		     void *ctx)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -195,27 +205,15 @@ int img_blobidx_read(const char *path,
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (st.st_size < BLOBIDX_HDR_SIZE || (st.st_size - BLOBIDX_HDR_SIZE) % BLOBIDX_REC_SIZE ||
-	    st.st_size > (256 << 20))
+	if (st.st_size < BLOB_TABLE_HDR_SIZE ||
+	    (st.st_size - BLOB_TABLE_HDR_SIZE) % BLOB_TABLE_REC_SIZE || st.st_size > (256 << 20))
 		return -EBADMSG;
 	_cleanup_free_ uint8_t *buf = malloc((size_t)st.st_size);
 	if (!buf)
 		return -ENOMEM;
 	if (store_read_all(fd, buf, (size_t)st.st_size) != st.st_size)
 		return -EIO;
-	if (le32_get(buf) != BLOBIDX_MAGIC || le16_get(buf + 4) != BLOBIDX_VERSION ||
-	    le16_get(buf + 6) != BLOBIDX_HDR_SIZE || le32_get(buf + 8) != BLOBIDX_REC_SIZE)
-		return -EBADMSG;
-	for (size_t o = BLOBIDX_HDR_SIZE; o < (size_t)st.st_size; o += BLOBIDX_REC_SIZE) {
-		uint64_t off = le64_get(buf + o + 32);
-		uint32_t len = le32_get(buf + o + 40);
-		if (off % IMG_BLOB_ALIGN || len == 0 || len > IMG_CHUNK_SIZE)
-			return -EBADMSG;
-		int r = fn(ctx, buf + o, off, len);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return blob_table_decode(buf, (size_t)st.st_size, fn, ctx);
 }
 
 ssize_t store_read_all(int fd, void *buf, size_t n)
@@ -427,12 +425,10 @@ static bool image_exists(struct img_store *s, const char *hex)
 static int resolve_prefix(struct img_store *s, const char *prefix, char hex[65])
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/images", s->root), found = 0;
+	DIR *d;
+	int r = open_sub(s, "images", p, &d), found = 0;
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; (de = readdir(d));) {
 		if (strlen(de->d_name) == 64 && !strncmp(de->d_name, prefix, strlen(prefix))) {
 			found++;
@@ -486,12 +482,10 @@ static int for_each_ref(struct img_store *s, int (*fn)(void *, const char *, con
 			void *ctx)
 {
 	char p[PATH_MAX], hex[65];
-	int r = path_fmt(p, sizeof(p), "%s/refs", s->root);
+	DIR *d;
+	int r = open_sub(s, "refs", p, &d);
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; r >= 0 && (de = readdir(d));) {
 		if (de->d_name[0] == '.' || strstr(de->d_name, ".tmp."))
 			continue;
@@ -554,11 +548,9 @@ int img_store_list(struct img_store *s, int (*fn)(void *ctx, const char *name, c
 	struct list_ctx c = {.fn = fn, .ctx = ctx};
 	int r = for_each_ref(s, list_ref, &c);
 	char p[PATH_MAX];
-	if (r < 0 || (r = path_fmt(p, sizeof(p), "%s/images", s->root)) < 0)
+	DIR *d;
+	if (r < 0 || (r = open_sub(s, "images", p, &d)) < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; r >= 0 && (de = readdir(d));)
 		if (strlen(de->d_name) == 64 && refs_to(s, de->d_name) == 0)
 			r = fn(ctx, NULL, de->d_name);
@@ -581,12 +573,10 @@ int img_store_lease(struct img_store *s, const char *hex, const char *node, bool
 int img_store_leases(struct img_store *s, const char *hex, char *node, size_t cap)
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/leases", s->root), n = 0;
+	DIR *d;
+	int r = open_sub(s, "leases", p, &d), n = 0;
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; (de = readdir(d));) {
 		const char *at = strrchr(de->d_name, '@');
 		if (!at || strcmp(at + 1, hex))
@@ -625,12 +615,10 @@ int store_rm_rf(const char *path)
 static int mark_used(struct img_store *s, uint8_t *used, uint32_t max)
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/images", s->root);
+	DIR *d;
+	int r = open_sub(s, "images", p, &d);
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; r == 0 && (de = readdir(d));) {
 		struct img_record rec;
 		if (strlen(de->d_name) != 64)
@@ -652,12 +640,10 @@ static int mark_used(struct img_store *s, uint8_t *used, uint32_t max)
 static int clear_tmp(struct img_store *s)
 {
 	char p[PATH_MAX];
-	int r = path_fmt(p, sizeof(p), "%s/tmp", s->root);
+	DIR *d;
+	int r = open_sub(s, "tmp", p, &d);
 	if (r < 0)
 		return r;
-	DIR *d = opendir(p);
-	if (!d)
-		return -errno;
 	for (struct dirent *de; (de = readdir(d));) {
 		char q[PATH_MAX];
 		if (de->d_name[0] != '.' && path_fmt(q, sizeof(q), "%s/%s", p, de->d_name) == 0)
@@ -671,10 +657,8 @@ uint32_t store_max_blob(struct img_store *s)
 {
 	char p[PATH_MAX];
 	uint32_t max = 0;
-	if (path_fmt(p, sizeof(p), "%s/blobs", s->root) < 0)
-		return 0;
-	DIR *d = opendir(p);
-	if (!d)
+	DIR *d;
+	if (open_sub(s, "blobs", p, &d) < 0)
 		return 0;
 	for (struct dirent *de; (de = readdir(d));) {
 		unsigned id;

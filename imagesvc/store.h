@@ -5,7 +5,8 @@
  *   ROOT/lock                 flock()ed by every writer (import, rm, gc)
  *   ROOT/blobs/NNNNNNNN.data  a layer's new chunks (4 KiB aligned), mode
  *                             01444, xattr trusted.strata.blob -> its table
- *   ROOT/blobs/NNNNNNNN.idx   its chunk-digest table (blobstore.h format)
+ *   ROOT/blobs/NNNNNNNN.idx   its chunk-digest table
+ *   (blob, table and xattr formats: fs/blob_format.h)
  *   ROOT/images/HEX/          one image, HEX = manifest SHA-256:
  *        image                the record (img_record below, binary LE)
  *        meta.img             the EROFS metadata image
@@ -41,10 +42,7 @@
 #include "imagesvc/blobstore.h"
 
 #define IMG_STORE_SUBDIR ".strata/images"
-#define IMG_BLOB_XATTR "trusted.strata.blob"
-#define IMG_BLOB_XATTR_MAGIC 0x584c4253u /* "SBLX" */
-#define IMG_BLOB_XATTR_SIZE 16		 /* magic, u16 version 1, u16 len, u64 table ino */
-#define IMG_REC_MAGIC 0x474d4953u	 /* "SIMG" */
+#define IMG_REC_MAGIC 0x474d4953u /* "SIMG" */
 #define IMG_REC_VERSION 1
 #define IMG_REC_HDR 16
 #define IMG_MAX_LAYERS 256
@@ -134,10 +132,10 @@ int img_store_lease(struct img_store *s, const char *hex, const char *node, bool
 /* Number of leases on hex; the first one's node into node[cap] if any. */
 int img_store_leases(struct img_store *s, const char *hex, char *node, size_t cap);
 
-/* Reads a chunk-digest table file. Calls fn(ctx, digest, off, len) for each
- * record. Returns 0, -EBADMSG (corrupt), or -errno. */
-int img_blobidx_read(const char *path,
-		     int (*fn)(void *ctx, const uint8_t *digest, uint64_t off, uint32_t len),
+/* Reads a chunk-digest table file (at most 256 MiB). Calls fn(ctx, i, rec)
+ * for each record (blob_table_decode). Returns 0, -EBADMSG (corrupt), the
+ * first negative value of fn, or -errno. */
+int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const struct blob_rec *rec),
 		     void *ctx);
 
 /* hex <-> binary SHA-256 helpers. parse accepts "sha256:HEX" or "HEX". */

@@ -30,14 +30,12 @@
 #include "imagesvc/istream.h"
 #include "imagesvc/tar.h"
 #include "imagesvc/tree.h"
-#include "fs/wire.h"
 
 #define IMPORT_MAX_LAYER_BYTES (64ull << 30) /* expanded size of one layer */
 
 struct staged_blob {
 	uint32_t id;
-	int data_fd, idx_fd;
-	uint64_t size, chunks;
+	struct blob_files f;
 };
 
 struct import_bs {
@@ -56,10 +54,10 @@ struct load_ctx {
 	uint32_t blob;
 };
 
-static int load_rec(void *arg, const uint8_t *digest, uint64_t off, uint32_t len)
+static int load_rec(void *arg, size_t i, const struct blob_rec *rec)
 {
 	struct load_ctx *c = arg;
-	return digest_index_add(&c->b->index, digest, (struct blob_loc){c->blob, off});
+	return digest_index_add(&c->b->index, rec->digest, (struct blob_loc){c->blob, rec->off});
 }
 
 /* Loads every published digest table (the store's digest index). */
@@ -97,64 +95,31 @@ static int staged_path(struct import_bs *b, uint32_t id, const char *ext, char *
 static int ib_begin(struct blobstore *bs, uint32_t *ret)
 {
 	struct import_bs *b = (struct import_bs *)bs;
-	char p[PATH_MAX];
+	char data[PATH_MAX], idx[PATH_MAX];
 	struct staged_blob *nb = realloc(b->blobs, (b->n_blobs + 1) * sizeof(*nb));
 	if (!nb)
 		return -ENOMEM;
 	b->blobs = nb;
 	uint32_t id = b->next_id;
-	int r = staged_path(b, id, "data", p, sizeof(p));
-	_cleanup_close_ int dfd = r < 0 ? -1 : open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (dfd < 0)
-		return r < 0 ? r : -errno;
-	if ((r = staged_path(b, id, "idx", p, sizeof(p))) < 0)
+	int r = staged_path(b, id, "data", data, sizeof(data));
+	if (r == 0)
+		r = staged_path(b, id, "idx", idx, sizeof(idx));
+	if (r == 0)
+		r = blob_files_create(data, idx, &b->blobs[b->n_blobs].f);
+	if (r < 0)
 		return r;
-	_cleanup_close_ int ifd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (ifd < 0)
-		return -errno;
-	uint8_t hdr[BLOBIDX_HDR_SIZE] = {0};
-	le32_put(hdr, BLOBIDX_MAGIC);
-	le16_put(hdr + 4, BLOBIDX_VERSION);
-	le16_put(hdr + 6, BLOBIDX_HDR_SIZE);
-	le32_put(hdr + 8, BLOBIDX_REC_SIZE);
-	if ((r = store_write_all(ifd, hdr, sizeof(hdr))) < 0)
-		return r;
-	b->blobs[b->n_blobs++] = (struct staged_blob){id, TAKE_FD(dfd), TAKE_FD(ifd), 0, 0};
+	b->blobs[b->n_blobs++].id = id;
 	b->next_id++;
 	*ret = id;
 	return 0;
-}
-
-static int append(struct staged_blob *sb, const uint8_t *digest, const void *data, uint32_t len)
-{
-	int r = blob_append_chunk(sb->data_fd, sb->idx_fd, sb->size, digest, data, len, &sb->size);
-	if (r == 0)
-		sb->chunks++;
-	return r;
 }
 
 static int ib_put(struct blobstore *bs, uint32_t blob, const uint8_t *digest, const void *data,
 		  uint32_t len, struct blob_loc *ret, bool *ret_new)
 {
 	struct import_bs *b = (struct import_bs *)bs;
-	if (len == 0 || len > IMG_CHUNK_SIZE)
-		return -EINVAL;
-	if (digest_index_lookup(&b->index, digest, ret) == 0) {
-		*ret_new = false;
-		return 0;
-	}
 	struct staged_blob *sb = find_blob(b, blob);
-	if (!sb || sb->data_fd < 0)
-		return -EBADF;
-	struct blob_loc loc = {blob, sb->size};
-	int r = append(sb, digest, data, len);
-	if (r == 0)
-		r = digest_index_add(&b->index, digest, loc);
-	if (r < 0)
-		return r;
-	*ret = loc;
-	*ret_new = true;
-	return 0;
+	return blob_files_put(sb ? &sb->f : NULL, &b->index, blob, digest, data, len, ret, ret_new);
 }
 
 static int ib_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_loc *ret)
@@ -165,13 +130,9 @@ static int ib_lookup(struct blobstore *bs, const uint8_t *digest, struct blob_lo
 static int ib_end(struct blobstore *bs, uint32_t blob)
 {
 	struct staged_blob *sb = find_blob((struct import_bs *)bs, blob);
-	if (!sb || sb->data_fd < 0)
+	if (!sb || sb->f.data_fd < 0)
 		return -EBADF;
-	int r = (fsync(sb->data_fd) < 0 || fsync(sb->idx_fd) < 0) ? -errno : 0;
-	close(sb->data_fd);
-	close(sb->idx_fd);
-	sb->data_fd = sb->idx_fd = -1;
-	return r;
+	return blob_files_close(&sb->f);
 }
 
 static int ib_path(struct blobstore *bs, uint32_t blob, char *buf, size_t cap)
@@ -185,10 +146,10 @@ static void ib_free(struct blobstore *bs)
 {
 	struct import_bs *b = (struct import_bs *)bs;
 	for (size_t i = 0; i < b->n_blobs; i++) {
-		if (b->blobs[i].data_fd >= 0)
-			close(b->blobs[i].data_fd);
-		if (b->blobs[i].idx_fd >= 0)
-			close(b->blobs[i].idx_fd);
+		if (b->blobs[i].f.data_fd >= 0)
+			close(b->blobs[i].f.data_fd);
+		if (b->blobs[i].f.idx_fd >= 0)
+			close(b->blobs[i].f.idx_fd);
 	}
 	free(b->blobs);
 	digest_index_done(&b->index);
@@ -314,12 +275,9 @@ static int publish_blob(struct import_bs *b, uint32_t id)
 		return r;
 	if (stat(ifrom, &st) < 0)
 		return -errno;
-	uint8_t x[IMG_BLOB_XATTR_SIZE] = {0};
-	le32_put(x, IMG_BLOB_XATTR_MAGIC);
-	le16_put(x + 4, 1);
-	le16_put(x + 6, IMG_BLOB_XATTR_SIZE);
-	le64_put(x + 8, (uint64_t)st.st_ino);
-	if (setxattr(from, IMG_BLOB_XATTR, x, sizeof(x), 0) < 0 && errno != ENOTSUP)
+	uint8_t x[BLOB_XATTR_SIZE];
+	blob_xattr_encode((uint64_t)st.st_ino, x);
+	if (setxattr(from, BLOB_XATTR_NAME, x, sizeof(x), 0) < 0 && errno != ENOTSUP)
 		return -errno;
 	if (chmod(from, 01444) < 0 || chmod(ifrom, 0444) < 0)
 		return -errno;

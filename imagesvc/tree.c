@@ -15,7 +15,7 @@
  *  4. dentry->layer is the layer that last created or replaced it; whiteouts
  *     and opaque markers of layer L only remove dentries with layer < L.
  *  5. A regular inode has either `data` (0 < size <= IMG_INLINE_MAX) or
- *     exactly ceil(size / IMG_CHUNK_SIZE) extents.
+ *     exactly ceil(size / BLOB_CHUNK_SIZE) extents.
  *  6. inline_total is the sum of the sizes of all live inodes with `data`,
  *     and never exceeds IMG_INLINE_BUDGET. */
 #include "imagesvc/tree.h"
@@ -189,7 +189,7 @@ int tree_new(struct tree **ret)
 	t->hcap = 1024;
 	t->htab = calloc(t->hcap, sizeof(*t->htab));
 	t->root = inode_new(S_IFDIR | 0755);
-	t->chunk = malloc(IMG_CHUNK_SIZE);
+	t->chunk = malloc(BLOB_CHUNK_SIZE);
 	if (!t->htab || !t->root || !t->chunk) {
 		tree_free(t);
 		return -ENOMEM;
@@ -411,7 +411,7 @@ static int ingest_data(struct tree *t, struct tar_reader *r, const struct tar_en
 	if (e->size > 0 && e->size <= IMG_INLINE_MAX &&
 	    t->inline_total + e->size <= IMG_INLINE_BUDGET)
 		return ingest_inline(t, r, e, ino, st);
-	ino->n_extents = (size_t)((e->size + IMG_CHUNK_SIZE - 1) / IMG_CHUNK_SIZE);
+	ino->n_extents = (size_t)((e->size + BLOB_CHUNK_SIZE - 1) / BLOB_CHUNK_SIZE);
 	if (!ino->n_extents)
 		return 0;
 	ino->extents = calloc(ino->n_extents, sizeof(*ino->extents));
@@ -419,7 +419,7 @@ static int ingest_data(struct tree *t, struct tar_reader *r, const struct tar_en
 		return -ENOMEM;
 	uint64_t left = e->size;
 	for (size_t i = 0; i < ino->n_extents; i++) {
-		uint32_t len = left < IMG_CHUNK_SIZE ? (uint32_t)left : IMG_CHUNK_SIZE;
+		uint32_t len = left < BLOB_CHUNK_SIZE ? (uint32_t)left : BLOB_CHUNK_SIZE;
 		int err = read_exact(r, t->chunk, len);
 		if (err < 0)
 			return tree_err(t, err, "'%.200s': %s", e->path, tar_error(r));

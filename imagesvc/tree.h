@@ -12,7 +12,7 @@
  * Hard links may point to any non-directory already in the tree (this layer
  * or a lower one) and share its inode.
  *
- * Regular file data is cut into IMG_CHUNK_SIZE chunks, named by SHA-256 and
+ * Regular file data is cut into BLOB_CHUNK_SIZE chunks, named by SHA-256 and
  * stored in the layer's blob (deduplicated by the blob store). The inode
  * keeps one extent per chunk; all-zero chunks become holes (blob ==
  * IMG_HOLE) and are not stored at all. Only small files (IMG_INLINE_MAX,
@@ -39,7 +39,7 @@
 struct tree_extent {
 	uint32_t blob; /* IMG_HOLE for a hole */
 	uint32_t len;  /* bytes of file data in this chunk */
-	uint64_t off;  /* offset in the blob (multiple of IMG_BLOB_ALIGN) */
+	uint64_t off;  /* offset in the blob (multiple of BLOB_ALIGN) */
 };
 
 struct tree_xattr {
@@ -60,7 +60,7 @@ struct tree_inode {
 	char *symlink;
 	struct tree_xattr *xattrs;
 	size_t n_xattrs;
-	struct tree_extent *extents; /* ceil(size / IMG_CHUNK_SIZE) entries */
+	struct tree_extent *extents; /* ceil(size / BLOB_CHUNK_SIZE) entries */
 	size_t n_extents;
 	uint8_t *data;		      /* small regular files: the content (then no extents) */
 	uint32_t nlink;		      /* dentries that refer to this inode */

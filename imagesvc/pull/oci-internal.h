@@ -1,8 +1,15 @@
-/* oci-internal.h — what oci.c, oci_archive.c and registry.c share: OCI and
- * Docker v2 media types, descriptor/manifest/index/config parsing with
- * json-c, platform selection, SHA-256 digests (OpenSSL libcrypto) and the
- * stage writer that builds a staged image directory (see oci.h) atomically.
- * Nothing here logs; errors are negative errno plus a message in struct strata_err (fs/err.h). */
+/* oci-internal.h — what the files of imagesvc/pull share:
+ *   oci_documents.c  OCI and Docker v2 media types, descriptor / manifest /
+ *                    index / config parsing with json-c, platform selection,
+ *                    the limits;
+ *   oci_stage.c      SHA-256 digests (OpenSSL libcrypto) and verified copies,
+ *                    the stage writer that builds a staged image directory
+ *                    (see oci.h) atomically, and loading a stage back;
+ *   oci_import.c     the import of an OCI layout and oci_import() itself;
+ *   oci_archive.c    the import of a docker-save tarball;
+ *   registry.c       pulls from a registry (over http.c).
+ * Nothing here logs; errors are negative errno plus a message in struct
+ * strata_err (fs/err.h). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,7 +51,11 @@ struct oci_manifest {
 
 enum oci_doc_kind { OCI_DOC_MANIFEST, OCI_DOC_INDEX };
 
-/* --- JSON documents --------------------------------------------------- */
+/* --- JSON documents (oci_documents.c) --------------------------------- */
+
+/* Returns lim, or the defaults (written into buf) when lim is NULL. */
+const struct oci_limits *oci_limits_or_default(const struct oci_limits *lim,
+					       struct oci_limits *buf);
 
 static inline void oci_json_putp(struct json_object **o)
 {
@@ -94,7 +105,7 @@ int oci_parse_config(const char *buf, size_t len, size_t n_layers, struct oci_co
 		     char (*diff_ids)[OCI_DIGEST_MAX], struct strata_err *e);
 void oci_config_done(struct oci_config *c);
 
-/* --- digests ---------------------------------------------------------- */
+/* --- digests (oci_stage.c) -------------------------------------------- */
 
 /* Returns 0 for "sha256:" + 64 lowercase hex, -EOPNOTSUPP for another
  * algorithm, -EINVAL otherwise. */
@@ -124,7 +135,7 @@ int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *dige
 int oci_read_file_at(int dirfd, const char *path, size_t max, char **ret, size_t *ret_len,
 		     struct strata_err *e);
 
-/* --- the stage writer ------------------------------------------------- */
+/* --- the stage writer (oci_stage.c) ------------------------------------ */
 
 struct oci_stage {
 	char *final; /* the stage directory to create */
@@ -133,8 +144,10 @@ struct oci_stage {
 	char name[OCI_SHORT_MAX]; /* the image's own reference, "" if unknown */
 };
 
-/* Creates the temporary directory next to final (final must not exist). */
-int oci_stage_begin(const char *final, struct oci_stage *st, struct strata_err *e);
+/* Creates the temporary directory next to final (final must not exist) and
+ * writes config[0..config_len) (verified by the caller) as config.json. */
+int oci_stage_begin(const char *final, const char *config, size_t config_len, struct oci_stage *st,
+		    struct strata_err *e);
 int oci_stage_write(struct oci_stage *st, const char *name, const void *buf, size_t len,
 		    struct strata_err *e);
 /* Creates layers/NNN for writing. Returns 0 and the fd in *ret_fd. */
@@ -153,6 +166,7 @@ int oci_rm_tree(const char *path);
 /* Imports a docker-save tarball (oci_archive.c). */
 int oci_import_archive(const char *src, const char *tag, const char *stage_dir,
 		       const struct oci_limits *lim, struct strata_err *e);
-/* Imports an OCI layout at dirfd (oci.c); source names it in STAGE/source. */
+/* Imports an OCI layout at dirfd (oci_import.c); source names it in
+ * STAGE/source. */
 int oci_import_layout_at(int dirfd, const char *source, const char *tag, const char *stage_dir,
 			 const struct oci_limits *lim, struct strata_err *e);

@@ -378,9 +378,7 @@ static int classic_layers(int dfd, struct classic *c, const char *src, const cha
 	struct oci_stage st = {.dirfd = -1};
 	_cleanup_free_ char *man = NULL, *source = NULL;
 	size_t man_len = 0;
-	int r = oci_stage_begin(stage_dir, &st, e);
-	if (r == 0)
-		r = oci_stage_write(&st, "config.json", c->cfg, c->cfg_len, e);
+	int r = oci_stage_begin(stage_dir, c->cfg, c->cfg_len, &st, e);
 	for (size_t i = 0; r == 0 && i < c->n; i++) {
 		const char *p = json_object_get_string(json_object_array_get_idx(c->layers, i));
 		r = p ? classic_layer(dfd, &st, p, i, c->diff_ids[i], &c->sizes[i], e)

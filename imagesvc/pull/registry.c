@@ -828,9 +828,7 @@ static int do_pull(struct registry *reg, const char *ref, const char *stage_dir,
 	if (r == 0)
 		r = oci_parse_config(cfg, cfg_len, m.n_layers, &c, NULL, e);
 	if (r == 0)
-		r = oci_stage_begin(stage_dir, &st, e);
-	if (r == 0)
-		r = oci_stage_write(&st, "config.json", cfg, cfg_len, e);
+		r = oci_stage_begin(stage_dir, cfg, cfg_len, &st, e);
 	if (r == 0)
 		r = pull_layers(reg, &st, &m, e);
 	if (r == 0 && asprintf(&source, "registry:%s\n", ref) < 0) {

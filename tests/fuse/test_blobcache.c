@@ -44,18 +44,18 @@ static int fetch(void *ctx, uint64_t off, size_t len, void *buf)
 static uint8_t *build(struct store *s, size_t *tlen)
 {
 	static const uint32_t sizes[] = {1 << 20, 5000, 4096, 70000, 1, 300000, 12288, 999999};
-	uint8_t *tab = calloc(1, BC_TABLE_HDR + NREC * BC_TABLE_REC);
+	uint8_t *tab = calloc(1, BLOB_TABLE_HDR_SIZE + NREC * BLOB_TABLE_REC_SIZE);
 	size_t off = 0;
 	s->blob = calloc(1, 64 << 20);
-	le32_put(tab, BC_TABLE_MAGIC);
+	le32_put(tab, BLOB_TABLE_MAGIC);
 	le16_put(tab + 4, 1);
-	le16_put(tab + 6, BC_TABLE_HDR);
-	le32_put(tab + 8, BC_TABLE_REC);
+	le16_put(tab + 6, BLOB_TABLE_HDR_SIZE);
+	le32_put(tab + 8, BLOB_TABLE_REC_SIZE);
 	for (int i = 0; i < NREC; i++) {
 		uint32_t len = sizes[i % 8];
 		for (uint32_t k = 0; k < len; k++)
 			s->blob[off + k] = (uint8_t)(k * 31 + i * 7 + 1);
-		uint8_t *r = tab + BC_TABLE_HDR + i * BC_TABLE_REC;
+		uint8_t *r = tab + BLOB_TABLE_HDR_SIZE + i * BLOB_TABLE_REC_SIZE;
 		SHA256(s->blob + off, len, r);
 		le64_put(r + 32, off);
 		le32_put(r + 40, len);
@@ -64,22 +64,22 @@ static uint8_t *build(struct store *s, size_t *tlen)
 			off += 8192; /* a gap */
 	}
 	s->size = off;
-	*tlen = BC_TABLE_HDR + NREC * BC_TABLE_REC;
+	*tlen = BLOB_TABLE_HDR_SIZE + NREC * BLOB_TABLE_REC_SIZE;
 	return tab;
 }
 
-static void check_range(struct blobcache *bc, const struct bc_table *t, struct store *s,
+static void check_range(struct sfs_blobcache *bc, const struct sfs_blob_table *t, struct store *s,
 			uint64_t off, size_t len)
 {
 	uint8_t *buf = malloc(len);
-	CHECK_EQ(blobcache_read(bc, t, off, len, buf, fetch, s), 0);
+	CHECK_EQ(sfs_blobcache_read(bc, t, off, len, buf, fetch, s), 0);
 	CHECK(memcmp(buf, s->blob + off, len) == 0);
 	free(buf);
 }
 
 struct par {
-	struct blobcache *bc;
-	const struct bc_table *t;
+	struct sfs_blobcache *bc;
+	const struct sfs_blob_table *t;
 	struct store *s;
 	int ok;
 };
@@ -88,7 +88,7 @@ static void *par_read(void *arg)
 {
 	struct par *p = arg;
 	uint8_t *buf = malloc(p->s->size);
-	p->ok = buf && blobcache_read(p->bc, p->t, 0, p->s->size, buf, fetch, p->s) == 0 &&
+	p->ok = buf && sfs_blobcache_read(p->bc, p->t, 0, p->s->size, buf, fetch, p->s) == 0 &&
 		memcmp(buf, p->s->blob, p->s->size) == 0;
 	free(buf);
 	return NULL;
@@ -97,17 +97,17 @@ static void *par_read(void *arg)
 /* Eight readers of the whole blob at once: every chunk is fetched once. */
 static void check_parallel(const char *dir, const uint8_t *tab, size_t tlen, struct store *s)
 {
-	struct blobcache *bc;
-	struct bc_table *t;
-	struct blobcache_stats st;
+	struct sfs_blobcache *bc;
+	struct sfs_blob_table *t;
+	struct sfs_blobcache_stats st;
 	pthread_t tid[8];
 	struct par p[8];
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s/chunks", dir);
 	CHECK_EQ(system(cmd), 0);
-	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
-	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
-	CHECK_EQ(blobcache_attach(bc, 7, t), 0);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK_EQ(sfs_blobcache_attach(bc, 7, t), 0);
 	for (int i = 0; i < 8; i++) {
 		p[i] = (struct par){bc, t, s, 0};
 		CHECK_EQ(pthread_create(&tid[i], NULL, par_read, &p[i]), 0);
@@ -116,29 +116,29 @@ static void check_parallel(const char *dir, const uint8_t *tab, size_t tlen, str
 		pthread_join(tid[i], NULL);
 		CHECK(p[i].ok);
 	}
-	blobcache_get_stats(bc, &st);
+	sfs_blobcache_get_stats(bc, &st);
 	CHECK_EQ(st.misses, NREC);
 	CHECK(st.fetched_bytes <= s->size);
-	blobcache_free(bc);
+	sfs_blobcache_free(bc);
 }
 
 int main(void)
 {
 	char dir[] = "/tmp/test_blobcache.XXXXXX";
 	struct store s = {0};
-	struct blobcache *bc;
-	struct bc_table *t;
+	struct sfs_blobcache *bc;
+	struct sfs_blob_table *t;
 	size_t tlen;
 	uint8_t *tab = build(&s, &tlen);
-	struct blobcache_stats st;
+	struct sfs_blobcache_stats st;
 
 	CHECK(mkdtemp(dir));
-	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
-	CHECK_EQ(bc_table_parse(tab, tlen - 1, &(struct bc_table *){0}), -EBADMSG);
-	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
-	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
-	CHECK(blobcache_table(bc, 42) == t);
-	CHECK(blobcache_table(bc, 43) == NULL);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen - 1, &(struct sfs_blob_table *){0}), -EBADMSG);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blobcache_attach(bc, 42, t), 0);
+	CHECK(sfs_blobcache_table(bc, 42) == t);
+	CHECK(sfs_blobcache_table(bc, 43) == NULL);
 
 	/* Reads of every shape, then the whole blob: all from the store once. */
 	srand(7);
@@ -155,25 +155,25 @@ int main(void)
 	for (uint64_t off = 0; off < s.size; off += 131072)
 		check_range(bc, t, &s, off, off + 131072 > s.size ? s.size - off : 131072);
 	CHECK_EQ(s.fetched, before); /* everything was cached */
-	blobcache_get_stats(bc, &st);
+	sfs_blobcache_get_stats(bc, &st);
 	CHECK(st.hits > 0 && st.bad == 0 && st.entries == NREC);
 
 	/* Reopen: the cache is still there and serves without fetching. */
-	blobcache_free(bc);
-	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
-	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
-	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
-	blobcache_get_stats(bc, &st);
+	sfs_blobcache_free(bc);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK_EQ(sfs_blobcache_attach(bc, 42, t), 0);
+	sfs_blobcache_get_stats(bc, &st);
 	CHECK_EQ(st.entries, NREC);
 	before = s.fetched;
 	check_range(bc, t, &s, 0, (size_t)s.size);
 	CHECK_EQ(s.fetched, before);
 
 	/* A cache file damaged on disk is re-verified after a restart: refetched. */
-	blobcache_free(bc);
+	sfs_blobcache_free(bc);
 	{
 		char p[512], hex[65];
-		const uint8_t *d = tab + BC_TABLE_HDR + 3 * BC_TABLE_REC;
+		const uint8_t *d = tab + BLOB_TABLE_HDR_SIZE + 3 * BLOB_TABLE_REC_SIZE;
 		for (int i = 0; i < 32; i++)
 			snprintf(hex + 2 * i, 3, "%02x", d[i]);
 		snprintf(p, sizeof(p), "%s/chunks/%.2s/%s", dir, hex, hex);
@@ -182,49 +182,50 @@ int main(void)
 		CHECK(pwrite(fd, "X", 1, 10) == 1);
 		close(fd);
 	}
-	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
-	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
-	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK_EQ(sfs_blobcache_attach(bc, 42, t), 0);
 	before = s.fetched;
-	check_range(bc, t, &s, le64_get(tab + BC_TABLE_HDR + 3 * BC_TABLE_REC + 32), 4096);
+	check_range(bc, t, &s, le64_get(tab + BLOB_TABLE_HDR_SIZE + 3 * BLOB_TABLE_REC_SIZE + 32),
+		    4096);
 	CHECK(s.fetched > before);
 
 	/* A chunk altered in the store (not cached yet): EIO, never wrong bytes. */
-	blobcache_free(bc);
+	sfs_blobcache_free(bc);
 	CHECK_EQ(system("rm -rf /tmp/test_blobcache.*/chunks"), 0);
-	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
-	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
-	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
-	uint64_t off5 = le64_get(tab + BC_TABLE_HDR + 5 * BC_TABLE_REC + 32);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK_EQ(sfs_blobcache_attach(bc, 42, t), 0);
+	uint64_t off5 = le64_get(tab + BLOB_TABLE_HDR_SIZE + 5 * BLOB_TABLE_REC_SIZE + 32);
 	s.blob[off5 + 100] ^= 0xff;
 	uint8_t *buf = malloc(1 << 20);
 	memset(buf, 0xaa, 1 << 20);
-	CHECK_EQ(blobcache_read(bc, t, off5, 4096, buf, fetch, &s), -EIO);
-	CHECK_EQ(blobcache_read(bc, t, off5 + 200000, 4096, buf, fetch, &s), -EIO);
-	blobcache_get_stats(bc, &st);
+	CHECK_EQ(sfs_blobcache_read(bc, t, off5, 4096, buf, fetch, &s), -EIO);
+	CHECK_EQ(sfs_blobcache_read(bc, t, off5 + 200000, 4096, buf, fetch, &s), -EIO);
+	sfs_blobcache_get_stats(bc, &st);
 	CHECK(st.bad >= 2);
 	s.blob[off5 + 100] ^= 0xff;
 	check_range(bc, t, &s, off5, 4096);
 
-	blobcache_free(bc);
+	sfs_blobcache_free(bc);
 	check_parallel(dir, tab, tlen, &s);
-	CHECK_EQ(blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
 
 	/* Eviction: a 2.5 MiB limit holds at most that; reads stay correct. */
-	blobcache_free(bc);
-	CHECK_EQ(blobcache_open(dir, 5u << 19, &bc), 0);
-	blobcache_get_stats(bc, &st);
+	sfs_blobcache_free(bc);
+	CHECK_EQ(sfs_blobcache_open(dir, 5u << 19, &bc), 0);
+	sfs_blobcache_get_stats(bc, &st);
 	CHECK(st.bytes <= (5u << 19));
-	CHECK_EQ(bc_table_parse(tab, tlen, &t), 0);
-	CHECK_EQ(blobcache_attach(bc, 42, t), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK_EQ(sfs_blobcache_attach(bc, 42, t), 0);
 	for (int pass = 0; pass < 2; pass++)
 		check_range(bc, t, &s, 0, (size_t)s.size);
-	blobcache_get_stats(bc, &st);
+	sfs_blobcache_get_stats(bc, &st);
 	CHECK(st.bytes <= (5u << 19));
 	CHECK(st.evicted > 0);
 
 	free(buf);
-	blobcache_free(bc);
+	sfs_blobcache_free(bc);
 	free(tab);
 	free(s.blob);
 	char cmd[128];

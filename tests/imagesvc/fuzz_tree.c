@@ -16,7 +16,7 @@
 
 struct mem_store {
 	struct blobstore base;
-	uint8_t (*digests)[IMG_DIGEST_LEN];
+	uint8_t (*digests)[BLOB_DIGEST_LEN];
 	struct blob_loc *locs;
 	size_t n;
 	uint64_t size;
@@ -32,7 +32,7 @@ static int mem_lookup(struct blobstore *bs, const uint8_t *d, struct blob_loc *r
 {
 	struct mem_store *m = (struct mem_store *)bs;
 	for (size_t i = 0; i < m->n; i++)
-		if (!memcmp(m->digests[i], d, IMG_DIGEST_LEN)) {
+		if (!memcmp(m->digests[i], d, BLOB_DIGEST_LEN)) {
 			*ret = m->locs[i];
 			return 0;
 		}
@@ -46,7 +46,7 @@ static int mem_put(struct blobstore *bs, uint32_t blob, const uint8_t *d, const 
 	*ret_new = mem_lookup(bs, d, ret) < 0;
 	if (!*ret_new)
 		return 0;
-	void *nd = realloc(m->digests, (m->n + 1) * IMG_DIGEST_LEN);
+	void *nd = realloc(m->digests, (m->n + 1) * BLOB_DIGEST_LEN);
 	if (!nd)
 		return -ENOMEM;
 	m->digests = nd;
@@ -54,10 +54,10 @@ static int mem_put(struct blobstore *bs, uint32_t blob, const uint8_t *d, const 
 	if (!nl)
 		return -ENOMEM;
 	m->locs = nl;
-	memcpy(m->digests[m->n], d, IMG_DIGEST_LEN);
+	memcpy(m->digests[m->n], d, BLOB_DIGEST_LEN);
 	m->locs[m->n] = (struct blob_loc){blob, m->size};
 	*ret = m->locs[m->n++];
-	m->size += (len + IMG_BLOB_ALIGN - 1) / IMG_BLOB_ALIGN * IMG_BLOB_ALIGN;
+	m->size += blob_padded(len);
 	return 0;
 }
 
