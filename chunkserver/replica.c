@@ -105,6 +105,7 @@
  * Without an engine attached (service.c, repl == NULL) requests are served
  * locally with no chain checks (in-process tests). */
 #include "chunkserver/replica.h"
+#include "fs/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -188,13 +189,6 @@ struct repl {
 	bool started, stop;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static uint64_t chunk_hash(uint32_t target, uint64_t ino, uint32_t index)
 {
 	uint64_t h = (ino * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)index * 0xC2B2AE3D27D4EB4Full) ^
@@ -225,9 +219,9 @@ static struct rsnap *snap_get(struct repl *rp)
 int repl_refresh(struct repl *rp, int min_age_ms)
 {
 	pthread_mutex_lock(&rp->mu);
-	bool skip = now_ms() - rp->tried_ms < min_age_ms;
+	bool skip = strata_mono_ms() - rp->tried_ms < min_age_ms;
 	if (!skip)
-		rp->tried_ms = now_ms();
+		rp->tried_ms = strata_mono_ms();
 	pthread_mutex_unlock(&rp->mu);
 	if (skip)
 		return 0;
@@ -237,7 +231,7 @@ int repl_refresh(struct repl *rp, int min_age_ms)
 	/* The table is as new as the moment it was asked for, not as the moment
 	 * its answer was read: an answer that waited in the socket while this
 	 * process was frozen describes the chains before the freeze. */
-	int64_t asked_ms = now_ms();
+	int64_t asked_ms = strata_mono_ms();
 	int r = mgmt_routing(rp->mc, &s->r);
 	if (r < 0) {
 		free(s);
@@ -579,7 +573,7 @@ static int read_place(struct repl *rp, const struct chunk_route *rt, struct plac
 	}
 	uint32_t lease = p->s->r.lease_ms;
 	if (p->c->ntargets < 2 || !lease ||
-	    now_ms() - __atomic_load_n(&p->s->fetched_ms, __ATOMIC_ACQUIRE) <= lease / 2)
+	    strata_mono_ms() - __atomic_load_n(&p->s->fetched_ms, __ATOMIC_ACQUIRE) <= lease / 2)
 		return 0;
 	place_done(p);
 	if (refetched)

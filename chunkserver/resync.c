@@ -52,6 +52,7 @@
  * chunks. The ordering locks, calls and chain checks are replica.c's
  * (replica-internal.h). */
 #include "chunkserver/resync.h"
+#include "fs/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -97,13 +98,6 @@ struct sync_job {
 	struct rpc_client *rpc;	 /* PUT_PART's connection, made on first use */
 	uint8_t *part_buf;	 /* CHUNK_IO_MAX bytes, on first use */
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct chunk_route peer_route(const struct sync_job *j)
 {
@@ -178,10 +172,10 @@ static uint64_t part_tag(const struct sync_job *j)
 static void warn_old_peer(const struct sync_job *j, uint64_t ino, uint32_t index, uint32_t len)
 {
 	struct resync_state *st = j->st;
-	if (st->warned_peer == j->peer && mono_ms() - st->warned_ms < OLD_PEER_WARN_EVERY_MS)
+	if (st->warned_peer == j->peer && strata_mono_ms() - st->warned_ms < OLD_PEER_WARN_EVERY_MS)
 		return;
 	st->warned_peer = j->peer;
-	st->warned_ms = mono_ms();
+	st->warned_ms = strata_mono_ms();
 	log_warn("resync: target %u at %s does not take chunks over %u bytes in pieces "
 		 "(MSG_CHUNK_PUT_PART unknown: an older strata-chunkserver); chunk %llu/%u "
 		 "(%u bytes) cannot be copied and the target stays syncing until it is upgraded",
@@ -434,9 +428,9 @@ static void maybe_sync(struct repl *rp, struct resync_state *st, const struct st
  * side chore; the pass runs on every chunkserver). */
 static void expire_staging(struct cs_service *svc, struct resync_state *st, int nt)
 {
-	if (st->expired_ms && mono_ms() - st->expired_ms < STAGE_EXPIRE_EVERY_MS)
+	if (st->expired_ms && strata_mono_ms() - st->expired_ms < STAGE_EXPIRE_EVERY_MS)
 		return;
-	st->expired_ms = mono_ms();
+	st->expired_ms = strata_mono_ms();
 	for (int i = 0; i < nt; i++) {
 		int n = chunk_store_put_expire(svc->targets[i].store, STAGE_MAX_AGE_S);
 		if (n > 0)

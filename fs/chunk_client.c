@@ -24,6 +24,7 @@
  * and finally answers EIO). REMOVE_FILE and SYNC go to every serving and
  * syncing target of the table. */
 #include "fs/chunk_client.h"
+#include "fs/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -72,13 +73,6 @@ struct chunk_client {
 	enum chunk_read_policy read_policy;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- routing snapshots ------------------------------------------------- */
 
 static void snap_unref(struct rt_snap *s)
@@ -121,7 +115,7 @@ static int routing_fetch(struct chunk_client *cc)
 		strata_routing_done(&r);
 	}
 	pthread_mutex_lock(&cc->lock);
-	cc->fetched_ms = now_ms(); /* a failure also waits ROUTING_MAX_AGE_MS */
+	cc->fetched_ms = strata_mono_ms(); /* a failure also waits ROUTING_MAX_AGE_MS */
 	cc->fetching = false;
 	pthread_mutex_unlock(&cc->lock);
 	return err;
@@ -133,8 +127,8 @@ static int routing_fetch(struct chunk_client *cc)
 static int snap_get(struct chunk_client *cc, bool force, struct rt_snap **ret)
 {
 	pthread_mutex_lock(&cc->lock);
-	bool stale =
-	    !cc->pinned && (force || !cc->snap || now_ms() - cc->fetched_ms > ROUTING_MAX_AGE_MS);
+	bool stale = !cc->pinned &&
+		     (force || !cc->snap || strata_mono_ms() - cc->fetched_ms > ROUTING_MAX_AGE_MS);
 	bool fetch = stale && (!cc->snap || !cc->fetching);
 	if (fetch)
 		cc->fetching = true;
@@ -310,7 +304,7 @@ static int call_chunk(struct chunk_client *cc, const struct strata_layout *layou
 {
 	void *buf = reply->buf;
 	size_t cap = reply->cap;
-	int64_t deadline = now_ms() + cc->retry_ms;
+	int64_t deadline = strata_mono_ms() + cc->retry_ms;
 	bool tail = false;
 	int r = 0, skip = 0;
 	for (int attempt = 0;; attempt++) {
@@ -325,7 +319,7 @@ static int call_chunk(struct chunk_client *cc, const struct strata_layout *layou
 			   : call_target(cc, &s->r, chain, tid, type, req,
 					 cc->pinned ? flags : flags & ~RPC_IDEMPOTENT, reply);
 		snap_unref(s);
-		if (!worth_refetch(r) || cc->pinned || now_ms() >= deadline)
+		if (!worth_refetch(r) || cc->pinned || strata_mono_ms() >= deadline)
 			break;
 		tail = r == -EAGAIN && type == MSG_CHUNK_READ;
 		skip += is_transport(r);
@@ -504,7 +498,7 @@ static int call_table_once(struct chunk_client *cc, const struct strata_routing 
 static int call_table(struct chunk_client *cc, const struct strata_layout *layout, uint16_t type,
 		      struct chunk_req *req)
 {
-	int64_t deadline = now_ms() + cc->retry_ms;
+	int64_t deadline = strata_mono_ms() + cc->retry_ms;
 	int r = 0;
 	for (int attempt = 0;; attempt++) {
 		struct rt_snap *s;
@@ -513,7 +507,7 @@ static int call_table(struct chunk_client *cc, const struct strata_layout *layou
 			return r;
 		r = call_table_once(cc, &s->r, layout, type, req);
 		snap_unref(s);
-		if (!worth_refetch(r) || cc->pinned || now_ms() >= deadline)
+		if (!worth_refetch(r) || cc->pinned || strata_mono_ms() >= deadline)
 			break;
 		backoff(attempt);
 	}

@@ -9,6 +9,7 @@
  * (requests are small and latency bound) and socket buffers are enlarged for
  * 1 MiB chunk transfers. */
 #include "fs/rpc.h"
+#include "fs/clock.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -54,18 +55,11 @@ int addr_parse(const char *addr, char *host, size_t host_cap, uint16_t *ret_port
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for fd to become ready for events; returns 0, -ETIMEDOUT or -errno. */
 static int wait_fd(int fd, short events, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - strata_mono_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		struct pollfd p = {.fd = fd, .events = events};
@@ -122,7 +116,7 @@ static int tcp_dial(const char *addr, int timeout_ms, struct transport_conn **re
 	struct addrinfo *res = NULL;
 	if (getaddrinfo(host[0] ? host : "127.0.0.1", port_s, &hints, &res) != 0)
 		return -EHOSTUNREACH;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = strata_mono_ms() + timeout_ms;
 	int fd = -ECONNREFUSED;
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 		fd = connect_one(ai, deadline);
@@ -194,7 +188,7 @@ int tcp_sendv_fd(int fd, const struct iovec *iov_in, int iovcnt, int timeout_ms)
 		return -EINVAL;
 	memcpy(iov, iov_in, sizeof(*iov) * iovcnt);
 	struct iovec *cur = iov;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = strata_mono_ms() + timeout_ms;
 	while (iovcnt > 0) {
 		struct msghdr msg = {.msg_iov = cur, .msg_iovlen = iovcnt};
 		ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
@@ -216,7 +210,7 @@ int tcp_sendv_fd(int fd, const struct iovec *iov_in, int iovcnt, int timeout_ms)
 int tcp_recv_exact_fd(int fd, void *buf, size_t len, int timeout_ms)
 {
 	size_t got = 0;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = strata_mono_ms() + timeout_ms;
 	while (got < len) {
 		ssize_t n = recv(fd, (char *)buf + got, len - got, 0);
 		if (n > 0) {
@@ -247,16 +241,16 @@ static int tcp_sendv(struct transport_conn *c, const struct iovec *iov_in, int i
 		return r;
 	memcpy(iov, iov_in, sizeof(*iov) * iovcnt);
 	struct iovec *cur = iov;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = strata_mono_ms() + timeout_ms;
 	while (iovcnt > 0) {
 		struct msghdr msg = {.msg_iov = cur, .msg_iovlen = iovcnt};
 		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 		if (n < 0) {
-			if (errno == EINTR && now_ms() < deadline)
+			if (errno == EINTR && strata_mono_ms() < deadline)
 				continue;
 			return sock_err(errno);
 		}
-		if (iov_advance(&cur, &iovcnt, (size_t)n) > 0 && now_ms() >= deadline)
+		if (iov_advance(&cur, &iovcnt, (size_t)n) > 0 && strata_mono_ms() >= deadline)
 			return -ETIMEDOUT;
 	}
 	return 0;
@@ -268,7 +262,7 @@ static int tcp_recv_exact(struct transport_conn *c, void *buf, size_t len, int t
 	if (r < 0)
 		return r;
 	size_t got = 0;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = strata_mono_ms() + timeout_ms;
 	while (got < len) {
 		ssize_t n = recv(c->fd, (char *)buf + got, len - got, MSG_WAITALL);
 		if (n > 0) {
@@ -278,7 +272,7 @@ static int tcp_recv_exact(struct transport_conn *c, void *buf, size_t len, int t
 		} else if (errno != EINTR) {
 			return sock_err(errno);
 		}
-		if (got < len && now_ms() >= deadline)
+		if (got < len && strata_mono_ms() >= deadline)
 			return -ETIMEDOUT;
 	}
 	return 0;
@@ -289,7 +283,7 @@ static ssize_t tcp_recvv(struct transport_conn *c, struct iovec *iov, int iovcnt
 	int r = set_timeouts(c, timeout_ms);
 	if (r < 0)
 		return r;
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = strata_mono_ms() + timeout_ms;
 	for (;;) {
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = iovcnt};
 		ssize_t n = recvmsg(c->fd, &msg, 0);
@@ -297,7 +291,7 @@ static ssize_t tcp_recvv(struct transport_conn *c, struct iovec *iov, int iovcnt
 			return n;
 		if (n == 0)
 			return -ECONNRESET;
-		if (errno != EINTR || now_ms() >= deadline)
+		if (errno != EINTR || strata_mono_ms() >= deadline)
 			return sock_err(errno);
 	}
 }

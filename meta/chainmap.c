@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 #include "fs/cleanup.h"
+#include "fs/clock.h"
 #include "meta/ns-internal.h"
 
 struct cmap {
@@ -57,14 +58,6 @@ struct cmap {
 	bool formed[STRATA_MAX_REPLICAS + 1]; /* factors that got new chains */
 	bool changed;
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- loading and writing -------------------------------------------------- */
 
@@ -617,7 +610,7 @@ static struct ns_live *live_find(struct ns *ns, uint32_t node, bool add)
 		ns->live = l;
 		ns->caplive = cap;
 	}
-	ns->live[ns->nlive] = (struct ns_live){node, mono_ms()};
+	ns->live[ns->nlive] = (struct ns_live){node, strata_mono_ms()};
 	return &ns->live[ns->nlive++];
 }
 
@@ -626,7 +619,7 @@ void ns_live_touch(struct ns *ns, uint32_t node_id)
 	pthread_mutex_lock(&ns->live_mu);
 	struct ns_live *l = live_find(ns, node_id, true);
 	if (l)
-		l->heard_ms = mono_ms();
+		l->heard_ms = strata_mono_ms();
 	pthread_mutex_unlock(&ns->live_mu);
 }
 
@@ -636,7 +629,7 @@ static int64_t live_age(struct ns *ns, uint32_t node_id)
 {
 	pthread_mutex_lock(&ns->live_mu);
 	struct ns_live *l = live_find(ns, node_id, true);
-	int64_t age = l ? mono_ms() - l->heard_ms : 0;
+	int64_t age = l ? strata_mono_ms() - l->heard_ms : 0;
 	pthread_mutex_unlock(&ns->live_mu);
 	return age;
 }
@@ -644,7 +637,7 @@ static int64_t live_age(struct ns *ns, uint32_t node_id)
 bool ns_probe_due(struct ns *ns, uint32_t target_id)
 {
 	struct ns_live *slot = &ns->probes[target_id % NS_PROBE_SLOTS];
-	int64_t now = mono_ms();
+	int64_t now = strata_mono_ms();
 	pthread_mutex_lock(&ns->live_mu);
 	bool due = slot->node_id != target_id || now - slot->heard_ms >= NS_PROBE_EVERY_MS;
 	if (due)

@@ -32,6 +32,7 @@
 #include <openssl/x509v3.h>
 
 #include "fs/cleanup.h"
+#include "fs/clock.h"
 #include "imagesvc/pull/http.h"
 
 #define HTTP_LINE_MAX 8192
@@ -435,13 +436,6 @@ static int conn_send(struct http_conn *conn, const char *buf, size_t n)
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void set_rcvtimeo(struct http_conn *conn, int64_t ms)
 {
 	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
@@ -452,7 +446,7 @@ static void set_rcvtimeo(struct http_conn *conn, int64_t ms)
 static ssize_t conn_fill(struct http_conn *conn)
 {
 	if (conn->deadline_ms) {
-		int64_t left = conn->deadline_ms - now_ms();
+		int64_t left = conn->deadline_ms - strata_mono_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		set_rcvtimeo(conn, STRATA_MIN(left, (int64_t)conn->timeout_ms));
@@ -665,7 +659,7 @@ static int read_head(struct http_client *c, struct http_response *r, const char 
 		return strata_err_set(e, -ENOMEM, "out of memory");
 	/* The whole header block must arrive within one stall limit: a server
 	 * trickling a byte at a time cannot hold us longer. */
-	r->conn->deadline_ms = now_ms() + c->o.timeout_ms;
+	r->conn->deadline_ms = strata_mono_ms() + c->o.timeout_ms;
 	int k = read_head_lines(c, r, line, e);
 	r->conn->deadline_ms = 0;
 	set_rcvtimeo(r->conn, c->o.timeout_ms);
