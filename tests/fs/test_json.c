@@ -7,15 +7,7 @@
 #include <string.h>
 
 #include "fs/json.h"
-
-static int failures;
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);      \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 static struct json *parse(const char *s)
 {
@@ -27,27 +19,27 @@ static void test_json_valid(void)
 {
 	struct json *j = parse(" {\"a\": [1, -2.5e3, true, false, null], \"b\": "
 			       "\"x\\u00e9\\ud83d\\ude00\\n\", \"c\": {}} ");
-	CHECK(j && j->type == JSON_OBJ && j->len == 3);
+	EXPECT(j && j->type == JSON_OBJ && j->len == 3);
 	struct json *a = json_get(j, "a");
-	CHECK(a && a->type == JSON_ARR && a->len == 5);
+	EXPECT(a && a->type == JSON_ARR && a->len == 5);
 	int64_t v;
-	CHECK(json_int(a->child, 0, 10, &v) && v == 1);
-	CHECK(json_int(a->child->next, -10000, 10000, &v) && v == -2500);
-	CHECK(!json_int(a->child->next, 0, 10000, &v));
-	CHECK(a->child->next->num == -2500.0);
-	CHECK(!strcmp(json_cstr(json_get(j, "b")), "x\xc3\xa9\xf0\x9f\x98\x80\n"));
+	EXPECT(json_int(a->child, 0, 10, &v) && v == 1);
+	EXPECT(json_int(a->child->next, -10000, 10000, &v) && v == -2500);
+	EXPECT(!json_int(a->child->next, 0, 10000, &v));
+	EXPECT(a->child->next->num == -2500.0);
+	EXPECT(!strcmp(json_cstr(json_get(j, "b")), "x\xc3\xa9\xf0\x9f\x98\x80\n"));
 	const char *allowed[] = {"a", "b", NULL};
-	CHECK(!strcmp(json_unknown_field(j, allowed), "c"));
+	EXPECT(!strcmp(json_unknown_field(j, allowed), "c"));
 	struct jw w;
 	jw_init(&w);
 	json_emit(&w, j);
 	struct json *k = json_parse(w.buf, w.len, NULL, 0);
-	CHECK(k && !strcmp(json_cstr(json_get(k, "b")), json_cstr(json_get(j, "b"))));
+	EXPECT(k && !strcmp(json_cstr(json_get(k, "b")), json_cstr(json_get(j, "b"))));
 	json_free(k);
 	jw_done(&w);
 	json_free(j);
 	j = parse("\"a\\u0000b\"");
-	CHECK(j && j->len == 3 && json_cstr(j) == NULL); /* NUL refused as a C string */
+	EXPECT(j && j->len == 3 && json_cstr(j) == NULL); /* NUL refused as a C string */
 	json_free(j);
 }
 
@@ -63,13 +55,13 @@ static void test_json_invalid(void)
 		struct json *j = json_parse(bad[i], strlen(bad[i]), err, sizeof(err));
 		if (j)
 			fprintf(stderr, "accepted: %s\n", bad[i]);
-		CHECK(!j && err[0]);
+		EXPECT(!j && err[0]);
 		json_free(j);
 	}
 	char deep[200];
 	memset(deep, '[', 100);
 	memset(deep + 100, ']', 100);
-	CHECK(!json_parse(deep, 200, NULL, 0));
+	EXPECT(!json_parse(deep, 200, NULL, 0));
 }
 
 static void test_emitter(void)
@@ -86,16 +78,16 @@ static void test_emitter(void)
 	jw_b64(&w, "hello", 5);
 	jw_arr_end(&w);
 	jw_obj_end(&w);
-	CHECK(!strcmp(w.buf,
-		      "{\"s\":\"q\\\"\\\\\\u0001\",\"i\":-42,\"a\":[true,null,\"aGVsbG8=\"]}"));
+	EXPECT(!strcmp(w.buf,
+		       "{\"s\":\"q\\\"\\\\\\u0001\",\"i\":-42,\"a\":[true,null,\"aGVsbG8=\"]}"));
 	jw_done(&w);
 	uint8_t *out;
 	size_t n;
-	CHECK(b64_decode("aGVsbG8=", 8, &out, &n) == 0 && n == 5 && !memcmp(out, "hello", 5));
+	EXPECT(b64_decode("aGVsbG8=", 8, &out, &n) == 0 && n == 5 && !memcmp(out, "hello", 5));
 	free(out);
-	CHECK(b64_decode("aGVsbG8", 7, &out, &n) == -EINVAL);
-	CHECK(b64_decode("aG=sbG8=", 8, &out, &n) == -EINVAL);
-	CHECK(b64_decode("", 0, &out, &n) == 0 && n == 0);
+	EXPECT(b64_decode("aGVsbG8", 7, &out, &n) == -EINVAL);
+	EXPECT(b64_decode("aG=sbG8=", 8, &out, &n) == -EINVAL);
+	EXPECT(b64_decode("", 0, &out, &n) == 0 && n == 0);
 	free(out);
 }
 
@@ -104,7 +96,5 @@ int main(void)
 	test_json_valid();
 	test_json_invalid();
 	test_emitter();
-	if (failures)
-		fprintf(stderr, "%d checks failed\n", failures);
-	return failures ? 1 : 0;
+	return test_result("test_json");
 }

@@ -6,16 +6,7 @@
 #include <string.h>
 
 #include "fuse/fuse-internal.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 static struct strata_attr file_attr(strata_ino_t ino, uint64_t size)
 {
@@ -38,22 +29,22 @@ static void test_lookup_forget(struct sfs *fs)
 	struct sfs_inode *in;
 
 	sfs_inode_note(fs, &a, false, 0); /* not looked up: not kept */
-	CHECK(sfs_inode_get(fs, 42, false) == NULL);
+	EXPECT(sfs_inode_get(fs, 42, false) == NULL);
 	sfs_inode_note(fs, &a, true, 0);
 	sfs_inode_note(fs, &a, true, 0);
 	in = sfs_inode_get(fs, 42, false);
-	CHECK(in != NULL);
+	EXPECT(in != NULL);
 	if (in) {
-		CHECK(in->nlookup == 2);
-		CHECK(in->have_layout && in->layout.chunk_size == (1u << 20));
-		CHECK(in->size == 10);
+		EXPECT(in->nlookup == 2);
+		EXPECT(in->have_layout && in->layout.chunk_size == (1u << 20));
+		EXPECT(in->size == 10);
 	}
 	sfs_inode_forget(fs, 42, 2);
 	/* still referenced by `in` */
-	CHECK(fs->itable.count == 1);
+	EXPECT(fs->itable.count == 1);
 	sfs_inode_put(fs, in);
-	CHECK(fs->itable.count == 0);
-	CHECK(sfs_inode_get(fs, 42, false) == NULL);
+	EXPECT(fs->itable.count == 0);
+	EXPECT(sfs_inode_get(fs, 42, false) == NULL);
 }
 
 static void test_pending_length(struct sfs *fs)
@@ -63,7 +54,7 @@ static void test_pending_length(struct sfs *fs)
 
 	sfs_inode_note(fs, &a, true, 0);
 	in = sfs_inode_get(fs, 7, false);
-	CHECK(in != NULL);
+	EXPECT(in != NULL);
 	if (!in)
 		return;
 	/* a local write past the end, not yet recorded in meta */
@@ -73,21 +64,21 @@ static void test_pending_length(struct sfs *fs)
 	in->write_mtime = 9000;
 	a = file_attr(7, 100);
 	sfs_inode_note(fs, &a, false, 0);
-	CHECK(a.size == 5000);
-	CHECK(a.mtime_ns == 9000);
+	EXPECT(a.size == 5000);
+	EXPECT(a.mtime_ns == 9000);
 	/* meta ahead of us (another writer): its size wins */
 	a = file_attr(7, 8000);
 	sfs_inode_note(fs, &a, false, 0);
-	CHECK(a.size == 8000 && in->size == 8000);
+	EXPECT(a.size == 8000 && in->size == 8000);
 	/* recorded: meta's size is the truth again, even when smaller */
 	in->size_dirty = false;
 	in->data_written = false;
 	a = file_attr(7, 3);
 	sfs_inode_note(fs, &a, false, 0);
-	CHECK(a.size == 3 && in->size == 3);
+	EXPECT(a.size == 3 && in->size == 3);
 	sfs_inode_put(fs, in);
 	sfs_inode_forget(fs, 7, 1);
-	CHECK(fs->itable.count == 0);
+	EXPECT(fs->itable.count == 0);
 }
 
 /* A getattr whose meta call began before a local write + fsync replies with
@@ -101,7 +92,7 @@ static void test_stale_reply(struct sfs *fs)
 
 	sfs_inode_note(fs, &a, true, 0);
 	in = sfs_inode_get(fs, 9, false);
-	CHECK(in != NULL);
+	EXPECT(in != NULL);
 	if (!in)
 		return;
 	uint64_t before = sfs_attr_stamp(fs); /* the racing getattr starts */
@@ -112,13 +103,13 @@ static void test_stale_reply(struct sfs *fs)
 	pthread_mutex_unlock(&in->lock);
 	a = file_attr(9, 100); /* its reply: the size before the write */
 	sfs_inode_note(fs, &a, false, before);
-	CHECK(in->size == 5000 && a.size == 5000);
+	EXPECT(in->size == 5000 && a.size == 5000);
 	a = file_attr(9, 7000); /* a later reply (another writer) still counts */
 	sfs_inode_note(fs, &a, false, sfs_attr_stamp(fs));
-	CHECK(in->size == 7000);
+	EXPECT(in->size == 7000);
 	sfs_inode_put(fs, in);
 	sfs_inode_forget(fs, 9, 1);
-	CHECK(fs->itable.count == 0);
+	EXPECT(fs->itable.count == 0);
 }
 
 static void test_many(struct sfs *fs)
@@ -128,13 +119,13 @@ static void test_many(struct sfs *fs)
 
 		sfs_inode_note(fs, &a, true, 0);
 	}
-	CHECK(fs->itable.count == 10000);
+	EXPECT(fs->itable.count == 10000);
 	for (strata_ino_t i = 1; i <= 10000; i += 2)
 		sfs_inode_forget(fs, i * 65536, 1);
-	CHECK(fs->itable.count == 5000);
-	CHECK(sfs_inode_get(fs, 3 * 65536, false) == NULL);
+	EXPECT(fs->itable.count == 5000);
+	EXPECT(sfs_inode_get(fs, 3 * 65536, false) == NULL);
 	struct sfs_inode *in = sfs_inode_get(fs, 4 * 65536, false);
-	CHECK(in && in->ino == 4 * 65536);
+	EXPECT(in && in->ino == 4 * 65536);
 	sfs_inode_put(fs, in);
 	/* the rest is freed by sfs_itable_done */
 }
@@ -154,9 +145,5 @@ int main(void)
 	test_stale_reply(&fs);
 	test_many(&fs);
 	sfs_itable_done(&fs.itable);
-	if (failures) {
-		fprintf(stderr, "test_fuse_inode: %d failure(s)\n", failures);
-		return 1;
-	}
-	return 0;
+	return test_result("test_fuse_inode");
 }

@@ -35,16 +35,7 @@
 #include "imagesvc/tar.h"
 #include "tests/imagesvc/tarbuild.h"
 #include "imagesvc/tree.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 #define T0 1700000000
 #define BIG_SIZE ((4ull << 30) + 8192)
@@ -426,10 +417,10 @@ static void test_reopen_dedup(const char *store, const struct tb *layer)
 	struct blobstore *bs;
 	struct tree *t;
 	struct tree_stats st = {0};
-	CHECK(blobstore_local_open(store, &bs) == 0);
-	CHECK(tree_new(&t) == 0);
-	CHECK(apply_buf(t, bs, layer, 0, &st) == 0);
-	CHECK(st.chunks > 0 && st.chunks_new == 0 && st.chunks_dedup == st.chunks);
+	EXPECT(blobstore_local_open(store, &bs) == 0);
+	EXPECT(tree_new(&t) == 0);
+	EXPECT(apply_buf(t, bs, layer, 0, &st) == 0);
+	EXPECT(st.chunks > 0 && st.chunks_new == 0 && st.chunks_dedup == st.chunks);
 	tree_free(t);
 	blobstore_free(bs);
 }
@@ -448,25 +439,25 @@ static void test_corrupt_table(const char *dir)
 	}
 	snprintf(path, sizeof(path), "%s/badstore", dir);
 	struct blobstore *bs = NULL;
-	CHECK(blobstore_local_open(path, &bs) == -EBADMSG);
+	EXPECT(blobstore_local_open(path, &bs) == -EBADMSG);
 	blobstore_free(bs);
 }
 
 static void check_tree(struct tree *t, const struct tree_stats *st)
 {
-	CHECK(tree_lookup(t, "delfile") == NULL);
-	CHECK(tree_lookup(t, "del/x") == NULL);
-	CHECK(tree_lookup(t, "del/keep") != NULL);
-	CHECK(tree_lookup(t, "opq/a") == NULL && tree_lookup(t, "opq/b") == NULL);
-	CHECK(tree_lookup(t, "opq/c") != NULL);
-	CHECK(tree_lookup(t, "replaceme/child") == NULL);
+	EXPECT(tree_lookup(t, "delfile") == NULL);
+	EXPECT(tree_lookup(t, "del/x") == NULL);
+	EXPECT(tree_lookup(t, "del/keep") != NULL);
+	EXPECT(tree_lookup(t, "opq/a") == NULL && tree_lookup(t, "opq/b") == NULL);
+	EXPECT(tree_lookup(t, "opq/c") != NULL);
+	EXPECT(tree_lookup(t, "replaceme/child") == NULL);
 	struct tree_inode *p = tree_lookup(t, "bin/ping");
-	CHECK(p && p == tree_lookup(t, "lib/ping-link") && p == tree_lookup(t, "bin/ping6"));
-	CHECK(p && p->nlink == 3);
-	CHECK(st->chunks_dedup >= 1);
-	CHECK(st->holes >= 4096 + 2);
-	CHECK(st->whiteouts == 3);
-	CHECK(st->inlined >= 400); /* etc/passwd, the 1- and 2-byte files of many/, ... */
+	EXPECT(p && p == tree_lookup(t, "lib/ping-link") && p == tree_lookup(t, "bin/ping6"));
+	EXPECT(p && p->nlink == 3);
+	EXPECT(st->chunks_dedup >= 1);
+	EXPECT(st->holes >= 4096 + 2);
+	EXPECT(st->whiteouts == 3);
+	EXPECT(st->inlined >= 400); /* etc/passwd, the 1- and 2-byte files of many/, ... */
 }
 
 static void test_merge_errors(struct blobstore *bs)
@@ -488,12 +479,12 @@ static void test_merge_errors(struct blobstore *bs)
 		struct tree *t;
 		struct tb b = {0};
 		emit_all(&b, cases[i].s, cases[i].n);
-		CHECK(tree_new(&t) == 0);
+		EXPECT(tree_new(&t) == 0);
 		int r = apply_buf(t, bs, &b, 0, NULL);
 		if (r != cases[i].want) {
 			fprintf(stderr, "merge error case %zu: got %d want %d\n", i, r,
 				cases[i].want);
-			failures++;
+			test_failures++;
 		}
 		tree_free(t);
 		tb_free(&b);
@@ -558,7 +549,7 @@ static int check_one(const char *mnt, const struct spec *s)
 	snprintf(path, sizeof(path), "%s/%s", mnt, s->path);
 	struct stat st;
 	int bad = 0;
-#define EXPECT(c)                                                                                  \
+#define EXPECT_ENTRY(c)                                                                            \
 	do {                                                                                       \
 		if (!(c)) {                                                                        \
 			fprintf(stderr, "mounted '%s': %s\n", s->path, #c);                        \
@@ -569,36 +560,37 @@ static int check_one(const char *mnt, const struct spec *s)
 		fprintf(stderr, "mounted '%s': missing (%s)\n", s->path, strerror(errno));
 		return 1;
 	}
-	EXPECT((st.st_mode & S_IFMT) == type_of(s->type));
-	EXPECT((st.st_mode & 07777) == s->mode);
-	EXPECT(st.st_uid == s->uid && st.st_gid == s->gid);
-	EXPECT(st.st_mtim.tv_sec == s->mtime && st.st_mtim.tv_nsec == (long)s->nsec);
+	EXPECT_ENTRY((st.st_mode & S_IFMT) == type_of(s->type));
+	EXPECT_ENTRY((st.st_mode & 07777) == s->mode);
+	EXPECT_ENTRY(st.st_uid == s->uid && st.st_gid == s->gid);
+	EXPECT_ENTRY(st.st_mtim.tv_sec == s->mtime && st.st_mtim.tv_nsec == (long)s->nsec);
 	if (s->nlink)
-		EXPECT(st.st_nlink == s->nlink);
+		EXPECT_ENTRY(st.st_nlink == s->nlink);
 	if (s->type == '0') {
-		EXPECT((uint64_t)st.st_size == s->size);
-		EXPECT(content_ok(path, s->seed, s->size));
+		EXPECT_ENTRY((uint64_t)st.st_size == s->size);
+		EXPECT_ENTRY(content_ok(path, s->seed, s->size));
 		if (!s->nlink)
-			EXPECT(st.st_nlink == 1);
+			EXPECT_ENTRY(st.st_nlink == 1);
 	}
 	if (s->type == '2') {
 		char t[4096];
 		ssize_t k = readlink(path, t, sizeof(t) - 1);
-		EXPECT(k == (ssize_t)strlen(s->link) && !memcmp(t, s->link, (size_t)k));
+		EXPECT_ENTRY(k == (ssize_t)strlen(s->link) && !memcmp(t, s->link, (size_t)k));
 	}
 	if (s->type == '3' || s->type == '4')
-		EXPECT(major(st.st_rdev) == s->major && minor(st.st_rdev) == s->minor);
+		EXPECT_ENTRY(major(st.st_rdev) == s->major && minor(st.st_rdev) == s->minor);
 	if (s->xname)
-		EXPECT(xattr_ok(path, s->xname, s->xval, s->xlen ? s->xlen : strlen(s->xval)));
+		EXPECT_ENTRY(
+		    xattr_ok(path, s->xname, s->xval, s->xlen ? s->xlen : strlen(s->xval)));
 	if (s->xname2)
-		EXPECT(xattr_ok(path, s->xname2, s->xval2, strlen(s->xval2)));
+		EXPECT_ENTRY(xattr_ok(path, s->xname2, s->xval2, strlen(s->xval2)));
 	char list[1024];
 	ssize_t ln = llistxattr(path, list, sizeof(list));
 	size_t want_list =
 	    (s->xname ? strlen(s->xname) + 1 : 0) + (s->xname2 ? strlen(s->xname2) + 1 : 0);
-	EXPECT(ln == (ssize_t)want_list);
+	EXPECT_ENTRY(ln == (ssize_t)want_list);
 	return bad;
-#undef EXPECT
+#undef EXPECT_ENTRY
 }
 
 static size_t walk_count;
@@ -612,37 +604,38 @@ static void check_mounted(const char *mnt, const struct spec *l2, size_t n2)
 {
 	size_t nfinal = ARRAY_SIZE(final_tree);
 	for (size_t i = 0; i < nfinal; i++)
-		failures += check_one(mnt, &final_tree[i]);
+		test_failures += check_one(mnt, &final_tree[i]);
 	for (size_t i = 0; i < n2; i++)
 		if (l2[i].type == '0')
-			failures += check_one(mnt, &l2[i]);
+			test_failures += check_one(mnt, &l2[i]);
 	/* the big file: size, a hole in the middle, the tail */
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/big/file", mnt);
 	struct stat st;
-	CHECK(lstat(path, &st) == 0 && (uint64_t)st.st_size == BIG_SIZE);
+	EXPECT(lstat(path, &st) == 0 && (uint64_t)st.st_size == BIG_SIZE);
 	int fd = open(path, O_RDONLY);
 	uint8_t buf[8192], want[8192];
-	CHECK(fd >= 0 && pread(fd, buf, 4096, 3ull << 30) == 4096 && buf[0] == 0 && buf[4095] == 0);
+	EXPECT(fd >= 0 && pread(fd, buf, 4096, 3ull << 30) == 4096 && buf[0] == 0 &&
+	       buf[4095] == 0);
 	fill(want, 21, 0, sizeof(want));
-	CHECK(fd >= 0 && pread(fd, buf, 8192, 4ull << 30) == 8192 && !memcmp(buf, want, 8192));
+	EXPECT(fd >= 0 && pread(fd, buf, 8192, 4ull << 30) == 8192 && !memcmp(buf, want, 8192));
 	if (fd >= 0)
 		close(fd);
 	/* same inode for hard links, different for others */
 	struct stat a, b, c;
 	snprintf(path, sizeof(path), "%s/bin/ping", mnt);
-	CHECK(lstat(path, &a) == 0);
+	EXPECT(lstat(path, &a) == 0);
 	snprintf(path, sizeof(path), "%s/lib/ping-link", mnt);
-	CHECK(lstat(path, &b) == 0 && a.st_ino == b.st_ino);
+	EXPECT(lstat(path, &b) == 0 && a.st_ino == b.st_ino);
 	snprintf(path, sizeof(path), "%s/bin/sh", mnt);
-	CHECK(lstat(path, &c) == 0 && a.st_ino != c.st_ino);
+	EXPECT(lstat(path, &c) == 0 && a.st_ino != c.st_ino);
 	/* nothing more than expected: final_tree + layer2 files + big/file */
 	walk_count = 0;
 	nftw(mnt, walk_cb, 16, FTW_PHYS);
 	size_t want_n = nfinal + (n2 - 1) + 1;
 	if (walk_count != want_n) {
 		fprintf(stderr, "mounted tree has %zu paths, expected %zu\n", walk_count, want_n);
-		failures++;
+		test_failures++;
 	}
 	/* many/ has 600 entries over several directory blocks */
 	snprintf(path, sizeof(path), "%s/many", mnt);
@@ -653,7 +646,7 @@ static void check_mounted(const char *mnt, const struct spec *l2, size_t n2)
 		n++;
 	if (d)
 		closedir(d);
-	CHECK(n == 602);
+	EXPECT(n == 602);
 }
 
 static int run_cmd(char *const argv[])
@@ -687,7 +680,7 @@ static void fsck_image(const char *img, char devs[][4096], size_t n)
 	}
 	if (rc != 0) {
 		fprintf(stderr, "fsck.erofs failed with %d\n", rc);
-		failures++;
+		test_failures++;
 	}
 }
 
@@ -741,9 +734,9 @@ int main(void)
 	memset(big_xval, 'v', sizeof(big_xval) - 1);
 	struct blobstore *bs;
 	struct tree *t;
-	CHECK(blobstore_local_open(store, &bs) == 0);
+	EXPECT(blobstore_local_open(store, &bs) == 0);
 	test_merge_errors(bs);
-	CHECK(tree_new(&t) == 0);
+	EXPECT(tree_new(&t) == 0);
 
 	struct tb l0 = {0}, l1 = {0}, l2 = {0};
 	emit_all(&l0, layer0, ARRAY_SIZE(layer0));
@@ -753,9 +746,9 @@ int main(void)
 	emit_all(&l2, s2, n2);
 	struct tb gz0 = tb_gzip(&l0), zs1 = tb_zstd(&l1);
 	struct tree_stats st = {0};
-	CHECK(apply_buf(t, bs, &gz0, 0, &st) == 0);
-	CHECK(apply_buf(t, bs, &zs1, 1, &st) == 0);
-	CHECK(apply_buf(t, bs, &l2, 2, &st) == 0);
+	EXPECT(apply_buf(t, bs, &gz0, 0, &st) == 0);
+	EXPECT(apply_buf(t, bs, &zs1, 1, &st) == 0);
+	EXPECT(apply_buf(t, bs, &l2, 2, &st) == 0);
 
 	struct gen *g = calloc(1, sizeof(*g));
 	struct tb gh = {0};
@@ -765,7 +758,7 @@ int main(void)
 	memcpy(g->hdr, gh.p, gh.len);
 	g->hdr_len = gh.len;
 	fill(g->tail, 21, 0, sizeof(g->tail));
-	CHECK(apply(t, bs, gen_read, g, 3, &st) == 0);
+	EXPECT(apply(t, bs, gen_read, g, 3, &st) == 0);
 	/* big/ comes from a layer of its own with 0755 root:root at T0 */
 	check_tree(t, &st);
 	printf("merged: %llu entries, %llu files, %llu bytes, %llu chunks (%llu new, %llu dedup), "
@@ -777,11 +770,11 @@ int main(void)
 
 	int fd = open(img, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	struct erofs_image_info info = {0};
-	CHECK(fd >= 0 && erofs_write_image(t, fd, &info) == 0);
+	EXPECT(fd >= 0 && erofs_write_image(t, fd, &info) == 0);
 	close(fd);
 	char(*devs)[4096] = calloc(info.n_blobs + 1, 4096);
 	for (size_t i = 0; i < info.n_blobs; i++)
-		CHECK(blobstore_blob_path(bs, info.blobs[i], devs[i], 4096) == 0);
+		EXPECT(blobstore_blob_path(bs, info.blobs[i], devs[i], 4096) == 0);
 	printf("image: %llu bytes, %llu inodes, %zu blobs, root nid %u\n",
 	       (unsigned long long)info.size, (unsigned long long)info.inodes, info.n_blobs,
 	       info.root_nid);
@@ -794,17 +787,17 @@ int main(void)
 		fflush(NULL);
 		pid_t pid = fork();
 		if (pid == 0) {
-			failures = 0;
+			test_failures = 0;
 			check_mounted(mnt, s2, n2);
-			_exit(failures ? 1 : 0);
+			_exit(test_failures ? 1 : 0);
 		}
 		int status = 0;
 		if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
 		    WEXITSTATUS(status) != 0)
-			failures++;
+			test_failures++;
 		umount_at_exit();
 	} else if (rc == 1) {
-		failures++;
+		test_failures++;
 	}
 
 	test_reopen_dedup(store, &gz0);
@@ -824,10 +817,8 @@ int main(void)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (!mnt_dir[0] && system(cmd) != 0)
 		fprintf(stderr, "note: could not remove %s\n", dir);
-	if (failures) {
-		fprintf(stderr, "test_erofs: %d failure(s)\n", failures);
-		return 1;
-	}
+	if (test_failures)
+		return test_result("test_erofs");
 	if (rc == 77)
 		return 77;
 	printf("test_erofs: ok (mounted and compared)\n");

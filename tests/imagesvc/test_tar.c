@@ -11,16 +11,7 @@
 #include "imagesvc/istream.h"
 #include "imagesvc/tar.h"
 #include "tests/imagesvc/tarbuild.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 #define MAX_SEEN 16
 
@@ -125,19 +116,19 @@ static void test_all_types(void)
 				       .mode = 04755});
 	tb_header(&b, &(struct tb_hdr){.name = "v7dir/", .type = '0'});
 	tb_end(&b);
-	CHECK(run_plain(&b, &s) == 0);
-	CHECK(s.n == 10);
-	CHECK(s.e[0].type == TAR_DIR && !strcmp(s.e[0].path, ""));
-	CHECK(s.e[1].type == TAR_DIR && !strcmp(s.e[1].path, "dir"));
-	CHECK(s.e[2].type == TAR_REG && s.e[2].size == 5 && !strcmp(s.data[2], "hello"));
-	CHECK(s.e[3].type == TAR_SYMLINK && !strcmp(s.e[3].linkname, "/etc/shadow"));
-	CHECK(s.e[4].type == TAR_HARDLINK && !strcmp(s.e[4].linkname, "dir/file"));
-	CHECK(s.e[5].type == TAR_CHR && s.e[5].devmajor == 1 && s.e[5].devminor == 3);
-	CHECK(s.e[6].type == TAR_BLK && s.e[6].devmajor == 8 && s.e[6].devminor == 300);
-	CHECK(s.e[7].type == TAR_FIFO);
-	CHECK(!strcmp(s.e[8].path, "very/long/prefix/file") && s.e[8].uid == 1000 &&
-	      s.e[8].gid == 100 && s.e[8].mode == 04755 && s.e[8].mtime == 1700000000);
-	CHECK(s.e[9].type == TAR_DIR && !strcmp(s.e[9].path, "v7dir"));
+	EXPECT(run_plain(&b, &s) == 0);
+	EXPECT(s.n == 10);
+	EXPECT(s.e[0].type == TAR_DIR && !strcmp(s.e[0].path, ""));
+	EXPECT(s.e[1].type == TAR_DIR && !strcmp(s.e[1].path, "dir"));
+	EXPECT(s.e[2].type == TAR_REG && s.e[2].size == 5 && !strcmp(s.data[2], "hello"));
+	EXPECT(s.e[3].type == TAR_SYMLINK && !strcmp(s.e[3].linkname, "/etc/shadow"));
+	EXPECT(s.e[4].type == TAR_HARDLINK && !strcmp(s.e[4].linkname, "dir/file"));
+	EXPECT(s.e[5].type == TAR_CHR && s.e[5].devmajor == 1 && s.e[5].devminor == 3);
+	EXPECT(s.e[6].type == TAR_BLK && s.e[6].devmajor == 8 && s.e[6].devminor == 300);
+	EXPECT(s.e[7].type == TAR_FIFO);
+	EXPECT(!strcmp(s.e[8].path, "very/long/prefix/file") && s.e[8].uid == 1000 &&
+	       s.e[8].gid == 100 && s.e[8].mode == 04755 && s.e[8].mtime == 1700000000);
+	EXPECT(s.e[9].type == TAR_DIR && !strcmp(s.e[9].path, "v7dir"));
 	seen_free(&s);
 	tb_free(&b);
 }
@@ -179,17 +170,17 @@ static void test_gnu_and_pax(void)
 	tb_pax(&b, 'g', &rec);
 	tb_header(&b, &(struct tb_hdr){.name = "b256", .type = '0', .size = 0, .uid = 0});
 	tb_end(&b);
-	CHECK(run_plain(&b, &s) == 0);
-	CHECK(s.n == 4);
-	CHECK(strlen(s.e[0].path) == 399 && !strcmp(s.e[0].linkname, longlink));
-	CHECK(!strcmp(s.e[1].path, "pax/name/\xc3\xa9t\xc3\xa9"));
-	CHECK(s.e[1].uid == 5000000 && s.e[1].gid == 4294967295u);
-	CHECK(s.e[1].mtime == 1700000000 && s.e[1].mtime_nsec == 123456789);
-	CHECK(s.nx[1] == 1 && !strcmp(s.xname[1], "security.capability") &&
-	      s.xlen[1] == sizeof(cap) && !memcmp(s.xval[1], cap, sizeof(cap)));
-	CHECK(!strcmp(s.data[1], "abc"));
-	CHECK(s.e[2].mtime == -2 && s.e[2].mtime_nsec == 750000000);
-	CHECK(s.e[2].size == 4 && !strcmp(s.data[2], "wxyz"));
+	EXPECT(run_plain(&b, &s) == 0);
+	EXPECT(s.n == 4);
+	EXPECT(strlen(s.e[0].path) == 399 && !strcmp(s.e[0].linkname, longlink));
+	EXPECT(!strcmp(s.e[1].path, "pax/name/\xc3\xa9t\xc3\xa9"));
+	EXPECT(s.e[1].uid == 5000000 && s.e[1].gid == 4294967295u);
+	EXPECT(s.e[1].mtime == 1700000000 && s.e[1].mtime_nsec == 123456789);
+	EXPECT(s.nx[1] == 1 && !strcmp(s.xname[1], "security.capability") &&
+	       s.xlen[1] == sizeof(cap) && !memcmp(s.xval[1], cap, sizeof(cap)));
+	EXPECT(!strcmp(s.data[1], "abc"));
+	EXPECT(s.e[2].mtime == -2 && s.e[2].mtime_nsec == 750000000);
+	EXPECT(s.e[2].size == 4 && !strcmp(s.data[2], "wxyz"));
 	seen_free(&s);
 	tb_free(&b);
 	tb_free(&rec);
@@ -198,22 +189,23 @@ static void test_gnu_and_pax(void)
 static void test_path_normalization(void)
 {
 	char *p;
-	CHECK(tar_normalize_path("/etc//./passwd/", 15, 4096, &p) == 0 && !strcmp(p, "etc/passwd"));
+	EXPECT(tar_normalize_path("/etc//./passwd/", 15, 4096, &p) == 0 &&
+	       !strcmp(p, "etc/passwd"));
 	free(p);
-	CHECK(tar_normalize_path("./", 2, 4096, &p) == 0 && !strcmp(p, ""));
+	EXPECT(tar_normalize_path("./", 2, 4096, &p) == 0 && !strcmp(p, ""));
 	free(p);
-	CHECK(tar_normalize_path("..", 2, 4096, &p) == -EINVAL);
-	CHECK(tar_normalize_path("a/../b", 6, 4096, &p) == -EINVAL);
-	CHECK(tar_normalize_path("/../../etc", 10, 4096, &p) == -EINVAL);
-	CHECK(tar_normalize_path("a/..b/c..", 9, 4096, &p) == 0 && !strcmp(p, "a/..b/c.."));
+	EXPECT(tar_normalize_path("..", 2, 4096, &p) == -EINVAL);
+	EXPECT(tar_normalize_path("a/../b", 6, 4096, &p) == -EINVAL);
+	EXPECT(tar_normalize_path("/../../etc", 10, 4096, &p) == -EINVAL);
+	EXPECT(tar_normalize_path("a/..b/c..", 9, 4096, &p) == 0 && !strcmp(p, "a/..b/c.."));
 	free(p);
-	CHECK(tar_normalize_path("a\0b", 3, 4096, &p) == -EINVAL);
+	EXPECT(tar_normalize_path("a\0b", 3, 4096, &p) == -EINVAL);
 	char big[300];
 	memset(big, 'x', sizeof(big));
-	CHECK(tar_normalize_path(big, 256, 4096, &p) == -ENAMETOOLONG);
-	CHECK(tar_normalize_path(big, 255, 4096, &p) == 0);
+	EXPECT(tar_normalize_path(big, 256, 4096, &p) == -ENAMETOOLONG);
+	EXPECT(tar_normalize_path(big, 255, 4096, &p) == 0);
 	free(p);
-	CHECK(tar_normalize_path("aaaa/bbbb", 9, 8, &p) == -ENAMETOOLONG);
+	EXPECT(tar_normalize_path("aaaa/bbbb", 9, 8, &p) == -ENAMETOOLONG);
 }
 
 /* Builds a one-entry archive through `fn` and expects `want` from the reader. */
@@ -226,10 +218,10 @@ static void expect(const char *what, void (*fn)(struct tb *), const struct tar_l
 	int r = run(&b, lim, false, 0, &s);
 	if (r != want) {
 		fprintf(stderr, "hostile case '%s': got %d (%s), want %d\n", what, r, s.msg, want);
-		failures++;
+		test_failures++;
 	} else if (want < 0 && !s.msg[0]) {
 		fprintf(stderr, "hostile case '%s': no error message\n", what);
-		failures++;
+		test_failures++;
 	}
 	seen_free(&s);
 	tb_free(&b);
@@ -568,11 +560,11 @@ static void test_compressed(void)
 	sample(&plain);
 	struct tb gz = tb_gzip(&plain), zs = tb_zstd(&plain);
 	struct seen s = {0};
-	CHECK(run(&plain, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
+	EXPECT(run(&plain, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
 	seen_free(&s);
-	CHECK(run(&gz, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
+	EXPECT(run(&gz, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
 	seen_free(&s);
-	CHECK(run(&zs, NULL, true, 0, &s) == 0 && s.n == 2);
+	EXPECT(run(&zs, NULL, true, 0, &s) == 0 && s.n == 2);
 	seen_free(&s);
 
 	/* multi-member gzip and multi-frame zstd */
@@ -588,54 +580,54 @@ static void test_compressed(void)
 	tb_raw(&gcat, g2.p, g2.len);
 	tb_raw(&zcat, z1.p, z1.len);
 	tb_raw(&zcat, z2.p, z2.len);
-	CHECK(run(&gcat, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
+	EXPECT(run(&gcat, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
 	seen_free(&s);
-	CHECK(run(&zcat, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
+	EXPECT(run(&zcat, NULL, true, 0, &s) == 0 && s.n == 2 && s.e[1].size == 300000);
 	seen_free(&s);
 
 	/* truncated at several points */
 	for (size_t cut = 1; cut < 8; cut++) {
 		struct tb t = {0};
 		tb_raw(&t, gz.p, gz.len * cut / 8);
-		CHECK(run(&t, NULL, true, 0, &s) == -EBADMSG);
-		CHECK(strstr(s.msg, "gzip") != NULL);
+		EXPECT(run(&t, NULL, true, 0, &s) == -EBADMSG);
+		EXPECT(strstr(s.msg, "gzip") != NULL);
 		seen_free(&s);
 		tb_free(&t);
 		tb_raw(&t, zs.p, zs.len * cut / 8);
-		CHECK(run(&t, NULL, true, 0, &s) == -EBADMSG);
-		CHECK(strstr(s.msg, "zstd") != NULL);
+		EXPECT(run(&t, NULL, true, 0, &s) == -EBADMSG);
+		EXPECT(strstr(s.msg, "zstd") != NULL);
 		seen_free(&s);
 		tb_free(&t);
 	}
 	/* only the 8-byte gzip trailer missing: the tar is complete, gzip is not */
 	struct tb t = {0};
 	tb_raw(&t, gz.p, gz.len - 4);
-	CHECK(run(&t, NULL, true, 0, &s) == -EBADMSG);
+	EXPECT(run(&t, NULL, true, 0, &s) == -EBADMSG);
 	seen_free(&s);
 	tb_free(&t);
 	/* corrupt bytes */
 	tb_raw(&t, gz.p, gz.len);
 	t.p[gz.len / 2] ^= 0xff;
 	t.p[gz.len / 2 + 1] ^= 0x55;
-	CHECK(run(&t, NULL, true, 0, &s) < 0);
+	EXPECT(run(&t, NULL, true, 0, &s) < 0);
 	seen_free(&s);
 	tb_free(&t);
 	tb_raw(&t, zs.p, zs.len);
 	t.p[zs.len / 2] ^= 0xff;
-	CHECK(run(&t, NULL, true, 0, &s) < 0);
+	EXPECT(run(&t, NULL, true, 0, &s) < 0);
 	seen_free(&s);
 	tb_free(&t);
 	/* trailing garbage after gzip */
 	tb_raw(&t, gz.p, gz.len);
 	tb_raw(&t, "garbage!", 8);
-	CHECK(run(&t, NULL, true, 0, &s) == -EBADMSG);
+	EXPECT(run(&t, NULL, true, 0, &s) == -EBADMSG);
 	seen_free(&s);
 	tb_free(&t);
 	/* decompression bomb: expanded size limit */
-	CHECK(run(&gz, NULL, true, 100000, &s) == -EFBIG);
-	CHECK(strstr(s.msg, "limit") != NULL);
+	EXPECT(run(&gz, NULL, true, 100000, &s) == -EFBIG);
+	EXPECT(strstr(s.msg, "limit") != NULL);
 	seen_free(&s);
-	CHECK(run(&zs, NULL, true, 100000, &s) == -EFBIG);
+	EXPECT(run(&zs, NULL, true, 100000, &s) == -EFBIG);
 	seen_free(&s);
 
 	tb_free(&two);
@@ -659,10 +651,8 @@ int main(void)
 	test_path_normalization();
 	test_hostile();
 	test_compressed();
-	if (failures) {
-		fprintf(stderr, "test_tar: %d failure(s)\n", failures);
-		return 1;
-	}
+	if (test_failures)
+		return test_result("test_tar");
 	printf("test_tar: ok\n");
 	return 0;
 }
