@@ -37,6 +37,7 @@
 #include "fs/cleanup.h"
 #include "fs/daemon.h"
 #include "fs/log.h"
+#include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 static void usage(FILE *f)
@@ -443,6 +444,7 @@ static void teardown(struct sandboxd *d)
 	api_creates_drain(d);	    /* creates in flight: finished, kept for adoption */
 	registry_free_all(d);	    /* the sandboxes keep running: only our memory */
 	registry_unpersist_wait(d); /* before the state dir may be removed */
+	sbd_pool_free(d->pool);
 	for (size_t i = ARRAY_SIZE(d->backends); i-- > 0;) /* fncall before container */
 		if (d->backends[i])
 			d->backends[i]->free(d->backends[i]);
@@ -471,7 +473,7 @@ int main(int argc, char **argv)
 	defaults(&d.cfg);
 	d.started_ms = sbd_now_ms();
 	int r = parse_args(&d, argc, argv);
-	if (r == 0 && !(d.loop = sbd_loop_new()))
+	if (r == 0 && (!(d.loop = sbd_loop_new()) || !(d.pool = sbd_pool_new())))
 		r = -ENOMEM;
 	if (r == 0)
 		r = setup_loop(&d);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,15 +56,13 @@ struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key)
  * hundreds of creates per second its value barely moves in that time. */
 #define MEMINFO_MS 50
 
-static int64_t mem_available_mb(void)
+static int64_t mem_available_mb(struct sandboxd *d)
 {
-	static int64_t cached = -1;
-	static uint64_t at_ms;
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	if (at_ms && now - at_ms < MEMINFO_MS)
-		return cached;
+	int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	if (d->meminfo_at_ms && now - d->meminfo_at_ms < MEMINFO_MS)
+		return d->meminfo_mb;
 	FILE *f = fopen("/proc/meminfo", "re");
 	char line[256];
 	long long kb = -1;
@@ -73,9 +72,9 @@ static int64_t mem_available_mb(void)
 		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
 			break;
 	fclose(f);
-	cached = kb < 0 ? -1 : kb / 1024;
-	at_ms = now;
-	return cached;
+	d->meminfo_mb = kb < 0 ? -1 : kb / 1024;
+	d->meminfo_at_ms = now;
+	return d->meminfo_mb;
 }
 
 int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
@@ -101,7 +100,7 @@ int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, 
 			 (long long)c->pids_budget);
 		return -ENOSPC;
 	}
-	int64_t avail = mem_available_mb();
+	int64_t avail = mem_available_mb(d);
 	if (avail >= 0 && avail < c->reserve_mb) {
 		snprintf(why, cap, "node memory available is %lld MB, below the reserve of %lld MB",
 			 (long long)avail, (long long)c->reserve_mb);
@@ -267,7 +266,8 @@ struct unpersist_item {
 	char id[SBD_ID_LEN + 1];
 };
 
-static struct {
+/* The queue of one sandboxd (d->unpersist), made at its first delete. */
+struct sbd_unpersist {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;	     /* the job ended */
 	struct unpersist_item *head; /* queued */
@@ -275,81 +275,130 @@ static struct {
 	bool running; /* the job is submitted or runs (it drains the queue) */
 	struct sbd_job job;
 	struct sandboxd *d;
-} up = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+};
 
-/* Removes everything queued; with up.mu held, returns with it held. */
-static void unpersist_drain_locked(struct sandboxd *d)
+/* Removes everything queued; with up->mu held, returns with it held. */
+static void unpersist_drain_locked(struct sbd_unpersist *up)
 {
-	while (up.head) {
-		struct unpersist_item *it = up.head;
-		up.head = NULL;
-		up.queued = 0;
-		pthread_mutex_unlock(&up.mu);
+	while (up->head) {
+		struct unpersist_item *it = up->head;
+		up->head = NULL;
+		up->queued = 0;
+		pthread_mutex_unlock(&up->mu);
 		while (it) {
 			struct unpersist_item *next = it->next;
-			unpersist(d, it->id);
+			unpersist(up->d, it->id);
 			free(it);
 			it = next;
 		}
-		pthread_mutex_lock(&up.mu);
+		pthread_mutex_lock(&up->mu);
 	}
 }
 
 static void unpersist_run(struct sbd_job *job)
 {
-	pthread_mutex_lock(&up.mu);
-	unpersist_drain_locked(up.d);
-	up.running = false;
-	pthread_cond_broadcast(&up.cond);
-	pthread_mutex_unlock(&up.mu);
+	struct sbd_unpersist *up =
+	    (struct sbd_unpersist *)((char *)job - offsetof(struct sbd_unpersist, job));
+	pthread_mutex_lock(&up->mu);
+	unpersist_drain_locked(up);
+	up->running = false;
+	pthread_cond_broadcast(&up->cond);
+	pthread_mutex_unlock(&up->mu);
 }
 
-/* Hands the queue to a worker unless one has it. Called with up.mu held;
+/* Hands the queue to a worker unless one has it. Called with up->mu held;
  * returns with it released. */
-static void unpersist_kick_unlock(struct sandboxd *d)
+static void unpersist_kick_unlock(struct sbd_unpersist *up)
 {
-	if (up.running || !up.head) {
-		pthread_mutex_unlock(&up.mu);
+	if (up->running || !up->head) {
+		pthread_mutex_unlock(&up->mu);
 		return;
 	}
-	up.running = true;
-	up.d = d;
-	up.job.fn = unpersist_run;
-	pthread_mutex_unlock(&up.mu);
-	if (sbd_pool_run(&up.job) < 0)
-		unpersist_run(&up.job); /* no thread: here */
+	up->running = true;
+	up->job.fn = unpersist_run;
+	pthread_mutex_unlock(&up->mu);
+	if (sbd_pool_run(up->d->pool, &up->job) < 0)
+		unpersist_run(&up->job); /* no thread: here */
+}
+
+static struct sbd_unpersist *unpersist_of(struct sandboxd *d)
+{
+	if (d->unpersist)
+		return d->unpersist;
+	struct sbd_unpersist *up = calloc(1, sizeof(*up));
+	if (!up)
+		return NULL;
+	pthread_mutex_init(&up->mu, NULL);
+	pthread_cond_init(&up->cond, NULL);
+	up->d = d;
+	d->unpersist = up;
+	return up;
 }
 
 static void unpersist_later(struct sandboxd *d, const char *id)
 {
-	struct unpersist_item *it = calloc(1, sizeof(*it));
+	struct sbd_unpersist *up = unpersist_of(d);
+	struct unpersist_item *it = up ? calloc(1, sizeof(*it)) : NULL;
 	if (!it) {
 		unpersist(d, id);
 		return;
 	}
 	snprintf(it->id, sizeof(it->id), "%s", id);
-	pthread_mutex_lock(&up.mu);
-	it->next = up.head;
-	up.head = it;
-	if (++up.queued < UNPERSIST_BATCH) {
-		pthread_mutex_unlock(&up.mu);
+	pthread_mutex_lock(&up->mu);
+	it->next = up->head;
+	up->head = it;
+	if (++up->queued < UNPERSIST_BATCH) {
+		pthread_mutex_unlock(&up->mu);
 		return;
 	}
-	unpersist_kick_unlock(d);
+	unpersist_kick_unlock(up);
 }
 
 void registry_unpersist_wait(struct sandboxd *d)
 {
-	pthread_mutex_lock(&up.mu);
-	while (up.running)
-		pthread_cond_wait(&up.cond, &up.mu);
-	unpersist_drain_locked(d);
-	pthread_mutex_unlock(&up.mu);
+	struct sbd_unpersist *up = d->unpersist;
+	if (!up)
+		return;
+	pthread_mutex_lock(&up->mu);
+	while (up->running)
+		pthread_cond_wait(&up->cond, &up->mu);
+	unpersist_drain_locked(up);
+	pthread_mutex_unlock(&up->mu);
+	pthread_mutex_destroy(&up->mu);
+	pthread_cond_destroy(&up->cond);
+	free(up);
+	d->unpersist = NULL;
+}
+
+void sbd_sandbox_hook_add(struct sbd_sandbox *sb, struct sbd_destroy_hook *h)
+{
+	h->next = sb->on_destroy;
+	sb->on_destroy = h;
+}
+
+void sbd_sandbox_hook_del(struct sbd_sandbox *sb, struct sbd_destroy_hook *h)
+{
+	for (struct sbd_destroy_hook **p = &sb->on_destroy; *p; p = &(*p)->next)
+		if (*p == h) {
+			*p = h->next;
+			return;
+		}
+}
+
+/* Runs sb's on-destroy hooks, each taken off the list before it runs (it
+ * may remove others). */
+static void run_destroy_hooks(struct sbd_sandbox *sb, const char *why)
+{
+	while (sb->on_destroy) {
+		struct sbd_destroy_hook *h = sb->on_destroy;
+		sb->on_destroy = h->next;
+		h->fn(h, sb, why);
+	}
 }
 
 int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
 {
-	api_cancel_execs(d, sb, why);
+	run_destroy_hooks(sb, why);
 	int r = sb->backend ? sb->backend->destroy(sb->backend, sb) : 0;
 	if (r < 0)
 		log_warn_errno(r, "Backend %s failed to destroy sandbox %s", sb->backend_name,
@@ -509,8 +558,10 @@ void registry_reap(struct sandboxd *d)
 		}
 		sb = next;
 	}
-	pthread_mutex_lock(&up.mu); /* state of the second's deletes */
-	unpersist_kick_unlock(d);
+	if (d->unpersist) { /* state of the second's deletes */
+		pthread_mutex_lock(&d->unpersist->mu);
+		unpersist_kick_unlock(d->unpersist);
+	}
 }
 
 void registry_free_all(struct sandboxd *d)

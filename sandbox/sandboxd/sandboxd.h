@@ -38,6 +38,17 @@ struct sbd_label {
 	char *key, *value;
 };
 
+/* A hook on a sandbox's destruction: the layers above the registry (the
+ * API's exec streams) register one for what they serve on the sandbox, so
+ * that the registry needs to know nothing of them. */
+struct sbd_destroy_hook {
+	/* Called by registry_destroy before the backend destroys sb; h is off
+	 * the list by then. why: the reason ("deleted by request", "ttl
+	 * expired", ...). */
+	void (*fn)(struct sbd_destroy_hook *h, struct sbd_sandbox *sb, const char *why);
+	struct sbd_destroy_hook *next;
+};
+
 struct sbd_sandbox {
 	char id[SBD_ID_LEN + 1];
 	char *image;  /* name as registered */
@@ -62,7 +73,8 @@ struct sbd_sandbox {
 	char *idem_key;
 	char *bstate; /* the backend's persisted state (JSON text) or NULL */
 	int running_execs;
-	void *execs; /* api.c: the exec streams in flight */
+	void *execs;			     /* api_exec.c: the exec streams in flight */
+	struct sbd_destroy_hook *on_destroy; /* run by registry_destroy */
 	uint64_t execs_total;
 	struct sbd_sandbox *next;
 };
@@ -91,8 +103,14 @@ struct sandboxd {
 	struct sbd_sandbox *sandboxes;
 	size_t count;
 	int64_t mem_used_mb, pids_used;
-	size_t creating; /* creates in flight on worker threads (api.c) */
+	size_t creating; /* creates in flight on worker threads (api_create.c) */
 	int64_t creating_mem_mb, creating_pids;
+	struct sbd_pool *pool;		   /* worker threads (pool.h) */
+	struct sbd_creates *creates;	   /* api_create.c's, made at the first create */
+	struct sbd_unpersist *unpersist;   /* registry.c's queue of state to remove */
+	uint8_t id_pool[512];		   /* random bytes for ids (api_create.c) */
+	size_t id_left;			   /* bytes of id_pool not used yet */
+	int64_t meminfo_mb, meminfo_at_ms; /* registry.c: MemAvailable and when */
 	int listen_fd, tcp_fd, timer_fd, signal_fd;
 	struct sbd_watch w_listen, w_tcp, w_timer, w_signal;
 	bool stopping;
@@ -110,8 +128,12 @@ int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, 
 void registry_insert(struct sandboxd *d, struct sbd_sandbox *sb);
 /* Writes the sandbox's state.json. Returns 0 or -errno. */
 int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
-/* Destroys through the backend, unlinks and frees. Returns the backend's
- * result (the sandbox is removed from the registry either way). */
+/* Adds h to sb's on-destroy hooks (h stays the caller's), or removes it
+ * (a no-op when it is not there). */
+void sbd_sandbox_hook_add(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);
+void sbd_sandbox_hook_del(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);
+/* Runs sb's on-destroy hooks, destroys through the backend, unlinks and frees. Returns the
+ * backend's result (the sandbox is removed from the registry either way). */
 int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
 /* Re-adopts every sandbox persisted under the state dir. */
 void registry_adopt_all(struct sandboxd *d);
@@ -163,5 +185,3 @@ void api_dispatch(struct conn *c, const char *method, const char *path, const ch
 		  const char *body, size_t body_len);
 /* Shutdown: waits for the creates in flight and completes them. */
 void api_creates_drain(struct sandboxd *d);
-/* Ends every exec stream of sb (its sandbox is going away). */
-void api_cancel_execs(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
