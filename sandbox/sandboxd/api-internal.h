@@ -14,13 +14,13 @@
 
 /* Replies the HTTP error that negative errno r maps to: "what: why", else
  * "what: strerror(r)" when why is NULL or empty. */
-void sbd_api_reply_errno(struct conn *c, int r, const char *what, const char *why);
+void sbd_api_reply_errno(struct sbd_conn *c, int r, const char *what, const char *why);
 /* Parses a JSON object body, refusing fields not in allowed (NULL-
  * terminated). Returns the tree (caller frees), or NULL after replying 400. */
-struct json *sbd_api_parse_body(struct conn *c, const char *body, size_t len,
+struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len,
 				const char *const *allowed);
 /* Replies the sandbox's JSON with status. */
-void sbd_api_reply_sandbox(struct conn *c, int status, const struct sbd_sandbox *sb);
+void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sandbox *sb);
 /* A NULL-terminated "K=V" array (*ret, caller frees): base overlaid with the
  * JSON object e (NULL: base alone). Returns 0, -EINVAL with why, or
  * -ENOMEM. */
@@ -42,9 +42,9 @@ const char *sbd_api_opt_str(const struct json *j, const char *key, size_t max, b
 bool sbd_api_query_bool(const char *query, const char *key);
 
 /* The request families. */
-void sbd_api_create(struct conn *c, const char *body, size_t len);
-void sbd_api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
-void sbd_api_exec_stdin(struct conn *c, struct sbd_sandbox *sb, const char *sub, const char *query,
-			const char *body, size_t len);
-void sbd_api_files(struct conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
+void sbd_api_create(struct sbd_conn *c, const char *body, size_t len);
+void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
+void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
+			const char *query, const char *body, size_t len);
+void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
 		   const char *query, const char *body, size_t len);

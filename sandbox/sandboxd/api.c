@@ -21,29 +21,29 @@
 
 /* ---- small helpers ------------------------------------------------------- */
 
-void sbd_api_reply_errno(struct conn *c, int r, const char *what, const char *why)
+void sbd_api_reply_errno(struct sbd_conn *c, int r, const char *what, const char *why)
 {
 	const char *msg = why && why[0] ? why : strerror(-r);
 	switch (r) {
 	case -ENOENT:
-		conn_reply_error(c, 404, "not_found", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 404, "not_found", "%s: %s", what, msg);
 		break;
 	case -ENODEV:
-		conn_reply_error(c, 503, "backend_unavailable", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 503, "backend_unavailable", "%s: %s", what, msg);
 		break;
 	case -EOPNOTSUPP:
-		conn_reply_error(c, 501, "unsupported", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 501, "unsupported", "%s: %s", what, msg);
 		break;
 	case -ENOSPC:
-		conn_reply_error(c, 503, "no_capacity", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 503, "no_capacity", "%s: %s", what, msg);
 		break;
 	case -EBUSY:
-		conn_reply_error(c, 409, "busy", "%s: %s", what,
-				 why && why[0] ? why
-					       : "the sandbox is busy (an exec holds it); retry");
+		sbd_conn_reply_error(
+		    c, 409, "busy", "%s: %s", what,
+		    why && why[0] ? why : "the sandbox is busy (an exec holds it); retry");
 		break;
 	case -EFBIG:
-		conn_reply_error(c, 413, "too_large", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 413, "too_large", "%s: %s", what, msg);
 		break;
 	case -EINVAL:
 	case -ENOTDIR:
@@ -53,39 +53,39 @@ void sbd_api_reply_errno(struct conn *c, int r, const char *what, const char *wh
 	case -ENAMETOOLONG:
 	case -ELOOP:
 	case -EXDEV:
-		conn_reply_error(c, 400, "bad_request", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 400, "bad_request", "%s: %s", what, msg);
 		break;
 	case -EACCES:
 	case -EPERM:
 	case -EROFS:
-		conn_reply_error(c, 403, "forbidden", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 403, "forbidden", "%s: %s", what, msg);
 		break;
 	default:
-		conn_reply_error(c, 500, "internal", "%s: %s", what, msg);
+		sbd_conn_reply_error(c, 500, "internal", "%s: %s", what, msg);
 	}
 }
 
 /* Parses a JSON object body; replies 400 itself and returns NULL on error. */
-struct json *sbd_api_parse_body(struct conn *c, const char *body, size_t len,
+struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len,
 				const char *const *allowed)
 {
 	char err[200];
 	if (len == 0) {
-		conn_reply_error(c, 400, "bad_request", "a JSON object body is required");
+		sbd_conn_reply_error(c, 400, "bad_request", "a JSON object body is required");
 		return NULL;
 	}
 	struct json *j = json_parse(body, len, err, sizeof(err));
 	if (!j) {
-		conn_reply_error(c, 400, "bad_request", "malformed JSON %s", err);
+		sbd_conn_reply_error(c, 400, "bad_request", "malformed JSON %s", err);
 		return NULL;
 	}
 	if (j->type != JSON_OBJ) {
-		conn_reply_error(c, 400, "bad_request", "the body must be a JSON object");
+		sbd_conn_reply_error(c, 400, "bad_request", "the body must be a JSON object");
 		return json_free(j);
 	}
 	const char *bad = json_unknown_field(j, allowed);
 	if (bad) {
-		conn_reply_error(c, 400, "unknown_field", "unknown field '%s'", bad);
+		sbd_conn_reply_error(c, 400, "unknown_field", "unknown field '%s'", bad);
 		return json_free(j);
 	}
 	return j;
@@ -164,18 +164,18 @@ const char *sbd_api_opt_str(const struct json *j, const char *key, size_t max, b
 	return s;
 }
 
-void sbd_api_reply_sandbox(struct conn *c, int status, const struct sbd_sandbox *sb)
+void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sandbox *sb)
 {
 	struct jw w;
 	jw_init(&w);
-	sandbox_to_json(sb, &w);
-	conn_reply_json(c, status, &w);
+	sbd_sandbox_to_json(sb, &w);
+	sbd_conn_reply_json(c, status, &w);
 }
 
 bool sbd_api_query_bool(const char *query, const char *key)
 {
 	bool bad = false;
-	_cleanup_free_ char *v = http_query_get(query, key, &bad);
+	_cleanup_free_ char *v = sbd_http_query_get(query, key, &bad);
 	return v && (!strcmp(v, "1") || !strcmp(v, "true") || !v[0]);
 }
 
@@ -202,16 +202,17 @@ static bool label_match(const struct sbd_sandbox *sb, const char *filter)
 	return true;
 }
 
-static void api_list(struct conn *c, const char *query)
+static void api_list(struct sbd_conn *c, const char *query)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	bool bad = false;
-	_cleanup_free_ char *label = http_query_get(query, "label", &bad);
-	_cleanup_free_ char *state = http_query_get(query, "state", &bad);
-	_cleanup_free_ char *backend = http_query_get(query, "backend", &bad);
+	_cleanup_free_ char *label = sbd_http_query_get(query, "label", &bad);
+	_cleanup_free_ char *state = sbd_http_query_get(query, "state", &bad);
+	_cleanup_free_ char *backend = sbd_http_query_get(query, "backend", &bad);
 	if (bad || (state && strcmp(state, "running") && strcmp(state, "paused"))) {
-		conn_reply_error(c, 400, "bad_request",
-				 "filters: label=k=v[,k=v], state=running|paused, backend=NAME");
+		sbd_conn_reply_error(
+		    c, 400, "bad_request",
+		    "filters: label=k=v[,k=v], state=running|paused, backend=NAME");
 		return;
 	}
 	struct jw w;
@@ -226,32 +227,32 @@ static void api_list(struct conn *c, const char *query)
 			continue;
 		if (label && !label_match(sb, label))
 			continue;
-		sandbox_to_json(sb, &w);
+		sbd_sandbox_to_json(sb, &w);
 	}
 	jw_arr_end(&w);
 	jw_obj_end(&w);
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
-static void api_delete(struct conn *c, struct sbd_sandbox *sb)
+static void api_delete(struct sbd_conn *c, struct sbd_sandbox *sb)
 {
-	struct sandboxd *d = conn_daemon(c);
-	int r = registry_destroy(d, sb, "deleted by request");
+	struct sandboxd *d = sbd_conn_daemon(c);
+	int r = sbd_registry_destroy(d, sb, "deleted by request");
 	struct jw w;
 	jw_init(&w);
 	jw_obj(&w);
 	jw_kbool(&w, "deleted", true);
 	jw_kbool(&w, "clean", r == 0);
 	jw_obj_end(&w);
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
-static void api_pause(struct conn *c, struct sbd_sandbox *sb, bool pause)
+static void api_pause(struct sbd_conn *c, struct sbd_sandbox *sb, bool pause)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	if (pause != (sb->state == SBD_RUNNING)) {
-		conn_reply_error(c, 409, pause ? "paused" : "not_paused",
-				 "sandbox %s is already %s", sb->id, sbd_state_name(sb->state));
+		sbd_conn_reply_error(c, 409, pause ? "paused" : "not_paused",
+				     "sandbox %s is already %s", sb->id, sbd_state_name(sb->state));
 		return;
 	}
 	int r = pause ? sb->backend->pause(sb->backend, sb) : sb->backend->resume(sb->backend, sb);
@@ -261,7 +262,7 @@ static void api_pause(struct conn *c, struct sbd_sandbox *sb, bool pause)
 	}
 	sb->state = pause ? SBD_PAUSED : SBD_RUNNING;
 	sb->last_active_ms = sbd_now_ms();
-	registry_persist(d, sb);
+	sbd_registry_persist(d, sb);
 	sbd_api_reply_sandbox(c, 200, sb);
 }
 
@@ -280,9 +281,9 @@ static long self_rss_kb(void)
 	return kb;
 }
 
-static void api_node(struct conn *c)
+static void api_node(struct sbd_conn *c)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	size_t paused = 0;
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		paused += sb->state == SBD_PAUSED;
@@ -308,7 +309,7 @@ static void api_node(struct conn *c)
 	jw_kint(&w, "reaped_total", (int64_t)d->reaped_total);
 	jw_kstr(&w, "state_dir", d->cfg.state_dir);
 	jw_obj_end(&w);
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
 static void caps_json(struct jw *w, const struct sbd_caps *k)
@@ -334,9 +335,9 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_obj_end(w);
 }
 
-static void api_caps(struct conn *c)
+static void api_caps(struct sbd_conn *c)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	struct jw w;
 	jw_init(&w);
 	jw_obj(&w);
@@ -357,18 +358,18 @@ static void api_caps(struct conn *c)
 	jw_kstr(&w, "docker", "container");
 	jw_obj_end(&w);
 	jw_obj_end(&w);
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
-static void api_images(struct conn *c)
+static void api_images(struct sbd_conn *c)
 {
 	struct jw w;
 	jw_init(&w);
-	images_to_json(conn_daemon(c), &w);
-	conn_reply_json(c, 200, &w);
+	sbd_images_to_json(sbd_conn_daemon(c), &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
-static void api_health(struct conn *c)
+static void api_health(struct sbd_conn *c)
 {
 	struct jw w;
 	jw_init(&w);
@@ -376,7 +377,7 @@ static void api_health(struct conn *c)
 	jw_kstr(&w, "status", "ok");
 	jw_kint(&w, "api_version", 1);
 	jw_obj_end(&w);
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
 /* ---- routing ---------------------------------------------------------------- */
@@ -386,21 +387,21 @@ static bool is(const char *method, const char *want)
 	return !strcmp(method, want);
 }
 
-static void route_sandbox(struct conn *c, const char *method, const char *rest, const char *query,
-			  const char *body, size_t len)
+static void route_sandbox(struct sbd_conn *c, const char *method, const char *rest,
+			  const char *query, const char *body, size_t len)
 {
 	char id[SBD_ID_LEN + 2];
 	const char *slash = strchrnul(rest, '/');
 	size_t n = (size_t)(slash - rest);
 	if (n == 0 || n > SBD_ID_LEN) {
-		conn_reply_error(c, 404, "not_found", "no such sandbox");
+		sbd_conn_reply_error(c, 404, "not_found", "no such sandbox");
 		return;
 	}
 	memcpy(id, rest, n);
 	id[n] = 0;
-	struct sbd_sandbox *sb = registry_find(conn_daemon(c), id);
+	struct sbd_sandbox *sb = sbd_registry_find(sbd_conn_daemon(c), id);
 	if (!sb) {
-		conn_reply_error(c, 404, "not_found", "no sandbox '%s'", id);
+		sbd_conn_reply_error(c, 404, "not_found", "no sandbox '%s'", id);
 		return;
 	}
 	const char *action = *slash ? slash + 1 : "";
@@ -421,12 +422,12 @@ static void route_sandbox(struct conn *c, const char *method, const char *rest, 
 	else if (!strncmp(action, "files/", 6))
 		sbd_api_files(c, sb, method, action + 6, query, body, len);
 	else
-		conn_reply_error(c, 404, "not_found", "no route %s /v1/sandboxes/%s/%s", method, id,
-				 action);
+		sbd_conn_reply_error(c, 404, "not_found", "no route %s /v1/sandboxes/%s/%s", method,
+				     id, action);
 }
 
-void api_dispatch(struct conn *c, const char *method, const char *path, const char *query,
-		  const char *body, size_t len)
+void sbd_api_dispatch(struct sbd_conn *c, const char *method, const char *path, const char *query,
+		      const char *body, size_t len)
 {
 	if (!strcmp(path, "/v1/health") && is(method, "GET"))
 		api_health(c);
@@ -443,5 +444,5 @@ void api_dispatch(struct conn *c, const char *method, const char *path, const ch
 	else if (!strncmp(path, "/v1/sandboxes/", 14))
 		route_sandbox(c, method, path + 14, query, body, len);
 	else
-		conn_reply_error(c, 404, "not_found", "no route %s %s", method, path);
+		sbd_conn_reply_error(c, 404, "not_found", "no route %s %s", method, path);
 }

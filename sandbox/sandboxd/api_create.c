@@ -18,7 +18,7 @@
  * order. An idempotent repeat of a create in flight waits for it and gets
  * the same answer. A create whose client left before the answer is
  * destroyed, unless it has an idempotency key (a retry finds it). At
- * shutdown, api_creates_drain waits for the running ones and completes them.
+ * shutdown, sbd_api_creates_drain waits for the running ones and completes them.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -156,12 +156,12 @@ static int create_commit(struct sandboxd *d, struct sbd_sandbox *sb, int r, bool
 			 int persist_r)
 {
 	if (r < 0) {
-		images_release(d, sb->rootfs);
-		sandbox_free(sb);
+		sbd_images_release(d, sb->rootfs);
+		sbd_sandbox_free(sb);
 		return r;
 	}
-	registry_insert(d, sb);
-	int pr = persisted ? persist_r : registry_persist(d, sb);
+	sbd_registry_insert(d, sb);
+	int pr = persisted ? persist_r : sbd_registry_persist(d, sb);
 	if (pr < 0)
 		log_warn_errno(pr, "Failed to persist sandbox %s", sb->id);
 	d->creates_total++;
@@ -172,7 +172,7 @@ static int create_commit(struct sandboxd *d, struct sbd_sandbox *sb, int r, bool
 /* ---- creates on worker threads ------------------------------------------ */
 
 struct create_waiter {
-	struct conn *c; /* NULL once its client left */
+	struct sbd_conn *c; /* NULL once its client left */
 	struct create_waiter *next;
 };
 
@@ -259,7 +259,7 @@ static void create_run(struct sbd_job *job)
 	j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
 	j->took_us = now_us() - t0;
 	if (j->r == 0) { /* the sandbox is the worker's alone until create_finish */
-		j->persist_r = registry_persist(j->d, j->sb);
+		j->persist_r = sbd_registry_persist(j->d, j->sb);
 		j->persisted = true;
 	}
 	uint64_t one = 1;
@@ -301,12 +301,12 @@ static void waiter_answer(struct create_waiter *w, int status, const struct sbd_
 {
 	if (!w->c)
 		return;
-	conn_set_abort(w->c, NULL, NULL);
+	sbd_conn_set_abort(w->c, NULL, NULL);
 	if (sb)
 		sbd_api_reply_sandbox(w->c, status, sb);
 	else
 		sbd_api_reply_errno(w->c, r, "create", why);
-	conn_hold_done(w->c);
+	sbd_conn_hold_done(w->c);
 	w->c = NULL;
 }
 
@@ -333,7 +333,7 @@ static void create_finish(struct create_job *j)
 		for (struct create_waiter *w = j->repeats; w; w = w->next)
 			waiter_answer(w, 200, sb, 0, NULL);
 		if (!anyone)
-			registry_destroy(d, sb, "its client left before the answer");
+			sbd_registry_destroy(d, sb, "its client left before the answer");
 	} else {
 		waiter_answer(&j->first, 0, NULL, j->r, j->why);
 		for (struct create_waiter *w = j->repeats; w; w = w->next)
@@ -370,7 +370,7 @@ static void creates_io(void *ctx, uint32_t ev)
 
 /* Runs sb's create on a thread; the answer to c comes from create_finish.
  * Returns 0, or -errno (nothing started: the caller creates inline). */
-static int create_start(struct conn *c, struct sandboxd *d, struct sbd_creates *cs,
+static int create_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_creates *cs,
 			struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	if (cs->efd < 0) {
@@ -391,14 +391,14 @@ static int create_start(struct conn *c, struct sandboxd *d, struct sbd_creates *
 	create_reserve(d, sb, +1);
 	j->next = cs->in_flight;
 	cs->in_flight = j;
-	conn_hold(c, true);
-	conn_set_abort(c, waiter_abort, &j->first);
+	sbd_conn_hold(c, true);
+	sbd_conn_set_abort(c, waiter_abort, &j->first);
 	creates_launch(cs);
 	return 0;
 }
 
 /* An idempotent repeat of a create in flight: waits for its answer. */
-static bool create_join_pending(struct conn *c, struct sbd_creates *cs, const char *key)
+static bool create_join_pending(struct sbd_conn *c, struct sbd_creates *cs, const char *key)
 {
 	for (struct create_job *j = cs ? cs->in_flight : NULL; j; j = j->next) {
 		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0)
@@ -409,14 +409,14 @@ static bool create_join_pending(struct conn *c, struct sbd_creates *cs, const ch
 		w->c = c;
 		w->next = j->repeats;
 		j->repeats = w;
-		conn_hold(c, true);
-		conn_set_abort(c, waiter_abort, w);
+		sbd_conn_hold(c, true);
+		sbd_conn_set_abort(c, waiter_abort, w);
 		return true;
 	}
 	return false;
 }
 
-void api_creates_drain(struct sandboxd *d)
+void sbd_api_creates_drain(struct sandboxd *d)
 {
 	struct sbd_creates *cs = d->creates;
 	if (!cs)
@@ -454,7 +454,7 @@ void api_creates_drain(struct sandboxd *d)
 /* Runs the create of an admitted sandbox (r == 0; else only its end): on
  * a worker when the backend allows and the loop has other work (then
  * create_finish answers), else here. */
-static void create_run_or_start(struct conn *c, struct sandboxd *d, struct sbd_backend *b,
+static void create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_backend *b,
 				struct sbd_sandbox *sb, int r, char *why, size_t cap)
 {
 	struct sbd_creates *cs = creates_of(d);
@@ -473,9 +473,9 @@ static void create_run_or_start(struct conn *c, struct sandboxd *d, struct sbd_b
 		sbd_api_reply_sandbox(c, 201, sb);
 }
 
-void sbd_api_create(struct conn *c, const char *body, size_t len)
+void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	char why[SBD_API_ERRLEN] = "";
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
 	if (!j)
@@ -483,9 +483,9 @@ void sbd_api_create(struct conn *c, const char *body, size_t len)
 	const char *image = json_cstr(json_get(j, "image"));
 	const char *bname = json_cstr(json_get(j, "backend")) ?: "container";
 	const char *idem = json_cstr(json_get(j, "idempotency_key"));
-	struct sbd_sandbox *prev = idem ? registry_find_idem(d, idem) : NULL;
+	struct sbd_sandbox *prev = idem ? sbd_registry_find_idem(d, idem) : NULL;
 	struct sbd_image *im = NULL;
-	struct sbd_backend *b = registry_backend(d, bname);
+	struct sbd_backend *b = sbd_registry_backend(d, bname);
 	struct sbd_caps caps = {0};
 	if (b)
 		b->caps(b, &caps);
@@ -498,18 +498,18 @@ void sbd_api_create(struct conn *c, const char *body, size_t len)
 	if (idem && create_join_pending(c, d->creates, idem))
 		goto out;
 	if (!image) {
-		conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
+		sbd_conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
 		goto out;
 	}
 	if (!b) {
-		conn_reply_error(
+		sbd_conn_reply_error(
 		    c, 400, "bad_request",
 		    "unknown backend '%s' (container, docker, fncall, firecracker, qemu)", bname);
 		goto out;
 	}
-	r = images_acquire(d, image, &im, why, sizeof(why));
+	r = sbd_images_acquire(d, image, &im, why, sizeof(why));
 	if (r == -ENOENT) {
-		conn_reply_error(c, 404, "image_not_found", "%s", why);
+		sbd_conn_reply_error(c, 404, "image_not_found", "%s", why);
 		goto out;
 	}
 	if (r < 0) {
@@ -521,8 +521,8 @@ void sbd_api_create(struct conn *c, const char *body, size_t len)
 	if (!sb || !id) {
 		free(id);
 		free(sb);
-		images_release(d, im->rootfs);
-		conn_reply_error(c, 500, "internal", "out of memory");
+		sbd_images_release(d, im->rootfs);
+		sbd_conn_reply_error(c, 500, "internal", "out of memory");
 		goto out;
 	}
 	strcpy(sb->id, id);
@@ -542,7 +542,7 @@ void sbd_api_create(struct conn *c, const char *body, size_t len)
 			 b->name);
 		r = -EOPNOTSUPP;
 	}
-	if (r == 0 && (r = registry_admit(d, sb, why, sizeof(why))) < 0)
+	if (r == 0 && (r = sbd_registry_admit(d, sb, why, sizeof(why))) < 0)
 		d->refused_total++;
 	create_run_or_start(c, d, b, sb, r, why, sizeof(why));
 out:

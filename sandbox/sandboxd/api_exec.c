@@ -16,20 +16,20 @@
 #define SBD_STDIN_CHUNK_MAX (1u << 20) /* one POST .../stdin body */
 
 struct exec_ctx {
-	struct conn *c;
+	struct sbd_conn *c;
 	struct sandboxd *d;
 	struct sbd_sandbox *sb;
 	void *handle;
 	bool started;			    /* the chunked response began */
 	bool stdin_stream;		    /* interactive stdin: POST .../execs/{xid}/stdin */
 	uint64_t xid;			    /* the exec's number in its sandbox (sb->execs_total) */
-	struct conn *stdin_c;		    /* a stdin request waiting for its acknowledgement */
+	struct sbd_conn *stdin_c;	    /* a stdin request waiting for its acknowledgement */
 	struct exec_ctx *next;		    /* in sb->execs */
 	struct sbd_destroy_hook on_destroy; /* on sb: ends the stream */
 };
 
 /* Answers a stdin request: status 0 (pending < 0: unknown), or why not. */
-static void stdin_reply(struct conn *c, uint64_t xid, int status, int64_t pending)
+static void stdin_reply(struct sbd_conn *c, uint64_t xid, int status, int64_t pending)
 {
 	unsigned long long n = (unsigned long long)xid;
 	if (status == 0) {
@@ -40,21 +40,23 @@ static void stdin_reply(struct conn *c, uint64_t xid, int status, int64_t pendin
 		if (pending >= 0)
 			jw_kint(&w, "pending", pending);
 		jw_obj_end(&w);
-		conn_reply_json(c, 200, &w);
+		sbd_conn_reply_json(c, 200, &w);
 	} else if (status == -ENOBUFS)
-		conn_reply_error(c, 429, "stdin_full",
-				 "exec %llu has %lld bytes of stdin it has not read yet (limit 4 "
-				 "MiB): chunk dropped, retry later",
-				 n, (long long)pending);
+		sbd_conn_reply_error(
+		    c, 429, "stdin_full",
+		    "exec %llu has %lld bytes of stdin it has not read yet (limit 4 "
+		    "MiB): chunk dropped, retry later",
+		    n, (long long)pending);
 	else if (status == -ESRCH)
-		conn_reply_error(c, 409, "exec_finished", "exec %llu has finished", n);
+		sbd_conn_reply_error(c, 409, "exec_finished", "exec %llu has finished", n);
 	else if (status == -EPIPE)
-		conn_reply_error(c, 409, "stdin_closed", "exec %llu: its stdin is closed", n);
+		sbd_conn_reply_error(c, 409, "stdin_closed", "exec %llu: its stdin is closed", n);
 	else if (status == -EBUSY)
-		conn_reply_error(c, 409, "busy",
-				 "exec %llu: a stdin chunk is in flight; send the next after its "
-				 "answer",
-				 n);
+		sbd_conn_reply_error(
+		    c, 409, "busy",
+		    "exec %llu: a stdin chunk is in flight; send the next after its "
+		    "answer",
+		    n);
 	else
 		sbd_api_reply_errno(c, status, "stdin", NULL);
 }
@@ -63,15 +65,15 @@ static void stdin_reply(struct conn *c, uint64_t xid, int status, int64_t pendin
  * chunk, or the exec ended first. */
 static void stdin_answer(struct exec_ctx *x, int status, uint64_t pending)
 {
-	struct conn *c = x->stdin_c;
+	struct sbd_conn *c = x->stdin_c;
 	if (!c)
 		return;
 	x->stdin_c = NULL;
-	conn_set_abort(c, NULL, NULL);
+	sbd_conn_set_abort(c, NULL, NULL);
 	stdin_reply(c, x->xid,
 		    status == 0 || status == -ENOBUFS || status == -ESRCH ? status : -EPIPE,
 		    (int64_t)pending);
-	conn_hold_done(c);
+	sbd_conn_hold_done(c);
 }
 
 static void exec_stdin_ack(void *ctx, int status, uint64_t pending)
@@ -107,7 +109,7 @@ static void exec_unlink(struct exec_ctx *x)
 static void exec_start_stream(struct exec_ctx *x)
 {
 	if (!x->started)
-		conn_stream_begin(x->c, 200, "application/x-ndjson");
+		sbd_conn_stream_begin(x->c, 200, "application/x-ndjson");
 	x->started = true;
 }
 
@@ -124,7 +126,7 @@ static void exec_output(void *ctx, int stream, const void *p, size_t n)
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
 	if (!w.err)
-		conn_stream_chunk(x->c, w.buf, w.len);
+		sbd_conn_stream_chunk(x->c, w.buf, w.len);
 	jw_done(&w);
 }
 
@@ -136,10 +138,10 @@ static void exec_output(void *ctx, int stream, const void *p, size_t n)
 static bool exec_congested(void *ctx)
 {
 	struct exec_ctx *x = ctx;
-	return conn_pending(x->c) > EXEC_BACKLOG;
+	return sbd_conn_pending(x->c) > EXEC_BACKLOG;
 }
 
-static void emit_exit(struct conn *c, const struct sbd_exit *e)
+static void emit_exit(struct sbd_conn *c, const struct sbd_exit *e)
 {
 	struct jw w;
 	jw_init(&w);
@@ -164,7 +166,7 @@ static void emit_exit(struct conn *c, const struct sbd_exit *e)
 	jw_str(&w, e->error[0] ? e->error : NULL);
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
-	conn_stream_end_with(c, w.buf, w.err ? 0 : w.len);
+	sbd_conn_stream_end_with(c, w.buf, w.err ? 0 : w.len);
 	jw_done(&w);
 }
 
@@ -194,7 +196,7 @@ static void exec_sandbox_gone(struct sbd_destroy_hook *h, struct sbd_sandbox *sb
 	struct exec_ctx *x = (struct exec_ctx *)((char *)h - offsetof(struct exec_ctx, on_destroy));
 	sb->backend->exec_cancel(sb->backend, x->handle);
 	exec_unlink(x);
-	conn_set_abort(x->c, NULL, NULL);
+	sbd_conn_set_abort(x->c, NULL, NULL);
 	exec_start_stream(x);
 	struct sbd_exit e = {.exit_code = -1, .signo = 9};
 	snprintf(e.error, sizeof(e.error), "sandbox exited: %s", why);
@@ -268,7 +270,7 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 		return -EINVAL;
 	}
 	/* Neither: the image's own command (OCI Entrypoint + Cmd), if it has one. */
-	if (!cmd && !py && !(a->argv = images_default_cmd(d, sb->rootfs))) {
+	if (!cmd && !py && !(a->argv = sbd_images_default_cmd(d, sb->rootfs))) {
 		snprintf(why, cap,
 			 "give one of 'cmd' and 'python' (the image has no Entrypoint or Cmd)");
 		return -EINVAL;
@@ -327,9 +329,9 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 	return r;
 }
 
-void sbd_api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, size_t len)
+void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	char why[SBD_API_ERRLEN] = "";
 	struct json *j = sbd_api_parse_body(c, body, len, exec_fields);
 	if (!j)
@@ -341,21 +343,23 @@ void sbd_api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, size
 		goto out;
 	}
 	if (sb->state == SBD_PAUSED) {
-		conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
+		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
+				     sb->id);
 		goto out;
 	}
 	struct sbd_caps caps = {0};
 	sb->backend->caps(sb->backend, &caps);
 	if (a.req.stdin_stream && (!caps.exec_stdin_stream || !sb->backend->exec_stdin)) {
-		conn_reply_error(c, 501, "unsupported",
-				 "exec: backend '%s' has no interactive stdin (stdin_stream); give "
-				 "stdin up front",
-				 sb->backend_name);
+		sbd_conn_reply_error(
+		    c, 501, "unsupported",
+		    "exec: backend '%s' has no interactive stdin (stdin_stream); give "
+		    "stdin up front",
+		    sb->backend_name);
 		goto out;
 	}
 	struct exec_ctx *x = calloc(1, sizeof(*x));
 	if (!x) {
-		conn_reply_error(c, 500, "internal", "out of memory");
+		sbd_conn_reply_error(c, 500, "internal", "out of memory");
 		goto out;
 	}
 	*x = (struct exec_ctx){.c = c, .d = d, .sb = sb, .stdin_stream = a.req.stdin_stream};
@@ -368,12 +372,12 @@ void sbd_api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, size
 	x->xid = ++sb->execs_total;
 	d->execs_total++;
 	sb->last_active_ms = sbd_now_ms();
-	conn_set_abort(c, exec_abort, x);
-	conn_hold(c, true);
+	sbd_conn_set_abort(c, exec_abort, x);
+	sbd_conn_hold(c, true);
 	r = sb->backend->exec(sb->backend, sb, &a.req, &sink, &x->handle, why, sizeof(why));
 	if (r < 0) { /* nothing ran: the sink was not called */
-		conn_set_abort(c, NULL, NULL);
-		conn_hold(c, false);
+		sbd_conn_set_abort(c, NULL, NULL);
+		sbd_conn_hold(c, false);
 		exec_unlink(x);
 		free(x);
 		sbd_api_reply_errno(c, r, "exec", why);
@@ -382,7 +386,7 @@ void sbd_api_exec(struct conn *c, struct sbd_sandbox *sb, const char *body, size
 		char ev[96];
 		int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"}\n",
 				 (unsigned long long)x->xid);
-		conn_stream_chunk(c, ev, (size_t)n);
+		sbd_conn_stream_chunk(c, ev, (size_t)n);
 	}
 out:
 	exec_args_done(&a);
@@ -392,13 +396,13 @@ out:
 /* POST /v1/sandboxes/{id}/execs/{exec_id}/stdin[?eof=1], the body the raw
  * bytes: one chunk of an interactive exec's stdin, answered once the
  * sandbox took it (at most one in flight per exec). */
-void sbd_api_exec_stdin(struct conn *c, struct sbd_sandbox *sb, const char *sub, const char *query,
-			const char *body, size_t len)
+void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
+			const char *query, const char *body, size_t len)
 {
 	char *end;
 	unsigned long long xid = strtoull(sub, &end, 10);
 	if (end == sub || strcmp(end, "/stdin") != 0) {
-		conn_reply_error(c, 404, "not_found", "no route .../execs/%s", sub);
+		sbd_conn_reply_error(c, 404, "not_found", "no route .../execs/%s", sub);
 		return;
 	}
 	struct exec_ctx *x = sb->execs;
@@ -409,19 +413,20 @@ void sbd_api_exec_stdin(struct conn *c, struct sbd_sandbox *sb, const char *sub,
 		return;
 	}
 	if (!x) {
-		conn_reply_error(c, 404, "not_found", "no exec %llu in sandbox %s", xid, sb->id);
+		sbd_conn_reply_error(c, 404, "not_found", "no exec %llu in sandbox %s", xid,
+				     sb->id);
 		return;
 	}
 	if (!x->stdin_stream) {
-		conn_reply_error(c, 409, "stdin_closed",
-				 "exec %llu was not started with stdin_stream: its stdin is closed",
-				 xid);
+		sbd_conn_reply_error(
+		    c, 409, "stdin_closed",
+		    "exec %llu was not started with stdin_stream: its stdin is closed", xid);
 		return;
 	}
 	if (len > SBD_STDIN_CHUNK_MAX) {
-		conn_reply_error(c, 413, "too_large",
-				 "a stdin chunk is limited to %u bytes (got %zu); split it",
-				 SBD_STDIN_CHUNK_MAX, len);
+		sbd_conn_reply_error(c, 413, "too_large",
+				     "a stdin chunk is limited to %u bytes (got %zu); split it",
+				     SBD_STDIN_CHUNK_MAX, len);
 		return;
 	}
 	if (x->stdin_c) {
@@ -429,7 +434,8 @@ void sbd_api_exec_stdin(struct conn *c, struct sbd_sandbox *sb, const char *sub,
 		return;
 	}
 	if (sb->state == SBD_PAUSED) {
-		conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
+		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
+				     sb->id);
 		return;
 	}
 	sb->last_active_ms = sbd_now_ms();
@@ -439,7 +445,7 @@ void sbd_api_exec_stdin(struct conn *c, struct sbd_sandbox *sb, const char *sub,
 		stdin_reply(c, xid, r == 1 ? 0 : r, -1);
 	} else {
 		x->stdin_c = c;
-		conn_hold(c, true);
-		conn_set_abort(c, stdin_abort, x);
+		sbd_conn_hold(c, true);
+		sbd_conn_set_abort(c, stdin_abort, x);
 	}
 }

@@ -65,13 +65,13 @@ static void stat_json(struct jw *w, const struct sbd_stat *st, bool with_name)
 	jw_obj_end(w);
 }
 
-static void files_reply(struct conn *c, struct sbd_file_req *f)
+static void files_reply(struct sbd_conn *c, struct sbd_file_req *f)
 {
 	struct jw w;
 	jw_init(&w);
 	switch (f->op) {
 	case SBD_F_READ:
-		conn_reply_raw(c, 200, "application/octet-stream", f->out_data, f->out_len);
+		sbd_conn_reply_raw(c, 200, "application/octet-stream", f->out_data, f->out_len);
 		return;
 	case SBD_F_STAT:
 		stat_json(&w, &f->st, false);
@@ -90,39 +90,40 @@ static void files_reply(struct conn *c, struct sbd_file_req *f)
 		jw_kbool(&w, "ok", true);
 		jw_obj_end(&w);
 	}
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
 /* GET .../files/tar?path=DIR: the tree as a tar stream; PUT: unpack one. */
-static void api_tar(struct conn *c, struct sbd_sandbox *sb, const char *method, const char *path,
-		    const char *body, size_t len)
+static void api_tar(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method,
+		    const char *path, const char *body, size_t len)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	char why[SBD_API_ERRLEN] = "";
 	if (sb->state == SBD_PAUSED) {
-		conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
+		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
+				     sb->id);
 		return;
 	}
 	sb->last_active_ms = sbd_now_ms();
 	if (!strcmp(method, "GET")) {
 		uint8_t *tar = NULL;
 		size_t n = 0;
-		int r = tar_pack(sb->backend, sb, path, (uint64_t)d->cfg.max_body, &tar, &n, why,
-				 sizeof(why));
+		int r = sbd_tar_pack(sb->backend, sb, path, (uint64_t)d->cfg.max_body, &tar, &n,
+				     why, sizeof(why));
 		if (r < 0)
 			sbd_api_reply_errno(
 			    c, r, path,
 			    r == -EOPNOTSUPP ? "files are not supported by this backend" : why);
 		else
-			conn_reply_raw(c, 200, "application/x-tar", tar, n);
+			sbd_conn_reply_raw(c, 200, "application/x-tar", tar, n);
 		free(tar);
 		return;
 	}
 	if (strcmp(method, "PUT")) {
-		conn_reply_error(c, 405, "bad_request", "files/tar takes GET or PUT");
+		sbd_conn_reply_error(c, 405, "bad_request", "files/tar takes GET or PUT");
 		return;
 	}
-	int r = tar_unpack(sb->backend, sb, path, (const uint8_t *)body, len, why, sizeof(why));
+	int r = sbd_tar_unpack(sb->backend, sb, path, (const uint8_t *)body, len, why, sizeof(why));
 	if (r < 0) {
 		sbd_api_reply_errno(
 		    c, r, path, r == -EOPNOTSUPP ? "files are not supported by this backend" : why);
@@ -133,21 +134,21 @@ static void api_tar(struct conn *c, struct sbd_sandbox *sb, const char *method, 
 	jw_obj(&w);
 	jw_kint(&w, "files", r);
 	jw_obj_end(&w);
-	conn_reply_json(c, 200, &w);
+	sbd_conn_reply_json(c, 200, &w);
 }
 
-void sbd_api_files(struct conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
+void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
 		   const char *query, const char *body, size_t len)
 {
-	struct sandboxd *d = conn_daemon(c);
+	struct sandboxd *d = sbd_conn_daemon(c);
 	char why[SBD_API_ERRLEN] = "";
 	bool bad = false;
-	_cleanup_free_ char *raw = http_query_get(query, "path", &bad);
-	_cleanup_free_ char *mode_s = http_query_get(query, "mode", &bad);
+	_cleanup_free_ char *raw = sbd_http_query_get(query, "path", &bad);
+	_cleanup_free_ char *mode_s = sbd_http_query_get(query, "mode", &bad);
 	_cleanup_free_ char *path = raw && !bad ? clean_path(raw, why, sizeof(why)) : NULL;
 	if (!path) {
-		conn_reply_error(c, 400, "invalid_path", "query parameter 'path': %s",
-				 why[0] ? why : "required, percent-encoded, without NUL bytes");
+		sbd_conn_reply_error(c, 400, "invalid_path", "query parameter 'path': %s",
+				     why[0] ? why : "required, percent-encoded, without NUL bytes");
 		return;
 	}
 	struct sbd_file_req f = {.path = path, .mode = 0644, .max = (uint64_t)d->cfg.max_body};
@@ -177,12 +178,13 @@ void sbd_api_files(struct conn *c, struct sbd_sandbox *sb, const char *method, c
 		if (!mode_s)
 			f.mode = 0755;
 	} else {
-		conn_reply_error(c, 405, "bad_request", "no route %s .../files%s%s", method,
-				 sub[0] ? "/" : "", sub);
+		sbd_conn_reply_error(c, 405, "bad_request", "no route %s .../files%s%s", method,
+				     sub[0] ? "/" : "", sub);
 		return;
 	}
 	if (sb->state == SBD_PAUSED) {
-		conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
+		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
+				     sb->id);
 		return;
 	}
 	sb->last_active_ms = sbd_now_ms();

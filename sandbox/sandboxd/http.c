@@ -64,7 +64,8 @@ static char *pct_decode(const char *s, size_t n, bool plus)
 	return o;
 }
 
-static int parse_request_line(const char *b, size_t n, struct http_req *req, char *why, size_t cap)
+static int parse_request_line(const char *b, size_t n, struct sbd_http_req *req, char *why,
+			      size_t cap)
 {
 	const char *sp1 = memchr(b, ' ', n);
 	if (!sp1 || sp1 == b || (size_t)(sp1 - b) >= sizeof(req->method))
@@ -103,7 +104,7 @@ static bool hdr_is(const char *line, size_t n, const char *name, const char **va
 	return true;
 }
 
-static int parse_header(const char *line, size_t n, size_t max_body, struct http_req *req,
+static int parse_header(const char *line, size_t n, size_t max_body, struct sbd_http_req *req,
 			bool *have_cl, char *why, size_t cap)
 {
 	const char *v;
@@ -145,15 +146,15 @@ static int parse_header(const char *line, size_t n, size_t max_body, struct http
 	return 0;
 }
 
-int http_parse_head(const char *buf, size_t len, size_t max_body, struct http_req *req, char *why,
-		    size_t whycap)
+int sbd_http_parse_head(const char *buf, size_t len, size_t max_body, struct sbd_http_req *req,
+			char *why, size_t whycap)
 {
 	memset(req, 0, sizeof(*req));
 	const char *end = find_crlf2(buf, len);
 	if (!end)
-		return len > HTTP_MAX_HEAD ? bad(why, whycap, 431, "request head too large")
-					   : -EAGAIN;
-	if ((size_t)(end - buf) + 4 > HTTP_MAX_HEAD)
+		return len > SBD_HTTP_MAX_HEAD ? bad(why, whycap, 431, "request head too large")
+					       : -EAGAIN;
+	if ((size_t)(end - buf) + 4 > SBD_HTTP_MAX_HEAD)
 		return bad(why, whycap, 431, "request head too large");
 	req->head_len = (size_t)(end - buf) + 4;
 	const char *line = buf;
@@ -170,17 +171,17 @@ int http_parse_head(const char *buf, size_t len, size_t max_body, struct http_re
 		nl = memchr(line, '\r', end + 2 - line);
 		if (!nl || nl[1] != '\n')
 			r = bad(why, whycap, 400, "bare CR in header");
-		else if (++count > HTTP_MAX_HEADERS)
+		else if (++count > SBD_HTTP_MAX_HEADERS)
 			r = bad(why, whycap, 431, "too many headers");
 		else
 			r = parse_header(line, nl - line, max_body, req, &have_cl, why, whycap);
 	}
 	if (r < 0)
-		http_req_done(req);
+		sbd_http_req_done(req);
 	return r;
 }
 
-void http_req_done(struct http_req *req)
+void sbd_http_req_done(struct sbd_http_req *req)
 {
 	free(req->path);
 	free(req->query);
@@ -188,7 +189,7 @@ void http_req_done(struct http_req *req)
 	req->path = req->query = req->auth = NULL;
 }
 
-char *http_query_get(const char *query, const char *key, bool *bad)
+char *sbd_http_query_get(const char *query, const char *key, bool *bad)
 {
 	size_t kl = strlen(key);
 	const char *p = query;
@@ -207,7 +208,7 @@ char *http_query_get(const char *query, const char *key, bool *bad)
 	return NULL;
 }
 
-const char *http_reason(int status)
+const char *sbd_http_reason(int status)
 {
 	switch (status) {
 	case 100:
@@ -255,14 +256,14 @@ const char *http_reason(int status)
 	}
 }
 
-void http_head(struct jw *out, int status, const char *content_type, long long content_length,
-	       bool keep_alive)
+void sbd_http_head(struct jw *out, int status, const char *content_type, long long content_length,
+		   bool keep_alive)
 {
 	char b[320];
-	int n =
-	    snprintf(b, sizeof(b), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s", status,
-		     http_reason(status), content_type, keep_alive ? "" : "Connection: close\r\n",
-		     content_length < 0 ? "Transfer-Encoding: chunked\r\n" : "");
+	int n = snprintf(b, sizeof(b), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s", status,
+			 sbd_http_reason(status), content_type,
+			 keep_alive ? "" : "Connection: close\r\n",
+			 content_length < 0 ? "Transfer-Encoding: chunked\r\n" : "");
 	jw_append(out, b, (size_t)n);
 	if (content_length >= 0) {
 		n = snprintf(b, sizeof(b), "Content-Length: %lld\r\n", content_length);
@@ -271,7 +272,7 @@ void http_head(struct jw *out, int status, const char *content_type, long long c
 	jw_append(out, "\r\n", 2);
 }
 
-void http_chunk(struct jw *out, const void *p, size_t n)
+void sbd_http_chunk(struct jw *out, const void *p, size_t n)
 {
 	char b[32];
 	int k = snprintf(b, sizeof(b), "%zx\r\n", n);

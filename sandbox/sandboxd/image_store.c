@@ -69,7 +69,7 @@ static struct sbd_image *entry_new(struct sbd_imgstore *g, const char *hex)
 	if (asprintf(&im->rootfs, "%s/%s/root", g->cache, hex) < 0 ||
 	    asprintf(&im->name, "sha256:%s", hex) < 0) {
 		im->rootfs = im->name = NULL;
-		image_free(im);
+		sbd_image_free(im);
 		return NULL;
 	}
 	im->next = g->list;
@@ -231,9 +231,9 @@ static void load_config(struct sbd_imgstore *g, struct sbd_image *im)
 		json_free(j);
 		return;
 	}
-	im->env = images_str_array(json_get(c, "Env"), true);
-	im->entrypoint = images_str_array(json_get(c, "Entrypoint"), false);
-	im->cmd = images_str_array(json_get(c, "Cmd"), false);
+	im->env = sbd_images_str_array(json_get(c, "Env"), true);
+	im->entrypoint = sbd_images_str_array(json_get(c, "Entrypoint"), false);
+	im->cmd = sbd_images_str_array(json_get(c, "Cmd"), false);
 	const char *wd = json_cstr(json_get(c, "WorkingDir"));
 	const char *user = json_cstr(json_get(c, "User"));
 	im->cwd = wd && wd[0] == '/' ? strdup(wd) : NULL;
@@ -364,10 +364,10 @@ static void remember(struct sbd_image *im, const char *ref)
 	im->last_ref_ms = sbd_now_ms();
 }
 
-int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
-		   size_t cap)
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
+		       size_t cap)
 {
-	struct sbd_image *im = images_find(d, ref);
+	struct sbd_image *im = sbd_images_find(d, ref);
 	if (im) {
 		*ret = im;
 		return 0;
@@ -397,7 +397,7 @@ int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, 
 	return 0;
 }
 
-void images_release(struct sandboxd *d, const char *rootfs)
+void sbd_images_release(struct sandboxd *d, const char *rootfs)
 {
 	struct sbd_image *im = d->imgstore ? entry_by_rootfs(d->imgstore, rootfs) : NULL;
 	if (!im || im->users <= 0)
@@ -406,7 +406,7 @@ void images_release(struct sandboxd *d, const char *rootfs)
 		im->idle_since_ms = sbd_now_ms();
 }
 
-struct sbd_image *images_by_rootfs(struct sandboxd *d, const char *rootfs)
+struct sbd_image *sbd_images_by_rootfs(struct sandboxd *d, const char *rootfs)
 {
 	char why[512];
 	for (struct sbd_image *im = rootfs ? d->images : NULL; im; im = im->next)
@@ -429,7 +429,7 @@ static bool hex_of_rootfs(const struct sbd_imgstore *g, const char *rootfs, char
 	return is_hex64(hex) && !strcmp(rootfs + n + 65, "/root");
 }
 
-void images_adopted(struct sandboxd *d, const char *rootfs)
+void sbd_images_adopted(struct sandboxd *d, const char *rootfs)
 {
 	struct sbd_imgstore *g = st_get(d);
 	char hex[65], why[512] = "";
@@ -464,7 +464,7 @@ static void check_fuse(struct sbd_imgstore *g)
 			unhold(g, im);
 }
 
-void images_tick(struct sandboxd *d)
+void sbd_images_tick(struct sandboxd *d)
 {
 	struct sbd_imgstore *g = d->imgstore;
 	int64_t now = sbd_now_ms();
@@ -516,7 +516,7 @@ static int list_one(void *ctx, const char *name, const char *hex)
 	return 0;
 }
 
-void images_to_json(struct sandboxd *d, struct jw *w)
+void sbd_images_to_json(struct sandboxd *d, struct jw *w)
 {
 	struct sbd_imgstore *g = st_get(d);
 	char why[512];
@@ -537,7 +537,7 @@ void images_to_json(struct sandboxd *d, struct jw *w)
 	jw_obj_end(w);
 }
 
-void images_store_free(struct sandboxd *d)
+void sbd_images_store_free(struct sandboxd *d)
 {
 	struct sbd_imgstore *g = d->imgstore;
 	char why[512];
@@ -550,7 +550,7 @@ void images_store_free(struct sandboxd *d)
 		 * their markers) for the sandboxd that re-adopts them. */
 		if (im->held && im->users == 0 && st_open(g, why, sizeof(why)) == 0)
 			unhold(g, im);
-		image_free(im);
+		sbd_image_free(im);
 	}
 	img_store_free(g->store);
 	free(g);

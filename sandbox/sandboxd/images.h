@@ -58,43 +58,43 @@ struct sbd_image {
 
 /* ---- registered directories (images.c) ---------------------------------- */
 /* Registers "NAME=DIR". Returns 0 or -EINVAL/-ENOENT/-EEXIST/-ENOMEM. */
-int images_add_spec(struct sandboxd *d, const char *spec);
+int sbd_images_add_spec(struct sandboxd *d, const char *spec);
 /* Loads every *.json in dir ({"name":..,"rootfs":..,"env":[..],"cwd":..,
  * "user":..}). Returns the number loaded or -errno. */
-int images_load_dir(struct sandboxd *d, const char *dir);
+int sbd_images_load_dir(struct sandboxd *d, const char *dir);
 /* Finds a registered image by name; "x" also matches "x:latest". */
-struct sbd_image *images_find(struct sandboxd *d, const char *name);
+struct sbd_image *sbd_images_find(struct sandboxd *d, const char *name);
 /* Frees the registered images and the store state (dropping node references
  * no sandbox uses; those of live sandboxes stay for the next sandboxd). */
-void images_free(struct sandboxd *d);
+void sbd_images_free(struct sandboxd *d);
 /* Frees one image entry; accepts NULL. */
-void image_free(struct sbd_image *im);
+void sbd_image_free(struct sbd_image *im);
 /* A NULL-terminated copy of a JSON array of strings (env entries must hold
  * '='), or NULL. */
-char **images_str_array(const struct json *a, bool env);
+char **sbd_images_str_array(const struct json *a, bool env);
 
 /* ---- the image store (image_store.c) -------------------------------------- */
 /* Resolves ref (registered first, then the store) and, for a store image,
  * takes a reference for one sandbox (mounting the image on first use).
  * Returns 0 and *ret (owned by sandboxd), -ENOENT (no such image; why says
  * where it looked), -EINVAL (malformed reference) or -errno with why. */
-int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
-		   size_t cap);
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
+		       size_t cap);
 /* Gives back the reference of a sandbox with this rootfs (no-op for a
  * registered directory). */
-void images_release(struct sandboxd *d, const char *rootfs);
+void sbd_images_release(struct sandboxd *d, const char *rootfs);
 /* Counts a re-adopted sandbox with this rootfs (taking the node reference
  * over from the earlier sandboxd, or acquiring one). */
-void images_adopted(struct sandboxd *d, const char *rootfs);
+void sbd_images_adopted(struct sandboxd *d, const char *rootfs);
 /* Drops node references that have lingered unused; once a second. */
-void images_tick(struct sandboxd *d);
+void sbd_images_tick(struct sandboxd *d);
 /* The image (registered or stored) whose root is rootfs, or NULL. */
-struct sbd_image *images_by_rootfs(struct sandboxd *d, const char *rootfs);
+struct sbd_image *sbd_images_by_rootfs(struct sandboxd *d, const char *rootfs);
 /* The image's own command for a sandbox with this rootfs: a new
  * NULL-terminated copy of Entrypoint + Cmd (caller frees), or NULL if it has
  * neither (or on allocation failure). */
-char **images_default_cmd(struct sandboxd *d, const char *rootfs);
+char **sbd_images_default_cmd(struct sandboxd *d, const char *rootfs);
 /* Writes {"images": [...]}: registered directories and stored images. */
-void images_to_json(struct sandboxd *d, struct jw *w);
-/* Store part of images_free. */
-void images_store_free(struct sandboxd *d);
+void sbd_images_to_json(struct sandboxd *d, struct jw *w);
+/* Store part of sbd_images_free. */
+void sbd_images_store_free(struct sandboxd *d);

@@ -25,7 +25,7 @@ const char *sbd_state_name(enum sbd_state s)
 	return s == SBD_PAUSED ? "paused" : "running";
 }
 
-struct sbd_backend *registry_backend(struct sandboxd *d, const char *name)
+struct sbd_backend *sbd_registry_backend(struct sandboxd *d, const char *name)
 {
 	if (!strcmp(name, "docker"))
 		name = "container";
@@ -35,7 +35,7 @@ struct sbd_backend *registry_backend(struct sandboxd *d, const char *name)
 	return NULL;
 }
 
-struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id)
+struct sbd_sandbox *sbd_registry_find(struct sandboxd *d, const char *id)
 {
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		if (!strcmp(sb->id, id))
@@ -43,7 +43,7 @@ struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id)
 	return NULL;
 }
 
-struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key)
+struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key)
 {
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		if (sb->idem_key && !strcmp(sb->idem_key, key))
@@ -77,7 +77,7 @@ static int64_t mem_available_mb(struct sandboxd *d)
 	return d->meminfo_mb;
 }
 
-int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
+int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
 {
 	const struct sandboxd_config *c = &d->cfg;
 	if ((int64_t)(d->count + d->creating) >= c->max_sandboxes) {
@@ -109,7 +109,7 @@ int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, 
 	return 0;
 }
 
-void registry_insert(struct sandboxd *d, struct sbd_sandbox *sb)
+void sbd_registry_insert(struct sandboxd *d, struct sbd_sandbox *sb)
 {
 	sb->next = d->sandboxes;
 	d->sandboxes = sb;
@@ -134,7 +134,7 @@ static void registry_remove(struct sandboxd *d, struct sbd_sandbox *sb)
 		}
 }
 
-void sandbox_free(struct sbd_sandbox *sb)
+void sbd_sandbox_free(struct sbd_sandbox *sb)
 {
 	if (!sb)
 		return;
@@ -157,7 +157,7 @@ void sandbox_free(struct sbd_sandbox *sb)
 	free(sb);
 }
 
-void sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
+void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
 {
 	jw_obj(w);
 	jw_kstr(w, "id", sb->id);
@@ -205,7 +205,7 @@ static int state_path(struct sandboxd *d, const char *id, const char *leaf, char
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
+int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 {
 	char dir[4096], tmp[4200], fin[4200];
 	if (state_path(d, sb->id, NULL, dir, sizeof(dir)) < 0)
@@ -220,7 +220,7 @@ int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 	jw_kint(&w, "version", 1);
 	jw_kstr(&w, "rootfs", sb->rootfs);
 	jw_key(&w, "sandbox");
-	sandbox_to_json(sb, &w);
+	sbd_sandbox_to_json(sb, &w);
 	jw_key(&w, "backend_state");
 	if (sb->bstate)
 		jw_raw(&w, sb->bstate, strlen(sb->bstate));
@@ -253,9 +253,9 @@ static void unpersist(struct sandboxd *d, const char *id)
  * the unlinks and the rmdir were ~7 % of the loop thread during
  * create/delete churn, and waking a worker per delete would cost about as
  * much. The queue goes to a worker once it holds UNPERSIST_BATCH ids or at
- * the next second's registry_reap. The sandbox is gone from the registry
+ * the next second's sbd_registry_reap. The sandbox is gone from the registry
  * (and the API) before; a sandboxd that stops removes what is left
- * (registry_unpersist_wait); one killed in between finds the state of a
+ * (sbd_registry_unpersist_wait); one killed in between finds the state of a
  * dead sandbox at its start, as after a sandbox that died while no
  * sandboxd ran, and drops it. Ids are random (new_id), so a queued removal
  * cannot hit a newer sandbox. */
@@ -354,7 +354,7 @@ static void unpersist_later(struct sandboxd *d, const char *id)
 	unpersist_kick_unlock(up);
 }
 
-void registry_unpersist_wait(struct sandboxd *d)
+void sbd_registry_unpersist_wait(struct sandboxd *d)
 {
 	struct sbd_unpersist *up = d->unpersist;
 	if (!up)
@@ -396,7 +396,7 @@ static void run_destroy_hooks(struct sbd_sandbox *sb, const char *why)
 	}
 }
 
-int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
+int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
 {
 	run_destroy_hooks(sb, why);
 	int r = sb->backend ? sb->backend->destroy(sb->backend, sb) : 0;
@@ -405,10 +405,10 @@ int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why
 			       sb->id);
 	log_info("sandbox %s destroyed (%s)", sb->id, why);
 	registry_remove(d, sb);
-	images_release(d, sb->rootfs);
+	sbd_images_release(d, sb->rootfs);
 	unpersist_later(d, sb->id);
 	d->deletes_total++;
-	sandbox_free(sb);
+	sbd_sandbox_free(sb);
 	return r;
 }
 
@@ -417,7 +417,7 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
-int sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
+int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 {
 	const char *id = json_cstr(json_get(j, "id"));
 	const char *image = json_cstr(json_get(j, "image"));
@@ -481,7 +481,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 		return -EIO;
 	struct json *j = json_parse(buf, (size_t)n, NULL, 0);
 	struct sbd_sandbox *sb = calloc(1, sizeof(*sb));
-	int r = j && sb ? sandbox_from_json(json_get(j, "sandbox"), sb) : -EINVAL;
+	int r = j && sb ? sbd_sandbox_from_json(json_get(j, "sandbox"), sb) : -EINVAL;
 	if (r == 0 && strcmp(sb->id, id))
 		r = -EINVAL;
 	const char *rootfs = json_cstr(json_get(j, "rootfs"));
@@ -494,7 +494,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 			json_emit(&w, bs);
 			sb->bstate = jw_take(&w, NULL);
 		}
-		sb->backend = registry_backend(d, sb->backend_name);
+		sb->backend = sbd_registry_backend(d, sb->backend_name);
 		r = sb->backend && sb->rootfs ? sb->backend->adopt(sb->backend, sb) : -ENODEV;
 		if (r == 0) {
 			struct sbd_caps k = {0};
@@ -504,16 +504,16 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	}
 	json_free(j);
 	if (r < 0) {
-		sandbox_free(sb);
+		sbd_sandbox_free(sb);
 		return r;
 	}
 	sb->last_active_ms = sbd_now_ms();
-	registry_insert(d, sb);
-	images_adopted(d, sb->rootfs);
+	sbd_registry_insert(d, sb);
+	sbd_images_adopted(d, sb->rootfs);
 	return 0;
 }
 
-void registry_adopt_all(struct sandboxd *d)
+void sbd_registry_adopt_all(struct sandboxd *d)
 {
 	char p[4200];
 	snprintf(p, sizeof(p), "%s/sandboxes", d->cfg.state_dir);
@@ -540,7 +540,7 @@ void registry_adopt_all(struct sandboxd *d)
 		log_info("re-adopted %d sandboxes (%d gone)", ok, gone);
 }
 
-void registry_reap(struct sandboxd *d)
+void sbd_registry_reap(struct sandboxd *d)
 {
 	int64_t now = sbd_wall_s(), mono = sbd_now_ms();
 	struct sbd_sandbox *sb = d->sandboxes;
@@ -554,7 +554,7 @@ void registry_reap(struct sandboxd *d)
 			why = "idle timeout";
 		if (why) {
 			d->reaped_total++;
-			registry_destroy(d, sb, why);
+			sbd_registry_destroy(d, sb, why);
 		}
 		sb = next;
 	}
@@ -564,14 +564,14 @@ void registry_reap(struct sandboxd *d)
 	}
 }
 
-void registry_free_all(struct sandboxd *d)
+void sbd_registry_free_all(struct sandboxd *d)
 {
 	while (d->sandboxes) {
 		struct sbd_sandbox *sb = d->sandboxes;
 		d->sandboxes = sb->next;
 		if (sb->backend && sb->backend->release)
 			sb->backend->release(sb->backend, sb);
-		sandbox_free(sb);
+		sbd_sandbox_free(sb);
 	}
 	d->count = 0;
 }

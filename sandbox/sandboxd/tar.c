@@ -135,8 +135,8 @@ static int pack_dir(struct packer *pk, const char *path, const char *rel, int de
 	return r;
 }
 
-int tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
-	     uint8_t **ret, size_t *ret_len, char *why, size_t cap)
+int sbd_tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
+		 uint8_t **ret, size_t *ret_len, char *why, size_t cap)
 {
 	struct packer pk = {.be = b, .sb = sb, .out.max = max, .why = why, .cap = cap};
 	why[0] = 0;
@@ -290,8 +290,8 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 	return 0;
 }
 
-int tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
-	       size_t n, char *why, size_t cap)
+int sbd_tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
+		   size_t n, char *why, size_t cap)
 {
 	struct entry *v = NULL;
 	size_t cnt = 0;
