@@ -7,10 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fs/err.h"
 #include "fs/json.h"
 #include "sandbox/sandboxd/sandboxd.h"
-
-#define SBD_API_ERRLEN 512 /* the reasons of a request */
 
 /* Replies the HTTP error that negative errno r maps to: "what: why", else
  * "what: strerror(r)" when why is NULL or empty. */
@@ -22,9 +21,9 @@ struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len
 /* Replies the sandbox's JSON with status. */
 void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sandbox *sb);
 /* A NULL-terminated "K=V" array (*ret, caller frees): base overlaid with the
- * JSON object e (NULL: base alone). Returns 0, -EINVAL with why, or
+ * JSON object e (NULL: base alone). Returns 0, -EINVAL with err, or
  * -ENOMEM. */
-int sbd_api_parse_env(const struct json *e, char **base, char ***ret, char *why, size_t cap);
+int sbd_api_parse_env(const struct json *e, char **base, char ***ret, struct strata_err *err);
 
 /* An optional integer field and its bounds. */
 struct sbd_api_int {
@@ -32,9 +31,9 @@ struct sbd_api_int {
 	int64_t *dst; /* left alone when the field is absent or null */
 	int64_t lo, hi;
 };
-/* Reads the n integer fields f of j. Returns 0 or -EINVAL with why. */
-int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t n, char *why,
-		       size_t cap);
+/* Reads the n integer fields f of j. Returns 0 or -EINVAL with err. */
+int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t n,
+		       struct strata_err *err);
 /* The string field key of j, or NULL when absent or null; *bad is set when it
  * is not a string or longer than max. */
 const char *sbd_api_opt_str(const struct json *j, const char *key, size_t max, bool *bad);

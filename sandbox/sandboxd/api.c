@@ -91,18 +91,18 @@ struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len
 	return j;
 }
 
-int sbd_api_parse_env(const struct json *e, char **base, char ***ret, char *why, size_t cap)
+int sbd_api_parse_env(const struct json *e, char **base, char ***ret, struct strata_err *err)
 {
 	size_t nb = 0;
 	while (base && base[nb])
 		nb++;
 	size_t ne = e ? e->len : 0;
 	if (e && e->type != JSON_OBJ) {
-		snprintf(why, cap, "env must be an object of strings");
+		strata_err_set(err, -EINVAL, "env must be an object of strings");
 		return -EINVAL;
 	}
 	if (ne > SBD_MAX_ENV) {
-		snprintf(why, cap, "env has more than %d entries", SBD_MAX_ENV);
+		strata_err_set(err, -EINVAL, "env has more than %d entries", SBD_MAX_ENV);
 		return -EINVAL;
 	}
 	char **v = calloc(nb + ne + 1, sizeof(char *));
@@ -115,8 +115,8 @@ int sbd_api_parse_env(const struct json *e, char **base, char ***ret, char *why,
 		const char *val = json_cstr(c);
 		if (!val || !c->key[0] || strchr(c->key, '=') ||
 		    strlen(c->key) + strlen(val) > 32768) {
-			snprintf(why, cap, "env '%s' must be a string (no '=' in the name)",
-				 c->key);
+			strata_err_set(err, -EINVAL,
+				       "env '%s' must be a string (no '=' in the name)", c->key);
 			for (size_t k = 0; k < n; k++)
 				free(v[k]);
 			free(v);
@@ -137,16 +137,16 @@ int sbd_api_parse_env(const struct json *e, char **base, char ***ret, char *why,
 	return 0;
 }
 
-int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t n, char *why,
-		       size_t cap)
+int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t n,
+		       struct strata_err *err)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct json *v = json_get(j, f[i].name);
 		if (!v || v->type == JSON_NULL)
 			continue;
 		if (!json_int(v, f[i].lo, f[i].hi, f[i].dst)) {
-			snprintf(why, cap, "%s must be an integer in [%lld, %lld]", f[i].name,
-				 (long long)f[i].lo, (long long)f[i].hi);
+			strata_err_set(err, -EINVAL, "%s must be an integer in [%lld, %lld]",
+				       f[i].name, (long long)f[i].lo, (long long)f[i].hi);
 			return -EINVAL;
 		}
 	}
@@ -317,7 +317,7 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_obj(w);
 	jw_kbool(w, "available", k->available);
 	jw_key(w, "reason");
-	jw_str(w, k->available ? NULL : k->why);
+	jw_str(w, k->available ? NULL : k->why.msg);
 	jw_kbool(w, "exec", k->exec);
 	jw_kbool(w, "exec_stream", k->exec_stream);
 	jw_kbool(w, "exec_stdin", k->exec_stdin);

@@ -68,13 +68,13 @@ static const char *const create_fields[] = {
     "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env", "cwd",
     "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", NULL};
 
-static int parse_labels(const struct json *l, struct sbd_sandbox *sb, char *why, size_t cap)
+static int parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
 	if (!l)
 		return 0;
 	if (l->type != JSON_OBJ || l->len > SBD_MAX_LABELS) {
-		snprintf(why, cap, "labels must be an object of at most %d strings",
-			 SBD_MAX_LABELS);
+		strata_err_set(err, -EINVAL, "labels must be an object of at most %d strings",
+			       SBD_MAX_LABELS);
 		return -EINVAL;
 	}
 	sb->labels = calloc(l->len + 1, sizeof(*sb->labels));
@@ -84,10 +84,11 @@ static int parse_labels(const struct json *l, struct sbd_sandbox *sb, char *why,
 		const char *v = json_cstr(c);
 		if (!v || !valid_label(c->key, 63) || strlen(v) > 255 || strchr(c->key, ',') ||
 		    strchr(c->key, '=')) {
-			snprintf(why, cap,
-				 "label '%s': names 1-63 bytes without ',' or '=', values strings "
-				 "up to 255 bytes",
-				 c->key);
+			strata_err_set(
+			    err, -EINVAL,
+			    "label '%s': names 1-63 bytes without ',' or '=', values strings "
+			    "up to 255 bytes",
+			    c->key);
 			return -EINVAL;
 		}
 		sb->labels[sb->nlabels].key = strdup(c->key);
@@ -97,7 +98,7 @@ static int parse_labels(const struct json *l, struct sbd_sandbox *sb, char *why,
 }
 
 static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_sandbox *sb,
-			const struct sbd_image *im, char *why, size_t cap)
+			const struct sbd_image *im, struct strata_err *err)
 {
 	sb->memory_mb = 512;
 	sb->pids = 256;
@@ -108,13 +109,13 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 	    {"disk_mb", &sb->disk_mb, 1, 1 << 24},	    {"ttl", &sb->ttl_s, 0, 30LL * 86400},
 	    {"idle_timeout", &sb->idle_s, 0, 30LL * 86400},
 	};
-	int r = sbd_api_parse_ints(j, ints, ARRAY_SIZE(ints), why, cap);
+	int r = sbd_api_parse_ints(j, ints, ARRAY_SIZE(ints), err);
 	if (r < 0)
 		return r;
 	const struct json *cpu = json_get(j, "cpu");
 	if (cpu && cpu->type != JSON_NULL) {
 		if (cpu->type != JSON_NUM || cpu->num <= 0 || cpu->num > 1024) {
-			snprintf(why, cap, "cpu must be a number of cores in (0, 1024]");
+			strata_err_set(err, -EINVAL, "cpu must be a number of cores in (0, 1024]");
 			return -EINVAL;
 		}
 		sb->cpu = cpu->num;
@@ -125,19 +126,20 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 	const char *net = sbd_api_opt_str(j, "network", 8, &bad);
 	const char *idem = sbd_api_opt_str(j, "idempotency_key", 255, &bad);
 	if (bad || (cwd && cwd[0] != '/') || (net && strcmp(net, "none") && strcmp(net, "host"))) {
-		snprintf(why, cap,
-			 "cwd must be an absolute path, user a name or uid[:gid], network \"none\" "
-			 "or \"host\", idempotency_key a string up to 255 bytes");
+		strata_err_set(
+		    err, -EINVAL,
+		    "cwd must be an absolute path, user a name or uid[:gid], network \"none\" "
+		    "or \"host\", idempotency_key a string up to 255 bytes");
 		return -EINVAL;
 	}
 	sb->net_host = net && !strcmp(net, "host");
 	sb->cwd = strdup(cwd ? cwd : im->cwd ? im->cwd : "/");
 	sb->user = strdup(user ? user : im->user ? im->user : "");
 	sb->idem_key = idem ? strdup(idem) : NULL;
-	r = sbd_api_parse_env(json_get(j, "env"), im->env, &sb->env, why, cap);
+	r = sbd_api_parse_env(json_get(j, "env"), im->env, &sb->env, err);
 	if (r < 0)
 		return r;
-	r = parse_labels(json_get(j, "labels"), sb, why, cap);
+	r = parse_labels(json_get(j, "labels"), sb, err);
 	if (r < 0)
 		return r;
 	sb->created_at = sbd_wall_s();
@@ -188,7 +190,7 @@ struct create_job {
 	bool persisted;		       /* state.json written by the worker: persist_r */
 	int r, persist_r;
 	int64_t took_us; /* backend->create's wall time */
-	char why[SBD_API_ERRLEN];
+	struct strata_err err;
 	struct create_job *next;      /* in cs->in_flight (the loop's) */
 	struct create_job *done_next; /* in cs->done (under cs->mu) */
 };
@@ -256,7 +258,7 @@ static void create_run(struct sbd_job *job)
 	    (struct create_job *)((char *)job - offsetof(struct create_job, job));
 	struct sbd_creates *cs = j->d->creates;
 	int64_t t0 = now_us();
-	j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
+	j->r = j->b->create(j->b, j->sb, &j->err);
 	j->took_us = now_us() - t0;
 	if (j->r == 0) { /* the sandbox is the worker's alone until create_finish */
 		j->persist_r = sbd_registry_persist(j->d, j->sb);
@@ -335,9 +337,9 @@ static void create_finish(struct create_job *j)
 		if (!anyone)
 			sbd_registry_destroy(d, sb, "its client left before the answer");
 	} else {
-		waiter_answer(&j->first, 0, NULL, j->r, j->why);
+		waiter_answer(&j->first, 0, NULL, j->r, j->err.msg);
 		for (struct create_waiter *w = j->repeats; w; w = w->next)
-			waiter_answer(w, 0, NULL, j->r, j->why);
+			waiter_answer(w, 0, NULL, j->r, j->err.msg);
 	}
 	while (j->repeats) {
 		struct create_waiter *w = j->repeats;
@@ -425,7 +427,7 @@ void sbd_api_creates_drain(struct sandboxd *d)
 	while (cs->in_flight) {
 		struct create_job *j = cs->in_flight;
 		if (!j->started) {
-			j->r = j->b->create(j->b, j->sb, j->why, sizeof(j->why));
+			j->r = j->b->create(j->b, j->sb, &j->err);
 			create_finish(j);
 			continue;
 		}
@@ -455,7 +457,7 @@ void sbd_api_creates_drain(struct sandboxd *d)
  * a worker when the backend allows and the loop has other work (then
  * create_finish answers), else here. */
 static void create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_backend *b,
-				struct sbd_sandbox *sb, int r, char *why, size_t cap)
+				struct sbd_sandbox *sb, int r, struct strata_err *err)
 {
 	struct sbd_creates *cs = creates_of(d);
 	bool inline_ok = !cs || (!cs->in_flight && cs->last_us < CREATE_INLINE_MAX_US);
@@ -463,12 +465,12 @@ static void create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct s
 		return;
 	if (r == 0) {
 		int64_t t0 = now_us();
-		r = b->create(b, sb, why, cap);
+		r = b->create(b, sb, err);
 		if (b->create_threaded && cs)
 			cs->last_us = now_us() - t0;
 	}
 	if (create_commit(d, sb, r, false, 0) < 0)
-		sbd_api_reply_errno(c, r, "create", why);
+		sbd_api_reply_errno(c, r, "create", err->msg);
 	else
 		sbd_api_reply_sandbox(c, 201, sb);
 }
@@ -476,7 +478,7 @@ static void create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct s
 void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
-	char why[SBD_API_ERRLEN] = "";
+	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
 	if (!j)
 		return;
@@ -507,13 +509,13 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 		    "unknown backend '%s' (container, docker, fncall, firecracker, qemu)", bname);
 		goto out;
 	}
-	r = sbd_images_acquire(d, image, &im, why, sizeof(why));
+	r = sbd_images_acquire(d, image, &im, &err);
 	if (r == -ENOENT) {
-		sbd_conn_reply_error(c, 404, "image_not_found", "%s", why);
+		sbd_conn_reply_error(c, 404, "image_not_found", "%s", err.msg);
 		goto out;
 	}
 	if (r < 0) {
-		sbd_api_reply_errno(c, r, "create", why);
+		sbd_api_reply_errno(c, r, "create", err.msg);
 		goto out;
 	}
 	sb = calloc(1, sizeof(*sb));
@@ -532,19 +534,15 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 	sb->backend_name = strdup(b->name);
 	sb->backend = b;
 	sb->reserves = caps.persistent;
-	r = fill_sandbox(d, j, sb, im, why, sizeof(why));
-	if (r == 0 && !caps.available) {
-		snprintf(why, sizeof(why), "backend '%s': %s", bname, caps.why);
-		r = -ENODEV;
-	}
-	if (r == 0 && sb->net_host && !caps.network_host) {
-		snprintf(why, sizeof(why), "backend '%s' does not support network \"host\"",
-			 b->name);
-		r = -EOPNOTSUPP;
-	}
-	if (r == 0 && (r = sbd_registry_admit(d, sb, why, sizeof(why))) < 0)
+	r = fill_sandbox(d, j, sb, im, &err);
+	if (r == 0 && !caps.available)
+		r = strata_err_set(&err, -ENODEV, "backend '%s': %s", bname, caps.why.msg);
+	if (r == 0 && sb->net_host && !caps.network_host)
+		r = strata_err_set(&err, -EOPNOTSUPP,
+				   "backend '%s' does not support network \"host\"", b->name);
+	if (r == 0 && (r = sbd_registry_admit(d, sb, &err)) < 0)
 		d->refused_total++;
-	create_run_or_start(c, d, b, sb, r, why, sizeof(why));
+	create_run_or_start(c, d, b, sb, r, &err);
 out:
 	json_free(j);
 }

@@ -224,14 +224,14 @@ static void exec_args_done(struct exec_args *a)
 	free(a->stdin_buf);
 }
 
-static int parse_cmd(const struct json *cmd, char ***ret, char *why, size_t cap)
+static int parse_cmd(const struct json *cmd, char ***ret, struct strata_err *err)
 {
 	if (cmd->type == JSON_STR) { /* a shell command line */
 		const char *s = json_cstr(cmd);
 		char **v = calloc(4, sizeof(char *));
 		if (!s || !v) {
 			free(v);
-			snprintf(why, cap, "cmd contains a NUL byte");
+			strata_err_set(err, -EINVAL, "cmd contains a NUL byte");
 			return -EINVAL;
 		}
 		v[0] = strdup("/bin/sh");
@@ -241,7 +241,8 @@ static int parse_cmd(const struct json *cmd, char ***ret, char *why, size_t cap)
 		return 0;
 	}
 	if (cmd->type != JSON_ARR || !cmd->len || cmd->len > 4096) {
-		snprintf(why, cap, "cmd must be a non-empty array of strings (or a shell string)");
+		strata_err_set(err, -EINVAL,
+			       "cmd must be a non-empty array of strings (or a shell string)");
 		return -EINVAL;
 	}
 	char **v = calloc(cmd->len + 1, sizeof(char *));
@@ -251,7 +252,8 @@ static int parse_cmd(const struct json *cmd, char ***ret, char *why, size_t cap)
 	for (struct json *a = cmd->child; a; a = a->next) {
 		const char *s = json_cstr(a);
 		if (!s || !(v[i++] = strdup(s))) {
-			snprintf(why, cap, "cmd[%zu] must be a string without NUL bytes", i - 1);
+			strata_err_set(err, -EINVAL, "cmd[%zu] must be a string without NUL bytes",
+				       i - 1);
 			*ret = v;
 			return -EINVAL;
 		}
@@ -261,42 +263,44 @@ static int parse_cmd(const struct json *cmd, char ***ret, char *why, size_t cap)
 }
 
 static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct json *j,
-		      struct exec_args *a, char *why, size_t cap)
+		      struct exec_args *a, struct strata_err *err)
 {
 	const struct json *cmd = json_get(j, "cmd"), *py = json_get(j, "python");
 	struct sbd_exec_req *q = &a->req;
 	if (cmd && py) {
-		snprintf(why, cap, "give exactly one of 'cmd' and 'python'");
+		strata_err_set(err, -EINVAL, "give exactly one of 'cmd' and 'python'");
 		return -EINVAL;
 	}
 	/* Neither: the image's own command (OCI Entrypoint + Cmd), if it has one. */
 	if (!cmd && !py && !(a->argv = sbd_images_default_cmd(d, sb->rootfs))) {
-		snprintf(why, cap,
-			 "give one of 'cmd' and 'python' (the image has no Entrypoint or Cmd)");
+		strata_err_set(
+		    err, -EINVAL,
+		    "give one of 'cmd' and 'python' (the image has no Entrypoint or Cmd)");
 		return -EINVAL;
 	}
-	int r = cmd ? parse_cmd(cmd, &a->argv, why, cap) : 0;
+	int r = cmd ? parse_cmd(cmd, &a->argv, err) : 0;
 	if (r < 0)
 		return r;
 	if (py && !(q->python = json_cstr(py))) {
-		snprintf(why, cap, "python must be a string without NUL bytes");
+		strata_err_set(err, -EINVAL, "python must be a string without NUL bytes");
 		return -EINVAL;
 	}
-	r = sbd_api_parse_env(json_get(j, "env"), sb->env, &a->env, why, cap);
+	r = sbd_api_parse_env(json_get(j, "env"), sb->env, &a->env, err);
 	if (r < 0)
 		return r;
 	bool bad = false;
 	q->cwd = sbd_api_opt_str(j, "cwd", 4095, &bad) ?: sb->cwd;
 	q->user = sbd_api_opt_str(j, "user", 64, &bad) ?: sb->user;
 	if (bad || q->cwd[0] != '/') {
-		snprintf(why, cap, "cwd must be an absolute path and user a short string");
+		strata_err_set(err, -EINVAL,
+			       "cwd must be an absolute path and user a short string");
 		return -EINVAL;
 	}
 	const struct json *in = json_get(j, "stdin");
 	if (in && in->type != JSON_NULL) {
 		if (in->type != JSON_STR ||
 		    b64_decode(in->str, in->len, &a->stdin_buf, &q->stdin_len) < 0) {
-			snprintf(why, cap, "stdin must be base64");
+			strata_err_set(err, -EINVAL, "stdin must be base64");
 			return -EINVAL;
 		}
 		q->stdin_data = a->stdin_buf;
@@ -304,7 +308,7 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 	const struct json *ss = json_get(j, "stdin_stream");
 	if (ss && ss->type != JSON_NULL) {
 		if (ss->type != JSON_BOOL) {
-			snprintf(why, cap, "stdin_stream must be a boolean");
+			strata_err_set(err, -EINVAL, "stdin_stream must be a boolean");
 			return -EINVAL;
 		}
 		q->stdin_stream = ss->b;
@@ -314,15 +318,15 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 	if (t && t->type != JSON_NULL) {
 		if (t->type != JSON_NUM || t->num <= 0 ||
 		    t->num * 1000 > (double)d->cfg.max_timeout_ms) {
-			snprintf(why, cap, "timeout must be seconds in (0, %lld]",
-				 (long long)d->cfg.max_timeout_ms / 1000);
+			strata_err_set(err, -EINVAL, "timeout must be seconds in (0, %lld]",
+				       (long long)d->cfg.max_timeout_ms / 1000);
 			return -EINVAL;
 		}
 		q->timeout_ms = (int64_t)(t->num * 1000) ?: 1;
 	}
 	int64_t oc = d->cfg.default_output_cap;
 	struct sbd_api_int f[] = {{"output_cap", &oc, 0, d->cfg.max_output_cap}};
-	r = sbd_api_parse_ints(j, f, 1, why, cap);
+	r = sbd_api_parse_ints(j, f, 1, err);
 	q->output_cap = (uint64_t)oc;
 	q->argv = a->argv;
 	q->env = a->env;
@@ -332,14 +336,14 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
-	char why[SBD_API_ERRLEN] = "";
+	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, exec_fields);
 	if (!j)
 		return;
 	struct exec_args a = {0};
-	int r = parse_exec(d, sb, j, &a, why, sizeof(why));
+	int r = parse_exec(d, sb, j, &a, &err);
 	if (r < 0) {
-		sbd_api_reply_errno(c, r, "exec", why);
+		sbd_api_reply_errno(c, r, "exec", err.msg);
 		goto out;
 	}
 	if (sb->state == SBD_PAUSED) {
@@ -374,13 +378,13 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 	sb->last_active_ms = sbd_now_ms();
 	sbd_conn_set_abort(c, exec_abort, x);
 	sbd_conn_hold(c, true);
-	r = sb->backend->exec(sb->backend, sb, &a.req, &sink, &x->handle, why, sizeof(why));
+	r = sb->backend->exec(sb->backend, sb, &a.req, &sink, &x->handle, &err);
 	if (r < 0) { /* nothing ran: the sink was not called */
 		sbd_conn_set_abort(c, NULL, NULL);
 		sbd_conn_hold(c, false);
 		exec_unlink(x);
 		free(x);
-		sbd_api_reply_errno(c, r, "exec", why);
+		sbd_api_reply_errno(c, r, "exec", err.msg);
 	} else if (x->stdin_stream) { /* the client needs the id to send stdin */
 		exec_start_stream(x);
 		char ev[96];

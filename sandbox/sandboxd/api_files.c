@@ -13,15 +13,15 @@
 
 /* Normalises an absolute path: collapses "//" and ".", refuses "..",
  * relative paths and over-long ones. Returns a malloc'ed copy or NULL with
- * the reason in why. */
-static char *clean_path(const char *p, char *why, size_t cap)
+ * the reason in err. */
+static char *clean_path(const char *p, struct strata_err *err)
 {
 	if (!p || p[0] != '/') {
-		snprintf(why, cap, "path must be absolute");
+		strata_err_set(err, -EINVAL, "path must be absolute");
 		return NULL;
 	}
 	if (strlen(p) > 4095) {
-		snprintf(why, cap, "path longer than 4095 bytes");
+		strata_err_set(err, -EINVAL, "path longer than 4095 bytes");
 		return NULL;
 	}
 	char *out = malloc(strlen(p) + 2);
@@ -35,7 +35,7 @@ static char *clean_path(const char *p, char *why, size_t cap)
 		const char *e = strchrnul(s, '/');
 		size_t n = (size_t)(e - s);
 		if (n == 2 && s[0] == '.' && s[1] == '.') {
-			snprintf(why, cap, "path may not contain '..'");
+			strata_err_set(err, -EINVAL, "path may not contain '..'");
 			free(out);
 			return NULL;
 		}
@@ -98,7 +98,7 @@ static void api_tar(struct sbd_conn *c, struct sbd_sandbox *sb, const char *meth
 		    const char *path, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
-	char why[SBD_API_ERRLEN] = "";
+	struct strata_err err = {0};
 	if (sb->state == SBD_PAUSED) {
 		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
 				     sb->id);
@@ -108,12 +108,12 @@ static void api_tar(struct sbd_conn *c, struct sbd_sandbox *sb, const char *meth
 	if (!strcmp(method, "GET")) {
 		uint8_t *tar = NULL;
 		size_t n = 0;
-		int r = sbd_tar_pack(sb->backend, sb, path, (uint64_t)d->cfg.max_body, &tar, &n,
-				     why, sizeof(why));
+		int r =
+		    sbd_tar_pack(sb->backend, sb, path, (uint64_t)d->cfg.max_body, &tar, &n, &err);
 		if (r < 0)
 			sbd_api_reply_errno(
 			    c, r, path,
-			    r == -EOPNOTSUPP ? "files are not supported by this backend" : why);
+			    r == -EOPNOTSUPP ? "files are not supported by this backend" : err.msg);
 		else
 			sbd_conn_reply_raw(c, 200, "application/x-tar", tar, n);
 		free(tar);
@@ -123,10 +123,11 @@ static void api_tar(struct sbd_conn *c, struct sbd_sandbox *sb, const char *meth
 		sbd_conn_reply_error(c, 405, "bad_request", "files/tar takes GET or PUT");
 		return;
 	}
-	int r = sbd_tar_unpack(sb->backend, sb, path, (const uint8_t *)body, len, why, sizeof(why));
+	int r = sbd_tar_unpack(sb->backend, sb, path, (const uint8_t *)body, len, &err);
 	if (r < 0) {
-		sbd_api_reply_errno(
-		    c, r, path, r == -EOPNOTSUPP ? "files are not supported by this backend" : why);
+		sbd_api_reply_errno(c, r, path,
+				    r == -EOPNOTSUPP ? "files are not supported by this backend"
+						     : err.msg);
 		return;
 	}
 	struct jw w;
@@ -141,14 +142,15 @@ void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *metho
 		   const char *query, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
-	char why[SBD_API_ERRLEN] = "";
+	struct strata_err err = {0};
 	bool bad = false;
 	_cleanup_free_ char *raw = sbd_http_query_get(query, "path", &bad);
 	_cleanup_free_ char *mode_s = sbd_http_query_get(query, "mode", &bad);
-	_cleanup_free_ char *path = raw && !bad ? clean_path(raw, why, sizeof(why)) : NULL;
+	_cleanup_free_ char *path = raw && !bad ? clean_path(raw, &err) : NULL;
 	if (!path) {
 		sbd_conn_reply_error(c, 400, "invalid_path", "query parameter 'path': %s",
-				     why[0] ? why : "required, percent-encoded, without NUL bytes");
+				     err.code ? err.msg
+					      : "required, percent-encoded, without NUL bytes");
 		return;
 	}
 	struct sbd_file_req f = {.path = path, .mode = 0644, .max = (uint64_t)d->cfg.max_body};

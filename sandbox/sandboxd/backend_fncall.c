@@ -200,18 +200,18 @@ struct fn_backend {
 	 * Python calls are refused (py_why says why). */
 	struct sock_filter *filter;
 	unsigned short filter_len;
-	char py_why[256];
-	int closer_fd; /* write end: fds for the closer thread, or -1 */
+	struct strata_err py_why; /* Python calls as root refused: why */
+	int closer_fd;		  /* write end: fds for the closer thread, or -1 */
 	pthread_t closer;
 	int pool_min;
-	struct fn_pool *pools;	 /* warm interpreters */
-	struct py_call *calls;	 /* in flight on warm interpreters */
-	struct sbx_runtime *rt;	 /* the container backend's; NULL: no command calls */
-	char rt_why[256];	 /* why there is none */
-	struct cmd_pool *cpools; /* warm sandboxes for command calls */
-	struct cmd_call *cmds;	 /* command calls in flight */
-	pthread_mutex_t mu;	 /* cpools' idle lists and counters */
-	pthread_cond_t fill;	 /* wakes the filler threads */
+	struct fn_pool *pools;	  /* warm interpreters */
+	struct py_call *calls;	  /* in flight on warm interpreters */
+	struct sbx_runtime *rt;	  /* the container backend's; NULL: no command calls */
+	struct strata_err rt_why; /* why there is none */
+	struct cmd_pool *cpools;  /* warm sandboxes for command calls */
+	struct cmd_call *cmds;	  /* command calls in flight */
+	pthread_mutex_t mu;	  /* cpools' idle lists and counters */
+	pthread_cond_t fill;	  /* wakes the filler threads */
 	pthread_t fillers[FILL_THREADS];
 	int nfillers;
 	bool stop;
@@ -1727,13 +1727,12 @@ static void cmd_retry_io(void *ctx, uint32_t ev)
 
 static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		    int64_t uid, int64_t gid, const struct sbd_exec_sink *sink, void **ret,
-		    char *why, size_t cap)
+		    struct strata_err *e)
 {
-	if (!fb->rt) {
-		snprintf(why, cap, "fncall command calls need the container runtime: %s",
-			 fb->rt_why);
-		return -ENODEV;
-	}
+	if (!fb->rt)
+		return strata_err_set(e, -ENODEV,
+				      "fncall command calls need the container runtime: %s",
+				      fb->rt_why.msg);
 	struct cmd_pool *p = cpool_get(fb, sb);
 	struct cmd_call *c = p ? calloc(1, sizeof(*c)) : NULL;
 	if (!c)
@@ -1780,10 +1779,10 @@ static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct 
 	if (r == 0)
 		r = cpool_take(fb, p, &c->s);
 	if (r < 0) {
-		snprintf(why, cap, "cannot start a sandbox for the call: %s", strerror(-r));
+		strata_err_set(e, r, "cannot start a sandbox for the call: %s", strerror(-r));
 	} else if ((r = sbx_exec_op_start(c->s, &o, &cbs, c, &c->op)) < 0 ||
 		   (r = cmd_watch(c)) < 0) {
-		snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+		strata_err_set(e, r, "cannot run the call: %s", strerror(-r));
 		sbx_exec_op_free(c->op);
 		sbx_destroy(c->s);
 	}
@@ -1858,8 +1857,8 @@ static void cmd_backend_init(struct fn_backend *fb, struct sbd_backend *containe
 		struct sbd_caps k = {0};
 		if (container)
 			container->caps(container, &k);
-		snprintf(fb->rt_why, sizeof(fb->rt_why), "%s",
-			 k.why[0] ? k.why : "no container runtime");
+		strata_err_set(&fb->rt_why, -ENODEV, "%s",
+			       k.why.msg[0] ? k.why.msg : "no container runtime");
 		return;
 	}
 	fillers_start(fb);
@@ -1892,10 +1891,9 @@ static void cpool_kick(struct fn_backend *fb)
 }
 static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		    int64_t uid, int64_t gid, const struct sbd_exec_sink *sink, void **ret,
-		    char *why, size_t cap)
+		    struct strata_err *e)
 {
-	snprintf(why, cap, "fncall command calls need the container library");
-	return -ENODEV;
+	return strata_err_set(e, -ENODEV, "fncall command calls need the container library");
 }
 static bool cmd_cancel(struct fn_backend *fb, void *handle)
 {
@@ -1906,7 +1904,7 @@ static void cmd_tick(struct fn_backend *fb, int64_t now)
 }
 static void cmd_backend_init(struct fn_backend *fb, struct sbd_backend *container)
 {
-	snprintf(fb->rt_why, sizeof(fb->rt_why), "no container library");
+	strata_err_set(&fb->rt_why, -ENODEV, "no container library");
 }
 static void cmd_backend_free(struct fn_backend *fb)
 {
@@ -1915,38 +1913,35 @@ static void cmd_backend_free(struct fn_backend *fb)
 #endif /* STRATA_HAVE_CONTAINER */
 
 static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-		   const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap)
+		   const struct sbd_exec_sink *sink, void **ret_handle, struct strata_err *e)
 {
 	struct fn_backend *fb = b->priv;
 	int64_t uid, gid;
-	if (parse_user(sb->rootfs, req->user, &uid, &gid) < 0) {
-		snprintf(why, cap, "user '%s' is not in the image's /etc/passwd", req->user);
-		return -EINVAL;
-	}
+	if (parse_user(sb->rootfs, req->user, &uid, &gid) < 0)
+		return strata_err_set(e, -EINVAL, "user '%s' is not in the image's /etc/passwd",
+				      req->user);
 	struct sbd_exec_req q = *req;
 	char *pyargv[] = {"/usr/bin/python3", "-c", (char *)req->python, NULL};
 	if (req->python) {
-		if (!has_python(sb->rootfs)) {
-			snprintf(why, cap, "image '%s' has no /usr/bin/python3", sb->image);
-			return -EOPNOTSUPP;
-		}
+		if (!has_python(sb->rootfs))
+			return strata_err_set(e, -EOPNOTSUPP, "image '%s' has no /usr/bin/python3",
+					      sb->image);
 		if (uid == 0) { /* warm interpreters run as root without capabilities */
-			if (fb->py_why[0]) {
-				snprintf(why, cap, "fncall Python calls are unavailable: %s",
-					 fb->py_why);
-				return -ENODEV;
-			}
+			if (fb->py_why.code)
+				return strata_err_set(e, -ENODEV,
+						      "fncall Python calls are unavailable: %s",
+						      fb->py_why.msg);
 			struct fn_pool *p = pool_get(fb, sb->rootfs, sb->net_host);
 			int r =
 			    p ? py_exec(fb, p, cpu_millis_of(sb), &q, sink, ret_handle) : -ENOMEM;
 			if (r < 0)
-				snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+				strata_err_set(e, r, "cannot run the call: %s", strerror(-r));
 			return r;
 		}
 		q.python = NULL;
 		q.argv = pyargv;
 	}
-	return cmd_exec(fb, sb, &q, uid, gid, sink, ret_handle, why, cap);
+	return cmd_exec(fb, sb, &q, uid, gid, sink, ret_handle, e);
 }
 
 static void fn_exec_cancel(struct sbd_backend *b, void *handle)
@@ -1963,7 +1958,7 @@ static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .exec = true,
 			       .exec_stream = true,
 			       .exec_stdin = true,
-			       .python = !fb->py_why[0],
+			       .python = !fb->py_why.code,
 			       .network_host = true,
 			       .limits_memory = true,
 			       .limits_pids = fb->rt != NULL,
@@ -1971,14 +1966,14 @@ static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .limits_disk = true};
 }
 
-static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
+static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
 	struct fn_backend *fb = b->priv;
 	if (fb->rt && !cpool_get(fb, sb))
 		return -ENOMEM;
 	cpool_kick(fb);
 	struct fn_pool *p;
-	if (!fb->py_why[0] && has_python(sb->rootfs) &&
+	if (!fb->py_why.code && has_python(sb->rootfs) &&
 	    (p = pool_get(fb, sb->rootfs, sb->net_host)))
 		pool_kick(p);
 	return 0;
@@ -2088,10 +2083,10 @@ static void filter_init(struct fn_backend *fb)
 	}
 	free(fb->filter);
 	fb->filter = NULL;
-	snprintf(fb->py_why, sizeof(fb->py_why), "no seccomp filter: %s", strerror(-r));
+	strata_err_set(&fb->py_why, -ENODEV, "no seccomp filter: %s", strerror(-r));
 #else
-	snprintf(fb->py_why, sizeof(fb->py_why),
-		 "no seccomp filter (built without the container library)");
+	strata_err_set(&fb->py_why, -ENODEV,
+		       "no seccomp filter (built without the container library)");
 #endif
 }
 
@@ -2106,9 +2101,9 @@ struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
 	pthread_cond_init(&fb->fill, NULL);
 	cg_init(&fb->cg);
 	filter_init(fb);
-	if (!fb->cg.version && !fb->py_why[0])
-		snprintf(fb->py_why, sizeof(fb->py_why),
-			 "no pids and memory cgroups for the Python workers");
+	if (!fb->cg.version)
+		strata_err_set(&fb->py_why, -ENODEV,
+			       "no pids and memory cgroups for the Python workers");
 	closer_start(fb);
 	fb->b = (struct sbd_backend){
 	    .name = "fncall",

@@ -10,6 +10,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include "fs/err.h"
 #include "fs/json.h"
 
 #define SBD_HTTP_MAX_HEAD 16384
@@ -24,14 +25,17 @@ struct sbd_http_req {
 	bool keep_alive;
 	bool expect_continue;
 	size_t head_len; /* bytes of request line and headers */
+	int status;	 /* a head refused: the HTTP status to answer */
 };
 
 /* Parses the head of a request in buf[0..len). Returns 0 and *req when the
- * head is complete, -EAGAIN when more bytes are needed, or an HTTP status as
- * a negative number (-400, -413, -431, -501, -505) with a reason in
- * why[whycap]. max_body bounds Content-Length. */
+ * head is complete, -EAGAIN when more bytes are needed, or a negative errno
+ * for a head it refuses, with the HTTP status to answer in req->status and
+ * the reason in e: -EBADMSG 400 (malformed), -EFBIG 413 (Content-Length over
+ * max_body), -EMSGSIZE 431 (head too large, too many headers), -EOPNOTSUPP
+ * 501 (a chunked body), -EPROTONOSUPPORT 505 (not HTTP/1.x). */
 int sbd_http_parse_head(const char *buf, size_t len, size_t max_body, struct sbd_http_req *req,
-			char *why, size_t whycap);
+			struct strata_err *e);
 void sbd_http_req_done(struct sbd_http_req *req);
 
 /* Value of query parameter key, percent-decoded, malloc'ed (caller frees), or

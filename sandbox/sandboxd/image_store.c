@@ -183,7 +183,7 @@ static void cluster_mount(const struct sbd_imgstore *g, char *buf, size_t cap)
 		fclose(f);
 }
 
-static int st_open(struct sbd_imgstore *g, char *why, size_t cap)
+static int st_open(struct sbd_imgstore *g, struct strata_err *e)
 {
 	char mnt[PATH_MAX], root[PATH_MAX];
 	struct stat st;
@@ -196,16 +196,15 @@ static int st_open(struct sbd_imgstore *g, char *why, size_t cap)
 	 * cluster is down (that would write into the bare directory). */
 	if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		int r = errno == ENOTCONN ? -ENOTCONN : -ENOENT;
-		snprintf(why, cap,
-			 "no image store at %s (%s; start the cluster with strata up --home %s)",
-			 root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
-			 g->home);
-		return r;
+		return strata_err_set(
+		    e, r, "no image store at %s (%s; start the cluster with strata up --home %s)",
+		    root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
+		    g->home);
 	}
 	g->fuse_dev = st.st_dev;
 	int r = img_store_open(root, &g->store);
 	if (r < 0)
-		snprintf(why, cap, "cannot open the image store at %s: %s", root, strerror(-r));
+		strata_err_set(e, r, "cannot open the image store at %s: %s", root, strerror(-r));
 	else
 		log_info("image store: %s, node cache %s", root, g->cache);
 	return r;
@@ -281,17 +280,15 @@ static void start_recorder(struct sbd_imgstore *g, const char *hex)
 /* ---- node references ------------------------------------------------------------ */
 
 /* Takes sandboxd's node reference on im (mounting it if it is not). */
-static int hold(struct sbd_imgstore *g, struct sbd_image *im, char *why, size_t cap)
+static int hold(struct sbd_imgstore *g, struct sbd_image *im, struct strata_err *err)
 {
 	struct strata_err e = {0};
 	char root[PATH_MAX];
 	bool fresh = false;
 	int64_t t0 = sbd_now_ms();
 	int r = img_node_acquire(g->store, g->cache, im->hex, root, sizeof(root), &fresh, &e);
-	if (r < 0) {
-		snprintf(why, cap, "mounting image %.12s: %s", im->hex, e.msg);
-		return r;
-	}
+	if (r < 0)
+		return strata_err_set(err, r, "mounting image %.12s: %s", im->hex, e.msg);
 	im->held = true;
 	marker_set(g, im->hex, true);
 	if (!fresh)
@@ -321,25 +318,24 @@ static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
 
 /* ---- the API of images.h ---------------------------------------------------- */
 
-static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], char *why, size_t cap)
+static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], struct strata_err *err)
 {
 	struct strata_err e = {0};
-	int r = st_open(g, why, cap);
+	int r = st_open(g, &e);
 	if (r < 0) {
-		char tmp[512];
-		snprintf(tmp, sizeof(tmp), "%s", why);
-		snprintf(why, cap, "image '%s' is not registered on this node and %s", ref, tmp);
-		return r == -ENOTCONN ? -ENOTCONN : -ENOENT;
+		r = r == -ENOTCONN ? -ENOTCONN : -ENOENT;
+		return strata_err_set(err, r, "image '%s' is not registered on this node and %s",
+				      ref, e.msg);
 	}
 	r = img_store_resolve(g->store, ref, hex, &e);
 	if (r == -ENOENT)
-		snprintf(why, cap,
-			 "image '%s' is neither registered on this node nor in the image "
-			 "store (strata image ls)",
-			 ref);
+		strata_err_set(err, r,
+			       "image '%s' is neither registered on this node nor in the image "
+			       "store (strata image ls)",
+			       ref);
 	else if (r < 0)
-		snprintf(why, cap, "image reference '%s': %s", ref,
-			 e.msg[0] ? e.msg : strerror(-r));
+		strata_err_set(err, r, "image reference '%s': %s", ref,
+			       e.msg[0] ? e.msg : strerror(-r));
 	return r;
 }
 
@@ -364,8 +360,8 @@ static void remember(struct sbd_image *im, const char *ref)
 	im->last_ref_ms = sbd_now_ms();
 }
 
-int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
-		       size_t cap)
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
+		       struct strata_err *e)
 {
 	struct sbd_image *im = sbd_images_find(d, ref);
 	if (im) {
@@ -381,7 +377,7 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 		*ret = im;
 		return 0;
 	}
-	int r = resolve(g, ref, hex, why, cap);
+	int r = resolve(g, ref, hex, e);
 	if (r < 0)
 		return r;
 	im = entry_find(g, hex) ?: entry_new(g, hex);
@@ -390,7 +386,7 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 	remember(im, ref);
 	if (!im->config_loaded)
 		load_config(g, im);
-	if (!im->held && (r = hold(g, im, why, cap)) < 0)
+	if (!im->held && (r = hold(g, im, e)) < 0)
 		return r;
 	im->users++;
 	*ret = im;
@@ -408,13 +404,12 @@ void sbd_images_release(struct sandboxd *d, const char *rootfs)
 
 struct sbd_image *sbd_images_by_rootfs(struct sandboxd *d, const char *rootfs)
 {
-	char why[512];
 	for (struct sbd_image *im = rootfs ? d->images : NULL; im; im = im->next)
 		if (!strcmp(im->rootfs, rootfs))
 			return im;
 	struct sbd_imgstore *g = d->imgstore;
 	struct sbd_image *im = g ? entry_by_rootfs(g, rootfs) : NULL;
-	if (im && !im->config_loaded && st_open(g, why, sizeof(why)) == 0)
+	if (im && !im->config_loaded && st_open(g, NULL) == 0)
 		load_config(g, im); /* an image known from re-adoption only */
 	return im;
 }
@@ -432,7 +427,8 @@ static bool hex_of_rootfs(const struct sbd_imgstore *g, const char *rootfs, char
 void sbd_images_adopted(struct sandboxd *d, const char *rootfs)
 {
 	struct sbd_imgstore *g = st_get(d);
-	char hex[65], why[512] = "";
+	char hex[65];
+	struct strata_err e = {0};
 	if (!g || !hex_of_rootfs(g, rootfs, hex))
 		return;
 	struct sbd_image *im = entry_find(g, hex) ?: entry_new(g, hex);
@@ -441,12 +437,12 @@ void sbd_images_adopted(struct sandboxd *d, const char *rootfs)
 	im->users++;
 	if (im->held)
 		return;
-	int r = st_open(g, why, sizeof(why));
+	int r = st_open(g, &e);
 	if (r == 0)
-		r = hold(g, im, why, sizeof(why));
+		r = hold(g, im, &e);
 	if (r < 0)
 		log_warn_errno(r, "Re-adopted sandbox on image %.12s without a node reference: %s",
-			       hex, why);
+			       hex, e.msg);
 }
 
 /* After a restart of strata-fuse (a new mount, a new device) the image
@@ -469,10 +465,9 @@ void sbd_images_tick(struct sandboxd *d)
 	struct sbd_imgstore *g = d->imgstore;
 	int64_t now = sbd_now_ms();
 	bool any = false;
-	char why[512];
 	for (struct sbd_image *im = g ? g->list : NULL; im; im = im->next)
 		any |= im->held;
-	if (!any || st_open(g, why, sizeof(why)) < 0)
+	if (!any || st_open(g, NULL) < 0)
 		return;
 	check_fuse(g);
 	for (struct sbd_image *im = g->list; im; im = im->next)
@@ -519,7 +514,6 @@ static int list_one(void *ctx, const char *name, const char *hex)
 void sbd_images_to_json(struct sandboxd *d, struct jw *w)
 {
 	struct sbd_imgstore *g = st_get(d);
-	char why[512];
 	jw_obj(w);
 	jw_key(w, "images");
 	jw_arr(w);
@@ -531,7 +525,7 @@ void sbd_images_to_json(struct sandboxd *d, struct jw *w)
 		jw_obj_end(w);
 	}
 	void *ctx[2] = {w, g};
-	if (g && st_open(g, why, sizeof(why)) == 0)
+	if (g && st_open(g, NULL) == 0)
 		img_store_list(g->store, list_one, ctx);
 	jw_arr_end(w);
 	jw_obj_end(w);
@@ -540,7 +534,6 @@ void sbd_images_to_json(struct sandboxd *d, struct jw *w)
 void sbd_images_store_free(struct sandboxd *d)
 {
 	struct sbd_imgstore *g = d->imgstore;
-	char why[512];
 	if (!g)
 		return;
 	while (g->list) {
@@ -548,7 +541,7 @@ void sbd_images_store_free(struct sandboxd *d)
 		g->list = im->next;
 		/* Unused references go now; those of live sandboxes stay (with
 		 * their markers) for the sandboxd that re-adopts them. */
-		if (im->held && im->users == 0 && st_open(g, why, sizeof(why)) == 0)
+		if (im->held && im->users == 0 && st_open(g, NULL) == 0)
 			unhold(g, im);
 		sbd_image_free(im);
 	}

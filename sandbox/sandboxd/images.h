@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fs/err.h"
 #include "fs/json.h"
 
 #define IMAGES_LINGER_S 30	    /* $STRATA_SANDBOXD_IMAGE_LINGER_S overrides (tests) */
@@ -76,10 +77,10 @@ char **sbd_images_str_array(const struct json *a, bool env);
 /* ---- the image store (image_store.c) -------------------------------------- */
 /* Resolves ref (registered first, then the store) and, for a store image,
  * takes a reference for one sandbox (mounting the image on first use).
- * Returns 0 and *ret (owned by sandboxd), -ENOENT (no such image; why says
- * where it looked), -EINVAL (malformed reference) or -errno with why. */
-int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
-		       size_t cap);
+ * Returns 0 and *ret (owned by sandboxd), -ENOENT (no such image; e says
+ * where it looked), -EINVAL (malformed reference) or -errno, with e. */
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
+		       struct strata_err *e);
 /* Gives back the reference of a sandbox with this rootfs (no-op for a
  * registered directory). */
 void sbd_images_release(struct sandboxd *d, const char *rootfs);

@@ -433,7 +433,7 @@ static int setup_backends(struct sandboxd *d)
 		if (k.available)
 			log_info("backend %s: available", d->backends[i]->name);
 		else
-			log_info("backend %s: unavailable (%s)", d->backends[i]->name, k.why);
+			log_info("backend %s: unavailable (%s)", d->backends[i]->name, k.why.msg);
 	}
 	return 0;
 }

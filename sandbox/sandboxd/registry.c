@@ -77,34 +77,33 @@ static int64_t mem_available_mb(struct sandboxd *d)
 	return d->meminfo_mb;
 }
 
-int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
+int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, struct strata_err *e)
 {
 	const struct sandboxd_config *c = &d->cfg;
 	if ((int64_t)(d->count + d->creating) >= c->max_sandboxes) {
-		snprintf(why, cap, "node has %zu sandboxes (%zu being created), the limit is %lld",
-			 d->count + d->creating, d->creating, (long long)c->max_sandboxes);
-		return -ENOSPC;
+		return strata_err_set(
+		    e, -ENOSPC, "node has %zu sandboxes (%zu being created), the limit is %lld",
+		    d->count + d->creating, d->creating, (long long)c->max_sandboxes);
 	}
 	int64_t mem_used = d->mem_used_mb + d->creating_mem_mb;
 	int64_t pids_used = d->pids_used + d->creating_pids;
 	if (sb->reserves && mem_used + sb->memory_mb > c->memory_budget_mb) {
-		snprintf(why, cap,
-			 "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
-			 (long long)sb->memory_mb, (long long)(c->memory_budget_mb - mem_used),
-			 (long long)c->memory_budget_mb);
-		return -ENOSPC;
+		return strata_err_set(
+		    e, -ENOSPC, "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
+		    (long long)sb->memory_mb, (long long)(c->memory_budget_mb - mem_used),
+		    (long long)c->memory_budget_mb);
 	}
 	if (sb->reserves && pids_used + sb->pids > c->pids_budget) {
-		snprintf(why, cap, "node pids: %lld requested, %lld of %lld left to admit",
-			 (long long)sb->pids, (long long)(c->pids_budget - pids_used),
-			 (long long)c->pids_budget);
-		return -ENOSPC;
+		return strata_err_set(e, -ENOSPC,
+				      "node pids: %lld requested, %lld of %lld left to admit",
+				      (long long)sb->pids, (long long)(c->pids_budget - pids_used),
+				      (long long)c->pids_budget);
 	}
 	int64_t avail = mem_available_mb(d);
 	if (avail >= 0 && avail < c->reserve_mb) {
-		snprintf(why, cap, "node memory available is %lld MB, below the reserve of %lld MB",
-			 (long long)avail, (long long)c->reserve_mb);
-		return -ENOSPC;
+		return strata_err_set(
+		    e, -ENOSPC, "node memory available is %lld MB, below the reserve of %lld MB",
+		    (long long)avail, (long long)c->reserve_mb);
 	}
 	return 0;
 }

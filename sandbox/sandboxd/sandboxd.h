@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include "sandbox/sandboxd/backend.h"
 #include "sandbox/sandboxd/images.h"
+#include "fs/err.h"
 #include "fs/json.h"
 #include "sandbox/sandboxd/loop.h"
 
@@ -129,8 +130,9 @@ struct sandboxd {
 struct sbd_backend *sbd_registry_backend(struct sandboxd *d, const char *name);
 struct sbd_sandbox *sbd_registry_find(struct sandboxd *d, const char *id);
 struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key);
-/* Admission: 0 if a sandbox of sb's size fits, else -ENOSPC with why. */
-int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap);
+/* Admission: 0 if a sandbox of sb's size fits, else -ENOSPC with the
+ * reason in e. */
+int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, struct strata_err *e);
 void sbd_registry_insert(struct sandboxd *d, struct sbd_sandbox *sb);
 /* Writes the sandbox's state.json. Returns 0 or -errno. */
 int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);

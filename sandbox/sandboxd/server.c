@@ -252,16 +252,18 @@ static bool check_auth(struct sbd_conn *c)
 static void conn_process(struct sbd_conn *c)
 {
 	while (!c->streaming && !c->close_after && !c->dead) {
-		char why[256];
 		if (!c->have_head) {
+			struct strata_err e;
+			strata_err_clear(&e);
 			int r = sbd_http_parse_head(c->in, c->in_len, (size_t)c->d->cfg.max_body,
-						    &c->req, why, sizeof(why));
+						    &c->req, &e);
 			if (r == -EAGAIN)
 				break;
 			c->keep_alive = r == 0 && c->req.keep_alive;
 			if (r < 0) {
-				sbd_conn_reply_error(c, -r, -r == 413 ? "too_large" : "bad_request",
-						     "%s", why);
+				int st = c->req.status;
+				sbd_conn_reply_error(c, st, st == 413 ? "too_large" : "bad_request",
+						     "%s", e.msg);
 				c->close_after = true;
 				break;
 			}

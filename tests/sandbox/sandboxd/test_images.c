@@ -64,9 +64,9 @@ static void test_registered(struct sandboxd *d, const char *tmp)
 	CHECK(im->env && !strcmp(im->env[0], "A=1") && !im->env[1]);
 
 	/* Acquiring a registered image takes no reference and needs no store. */
-	char why[512] = "";
+	struct strata_err why = {0};
 	struct sbd_image *got = NULL;
-	CHECK_EQ(sbd_images_acquire(d, "bb", &got, why, sizeof(why)), 0);
+	CHECK_EQ(sbd_images_acquire(d, "bb", &got, &why), 0);
 	CHECK(got == sbd_images_find(d, "bb"));
 	sbd_images_release(d, got->rootfs); /* a no-op for a directory */
 
@@ -86,12 +86,12 @@ static void test_registered(struct sandboxd *d, const char *tmp)
 
 static void test_unknown_without_store(struct sandboxd *d)
 {
-	char why[512] = "";
+	struct strata_err why = {0};
 	struct sbd_image *got = NULL;
 	/* The home has no cluster.env and no mount: the store cannot be found. */
-	CHECK_EQ(sbd_images_acquire(d, "nope:latest", &got, why, sizeof(why)), -ENOENT);
+	CHECK_EQ(sbd_images_acquire(d, "nope:latest", &got, &why), -ENOENT);
 	CHECK(got == NULL);
-	CHECK(strstr(why, "nope:latest") && strstr(why, "no image store"));
+	CHECK(strstr(why.msg, "nope:latest") && strstr(why.msg, "no image store"));
 }
 
 static void test_listing(struct sandboxd *d)
