@@ -23,7 +23,7 @@ void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sand
 /* A NULL-terminated "K=V" array (*ret, caller frees): base overlaid with the
  * JSON object e (NULL: base alone). Returns 0, -EINVAL with err, or
  * -ENOMEM. */
-int sbd_api_parse_env(const struct json *e, char **base, char ***ret, struct strata_err *err);
+int sbd_api_parse_env(const struct json *e, char *const *base, char ***ret, struct strata_err *err);
 
 /* An optional integer field and its bounds. */
 struct sbd_api_int {

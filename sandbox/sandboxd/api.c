@@ -91,7 +91,7 @@ struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len
 	return j;
 }
 
-int sbd_api_parse_env(const struct json *e, char **base, char ***ret, struct strata_err *err)
+int sbd_api_parse_env(const struct json *e, char *const *base, char ***ret, struct strata_err *err)
 {
 	size_t nb = 0;
 	while (base && base[nb])

@@ -133,10 +133,11 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 		return -EINVAL;
 	}
 	sb->net_host = net && !strcmp(net, "host");
-	sb->cwd = strdup(cwd ? cwd : im->cwd ? im->cwd : "/");
-	sb->user = strdup(user ? user : im->user ? im->user : "");
+	struct sbd_image_defaults def = sbd_image_defaults(im);
+	sb->cwd = strdup(cwd ? cwd : def.cwd ? def.cwd : "/");
+	sb->user = strdup(user ? user : def.user ? def.user : "");
 	sb->idem_key = idem ? strdup(idem) : NULL;
-	r = sbd_api_parse_env(json_get(j, "env"), im->env, &sb->env, err);
+	r = sbd_api_parse_env(json_get(j, "env"), def.env, &sb->env, err);
 	if (r < 0)
 		return r;
 	r = parse_labels(json_get(j, "labels"), sb, err);
@@ -158,7 +159,7 @@ static int create_commit(struct sandboxd *d, struct sbd_sandbox *sb, int r, bool
 			 int persist_r)
 {
 	if (r < 0) {
-		sbd_images_release(d, sb->rootfs);
+		sbd_images_release(d, sb->img);
 		sbd_sandbox_free(sb);
 		return r;
 	}
@@ -523,14 +524,15 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 	if (!sb || !id) {
 		free(id);
 		free(sb);
-		sbd_images_release(d, im->rootfs);
+		sbd_images_release(d, im);
 		sbd_conn_reply_error(c, 500, "internal", "out of memory");
 		goto out;
 	}
 	strcpy(sb->id, id);
 	free(id);
-	sb->image = strdup(im->hex[0] ? image : im->name); /* store: as the user named it */
-	sb->rootfs = strdup(im->rootfs);
+	sb->image = strdup(sbd_image_name(im, image));
+	sb->rootfs = strdup(sbd_image_rootfs(im));
+	sb->img = im;
 	sb->backend_name = strdup(b->name);
 	sb->backend = b;
 	sb->reserves = caps.persistent;

@@ -272,7 +272,7 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 		return -EINVAL;
 	}
 	/* Neither: the image's own command (OCI Entrypoint + Cmd), if it has one. */
-	if (!cmd && !py && !(a->argv = sbd_images_default_cmd(d, sb->rootfs))) {
+	if (!cmd && !py && !(a->argv = sbd_image_default_cmd(d, sb->img))) {
 		strata_err_set(
 		    err, -EINVAL,
 		    "give one of 'cmd' and 'python' (the image has no Entrypoint or Cmd)");

@@ -122,6 +122,7 @@ struct py_call {
 
 /* A pool of warm interpreters of one image and network. */
 struct fn_pool {
+	const struct sbd_image *img; /* the key (images.h), with rootfs when NULL */
 	char *rootfs;
 	bool net_host;
 	struct fn_worker *idle;
@@ -173,6 +174,7 @@ struct cmd_box {
  * nidle, creating, target, err, last_call_ms (the filler threads read and
  * fill them). */
 struct cmd_pool {
+	const struct sbd_image *img; /* the key (images.h), with rootfs when NULL */
 	char *rootfs;
 	bool net_host;
 	int64_t memory_mb, pids, disk_mb;
@@ -913,17 +915,26 @@ static bool worker_alive(const struct fn_worker *w)
 	return poll(&pf, 1, 0) == 0;
 }
 
-static struct fn_pool *pool_get(struct fn_backend *fb, const char *rootfs, bool net_host)
+/* Whether a pool of image img (NULL: known by its root only) with root
+ * rootfs serves sb: image handles are compared, paths only without one. */
+static bool same_image(const struct sbd_image *img, const char *rootfs,
+		       const struct sbd_sandbox *sb)
+{
+	return img == sb->img && (img || !strcmp(rootfs, sb->rootfs));
+}
+
+static struct fn_pool *pool_get(struct fn_backend *fb, const struct sbd_sandbox *sb)
 {
 	for (struct fn_pool *p = fb->pools; p; p = p->next)
-		if (p->net_host == net_host && !strcmp(p->rootfs, rootfs))
+		if (p->net_host == sb->net_host && same_image(p->img, p->rootfs, sb))
 			return p;
 	struct fn_pool *p = calloc(1, sizeof(*p));
-	if (!p || !(p->rootfs = strdup(rootfs))) {
+	if (!p || !(p->rootfs = strdup(sb->rootfs))) {
 		free(p);
 		return NULL;
 	}
-	p->net_host = net_host;
+	p->img = sb->img;
+	p->net_host = sb->net_host;
 	p->target = fb->pool_min;
 	p->fb = fb;
 	p->last_use_ms = sbd_now_ms();
@@ -1447,13 +1458,14 @@ static struct cmd_pool *cpool_get(struct fn_backend *fb, const struct sbd_sandbo
 	for (struct cmd_pool *p = fb->cpools; p; p = p->next)
 		if (p->net_host == sb->net_host && p->memory_mb == sb->memory_mb &&
 		    p->pids == sb->pids && p->disk_mb == disk && p->cpu_millis == cpu &&
-		    !strcmp(p->rootfs, sb->rootfs))
+		    same_image(p->img, p->rootfs, sb))
 			return p;
 	struct cmd_pool *p = calloc(1, sizeof(*p));
 	if (!p || !(p->rootfs = strdup(sb->rootfs))) {
 		free(p);
 		return NULL;
 	}
+	p->img = sb->img;
 	p->net_host = sb->net_host;
 	p->memory_mb = sb->memory_mb;
 	p->pids = sb->pids;
@@ -1931,7 +1943,7 @@ static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 				return strata_err_set(e, -ENODEV,
 						      "fncall Python calls are unavailable: %s",
 						      fb->py_why.msg);
-			struct fn_pool *p = pool_get(fb, sb->rootfs, sb->net_host);
+			struct fn_pool *p = pool_get(fb, sb);
 			int r =
 			    p ? py_exec(fb, p, cpu_millis_of(sb), &q, sink, ret_handle) : -ENOMEM;
 			if (r < 0)
@@ -1973,8 +1985,7 @@ static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 		return -ENOMEM;
 	cpool_kick(fb);
 	struct fn_pool *p;
-	if (!fb->py_why.code && has_python(sb->rootfs) &&
-	    (p = pool_get(fb, sb->rootfs, sb->net_host)))
+	if (!fb->py_why.code && has_python(sb->rootfs) && (p = pool_get(fb, sb)))
 		pool_kick(p);
 	return 0;
 }

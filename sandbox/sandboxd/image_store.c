@@ -33,6 +33,7 @@
 #include "fs/log.h"
 #include "imagesvc/mount.h"
 #include "imagesvc/prefetch.h"
+#include "sandbox/sandboxd/images-internal.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "imagesvc/store.h"
 
@@ -81,14 +82,6 @@ static struct sbd_image *entry_find(struct sbd_imgstore *g, const char *hex)
 {
 	for (struct sbd_image *im = g->list; im; im = im->next)
 		if (!strcmp(im->hex, hex))
-			return im;
-	return NULL;
-}
-
-static struct sbd_image *entry_by_rootfs(struct sbd_imgstore *g, const char *rootfs)
-{
-	for (struct sbd_image *im = rootfs ? g->list : NULL; im; im = im->next)
-		if (!strcmp(im->rootfs, rootfs))
 			return im;
 	return NULL;
 }
@@ -393,25 +386,19 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 	return 0;
 }
 
-void sbd_images_release(struct sandboxd *d, const char *rootfs)
+void sbd_images_release(struct sandboxd *d, struct sbd_image *im)
 {
-	struct sbd_image *im = d->imgstore ? entry_by_rootfs(d->imgstore, rootfs) : NULL;
-	if (!im || im->users <= 0)
+	if (!im || !im->hex[0] || im->users <= 0)
 		return;
 	if (--im->users == 0)
 		im->idle_since_ms = sbd_now_ms();
 }
 
-struct sbd_image *sbd_images_by_rootfs(struct sandboxd *d, const char *rootfs)
+void sbd_images_store_config(struct sandboxd *d, struct sbd_image *im)
 {
-	for (struct sbd_image *im = rootfs ? d->images : NULL; im; im = im->next)
-		if (!strcmp(im->rootfs, rootfs))
-			return im;
 	struct sbd_imgstore *g = d->imgstore;
-	struct sbd_image *im = g ? entry_by_rootfs(g, rootfs) : NULL;
-	if (im && !im->config_loaded && st_open(g, NULL) == 0)
-		load_config(g, im); /* an image known from re-adoption only */
-	return im;
+	if (g && !im->config_loaded && st_open(g, NULL) == 0)
+		load_config(g, im);
 }
 
 /* "<cache>/<hex>/root" -> hex, else false. */
@@ -424,25 +411,29 @@ static bool hex_of_rootfs(const struct sbd_imgstore *g, const char *rootfs, char
 	return is_hex64(hex) && !strcmp(rootfs + n + 65, "/root");
 }
 
-void sbd_images_adopted(struct sandboxd *d, const char *rootfs)
+struct sbd_image *sbd_images_adopt(struct sandboxd *d, const char *rootfs)
 {
+	for (struct sbd_image *im = d->images; im; im = im->next)
+		if (!strcmp(im->rootfs, rootfs)) /* the first registered wins */
+			return im;
 	struct sbd_imgstore *g = st_get(d);
 	char hex[65];
 	struct strata_err e = {0};
 	if (!g || !hex_of_rootfs(g, rootfs, hex))
-		return;
+		return NULL;
 	struct sbd_image *im = entry_find(g, hex) ?: entry_new(g, hex);
 	if (!im)
-		return;
+		return NULL;
 	im->users++;
 	if (im->held)
-		return;
+		return im;
 	int r = st_open(g, &e);
 	if (r == 0)
 		r = hold(g, im, &e);
 	if (r < 0)
 		log_warn_errno(r, "Re-adopted sandbox on image %.12s without a node reference: %s",
 			       hex, e.msg);
+	return im;
 }
 
 /* After a restart of strata-fuse (a new mount, a new device) the image

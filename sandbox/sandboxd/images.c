@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fs/cleanup.h"
+#include "sandbox/sandboxd/images-internal.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 static bool valid_name(const char *n)
@@ -166,9 +167,25 @@ static size_t strv_len(char **v)
 	return n;
 }
 
-char **sbd_images_default_cmd(struct sandboxd *d, const char *rootfs)
+const char *sbd_image_rootfs(const struct sbd_image *im)
 {
-	struct sbd_image *im = sbd_images_by_rootfs(d, rootfs);
+	return im->rootfs;
+}
+
+const char *sbd_image_name(const struct sbd_image *im, const char *ref)
+{
+	return im->hex[0] ? ref : im->name;
+}
+
+struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im)
+{
+	return (struct sbd_image_defaults){.env = im->env, .cwd = im->cwd, .user = im->user};
+}
+
+char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im)
+{
+	if (im && im->hex[0])
+		sbd_images_store_config(d, im);
 	size_t ne = im ? strv_len(im->entrypoint) : 0, nc = im ? strv_len(im->cmd) : 0, k = 0;
 	char **v = ne + nc ? calloc(ne + nc + 1, sizeof(char *)) : NULL;
 	for (size_t i = 0; v && i < ne + nc; i++)

@@ -404,7 +404,7 @@ int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char 
 			       sb->id);
 	log_info("sandbox %s destroyed (%s)", sb->id, why);
 	registry_remove(d, sb);
-	sbd_images_release(d, sb->rootfs);
+	sbd_images_release(d, sb->img);
 	unpersist_later(d, sb->id);
 	d->deletes_total++;
 	sbd_sandbox_free(sb);
@@ -508,7 +508,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	}
 	sb->last_active_ms = sbd_now_ms();
 	sbd_registry_insert(d, sb);
-	sbd_images_adopted(d, sb->rootfs);
+	sb->img = sbd_images_adopt(d, sb->rootfs);
 	return 0;
 }
 

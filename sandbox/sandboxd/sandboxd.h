@@ -58,8 +58,9 @@ struct sbd_destroy_hook {
 
 struct sbd_sandbox {
 	char id[SBD_ID_LEN + 1];
-	char *image;  /* name as registered */
-	char *rootfs; /* the image's root directory */
+	char *image;	       /* name as registered */
+	char *rootfs;	       /* the image's root directory */
+	struct sbd_image *img; /* the image's handle (images.h), NULL if unknown */
 	char *backend_name;
 	struct sbd_backend *backend;
 	void *bpriv; /* the backend's own data */

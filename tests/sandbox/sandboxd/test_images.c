@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sandbox/sandboxd/images-internal.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "tests/testutil.h"
 
@@ -68,20 +69,21 @@ static void test_registered(struct sandboxd *d, const char *tmp)
 	struct sbd_image *got = NULL;
 	CHECK_EQ(sbd_images_acquire(d, "bb", &got, &why), 0);
 	CHECK(got == sbd_images_find(d, "bb"));
-	sbd_images_release(d, got->rootfs); /* a no-op for a directory */
+	sbd_images_release(d, got); /* a no-op for a directory */
 
-	/* Both registered images share the root: the first registered wins. */
-	CHECK(sbd_images_by_rootfs(d, im->rootfs) != NULL);
-	char **cmd = sbd_images_default_cmd(d, im->rootfs);
-	struct sbd_image *owner = sbd_images_by_rootfs(d, im->rootfs);
-	if (owner == im) {
-		CHECK(cmd && !strcmp(cmd[0], "/bin/sh") && !strcmp(cmd[1], "-c") &&
-		      !strcmp(cmd[2], "echo hi") && !cmd[3]);
-	} else {
-		CHECK(cmd == NULL); /* "bb" has no command */
-	}
+	/* Both registered images share the root: a sandbox's handle says which
+	 * one it was made from. */
+	char **cmd = sbd_image_default_cmd(d, im);
+	CHECK(cmd && !strcmp(cmd[0], "/bin/sh") && !strcmp(cmd[1], "-c") &&
+	      !strcmp(cmd[2], "echo hi") && !cmd[3]);
 	strv_free(cmd);
-	CHECK(sbd_images_default_cmd(d, "/not/a/root") == NULL);
+	CHECK(sbd_image_default_cmd(d, got) == NULL); /* "bb" has no command */
+	CHECK(sbd_image_default_cmd(d, NULL) == NULL);
+	/* A re-adopted sandbox finds its image by the root: the first registered
+	 * wins. */
+	struct sbd_image *owner = sbd_images_adopt(d, im->rootfs);
+	CHECK(owner == im || owner == got);
+	CHECK(sbd_images_adopt(d, "/not/a/root") == NULL);
 }
 
 static void test_unknown_without_store(struct sandboxd *d)
