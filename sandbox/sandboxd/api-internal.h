@@ -37,6 +37,9 @@ int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t
 /* The string field key of j, or NULL when absent or null; *bad is set when it
  * is not a string or longer than max. */
 const char *sbd_api_opt_str(const struct json *j, const char *key, size_t max, bool *bad);
+/* Replies 409 paused and returns true when sb is paused (execs, stdin and
+ * files need it running). */
+bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb);
 /* Whether query parameter key is given as "1", "true" or "". */
 bool sbd_api_query_bool(const char *query, const char *key);
 

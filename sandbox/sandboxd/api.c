@@ -172,6 +172,14 @@ void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sand
 	sbd_conn_reply_json(c, status, &w);
 }
 
+bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb)
+{
+	if (sb->state != SBD_PAUSED)
+		return false;
+	sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
+	return true;
+}
+
 bool sbd_api_query_bool(const char *query, const char *key)
 {
 	bool bad = false;

@@ -346,11 +346,8 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 		sbd_api_reply_errno(c, r, "exec", err.msg);
 		goto out;
 	}
-	if (sb->state == SBD_PAUSED) {
-		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
-				     sb->id);
+	if (sbd_api_refuse_paused(c, sb))
 		goto out;
-	}
 	struct sbd_caps caps = {0};
 	sb->backend->caps(sb->backend, &caps);
 	if (a.req.stdin_stream && (!caps.exec_stdin_stream || !sb->backend->exec_stdin)) {
@@ -437,11 +434,8 @@ void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *
 		stdin_reply(c, xid, -EBUSY, -1);
 		return;
 	}
-	if (sb->state == SBD_PAUSED) {
-		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
-				     sb->id);
+	if (sbd_api_refuse_paused(c, sb))
 		return;
-	}
 	sb->last_active_ms = sbd_now_ms();
 	int r = sb->backend->exec_stdin(sb->backend, x->handle, body, len,
 					sbd_api_query_bool(query, "eof"));

@@ -99,11 +99,8 @@ static void api_tar(struct sbd_conn *c, struct sbd_sandbox *sb, const char *meth
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
 	struct strata_err err = {0};
-	if (sb->state == SBD_PAUSED) {
-		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
-				     sb->id);
+	if (sbd_api_refuse_paused(c, sb))
 		return;
-	}
 	sb->last_active_ms = sbd_now_ms();
 	if (!strcmp(method, "GET")) {
 		uint8_t *tar = NULL;
@@ -184,11 +181,8 @@ void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *metho
 				     sub[0] ? "/" : "", sub);
 		return;
 	}
-	if (sb->state == SBD_PAUSED) {
-		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first",
-				     sb->id);
+	if (sbd_api_refuse_paused(c, sb))
 		return;
-	}
 	sb->last_active_ms = sbd_now_ms();
 	int r = sb->backend->file(sb->backend, sb, &f);
 	if (r < 0)

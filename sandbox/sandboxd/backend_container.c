@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sandbox/sandboxd/kfile.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 #ifndef STRATA_HAVE_CONTAINER
@@ -777,16 +778,6 @@ static int ct_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_fil
  * removed at destroy. On v2 the sandbox's own cgroup.freeze is used. */
 #define FREEZER_ROOT "/sys/fs/cgroup/freezer/strata-sandboxd"
 
-static int write_str(const char *path, const char *v)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = write(fd, v, strlen(v)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
-
 static int freezer_join(struct ct_box *box, const char *dir)
 {
 	char p[PATH_MAX], line[32];
@@ -803,7 +794,7 @@ static int freezer_join(struct ct_box *box, const char *dir)
 	snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
 	int r = 0;
 	while (r == 0 && fgets(line, sizeof(line), f))
-		r = write_str(p, line);
+		r = sbd_kfile_write(p, line);
 	fclose(f);
 	return r;
 }
@@ -816,14 +807,14 @@ static int freeze(struct ct_backend *cb, struct ct_box *box, bool on)
 		if (!cg)
 			return -EOPNOTSUPP;
 		snprintf(p, sizeof(p), "%s/cgroup.freeze", cg);
-		return write_str(p, on ? "1" : "0");
+		return sbd_kfile_write(p, on ? "1" : "0");
 	}
 	snprintf(dir, sizeof(dir), FREEZER_ROOT "/%s", box->id);
 	int r = on ? freezer_join(box, dir) : 0;
 	if (r < 0)
 		return r;
 	snprintf(p, sizeof(p), "%s/freezer.state", dir);
-	r = write_str(p, on ? "FROZEN" : "THAWED");
+	r = sbd_kfile_write(p, on ? "FROZEN" : "THAWED");
 	return r == -ENOENT && !on ? 0 : r;
 }
 

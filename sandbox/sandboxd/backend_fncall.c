@@ -73,6 +73,7 @@
 
 #include "fs/cleanup.h"
 #include "sandbox/sandboxd/loop.h"
+#include "sandbox/sandboxd/kfile.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 #ifdef STRATA_HAVE_CONTAINER
@@ -266,16 +267,6 @@ static const char py_boot[] =
 
 static void __attribute__((noreturn)) die(const char *what);
 
-static int write_file(const char *path, const char *v)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = write(fd, v, strlen(v)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
-
 /* Whether the comma-separated list holds the name tok ("cpu" is not in
  * "cpuacct" nor in "cpuset"). */
 static bool has_token(const char *list, const char *tok)
@@ -380,10 +371,10 @@ static void cg_init(struct fn_cg *cg)
 			return;
 		char p[PATH_MAX + 32];
 		snprintf(p, sizeof(p), "%s/cgroup.subtree_control", cg->base[0]);
-		if (write_file(p, "+pids +memory +cpu") == 0) {
+		if (sbd_kfile_write(p, "+pids +memory +cpu") == 0) {
 			cg->version = 2;
 			cg->has_cpu = true;
-		} else if (write_file(p, "+pids +memory") == 0) {
+		} else if (sbd_kfile_write(p, "+pids +memory") == 0) {
 			cg->version = 2;
 		}
 		cg_sweep(cg);
@@ -421,7 +412,8 @@ static int cg_mkdir(const struct fn_cg *cg, int i, uint64_t id)
 		if (cg->version == 2) {
 			char c[PATH_MAX + 32];
 			snprintf(c, sizeof(c), "%s/cgroup.subtree_control", cg->base[i]);
-			int r = write_file(c, cg->has_cpu ? "+pids +memory +cpu" : "+pids +memory");
+			int r = sbd_kfile_write(c, cg->has_cpu ? "+pids +memory +cpu"
+							       : "+pids +memory");
 			if (r < 0)
 				return r;
 		}
@@ -489,7 +481,7 @@ static void cg_enter(const struct fn_cg *cg, uint64_t id)
 			die("make its cgroup");
 		}
 		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "cgroup.procs", p, sizeof(p));
-		r = write_file(p, "0");
+		r = sbd_kfile_write(p, "0");
 		if (r < 0) {
 			errno = -r;
 			die("join its cgroup");
