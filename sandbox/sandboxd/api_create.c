@@ -26,8 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -363,9 +361,8 @@ static void creates_done(struct sbd_creates *cs)
 	}
 }
 
-/* Edge-triggered: every write of a worker is a new event, so the counter
- * is never read (one syscall less per create; it would take 2^64 creates
- * to fill it). */
+/* The workers' wake-up (sbd_wakeup_add: never read, one syscall less per
+ * create). */
 static void creates_io(void *ctx, uint32_t ev)
 {
 	creates_done(ctx);
@@ -376,16 +373,10 @@ static void creates_io(void *ctx, uint32_t ev)
 static int create_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_creates *cs,
 			struct sbd_backend *b, struct sbd_sandbox *sb)
 {
-	if (cs->efd < 0) {
-		cs->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (cs->efd < 0)
-			return -errno;
-		int r = sbd_watch_add(d->loop, &cs->w, cs->efd, EPOLLIN | EPOLLET, creates_io, cs);
-		if (r < 0) {
-			close(cs->efd);
-			cs->efd = -1;
-			return r;
-		}
+	if (cs->efd < 0 && (cs->efd = sbd_wakeup_add(d->loop, &cs->w, creates_io, cs)) < 0) {
+		int r = cs->efd;
+		cs->efd = -1;
+		return r;
 	}
 	struct create_job *j = calloc(1, sizeof(*j));
 	if (!j)
@@ -443,9 +434,7 @@ void sbd_api_creates_drain(struct sandboxd *d)
 		pthread_mutex_unlock(&cs->mu);
 		create_finish(j);
 	}
-	sbd_watch_del(d->loop, &cs->w);
-	if (cs->efd >= 0)
-		close(cs->efd);
+	sbd_wakeup_del(d->loop, &cs->w, cs->efd);
 	pthread_mutex_destroy(&cs->mu);
 	pthread_cond_destroy(&cs->cond);
 	free(cs);
@@ -456,14 +445,14 @@ void sbd_api_creates_drain(struct sandboxd *d)
 
 /* Runs the create of an admitted sandbox (r == 0; else only its end): on
  * a worker when the backend allows and the loop has other work (then
- * create_finish answers), else here. */
-static void create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_backend *b,
+ * create_finish answers: returns true), else here. */
+static bool create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_backend *b,
 				struct sbd_sandbox *sb, int r, struct strata_err *err)
 {
 	struct sbd_creates *cs = creates_of(d);
 	bool inline_ok = !cs || (!cs->in_flight && cs->last_us < CREATE_INLINE_MAX_US);
 	if (r == 0 && b->create_threaded && !inline_ok && create_start(c, d, cs, b, sb) == 0)
-		return;
+		return true;
 	if (r == 0) {
 		int64_t t0 = now_us();
 		r = b->create(b, sb, err);
@@ -474,15 +463,80 @@ static void create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct s
 		sbd_api_reply_errno(c, r, "create", err->msg);
 	else
 		sbd_api_reply_sandbox(c, 201, sb);
+	return false;
+}
+
+static void reply_image_error(struct sbd_conn *c, int r, const char *msg)
+{
+	if (r == -ENOENT)
+		sbd_conn_reply_error(c, 404, "image_not_found", "%s", msg);
+	else
+		sbd_api_reply_errno(c, r, "create", msg);
+}
+
+/* A create waiting for a worker to mount its image (images.h): the
+ * request is taken up again from the start when the image is ready. */
+struct image_wait {
+	struct sbd_image_waiter w;
+	struct sbd_conn *c; /* NULL once its client left */
+	size_t len;
+	char body[]; /* a copy: the connection's buffer moves on */
+};
+
+static bool create_request(struct sbd_conn *c, const char *body, size_t len);
+
+static void image_wait_abort(void *ctx)
+{
+	struct image_wait *iw = ctx;
+	iw->c = NULL;
+}
+
+static void image_ready(struct sbd_image_waiter *w, int r, const struct strata_err *e)
+{
+	struct image_wait *iw = (struct image_wait *)((char *)w - offsetof(struct image_wait, w));
+	struct sbd_conn *c = iw->c;
+	if (c) {
+		sbd_conn_set_abort(c, NULL, NULL);
+		bool later = false;
+		if (r < 0)
+			reply_image_error(c, r, e->msg);
+		else
+			later = create_request(c, iw->body, iw->len);
+		if (!later)
+			sbd_conn_hold_done(c);
+	}
+	free(iw);
+}
+
+/* Holds c until im is mounted. Returns 0 or -ENOMEM. */
+static int image_wait(struct sbd_conn *c, struct sbd_image *im, const char *body, size_t len)
+{
+	struct image_wait *iw = malloc(sizeof(*iw) + len);
+	if (!iw)
+		return -ENOMEM;
+	*iw = (struct image_wait){.w = {.fn = image_ready}, .c = c, .len = len};
+	memcpy(iw->body, body, len);
+	sbd_images_wait(im, &iw->w);
+	sbd_conn_hold(c, true);
+	sbd_conn_set_abort(c, image_wait_abort, iw);
+	return 0;
 }
 
 void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 {
+	create_request(c, body, len);
+}
+
+/* POST /v1/sandboxes. Returns true when the answer comes later (a create
+ * on a worker, or the image's mount), false when it was queued. */
+static bool create_request(struct sbd_conn *c, const char *body, size_t len)
+{
 	struct sandboxd *d = sbd_conn_daemon(c);
 	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
+	bool later = false;
 	if (!j)
-		return;
+		return false;
 	const char *image = json_cstr(json_get(j, "image"));
 	const char *bname = json_cstr(json_get(j, "backend")) ?: "container";
 	const char *idem = json_cstr(json_get(j, "idempotency_key"));
@@ -498,7 +552,7 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 		sbd_api_reply_sandbox(c, 200, prev);
 		goto out;
 	}
-	if (idem && create_join_pending(c, d->creates, idem))
+	if (idem && (later = create_join_pending(c, d->creates, idem)))
 		goto out;
 	if (!image) {
 		sbd_conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
@@ -511,12 +565,12 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 		goto out;
 	}
 	r = sbd_images_acquire(d, image, &im, &err);
-	if (r == -ENOENT) {
-		sbd_conn_reply_error(c, 404, "image_not_found", "%s", err.msg);
+	if (r == -EINPROGRESS && (r = image_wait(c, im, body, len)) == 0) {
+		later = true;
 		goto out;
 	}
 	if (r < 0) {
-		sbd_api_reply_errno(c, r, "create", err.msg);
+		reply_image_error(c, r, err.msg);
 		goto out;
 	}
 	sb = calloc(1, sizeof(*sb));
@@ -544,7 +598,8 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 				   "backend '%s' does not support network \"host\"", b->name);
 	if (r == 0 && (r = sbd_registry_admit(d, sb, &err)) < 0)
 		d->refused_total++;
-	create_run_or_start(c, d, b, sb, r, &err);
+	later = create_run_or_start(c, d, b, sb, r, &err);
 out:
 	json_free(j);
+	return later;
 }

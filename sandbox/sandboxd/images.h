@@ -86,10 +86,24 @@ char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im);
 /* ---- references (image_store.c) ----------------------------------------- */
 /* Resolves ref (registered first, then the store) and, for a store image,
  * takes a reference for one sandbox (mounting the image on first use).
- * Returns 0 and *ret, -ENOENT (no such image; e says where it looked),
- * -EINVAL (malformed reference) or -errno, with e. */
+ * Returns 0 and *ret, -EINPROGRESS and *ret when a worker mounts the image
+ * first (no reference taken: sbd_images_wait, then acquire again), -ENOENT
+ * (no such image; e says where it looked), -EINVAL (malformed reference)
+ * or -errno, with e. */
 int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
 		       struct strata_err *e);
+/* Waiting for an image that a worker mounts (sbd_images_acquire answered
+ * -EINPROGRESS): fn is called once on the loop, when the mount ended (r 0:
+ * acquire again, it is ready; r < 0: the mount failed, why in e). w stays
+ * the caller's. */
+struct sbd_image_waiter {
+	void (*fn)(struct sbd_image_waiter *w, int r, const struct strata_err *e);
+	struct sbd_image_waiter *next;
+};
+void sbd_images_wait(struct sbd_image *im, struct sbd_image_waiter *w);
+/* Shutdown: waits for the mounts in flight and wakes their waiters (whose
+ * creates may go on: before sbd_api_creates_drain). */
+void sbd_images_drain(struct sandboxd *d);
 /* Gives back a sandbox's reference (a no-op for a registered directory and
  * for NULL). */
 void sbd_images_release(struct sandboxd *d, struct sbd_image *im);

@@ -441,6 +441,7 @@ static int setup_backends(struct sandboxd *d)
 static void teardown(struct sandboxd *d)
 {
 	sbd_server_close(d);
+	sbd_images_drain(d);		/* image mounts in flight: their creates go on */
 	sbd_api_creates_drain(d);	/* creates in flight: finished, kept for adoption */
 	sbd_registry_free_all(d);	/* the sandboxes keep running: only our memory */
 	sbd_registry_unpersist_wait(d); /* before the state dir may be removed */
