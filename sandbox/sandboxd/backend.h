@@ -8,15 +8,18 @@
  * a backend that waits for something registers a watch in the loop.
  *
  * Errors are negative errno; the few that the core maps to API errors:
- *   -ENODEV      backend unavailable on this node (reason in why)
+ *   -ENODEV      backend unavailable on this node (reason in caps.why)
  *   -EOPNOTSUPP  feature not supported by this backend (typed error up front)
  *   -ENOENT      (files) no such path;  -ENOEXEC  image unusable
- * A backend never logs through the HTTP client: it fills `why` and returns. */
+ * A backend never logs through the HTTP client: it fills its struct strata_err
+ * (fs/err.h: the errno and a one-line reason) and returns. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "fs/err.h"
 
 struct sbd_loop;
 struct sbd_sandbox;
@@ -28,7 +31,7 @@ struct sbd_caps {
 	bool exec_stdin_stream; /* interactive stdin (sbd_exec_req.stdin_stream) */
 	bool files, tar, pause, persistent, network_host;
 	bool limits_memory, limits_pids, limits_cpu, limits_disk;
-	char why[256]; /* when !available: the reason */
+	struct strata_err why; /* when !available: -ENODEV and the reason */
 };
 
 /* One exec request, validated by the core. */
@@ -110,14 +113,15 @@ struct sbd_backend {
 	 * sb and thread-safe backend state), and the loop runs on meanwhile. */
 	bool create_threaded;
 	/* Creates the sandbox described by sb (its spec is filled in). Returns 0
-	 * or -errno with a reason in why. */
-	int (*create)(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap);
+	 * or -errno with the reason in e. */
+	int (*create)(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e);
 	/* Re-attaches to a sandbox created by an earlier sandboxd (from its
 	 * persisted state). Returns 0, or -errno if it is gone. */
 	int (*adopt)(struct sbd_backend *b, struct sbd_sandbox *sb);
-	/* Starts an exec; *ret_handle identifies it for exec_cancel. */
+	/* Starts an exec; *ret_handle identifies it for exec_cancel. Returns 0
+	 * or -errno with the reason in e (nothing ran: the sink is not called). */
 	int (*exec)(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-		    const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap);
+		    const struct sbd_exec_sink *sink, void **ret_handle, struct strata_err *e);
 	/* Feeds a stdin_stream exec (at most one chunk in flight: the next only
 	 * after its stdin_ack). Returns 0 (stdin_ack follows), 1 (taken, no
 	 * acknowledgement will come), -EPIPE (stdin already closed), -errno.

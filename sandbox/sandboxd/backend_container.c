@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sandbox/sandboxd/kfile.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 #ifndef STRATA_HAVE_CONTAINER
@@ -44,21 +45,20 @@
 static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 {
 	*k = (struct sbd_caps){0};
-	snprintf(k->why, sizeof(k->why), "this sandboxd was built without the container library");
+	strata_err_set(&k->why, -ENODEV, "this sandboxd was built without the container library");
 }
-static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
+static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
-	snprintf(why, cap, "this sandboxd was built without the container library");
-	return -ENODEV;
+	return strata_err_set(e, -ENODEV, "this sandboxd was built without the container library");
 }
 static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	return -ENODEV;
 }
 static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-		   const struct sbd_exec_sink *sink, void **ret, char *why, size_t cap)
+		   const struct sbd_exec_sink *sink, void **ret, struct strata_err *e)
 {
-	return ct_create(b, sb, why, cap);
+	return ct_create(b, sb, e);
 }
 static void ct_exec_cancel(struct sbd_backend *b, void *h)
 {
@@ -132,8 +132,8 @@ struct ct_backend {
 	struct sbd_backend b;
 	struct sbx_runtime *rt;
 	unsigned ticks;
-	struct ct_box *busy; /* boxes with execs: their deadlines, checked at tick */
-	char why[256];
+	struct ct_box *busy;   /* boxes with execs: their deadlines, checked at tick */
+	struct strata_err why; /* unavailable: the reason */
 };
 
 struct ct_box {
@@ -482,13 +482,12 @@ static void kill_all_but_agent(struct ct_box *box)
 }
 
 static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-		   const struct sbd_exec_sink *sink, void **ret, char *why, size_t cap)
+		   const struct sbd_exec_sink *sink, void **ret, struct strata_err *e)
 {
 	struct ct_box *box = sb->bpriv;
-	if (req->stdin_len > (1u << 20)) {
-		snprintf(why, cap, "stdin is limited to 1 MiB on the container backend");
-		return -EFBIG;
-	}
+	if (req->stdin_len > (1u << 20))
+		return strata_err_set(e, -EFBIG,
+				      "stdin is limited to 1 MiB on the container backend");
 	struct ct_exec *x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
@@ -604,7 +603,7 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .limits_pids = true,
 			       .limits_cpu = true,
 			       .limits_disk = true};
-	snprintf(k->why, sizeof(k->why), "%s", cb->why);
+	k->why = cb->why;
 }
 
 static void box_init(struct ct_box *box, struct ct_backend *cb)
@@ -616,7 +615,7 @@ static void box_init(struct ct_box *box, struct ct_backend *cb)
 	box->retry_fd = -1;
 }
 
-static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
+static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
 	struct ct_backend *cb = b->priv;
 	struct ct_box *box = calloc(1, sizeof(*box));
@@ -633,7 +632,7 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, s
 			       .orphan_timeout_ms = ORPHAN_TIMEOUT_MS};
 	int r = sbx_create(cb->rt, &c, &box->s);
 	if (r < 0) {
-		snprintf(why, cap, "container create failed: %s", strerror(-r));
+		strata_err_set(e, r, "container create failed: %s", strerror(-r));
 		free(box);
 		return r;
 	}
@@ -779,16 +778,6 @@ static int ct_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_fil
  * removed at destroy. On v2 the sandbox's own cgroup.freeze is used. */
 #define FREEZER_ROOT "/sys/fs/cgroup/freezer/strata-sandboxd"
 
-static int write_str(const char *path, const char *v)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = write(fd, v, strlen(v)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
-
 static int freezer_join(struct ct_box *box, const char *dir)
 {
 	char p[PATH_MAX], line[32];
@@ -805,7 +794,7 @@ static int freezer_join(struct ct_box *box, const char *dir)
 	snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
 	int r = 0;
 	while (r == 0 && fgets(line, sizeof(line), f))
-		r = write_str(p, line);
+		r = sbd_kfile_write(p, line);
 	fclose(f);
 	return r;
 }
@@ -818,14 +807,14 @@ static int freeze(struct ct_backend *cb, struct ct_box *box, bool on)
 		if (!cg)
 			return -EOPNOTSUPP;
 		snprintf(p, sizeof(p), "%s/cgroup.freeze", cg);
-		return write_str(p, on ? "1" : "0");
+		return sbd_kfile_write(p, on ? "1" : "0");
 	}
 	snprintf(dir, sizeof(dir), FREEZER_ROOT "/%s", box->id);
 	int r = on ? freezer_join(box, dir) : 0;
 	if (r < 0)
 		return r;
 	snprintf(p, sizeof(p), "%s/freezer.state", dir);
-	r = write_str(p, on ? "FROZEN" : "THAWED");
+	r = sbd_kfile_write(p, on ? "FROZEN" : "THAWED");
 	return r == -ENOENT && !on ? 0 : r;
 }
 
@@ -969,8 +958,8 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	if (r == 0)
 		r = sbx_runtime_new(&rc, &cb->rt);
 	if (r < 0)
-		snprintf(cb->why, sizeof(cb->why), "container runtime unavailable: %s (agent %s)",
-			 strerror(-r), agent);
+		strata_err_set(&cb->why, -ENODEV, "container runtime unavailable: %s (agent %s)",
+			       strerror(-r), agent);
 	else
 		freezer_sweep();
 	return &cb->b;

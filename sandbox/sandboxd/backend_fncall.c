@@ -73,6 +73,7 @@
 
 #include "fs/cleanup.h"
 #include "sandbox/sandboxd/loop.h"
+#include "sandbox/sandboxd/kfile.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 #ifdef STRATA_HAVE_CONTAINER
@@ -122,6 +123,7 @@ struct py_call {
 
 /* A pool of warm interpreters of one image and network. */
 struct fn_pool {
+	const struct sbd_image *img; /* the key (images.h), with rootfs when NULL */
 	char *rootfs;
 	bool net_host;
 	struct fn_worker *idle;
@@ -173,6 +175,7 @@ struct cmd_box {
  * nidle, creating, target, err, last_call_ms (the filler threads read and
  * fill them). */
 struct cmd_pool {
+	const struct sbd_image *img; /* the key (images.h), with rootfs when NULL */
 	char *rootfs;
 	bool net_host;
 	int64_t memory_mb, pids, disk_mb;
@@ -200,18 +203,18 @@ struct fn_backend {
 	 * Python calls are refused (py_why says why). */
 	struct sock_filter *filter;
 	unsigned short filter_len;
-	char py_why[256];
-	int closer_fd; /* write end: fds for the closer thread, or -1 */
+	struct strata_err py_why; /* Python calls as root refused: why */
+	int closer_fd;		  /* write end: fds for the closer thread, or -1 */
 	pthread_t closer;
 	int pool_min;
-	struct fn_pool *pools;	 /* warm interpreters */
-	struct py_call *calls;	 /* in flight on warm interpreters */
-	struct sbx_runtime *rt;	 /* the container backend's; NULL: no command calls */
-	char rt_why[256];	 /* why there is none */
-	struct cmd_pool *cpools; /* warm sandboxes for command calls */
-	struct cmd_call *cmds;	 /* command calls in flight */
-	pthread_mutex_t mu;	 /* cpools' idle lists and counters */
-	pthread_cond_t fill;	 /* wakes the filler threads */
+	struct fn_pool *pools;	  /* warm interpreters */
+	struct py_call *calls;	  /* in flight on warm interpreters */
+	struct sbx_runtime *rt;	  /* the container backend's; NULL: no command calls */
+	struct strata_err rt_why; /* why there is none */
+	struct cmd_pool *cpools;  /* warm sandboxes for command calls */
+	struct cmd_call *cmds;	  /* command calls in flight */
+	pthread_mutex_t mu;	  /* cpools' idle lists and counters */
+	pthread_cond_t fill;	  /* wakes the filler threads */
 	pthread_t fillers[FILL_THREADS];
 	int nfillers;
 	bool stop;
@@ -263,16 +266,6 @@ static const char py_boot[] =
 /* ---- cgroups ------------------------------------------------------------------ */
 
 static void __attribute__((noreturn)) die(const char *what);
-
-static int write_file(const char *path, const char *v)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = write(fd, v, strlen(v)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
 
 /* Whether the comma-separated list holds the name tok ("cpu" is not in
  * "cpuacct" nor in "cpuset"). */
@@ -378,10 +371,10 @@ static void cg_init(struct fn_cg *cg)
 			return;
 		char p[PATH_MAX + 32];
 		snprintf(p, sizeof(p), "%s/cgroup.subtree_control", cg->base[0]);
-		if (write_file(p, "+pids +memory +cpu") == 0) {
+		if (sbd_kfile_write(p, "+pids +memory +cpu") == 0) {
 			cg->version = 2;
 			cg->has_cpu = true;
-		} else if (write_file(p, "+pids +memory") == 0) {
+		} else if (sbd_kfile_write(p, "+pids +memory") == 0) {
 			cg->version = 2;
 		}
 		cg_sweep(cg);
@@ -419,7 +412,8 @@ static int cg_mkdir(const struct fn_cg *cg, int i, uint64_t id)
 		if (cg->version == 2) {
 			char c[PATH_MAX + 32];
 			snprintf(c, sizeof(c), "%s/cgroup.subtree_control", cg->base[i]);
-			int r = write_file(c, cg->has_cpu ? "+pids +memory +cpu" : "+pids +memory");
+			int r = sbd_kfile_write(c, cg->has_cpu ? "+pids +memory +cpu"
+							       : "+pids +memory");
 			if (r < 0)
 				return r;
 		}
@@ -487,7 +481,7 @@ static void cg_enter(const struct fn_cg *cg, uint64_t id)
 			die("make its cgroup");
 		}
 		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "cgroup.procs", p, sizeof(p));
-		r = write_file(p, "0");
+		r = sbd_kfile_write(p, "0");
 		if (r < 0) {
 			errno = -r;
 			die("join its cgroup");
@@ -913,17 +907,26 @@ static bool worker_alive(const struct fn_worker *w)
 	return poll(&pf, 1, 0) == 0;
 }
 
-static struct fn_pool *pool_get(struct fn_backend *fb, const char *rootfs, bool net_host)
+/* Whether a pool of image img (NULL: known by its root only) with root
+ * rootfs serves sb: image handles are compared, paths only without one. */
+static bool same_image(const struct sbd_image *img, const char *rootfs,
+		       const struct sbd_sandbox *sb)
+{
+	return img == sb->img && (img || !strcmp(rootfs, sb->rootfs));
+}
+
+static struct fn_pool *pool_get(struct fn_backend *fb, const struct sbd_sandbox *sb)
 {
 	for (struct fn_pool *p = fb->pools; p; p = p->next)
-		if (p->net_host == net_host && !strcmp(p->rootfs, rootfs))
+		if (p->net_host == sb->net_host && same_image(p->img, p->rootfs, sb))
 			return p;
 	struct fn_pool *p = calloc(1, sizeof(*p));
-	if (!p || !(p->rootfs = strdup(rootfs))) {
+	if (!p || !(p->rootfs = strdup(sb->rootfs))) {
 		free(p);
 		return NULL;
 	}
-	p->net_host = net_host;
+	p->img = sb->img;
+	p->net_host = sb->net_host;
 	p->target = fb->pool_min;
 	p->fb = fb;
 	p->last_use_ms = sbd_now_ms();
@@ -1447,13 +1450,14 @@ static struct cmd_pool *cpool_get(struct fn_backend *fb, const struct sbd_sandbo
 	for (struct cmd_pool *p = fb->cpools; p; p = p->next)
 		if (p->net_host == sb->net_host && p->memory_mb == sb->memory_mb &&
 		    p->pids == sb->pids && p->disk_mb == disk && p->cpu_millis == cpu &&
-		    !strcmp(p->rootfs, sb->rootfs))
+		    same_image(p->img, p->rootfs, sb))
 			return p;
 	struct cmd_pool *p = calloc(1, sizeof(*p));
 	if (!p || !(p->rootfs = strdup(sb->rootfs))) {
 		free(p);
 		return NULL;
 	}
+	p->img = sb->img;
 	p->net_host = sb->net_host;
 	p->memory_mb = sb->memory_mb;
 	p->pids = sb->pids;
@@ -1727,13 +1731,12 @@ static void cmd_retry_io(void *ctx, uint32_t ev)
 
 static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		    int64_t uid, int64_t gid, const struct sbd_exec_sink *sink, void **ret,
-		    char *why, size_t cap)
+		    struct strata_err *e)
 {
-	if (!fb->rt) {
-		snprintf(why, cap, "fncall command calls need the container runtime: %s",
-			 fb->rt_why);
-		return -ENODEV;
-	}
+	if (!fb->rt)
+		return strata_err_set(e, -ENODEV,
+				      "fncall command calls need the container runtime: %s",
+				      fb->rt_why.msg);
 	struct cmd_pool *p = cpool_get(fb, sb);
 	struct cmd_call *c = p ? calloc(1, sizeof(*c)) : NULL;
 	if (!c)
@@ -1780,10 +1783,10 @@ static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct 
 	if (r == 0)
 		r = cpool_take(fb, p, &c->s);
 	if (r < 0) {
-		snprintf(why, cap, "cannot start a sandbox for the call: %s", strerror(-r));
+		strata_err_set(e, r, "cannot start a sandbox for the call: %s", strerror(-r));
 	} else if ((r = sbx_exec_op_start(c->s, &o, &cbs, c, &c->op)) < 0 ||
 		   (r = cmd_watch(c)) < 0) {
-		snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+		strata_err_set(e, r, "cannot run the call: %s", strerror(-r));
 		sbx_exec_op_free(c->op);
 		sbx_destroy(c->s);
 	}
@@ -1858,8 +1861,8 @@ static void cmd_backend_init(struct fn_backend *fb, struct sbd_backend *containe
 		struct sbd_caps k = {0};
 		if (container)
 			container->caps(container, &k);
-		snprintf(fb->rt_why, sizeof(fb->rt_why), "%s",
-			 k.why[0] ? k.why : "no container runtime");
+		strata_err_set(&fb->rt_why, -ENODEV, "%s",
+			       k.why.msg[0] ? k.why.msg : "no container runtime");
 		return;
 	}
 	fillers_start(fb);
@@ -1892,10 +1895,9 @@ static void cpool_kick(struct fn_backend *fb)
 }
 static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
 		    int64_t uid, int64_t gid, const struct sbd_exec_sink *sink, void **ret,
-		    char *why, size_t cap)
+		    struct strata_err *e)
 {
-	snprintf(why, cap, "fncall command calls need the container library");
-	return -ENODEV;
+	return strata_err_set(e, -ENODEV, "fncall command calls need the container library");
 }
 static bool cmd_cancel(struct fn_backend *fb, void *handle)
 {
@@ -1906,7 +1908,7 @@ static void cmd_tick(struct fn_backend *fb, int64_t now)
 }
 static void cmd_backend_init(struct fn_backend *fb, struct sbd_backend *container)
 {
-	snprintf(fb->rt_why, sizeof(fb->rt_why), "no container library");
+	strata_err_set(&fb->rt_why, -ENODEV, "no container library");
 }
 static void cmd_backend_free(struct fn_backend *fb)
 {
@@ -1915,38 +1917,35 @@ static void cmd_backend_free(struct fn_backend *fb)
 #endif /* STRATA_HAVE_CONTAINER */
 
 static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-		   const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap)
+		   const struct sbd_exec_sink *sink, void **ret_handle, struct strata_err *e)
 {
 	struct fn_backend *fb = b->priv;
 	int64_t uid, gid;
-	if (parse_user(sb->rootfs, req->user, &uid, &gid) < 0) {
-		snprintf(why, cap, "user '%s' is not in the image's /etc/passwd", req->user);
-		return -EINVAL;
-	}
+	if (parse_user(sb->rootfs, req->user, &uid, &gid) < 0)
+		return strata_err_set(e, -EINVAL, "user '%s' is not in the image's /etc/passwd",
+				      req->user);
 	struct sbd_exec_req q = *req;
 	char *pyargv[] = {"/usr/bin/python3", "-c", (char *)req->python, NULL};
 	if (req->python) {
-		if (!has_python(sb->rootfs)) {
-			snprintf(why, cap, "image '%s' has no /usr/bin/python3", sb->image);
-			return -EOPNOTSUPP;
-		}
+		if (!has_python(sb->rootfs))
+			return strata_err_set(e, -EOPNOTSUPP, "image '%s' has no /usr/bin/python3",
+					      sb->image);
 		if (uid == 0) { /* warm interpreters run as root without capabilities */
-			if (fb->py_why[0]) {
-				snprintf(why, cap, "fncall Python calls are unavailable: %s",
-					 fb->py_why);
-				return -ENODEV;
-			}
-			struct fn_pool *p = pool_get(fb, sb->rootfs, sb->net_host);
+			if (fb->py_why.code)
+				return strata_err_set(e, -ENODEV,
+						      "fncall Python calls are unavailable: %s",
+						      fb->py_why.msg);
+			struct fn_pool *p = pool_get(fb, sb);
 			int r =
 			    p ? py_exec(fb, p, cpu_millis_of(sb), &q, sink, ret_handle) : -ENOMEM;
 			if (r < 0)
-				snprintf(why, cap, "cannot run the call: %s", strerror(-r));
+				strata_err_set(e, r, "cannot run the call: %s", strerror(-r));
 			return r;
 		}
 		q.python = NULL;
 		q.argv = pyargv;
 	}
-	return cmd_exec(fb, sb, &q, uid, gid, sink, ret_handle, why, cap);
+	return cmd_exec(fb, sb, &q, uid, gid, sink, ret_handle, e);
 }
 
 static void fn_exec_cancel(struct sbd_backend *b, void *handle)
@@ -1963,7 +1962,7 @@ static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .exec = true,
 			       .exec_stream = true,
 			       .exec_stdin = true,
-			       .python = !fb->py_why[0],
+			       .python = !fb->py_why.code,
 			       .network_host = true,
 			       .limits_memory = true,
 			       .limits_pids = fb->rt != NULL,
@@ -1971,15 +1970,14 @@ static void fn_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .limits_disk = true};
 }
 
-static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
+static int fn_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
 	struct fn_backend *fb = b->priv;
 	if (fb->rt && !cpool_get(fb, sb))
 		return -ENOMEM;
 	cpool_kick(fb);
 	struct fn_pool *p;
-	if (!fb->py_why[0] && has_python(sb->rootfs) &&
-	    (p = pool_get(fb, sb->rootfs, sb->net_host)))
+	if (!fb->py_why.code && has_python(sb->rootfs) && (p = pool_get(fb, sb)))
 		pool_kick(p);
 	return 0;
 }
@@ -2088,10 +2086,10 @@ static void filter_init(struct fn_backend *fb)
 	}
 	free(fb->filter);
 	fb->filter = NULL;
-	snprintf(fb->py_why, sizeof(fb->py_why), "no seccomp filter: %s", strerror(-r));
+	strata_err_set(&fb->py_why, -ENODEV, "no seccomp filter: %s", strerror(-r));
 #else
-	snprintf(fb->py_why, sizeof(fb->py_why),
-		 "no seccomp filter (built without the container library)");
+	strata_err_set(&fb->py_why, -ENODEV,
+		       "no seccomp filter (built without the container library)");
 #endif
 }
 
@@ -2106,9 +2104,9 @@ struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
 	pthread_cond_init(&fb->fill, NULL);
 	cg_init(&fb->cg);
 	filter_init(fb);
-	if (!fb->cg.version && !fb->py_why[0])
-		snprintf(fb->py_why, sizeof(fb->py_why),
-			 "no pids and memory cgroups for the Python workers");
+	if (!fb->cg.version)
+		strata_err_set(&fb->py_why, -ENODEV,
+			       "no pids and memory cgroups for the Python workers");
 	closer_start(fb);
 	fb->b = (struct sbd_backend){
 	    .name = "fncall",

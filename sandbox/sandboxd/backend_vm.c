@@ -21,16 +21,15 @@ static void vm_caps(struct sbd_backend *b, struct sbd_caps *k)
 	struct vm_backend *vb = b->priv;
 	bool kvm = access("/dev/kvm", R_OK | W_OK) == 0;
 	*k = (struct sbd_caps){0};
-	snprintf(k->why, sizeof(k->why), "the %s backend is not implemented yet%s", vb->kind,
-		 kvm ? "" : "; it also needs /dev/kvm, which this node does not have");
+	strata_err_set(&k->why, -ENODEV, "the %s backend is not implemented yet%s", vb->kind,
+		       kvm ? "" : "; it also needs /dev/kvm, which this node does not have");
 }
 
-static int vm_create(struct sbd_backend *b, struct sbd_sandbox *sb, char *why, size_t cap)
+static int vm_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
 	struct sbd_caps k;
 	vm_caps(b, &k);
-	snprintf(why, cap, "%s", k.why);
-	return -ENODEV;
+	return strata_err_set(e, -ENODEV, "%s", k.why.msg);
 }
 
 static int vm_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
@@ -39,9 +38,9 @@ static int vm_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 }
 
 static int vm_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
-		   const struct sbd_exec_sink *sink, void **ret_handle, char *why, size_t cap)
+		   const struct sbd_exec_sink *sink, void **ret_handle, struct strata_err *e)
 {
-	return vm_create(b, sb, why, cap);
+	return vm_create(b, sb, e);
 }
 
 static void vm_exec_cancel(struct sbd_backend *b, void *handle)

@@ -6,9 +6,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char err[128];
-	struct http_req req;
-	if (http_parse_head((const char *)data, size, 1 << 20, &req, err, sizeof(err)) == 0)
-		http_req_done(&req);
+	struct strata_err err = {0};
+	struct sbd_http_req req;
+	if (sbd_http_parse_head((const char *)data, size, 1 << 20, &req, &err) == 0)
+		sbd_http_req_done(&req);
 	return 0;
 }

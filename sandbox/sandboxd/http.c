@@ -7,10 +7,17 @@
 #include <string.h>
 #include <strings.h>
 
-static int bad(char *why, size_t cap, int status, const char *msg)
+/* A refused head: the status to answer in req, the errno that names it
+ * returned, the reason in e. */
+static int bad(struct sbd_http_req *req, struct strata_err *e, int status, const char *msg)
 {
-	snprintf(why, cap, "%s", msg);
-	return -status;
+	int code = status == 413   ? -EFBIG
+		   : status == 431 ? -EMSGSIZE
+		   : status == 501 ? -EOPNOTSUPP
+		   : status == 505 ? -EPROTONOSUPPORT
+				   : -EBADMSG;
+	req->status = status;
+	return strata_err_set(e, code, "%s", msg);
 }
 
 static const char *find_crlf2(const char *b, size_t n)
@@ -64,27 +71,28 @@ static char *pct_decode(const char *s, size_t n, bool plus)
 	return o;
 }
 
-static int parse_request_line(const char *b, size_t n, struct http_req *req, char *why, size_t cap)
+static int parse_request_line(const char *b, size_t n, struct sbd_http_req *req,
+			      struct strata_err *e)
 {
 	const char *sp1 = memchr(b, ' ', n);
 	if (!sp1 || sp1 == b || (size_t)(sp1 - b) >= sizeof(req->method))
-		return bad(why, cap, 400, "malformed request line");
+		return bad(req, e, 400, "malformed request line");
 	memcpy(req->method, b, sp1 - b);
 	req->method[sp1 - b] = 0;
 	const char *t = sp1 + 1;
 	const char *sp2 = memchr(t, ' ', n - (t - b));
 	if (!sp2 || sp2 == t || *t != '/')
-		return bad(why, cap, 400, "malformed request target");
+		return bad(req, e, 400, "malformed request target");
 	size_t vlen = n - (sp2 + 1 - b);
 	if (vlen != 8 || memcmp(sp2 + 1, "HTTP/1.", 7))
-		return bad(why, cap, 505, "only HTTP/1.x is supported");
+		return bad(req, e, 505, "only HTTP/1.x is supported");
 	req->keep_alive = sp2[8] == '1';
 	const char *q = memchr(t, '?', sp2 - t);
 	const char *pend = q ? q : sp2;
 	req->path = pct_decode(t, pend - t, false);
 	req->query = q ? strndup(q + 1, sp2 - q - 1) : strdup("");
 	if (!req->path || !req->query)
-		return bad(why, cap, 400, "bad percent-encoding in the path");
+		return bad(req, e, 400, "bad percent-encoding in the path");
 	return 0;
 }
 
@@ -103,32 +111,33 @@ static bool hdr_is(const char *line, size_t n, const char *name, const char **va
 	return true;
 }
 
-static int parse_header(const char *line, size_t n, size_t max_body, struct http_req *req,
-			bool *have_cl, char *why, size_t cap)
+static int parse_header(const char *line, size_t n, size_t max_body, struct sbd_http_req *req,
+			bool *have_cl, struct strata_err *e)
 {
 	const char *v;
 	size_t vl;
 	if (!memchr(line, ':', n))
-		return bad(why, cap, 400, "malformed header line");
+		return bad(req, e, 400, "malformed header line");
 	if (hdr_is(line, n, "Content-Length", &v, &vl)) {
 		if (*have_cl || vl == 0 || vl > 15)
-			return bad(why, cap, 400, "bad Content-Length");
+			return bad(req, e, 400, "bad Content-Length");
 		size_t x = 0;
 		for (size_t i = 0; i < vl; i++) {
 			if (v[i] < '0' || v[i] > '9')
-				return bad(why, cap, 400, "bad Content-Length");
+				return bad(req, e, 400, "bad Content-Length");
 			x = x * 10 + (size_t)(v[i] - '0');
 		}
 		*have_cl = true;
 		req->content_length = x;
 		if (x > max_body) {
-			snprintf(why, cap, "request body of %zu bytes is over the limit of %zu", x,
-				 max_body);
-			return -413;
+			req->status = 413;
+			return strata_err_set(e, -EFBIG,
+					      "request body of %zu bytes is over the limit of %zu",
+					      x, max_body);
 		}
 	} else if (hdr_is(line, n, "Transfer-Encoding", &v, &vl)) {
 		if (vl != 8 || strncasecmp(v, "identity", 8))
-			return bad(why, cap, 501,
+			return bad(req, e, 501,
 				   "chunked request bodies are not supported; send Content-Length");
 	} else if (hdr_is(line, n, "Connection", &v, &vl)) {
 		if (vl == 5 && !strncasecmp(v, "close", 5))
@@ -145,42 +154,42 @@ static int parse_header(const char *line, size_t n, size_t max_body, struct http
 	return 0;
 }
 
-int http_parse_head(const char *buf, size_t len, size_t max_body, struct http_req *req, char *why,
-		    size_t whycap)
+int sbd_http_parse_head(const char *buf, size_t len, size_t max_body, struct sbd_http_req *req,
+			struct strata_err *e)
 {
 	memset(req, 0, sizeof(*req));
 	const char *end = find_crlf2(buf, len);
 	if (!end)
-		return len > HTTP_MAX_HEAD ? bad(why, whycap, 431, "request head too large")
-					   : -EAGAIN;
-	if ((size_t)(end - buf) + 4 > HTTP_MAX_HEAD)
-		return bad(why, whycap, 431, "request head too large");
+		return len > SBD_HTTP_MAX_HEAD ? bad(req, e, 431, "request head too large")
+					       : -EAGAIN;
+	if ((size_t)(end - buf) + 4 > SBD_HTTP_MAX_HEAD)
+		return bad(req, e, 431, "request head too large");
 	req->head_len = (size_t)(end - buf) + 4;
 	const char *line = buf;
 	/* Every line ends at a CR that a LF follows; end + 2 is the last line's
 	 * CR, so memchr always finds one, but a bare CR just before it leaves
 	 * the next line starting past it (found by sandboxd_fuzz_http). */
 	const char *nl = memchr(line, '\r', end + 2 - line);
-	int r = nl[1] == '\n' ? parse_request_line(line, nl - line, req, why, whycap)
-			      : bad(why, whycap, 400, "bare CR in request line");
+	int r = nl[1] == '\n' ? parse_request_line(line, nl - line, req, e)
+			      : bad(req, e, 400, "bare CR in request line");
 	bool have_cl = false;
 	int count = 0;
 	while (r == 0 && nl < end) {
 		line = nl + 2;
 		nl = memchr(line, '\r', end + 2 - line);
 		if (!nl || nl[1] != '\n')
-			r = bad(why, whycap, 400, "bare CR in header");
-		else if (++count > HTTP_MAX_HEADERS)
-			r = bad(why, whycap, 431, "too many headers");
+			r = bad(req, e, 400, "bare CR in header");
+		else if (++count > SBD_HTTP_MAX_HEADERS)
+			r = bad(req, e, 431, "too many headers");
 		else
-			r = parse_header(line, nl - line, max_body, req, &have_cl, why, whycap);
+			r = parse_header(line, nl - line, max_body, req, &have_cl, e);
 	}
 	if (r < 0)
-		http_req_done(req);
+		sbd_http_req_done(req);
 	return r;
 }
 
-void http_req_done(struct http_req *req)
+void sbd_http_req_done(struct sbd_http_req *req)
 {
 	free(req->path);
 	free(req->query);
@@ -188,7 +197,7 @@ void http_req_done(struct http_req *req)
 	req->path = req->query = req->auth = NULL;
 }
 
-char *http_query_get(const char *query, const char *key, bool *bad)
+char *sbd_http_query_get(const char *query, const char *key, bool *bad)
 {
 	size_t kl = strlen(key);
 	const char *p = query;
@@ -207,7 +216,7 @@ char *http_query_get(const char *query, const char *key, bool *bad)
 	return NULL;
 }
 
-const char *http_reason(int status)
+const char *sbd_http_reason(int status)
 {
 	switch (status) {
 	case 100:
@@ -255,14 +264,14 @@ const char *http_reason(int status)
 	}
 }
 
-void http_head(struct jw *out, int status, const char *content_type, long long content_length,
-	       bool keep_alive)
+void sbd_http_head(struct jw *out, int status, const char *content_type, long long content_length,
+		   bool keep_alive)
 {
 	char b[320];
-	int n =
-	    snprintf(b, sizeof(b), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s", status,
-		     http_reason(status), content_type, keep_alive ? "" : "Connection: close\r\n",
-		     content_length < 0 ? "Transfer-Encoding: chunked\r\n" : "");
+	int n = snprintf(b, sizeof(b), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%s", status,
+			 sbd_http_reason(status), content_type,
+			 keep_alive ? "" : "Connection: close\r\n",
+			 content_length < 0 ? "Transfer-Encoding: chunked\r\n" : "");
 	jw_append(out, b, (size_t)n);
 	if (content_length >= 0) {
 		n = snprintf(b, sizeof(b), "Content-Length: %lld\r\n", content_length);
@@ -271,7 +280,7 @@ void http_head(struct jw *out, int status, const char *content_type, long long c
 	jw_append(out, "\r\n", 2);
 }
 
-void http_chunk(struct jw *out, const void *p, size_t n)
+void sbd_http_chunk(struct jw *out, const void *p, size_t n)
 {
 	char b[32];
 	int k = snprintf(b, sizeof(b), "%zx\r\n", n);

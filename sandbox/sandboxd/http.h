@@ -3,19 +3,20 @@
  *
  * Requests carry a body only with Content-Length (chunked request bodies are
  * refused with 501); responses are either sized or chunked. Invariants:
- *  1. Nothing is read past the limits: headers over HTTP_MAX_HEAD give 431, a
+ *  1. Nothing is read past the limits: headers over SBD_HTTP_MAX_HEAD give 431, a
  *     body over the caller's limit gives 413 before any of it is buffered.
  *  2. The parser never keeps pointers into a buffer it does not own: a parsed
- *     request holds copies (http_req_done frees them). */
+ *     request holds copies (sbd_http_req_done frees them). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include "fs/err.h"
 #include "fs/json.h"
 
-#define HTTP_MAX_HEAD 16384
-#define HTTP_MAX_HEADERS 64
+#define SBD_HTTP_MAX_HEAD 16384
+#define SBD_HTTP_MAX_HEADERS 64
 
-struct http_req {
+struct sbd_http_req {
 	char method[8];
 	char *path;  /* decoded path, NUL-free */
 	char *query; /* raw query string after '?', or "" */
@@ -24,24 +25,27 @@ struct http_req {
 	bool keep_alive;
 	bool expect_continue;
 	size_t head_len; /* bytes of request line and headers */
+	int status;	 /* a head refused: the HTTP status to answer */
 };
 
 /* Parses the head of a request in buf[0..len). Returns 0 and *req when the
- * head is complete, -EAGAIN when more bytes are needed, or an HTTP status as
- * a negative number (-400, -413, -431, -501, -505) with a reason in
- * why[whycap]. max_body bounds Content-Length. */
-int http_parse_head(const char *buf, size_t len, size_t max_body, struct http_req *req, char *why,
-		    size_t whycap);
-void http_req_done(struct http_req *req);
+ * head is complete, -EAGAIN when more bytes are needed, or a negative errno
+ * for a head it refuses, with the HTTP status to answer in req->status and
+ * the reason in e: -EBADMSG 400 (malformed), -EFBIG 413 (Content-Length over
+ * max_body), -EMSGSIZE 431 (head too large, too many headers), -EOPNOTSUPP
+ * 501 (a chunked body), -EPROTONOSUPPORT 505 (not HTTP/1.x). */
+int sbd_http_parse_head(const char *buf, size_t len, size_t max_body, struct sbd_http_req *req,
+			struct strata_err *e);
+void sbd_http_req_done(struct sbd_http_req *req);
 
 /* Value of query parameter key, percent-decoded, malloc'ed (caller frees), or
  * NULL if absent. *bad is set when the encoding is invalid or holds a NUL. */
-char *http_query_get(const char *query, const char *key, bool *bad);
+char *sbd_http_query_get(const char *query, const char *key, bool *bad);
 
 /* Standard reason phrase of a status code. */
-const char *http_reason(int status);
+const char *sbd_http_reason(int status);
 /* Appends a response head. content_length < 0 means chunked. */
-void http_head(struct jw *out, int status, const char *content_type, long long content_length,
-	       bool keep_alive);
+void sbd_http_head(struct jw *out, int status, const char *content_type, long long content_length,
+		   bool keep_alive);
 /* Appends one chunk (n > 0) of a chunked body, or the last chunk when n == 0. */
-void http_chunk(struct jw *out, const void *p, size_t n);
+void sbd_http_chunk(struct jw *out, const void *p, size_t n);

@@ -11,17 +11,24 @@
  * defaults (env, cwd and user; entrypoint and cmd are published by
  * GET /v1/images).
  *
- * A fresh mount replays the image's recorded prefetch list (synchronously:
- * the first sandbox of an image on a node waits for it) or, when the image
- * has none yet, starts a thread that records one IMAGES_RECORD_AFTER_S
- * seconds later from what the sandboxes have read (imagesvc/prefetch.h).
+ * A fresh mount replays the image's recorded prefetch list (the first
+ * sandbox of an image on a node waits for it) or, when the image has none
+ * yet, starts a thread that records one IMAGES_RECORD_AFTER_S seconds later
+ * from what the sandboxes have read (imagesvc/prefetch.h).
  *
- * Everything here runs on sandboxd's loop thread except the recorder, which
- * only uses its own store handle and copies of the paths. */
+ * The node mount and its prefetch (seconds on a cold node, and a hung
+ * strata-fuse would hang them) run on a worker (pool.h): sbd_images_acquire
+ * answers -EINPROGRESS and the creates that need the image wait for it
+ * (sbd_images_wait) while the loop serves other requests; at the end (an
+ * eventfd) the loop marks the image held and wakes them. Everything else
+ * runs on sandboxd's loop thread; the workers and the recorder use their
+ * own store handles and copies of the paths. At re-adoption (before the
+ * loop serves) and without a worker, the mount runs inline. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +40,8 @@
 #include "fs/log.h"
 #include "imagesvc/mount.h"
 #include "imagesvc/prefetch.h"
+#include "sandbox/sandboxd/images-internal.h"
+#include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "imagesvc/store.h"
 
@@ -44,6 +53,14 @@ struct sbd_imgstore {
 	struct sbd_image *list;	 /* store images this sandboxd knows */
 	int64_t linger_ms;
 	dev_t fuse_dev; /* device of the store's mount when it was opened */
+	/* mounts on workers: done and running under mu, the rest the loop's */
+	pthread_mutex_t mu;
+	pthread_cond_t cond; /* a mount ended (for sbd_images_store_free) */
+	struct mount_job *done;
+	unsigned running;
+	int efd; /* -1 until the first mount on a worker */
+	struct sbd_watch w;
+	struct sandboxd *d;
 };
 
 static int fmt(char *buf, size_t cap, const char *f, const char *a, const char *b)
@@ -69,7 +86,7 @@ static struct sbd_image *entry_new(struct sbd_imgstore *g, const char *hex)
 	if (asprintf(&im->rootfs, "%s/%s/root", g->cache, hex) < 0 ||
 	    asprintf(&im->name, "sha256:%s", hex) < 0) {
 		im->rootfs = im->name = NULL;
-		image_free(im);
+		sbd_image_free(im);
 		return NULL;
 	}
 	im->next = g->list;
@@ -81,14 +98,6 @@ static struct sbd_image *entry_find(struct sbd_imgstore *g, const char *hex)
 {
 	for (struct sbd_image *im = g->list; im; im = im->next)
 		if (!strcmp(im->hex, hex))
-			return im;
-	return NULL;
-}
-
-static struct sbd_image *entry_by_rootfs(struct sbd_imgstore *g, const char *rootfs)
-{
-	for (struct sbd_image *im = rootfs ? g->list : NULL; im; im = im->next)
-		if (!strcmp(im->rootfs, rootfs))
 			return im;
 	return NULL;
 }
@@ -159,6 +168,10 @@ static struct sbd_imgstore *st_get(struct sandboxd *d)
 		log_warn_errno(r, "Failed to create %s", g->markers);
 	const char *l = getenv("STRATA_SANDBOXD_IMAGE_LINGER_S"); /* tests */
 	g->linger_ms = (l && l[0] ? strtoll(l, NULL, 10) : IMAGES_LINGER_S) * 1000;
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cond, NULL);
+	g->efd = g->w.fd = -1;
+	g->d = d;
 	load_markers(g);
 	d->imgstore = g;
 	return g;
@@ -183,7 +196,7 @@ static void cluster_mount(const struct sbd_imgstore *g, char *buf, size_t cap)
 		fclose(f);
 }
 
-static int st_open(struct sbd_imgstore *g, char *why, size_t cap)
+static int st_open(struct sbd_imgstore *g, struct strata_err *e)
 {
 	char mnt[PATH_MAX], root[PATH_MAX];
 	struct stat st;
@@ -196,16 +209,15 @@ static int st_open(struct sbd_imgstore *g, char *why, size_t cap)
 	 * cluster is down (that would write into the bare directory). */
 	if (stat(root, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		int r = errno == ENOTCONN ? -ENOTCONN : -ENOENT;
-		snprintf(why, cap,
-			 "no image store at %s (%s; start the cluster with strata up --home %s)",
-			 root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
-			 g->home);
-		return r;
+		return strata_err_set(
+		    e, r, "no image store at %s (%s; start the cluster with strata up --home %s)",
+		    root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
+		    g->home);
 	}
 	g->fuse_dev = st.st_dev;
 	int r = img_store_open(root, &g->store);
 	if (r < 0)
-		snprintf(why, cap, "cannot open the image store at %s: %s", root, strerror(-r));
+		strata_err_set(e, r, "cannot open the image store at %s: %s", root, strerror(-r));
 	else
 		log_info("image store: %s, node cache %s", root, g->cache);
 	return r;
@@ -231,9 +243,9 @@ static void load_config(struct sbd_imgstore *g, struct sbd_image *im)
 		json_free(j);
 		return;
 	}
-	im->env = images_str_array(json_get(c, "Env"), true);
-	im->entrypoint = images_str_array(json_get(c, "Entrypoint"), false);
-	im->cmd = images_str_array(json_get(c, "Cmd"), false);
+	im->env = sbd_images_str_array(json_get(c, "Env"), true);
+	im->entrypoint = sbd_images_str_array(json_get(c, "Entrypoint"), false);
+	im->cmd = sbd_images_str_array(json_get(c, "Cmd"), false);
 	const char *wd = json_cstr(json_get(c, "WorkingDir"));
 	const char *user = json_cstr(json_get(c, "User"));
 	im->cwd = wd && wd[0] == '/' ? strdup(wd) : NULL;
@@ -280,30 +292,189 @@ static void start_recorder(struct sbd_imgstore *g, const char *hex)
 
 /* ---- node references ------------------------------------------------------------ */
 
-/* Takes sandboxd's node reference on im (mounting it if it is not). */
-static int hold(struct sbd_imgstore *g, struct sbd_image *im, char *why, size_t cap)
+/* Taking sandboxd's node reference on an image: the blocking part
+ * (mount_blocking, on a worker or inline) and the loop's (mount_commit). */
+struct mount_job {
+	struct sbd_job job; /* on the worker pool (pool.h) */
+	struct sbd_imgstore *g;
+	struct sbd_image *im;
+	char store_root[PATH_MAX], hex[65], root[PATH_MAX];
+	int r;
+	bool fresh, record; /* mounted by this job; no prefetch list yet */
+	uint64_t prefetched;
+	int64_t took_ms;
+	struct strata_err e;	/* r < 0: why */
+	struct strata_err pf;	/* the prefetch's failure (a warning) */
+	struct mount_job *next; /* in g->done */
+};
+
+/* img_node_acquire and, for a fresh mount, the prefetch replay; touches
+ * only s (a store handle of the calling thread) and j. */
+static void mount_blocking(struct img_store *s, struct mount_job *j)
 {
 	struct strata_err e = {0};
-	char root[PATH_MAX];
-	bool fresh = false;
 	int64_t t0 = sbd_now_ms();
-	int r = img_node_acquire(g->store, g->cache, im->hex, root, sizeof(root), &fresh, &e);
-	if (r < 0) {
-		snprintf(why, cap, "mounting image %.12s: %s", im->hex, e.msg);
-		return r;
+	j->r = img_node_acquire(s, j->g->cache, j->hex, j->root, sizeof(j->root), &j->fresh, &e);
+	if (j->r < 0) {
+		strata_err_set(&j->e, j->r, "mounting image %.12s: %s", j->hex, e.msg);
+		return;
 	}
+	struct img_prefetch_stats ps = {0};
+	if (!j->fresh)
+		return;
+	if (!img_prefetch_exists(s, j->hex))
+		j->record = true;
+	else
+		img_prefetch_run(s, j->hex, j->root, false, 0, &ps, &j->pf);
+	j->prefetched = ps.bytes;
+	j->took_ms = sbd_now_ms() - t0;
+}
+
+/* On the loop: the image is held (when the mount worked). */
+static void mount_commit(struct sbd_imgstore *g, struct mount_job *j)
+{
+	struct sbd_image *im = j->im;
+	if (j->r < 0)
+		return;
 	im->held = true;
 	marker_set(g, im->hex, true);
-	if (!fresh)
-		return 0;
-	struct img_prefetch_stats ps = {0};
-	if (!img_prefetch_exists(g->store, im->hex))
+	if (!j->fresh)
+		return;
+	if (j->record)
 		start_recorder(g, im->hex);
-	else if (img_prefetch_run(g->store, im->hex, root, false, 0, &ps, &e) < 0)
-		log_warn("image %.12s: prefetch: %s", im->hex, e.msg);
-	log_info("image %.12s mounted at %s in %lld ms (prefetched %llu bytes)", im->hex, root,
-		 (long long)(sbd_now_ms() - t0), (unsigned long long)ps.bytes);
+	else if (j->pf.code)
+		log_warn("image %.12s: prefetch: %s", im->hex, j->pf.msg);
+	log_info("image %.12s mounted at %s in %lld ms (prefetched %llu bytes)", im->hex, j->root,
+		 (long long)j->took_ms, (unsigned long long)j->prefetched);
+}
+
+static void mount_job_init(struct mount_job *j, struct sbd_imgstore *g, struct sbd_image *im)
+{
+	j->g = g;
+	j->im = im;
+	snprintf(j->hex, sizeof(j->hex), "%s", im->hex);
+	snprintf(j->store_root, sizeof(j->store_root), "%s", img_store_root(g->store));
+}
+
+/* Takes sandboxd's node reference on im here (mounting it if it is not). */
+static int hold(struct sbd_imgstore *g, struct sbd_image *im, struct strata_err *err)
+{
+	struct mount_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	mount_job_init(j, g, im);
+	mount_blocking(g->store, j);
+	mount_commit(g, j);
+	int r = j->r < 0 ? strata_err_set(err, j->r, "%s", j->e.msg) : 0;
+	free(j);
+	return r;
+}
+
+/* On a worker: once j is in g->done and g->mu released, the loop may free
+ * it. */
+static void mount_run(struct sbd_job *job)
+{
+	struct mount_job *j = (struct mount_job *)((char *)job - offsetof(struct mount_job, job));
+	struct sbd_imgstore *g = j->g;
+	struct img_store *s = NULL;
+	int r = img_store_open(j->store_root, &s);
+	if (r < 0) {
+		j->r = strata_err_set(&j->e, r,
+				      "mounting image %.12s: cannot open the image store at %s: %s",
+				      j->hex, j->store_root, strerror(-r));
+	} else {
+		mount_blocking(s, j);
+	}
+	img_store_free(s);
+	uint64_t one = 1;
+	pthread_mutex_lock(&g->mu);
+	j->next = g->done;
+	g->done = j;
+	g->running--;
+	(void)!write(g->efd, &one, sizeof(one));
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* On the loop: mounts that ended; their images' waiters learn how. */
+static void mounts_done(struct sbd_imgstore *g)
+{
+	pthread_mutex_lock(&g->mu);
+	struct mount_job *j = g->done;
+	g->done = NULL;
+	pthread_mutex_unlock(&g->mu);
+	while (j) {
+		struct mount_job *next = j->next;
+		struct sbd_image *im = j->im;
+		im->mounting = false;
+		mount_commit(g, j);
+		while (im->waiters) {
+			struct sbd_image_waiter *w = im->waiters;
+			im->waiters = w->next;
+			w->fn(w, j->r, &j->e);
+		}
+		free(j);
+		j = next;
+	}
+}
+
+/* The workers' wake-up (sbd_wakeup_add). */
+static void mounts_io(void *ctx, uint32_t ev)
+{
+	mounts_done(ctx);
+}
+
+/* Starts the mount of im on a worker. Returns 0 or -errno (not started). */
+static int mount_start(struct sbd_imgstore *g, struct sbd_image *im)
+{
+	struct sandboxd *d = g->d;
+	if (!d->loop || !d->pool)
+		return -EOPNOTSUPP;
+	if (g->efd < 0 && (g->efd = sbd_wakeup_add(d->loop, &g->w, mounts_io, g)) < 0) {
+		int r = g->efd;
+		g->efd = -1;
+		return r;
+	}
+	struct mount_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	mount_job_init(j, g, im);
+	j->job.fn = mount_run;
+	pthread_mutex_lock(&g->mu);
+	g->running++;
+	pthread_mutex_unlock(&g->mu);
+	int r = sbd_pool_run(d->pool, &j->job);
+	if (r < 0) {
+		pthread_mutex_lock(&g->mu);
+		g->running--;
+		pthread_mutex_unlock(&g->mu);
+		free(j);
+		return r;
+	}
+	im->mounting = true;
 	return 0;
+}
+
+void sbd_images_drain(struct sandboxd *d)
+{
+	struct sbd_imgstore *g = d->imgstore;
+	for (bool idle = !g; !idle;) {
+		pthread_mutex_lock(&g->mu);
+		while (g->running && !g->done)
+			pthread_cond_wait(&g->cond, &g->mu);
+		idle = !g->running && !g->done;
+		pthread_mutex_unlock(&g->mu);
+		mounts_done(g); /* the waiters may start other mounts */
+	}
+}
+
+void sbd_images_wait(struct sbd_image *im, struct sbd_image_waiter *w)
+{
+	struct sbd_image_waiter **p = &im->waiters; /* in arrival order */
+	while (*p)
+		p = &(*p)->next;
+	w->next = NULL;
+	*p = w;
 }
 
 static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
@@ -321,25 +492,24 @@ static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
 
 /* ---- the API of images.h ---------------------------------------------------- */
 
-static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], char *why, size_t cap)
+static int resolve(struct sbd_imgstore *g, const char *ref, char hex[65], struct strata_err *err)
 {
 	struct strata_err e = {0};
-	int r = st_open(g, why, cap);
+	int r = st_open(g, &e);
 	if (r < 0) {
-		char tmp[512];
-		snprintf(tmp, sizeof(tmp), "%s", why);
-		snprintf(why, cap, "image '%s' is not registered on this node and %s", ref, tmp);
-		return r == -ENOTCONN ? -ENOTCONN : -ENOENT;
+		r = r == -ENOTCONN ? -ENOTCONN : -ENOENT;
+		return strata_err_set(err, r, "image '%s' is not registered on this node and %s",
+				      ref, e.msg);
 	}
 	r = img_store_resolve(g->store, ref, hex, &e);
 	if (r == -ENOENT)
-		snprintf(why, cap,
-			 "image '%s' is neither registered on this node nor in the image "
-			 "store (strata image ls)",
-			 ref);
+		strata_err_set(err, r,
+			       "image '%s' is neither registered on this node nor in the image "
+			       "store (strata image ls)",
+			       ref);
 	else if (r < 0)
-		snprintf(why, cap, "image reference '%s': %s", ref,
-			 e.msg[0] ? e.msg : strerror(-r));
+		strata_err_set(err, r, "image reference '%s': %s", ref,
+			       e.msg[0] ? e.msg : strerror(-r));
 	return r;
 }
 
@@ -364,10 +534,10 @@ static void remember(struct sbd_image *im, const char *ref)
 	im->last_ref_ms = sbd_now_ms();
 }
 
-int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
-		   size_t cap)
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
+		       struct strata_err *e)
 {
-	struct sbd_image *im = images_find(d, ref);
+	struct sbd_image *im = sbd_images_find(d, ref);
 	if (im) {
 		*ret = im;
 		return 0;
@@ -381,7 +551,7 @@ int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, 
 		*ret = im;
 		return 0;
 	}
-	int r = resolve(g, ref, hex, why, cap);
+	int r = resolve(g, ref, hex, e);
 	if (r < 0)
 		return r;
 	im = entry_find(g, hex) ?: entry_new(g, hex);
@@ -390,33 +560,30 @@ int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, 
 	remember(im, ref);
 	if (!im->config_loaded)
 		load_config(g, im);
-	if (!im->held && (r = hold(g, im, why, cap)) < 0)
+	if (!im->held && (im->mounting || mount_start(g, im) == 0)) {
+		*ret = im;
+		return -EINPROGRESS;
+	}
+	if (!im->held && (r = hold(g, im, e)) < 0)
 		return r;
 	im->users++;
 	*ret = im;
 	return 0;
 }
 
-void images_release(struct sandboxd *d, const char *rootfs)
+void sbd_images_release(struct sandboxd *d, struct sbd_image *im)
 {
-	struct sbd_image *im = d->imgstore ? entry_by_rootfs(d->imgstore, rootfs) : NULL;
-	if (!im || im->users <= 0)
+	if (!im || !im->hex[0] || im->users <= 0)
 		return;
 	if (--im->users == 0)
 		im->idle_since_ms = sbd_now_ms();
 }
 
-struct sbd_image *images_by_rootfs(struct sandboxd *d, const char *rootfs)
+void sbd_images_store_config(struct sandboxd *d, struct sbd_image *im)
 {
-	char why[512];
-	for (struct sbd_image *im = rootfs ? d->images : NULL; im; im = im->next)
-		if (!strcmp(im->rootfs, rootfs))
-			return im;
 	struct sbd_imgstore *g = d->imgstore;
-	struct sbd_image *im = g ? entry_by_rootfs(g, rootfs) : NULL;
-	if (im && !im->config_loaded && st_open(g, why, sizeof(why)) == 0)
-		load_config(g, im); /* an image known from re-adoption only */
-	return im;
+	if (g && !im->config_loaded && st_open(g, NULL) == 0)
+		load_config(g, im);
 }
 
 /* "<cache>/<hex>/root" -> hex, else false. */
@@ -429,24 +596,29 @@ static bool hex_of_rootfs(const struct sbd_imgstore *g, const char *rootfs, char
 	return is_hex64(hex) && !strcmp(rootfs + n + 65, "/root");
 }
 
-void images_adopted(struct sandboxd *d, const char *rootfs)
+struct sbd_image *sbd_images_adopt(struct sandboxd *d, const char *rootfs)
 {
+	for (struct sbd_image *im = d->images; im; im = im->next)
+		if (!strcmp(im->rootfs, rootfs)) /* the first registered wins */
+			return im;
 	struct sbd_imgstore *g = st_get(d);
-	char hex[65], why[512] = "";
+	char hex[65];
+	struct strata_err e = {0};
 	if (!g || !hex_of_rootfs(g, rootfs, hex))
-		return;
+		return NULL;
 	struct sbd_image *im = entry_find(g, hex) ?: entry_new(g, hex);
 	if (!im)
-		return;
+		return NULL;
 	im->users++;
 	if (im->held)
-		return;
-	int r = st_open(g, why, sizeof(why));
+		return im;
+	int r = st_open(g, &e);
 	if (r == 0)
-		r = hold(g, im, why, sizeof(why));
+		r = hold(g, im, &e);
 	if (r < 0)
 		log_warn_errno(r, "Re-adopted sandbox on image %.12s without a node reference: %s",
-			       hex, why);
+			       hex, e.msg);
+	return im;
 }
 
 /* After a restart of strata-fuse (a new mount, a new device) the image
@@ -464,15 +636,14 @@ static void check_fuse(struct sbd_imgstore *g)
 			unhold(g, im);
 }
 
-void images_tick(struct sandboxd *d)
+void sbd_images_tick(struct sandboxd *d)
 {
 	struct sbd_imgstore *g = d->imgstore;
 	int64_t now = sbd_now_ms();
 	bool any = false;
-	char why[512];
 	for (struct sbd_image *im = g ? g->list : NULL; im; im = im->next)
 		any |= im->held;
-	if (!any || st_open(g, why, sizeof(why)) < 0)
+	if (!any || st_open(g, NULL) < 0)
 		return;
 	check_fuse(g);
 	for (struct sbd_image *im = g->list; im; im = im->next)
@@ -516,10 +687,9 @@ static int list_one(void *ctx, const char *name, const char *hex)
 	return 0;
 }
 
-void images_to_json(struct sandboxd *d, struct jw *w)
+void sbd_images_to_json(struct sandboxd *d, struct jw *w)
 {
 	struct sbd_imgstore *g = st_get(d);
-	char why[512];
 	jw_obj(w);
 	jw_key(w, "images");
 	jw_arr(w);
@@ -531,28 +701,31 @@ void images_to_json(struct sandboxd *d, struct jw *w)
 		jw_obj_end(w);
 	}
 	void *ctx[2] = {w, g};
-	if (g && st_open(g, why, sizeof(why)) == 0)
+	if (g && st_open(g, NULL) == 0)
 		img_store_list(g->store, list_one, ctx);
 	jw_arr_end(w);
 	jw_obj_end(w);
 }
 
-void images_store_free(struct sandboxd *d)
+void sbd_images_store_free(struct sandboxd *d)
 {
 	struct sbd_imgstore *g = d->imgstore;
-	char why[512];
 	if (!g)
 		return;
+	sbd_images_drain(d); /* mounts in flight end first */
+	sbd_wakeup_del(d->loop, &g->w, g->efd);
 	while (g->list) {
 		struct sbd_image *im = g->list;
 		g->list = im->next;
 		/* Unused references go now; those of live sandboxes stay (with
 		 * their markers) for the sandboxd that re-adopts them. */
-		if (im->held && im->users == 0 && st_open(g, why, sizeof(why)) == 0)
+		if (im->held && im->users == 0 && st_open(g, NULL) == 0)
 			unhold(g, im);
-		image_free(im);
+		sbd_image_free(im);
 	}
 	img_store_free(g->store);
+	pthread_mutex_destroy(&g->mu);
+	pthread_cond_destroy(&g->cond);
 	free(g);
 	d->imgstore = NULL;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fs/cleanup.h"
+#include "sandbox/sandboxd/images-internal.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 static bool valid_name(const char *n)
@@ -37,7 +38,7 @@ static void strv_free(char **v)
 	free(v);
 }
 
-void image_free(struct sbd_image *im)
+void sbd_image_free(struct sbd_image *im)
 {
 	if (!im)
 		return;
@@ -61,7 +62,7 @@ static int add(struct sandboxd *d, struct sbd_image *im)
 		return -errno;
 	if (!S_ISDIR(st.st_mode))
 		return -ENOTDIR;
-	if (images_find(d, im->name) && !strcmp(images_find(d, im->name)->name, im->name))
+	if (sbd_images_find(d, im->name) && !strcmp(sbd_images_find(d, im->name)->name, im->name))
 		return -EEXIST;
 	char *abs = realpath(im->rootfs, NULL);
 	if (!abs)
@@ -73,7 +74,7 @@ static int add(struct sandboxd *d, struct sbd_image *im)
 	return 0;
 }
 
-int images_add_spec(struct sandboxd *d, const char *spec)
+int sbd_images_add_spec(struct sandboxd *d, const char *spec)
 {
 	const char *eq = strchr(spec, '=');
 	if (!eq || eq == spec || !eq[1])
@@ -84,16 +85,16 @@ int images_add_spec(struct sandboxd *d, const char *spec)
 	im->name = strndup(spec, eq - spec);
 	im->rootfs = strdup(eq + 1);
 	if (!im->name || !im->rootfs) {
-		image_free(im);
+		sbd_image_free(im);
 		return -ENOMEM;
 	}
 	int r = add(d, im);
 	if (r < 0)
-		image_free(im);
+		sbd_image_free(im);
 	return r;
 }
 
-char **images_str_array(const struct json *a, bool env)
+char **sbd_images_str_array(const struct json *a, bool env)
 {
 	if (!a || a->type != JSON_ARR || a->len > SBD_MAX_ENV)
 		return NULL;
@@ -125,9 +126,10 @@ static int load_one(struct sandboxd *d, int dfd, const char *fname)
 	if (j && name && root && im) {
 		im->name = strdup(name);
 		im->rootfs = strdup(root);
-		im->env = json_get(j, "env") ? images_str_array(json_get(j, "env"), true) : NULL;
-		im->entrypoint = images_str_array(json_get(j, "entrypoint"), false);
-		im->cmd = images_str_array(json_get(j, "cmd"), false);
+		im->env =
+		    json_get(j, "env") ? sbd_images_str_array(json_get(j, "env"), true) : NULL;
+		im->entrypoint = sbd_images_str_array(json_get(j, "entrypoint"), false);
+		im->cmd = sbd_images_str_array(json_get(j, "cmd"), false);
 		const char *cwd = json_cstr(json_get(j, "cwd")),
 			   *user = json_cstr(json_get(j, "user"));
 		im->cwd = cwd ? strdup(cwd) : NULL;
@@ -135,12 +137,12 @@ static int load_one(struct sandboxd *d, int dfd, const char *fname)
 		r = im->name && im->rootfs ? add(d, im) : -ENOMEM;
 	}
 	if (r < 0)
-		image_free(im);
+		sbd_image_free(im);
 	json_free(j);
 	return r;
 }
 
-int images_load_dir(struct sandboxd *d, const char *dir)
+int sbd_images_load_dir(struct sandboxd *d, const char *dir)
 {
 	DIR *dp = opendir(dir);
 	if (!dp)
@@ -165,9 +167,25 @@ static size_t strv_len(char **v)
 	return n;
 }
 
-char **images_default_cmd(struct sandboxd *d, const char *rootfs)
+const char *sbd_image_rootfs(const struct sbd_image *im)
 {
-	struct sbd_image *im = images_by_rootfs(d, rootfs);
+	return im->rootfs;
+}
+
+const char *sbd_image_name(const struct sbd_image *im, const char *ref)
+{
+	return im->hex[0] ? ref : im->name;
+}
+
+struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im)
+{
+	return (struct sbd_image_defaults){.env = im->env, .cwd = im->cwd, .user = im->user};
+}
+
+char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im)
+{
+	if (im && im->hex[0])
+		sbd_images_store_config(d, im);
 	size_t ne = im ? strv_len(im->entrypoint) : 0, nc = im ? strv_len(im->cmd) : 0, k = 0;
 	char **v = ne + nc ? calloc(ne + nc + 1, sizeof(char *)) : NULL;
 	for (size_t i = 0; v && i < ne + nc; i++)
@@ -178,7 +196,7 @@ char **images_default_cmd(struct sandboxd *d, const char *rootfs)
 	return v;
 }
 
-struct sbd_image *images_find(struct sandboxd *d, const char *name)
+struct sbd_image *sbd_images_find(struct sandboxd *d, const char *name)
 {
 	for (struct sbd_image *im = d->images; im; im = im->next)
 		if (!strcmp(im->name, name))
@@ -195,12 +213,12 @@ struct sbd_image *images_find(struct sandboxd *d, const char *name)
 	return NULL;
 }
 
-void images_free(struct sandboxd *d)
+void sbd_images_free(struct sandboxd *d)
 {
-	images_store_free(d);
+	sbd_images_store_free(d);
 	while (d->images) {
 		struct sbd_image *im = d->images;
 		d->images = im->next;
-		image_free(im);
+		sbd_image_free(im);
 	}
 }

@@ -14,6 +14,11 @@
  *      (<home>/cache/images/HEX/root, the same cache `strata image mount`
  *      uses) and that mount is the lower layer of every sandbox root.
  *
+ * A sandbox holds its image by a handle (struct sbd_image, opaque here):
+ * sbd_images_acquire hands it out, sbd_images_release takes it back, and the
+ * backends key what they share per image (fncall's pools) by it. Handles
+ * live as long as the sandboxd (until sbd_images_free).
+ *
  * Store images are reference counted twice: sandboxd holds one node
  * reference (img_node_acquire) per image it uses, and counts its sandboxes
  * on that image in memory. The node reference is taken by the first sandbox
@@ -25,12 +30,17 @@
  * Invariants:
  *  1. held == (the marker exists) == (sandboxd owns one img_node_acquire
  *     reference on hex); it is dropped only when users == 0.
- *  2. users is the number of sandboxes in the registry whose rootfs is this
- *     image's root. */
+ *  2. users is the number of sandboxes in the registry (and creates in
+ *     flight) that hold this handle.
+ *
+ * images.c (registered directories) and image_store.c (the store) are one
+ * module: this header is its interface, images-internal.h what its two
+ * files share. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fs/err.h"
 #include "fs/json.h"
 
 #define IMAGES_LINGER_S 30	    /* $STRATA_SANDBOXD_IMAGE_LINGER_S overrides (tests) */
@@ -40,61 +50,68 @@
 #define IMAGES_REF_CACHE_MS 1000
 
 struct sandboxd;
+struct sbd_image; /* a handle on an image (images-internal.h) */
 
-struct sbd_image {
-	char *name, *rootfs;
-	char **env; /* image config env, NULL-terminated, may be NULL */
-	char *cwd, *user;
-	char **entrypoint, **cmd; /* image config, NULL-terminated, may be NULL */
-	/* store images only (hex[0] == 0 for a registered directory) */
-	char hex[65];
-	char *last_ref;	     /* the reference last resolved to it ... */
-	int64_t last_ref_ms; /* ... and when (names are cached briefly) */
-	bool config_loaded, held;
-	int64_t users;
-	int64_t idle_since_ms;
-	struct sbd_image *next;
+/* What an image gives its sandboxes by default (pointers into the image:
+ * valid while the handle is). */
+struct sbd_image_defaults {
+	char *const *env;	/* NULL-terminated "K=V", or NULL */
+	const char *cwd, *user; /* or NULL */
 };
 
 /* ---- registered directories (images.c) ---------------------------------- */
 /* Registers "NAME=DIR". Returns 0 or -EINVAL/-ENOENT/-EEXIST/-ENOMEM. */
-int images_add_spec(struct sandboxd *d, const char *spec);
+int sbd_images_add_spec(struct sandboxd *d, const char *spec);
 /* Loads every *.json in dir ({"name":..,"rootfs":..,"env":[..],"cwd":..,
  * "user":..}). Returns the number loaded or -errno. */
-int images_load_dir(struct sandboxd *d, const char *dir);
+int sbd_images_load_dir(struct sandboxd *d, const char *dir);
 /* Finds a registered image by name; "x" also matches "x:latest". */
-struct sbd_image *images_find(struct sandboxd *d, const char *name);
+struct sbd_image *sbd_images_find(struct sandboxd *d, const char *name);
 /* Frees the registered images and the store state (dropping node references
  * no sandbox uses; those of live sandboxes stay for the next sandboxd). */
-void images_free(struct sandboxd *d);
-/* Frees one image entry; accepts NULL. */
-void image_free(struct sbd_image *im);
-/* A NULL-terminated copy of a JSON array of strings (env entries must hold
- * '='), or NULL. */
-char **images_str_array(const struct json *a, bool env);
+void sbd_images_free(struct sandboxd *d);
 
-/* ---- the image store (image_store.c) -------------------------------------- */
+/* ---- a handle ------------------------------------------------------------- */
+/* The image's root directory (the lower layer of its sandboxes' roots). */
+const char *sbd_image_rootfs(const struct sbd_image *im);
+/* The name a sandbox shows: ref as the user gave it for a store image, the
+ * registered name for a directory. */
+const char *sbd_image_name(const struct sbd_image *im, const char *ref);
+struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im);
+/* The image's own command: a new NULL-terminated copy of Entrypoint + Cmd
+ * (caller frees), or NULL if it has neither (or on allocation failure). im
+ * may be NULL. */
+char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im);
+
+/* ---- references (image_store.c) ----------------------------------------- */
 /* Resolves ref (registered first, then the store) and, for a store image,
  * takes a reference for one sandbox (mounting the image on first use).
- * Returns 0 and *ret (owned by sandboxd), -ENOENT (no such image; why says
- * where it looked), -EINVAL (malformed reference) or -errno with why. */
-int images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret, char *why,
-		   size_t cap);
-/* Gives back the reference of a sandbox with this rootfs (no-op for a
- * registered directory). */
-void images_release(struct sandboxd *d, const char *rootfs);
-/* Counts a re-adopted sandbox with this rootfs (taking the node reference
- * over from the earlier sandboxd, or acquiring one). */
-void images_adopted(struct sandboxd *d, const char *rootfs);
+ * Returns 0 and *ret, -EINPROGRESS and *ret when a worker mounts the image
+ * first (no reference taken: sbd_images_wait, then acquire again), -ENOENT
+ * (no such image; e says where it looked), -EINVAL (malformed reference)
+ * or -errno, with e. */
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
+		       struct strata_err *e);
+/* Waiting for an image that a worker mounts (sbd_images_acquire answered
+ * -EINPROGRESS): fn is called once on the loop, when the mount ended (r 0:
+ * acquire again, it is ready; r < 0: the mount failed, why in e). w stays
+ * the caller's. */
+struct sbd_image_waiter {
+	void (*fn)(struct sbd_image_waiter *w, int r, const struct strata_err *e);
+	struct sbd_image_waiter *next;
+};
+void sbd_images_wait(struct sbd_image *im, struct sbd_image_waiter *w);
+/* Shutdown: waits for the mounts in flight and wakes their waiters (whose
+ * creates may go on: before sbd_api_creates_drain). */
+void sbd_images_drain(struct sandboxd *d);
+/* Gives back a sandbox's reference (a no-op for a registered directory and
+ * for NULL). */
+void sbd_images_release(struct sandboxd *d, struct sbd_image *im);
+/* The handle of a re-adopted sandbox whose root is rootfs, counted as one
+ * of its users (taking the node reference over from the earlier sandboxd,
+ * or acquiring one); NULL when no image has that root. */
+struct sbd_image *sbd_images_adopt(struct sandboxd *d, const char *rootfs);
 /* Drops node references that have lingered unused; once a second. */
-void images_tick(struct sandboxd *d);
-/* The image (registered or stored) whose root is rootfs, or NULL. */
-struct sbd_image *images_by_rootfs(struct sandboxd *d, const char *rootfs);
-/* The image's own command for a sandbox with this rootfs: a new
- * NULL-terminated copy of Entrypoint + Cmd (caller frees), or NULL if it has
- * neither (or on allocation failure). */
-char **images_default_cmd(struct sandboxd *d, const char *rootfs);
+void sbd_images_tick(struct sandboxd *d);
 /* Writes {"images": [...]}: registered directories and stored images. */
-void images_to_json(struct sandboxd *d, struct jw *w);
-/* Store part of images_free. */
-void images_store_free(struct sandboxd *d);
+void sbd_images_to_json(struct sandboxd *d, struct jw *w);

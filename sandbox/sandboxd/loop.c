@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,4 +144,25 @@ int64_t sbd_now_ms(void)
 int64_t sbd_wall_s(void)
 {
 	return (int64_t)time(NULL);
+}
+
+int sbd_wakeup_add(struct sbd_loop *l, struct sbd_watch *w, sbd_io_fn fn, void *ctx)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = sbd_watch_add(l, w, fd, EPOLLIN | EPOLLET, fn, ctx);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+void sbd_wakeup_del(struct sbd_loop *l, struct sbd_watch *w, int fd)
+{
+	if (fd < 0)
+		return;
+	sbd_watch_del(l, w);
+	close(fd);
 }

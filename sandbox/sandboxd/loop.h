@@ -30,6 +30,13 @@ int sbd_watch_mod(struct sbd_loop *l, struct sbd_watch *w, uint32_t events);
 /* Unregisters (does not close the fd); accepts an unregistered watch. Events
  * already fetched for it in this round are dropped. */
 void sbd_watch_del(struct sbd_loop *l, struct sbd_watch *w);
+/* A wake-up of the loop by worker threads: an eventfd registered in w,
+ * edge-triggered and never read (every write of 8 bytes is a new event; it
+ * would take 2^64 of them to fill it), that calls fn(ctx). Returns the fd
+ * the workers write to, or -errno. */
+int sbd_wakeup_add(struct sbd_loop *l, struct sbd_watch *w, sbd_io_fn fn, void *ctx);
+/* Unregisters w and closes fd (fd < 0: nothing to do). */
+void sbd_wakeup_del(struct sbd_loop *l, struct sbd_watch *w, int fd);
 /* Runs fn(ctx) after the current round of events. Returns 0 or -ENOMEM. */
 int sbd_defer(struct sbd_loop *l, void (*fn)(void *ctx), void *ctx);
 /* Runs one round: waits up to timeout_ms for events. Returns 0 or -errno. */

@@ -37,6 +37,7 @@
 #include "fs/cleanup.h"
 #include "fs/daemon.h"
 #include "fs/log.h"
+#include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 static void usage(FILE *f)
@@ -370,11 +371,11 @@ static int parse_args(struct sandboxd *d, int argc, char **argv)
 	}
 	int r = finish_config(&d->cfg);
 	for (size_t i = 0; r == 0 && i < nimages; i++)
-		if ((r = images_add_spec(d, images[i])) < 0)
+		if ((r = sbd_images_add_spec(d, images[i])) < 0)
 			log_error_errno(
 			    r, "Invalid --image '%s' (want NAME=DIR, DIR an existing directory)",
 			    images[i]);
-	if (r == 0 && d->cfg.images_dir && (r = images_load_dir(d, d->cfg.images_dir)) < 0)
+	if (r == 0 && d->cfg.images_dir && (r = sbd_images_load_dir(d, d->cfg.images_dir)) < 0)
 		log_error_errno(r, "Failed to load images from %s", d->cfg.images_dir);
 	return r < 0 ? r : 0;
 }
@@ -385,8 +386,8 @@ static void timer_io(void *ctx, uint32_t ev)
 	uint64_t x;
 	if (read(d->timer_fd, &x, sizeof(x)) < 0)
 		return;
-	registry_reap(d);
-	images_tick(d);
+	sbd_registry_reap(d);
+	sbd_images_tick(d);
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
 		if (d->backends[i] && d->backends[i]->tick)
 			d->backends[i]->tick(d->backends[i]);
@@ -432,21 +433,23 @@ static int setup_backends(struct sandboxd *d)
 		if (k.available)
 			log_info("backend %s: available", d->backends[i]->name);
 		else
-			log_info("backend %s: unavailable (%s)", d->backends[i]->name, k.why);
+			log_info("backend %s: unavailable (%s)", d->backends[i]->name, k.why.msg);
 	}
 	return 0;
 }
 
 static void teardown(struct sandboxd *d)
 {
-	server_close(d);
-	api_creates_drain(d);	    /* creates in flight: finished, kept for adoption */
-	registry_free_all(d);	    /* the sandboxes keep running: only our memory */
-	registry_unpersist_wait(d); /* before the state dir may be removed */
+	sbd_server_close(d);
+	sbd_images_drain(d);		/* image mounts in flight: their creates go on */
+	sbd_api_creates_drain(d);	/* creates in flight: finished, kept for adoption */
+	sbd_registry_free_all(d);	/* the sandboxes keep running: only our memory */
+	sbd_registry_unpersist_wait(d); /* before the state dir may be removed */
+	sbd_pool_free(d->pool);
 	for (size_t i = ARRAY_SIZE(d->backends); i-- > 0;) /* fncall before container */
 		if (d->backends[i])
 			d->backends[i]->free(d->backends[i]);
-	images_free(d);
+	sbd_images_free(d);
 	if (d->timer_fd >= 0)
 		close(d->timer_fd);
 	if (d->signal_fd >= 0)
@@ -471,15 +474,15 @@ int main(int argc, char **argv)
 	defaults(&d.cfg);
 	d.started_ms = sbd_now_ms();
 	int r = parse_args(&d, argc, argv);
-	if (r == 0 && !(d.loop = sbd_loop_new()))
+	if (r == 0 && (!(d.loop = sbd_loop_new()) || !(d.pool = sbd_pool_new())))
 		r = -ENOMEM;
 	if (r == 0)
 		r = setup_loop(&d);
 	if (r == 0)
 		r = setup_backends(&d);
 	if (r == 0) {
-		registry_adopt_all(&d);
-		r = server_listen(&d);
+		sbd_registry_adopt_all(&d);
+		r = sbd_server_listen(&d);
 	}
 	if (r < 0) {
 		if (d.loop)

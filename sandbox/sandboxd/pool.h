@@ -9,11 +9,19 @@
  * POOL_KEEP exit. */
 #pragma once
 
+struct sbd_pool;
+
 struct sbd_job {
 	void (*fn)(struct sbd_job *job);
-	struct sbd_job *next; /* the pool's */
+	struct sbd_job *next;  /* the pool's */
+	struct sbd_pool *pool; /* the pool's */
 };
 
-/* Runs job->fn(job) on a worker thread. Returns 0, or -errno when no thread
- * could be started (the job did not run). */
-int sbd_pool_run(struct sbd_job *job);
+/* A pool without threads yet (they start with the jobs), or NULL. */
+struct sbd_pool *sbd_pool_new(void);
+/* Lets the pool go: idle threads exit, running jobs finish first (the
+ * last thread frees it). Accepts NULL. */
+void sbd_pool_free(struct sbd_pool *p);
+/* Runs job->fn(job) on a worker thread of p. Returns 0, or -errno when no
+ * thread could be started (the job did not run). */
+int sbd_pool_run(struct sbd_pool *p, struct sbd_job *job);

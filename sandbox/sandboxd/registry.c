@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ const char *sbd_state_name(enum sbd_state s)
 	return s == SBD_PAUSED ? "paused" : "running";
 }
 
-struct sbd_backend *registry_backend(struct sandboxd *d, const char *name)
+struct sbd_backend *sbd_registry_backend(struct sandboxd *d, const char *name)
 {
 	if (!strcmp(name, "docker"))
 		name = "container";
@@ -34,7 +35,7 @@ struct sbd_backend *registry_backend(struct sandboxd *d, const char *name)
 	return NULL;
 }
 
-struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id)
+struct sbd_sandbox *sbd_registry_find(struct sandboxd *d, const char *id)
 {
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		if (!strcmp(sb->id, id))
@@ -42,7 +43,7 @@ struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id)
 	return NULL;
 }
 
-struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key)
+struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key)
 {
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		if (sb->idem_key && !strcmp(sb->idem_key, key))
@@ -55,15 +56,13 @@ struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key)
  * hundreds of creates per second its value barely moves in that time. */
 #define MEMINFO_MS 50
 
-static int64_t mem_available_mb(void)
+static int64_t mem_available_mb(struct sandboxd *d)
 {
-	static int64_t cached = -1;
-	static uint64_t at_ms;
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	if (at_ms && now - at_ms < MEMINFO_MS)
-		return cached;
+	int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	if (d->meminfo_at_ms && now - d->meminfo_at_ms < MEMINFO_MS)
+		return d->meminfo_mb;
 	FILE *f = fopen("/proc/meminfo", "re");
 	char line[256];
 	long long kb = -1;
@@ -73,44 +72,43 @@ static int64_t mem_available_mb(void)
 		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
 			break;
 	fclose(f);
-	cached = kb < 0 ? -1 : kb / 1024;
-	at_ms = now;
-	return cached;
+	d->meminfo_mb = kb < 0 ? -1 : kb / 1024;
+	d->meminfo_at_ms = now;
+	return d->meminfo_mb;
 }
 
-int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap)
+int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, struct strata_err *e)
 {
 	const struct sandboxd_config *c = &d->cfg;
 	if ((int64_t)(d->count + d->creating) >= c->max_sandboxes) {
-		snprintf(why, cap, "node has %zu sandboxes (%zu being created), the limit is %lld",
-			 d->count + d->creating, d->creating, (long long)c->max_sandboxes);
-		return -ENOSPC;
+		return strata_err_set(
+		    e, -ENOSPC, "node has %zu sandboxes (%zu being created), the limit is %lld",
+		    d->count + d->creating, d->creating, (long long)c->max_sandboxes);
 	}
 	int64_t mem_used = d->mem_used_mb + d->creating_mem_mb;
 	int64_t pids_used = d->pids_used + d->creating_pids;
 	if (sb->reserves && mem_used + sb->memory_mb > c->memory_budget_mb) {
-		snprintf(why, cap,
-			 "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
-			 (long long)sb->memory_mb, (long long)(c->memory_budget_mb - mem_used),
-			 (long long)c->memory_budget_mb);
-		return -ENOSPC;
+		return strata_err_set(
+		    e, -ENOSPC, "node memory: %lld MB requested, %lld MB of %lld MB left to admit",
+		    (long long)sb->memory_mb, (long long)(c->memory_budget_mb - mem_used),
+		    (long long)c->memory_budget_mb);
 	}
 	if (sb->reserves && pids_used + sb->pids > c->pids_budget) {
-		snprintf(why, cap, "node pids: %lld requested, %lld of %lld left to admit",
-			 (long long)sb->pids, (long long)(c->pids_budget - pids_used),
-			 (long long)c->pids_budget);
-		return -ENOSPC;
+		return strata_err_set(e, -ENOSPC,
+				      "node pids: %lld requested, %lld of %lld left to admit",
+				      (long long)sb->pids, (long long)(c->pids_budget - pids_used),
+				      (long long)c->pids_budget);
 	}
-	int64_t avail = mem_available_mb();
+	int64_t avail = mem_available_mb(d);
 	if (avail >= 0 && avail < c->reserve_mb) {
-		snprintf(why, cap, "node memory available is %lld MB, below the reserve of %lld MB",
-			 (long long)avail, (long long)c->reserve_mb);
-		return -ENOSPC;
+		return strata_err_set(
+		    e, -ENOSPC, "node memory available is %lld MB, below the reserve of %lld MB",
+		    (long long)avail, (long long)c->reserve_mb);
 	}
 	return 0;
 }
 
-void registry_insert(struct sandboxd *d, struct sbd_sandbox *sb)
+void sbd_registry_insert(struct sandboxd *d, struct sbd_sandbox *sb)
 {
 	sb->next = d->sandboxes;
 	d->sandboxes = sb;
@@ -135,7 +133,7 @@ static void registry_remove(struct sandboxd *d, struct sbd_sandbox *sb)
 		}
 }
 
-void sandbox_free(struct sbd_sandbox *sb)
+void sbd_sandbox_free(struct sbd_sandbox *sb)
 {
 	if (!sb)
 		return;
@@ -158,7 +156,7 @@ void sandbox_free(struct sbd_sandbox *sb)
 	free(sb);
 }
 
-void sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
+void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
 {
 	jw_obj(w);
 	jw_kstr(w, "id", sb->id);
@@ -206,7 +204,7 @@ static int state_path(struct sandboxd *d, const char *id, const char *leaf, char
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
+int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 {
 	char dir[4096], tmp[4200], fin[4200];
 	if (state_path(d, sb->id, NULL, dir, sizeof(dir)) < 0)
@@ -221,7 +219,7 @@ int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 	jw_kint(&w, "version", 1);
 	jw_kstr(&w, "rootfs", sb->rootfs);
 	jw_key(&w, "sandbox");
-	sandbox_to_json(sb, &w);
+	sbd_sandbox_to_json(sb, &w);
 	jw_key(&w, "backend_state");
 	if (sb->bstate)
 		jw_raw(&w, sb->bstate, strlen(sb->bstate));
@@ -254,9 +252,9 @@ static void unpersist(struct sandboxd *d, const char *id)
  * the unlinks and the rmdir were ~7 % of the loop thread during
  * create/delete churn, and waking a worker per delete would cost about as
  * much. The queue goes to a worker once it holds UNPERSIST_BATCH ids or at
- * the next second's registry_reap. The sandbox is gone from the registry
+ * the next second's sbd_registry_reap. The sandbox is gone from the registry
  * (and the API) before; a sandboxd that stops removes what is left
- * (registry_unpersist_wait); one killed in between finds the state of a
+ * (sbd_registry_unpersist_wait); one killed in between finds the state of a
  * dead sandbox at its start, as after a sandbox that died while no
  * sandboxd ran, and drops it. Ids are random (new_id), so a queued removal
  * cannot hit a newer sandbox. */
@@ -267,7 +265,8 @@ struct unpersist_item {
 	char id[SBD_ID_LEN + 1];
 };
 
-static struct {
+/* The queue of one sandboxd (d->unpersist), made at its first delete. */
+struct sbd_unpersist {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;	     /* the job ended */
 	struct unpersist_item *head; /* queued */
@@ -275,91 +274,140 @@ static struct {
 	bool running; /* the job is submitted or runs (it drains the queue) */
 	struct sbd_job job;
 	struct sandboxd *d;
-} up = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+};
 
-/* Removes everything queued; with up.mu held, returns with it held. */
-static void unpersist_drain_locked(struct sandboxd *d)
+/* Removes everything queued; with up->mu held, returns with it held. */
+static void unpersist_drain_locked(struct sbd_unpersist *up)
 {
-	while (up.head) {
-		struct unpersist_item *it = up.head;
-		up.head = NULL;
-		up.queued = 0;
-		pthread_mutex_unlock(&up.mu);
+	while (up->head) {
+		struct unpersist_item *it = up->head;
+		up->head = NULL;
+		up->queued = 0;
+		pthread_mutex_unlock(&up->mu);
 		while (it) {
 			struct unpersist_item *next = it->next;
-			unpersist(d, it->id);
+			unpersist(up->d, it->id);
 			free(it);
 			it = next;
 		}
-		pthread_mutex_lock(&up.mu);
+		pthread_mutex_lock(&up->mu);
 	}
 }
 
 static void unpersist_run(struct sbd_job *job)
 {
-	pthread_mutex_lock(&up.mu);
-	unpersist_drain_locked(up.d);
-	up.running = false;
-	pthread_cond_broadcast(&up.cond);
-	pthread_mutex_unlock(&up.mu);
+	struct sbd_unpersist *up =
+	    (struct sbd_unpersist *)((char *)job - offsetof(struct sbd_unpersist, job));
+	pthread_mutex_lock(&up->mu);
+	unpersist_drain_locked(up);
+	up->running = false;
+	pthread_cond_broadcast(&up->cond);
+	pthread_mutex_unlock(&up->mu);
 }
 
-/* Hands the queue to a worker unless one has it. Called with up.mu held;
+/* Hands the queue to a worker unless one has it. Called with up->mu held;
  * returns with it released. */
-static void unpersist_kick_unlock(struct sandboxd *d)
+static void unpersist_kick_unlock(struct sbd_unpersist *up)
 {
-	if (up.running || !up.head) {
-		pthread_mutex_unlock(&up.mu);
+	if (up->running || !up->head) {
+		pthread_mutex_unlock(&up->mu);
 		return;
 	}
-	up.running = true;
-	up.d = d;
-	up.job.fn = unpersist_run;
-	pthread_mutex_unlock(&up.mu);
-	if (sbd_pool_run(&up.job) < 0)
-		unpersist_run(&up.job); /* no thread: here */
+	up->running = true;
+	up->job.fn = unpersist_run;
+	pthread_mutex_unlock(&up->mu);
+	if (sbd_pool_run(up->d->pool, &up->job) < 0)
+		unpersist_run(&up->job); /* no thread: here */
+}
+
+static struct sbd_unpersist *unpersist_of(struct sandboxd *d)
+{
+	if (d->unpersist)
+		return d->unpersist;
+	struct sbd_unpersist *up = calloc(1, sizeof(*up));
+	if (!up)
+		return NULL;
+	pthread_mutex_init(&up->mu, NULL);
+	pthread_cond_init(&up->cond, NULL);
+	up->d = d;
+	d->unpersist = up;
+	return up;
 }
 
 static void unpersist_later(struct sandboxd *d, const char *id)
 {
-	struct unpersist_item *it = calloc(1, sizeof(*it));
+	struct sbd_unpersist *up = unpersist_of(d);
+	struct unpersist_item *it = up ? calloc(1, sizeof(*it)) : NULL;
 	if (!it) {
 		unpersist(d, id);
 		return;
 	}
 	snprintf(it->id, sizeof(it->id), "%s", id);
-	pthread_mutex_lock(&up.mu);
-	it->next = up.head;
-	up.head = it;
-	if (++up.queued < UNPERSIST_BATCH) {
-		pthread_mutex_unlock(&up.mu);
+	pthread_mutex_lock(&up->mu);
+	it->next = up->head;
+	up->head = it;
+	if (++up->queued < UNPERSIST_BATCH) {
+		pthread_mutex_unlock(&up->mu);
 		return;
 	}
-	unpersist_kick_unlock(d);
+	unpersist_kick_unlock(up);
 }
 
-void registry_unpersist_wait(struct sandboxd *d)
+void sbd_registry_unpersist_wait(struct sandboxd *d)
 {
-	pthread_mutex_lock(&up.mu);
-	while (up.running)
-		pthread_cond_wait(&up.cond, &up.mu);
-	unpersist_drain_locked(d);
-	pthread_mutex_unlock(&up.mu);
+	struct sbd_unpersist *up = d->unpersist;
+	if (!up)
+		return;
+	pthread_mutex_lock(&up->mu);
+	while (up->running)
+		pthread_cond_wait(&up->cond, &up->mu);
+	unpersist_drain_locked(up);
+	pthread_mutex_unlock(&up->mu);
+	pthread_mutex_destroy(&up->mu);
+	pthread_cond_destroy(&up->cond);
+	free(up);
+	d->unpersist = NULL;
 }
 
-int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
+void sbd_sandbox_hook_add(struct sbd_sandbox *sb, struct sbd_destroy_hook *h)
 {
-	api_cancel_execs(d, sb, why);
+	h->next = sb->on_destroy;
+	sb->on_destroy = h;
+}
+
+void sbd_sandbox_hook_del(struct sbd_sandbox *sb, struct sbd_destroy_hook *h)
+{
+	for (struct sbd_destroy_hook **p = &sb->on_destroy; *p; p = &(*p)->next)
+		if (*p == h) {
+			*p = h->next;
+			return;
+		}
+}
+
+/* Runs sb's on-destroy hooks, each taken off the list before it runs (it
+ * may remove others). */
+static void run_destroy_hooks(struct sbd_sandbox *sb, const char *why)
+{
+	while (sb->on_destroy) {
+		struct sbd_destroy_hook *h = sb->on_destroy;
+		sb->on_destroy = h->next;
+		h->fn(h, sb, why);
+	}
+}
+
+int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
+{
+	run_destroy_hooks(sb, why);
 	int r = sb->backend ? sb->backend->destroy(sb->backend, sb) : 0;
 	if (r < 0)
 		log_warn_errno(r, "Backend %s failed to destroy sandbox %s", sb->backend_name,
 			       sb->id);
 	log_info("sandbox %s destroyed (%s)", sb->id, why);
 	registry_remove(d, sb);
-	images_release(d, sb->rootfs);
+	sbd_images_release(d, sb->img);
 	unpersist_later(d, sb->id);
 	d->deletes_total++;
-	sandbox_free(sb);
+	sbd_sandbox_free(sb);
 	return r;
 }
 
@@ -368,7 +416,7 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
-int sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
+int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 {
 	const char *id = json_cstr(json_get(j, "id"));
 	const char *image = json_cstr(json_get(j, "image"));
@@ -432,7 +480,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 		return -EIO;
 	struct json *j = json_parse(buf, (size_t)n, NULL, 0);
 	struct sbd_sandbox *sb = calloc(1, sizeof(*sb));
-	int r = j && sb ? sandbox_from_json(json_get(j, "sandbox"), sb) : -EINVAL;
+	int r = j && sb ? sbd_sandbox_from_json(json_get(j, "sandbox"), sb) : -EINVAL;
 	if (r == 0 && strcmp(sb->id, id))
 		r = -EINVAL;
 	const char *rootfs = json_cstr(json_get(j, "rootfs"));
@@ -445,7 +493,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 			json_emit(&w, bs);
 			sb->bstate = jw_take(&w, NULL);
 		}
-		sb->backend = registry_backend(d, sb->backend_name);
+		sb->backend = sbd_registry_backend(d, sb->backend_name);
 		r = sb->backend && sb->rootfs ? sb->backend->adopt(sb->backend, sb) : -ENODEV;
 		if (r == 0) {
 			struct sbd_caps k = {0};
@@ -455,16 +503,16 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	}
 	json_free(j);
 	if (r < 0) {
-		sandbox_free(sb);
+		sbd_sandbox_free(sb);
 		return r;
 	}
 	sb->last_active_ms = sbd_now_ms();
-	registry_insert(d, sb);
-	images_adopted(d, sb->rootfs);
+	sbd_registry_insert(d, sb);
+	sb->img = sbd_images_adopt(d, sb->rootfs);
 	return 0;
 }
 
-void registry_adopt_all(struct sandboxd *d)
+void sbd_registry_adopt_all(struct sandboxd *d)
 {
 	char p[4200];
 	snprintf(p, sizeof(p), "%s/sandboxes", d->cfg.state_dir);
@@ -491,7 +539,7 @@ void registry_adopt_all(struct sandboxd *d)
 		log_info("re-adopted %d sandboxes (%d gone)", ok, gone);
 }
 
-void registry_reap(struct sandboxd *d)
+void sbd_registry_reap(struct sandboxd *d)
 {
 	int64_t now = sbd_wall_s(), mono = sbd_now_ms();
 	struct sbd_sandbox *sb = d->sandboxes;
@@ -505,22 +553,24 @@ void registry_reap(struct sandboxd *d)
 			why = "idle timeout";
 		if (why) {
 			d->reaped_total++;
-			registry_destroy(d, sb, why);
+			sbd_registry_destroy(d, sb, why);
 		}
 		sb = next;
 	}
-	pthread_mutex_lock(&up.mu); /* state of the second's deletes */
-	unpersist_kick_unlock(d);
+	if (d->unpersist) { /* state of the second's deletes */
+		pthread_mutex_lock(&d->unpersist->mu);
+		unpersist_kick_unlock(d->unpersist);
+	}
 }
 
-void registry_free_all(struct sandboxd *d)
+void sbd_registry_free_all(struct sandboxd *d)
 {
 	while (d->sandboxes) {
 		struct sbd_sandbox *sb = d->sandboxes;
 		d->sandboxes = sb->next;
 		if (sb->backend && sb->backend->release)
 			sb->backend->release(sb->backend, sb);
-		sandbox_free(sb);
+		sbd_sandbox_free(sb);
 	}
 	d->count = 0;
 }

@@ -1,29 +1,36 @@
 /* sandboxd.h — strata-sandboxd's internal types: the daemon context, the
  * registry entry of one sandbox, and the functions the files of the daemon
- * share (server.c: connections; api.c: routes; registry.c: sandboxes,
- * admission, persistence and the reaper; images.c, image_store.c: images.h).
+ * share (server.c: connections; api.c and api-internal.h: routes;
+ * registry.c: sandboxes, admission, persistence and the reaper; images.c,
+ * image_store.c: images.h). Every external name has the prefix sbd_.
  *
  * Sandbox states and the functions that move between them:
  *
- *   (create) --registry_create--> RUNNING --api pause--> PAUSED
- *                                  ^   |  <--api resume--
- *                                  |   +--delete / ttl / idle (registry_destroy)--> gone
- *   (start)  --registry_adopt----->+
+ *   POST /v1/sandboxes (sbd_api_create: the backend's create, then
+ *   create_commit -> sbd_registry_insert)
+ *            |
+ *            v
+ *         RUNNING --POST .../pause (backend pause)--> PAUSED
+ *          ^  |  <--POST .../resume (backend resume)--
+ *          |  +--delete / ttl / idle (sbd_registry_destroy)--> gone
+ *   (start: sbd_registry_adopt_all, the backend's adopt)
  *
  * Invariants:
  *  1. A sandbox in the registry has a state dir <state>/sandboxes/<id>/ with a
  *     state.json written atomically (tmp + rename) after every state change;
  *     removing the dir is the last step of destroy.
  *  2. The admission counters (count, memory, pids) are the sums over the
- *     registry; they change only in registry_insert and registry_remove.
+ *     registry; they change only in sbd_registry_insert and registry_remove
+ *     (registry.c, inside sbd_registry_destroy).
  *  3. creating* are the sums over the creates running on worker threads
- *     (api.c); admission counts them too. */
+ *     (api_create.c); admission counts them too. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "sandbox/sandboxd/backend.h"
 #include "sandbox/sandboxd/images.h"
+#include "fs/err.h"
 #include "fs/json.h"
 #include "sandbox/sandboxd/loop.h"
 
@@ -38,10 +45,22 @@ struct sbd_label {
 	char *key, *value;
 };
 
+/* A hook on a sandbox's destruction: the layers above the registry (the
+ * API's exec streams) register one for what they serve on the sandbox, so
+ * that the registry needs to know nothing of them. */
+struct sbd_destroy_hook {
+	/* Called by sbd_registry_destroy before the backend destroys sb; h is off
+	 * the list by then. why: the reason ("deleted by request", "ttl
+	 * expired", ...). */
+	void (*fn)(struct sbd_destroy_hook *h, struct sbd_sandbox *sb, const char *why);
+	struct sbd_destroy_hook *next;
+};
+
 struct sbd_sandbox {
 	char id[SBD_ID_LEN + 1];
-	char *image;  /* name as registered */
-	char *rootfs; /* the image's root directory */
+	char *image;	       /* name as registered */
+	char *rootfs;	       /* the image's root directory */
+	struct sbd_image *img; /* the image's handle (images.h), NULL if unknown */
 	char *backend_name;
 	struct sbd_backend *backend;
 	void *bpriv; /* the backend's own data */
@@ -62,7 +81,8 @@ struct sbd_sandbox {
 	char *idem_key;
 	char *bstate; /* the backend's persisted state (JSON text) or NULL */
 	int running_execs;
-	void *execs; /* api.c: the exec streams in flight */
+	void *execs;			     /* api_exec.c: the exec streams in flight */
+	struct sbd_destroy_hook *on_destroy; /* run by sbd_registry_destroy */
 	uint64_t execs_total;
 	struct sbd_sandbox *next;
 };
@@ -91,8 +111,14 @@ struct sandboxd {
 	struct sbd_sandbox *sandboxes;
 	size_t count;
 	int64_t mem_used_mb, pids_used;
-	size_t creating; /* creates in flight on worker threads (api.c) */
+	size_t creating; /* creates in flight on worker threads (api_create.c) */
 	int64_t creating_mem_mb, creating_pids;
+	struct sbd_pool *pool;		   /* worker threads (pool.h) */
+	struct sbd_creates *creates;	   /* api_create.c's, made at the first create */
+	struct sbd_unpersist *unpersist;   /* registry.c's queue of state to remove */
+	uint8_t id_pool[512];		   /* random bytes for ids (api_create.c) */
+	size_t id_left;			   /* bytes of id_pool not used yet */
+	int64_t meminfo_mb, meminfo_at_ms; /* registry.c: MemAvailable and when */
 	int listen_fd, tcp_fd, timer_fd, signal_fd;
 	struct sbd_watch w_listen, w_tcp, w_timer, w_signal;
 	bool stopping;
@@ -102,66 +128,69 @@ struct sandboxd {
 };
 
 /* ---- registry.c --------------------------------------------------------- */
-struct sbd_backend *registry_backend(struct sandboxd *d, const char *name);
-struct sbd_sandbox *registry_find(struct sandboxd *d, const char *id);
-struct sbd_sandbox *registry_find_idem(struct sandboxd *d, const char *key);
-/* Admission: 0 if a sandbox of sb's size fits, else -ENOSPC with why. */
-int registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, char *why, size_t cap);
-void registry_insert(struct sandboxd *d, struct sbd_sandbox *sb);
+struct sbd_backend *sbd_registry_backend(struct sandboxd *d, const char *name);
+struct sbd_sandbox *sbd_registry_find(struct sandboxd *d, const char *id);
+struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key);
+/* Admission: 0 if a sandbox of sb's size fits, else -ENOSPC with the
+ * reason in e. */
+int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, struct strata_err *e);
+void sbd_registry_insert(struct sandboxd *d, struct sbd_sandbox *sb);
 /* Writes the sandbox's state.json. Returns 0 or -errno. */
-int registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
-/* Destroys through the backend, unlinks and frees. Returns the backend's
- * result (the sandbox is removed from the registry either way). */
-int registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
+int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
+/* Adds h to sb's on-destroy hooks (h stays the caller's), or removes it
+ * (a no-op when it is not there). */
+void sbd_sandbox_hook_add(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);
+void sbd_sandbox_hook_del(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);
+/* Runs sb's on-destroy hooks, destroys through the backend, unlinks and frees. Returns the
+ * backend's result (the sandbox is removed from the registry either way). */
+int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
 /* Re-adopts every sandbox persisted under the state dir. */
-void registry_adopt_all(struct sandboxd *d);
+void sbd_registry_adopt_all(struct sandboxd *d);
 /* TTL and idle reaper, and the removal of deleted sandboxes' state;
  * called once a second. */
-void registry_reap(struct sandboxd *d);
-void sandbox_free(struct sbd_sandbox *sb);
-void sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
+void sbd_registry_reap(struct sandboxd *d);
+void sbd_sandbox_free(struct sbd_sandbox *sb);
+void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
 const char *sbd_state_name(enum sbd_state s);
 /* Parses a persisted or requested sandbox. */
-int sandbox_from_json(const struct json *j, struct sbd_sandbox *sb);
-void registry_free_all(struct sandboxd *d);
+int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb);
+void sbd_registry_free_all(struct sandboxd *d);
 /* Removes the state of destroyed sandboxes still queued for a worker. */
-void registry_unpersist_wait(struct sandboxd *d);
+void sbd_registry_unpersist_wait(struct sandboxd *d);
 
 /* ---- server.c ------------------------------------------------------------ */
-struct conn;
-int server_listen(struct sandboxd *d);
-void server_close(struct sandboxd *d);
+struct sbd_conn;
+int sbd_server_listen(struct sandboxd *d);
+void sbd_server_close(struct sandboxd *d);
 /* Queues a complete JSON response (body = w's buffer, consumed). */
-void conn_reply_json(struct conn *c, int status, struct jw *body);
+void sbd_conn_reply_json(struct sbd_conn *c, int status, struct jw *body);
 /* Queues an error response {"error":{"code":..,"message":..}}. */
-void conn_reply_error(struct conn *c, int status, const char *code, const char *fmt, ...)
+void sbd_conn_reply_error(struct sbd_conn *c, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Queues a raw response (e.g. file contents). */
-void conn_reply_raw(struct conn *c, int status, const char *ctype, const void *p, size_t n);
+void sbd_conn_reply_raw(struct sbd_conn *c, int status, const char *ctype, const void *p, size_t n);
 /* Marks the connection as owned by an asynchronous response (no further
  * request is read from it) before anything is sent, or releases it. */
-void conn_hold(struct conn *c, bool hold);
+void sbd_conn_hold(struct sbd_conn *c, bool hold);
 /* A held connection's response was queued (conn_reply_*): sends it and
  * carries on with the connection's next request (after this round). */
-void conn_hold_done(struct conn *c);
+void sbd_conn_hold_done(struct sbd_conn *c);
 /* Starts a chunked response (sent with the first chunk, which must follow
- * in the same callback); then conn_stream_chunk(); conn_stream_end(). */
-void conn_stream_begin(struct conn *c, int status, const char *ctype);
-void conn_stream_chunk(struct conn *c, const void *p, size_t n);
-void conn_stream_end(struct conn *c);
+ * in the same callback); then sbd_conn_stream_chunk(); sbd_conn_stream_end(). */
+void sbd_conn_stream_begin(struct sbd_conn *c, int status, const char *ctype);
+void sbd_conn_stream_chunk(struct sbd_conn *c, const void *p, size_t n);
+void sbd_conn_stream_end(struct sbd_conn *c);
 /* The last chunk and the end, sent together. */
-void conn_stream_end_with(struct conn *c, const void *p, size_t n);
-/* Called when the peer of a stream goes away: set by api.c. */
-void conn_set_abort(struct conn *c, void (*fn)(void *ctx), void *ctx);
-struct sandboxd *conn_daemon(struct conn *c);
+void sbd_conn_stream_end_with(struct sbd_conn *c, const void *p, size_t n);
+/* Called when the peer of a stream goes away: set by the API (api_*.c). */
+void sbd_conn_set_abort(struct sbd_conn *c, void (*fn)(void *ctx), void *ctx);
+struct sandboxd *sbd_conn_daemon(struct sbd_conn *c);
 /* Bytes queued on the connection and not yet sent. */
-size_t conn_pending(const struct conn *c);
+size_t sbd_conn_pending(const struct sbd_conn *c);
 
 /* ---- api.c ---------------------------------------------------------------- */
 /* Dispatches one complete request. */
-void api_dispatch(struct conn *c, const char *method, const char *path, const char *query,
-		  const char *body, size_t body_len);
+void sbd_api_dispatch(struct sbd_conn *c, const char *method, const char *path, const char *query,
+		      const char *body, size_t body_len);
 /* Shutdown: waits for the creates in flight and completes them. */
-void api_creates_drain(struct sandboxd *d);
-/* Ends every exec stream of sb (its sandbox is going away). */
-void api_cancel_execs(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
+void sbd_api_creates_drain(struct sandboxd *d);

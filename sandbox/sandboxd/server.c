@@ -1,9 +1,9 @@
 /* server.c — strata-sandboxd's HTTP connections: accept on the unix socket
  * (and optionally TCP with a bearer token), read a bounded request, hand it
- * to api_dispatch, queue and flush the response, stream chunked bodies.
+ * to sbd_api_dispatch, queue and flush the response, stream chunked bodies.
  *
  * Invariants:
- *  1. A connection buffers at most HTTP_MAX_HEAD + cfg.max_body input bytes;
+ *  1. A connection buffers at most SBD_HTTP_MAX_HEAD + cfg.max_body input bytes;
  *     a larger request is answered 413/431 and the connection closed.
  *  2. While a response streams, no further request on that connection is
  *     read; when the peer hangs up, the abort callback runs exactly once
@@ -27,13 +27,13 @@
 #include "fs/log.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
-struct conn {
+struct sbd_conn {
 	struct sandboxd *d;
 	struct sbd_watch w;
 	bool tcp;
 	char *in;
 	size_t in_len, in_cap;
-	struct http_req req;
+	struct sbd_http_req req;
 	bool have_head, sent_continue;
 	struct jw out;
 	size_t out_off;
@@ -49,18 +49,18 @@ struct conn {
 
 static void conn_io(void *ctx, uint32_t events);
 
-struct sandboxd *conn_daemon(struct conn *c)
+struct sandboxd *sbd_conn_daemon(struct sbd_conn *c)
 {
 	return c->d;
 }
 
-size_t conn_pending(const struct conn *c)
+size_t sbd_conn_pending(const struct sbd_conn *c)
 {
 	return c->out.len - c->out_off;
 }
 
 /* Closing needs the fd, which sbd_watch_del forgets: keep it separately. */
-static void conn_close(struct conn *c)
+static void conn_close(struct sbd_conn *c)
 {
 	int fd = c->w.fd;
 	if (c->abort_fn && fd >= 0) {
@@ -74,16 +74,16 @@ static void conn_close(struct conn *c)
 	c->dead = true;
 	if (c->deferred)
 		return; /* resume_after_stream frees it */
-	http_req_done(&c->req);
+	sbd_http_req_done(&c->req);
 	free(c->in);
 	jw_done(&c->out);
 	c->d->conns--;
 	free(c);
 }
 
-static void flush_out(struct conn *c);
+static void flush_out(struct sbd_conn *c);
 
-static void set_events(struct conn *c)
+static void set_events(struct sbd_conn *c)
 {
 	uint32_t ev = EPOLLRDHUP;
 	if (c->out_off < c->out.len)
@@ -96,7 +96,7 @@ static void set_events(struct conn *c)
 /* Sends what it can. Closes the connection (and returns) when it is done
  * with it; callers must not touch c after a call that may close it unless
  * they check through a deferred path. */
-static void flush_out(struct conn *c)
+static void flush_out(struct sbd_conn *c)
 {
 	while (c->out_off < c->out.len) {
 		ssize_t n = send(c->w.fd, c->out.buf + c->out_off, c->out.len - c->out_off,
@@ -118,35 +118,35 @@ static void flush_out(struct conn *c)
 	set_events(c);
 }
 
-static void finish_response(struct conn *c)
+static void finish_response(struct sbd_conn *c)
 {
-	http_req_done(&c->req);
+	sbd_http_req_done(&c->req);
 	c->have_head = false;
 	c->sent_continue = false;
 	if (!c->keep_alive)
 		c->close_after = true;
 }
 
-void conn_reply_raw(struct conn *c, int status, const char *ctype, const void *p, size_t n)
+void sbd_conn_reply_raw(struct sbd_conn *c, int status, const char *ctype, const void *p, size_t n)
 {
-	http_head(&c->out, status, ctype, (long long)n, c->keep_alive);
+	sbd_http_head(&c->out, status, ctype, (long long)n, c->keep_alive);
 	jw_append(&c->out, p, n);
 	finish_response(c);
 }
 
-void conn_reply_json(struct conn *c, int status, struct jw *body)
+void sbd_conn_reply_json(struct sbd_conn *c, int status, struct jw *body)
 {
 	jw_append(body, "\n", 1);
 	if (body->err) {
 		jw_done(body);
-		conn_reply_error(c, 500, "internal", "out of memory");
+		sbd_conn_reply_error(c, 500, "internal", "out of memory");
 		return;
 	}
-	conn_reply_raw(c, status, "application/json", body->buf, body->len);
+	sbd_conn_reply_raw(c, status, "application/json", body->buf, body->len);
 	jw_done(body);
 }
 
-void conn_reply_error(struct conn *c, int status, const char *code, const char *fmt, ...)
+void sbd_conn_reply_error(struct sbd_conn *c, int status, const char *code, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -163,36 +163,36 @@ void conn_reply_error(struct conn *c, int status, const char *code, const char *
 	jw_obj_end(&w);
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
-	conn_reply_raw(c, status, "application/json", w.buf ? w.buf : "", w.len);
+	sbd_conn_reply_raw(c, status, "application/json", w.buf ? w.buf : "", w.len);
 	jw_done(&w);
 }
 
-void conn_hold(struct conn *c, bool hold)
+void sbd_conn_hold(struct sbd_conn *c, bool hold)
 {
 	c->streaming = hold;
 }
 
 /* The head waits for the first chunk (which follows at once): one send,
  * one wake-up of the client, instead of two. */
-void conn_stream_begin(struct conn *c, int status, const char *ctype)
+void sbd_conn_stream_begin(struct sbd_conn *c, int status, const char *ctype)
 {
-	http_head(&c->out, status, ctype, -1, c->keep_alive);
+	sbd_http_head(&c->out, status, ctype, -1, c->keep_alive);
 	c->streaming = true;
 }
 
-void conn_stream_chunk(struct conn *c, const void *p, size_t n)
+void sbd_conn_stream_chunk(struct sbd_conn *c, const void *p, size_t n)
 {
 	if (!n || c->dead)
 		return;
-	http_chunk(&c->out, p, n);
+	sbd_http_chunk(&c->out, p, n);
 	flush_out(c);
 }
 
-static void conn_process(struct conn *c);
+static void conn_process(struct sbd_conn *c);
 
 static void resume_after_stream(void *ctx)
 {
-	struct conn *c = ctx;
+	struct sbd_conn *c = ctx;
 	c->deferred = false;
 	if (c->dead && c->w.fd < 0) {
 		conn_close(c); /* already closed: only frees */
@@ -205,18 +205,18 @@ static void resume_after_stream(void *ctx)
 	conn_process(c);
 }
 
-void conn_stream_end_with(struct conn *c, const void *p, size_t n)
+void sbd_conn_stream_end_with(struct sbd_conn *c, const void *p, size_t n)
 {
 	if (n && !c->dead)
-		http_chunk(&c->out, p, n); /* sent with the end: one send */
-	conn_stream_end(c);
+		sbd_http_chunk(&c->out, p, n); /* sent with the end: one send */
+	sbd_conn_stream_end(c);
 }
 
-void conn_stream_end(struct conn *c)
+void sbd_conn_stream_end(struct sbd_conn *c)
 {
 	c->abort_fn = NULL;
 	c->streaming = false;
-	http_chunk(&c->out, NULL, 0);
+	sbd_http_chunk(&c->out, NULL, 0);
 	finish_response(c);
 	flush_out(c);
 	/* The exec that ends the stream runs inside a backend callback: carry on
@@ -225,7 +225,7 @@ void conn_stream_end(struct conn *c)
 		c->deferred = true;
 }
 
-void conn_hold_done(struct conn *c)
+void sbd_conn_hold_done(struct sbd_conn *c)
 {
 	c->abort_fn = NULL;
 	c->streaming = false;
@@ -234,13 +234,13 @@ void conn_hold_done(struct conn *c)
 		c->deferred = true;
 }
 
-void conn_set_abort(struct conn *c, void (*fn)(void *ctx), void *ctx)
+void sbd_conn_set_abort(struct sbd_conn *c, void (*fn)(void *ctx), void *ctx)
 {
 	c->abort_fn = fn;
 	c->abort_ctx = ctx;
 }
 
-static bool check_auth(struct conn *c)
+static bool check_auth(struct sbd_conn *c)
 {
 	if (!c->tcp)
 		return true;
@@ -249,19 +249,21 @@ static bool check_auth(struct conn *c)
 }
 
 /* Parses and dispatches requests that are complete in the input buffer. */
-static void conn_process(struct conn *c)
+static void conn_process(struct sbd_conn *c)
 {
 	while (!c->streaming && !c->close_after && !c->dead) {
-		char why[256];
 		if (!c->have_head) {
-			int r = http_parse_head(c->in, c->in_len, (size_t)c->d->cfg.max_body,
-						&c->req, why, sizeof(why));
+			struct strata_err e;
+			strata_err_clear(&e);
+			int r = sbd_http_parse_head(c->in, c->in_len, (size_t)c->d->cfg.max_body,
+						    &c->req, &e);
 			if (r == -EAGAIN)
 				break;
 			c->keep_alive = r == 0 && c->req.keep_alive;
 			if (r < 0) {
-				conn_reply_error(c, -r, -r == 413 ? "too_large" : "bad_request",
-						 "%s", why);
+				int st = c->req.status;
+				sbd_conn_reply_error(c, st, st == 413 ? "too_large" : "bad_request",
+						     "%s", e.msg);
 				c->close_after = true;
 				break;
 			}
@@ -276,11 +278,12 @@ static void conn_process(struct conn *c)
 			break;
 		}
 		if (!check_auth(c)) {
-			conn_reply_error(c, 401, "unauthorized", "missing or wrong bearer token");
+			sbd_conn_reply_error(c, 401, "unauthorized",
+					     "missing or wrong bearer token");
 			c->close_after = true;
 		} else {
-			api_dispatch(c, c->req.method, c->req.path, c->req.query,
-				     c->in + c->req.head_len, c->req.content_length);
+			sbd_api_dispatch(c, c->req.method, c->req.path, c->req.query,
+					 c->in + c->req.head_len, c->req.content_length);
 		}
 		memmove(c->in, c->in + need, c->in_len - need);
 		c->in_len -= need;
@@ -292,9 +295,9 @@ static void conn_process(struct conn *c)
 		conn_close(c);
 }
 
-static int read_in(struct conn *c)
+static int read_in(struct sbd_conn *c)
 {
-	size_t limit = HTTP_MAX_HEAD + (size_t)c->d->cfg.max_body;
+	size_t limit = SBD_HTTP_MAX_HEAD + (size_t)c->d->cfg.max_body;
 	for (;;) {
 		if (c->in_len == c->in_cap) {
 			if (c->in_cap >= limit)
@@ -327,7 +330,7 @@ static int read_in(struct conn *c)
 
 static void conn_io(void *ctx, uint32_t events)
 {
-	struct conn *c = ctx;
+	struct sbd_conn *c = ctx;
 	if (events & EPOLLOUT)
 		flush_out(c);
 	if (c->dead) {
@@ -352,7 +355,7 @@ static void conn_io(void *ctx, uint32_t events)
 				set_events(c);
 				return;
 			}
-			if (n > 0 && c->in_len < HTTP_MAX_HEAD)
+			if (n > 0 && c->in_len < SBD_HTTP_MAX_HEAD)
 				read_in(c);
 			return;
 		}
@@ -383,7 +386,7 @@ static void accept_io(struct sandboxd *d, int lfd, bool tcp)
 				log_warn_errno(-errno, "accept failed");
 			return;
 		}
-		struct conn *c = calloc(1, sizeof(*c));
+		struct sbd_conn *c = calloc(1, sizeof(*c));
 		if (!c || sbd_watch_add(d->loop, &c->w, fd, EPOLLIN | EPOLLRDHUP, conn_io, c) < 0) {
 			free(c);
 			close(fd);
@@ -461,7 +464,7 @@ static int listen_tcp(const char *hostport)
 	return fd;
 }
 
-int server_listen(struct sandboxd *d)
+int sbd_server_listen(struct sandboxd *d)
 {
 	int fd = listen_unix(d->cfg.socket_path);
 	if (fd < 0)
@@ -482,7 +485,7 @@ int server_listen(struct sandboxd *d)
 	return sbd_watch_add(d->loop, &d->w_tcp, fd, EPOLLIN, tcp_io, d);
 }
 
-void server_close(struct sandboxd *d)
+void sbd_server_close(struct sandboxd *d)
 {
 	if (d->listen_fd >= 0) {
 		sbd_watch_del(d->loop, &d->w_listen);

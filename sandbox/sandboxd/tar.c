@@ -75,8 +75,7 @@ struct packer {
 	struct sbd_sandbox *sb;
 	struct buf out;
 	size_t entries;
-	char *why;
-	size_t cap;
+	struct strata_err *err; /* the innermost failure wins */
 };
 
 static int pack_file(struct packer *pk, const char *path, const char *rel,
@@ -126,8 +125,8 @@ static int pack_dir(struct packer *pk, const char *path, const char *rel, int de
 		} else if (e->type == SBD_FT_REG) {
 			r = pack_file(pk, cp, cr, e);
 		} /* symlinks and special files are left out */
-		if (r < 0 && !pk->why[0])
-			snprintf(pk->why, pk->cap, "%s: %s", cp, strerror(-r));
+		if (r < 0)
+			strata_err_set(pk->err, r, "%s: %s", cp, strerror(-r));
 		free(cp);
 		free(cr);
 	}
@@ -135,11 +134,10 @@ static int pack_dir(struct packer *pk, const char *path, const char *rel, int de
 	return r;
 }
 
-int tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
-	     uint8_t **ret, size_t *ret_len, char *why, size_t cap)
+int sbd_tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
+		 uint8_t **ret, size_t *ret_len, struct strata_err *e)
 {
-	struct packer pk = {.be = b, .sb = sb, .out.max = max, .why = why, .cap = cap};
-	why[0] = 0;
+	struct packer pk = {.be = b, .sb = sb, .out.max = max, .err = e};
 	int r = pack_dir(&pk, dir, "", 0);
 	static const uint8_t zero[1024];
 	if (r == 0)
@@ -220,7 +218,7 @@ static void entries_free(struct entry *v, size_t n)
 /* Parses the whole archive first, so that a bad name anywhere refuses it
  * before anything is written. */
 static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry **ret, size_t *ret_n,
-		     char *why, size_t cap)
+		     struct strata_err *e)
 {
 	struct entry *v = NULL;
 	size_t cnt = 0, off = 0;
@@ -236,8 +234,7 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 		uint64_t size = parse_octal((const char *)h + 124, 12);
 		char type = (char)h[156];
 		if (size > n - off - 512) {
-			snprintf(why, cap, "truncated archive");
-			r = -EINVAL;
+			r = strata_err_set(e, -EINVAL, "truncated archive");
 			break;
 		}
 		const uint8_t *data = h + 512;
@@ -275,8 +272,8 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 		free(longname);
 		longname = NULL;
 		if (!v[cnt++].path) {
-			snprintf(why, cap, "archive member '%s' leaves the destination", nm);
-			r = -EINVAL;
+			r = strata_err_set(e, -EINVAL, "archive member '%s' leaves the destination",
+					   nm);
 			break;
 		}
 	}
@@ -290,13 +287,12 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 	return 0;
 }
 
-int tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
-	       size_t n, char *why, size_t cap)
+int sbd_tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
+		   size_t n, struct strata_err *err)
 {
 	struct entry *v = NULL;
 	size_t cnt = 0;
-	why[0] = 0;
-	int r = parse_all(dir, p, n, &v, &cnt, why, cap);
+	int r = parse_all(dir, p, n, &v, &cnt, err);
 	if (r < 0)
 		return r;
 	struct sbd_file_req mk = {.op = SBD_F_MKDIR, .path = dir, .mode = 0755, .parents = true};
@@ -330,7 +326,7 @@ int tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, c
 				r = b->file(b, sb, &f);
 		}
 		if (r < 0)
-			snprintf(why, cap, "%s: %s", e->path, strerror(-r));
+			strata_err_set(err, r, "%s: %s", e->path, strerror(-r));
 	}
 	entries_free(v, cnt);
 	return r < 0 ? r : files;

@@ -16,10 +16,11 @@
 #define TAR_MAX_DEPTH 64
 
 /* Builds a tar of the tree at dir (entries relative to it). Returns 0 and a
- * malloc'ed archive (caller frees) or -errno; why names the failing path. */
-int tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
-	     uint8_t **ret, size_t *ret_len, char *why, size_t cap);
+ * malloc'ed archive (caller frees) or -errno; e names the failing path (when
+ * it is below dir). */
+int sbd_tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
+		 uint8_t **ret, size_t *ret_len, struct strata_err *e);
 /* Unpacks archive p[0..n) under dir (created). Returns the number of files
- * written or -errno with why. */
-int tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
-	       size_t n, char *why, size_t cap);
+ * written or -errno with the reason in e. */
+int sbd_tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
+		   size_t n, struct strata_err *e);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sandbox/sandboxd/images-internal.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "tests/testutil.h"
 
@@ -38,10 +39,10 @@ static void test_registered(struct sandboxd *d, const char *tmp)
 	snprintf(root, sizeof(root), "%s/rootfs", tmp);
 	CHECK(mkdir(root, 0755) == 0);
 	snprintf(spec, sizeof(spec), "bb=%s", root);
-	CHECK_EQ(images_add_spec(d, spec), 0);
-	CHECK_EQ(images_add_spec(d, spec), -EEXIST);
-	CHECK_EQ(images_add_spec(d, "nodir"), -EINVAL);
-	CHECK_EQ(images_add_spec(d, "x=/nonexistent/dir"), -ENOENT);
+	CHECK_EQ(sbd_images_add_spec(d, spec), 0);
+	CHECK_EQ(sbd_images_add_spec(d, spec), -EEXIST);
+	CHECK_EQ(sbd_images_add_spec(d, "nodir"), -EINVAL);
+	CHECK_EQ(sbd_images_add_spec(d, "x=/nonexistent/dir"), -ENOENT);
 
 	snprintf(jdir, sizeof(jdir), "%s/images", tmp);
 	CHECK(mkdir(jdir, 0755) == 0);
@@ -55,50 +56,51 @@ static void test_registered(struct sandboxd *d, const char *tmp)
 	write_file(p, json);
 	snprintf(p, sizeof(p), "%s/broken.json", jdir);
 	write_file(p, "{\"name\": 1}");
-	CHECK_EQ(images_load_dir(d, jdir), 1);
+	CHECK_EQ(sbd_images_load_dir(d, jdir), 1);
 
-	struct sbd_image *im = images_find(d, "bb:latest"); /* alias of "bb" */
+	struct sbd_image *im = sbd_images_find(d, "bb:latest"); /* alias of "bb" */
 	CHECK(im && !strcmp(im->name, "bb") && !im->hex[0]);
-	im = images_find(d, "py:3.11");
+	im = sbd_images_find(d, "py:3.11");
 	CHECK(im && !strcmp(im->cwd, "/app") && !strcmp(im->user, "app"));
 	CHECK(im->env && !strcmp(im->env[0], "A=1") && !im->env[1]);
 
 	/* Acquiring a registered image takes no reference and needs no store. */
-	char why[512] = "";
+	struct strata_err why = {0};
 	struct sbd_image *got = NULL;
-	CHECK_EQ(images_acquire(d, "bb", &got, why, sizeof(why)), 0);
-	CHECK(got == images_find(d, "bb"));
-	images_release(d, got->rootfs); /* a no-op for a directory */
+	CHECK_EQ(sbd_images_acquire(d, "bb", &got, &why), 0);
+	CHECK(got == sbd_images_find(d, "bb"));
+	sbd_images_release(d, got); /* a no-op for a directory */
 
-	/* Both registered images share the root: the first registered wins. */
-	CHECK(images_by_rootfs(d, im->rootfs) != NULL);
-	char **cmd = images_default_cmd(d, im->rootfs);
-	struct sbd_image *owner = images_by_rootfs(d, im->rootfs);
-	if (owner == im) {
-		CHECK(cmd && !strcmp(cmd[0], "/bin/sh") && !strcmp(cmd[1], "-c") &&
-		      !strcmp(cmd[2], "echo hi") && !cmd[3]);
-	} else {
-		CHECK(cmd == NULL); /* "bb" has no command */
-	}
+	/* Both registered images share the root: a sandbox's handle says which
+	 * one it was made from. */
+	char **cmd = sbd_image_default_cmd(d, im);
+	CHECK(cmd && !strcmp(cmd[0], "/bin/sh") && !strcmp(cmd[1], "-c") &&
+	      !strcmp(cmd[2], "echo hi") && !cmd[3]);
 	strv_free(cmd);
-	CHECK(images_default_cmd(d, "/not/a/root") == NULL);
+	CHECK(sbd_image_default_cmd(d, got) == NULL); /* "bb" has no command */
+	CHECK(sbd_image_default_cmd(d, NULL) == NULL);
+	/* A re-adopted sandbox finds its image by the root: the first registered
+	 * wins. */
+	struct sbd_image *owner = sbd_images_adopt(d, im->rootfs);
+	CHECK(owner == im || owner == got);
+	CHECK(sbd_images_adopt(d, "/not/a/root") == NULL);
 }
 
 static void test_unknown_without_store(struct sandboxd *d)
 {
-	char why[512] = "";
+	struct strata_err why = {0};
 	struct sbd_image *got = NULL;
 	/* The home has no cluster.env and no mount: the store cannot be found. */
-	CHECK_EQ(images_acquire(d, "nope:latest", &got, why, sizeof(why)), -ENOENT);
+	CHECK_EQ(sbd_images_acquire(d, "nope:latest", &got, &why), -ENOENT);
 	CHECK(got == NULL);
-	CHECK(strstr(why, "nope:latest") && strstr(why, "no image store"));
+	CHECK(strstr(why.msg, "nope:latest") && strstr(why.msg, "no image store"));
 }
 
 static void test_listing(struct sandboxd *d)
 {
 	struct jw w;
 	jw_init(&w);
-	images_to_json(d, &w);
+	sbd_images_to_json(d, &w);
 	CHECK(w.err == 0);
 	struct json *j = json_parse(w.buf, w.len, NULL, 0);
 	struct json *list = json_get(j, "images");
@@ -123,8 +125,8 @@ int main(void)
 	test_registered(&d, tmp);
 	test_unknown_without_store(&d);
 	test_listing(&d);
-	images_tick(&d);
-	images_free(&d);
+	sbd_images_tick(&d);
+	sbd_images_free(&d);
 	CHECK(d.images == NULL && d.imgstore == NULL);
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);

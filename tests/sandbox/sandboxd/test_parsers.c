@@ -21,44 +21,54 @@ static int failures;
 
 static void test_http(void)
 {
-	struct http_req r;
-	char why[128];
+	struct sbd_http_req r;
+	struct strata_err why = {0};
 	const char *ok = "POST /v1/x%20y?path=%2Ftmp%2Fa+b&k HTTP/1.1\r\nContent-Length: 5\r\n"
 			 "Connection: close\r\nAuthorization: Bearer t\r\n\r\nhello";
-	CHECK(http_parse_head(ok, strlen(ok), 100, &r, why, sizeof(why)) == 0);
+	CHECK(sbd_http_parse_head(ok, strlen(ok), 100, &r, &why) == 0);
 	CHECK(!strcmp(r.method, "POST") && !strcmp(r.path, "/v1/x y") && r.content_length == 5);
 	CHECK(!r.keep_alive && !strcmp(r.auth, "Bearer t"));
 	bool bad = false;
-	char *v = http_query_get(r.query, "path", &bad);
+	char *v = sbd_http_query_get(r.query, "path", &bad);
 	CHECK(v && !strcmp(v, "/tmp/a b") && !bad);
 	free(v);
-	v = http_query_get(r.query, "k", &bad);
+	v = sbd_http_query_get(r.query, "k", &bad);
 	CHECK(v && !v[0]);
 	free(v);
-	CHECK(!http_query_get(r.query, "pat", &bad));
-	v = http_query_get("path=%00", "path", &bad);
+	CHECK(!sbd_http_query_get(r.query, "pat", &bad));
+	v = sbd_http_query_get("path=%00", "path", &bad);
 	CHECK(!v && bad);
-	http_req_done(&r);
-	CHECK(http_parse_head("GET / HTTP/1.1\r\n", 16, 100, &r, why, sizeof(why)) == -EAGAIN);
+	sbd_http_req_done(&r);
+	CHECK(sbd_http_parse_head("GET / HTTP/1.1\r\n", 16, 100, &r, &why) == -EAGAIN);
 	const char *big = "POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n";
-	CHECK(http_parse_head(big, strlen(big), 100, &r, why, sizeof(why)) == -413);
+	CHECK(sbd_http_parse_head(big, strlen(big), 100, &r, &why) == -EFBIG && r.status == 413);
+	strata_err_clear(&why);
 	const char *te = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-	CHECK(http_parse_head(te, strlen(te), 100, &r, why, sizeof(why)) == -501);
+	CHECK(sbd_http_parse_head(te, strlen(te), 100, &r, &why) == -EOPNOTSUPP && r.status == 501);
+	strata_err_clear(&why);
 	const char *v2 = "GET / HTTP/2.0\r\n\r\n";
-	CHECK(http_parse_head(v2, strlen(v2), 100, &r, why, sizeof(why)) == -505);
+	CHECK(sbd_http_parse_head(v2, strlen(v2), 100, &r, &why) == -EPROTONOSUPPORT &&
+	      r.status == 505);
+	strata_err_clear(&why);
 	const char *nul = "GET /a%00b HTTP/1.1\r\n\r\n";
-	CHECK(http_parse_head(nul, strlen(nul), 100, &r, why, sizeof(why)) == -400);
+	CHECK(sbd_http_parse_head(nul, strlen(nul), 100, &r, &why) == -EBADMSG && r.status == 400);
+	strata_err_clear(&why);
 	const char *dup = "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n";
-	CHECK(http_parse_head(dup, strlen(dup), 100, &r, why, sizeof(why)) == -400);
-	char *huge = malloc(HTTP_MAX_HEAD + 10);
-	memset(huge, 'a', HTTP_MAX_HEAD + 10);
-	CHECK(http_parse_head(huge, HTTP_MAX_HEAD + 10, 100, &r, why, sizeof(why)) == -431);
+	CHECK(sbd_http_parse_head(dup, strlen(dup), 100, &r, &why) == -EBADMSG && r.status == 400);
+	strata_err_clear(&why);
+	char *huge = malloc(SBD_HTTP_MAX_HEAD + 10);
+	memset(huge, 'a', SBD_HTTP_MAX_HEAD + 10);
+	CHECK(sbd_http_parse_head(huge, SBD_HTTP_MAX_HEAD + 10, 100, &r, &why) == -EMSGSIZE &&
+	      r.status == 431);
+	strata_err_clear(&why);
 	free(huge);
 	/* A bare CR before the blank line (found by sandboxd_fuzz_http). */
 	const char *cr = "X / HTTP/1.1\r\r\n\r\n";
-	CHECK(http_parse_head(cr, strlen(cr), 100, &r, why, sizeof(why)) == -400);
+	CHECK(sbd_http_parse_head(cr, strlen(cr), 100, &r, &why) == -EBADMSG && r.status == 400);
+	strata_err_clear(&why);
 	const char *cr2 = "GET / HTTP/1.1\r\nA: b\r\r\n\r\n";
-	CHECK(http_parse_head(cr2, strlen(cr2), 100, &r, why, sizeof(why)) == -400);
+	CHECK(sbd_http_parse_head(cr2, strlen(cr2), 100, &r, &why) == -EBADMSG && r.status == 400);
+	strata_err_clear(&why);
 }
 
 int main(void)

@@ -1,0 +1,52 @@
+/* api-internal.h — what the files of strata-sandboxd's HTTP API share:
+ * api.c (routing, the small requests and the helpers below), api_create.c,
+ * api_exec.c and api_files.c (one request family each). All of it runs on
+ * the loop thread. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/err.h"
+#include "fs/json.h"
+#include "sandbox/sandboxd/sandboxd.h"
+
+/* Replies the HTTP error that negative errno r maps to: "what: why", else
+ * "what: strerror(r)" when why is NULL or empty. */
+void sbd_api_reply_errno(struct sbd_conn *c, int r, const char *what, const char *why);
+/* Parses a JSON object body, refusing fields not in allowed (NULL-
+ * terminated). Returns the tree (caller frees), or NULL after replying 400. */
+struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len,
+				const char *const *allowed);
+/* Replies the sandbox's JSON with status. */
+void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sandbox *sb);
+/* A NULL-terminated "K=V" array (*ret, caller frees): base overlaid with the
+ * JSON object e (NULL: base alone). Returns 0, -EINVAL with err, or
+ * -ENOMEM. */
+int sbd_api_parse_env(const struct json *e, char *const *base, char ***ret, struct strata_err *err);
+
+/* An optional integer field and its bounds. */
+struct sbd_api_int {
+	const char *name;
+	int64_t *dst; /* left alone when the field is absent or null */
+	int64_t lo, hi;
+};
+/* Reads the n integer fields f of j. Returns 0 or -EINVAL with err. */
+int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t n,
+		       struct strata_err *err);
+/* The string field key of j, or NULL when absent or null; *bad is set when it
+ * is not a string or longer than max. */
+const char *sbd_api_opt_str(const struct json *j, const char *key, size_t max, bool *bad);
+/* Replies 409 paused and returns true when sb is paused (execs, stdin and
+ * files need it running). */
+bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb);
+/* Whether query parameter key is given as "1", "true" or "". */
+bool sbd_api_query_bool(const char *query, const char *key);
+
+/* The request families. */
+void sbd_api_create(struct sbd_conn *c, const char *body, size_t len);
+void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
+void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
+			const char *query, const char *body, size_t len);
+void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
+		   const char *query, const char *body, size_t len);
