@@ -14,6 +14,7 @@
  *  3. Tables are trusted only after their header and length check out; a
  *     corrupt one fails the open with -EBADMSG. */
 #include "imagesvc/blobstore.h"
+#include "fs/fdio.h"
 #include "imagesvc/digest_index.h"
 
 #include <dirent.h>
@@ -123,24 +124,6 @@ static int local_begin_blob(struct blobstore *bs, uint32_t *ret_blob)
 	return 0;
 }
 
-/* Writes p[0..n) at off, or at the file position (O_APPEND) when off < 0.
- * Returns 0 or -errno. */
-static int write_full(int fd, const void *p, size_t n, int64_t off)
-{
-	while (n > 0) {
-		ssize_t k = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		p = (const uint8_t *)p + k;
-		n -= (size_t)k;
-		if (off >= 0)
-			off += k;
-	}
-	return 0;
-}
-
 int blob_files_create(const char *data_path, const char *idx_path, struct blob_files *ret)
 {
 	_cleanup_close_ int dfd = open(data_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -152,7 +135,7 @@ int blob_files_create(const char *data_path, const char *idx_path, struct blob_f
 		return -errno;
 	uint8_t hdr[BLOB_TABLE_HDR_SIZE];
 	blob_table_hdr_encode(hdr);
-	int r = write_full(ifd, hdr, sizeof(hdr), -1);
+	int r = strata_write_all(ifd, hdr, sizeof(hdr));
 	if (r < 0)
 		return r;
 	*ret = (struct blob_files){TAKE_FD(dfd), TAKE_FD(ifd), 0};
@@ -167,16 +150,16 @@ static int append_chunk(int data_fd, int idx_fd, uint64_t off, const uint8_t *di
 {
 	static const uint8_t zeros[BLOB_ALIGN];
 	uint32_t pad = (uint32_t)(blob_padded(len) - len);
-	int r = write_full(data_fd, data, len, (int64_t)off);
+	int r = strata_pwrite_all(data_fd, data, len, off);
 	if (r == 0 && pad)
-		r = write_full(data_fd, zeros, pad, (int64_t)(off + len));
+		r = strata_pwrite_all(data_fd, zeros, pad, off + len);
 	if (r < 0)
 		return r;
 	struct blob_rec rec = {.off = off, .len = len};
 	uint8_t raw[BLOB_TABLE_REC_SIZE];
 	memcpy(rec.digest, digest, BLOB_DIGEST_LEN);
 	blob_rec_encode(&rec, raw);
-	r = write_full(idx_fd, raw, sizeof(raw), -1);
+	r = strata_write_all(idx_fd, raw, sizeof(raw));
 	if (r < 0)
 		return r;
 	*ret_next = off + len + pad;

@@ -34,6 +34,7 @@
  *  3. An inline tail and its inode lie in one block.
  *  4. tree_inode.scratch is 0 again when erofs_write_image() returns. */
 #include "imagesvc/erofs_writer.h"
+#include "fs/fdio.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -712,20 +713,6 @@ static void put_superblock(struct writer *wr)
 	}
 }
 
-static int write_all(int fd, const uint8_t *p, uint64_t n)
-{
-	uint64_t off = 0;
-	while (off < n) {
-		ssize_t k = pwrite(fd, p + off, n - off, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		off += (uint64_t)k;
-	}
-	return ftruncate(fd, (off_t)n) < 0 ? -errno : 0;
-}
-
 static int build(struct writer *wr, struct tree *t)
 {
 	int r;
@@ -767,7 +754,10 @@ int erofs_write_image(struct tree *t, int fd, struct erofs_image_info *ret)
 	struct writer wr = {0};
 	int r = build(&wr, t);
 	if (r == 0)
-		r = write_all(fd, wr.img, wr.total_blocks * BLK);
+		r = strata_pwrite_all(fd, wr.img, wr.total_blocks * BLK, 0);
+	/* The image may replace a longer file: its size is the image's. */
+	if (r == 0 && ftruncate(fd, (off_t)(wr.total_blocks * BLK)) < 0)
+		r = -errno;
 	if (r == 0) {
 		*ret = (struct erofs_image_info){
 		    .blobs = TAKE_PTR(wr.blobs),

@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "fs/cleanup.h"
+#include "fs/fdio.h"
 #include "imagesvc/pull/oci-internal.h"
 
 /* --- digests ----------------------------------------------------------- */
@@ -94,21 +95,6 @@ int oci_verify_bytes(const char *what, const void *buf, size_t len, const char *
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *digest, uint64_t size,
 		      struct strata_err *e)
 {
@@ -137,7 +123,7 @@ int oci_copy_verified(int src_fd, int dst_fd, const char *what, const char *dige
 			break;
 		}
 		oci_hash_update(&h, buf, (size_t)n);
-		r = write_all(dst_fd, buf, (size_t)n);
+		r = strata_write_all(dst_fd, buf, (size_t)n);
 		if (r < 0) {
 			strata_err_set(e, r, "%s: write: %s", what, strerror(-r));
 			break;
@@ -248,7 +234,7 @@ int oci_stage_write(struct oci_stage *st, const char *name, const void *buf, siz
 	    openat(st->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return strata_err_set(e, -errno, "stage %s: %s", name, strerror(errno));
-	int r = write_all(fd, buf, len);
+	int r = strata_write_all(fd, buf, len);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	if (r < 0)
