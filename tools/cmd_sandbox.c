@@ -231,11 +231,7 @@ static int cmd_create(const char *sock, int argc, char **argv)
 	if (status >= 300)
 		return api_error(status, j);
 	if (json) {
-		struct jw out;
-		jw_init(&out);
-		json_emit(&out, j);
-		printf("%s\n", out.buf);
-		jw_done(&out);
+		cli_json_print(j);
 	} else {
 		printf("%s\n", json_cstr(json_get(j, "id")));
 	}
@@ -391,11 +387,7 @@ static int cmd_ls(const char *sock, int argc, char **argv)
 		return api_error(status, j);
 	struct json *list = json_get(j, "sandboxes");
 	if (json) {
-		struct jw out;
-		jw_init(&out);
-		json_emit(&out, list);
-		printf("%s\n", out.buf);
-		jw_done(&out);
+		cli_json_print(list);
 	} else {
 		printf("%-20s %-24s %-10s %-8s %s\n", "ID", "IMAGE", "BACKEND", "STATE", "LABELS");
 		for (struct json *s = list ? list->child : NULL; s; s = s->next) {
@@ -463,36 +455,53 @@ int cli_sandboxd_delete_all(const char *sock)
 	return first < 0 ? first : n;
 }
 
+/* --socket PATH. */
+static int sandbox_option(void *arg, int val, const char *value)
+{
+	(void)val;
+	*(const char **)arg = value;
+	return 0;
+}
+
 int cmd_sandbox(int argc, char **argv)
 {
-	const char *home = NULL, *sock = getenv("STRATA_SANDBOXD_SOCKET");
-	int i = 1;
-	/* common options before the sub-command */
-	while (i + 1 < argc && (!strcmp(argv[i], "--home") || !strcmp(argv[i], "--socket"))) {
-		if (!strcmp(argv[i], "--home"))
-			home = argv[i + 1];
-		else
-			sock = argv[i + 1];
-		i += 2;
-	}
-	if (i >= argc || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-		usage(i >= argc ? stderr : stdout);
-		return i >= argc ? 2 : 0;
+	static const struct option own[] = {
+	    {"socket", required_argument, NULL, 's'},
+	    {},
+	};
+	const char *sock = getenv("STRATA_SANDBOXD_SOCKET");
+	struct cli_opts o;
+	/* the common options come before the sub-command, which has its own */
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME,
+	    .own = own,
+	    .on_opt = sandbox_option,
+	    .arg = &sock,
+	    .usage = usage,
+	    .stop_at_operand = true,
+	};
+	int r = cli_parse_opts(&v, argc, argv, &o);
+
+	if (r != CLI_GO)
+		return r;
+	if (o.nargs == 0) {
+		usage(stderr);
+		return 2;
 	}
 	char path[CLI_PATH];
 	if (!sock || !sock[0]) {
 		struct cli_home h;
-		int r = cli_home_resolve(home, &h);
-		if (r < 0) {
-			cli_err(VERB, "cannot resolve the home: %s", strerror(-r));
+		if (cli_home_open(VERB, o.home, &h) < 0)
 			return 1;
-		}
-		sock = cli_path(path, &h, "run/sandboxd.sock");
+		sock = cli_sandboxd_socket(&h, path);
 	}
-	const char *sub = argv[i];
-	int sargc = argc - i;
-	char **sargv = argv + i;
-	optind = 1;
+	const char *sub = o.args[0];
+	int sargc = o.nargs;
+	char **sargv = o.args;
+	/* 0, not 1: glibc then reads the ordering of the sub-command's optstring
+	 * afresh instead of keeping the '+' of the parse above */
+	optind = 0;
 	if (!strcmp(sub, "create"))
 		return cmd_create(sock, sargc, sargv);
 	if (!strcmp(sub, "exec"))

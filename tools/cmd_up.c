@@ -18,7 +18,6 @@
  * another network than this run's (the mode changed, a namespace was
  * recreated) is restarted too. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,95 +539,90 @@ static void print_summary(struct up_ctx *c)
 	printf("  stop   strata down --home %s\n", c->h.home);
 }
 
-int cmd_up(int argc, char **argv)
-{
-	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},	{"mount", required_argument, NULL, 'm'},
-	    {"nodes", required_argument, NULL, 'n'},	{"targets", required_argument, NULL, 't'},
-	    {"replicas", required_argument, NULL, 'r'}, {"timeout", required_argument, NULL, 'T'},
-	    {"no-netns", no_argument, NULL, 'N'},	{"netns", no_argument, NULL, 'S'},
-	    {"help", no_argument, NULL, 'h'},		{},
-	};
-	struct up_ctx c;
-	const char *home = NULL, *mount = NULL;
-	int nodes = 0, targets = 0, replicas = 0, timeout_s = 60, netns = -1;
-	int o, r;
+/* What the command line asks for; 0 (netns: -1) where it says nothing. */
+struct up_args {
+	const char *mount;
+	int nodes, targets, replicas, timeout_s, netns;
+};
 
-	memset(&c, 0, sizeof(c));
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'H':
-			home = optarg;
-			break;
-		case 'm':
-			mount = optarg;
-			break;
-		case 'n':
-			if (cli_parse_int(optarg, 1, CLI_MAX_NODES, &nodes) < 0) {
-				cli_err(VERB, "--nodes wants a number from 1 to %d, not '%s'",
-					CLI_MAX_NODES, optarg);
-				return 2;
-			}
-			break;
-		case 't':
-			if (cli_parse_int(optarg, 1, CLI_MAX_TARGETS, &targets) < 0) {
-				cli_err(VERB, "--targets wants a number from 1 to %d, not '%s'",
-					CLI_MAX_TARGETS, optarg);
-				return 2;
-			}
-			break;
-		case 'r':
-			if (cli_parse_int(optarg, 1, STRATA_MAX_REPLICAS, &replicas) < 0) {
-				cli_err(VERB, "--replicas wants a number from 1 to %d, not '%s'",
-					STRATA_MAX_REPLICAS, optarg);
-				return 2;
-			}
-			break;
-		case 'T':
-			if (cli_parse_int(optarg, 1, 3600, &timeout_s) < 0) {
-				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'N':
-		case 'S':
-			netns = o == 'S';
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			cli_bad_option(VERB, o, argv);
-			return 2;
-		}
+/* One of up's own options: a number in its range, or a flag. */
+static int up_option(void *arg, int val, const char *value)
+{
+	struct up_args *a = arg;
+	static const struct {
+		int val, lo, hi;
+		const char *fmt;
+	} nums[] = {
+	    {'n', 1, CLI_MAX_NODES, "--nodes wants a number from 1 to %d, not '%s'"},
+	    {'t', 1, CLI_MAX_TARGETS, "--targets wants a number from 1 to %d, not '%s'"},
+	    {'r', 1, STRATA_MAX_REPLICAS, "--replicas wants a number from 1 to %d, not '%s'"},
+	    {'T', 1, 3600, "--timeout wants seconds (1..%d), not '%s'"},
+	};
+	int *dst[] = {&a->nodes, &a->targets, &a->replicas, &a->timeout_s};
+
+	if (val == 'm') {
+		a->mount = value;
+		return 0;
 	}
-	if (optind < argc) {
-		cli_err(VERB, "unexpected argument '%s' (see strata up --help)", argv[optind]);
+	if (val == 'N' || val == 'S') {
+		a->netns = val == 'S';
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(nums) / sizeof(*nums); i++) {
+		if (nums[i].val != val)
+			continue;
+		if (cli_parse_int(value, nums[i].lo, nums[i].hi, dst[i]) == 0)
+			return 0;
+		cli_err(VERB, nums[i].fmt, nums[i].hi, value);
 		return 2;
 	}
-	if ((r = cli_home_resolve(home, &c.h)) < 0) {
-		cli_err(VERB, "bad home directory: %s", strerror(-r));
+	return 2;
+}
+
+int cmd_up(int argc, char **argv)
+{
+	static const struct option own[] = {
+	    {"mount", required_argument, NULL, 'm'},   {"nodes", required_argument, NULL, 'n'},
+	    {"targets", required_argument, NULL, 't'}, {"replicas", required_argument, NULL, 'r'},
+	    {"timeout", required_argument, NULL, 'T'}, {"no-netns", no_argument, NULL, 'N'},
+	    {"netns", no_argument, NULL, 'S'},	       {},
+	};
+	struct up_ctx c;
+	struct up_args a = {.timeout_s = 60, .netns = -1};
+	struct cli_opts o;
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME,
+	    .own = own,
+	    .on_opt = up_option,
+	    .arg = &a,
+	    .usage = usage,
+	    .no_operands = true,
+	};
+	int r;
+
+	memset(&c, 0, sizeof(c));
+	if ((r = cli_parse_opts(&v, argc, argv, &o)) != CLI_GO)
+		return r;
+	if (cli_home_open(VERB, o.home, &c.h) < 0)
 		return 1;
-	}
 	if (c.h.have_conf &&
-	    ((nodes && nodes != c.h.nodes) || (targets && targets != c.h.targets))) {
+	    ((a.nodes && a.nodes != c.h.nodes) || (a.targets && a.targets != c.h.targets))) {
 		cli_err(VERB,
 			"%s was created with --nodes %d --targets %d; remove it to change that",
 			c.h.home, c.h.nodes, c.h.targets);
 		return 1;
 	}
-	if (nodes)
-		c.h.nodes = nodes;
-	if (targets)
-		c.h.targets = targets;
-	if (netns >= 0)
-		c.h.netns = netns;
+	if (a.nodes)
+		c.h.nodes = a.nodes;
+	if (a.targets)
+		c.h.targets = a.targets;
+	if (a.netns >= 0)
+		c.h.netns = a.netns;
 	else if (c.h.netns < 0)
 		c.h.netns = 1; /* nodes as hosts when there are several */
-	if (replicas)
-		c.h.replicas = replicas;
+	if (a.replicas)
+		c.h.replicas = a.replicas;
 	else if (!c.h.have_conf)
 		c.h.replicas = c.h.nodes < 3 ? c.h.nodes : 3; /* chains on distinct nodes */
 	if (c.h.replicas > c.h.nodes) {
@@ -637,17 +631,17 @@ int cmd_up(int argc, char **argv)
 			c.h.replicas, c.h.replicas);
 		return 1;
 	}
-	if (mount) {
+	if (a.mount) {
 		char cwd[CLI_PATH];
-		if (mount[0] == '/')
-			snprintf(c.h.mount, sizeof(c.h.mount), "%s", mount);
+		if (a.mount[0] == '/')
+			snprintf(c.h.mount, sizeof(c.h.mount), "%s", a.mount);
 		else if (getcwd(cwd, sizeof(cwd)))
-			snprintf(c.h.mount, sizeof(c.h.mount), "%s/%s", cwd, mount);
+			snprintf(c.h.mount, sizeof(c.h.mount), "%s/%s", cwd, a.mount);
 		size_t ml = strlen(c.h.mount);
 		while (ml > 1 && c.h.mount[ml - 1] == '/')
 			c.h.mount[--ml] = '\0';
 	}
-	c.timeout_ms = timeout_s * 1000;
+	c.timeout_ms = a.timeout_s * 1000;
 	c.log_level = getenv("STRATA_LOG_LEVEL");
 	if (c.log_level && !*c.log_level)
 		c.log_level = NULL;
