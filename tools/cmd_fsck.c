@@ -145,6 +145,20 @@ static struct finding *add_finding(struct fsck *k, int kind)
 	return f;
 }
 
+/* A finding about one chunk on one target of chain ch. NULL: no memory. */
+static struct finding *add_replica_finding(struct fsck *k, int kind, const struct strata_chain *ch,
+					   uint32_t target, uint64_t ino, uint32_t index)
+{
+	struct finding *f = add_finding(k, kind);
+	if (f)
+		*f = (struct finding){.kind = kind,
+				      .chain = ch->chain_id,
+				      .target = target,
+				      .ino = ino,
+				      .index = index};
+	return f;
+}
+
 static int add_cand(struct fsck *k, uint64_t ino, uint32_t index, uint32_t table, uint32_t chain,
 		    uint32_t target)
 {
@@ -338,14 +352,10 @@ static int check_chain(struct fsck *k, const struct strata_chain *ch)
 				continue;
 			if ((r = recheck_corrupt(tg[a], ch, ino, index)) <= 0)
 				continue;
-			struct finding *f = add_finding(k, CK_CORRUPT);
+			struct finding *f =
+			    add_replica_finding(k, CK_CORRUPT, ch, tg[a]->target_id, ino, index);
 			if (!f)
 				return -ENOMEM;
-			*f = (struct finding){.kind = CK_CORRUPT,
-					      .chain = ch->chain_id,
-					      .target = tg[a]->target_id,
-					      .ino = ino,
-					      .index = index};
 			resync_advice(rt, f, tg[a]->target_id, good);
 			differ = false; /* reported as damaged */
 			r = 0;
@@ -364,14 +374,10 @@ static int check_chain(struct fsck *k, const struct strata_chain *ch)
 		for (int a = 0; a < nt; a++) {
 			if (same_st(&st[a], &st[best]))
 				continue;
-			struct finding *f = add_finding(k, CK_REPLICA_DIFF);
+			struct finding *f = add_replica_finding(k, CK_REPLICA_DIFF, ch,
+								tg[a]->target_id, ino, index);
 			if (!f)
 				return -ENOMEM;
-			*f = (struct finding){.kind = CK_REPLICA_DIFF,
-					      .chain = ch->chain_id,
-					      .target = tg[a]->target_id,
-					      .ino = ino,
-					      .index = index};
 			resync_advice(rt, f, tg[a]->target_id, (int)tg[best]->target_id);
 		}
 	}

@@ -160,6 +160,20 @@ static int api_error(int status, struct json *j)
 	return 1;
 }
 
+/* call() for a sub-command: 0 with *ret the reply, 1 after the API's error
+ * line (the reply freed), -errno after "cannot reach". */
+static int api_call(const char *sock, const char *method, const char *path, const char *body,
+		    struct json **ret)
+{
+	int status;
+	int r = call(sock, method, path, body, &status, ret);
+	if (r < 0) {
+		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+		return r;
+	}
+	return status >= 300 ? api_error(status, *ret) : 0;
+}
+
 static int cmd_create(const char *sock, int argc, char **argv)
 {
 	static const struct option o[] = {{"backend", 1, 0, 'b'},
@@ -219,17 +233,12 @@ static int cmd_create(const char *sock, int argc, char **argv)
 	jw_key(&w, "labels");
 	jw_raw(&w, labels.buf, labels.len);
 	jw_obj_end(&w);
-	int status;
 	struct json *j = NULL;
-	int r = call(sock, "POST", "/v1/sandboxes", w.buf, &status, &j);
+	int r = api_call(sock, "POST", "/v1/sandboxes", w.buf, &j);
 	jw_done(&w);
 	jw_done(&labels);
-	if (r < 0) {
-		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+	if (r != 0)
 		return 1;
-	}
-	if (status >= 300)
-		return api_error(status, j);
 	if (json) {
 		cli_json_print(j);
 	} else {
@@ -376,15 +385,9 @@ static int cmd_exec(const char *sock, int argc, char **argv)
 static int cmd_ls(const char *sock, int argc, char **argv)
 {
 	bool json = argc > 1 && !strcmp(argv[1], "--json");
-	int status;
 	struct json *j = NULL;
-	int r = call(sock, "GET", "/v1/sandboxes", NULL, &status, &j);
-	if (r < 0) {
-		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+	if (api_call(sock, "GET", "/v1/sandboxes", NULL, &j) != 0)
 		return 1;
-	}
-	if (status >= 300)
-		return api_error(status, j);
 	struct json *list = json_get(j, "sandboxes");
 	if (json) {
 		cli_json_print(list);
@@ -414,15 +417,12 @@ static int cmd_rm(const char *sock, int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		char path[128];
 		snprintf(path, sizeof(path), "/v1/sandboxes/%.40s", argv[i]);
-		int status;
 		struct json *j = NULL;
-		int r = call(sock, "DELETE", path, NULL, &status, &j);
-		if (r < 0) {
-			cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+		int r = api_call(sock, "DELETE", path, NULL, &j);
+		if (r < 0)
 			return 1;
-		}
-		if (status >= 300)
-			rc = api_error(status, j);
+		if (r > 0)
+			rc = 1;
 		else
 			json_free(j);
 	}
