@@ -77,6 +77,56 @@ static int died(struct up_ctx *c, const struct cli_daemon *d, const char *what)
 	return -ECHILD;
 }
 
+/* What a started daemon is waited for. */
+struct wait {
+	int (*ready)(struct up_ctx *c, const void *arg); /* 0 when ready, else -errno */
+	const void *arg;
+	int interval_ms;
+	const char *died; /* died()'s words if it exits first; NULL: -ECHILD, no line */
+};
+
+/* Polls w->ready until it answers 0 (returns 0), daemon d (pid) exits
+ * (-ECHILD) or the timeout passes: -ETIMEDOUT, with ready's last answer in
+ * *ret_last for the caller's line. */
+static int wait_ready(struct up_ctx *c, const struct cli_daemon *d, pid_t pid, const struct wait *w,
+		      int *ret_last)
+{
+	long long deadline = cli_now_ms() + c->timeout_ms;
+
+	while ((*ret_last = w->ready(c, w->arg)) < 0) {
+		if (!cli_pid_alive(pid, d->binary))
+			return w->died ? died(c, d, w->died) : -ECHILD;
+		if (cli_now_ms() > deadline)
+			return -ETIMEDOUT;
+		cli_sleep_ms(w->interval_ms);
+	}
+	return 0;
+}
+
+static int file_there(struct up_ctx *c, const void *path)
+{
+	(void)c;
+	return access(path, F_OK) == 0 ? 0 : -errno;
+}
+
+static int meta_answers(struct up_ctx *c, const void *arg)
+{
+	(void)arg;
+	return cli_meta_ping(c->meta_addr);
+}
+
+static int mount_answers(struct up_ctx *c, const void *arg)
+{
+	(void)arg;
+	return cli_mount_state(c->h.mount) == MNT_OK ? 0 : -ENOTCONN;
+}
+
+static int sandboxd_accepts(struct up_ctx *c, const void *sock)
+{
+	(void)c;
+	return cli_sandboxd_ping(sock);
+}
+
 static int write_pid(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
 {
 	char path[CLI_PATH], buf[32];
@@ -208,18 +258,13 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	if (d->kind == D_FUSE || d->kind == D_SANDBOXD)
 		return 0;
 
-	long long deadline = cli_now_ms() + c->timeout_ms;
-	while (access(addrf, F_OK) != 0) {
-		if (!cli_pid_alive(pid, d->binary))
-			return -ECHILD; /* the caller decides: retry on port 0 or report */
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "%s did not write %s within %d s", d->binary, addrf,
-				c->timeout_ms / 1000);
-			return -ETIMEDOUT;
-		}
-		cli_sleep_ms(20);
-	}
-	return 0;
+	/* died: no line, the caller decides (retry on port 0 or report) */
+	const struct wait w = {file_there, addrf, 20, NULL};
+	r = wait_ready(c, d, pid, &w, &(int){0});
+	if (r == -ETIMEDOUT)
+		cli_err(VERB, "%s did not write %s within %d s", d->binary, addrf,
+			c->timeout_ms / 1000);
+	return r;
 }
 
 /* The host d listens on: the bridge (meta) or its node's own address when
@@ -301,18 +346,13 @@ static int up_meta(struct up_ctx *c)
 		c->meta_moved = prev[0] && strcmp(prev, c->meta_addr) != 0;
 		c->started++;
 	}
-	long long deadline = cli_now_ms() + c->timeout_ms;
-	while ((r = cli_meta_ping(c->meta_addr)) < 0) {
-		if (!cli_pid_alive(pid, d.binary))
-			return died(c, &d, "exited before answering");
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "strata-meta at %s does not answer: %s", c->meta_addr,
-				strerror(-r));
-			return r;
-		}
-		cli_sleep_ms(50);
-	}
-	return 0;
+	const struct wait w = {meta_answers, NULL, 50, "exited before answering"};
+	int last;
+	r = wait_ready(c, &d, pid, &w, &last);
+	if (r != -ETIMEDOUT)
+		return r;
+	cli_err(VERB, "strata-meta at %s does not answer: %s", c->meta_addr, strerror(-last));
+	return last;
 }
 
 static int up_chunkservers(struct up_ctx *c)
@@ -407,38 +447,26 @@ static int up_fuse(struct up_ctx *c)
 		return r == -ECHILD ? died(c, &d, "exited during start-up") : r;
 	c->started++;
 
-	long long deadline = cli_now_ms() + c->timeout_ms;
-	while (cli_mount_state(c->h.mount) != MNT_OK) {
-		if (!cli_pid_alive(pid, d.binary))
-			return died(c, &d, "exited before the mount answered");
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "the mount %s did not answer within %d s", c->h.mount,
-				c->timeout_ms / 1000);
-			return -ETIMEDOUT;
-		}
-		cli_sleep_ms(50);
-	}
-	return 0;
+	const struct wait w = {mount_answers, NULL, 50, "exited before the mount answered"};
+	r = wait_ready(c, &d, pid, &w, &(int){0});
+	if (r == -ETIMEDOUT)
+		cli_err(VERB, "the mount %s did not answer within %d s", c->h.mount,
+			c->timeout_ms / 1000);
+	return r;
 }
 
 /* Waits until strata-sandboxd (pid) accepts on its socket. */
 static int wait_sandboxd(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
 {
 	char sock[CLI_PATH];
-	long long deadline = cli_now_ms() + c->timeout_ms;
+	const struct wait w = {sandboxd_accepts, sock, 50, "exited before its socket accepted"};
 
 	cli_sandboxd_socket(&c->h, sock);
-	while (cli_sandboxd_ping(sock) < 0) {
-		if (!cli_pid_alive(pid, d->binary))
-			return died(c, d, "exited before its socket accepted");
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "strata-sandboxd did not accept on %s within %d s", sock,
-				c->timeout_ms / 1000);
-			return -ETIMEDOUT;
-		}
-		cli_sleep_ms(50);
-	}
-	return 0;
+	int r = wait_ready(c, d, pid, &w, &(int){0});
+	if (r == -ETIMEDOUT)
+		cli_err(VERB, "strata-sandboxd did not accept on %s within %d s", sock,
+			c->timeout_ms / 1000);
+	return r;
 }
 
 /* The node agent, last. A build without it (no binary) still has a working
