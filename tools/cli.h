@@ -17,7 +17,9 @@
  *   H/cache/images       node image mounts (imagesvc/mount.h), also sandboxd's
  *
  * Functions return 0 or a negative errno; they never print, except the
- * cli_err() family which is the CLI's one-line error boundary. */
+ * CLI's boundary: cli_err() and the option helpers that call it
+ * (cli_parse_opts, cli_bad_option, cli_home_open), and the JSON output
+ * (cli_jw_print). */
 #pragma once
 #include <getopt.h>
 #include <stdbool.h>
