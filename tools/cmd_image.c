@@ -39,7 +39,7 @@ enum {
 
 struct opts {
 	const char *home, *name, *tag;
-	bool json, insecure, eager, force, writable, no_prefetch, record;
+	bool json, insecure, eager, force, writable, no_prefetch, record, help;
 	int threads, record_after;
 	unsigned seen;
 	char **pos;
@@ -586,8 +586,8 @@ static int image_option(void *arg, int val, const char *value)
 	return 0;
 }
 
-/* Parses the options after the sub-command (argv[0]). Returns CLI_GO, 1
- * for --help, or the exit status of a usage error. */
+/* Parses the options after the sub-command (argv[0]). Returns CLI_GO (help:
+ * o->help) or the exit status of a usage error. */
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option own[] = {
@@ -620,7 +620,8 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->seen |= co.seen;
 	o->pos = co.args;
 	o->npos = co.nargs;
-	return co.help ? 1 : CLI_GO;
+	o->help = co.help;
+	return CLI_GO;
 }
 
 static int open_store(struct ctx *c)
@@ -655,12 +656,13 @@ int cmd_image(int argc, char **argv)
 		return cli_err(VERB, "unknown subcommand '%s' (see strata image --help)", argv[1]),
 		       2;
 	int r = parse(argc - 1, argv + 1, &c.o);
-	if (r != CLI_GO) {
-		if (r == 1)
-			printf("Usage: strata image %s\n  --home DIR   cluster home (default "
-			       "$STRATA_HOME, else ./.strata)\n",
-			       sc->usage);
-		return r == 1 ? 0 : r;
+	if (r != CLI_GO)
+		return r;
+	if (c.o.help) {
+		printf("Usage: strata image %s\n  --home DIR   cluster home (default "
+		       "$STRATA_HOME, else ./.strata)\n",
+		       sc->usage);
+		return 0;
 	}
 	if (c.o.seen & ~sc->allowed)
 		return cli_err(VERB, "%s: an option does not apply (see strata image %s --help)",
