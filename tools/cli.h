@@ -17,10 +17,15 @@
  *   H/cache/images       node image mounts (imagesvc/mount.h), also sandboxd's
  *
  * Functions return 0 or a negative errno; they never print, except the
- * cli_err() family which is the CLI's one-line error boundary. */
+ * CLI's boundary: cli_err() and the option helpers that call it
+ * (cli_parse_opts, cli_bad_option, cli_home_open), and the JSON output
+ * (cli_jw_print). */
 #pragma once
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define CLI_MAX_NODES 16
@@ -50,27 +55,85 @@ struct cli_daemon {
 	const char *binary; /* "strata-meta", ... */
 };
 
-/* ---- errors at the boundary -------------------------------------------- */
+/* ---- errors at the boundary (options.c) ------------------------------- */
 /* Prints "strata <verb>: <message>" on stderr. */
 void cli_err(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* ---- argument helpers --------------------------------------------------- */
+/* ---- the command line (options.c) --------------------------------------- */
+/* The options verbs share: which a verb takes (cli_verb_opts.common) and
+ * which were given (cli_opts.seen). A verb may use the bits from
+ * CLI_OPT_OWN up for its own options. */
+enum {
+	CLI_OPT_HOME = 1 << 0, /* --home DIR */
+	CLI_OPT_JSON = 1 << 1, /* --json */
+	CLI_OPT_META = 1 << 2, /* --meta HOST:PORT */
+	CLI_OPT_OWN = 1 << 3,
+};
+
+struct cli_verb_opts {
+	const char *verb; /* for the messages: "strata <verb>: ..." */
+	unsigned common;  /* CLI_OPT_* the verb takes */
+	/* The verb's own options (NULL or ended by {0}); their val must be a
+	 * character other than 'h'. on_opt gets each one with its value and
+	 * returns 0, or the exit status after its error line. */
+	const struct option *own;
+	int (*on_opt)(void *arg, int val, const char *value);
+	void *arg;
+	/* --help: usage(stdout) and exit 0; NULL: the parse stops with
+	 * cli_opts.help set, for a verb whose help depends on more. */
+	void (*usage)(FILE *f);
+	bool no_operands;     /* an operand is a usage error */
+	bool stop_at_operand; /* options end at the first operand (a sub-command's follow) */
+};
+
+struct cli_opts {
+	const char *home; /* --home DIR, or NULL ($STRATA_HOME, else ./.strata) */
+	const char *meta; /* --meta HOST:PORT, or NULL */
+	bool json;
+	bool help;     /* --help, when cli_verb_opts.usage is NULL */
+	unsigned seen; /* CLI_OPT_* given */
+	char **args;   /* the operands (pointers into argv) */
+	int nargs;
+};
+
+/* What cli_parse_opts returns when the verb goes on. */
+#define CLI_GO (-1)
+/* Parses argv[1..argc) for verb v into ret: the shared options, v's own
+ * (through v->on_opt), --help, the operands. Returns CLI_GO, or the exit
+ * status the verb ends with (0 after --help, 2 after a usage error line). */
+int cli_parse_opts(const struct cli_verb_opts *v, int argc, char **argv, struct cli_opts *ret);
 /* Reports what getopt_long (called with opterr = 0 and ":" leading the
  * optstring) returned o for: an unknown option or a missing argument. */
 void cli_bad_option(const char *verb, int o, char **argv);
 /* Parses a decimal integer in [lo, hi]. Returns 0 or -EINVAL. */
 int cli_parse_int(const char *s, int lo, int hi, int *ret);
-/* Prints s (NULL: "") as a JSON string on stdout. */
-void cli_json_str(const char *s);
 /* strata-meta's address: opt_meta, else $STRATA_META, else the home's
  * (-ENOENT when none is known). */
 int cli_meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap);
+
+/* ---- JSON output (json_out.c), over fs/json.h's writer ------------------ */
+struct jw;
+struct json;
+/* Prints w's document and a newline on stdout and frees it. Returns 0, or
+ * -ENOMEM (nothing printed) when the writer ran out of memory. */
+int cli_jw_print(struct jw *w);
+/* Prints a parsed tree as one line of JSON (cli_jw_print). */
+int cli_json_print(const struct json *j);
+/* Key and an unsigned 64-bit value (jw_kint is signed). */
+void cli_jw_ku64(struct jw *w, const char *k, uint64_t v);
+/* Key and seconds with three decimals ("1.250"), as the CLI always printed them. */
+void cli_jw_ksecs(struct jw *w, const char *k, double v);
+/* Key and a string; NULL is "" (jw_kstr writes null). */
+void cli_jw_kstr0(struct jw *w, const char *k, const char *v);
 
 /* ---- the home ----------------------------------------------------------- */
 /* Resolves the home: home_opt, else $STRATA_HOME, else ./.strata, made
  * absolute (the directory need not exist). Reads H/strata.conf if present.
  * argv0 locates the bin dir (the directory of /proc/self/exe). */
 int cli_home_resolve(const char *home_opt, struct cli_home *ret);
+/* The home the options name (cli_home_resolve), with the error line for
+ * verb when it cannot be resolved. Returns 0 or -errno. */
+int cli_home_open(const char *verb, const char *home_opt, struct cli_home *ret);
 /* Writes H/strata.conf atomically. */
 int cli_home_save(const struct cli_home *h);
 /* Creates the directory layout (meta/db, cs<N>/t<M>, run, log, mount). */

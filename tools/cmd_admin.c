@@ -30,7 +30,6 @@
  * --json prints one object per verb. The cluster is found through --meta
  * HOST:PORT, else $STRATA_META, else the home (--home / $STRATA_HOME). */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +38,7 @@
 #include "fs/chunk_proto.h"
 #include "tools/chunks.h"
 #include "fs/cleanup.h"
+#include "fs/json.h"
 #include "tools/cli.h"
 #include "fs/layout.h"
 #include "fs/meta_client.h"
@@ -77,47 +77,81 @@ static void usage(FILE *f)
 
 /* ---- nodes, targets ---------------------------------------------------- */
 
-static int show_nodes(const struct mgmt_cluster *c, bool json)
+static void nodes_json(const struct mgmt_cluster *c)
 {
-	if (json)
-		printf("{\"lease_ms\":%u,\"replicas\":%u,\"expect_nodes\":%u,\"nodes\":[",
-		       c->lease_ms, c->replicas, c->expect_nodes);
-	else
-		printf("%-6s %-24s %-6s %s\n", "NODE", "ADDRESS", "ALIVE", "LAST-HEARTBEAT");
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kint(&w, "lease_ms", c->lease_ms);
+	jw_kint(&w, "replicas", c->replicas);
+	jw_kint(&w, "expect_nodes", c->expect_nodes);
+	jw_key(&w, "nodes");
+	jw_arr(&w);
 	for (uint32_t i = 0; i < c->nnodes; i++) {
 		const struct mgmt_node_info *n = &c->nodes[i];
-		if (json)
-			printf("%s{\"node\":%u,\"addr\":\"%s\",\"alive\":%s,\"age_ms\":%lld}",
-			       i ? "," : "", n->node_id, n->addr, n->alive ? "true" : "false",
-			       (long long)n->age_ms);
-		else
-			printf("%-6u %-24s %-6s %lld ms ago\n", n->node_id, n->addr,
-			       n->alive ? "yes" : "NO", (long long)n->age_ms);
+		jw_obj(&w);
+		jw_kint(&w, "node", n->node_id);
+		jw_kstr(&w, "addr", n->addr);
+		jw_kbool(&w, "alive", n->alive);
+		jw_kint(&w, "age_ms", n->age_ms);
+		jw_obj_end(&w);
 	}
-	if (json)
-		printf("]}\n");
+	jw_arr_end(&w);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
+}
+
+static int show_nodes(const struct mgmt_cluster *c, bool json)
+{
+	if (json) {
+		nodes_json(c);
+		return 0;
+	}
+	printf("%-6s %-24s %-6s %s\n", "NODE", "ADDRESS", "ALIVE", "LAST-HEARTBEAT");
+	for (uint32_t i = 0; i < c->nnodes; i++) {
+		const struct mgmt_node_info *n = &c->nodes[i];
+		printf("%-6u %-24s %-6s %lld ms ago\n", n->node_id, n->addr,
+		       n->alive ? "yes" : "NO", (long long)n->age_ms);
+	}
 	return 0;
+}
+
+static void targets_json(const struct mgmt_cluster *c)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_key(&w, "targets");
+	jw_arr(&w);
+	for (uint32_t i = 0; i < c->ntargets; i++) {
+		const struct mgmt_target_detail *t = &c->targets[i];
+		jw_obj(&w);
+		jw_kint(&w, "target", t->target_id);
+		jw_kint(&w, "node", t->node_id);
+		jw_kint(&w, "chain", t->chain_id);
+		jw_kstr(&w, "state", state_name(t->state));
+		jw_kstr(&w, "path", t->path);
+		cli_jw_ku64(&w, "total_bytes", t->total_bytes);
+		cli_jw_ku64(&w, "free_bytes", t->free_bytes);
+		cli_jw_ku64(&w, "sync_done", t->sync_done);
+		cli_jw_ku64(&w, "sync_total", t->sync_total);
+		jw_obj_end(&w);
+	}
+	jw_arr_end(&w);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
 }
 
 static int show_targets(const struct mgmt_cluster *c, bool json)
 {
-	if (json)
-		printf("{\"targets\":[");
-	else
-		printf("%-7s %-5s %-6s %-8s %-18s %s\n", "TARGET", "NODE", "CHAIN", "STATE",
-		       "FREE/TOTAL MiB", "RESYNC");
+	if (json) {
+		targets_json(c);
+		return 0;
+	}
+	printf("%-7s %-5s %-6s %-8s %-18s %s\n", "TARGET", "NODE", "CHAIN", "STATE",
+	       "FREE/TOTAL MiB", "RESYNC");
 	for (uint32_t i = 0; i < c->ntargets; i++) {
 		const struct mgmt_target_detail *t = &c->targets[i];
-		if (json) {
-			printf("%s{\"target\":%u,\"node\":%u,\"chain\":%u,\"state\":\"%s\","
-			       "\"path\":\"%s\",\"total_bytes\":%llu,\"free_bytes\":%llu,"
-			       "\"sync_done\":%llu,\"sync_total\":%llu}",
-			       i ? "," : "", t->target_id, t->node_id, t->chain_id,
-			       state_name(t->state), t->path, (unsigned long long)t->total_bytes,
-			       (unsigned long long)t->free_bytes, (unsigned long long)t->sync_done,
-			       (unsigned long long)t->sync_total);
-			continue;
-		}
 		char sz[32], rs[40] = "-";
 		snprintf(sz, sizeof(sz), "%llu/%llu", (unsigned long long)(t->free_bytes >> 20),
 			 (unsigned long long)(t->total_bytes >> 20));
@@ -128,8 +162,6 @@ static int show_targets(const struct mgmt_cluster *c, bool json)
 		printf("%-7u %-5u %-6u %-8s %-18s %s\n", t->target_id, t->node_id, t->chain_id,
 		       state_name(t->state), sz, rs);
 	}
-	if (json)
-		printf("]}\n");
 	return 0;
 }
 
@@ -154,6 +186,37 @@ static void node_space(const struct mgmt_cluster *c, uint32_t node_id, uint32_t 
 		}
 }
 
+static void usage_json(const struct mgmt_cluster *c, const struct strata_statfs *st)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	cli_jw_ku64(&w, "total_bytes", st->total_bytes);
+	cli_jw_ku64(&w, "used_bytes", st->total_bytes - st->free_bytes);
+	cli_jw_ku64(&w, "avail_bytes", st->avail_bytes);
+	cli_jw_ku64(&w, "total_inodes", st->total_inodes);
+	cli_jw_ku64(&w, "used_inodes", st->used_inodes);
+	jw_key(&w, "nodes");
+	jw_arr(&w);
+	for (uint32_t i = 0; i < c->nnodes; i++) {
+		const struct mgmt_node_info *n = &c->nodes[i];
+		uint32_t nt;
+		uint64_t total, free;
+		node_space(c, n->node_id, &nt, &total, &free);
+		jw_obj(&w);
+		jw_kint(&w, "node", n->node_id);
+		jw_kstr(&w, "addr", n->addr);
+		jw_kbool(&w, "alive", n->alive);
+		jw_kint(&w, "targets", nt);
+		cli_jw_ku64(&w, "total_bytes", total);
+		cli_jw_ku64(&w, "used_bytes", total - free);
+		jw_obj_end(&w);
+	}
+	jw_arr_end(&w);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
+}
+
 /* The cluster's space and inodes (statfs: a disk shared by several targets
  * counted once), then each node's targets as the chunkservers last reported
  * them (raw space: every replica counts). */
@@ -165,89 +228,110 @@ static int show_usage(struct meta_client *mc, const struct mgmt_cluster *c, bool
 		cli_err(VERB, "cannot read the cluster's usage: %s", strerror(-r));
 		return 1;
 	}
+	if (json) {
+		usage_json(c, &st);
+		return 0;
+	}
 	uint64_t used = st.total_bytes - st.free_bytes;
-	if (json)
-		printf("{\"total_bytes\":%llu,\"used_bytes\":%llu,\"avail_bytes\":%llu,"
-		       "\"total_inodes\":%llu,\"used_inodes\":%llu,\"nodes\":[",
-		       (unsigned long long)st.total_bytes, (unsigned long long)used,
-		       (unsigned long long)st.avail_bytes, (unsigned long long)st.total_inodes,
-		       (unsigned long long)st.used_inodes);
-	else
-		printf("cluster: %llu MiB used of %llu MiB (%.1f%%), %llu MiB available; "
-		       "%llu inodes used\n\n%-6s %-24s %-7s %-12s %-12s %s\n",
-		       (unsigned long long)(used >> 20), (unsigned long long)(st.total_bytes >> 20),
-		       pct(used, st.total_bytes), (unsigned long long)(st.avail_bytes >> 20),
-		       (unsigned long long)st.used_inodes, "NODE", "ADDRESS", "TARGETS", "USED MiB",
-		       "TOTAL MiB", "USE%");
+	printf("cluster: %llu MiB used of %llu MiB (%.1f%%), %llu MiB available; "
+	       "%llu inodes used\n\n%-6s %-24s %-7s %-12s %-12s %s\n",
+	       (unsigned long long)(used >> 20), (unsigned long long)(st.total_bytes >> 20),
+	       pct(used, st.total_bytes), (unsigned long long)(st.avail_bytes >> 20),
+	       (unsigned long long)st.used_inodes, "NODE", "ADDRESS", "TARGETS", "USED MiB",
+	       "TOTAL MiB", "USE%");
 	for (uint32_t i = 0; i < c->nnodes; i++) {
 		const struct mgmt_node_info *n = &c->nodes[i];
 		uint32_t nt;
 		uint64_t total, free;
 		node_space(c, n->node_id, &nt, &total, &free);
-		if (json)
-			printf("%s{\"node\":%u,\"addr\":\"%s\",\"alive\":%s,\"targets\":%u,"
-			       "\"total_bytes\":%llu,\"used_bytes\":%llu}",
-			       i ? "," : "", n->node_id, n->addr, n->alive ? "true" : "false", nt,
-			       (unsigned long long)total, (unsigned long long)(total - free));
-		else
-			printf("%-6u %-24s %-7u %-12llu %-12llu %.1f%s\n", n->node_id, n->addr, nt,
-			       (unsigned long long)((total - free) >> 20),
-			       (unsigned long long)(total >> 20), pct(total - free, total),
-			       n->alive ? "" : "  (not alive: last report)");
+		printf("%-6u %-24s %-7u %-12llu %-12llu %.1f%s\n", n->node_id, n->addr, nt,
+		       (unsigned long long)((total - free) >> 20),
+		       (unsigned long long)(total >> 20), pct(total - free, total),
+		       n->alive ? "" : "  (not alive: last report)");
 	}
-	if (json)
-		printf("]}\n");
 	return 0;
 }
 
 /* ---- chains --------------------------------------------------------------- */
 
-static void print_chain(const struct strata_routing *rt, const struct strata_chain *ch, bool json)
+static void chain_json(struct jw *w, const struct strata_routing *rt, const struct strata_chain *ch)
 {
-	if (json)
-		printf("{\"chain\":%u,\"version\":%u,\"replicas\":%u,\"want\":%u,\"serving\":%d,"
-		       "\"targets\":[",
-		       ch->chain_id, ch->version, ch->ntargets, ch->want, chain_nserving(rt, ch));
-	else
-		printf("%-6u %-8u %-9u ", ch->chain_id, ch->version, ch->ntargets);
+	jw_obj(w);
+	jw_kint(w, "chain", ch->chain_id);
+	jw_kint(w, "version", ch->version);
+	jw_kint(w, "replicas", ch->ntargets);
+	jw_kint(w, "want", ch->want);
+	jw_kint(w, "serving", chain_nserving(rt, ch));
+	jw_key(w, "targets");
+	jw_arr(w);
 	for (int j = 0; j < ch->ntargets; j++) {
 		const struct strata_target *t = routing_target(rt, ch->targets[j]);
-		const char *st = state_name(routing_state(rt, ch->targets[j]));
-		if (json)
-			printf("%s{\"target\":%u,\"node\":%u,\"state\":\"%s\",\"addr\":\"%s\"}",
-			       j ? "," : "", ch->targets[j], t ? t->node_id : 0, st,
-			       t ? t->addr : "");
-		else
-			printf("%s%u@n%u:%s", j ? " -> " : "", ch->targets[j], t ? t->node_id : 0,
-			       st);
+		jw_obj(w);
+		jw_kint(w, "target", ch->targets[j]);
+		jw_kint(w, "node", t ? t->node_id : 0);
+		jw_kstr(w, "state", state_name(routing_state(rt, ch->targets[j])));
+		jw_kstr(w, "addr", t ? t->addr : "");
+		jw_obj_end(w);
 	}
-	printf(json ? "]}" : "\n");
+	jw_arr_end(w);
+	jw_obj_end(w);
+}
+
+static void chains_json(const struct strata_routing *rt)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	cli_jw_ku64(&w, "routing_version", rt->version);
+	jw_key(&w, "chains");
+	jw_arr(&w);
+	for (uint32_t i = 0; i < rt->nchains; i++)
+		chain_json(&w, rt, &rt->chains[i]);
+	jw_arr_end(&w);
+	jw_key(&w, "tables");
+	jw_arr(&w);
+	for (uint32_t i = 0; i < rt->ntables; i++) {
+		const struct strata_chain_table *t = &rt->tables[i];
+		jw_obj(&w);
+		jw_kint(&w, "table", t->table_id);
+		jw_kint(&w, "replicas", t->replicas);
+		jw_key(&w, "chains");
+		jw_arr(&w);
+		for (uint32_t j = 0; j < t->nchains; j++)
+			jw_int(&w, t->chain_ids[j]);
+		jw_arr_end(&w);
+		jw_obj_end(&w);
+	}
+	jw_arr_end(&w);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
 }
 
 static int show_chains(const struct strata_routing *rt, bool json)
 {
-	if (json)
-		printf("{\"routing_version\":%llu,\"chains\":[", (unsigned long long)rt->version);
-	else
-		printf("%-6s %-8s %-9s %s\n", "CHAIN", "VERSION", "REPLICAS",
-		       "TARGETS (head first)");
-	for (uint32_t i = 0; i < rt->nchains; i++) {
-		if (json && i)
-			printf(",");
-		print_chain(rt, &rt->chains[i], json);
+	if (json) {
+		chains_json(rt);
+		return 0;
 	}
-	printf(json ? "],\"tables\":[" : "\n%-6s %-9s %s\n", "TABLE", "REPLICAS", "CHAINS");
+	printf("%-6s %-8s %-9s %s\n", "CHAIN", "VERSION", "REPLICAS", "TARGETS (head first)");
+	for (uint32_t i = 0; i < rt->nchains; i++) {
+		const struct strata_chain *ch = &rt->chains[i];
+		printf("%-6u %-8u %-9u ", ch->chain_id, ch->version, ch->ntargets);
+		for (int j = 0; j < ch->ntargets; j++) {
+			const struct strata_target *t = routing_target(rt, ch->targets[j]);
+			printf("%s%u@n%u:%s", j ? " -> " : "", ch->targets[j], t ? t->node_id : 0,
+			       state_name(routing_state(rt, ch->targets[j])));
+		}
+		printf("\n");
+	}
+	printf("\n%-6s %-9s %s\n", "TABLE", "REPLICAS", "CHAINS");
 	for (uint32_t i = 0; i < rt->ntables; i++) {
 		const struct strata_chain_table *t = &rt->tables[i];
-		printf(json ? "%s{\"table\":%u,\"replicas\":%u,\"chains\":[" : "%s%-6u %-9u ",
-		       json && i ? "," : "", t->table_id, t->replicas);
+		printf("%-6u %-9u ", t->table_id, t->replicas);
 		for (uint32_t j = 0; j < t->nchains; j++)
-			printf(json ? "%s%u" : "%s%u", j ? (json ? "," : " ") : "",
-			       t->chain_ids[j]);
-		printf(json ? "]}" : "\n");
+			printf("%s%u", j ? " " : "", t->chain_ids[j]);
+		printf("\n");
 	}
-	if (json)
-		printf("]}\n");
 	return 0;
 }
 
@@ -361,14 +445,21 @@ static int do_verify(const struct strata_routing *rt, bool json, bool deep)
 			return 1;
 		}
 	}
-	if (json)
-		printf("{\"chains\":%u,\"chunks\":%llu,\"differences\":%llu,\"equal\":%s}\n",
-		       rt->nchains, (unsigned long long)chunks, (unsigned long long)diffs,
-		       diffs ? "false" : "true");
-	else
+	if (json) {
+		struct jw w;
+		jw_init(&w);
+		jw_obj(&w);
+		jw_kint(&w, "chains", rt->nchains);
+		cli_jw_ku64(&w, "chunks", chunks);
+		cli_jw_ku64(&w, "differences", diffs);
+		jw_kbool(&w, "equal", !diffs);
+		jw_obj_end(&w);
+		cli_jw_print(&w);
+	} else {
 		printf("%u chain(s), %llu chunk(s) compared across serving replicas: %s\n",
 		       rt->nchains, (unsigned long long)chunks,
 		       diffs ? "REPLICAS DIFFER" : "all equal");
+	}
 	return diffs ? 1 : 0;
 }
 
@@ -449,10 +540,18 @@ static void print_layout(const char *path, const struct strata_attr *a,
 	const struct strata_chain_table *t = layout_table(rt, a);
 	const char *kind = S_ISDIR(a->mode) ? "directory" : S_ISREG(a->mode) ? "file" : "other";
 	if (json) {
-		printf("{\"path\":\"%s\",\"ino\":%llu,\"type\":\"%s\",\"replicas\":%u,\"table\":%u,"
-		       "\"chains\":%u,\"chunk_size\":%u}\n",
-		       path, (unsigned long long)a->ino, kind, t ? t->replicas : 0,
-		       t ? t->table_id : 0, t ? t->nchains : 0, a->layout.chunk_size);
+		struct jw w;
+		jw_init(&w);
+		jw_obj(&w);
+		jw_kstr(&w, "path", path);
+		cli_jw_ku64(&w, "ino", a->ino);
+		jw_kstr(&w, "type", kind);
+		jw_kint(&w, "replicas", t ? t->replicas : 0);
+		jw_kint(&w, "table", t ? t->table_id : 0);
+		jw_kint(&w, "chains", t ? t->nchains : 0);
+		jw_kint(&w, "chunk_size", a->layout.chunk_size);
+		jw_obj_end(&w);
+		cli_jw_print(&w);
 		return;
 	}
 	printf("path:       %s (inode %llu, %s)\n", path, (unsigned long long)a->ino, kind);
@@ -580,85 +679,80 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
 	return r;
 }
 
-/* The verb and its operands (argv[first..argc)); fills la for `layout`.
+/* The verb and its operands (args[0..n)); fills la for `layout`.
  * Returns the verb, or NULL for a usage error. */
-static const char *parse_verb(int argc, char **argv, int first, struct layout_args *la)
+static const char *parse_verb(int n, char **args, struct layout_args *la)
 {
 	static const char *const verbs[] = {"nodes", "targets", "chains", "verify", "usage"};
-	const char *what = first < argc ? argv[first] : NULL;
+	const char *what = n > 0 ? args[0] : NULL;
 	bool setting = la->replicas || la->chunk_size;
 	if (what && !strcmp(what, "layout")) {
-		if (argc - first != 3 ||
-		    (strcmp(argv[first + 1], "get") && strcmp(argv[first + 1], "set")))
+		if (n != 3 || (strcmp(args[1], "get") && strcmp(args[1], "set")))
 			return NULL;
-		la->op = argv[first + 1];
-		la->path = argv[first + 2];
+		la->op = args[1];
+		la->path = args[2];
 		return setting == !strcmp(la->op, "set") ? what : NULL;
 	}
-	for (size_t i = 0;
-	     what && !setting && argc - first == 1 && i < sizeof(verbs) / sizeof(*verbs); i++)
+	for (size_t i = 0; what && !setting && n == 1 && i < sizeof(verbs) / sizeof(*verbs); i++)
 		if (!strcmp(what, verbs[i]))
 			return what;
 	return NULL;
 }
 
+struct admin_args {
+	bool deep;
+	struct layout_args la;
+};
+
+/* --deep, --replicas N, --chunk-size S. */
+static int admin_option(void *arg, int val, const char *value)
+{
+	struct admin_args *a = arg;
+
+	if (val == 'd') {
+		a->deep = true;
+	} else if (val == 'r') {
+		if (cli_parse_int(value, 1, STRATA_MAX_REPLICAS, &a->la.replicas) < 0) {
+			cli_err(VERB, "--replicas must be 1..%d", STRATA_MAX_REPLICAS);
+			return 2;
+		}
+	} else if (parse_size(value, &a->la.chunk_size) < 0) {
+		cli_err(VERB, "--chunk-size: not a size (e.g. 1M, 64K): %s", value);
+		return 2;
+	}
+	return 0;
+}
+
 int cmd_admin(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},
-	    {"meta", required_argument, NULL, 'm'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
+	static const struct option own[] = {
 	    {"deep", no_argument, NULL, 'd'},
 	    {"replicas", required_argument, NULL, 'r'},
 	    {"chunk-size", required_argument, NULL, 'c'},
 	    {},
 	};
-	const char *home = NULL, *meta = NULL;
-	struct layout_args la = {0};
-	bool json = false, deep = false;
-	int o;
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'H':
-			home = optarg;
-			break;
-		case 'm':
-			meta = optarg;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'd':
-			deep = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'r':
-			if (cli_parse_int(optarg, 1, STRATA_MAX_REPLICAS, &la.replicas) == 0)
-				break;
-			cli_err(VERB, "--replicas must be 1..%d", STRATA_MAX_REPLICAS);
-			return 2;
-		case 'c':
-			if (parse_size(optarg, &la.chunk_size) == 0)
-				break;
-			cli_err(VERB, "--chunk-size: not a size (e.g. 1M, 64K): %s", optarg);
-			return 2;
-		default:
-			cli_bad_option(VERB, o, argv);
-			return 2;
-		}
-	}
-	const char *what = parse_verb(argc, argv, optind, &la);
+	struct admin_args a = {0};
+	struct cli_opts o;
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME | CLI_OPT_META | CLI_OPT_JSON,
+	    .own = own,
+	    .on_opt = admin_option,
+	    .arg = &a,
+	    .usage = usage,
+	};
+	int r = cli_parse_opts(&v, argc, argv, &o);
+
+	if (r != CLI_GO)
+		return r;
+	const char *what = parse_verb(o.nargs, o.args, &a.la);
 	if (!what) {
 		usage(stderr);
 		return 2;
 	}
-	mount_of(home, la.mount, sizeof(la.mount));
+	mount_of(o.home, a.la.mount, sizeof(a.la.mount));
 	char addr[128] = "";
-	if (cli_meta_addr(meta, home, addr, sizeof(addr)) < 0) {
+	if (cli_meta_addr(o.meta, o.home, addr, sizeof(addr)) < 0) {
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 1;
 	}
@@ -667,7 +761,7 @@ int cmd_admin(int argc, char **argv)
 		cli_err(VERB, "out of memory");
 		return 1;
 	}
-	int r = run(mc, what, json, deep, &la);
+	r = run(mc, what, o.json, a.deep, &a.la);
 	meta_client_free(mc);
 	return r;
 }

@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,48 +194,43 @@ static int down_net(const struct cli_home *h)
 	return 0;
 }
 
+/* --timeout S, the one option of its own. */
+static int down_option(void *arg, int val, const char *value)
+{
+	int *timeout_s = arg;
+
+	(void)val;
+	if (cli_parse_int(value, 1, 3600, timeout_s) < 0) {
+		cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'", value);
+		return 2;
+	}
+	return 0;
+}
+
 int cmd_down(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},
+	static const struct option own[] = {
 	    {"timeout", required_argument, NULL, 'T'},
-	    {"help", no_argument, NULL, 'h'},
 	    {},
 	};
 	struct cli_home h;
-	const char *home = NULL;
-	int timeout_s = 10, o, r, stopped = 0, failed = 0;
+	struct cli_opts o;
+	int timeout_s = 10, r, stopped = 0, failed = 0;
 	struct stat st;
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME,
+	    .own = own,
+	    .on_opt = down_option,
+	    .arg = &timeout_s,
+	    .usage = usage,
+	    .no_operands = true,
+	};
 
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'H':
-			home = optarg;
-			break;
-		case 'T':
-			if (cli_parse_int(optarg, 1, 3600, &timeout_s) < 0) {
-				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			cli_bad_option(VERB, o, argv);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		cli_err(VERB, "unexpected argument '%s' (see strata down --help)", argv[optind]);
-		return 2;
-	}
-	if ((r = cli_home_resolve(home, &h)) < 0) {
-		cli_err(VERB, "bad home directory: %s", strerror(-r));
+	if ((r = cli_parse_opts(&v, argc, argv, &o)) != CLI_GO)
+		return r;
+	if (cli_home_open(VERB, o.home, &h) < 0)
 		return 1;
-	}
 	if (stat(h.home, &st) < 0) {
 		printf("strata: nothing to stop, %s does not exist\n", h.home);
 		return 0;

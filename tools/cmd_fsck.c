@@ -27,7 +27,6 @@
  *
  * Exit status: 0 clean, 1 findings (repaired or not), 2 error. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 #include "fs/chunk_proto.h"
 #include "tools/chunks.h"
 #include "fs/cleanup.h"
+#include "fs/json.h"
 #include "tools/cli.h"
 #include "fs/layout.h"
 #include "fs/meta_client.h"
@@ -142,6 +142,20 @@ static struct finding *add_finding(struct fsck *k, int kind)
 	struct finding *f = &k->f[k->nf++];
 	*f = (struct finding){.kind = kind};
 	k->found[kind]++;
+	return f;
+}
+
+/* A finding about one chunk on one target of chain ch. NULL: no memory. */
+static struct finding *add_replica_finding(struct fsck *k, int kind, const struct strata_chain *ch,
+					   uint32_t target, uint64_t ino, uint32_t index)
+{
+	struct finding *f = add_finding(k, kind);
+	if (f)
+		*f = (struct finding){.kind = kind,
+				      .chain = ch->chain_id,
+				      .target = target,
+				      .ino = ino,
+				      .index = index};
 	return f;
 }
 
@@ -338,14 +352,10 @@ static int check_chain(struct fsck *k, const struct strata_chain *ch)
 				continue;
 			if ((r = recheck_corrupt(tg[a], ch, ino, index)) <= 0)
 				continue;
-			struct finding *f = add_finding(k, CK_CORRUPT);
+			struct finding *f =
+			    add_replica_finding(k, CK_CORRUPT, ch, tg[a]->target_id, ino, index);
 			if (!f)
 				return -ENOMEM;
-			*f = (struct finding){.kind = CK_CORRUPT,
-					      .chain = ch->chain_id,
-					      .target = tg[a]->target_id,
-					      .ino = ino,
-					      .index = index};
 			resync_advice(rt, f, tg[a]->target_id, good);
 			differ = false; /* reported as damaged */
 			r = 0;
@@ -364,14 +374,10 @@ static int check_chain(struct fsck *k, const struct strata_chain *ch)
 		for (int a = 0; a < nt; a++) {
 			if (same_st(&st[a], &st[best]))
 				continue;
-			struct finding *f = add_finding(k, CK_REPLICA_DIFF);
+			struct finding *f = add_replica_finding(k, CK_REPLICA_DIFF, ch,
+								tg[a]->target_id, ino, index);
 			if (!f)
 				return -ENOMEM;
-			*f = (struct finding){.kind = CK_REPLICA_DIFF,
-					      .chain = ch->chain_id,
-					      .target = tg[a]->target_id,
-					      .ino = ino,
-					      .index = index};
 			resync_advice(rt, f, tg[a]->target_id, (int)tg[best]->target_id);
 		}
 	}
@@ -534,19 +540,21 @@ static int check_orphans(struct fsck *k)
 
 /* ---- output ----------------------------------------------------------------------------- */
 
-static void print_ns_record(const struct meta_fsck_record *c, bool json)
+static void ns_record_json(struct jw *w, const struct meta_fsck_record *c)
 {
-	const char *kind = meta_fsck_kind_name(c->kind);
+	jw_obj(w);
+	jw_kstr(w, "kind", meta_fsck_kind_name(c->kind));
+	cli_jw_ku64(w, "ino", c->ino);
+	cli_jw_ku64(w, "parent", c->parent);
+	jw_kstr(w, "name", c->name);
+	cli_jw_ku64(w, "expected", c->expected);
+	cli_jw_ku64(w, "actual", c->actual);
+	jw_obj_end(w);
+}
 
-	if (json) {
-		printf("{\"kind\":\"%s\",\"ino\":%llu,\"parent\":%llu,\"name\":", kind,
-		       (unsigned long long)c->ino, (unsigned long long)c->parent);
-		cli_json_str(c->name);
-		printf(",\"expected\":%llu,\"actual\":%llu}", (unsigned long long)c->expected,
-		       (unsigned long long)c->actual);
-		return;
-	}
-	printf("%s %s: ino %llu", c->repaired ? "REPAIRED" : "FOUND", kind,
+static void print_ns_record(const struct meta_fsck_record *c)
+{
+	printf("%s %s: ino %llu", c->repaired ? "REPAIRED" : "FOUND", meta_fsck_kind_name(c->kind),
 	       (unsigned long long)c->ino);
 	if (c->parent || c->name[0])
 		printf(" parent %llu name '%s'", (unsigned long long)c->parent, c->name);
@@ -556,23 +564,25 @@ static void print_ns_record(const struct meta_fsck_record *c, bool json)
 	putchar('\n');
 }
 
-static void print_chunk_finding(const struct finding *f, bool json, bool repaired_list)
+static void chunk_finding_json(struct jw *w, const struct finding *f, bool repaired_list)
 {
-	if (json) {
-		printf("{\"kind\":\"%s\",\"chain\":%u,\"target\":%u,\"ino\":%llu,\"index\":%u,"
-		       "\"chunks\":%u,\"action\":",
-		       ck_name[f->kind], f->chain, f->target, (unsigned long long)f->ino, f->index,
-		       f->count);
-		cli_json_str(f->action);
-		if (repaired_list && f->done[0]) {
-			printf(",\"repair\":");
-			cli_json_str(f->done);
-		}
-		if (f->err)
-			printf(",\"error\":\"%s\"", strerror(-f->err));
-		putchar('}');
-		return;
-	}
+	jw_obj(w);
+	jw_kstr(w, "kind", ck_name[f->kind]);
+	jw_kint(w, "chain", f->chain);
+	jw_kint(w, "target", f->target);
+	cli_jw_ku64(w, "ino", f->ino);
+	jw_kint(w, "index", f->index);
+	jw_kint(w, "chunks", f->count);
+	jw_kstr(w, "action", f->action);
+	if (repaired_list && f->done[0])
+		jw_kstr(w, "repair", f->done);
+	if (f->err)
+		jw_kstr(w, "error", strerror(-f->err));
+	jw_obj_end(w);
+}
+
+static void print_chunk_finding(const struct finding *f, bool repaired_list)
+{
 	const char *tag = repaired_list ? "REPAIRED" : "FOUND";
 	switch (f->kind) {
 	case CK_ORPHAN:
@@ -592,6 +602,82 @@ static void print_chunk_finding(const struct finding *f, bool json, bool repaire
 	}
 }
 
+/* The findings (repaired: false) or the repairs (true), namespace first. */
+static void records_json(struct jw *w, const struct fsck *k, const struct meta_fsck_report *ns,
+			 bool repaired)
+{
+	jw_arr(w);
+	for (uint32_t i = 0; i < ns->n; i++)
+		if (!!ns->rec[i].repaired == repaired)
+			ns_record_json(w, &ns->rec[i]);
+	for (size_t i = 0; i < k->nf; i++)
+		if (!repaired || k->f[i].repaired)
+			chunk_finding_json(w, &k->f[i], repaired);
+	jw_arr_end(w);
+}
+
+/* "KIND":{"found":N,"repaired":M} */
+static void count_json(struct jw *w, const char *kind, uint32_t found, uint32_t repaired)
+{
+	jw_key(w, kind);
+	jw_obj(w);
+	jw_kint(w, "found", found);
+	jw_kint(w, "repaired", repaired);
+	jw_obj_end(w);
+}
+
+/* The kinds seen, namespace first (a namespace kind also when only repaired). */
+static void counts_json(struct jw *w, const struct fsck *k, const struct meta_fsck_report *ns)
+{
+	jw_obj(w);
+	for (int i = 1; i < FSCK_KIND_MAX; i++)
+		if (ns->found[i] || ns->repaired[i])
+			count_json(w, meta_fsck_kind_name((uint16_t)i), ns->found[i],
+				   ns->repaired[i]);
+	for (int i = 0; i < CK_MAX; i++)
+		if (k->found[i])
+			count_json(w, ck_name[i], k->found[i], k->repaired[i]);
+	jw_obj_end(w);
+}
+
+static void report_json(const struct fsck *k, const struct meta_fsck_report *ns, uint32_t total,
+			uint32_t fixed)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_key(&w, "namespace");
+	jw_obj(&w);
+	cli_jw_ku64(&w, "inodes", ns->inodes);
+	cli_jw_ku64(&w, "dirs", ns->dirs);
+	cli_jw_ku64(&w, "files", ns->files);
+	cli_jw_ku64(&w, "dentries", ns->dentries);
+	cli_jw_ku64(&w, "sessions", ns->sessions);
+	cli_jw_ku64(&w, "open_orphans", ns->orphans);
+	cli_jw_ku64(&w, "gc_queued", ns->gc_queued);
+	jw_obj_end(&w);
+	jw_key(&w, "chunks");
+	jw_obj(&w);
+	jw_kint(&w, "chains", k->chains);
+	jw_kint(&w, "serving_targets", k->targets);
+	cli_jw_ku64(&w, "chunks", k->chunks);
+	cli_jw_ku64(&w, "inodes", k->inodes_asked);
+	jw_kbool(&w, "deep", k->deep);
+	jw_obj_end(&w);
+	jw_key(&w, "counts");
+	counts_json(&w, k, ns);
+	jw_key(&w, "findings");
+	records_json(&w, k, ns, false);
+	jw_key(&w, "repairs");
+	records_json(&w, k, ns, true);
+	jw_kbool(&w, "truncated", ns->truncated);
+	jw_kint(&w, "findings_total", total);
+	jw_kint(&w, "repaired_total", fixed);
+	jw_kbool(&w, "clean", !total);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
+}
+
 static int report(const struct fsck *k, const struct meta_fsck_report *ns)
 {
 	uint32_t total = 0, fixed = 0;
@@ -601,62 +687,7 @@ static int report(const struct fsck *k, const struct meta_fsck_report *ns)
 	for (int i = 0; i < CK_MAX; i++)
 		total += k->found[i], fixed += k->repaired[i];
 	if (k->json) {
-		printf("{\"namespace\":{\"inodes\":%llu,\"dirs\":%llu,\"files\":%llu,"
-		       "\"dentries\":%llu,\"sessions\":%llu,\"open_orphans\":%llu,\"gc_queued\":%"
-		       "llu},",
-		       (unsigned long long)ns->inodes, (unsigned long long)ns->dirs,
-		       (unsigned long long)ns->files, (unsigned long long)ns->dentries,
-		       (unsigned long long)ns->sessions, (unsigned long long)ns->orphans,
-		       (unsigned long long)ns->gc_queued);
-		printf("\"chunks\":{\"chains\":%u,\"serving_targets\":%u,\"chunks\":%llu,"
-		       "\"inodes\":%llu,\"deep\":%s},",
-		       k->chains, k->targets, (unsigned long long)k->chunks,
-		       (unsigned long long)k->inodes_asked, k->deep ? "true" : "false");
-		printf("\"counts\":{");
-		bool first = true;
-		for (int i = 1; i < FSCK_KIND_MAX; i++)
-			if (ns->found[i] || ns->repaired[i]) {
-				printf("%s\"%s\":{\"found\":%u,\"repaired\":%u}", first ? "" : ",",
-				       meta_fsck_kind_name((uint16_t)i), ns->found[i],
-				       ns->repaired[i]);
-				first = false;
-			}
-		for (int i = 0; i < CK_MAX; i++)
-			if (k->found[i]) {
-				printf("%s\"%s\":{\"found\":%u,\"repaired\":%u}", first ? "" : ",",
-				       ck_name[i], k->found[i], k->repaired[i]);
-				first = false;
-			}
-		printf("},\"findings\":[");
-		first = true;
-		for (uint32_t i = 0; i < ns->n; i++)
-			if (!ns->rec[i].repaired) {
-				printf("%s", first ? "" : ",");
-				print_ns_record(&ns->rec[i], true);
-				first = false;
-			}
-		for (size_t i = 0; i < k->nf; i++) {
-			printf("%s", first ? "" : ",");
-			print_chunk_finding(&k->f[i], true, false);
-			first = false;
-		}
-		printf("],\"repairs\":[");
-		first = true;
-		for (uint32_t i = 0; i < ns->n; i++)
-			if (ns->rec[i].repaired) {
-				printf("%s", first ? "" : ",");
-				print_ns_record(&ns->rec[i], true);
-				first = false;
-			}
-		for (size_t i = 0; i < k->nf; i++)
-			if (k->f[i].repaired) {
-				printf("%s", first ? "" : ",");
-				print_chunk_finding(&k->f[i], true, true);
-				first = false;
-			}
-		printf("],\"truncated\":%s,\"findings_total\":%u,\"repaired_total\":%u,"
-		       "\"clean\":%s}\n",
-		       ns->truncated ? "true" : "false", total, fixed, total ? "false" : "true");
+		report_json(k, ns, total, fixed);
 		return total ? 1 : 0;
 	}
 	printf("namespace: %llu inodes (%llu directories, %llu regular files), %llu dentries, "
@@ -670,15 +701,15 @@ static int report(const struct fsck *k, const struct meta_fsck_report *ns)
 	       k->deep ? " (deep: every block read)" : "");
 	for (uint32_t i = 0; i < ns->n; i++)
 		if (!ns->rec[i].repaired)
-			print_ns_record(&ns->rec[i], false);
+			print_ns_record(&ns->rec[i]);
 	for (size_t i = 0; i < k->nf; i++)
-		print_chunk_finding(&k->f[i], false, false);
+		print_chunk_finding(&k->f[i], false);
 	for (uint32_t i = 0; i < ns->n; i++)
 		if (ns->rec[i].repaired)
-			print_ns_record(&ns->rec[i], false);
+			print_ns_record(&ns->rec[i]);
 	for (size_t i = 0; i < k->nf; i++)
 		if (k->f[i].repaired)
-			print_chunk_finding(&k->f[i], false, true);
+			print_chunk_finding(&k->f[i], true);
 	if (ns->truncated)
 		printf("(more records than strata-meta returns: the counts below are complete)\n");
 	if (!total) {
@@ -732,53 +763,47 @@ static int run(struct fsck *k)
 	return rc;
 }
 
+/* --repair, --deep. */
+static int fsck_option(void *arg, int val, const char *value)
+{
+	struct fsck *k = arg;
+
+	(void)value;
+	if (val == 'r')
+		k->repair = true;
+	else
+		k->deep = true;
+	return 0;
+}
+
 int cmd_fsck(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},
-	    {"meta", required_argument, NULL, 'm'},
-	    {"json", no_argument, NULL, 'j'},
+	static const struct option own[] = {
 	    {"repair", no_argument, NULL, 'r'},
 	    {"deep", no_argument, NULL, 'd'},
-	    {"help", no_argument, NULL, 'h'},
 	    {},
 	};
-	const char *home = NULL, *meta = NULL;
 	struct fsck k = {0};
-	int o;
+	struct cli_opts o;
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME | CLI_OPT_META | CLI_OPT_JSON,
+	    .own = own,
+	    .on_opt = fsck_option,
+	    .arg = &k,
+	    .usage = usage,
+	};
+	int r = cli_parse_opts(&v, argc, argv, &o);
 
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'H':
-			home = optarg;
-			break;
-		case 'm':
-			meta = optarg;
-			break;
-		case 'j':
-			k.json = true;
-			break;
-		case 'r':
-			k.repair = true;
-			break;
-		case 'd':
-			k.deep = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			cli_bad_option(VERB, o, argv);
-			return 2;
-		}
-	}
-	if (optind != argc) {
+	if (r != CLI_GO)
+		return r;
+	k.json = o.json;
+	if (o.nargs) {
 		usage(stderr);
 		return 2;
 	}
 	char addr[128] = "";
-	if (cli_meta_addr(meta, home, addr, sizeof(addr)) < 0) {
+	if (cli_meta_addr(o.meta, o.home, addr, sizeof(addr)) < 0) {
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 2;
 	}

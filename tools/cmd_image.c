@@ -5,7 +5,6 @@
  * (<home>/cache/images), parses options, and prints results (text, or JSON
  * with --json) or one error line. */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,26 +19,27 @@
 #include "imagesvc/prefetch.h"
 #include "imagesvc/pull/registry.h"
 #include "imagesvc/store.h"
+#include "fs/json.h"
 
 #define VERB "image"
 
 enum {
-	O_HOME = 1 << 0,
-	O_JSON = 1 << 1,
-	O_NAME = 1 << 2,
-	O_INSECURE = 1 << 3,
-	O_EAGER = 1 << 4,
-	O_FORCE = 1 << 5,
-	O_WRITABLE = 1 << 6,
-	O_NOPF = 1 << 7,
-	O_RECORD = 1 << 8,
-	O_THREADS = 1 << 9,
-	O_TAG = 1 << 10,
+	O_HOME = CLI_OPT_HOME,
+	O_JSON = CLI_OPT_JSON,
+	O_NAME = CLI_OPT_OWN << 0,
+	O_INSECURE = CLI_OPT_OWN << 1,
+	O_EAGER = CLI_OPT_OWN << 2,
+	O_FORCE = CLI_OPT_OWN << 3,
+	O_WRITABLE = CLI_OPT_OWN << 4,
+	O_NOPF = CLI_OPT_OWN << 5,
+	O_RECORD = CLI_OPT_OWN << 6,
+	O_THREADS = CLI_OPT_OWN << 7,
+	O_TAG = CLI_OPT_OWN << 8,
 };
 
 struct opts {
 	const char *home, *name, *tag;
-	bool json, insecure, eager, force, writable, no_prefetch, record;
+	bool json, insecure, eager, force, writable, no_prefetch, record, help;
 	int threads, record_after;
 	unsigned seen;
 	char **pos;
@@ -114,16 +114,24 @@ static void print_import(struct ctx *c, const char *name, const struct oci_image
 		       secs);
 		return;
 	}
-	printf("{\"name\":");
-	cli_json_str(name);
-	printf(",\"digest\":\"%s\",\"layers\":%zu,\"files\":%llu,\"bytes\":%llu,\"chunks\":%llu,"
-	       "\"chunks_new\":%llu,\"chunks_dedup\":%llu,\"blobs\":%u,\"blobs_new\":%u,"
-	       "\"meta_size\":%llu,\"existed\":%s,\"seconds\":%.3f}\n",
-	       img->manifest_digest, img->n_layers, (unsigned long long)st->files,
-	       (unsigned long long)st->bytes, (unsigned long long)st->chunks,
-	       (unsigned long long)st->chunks_new, (unsigned long long)st->chunks_dedup,
-	       st->n_blobs, st->blobs_new, (unsigned long long)st->meta_size,
-	       st->existed ? "true" : "false", secs);
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	cli_jw_kstr0(&w, "name", name);
+	jw_kstr(&w, "digest", img->manifest_digest);
+	cli_jw_ku64(&w, "layers", img->n_layers);
+	cli_jw_ku64(&w, "files", st->files);
+	cli_jw_ku64(&w, "bytes", st->bytes);
+	cli_jw_ku64(&w, "chunks", st->chunks);
+	cli_jw_ku64(&w, "chunks_new", st->chunks_new);
+	cli_jw_ku64(&w, "chunks_dedup", st->chunks_dedup);
+	jw_kint(&w, "blobs", st->n_blobs);
+	jw_kint(&w, "blobs_new", st->blobs_new);
+	cli_jw_ku64(&w, "meta_size", st->meta_size);
+	jw_kbool(&w, "existed", st->existed);
+	cli_jw_ksecs(&w, "seconds", secs);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
 }
 
 /* Converts a loaded stage into the store under name. */
@@ -218,6 +226,7 @@ static int sub_pull(struct ctx *c)
 struct ls_ctx {
 	struct ctx *c;
 	int n;
+	struct jw w; /* --json: the array */
 };
 
 static int ls_one(void *arg, const char *name, const char *hex)
@@ -229,13 +238,18 @@ static int ls_one(void *arg, const char *name, const char *hex)
 		return 0;
 	int leases = img_store_leases(l->c->s, hex, node, sizeof(node));
 	if (l->c->o.json) {
-		printf("%s{\"name\":", l->n ? "," : "");
-		cli_json_str(name);
-		printf(",\"digest\":\"sha256:%s\",\"bytes\":%llu,\"layers\":%u,\"blobs\":%u,"
-		       "\"meta_size\":%llu,\"created\":%llu,\"mounted\":%d}",
-		       hex, (unsigned long long)rec.bytes, rec.n_layers, rec.n_blobs,
-		       (unsigned long long)rec.meta_size, (unsigned long long)rec.created,
-		       leases > 0 ? leases : 0);
+		char digest[80];
+		snprintf(digest, sizeof(digest), "sha256:%s", hex);
+		jw_obj(&l->w);
+		cli_jw_kstr0(&l->w, "name", name);
+		jw_kstr(&l->w, "digest", digest);
+		cli_jw_ku64(&l->w, "bytes", rec.bytes);
+		jw_kint(&l->w, "layers", rec.n_layers);
+		jw_kint(&l->w, "blobs", rec.n_blobs);
+		cli_jw_ku64(&l->w, "meta_size", rec.meta_size);
+		cli_jw_ku64(&l->w, "created", rec.created);
+		jw_kint(&l->w, "mounted", leases > 0 ? leases : 0);
+		jw_obj_end(&l->w);
 	} else {
 		if (l->n == 0)
 			printf("%-32s %-12s %12s %6s %s\n", "NAME", "DIGEST", "BYTES", "LAYERS",
@@ -251,11 +265,13 @@ static int ls_one(void *arg, const char *name, const char *hex)
 static int sub_ls(struct ctx *c)
 {
 	struct ls_ctx l = {c, 0};
-	if (c->o.json)
-		printf("[");
+	jw_init(&l.w);
+	jw_arr(&l.w);
 	int r = img_store_list(c->s, ls_one, &l);
+	jw_arr_end(&l.w);
 	if (c->o.json)
-		printf("]\n");
+		cli_jw_print(&l.w);
+	jw_done(&l.w);
 	if (r < 0)
 		return cli_err(VERB, "ls: %s", strerror(-r)), 1;
 	return 0;
@@ -264,31 +280,42 @@ static int sub_ls(struct ctx *c)
 static void inspect_json(struct ctx *c, const char *hex, const struct img_record *rec,
 			 const char *names, int leases, const char *node)
 {
-	char p[CLI_PATH], lh[65];
-	printf("{\"digest\":\"sha256:%s\",\"names\":", hex);
-	cli_json_str(names);
-	printf(",\"bytes\":%llu,\"chunks\":%llu,\"chunks_new\":%llu,\"meta_size\":%llu,"
-	       "\"created\":%llu,\"mounted_on\":",
-	       (unsigned long long)rec->bytes, (unsigned long long)rec->chunks,
-	       (unsigned long long)rec->chunks_new, (unsigned long long)rec->meta_size,
-	       (unsigned long long)rec->created);
-	cli_json_str(leases > 0 ? node : "");
-	printf(",\"prefetch\":%s,\"layers\":[", img_prefetch_exists(c->s, hex) ? "true" : "false");
+	char p[CLI_PATH], d[80];
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	snprintf(d, sizeof(d), "sha256:%s", hex);
+	jw_kstr(&w, "digest", d);
+	cli_jw_kstr0(&w, "names", names);
+	cli_jw_ku64(&w, "bytes", rec->bytes);
+	cli_jw_ku64(&w, "chunks", rec->chunks);
+	cli_jw_ku64(&w, "chunks_new", rec->chunks_new);
+	cli_jw_ku64(&w, "meta_size", rec->meta_size);
+	cli_jw_ku64(&w, "created", rec->created);
+	jw_kstr(&w, "mounted_on", leases > 0 ? node : "");
+	jw_kbool(&w, "prefetch", img_prefetch_exists(c->s, hex));
+	jw_key(&w, "layers");
+	jw_arr(&w);
 	for (uint32_t i = 0; i < rec->n_layers; i++) {
-		img_digest_hex(rec->layers[i], lh);
-		printf("%s\"sha256:%s\"", i ? "," : "", lh);
+		memcpy(d, "sha256:", 7);
+		img_digest_hex(rec->layers[i], d + 7);
+		jw_str(&w, d);
 	}
-	printf("],\"blobs\":[");
+	jw_arr_end(&w);
+	jw_key(&w, "blobs");
+	jw_arr(&w);
 	for (uint32_t i = 0; i < rec->n_blobs; i++) {
 		img_store_blob_path(c->s, rec->blobs[i], "data", p, sizeof(p));
-		printf("%s{\"id\":%u,\"path\":", i ? "," : "", rec->blobs[i]);
-		cli_json_str(p);
-		printf("}");
+		jw_obj(&w);
+		jw_kint(&w, "id", rec->blobs[i]);
+		jw_kstr(&w, "path", p);
+		jw_obj_end(&w);
 	}
+	jw_arr_end(&w);
 	img_store_image_path(c->s, hex, "meta.img", p, sizeof(p));
-	printf("],\"meta\":");
-	cli_json_str(p);
-	printf("}\n");
+	jw_kstr(&w, "meta", p);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
 }
 
 static int sub_inspect(struct ctx *c)
@@ -339,22 +366,35 @@ static int sub_gc(struct ctx *c)
 	int r = img_store_gc(c->s);
 	if (r < 0)
 		return cli_err(VERB, "gc: %s", strerror(-r)), 1;
-	if (c->o.json)
-		printf("{\"blobs_removed\":%d}\n", r);
-	else
+	if (c->o.json) {
+		struct jw w;
+		jw_init(&w);
+		jw_obj(&w);
+		jw_kint(&w, "blobs_removed", r);
+		jw_obj_end(&w);
+		cli_jw_print(&w);
+	} else {
 		printf("%d unreferenced blob(s) removed\n", r);
+	}
 	return 0;
 }
 
 static void print_pf(struct ctx *c, const char *what, const struct img_prefetch_stats *st)
 {
-	if (c->o.json)
-		printf("{\"action\":\"%s\",\"chunks\":%llu,\"bytes\":%llu,\"seconds\":%.3f}\n",
-		       what, (unsigned long long)st->chunks, (unsigned long long)st->bytes,
-		       st->seconds);
-	else
+	if (!c->o.json) {
 		printf("%s: %llu chunks, %llu bytes in %.3f s\n", what,
 		       (unsigned long long)st->chunks, (unsigned long long)st->bytes, st->seconds);
+		return;
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kstr(&w, "action", what);
+	cli_jw_ku64(&w, "chunks", st->chunks);
+	cli_jw_ku64(&w, "bytes", st->bytes);
+	cli_jw_ksecs(&w, "seconds", st->seconds);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
 }
 
 /* Replays the list (or, eager, everything) through a mount of the image on
@@ -418,6 +458,23 @@ static void spawn_recorder(struct ctx *c, const char *hex, int after)
 	_exit(0);
 }
 
+static void print_mount(const char *hex, const char *dir, bool fresh, uint64_t prefetched,
+			double secs)
+{
+	char d[80];
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	snprintf(d, sizeof(d), "sha256:%s", hex);
+	jw_kstr(&w, "digest", d);
+	jw_kstr(&w, "dir", dir);
+	jw_kbool(&w, "fresh", fresh);
+	cli_jw_ku64(&w, "prefetched_bytes", prefetched);
+	cli_jw_ksecs(&w, "seconds", secs);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
+}
+
 static int sub_mount(struct ctx *c)
 {
 	struct strata_err e = {0};
@@ -440,11 +497,7 @@ static int sub_mount(struct ctx *c)
 	if (fresh && !have_list && c->o.record_after > 0)
 		spawn_recorder(c, hex, c->o.record_after);
 	if (c->o.json)
-		printf("{\"digest\":\"sha256:%s\",\"dir\":\"%s\",\"fresh\":%s,\"prefetched_bytes\":"
-		       "%llu,"
-		       "\"seconds\":%.3f}\n",
-		       hex, c->o.pos[1], fresh ? "true" : "false", (unsigned long long)st.bytes,
-		       now_s() - t0);
+		print_mount(hex, c->o.pos[1], fresh, st.bytes, now_s() - t0);
 	return 0;
 }
 
@@ -488,11 +541,56 @@ static void usage(FILE *f)
 		   "<home>/cache/images.\n");
 }
 
+/* One of the image options of its own (which sub-command takes it is
+ * checked after the parse, from o->seen). */
+static int image_option(void *arg, int val, const char *value)
+{
+	struct opts *o = arg;
+
+	switch (val) {
+	case 'n':
+		o->name = value, o->seen |= O_NAME;
+		break;
+	case 't':
+		o->tag = value, o->seen |= O_TAG;
+		break;
+	case 'k':
+		o->insecure = true, o->seen |= O_INSECURE;
+		break;
+	case 'e':
+		o->eager = true, o->seen |= O_EAGER;
+		break;
+	case 'f':
+		o->force = true, o->seen |= O_FORCE;
+		break;
+	case 'w':
+		o->writable = true, o->seen |= O_WRITABLE;
+		break;
+	case 'P':
+		o->no_prefetch = true, o->seen |= O_NOPF;
+		break;
+	case 'r':
+		o->record = true, o->seen |= O_RECORD;
+		break;
+	case 'R':
+		o->seen |= O_RECORD;
+		if (cli_parse_int(value, 0, 3600, &o->record_after) < 0)
+			return cli_err(VERB, "--record-after: 0..3600 seconds"), 2;
+		break;
+	case 'T':
+		o->seen |= O_THREADS;
+		if (cli_parse_int(value, 1, 64, &o->threads) < 0)
+			return cli_err(VERB, "--threads: 1..64"), 2;
+		break;
+	}
+	return 0;
+}
+
+/* Parses the options after the sub-command (argv[0]). Returns CLI_GO (help:
+ * o->help) or the exit status of a usage error. */
 static int parse(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {
-	    {"home", required_argument, NULL, 'H'},
-	    {"json", no_argument, NULL, 'j'},
+	static const struct option own[] = {
 	    {"name", required_argument, NULL, 'n'},
 	    {"tag", required_argument, NULL, 't'},
 	    {"insecure", no_argument, NULL, 'k'},
@@ -503,72 +601,35 @@ static int parse(int argc, char **argv, struct opts *o)
 	    {"record", no_argument, NULL, 'r'},
 	    {"record-after", required_argument, NULL, 'R'},
 	    {"threads", required_argument, NULL, 'T'},
-	    {"help", no_argument, NULL, 'h'},
 	    {},
 	};
-	int ch;
-	opterr = 0;
-	optind = 1;
-	while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
-		switch (ch) {
-		case 'H':
-			o->home = optarg, o->seen |= O_HOME;
-			break;
-		case 'j':
-			o->json = true, o->seen |= O_JSON;
-			break;
-		case 'n':
-			o->name = optarg, o->seen |= O_NAME;
-			break;
-		case 't':
-			o->tag = optarg, o->seen |= O_TAG;
-			break;
-		case 'k':
-			o->insecure = true, o->seen |= O_INSECURE;
-			break;
-		case 'e':
-			o->eager = true, o->seen |= O_EAGER;
-			break;
-		case 'f':
-			o->force = true, o->seen |= O_FORCE;
-			break;
-		case 'w':
-			o->writable = true, o->seen |= O_WRITABLE;
-			break;
-		case 'P':
-			o->no_prefetch = true, o->seen |= O_NOPF;
-			break;
-		case 'r':
-			o->record = true, o->seen |= O_RECORD;
-			break;
-		case 'R':
-			o->seen |= O_RECORD;
-			if (cli_parse_int(optarg, 0, 3600, &o->record_after) < 0)
-				return cli_err(VERB, "--record-after: 0..3600 seconds"), -EINVAL;
-			break;
-		case 'T':
-			o->seen |= O_THREADS;
-			if (cli_parse_int(optarg, 1, 64, &o->threads) < 0)
-				return cli_err(VERB, "--threads: 1..64"), -EINVAL;
-			break;
-		case 'h':
-			return 1;
-		default:
-			cli_bad_option(VERB, ch, argv);
-			return -EINVAL;
-		}
-	}
-	o->pos = argv + optind;
-	o->npos = argc - optind;
-	return 0;
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME | CLI_OPT_JSON,
+	    .own = own,
+	    .on_opt = image_option,
+	    .arg = o,
+	};
+	struct cli_opts co;
+	int r = cli_parse_opts(&v, argc, argv, &co);
+
+	if (r != CLI_GO)
+		return r;
+	o->home = co.home;
+	o->json = co.json;
+	o->seen |= co.seen;
+	o->pos = co.args;
+	o->npos = co.nargs;
+	o->help = co.help;
+	return CLI_GO;
 }
 
 static int open_store(struct ctx *c)
 {
 	char root[CLI_PATH];
-	int r = cli_home_resolve(c->o.home, &c->h);
+	int r = cli_home_open(VERB, c->o.home, &c->h);
 	if (r < 0)
-		return cli_err(VERB, "bad home directory: %s", strerror(-r)), r;
+		return r;
 	if (cli_mount_state(c->h.mount) != MNT_OK)
 		return cli_err(VERB, "the strata mount at %s is not up (run strata up)",
 			       c->h.mount),
@@ -595,12 +656,13 @@ int cmd_image(int argc, char **argv)
 		return cli_err(VERB, "unknown subcommand '%s' (see strata image --help)", argv[1]),
 		       2;
 	int r = parse(argc - 1, argv + 1, &c.o);
-	if (r != 0) {
-		if (r > 0)
-			printf("Usage: strata image %s\n  --home DIR   cluster home (default "
-			       "$STRATA_HOME, else ./.strata)\n",
-			       sc->usage);
-		return r > 0 ? 0 : 2;
+	if (r != CLI_GO)
+		return r;
+	if (c.o.help) {
+		printf("Usage: strata image %s\n  --home DIR   cluster home (default "
+		       "$STRATA_HOME, else ./.strata)\n",
+		       sc->usage);
+		return 0;
 	}
 	if (c.o.seen & ~sc->allowed)
 		return cli_err(VERB, "%s: an option does not apply (see strata image %s --help)",

@@ -160,6 +160,20 @@ static int api_error(int status, struct json *j)
 	return 1;
 }
 
+/* call() for a sub-command: 0 with *ret the reply, 1 after the API's error
+ * line (the reply freed), -errno after "cannot reach". */
+static int api_call(const char *sock, const char *method, const char *path, const char *body,
+		    struct json **ret)
+{
+	int status;
+	int r = call(sock, method, path, body, &status, ret);
+	if (r < 0) {
+		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+		return r;
+	}
+	return status >= 300 ? api_error(status, *ret) : 0;
+}
+
 static int cmd_create(const char *sock, int argc, char **argv)
 {
 	static const struct option o[] = {{"backend", 1, 0, 'b'},
@@ -219,23 +233,14 @@ static int cmd_create(const char *sock, int argc, char **argv)
 	jw_key(&w, "labels");
 	jw_raw(&w, labels.buf, labels.len);
 	jw_obj_end(&w);
-	int status;
 	struct json *j = NULL;
-	int r = call(sock, "POST", "/v1/sandboxes", w.buf, &status, &j);
+	int r = api_call(sock, "POST", "/v1/sandboxes", w.buf, &j);
 	jw_done(&w);
 	jw_done(&labels);
-	if (r < 0) {
-		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+	if (r != 0)
 		return 1;
-	}
-	if (status >= 300)
-		return api_error(status, j);
 	if (json) {
-		struct jw out;
-		jw_init(&out);
-		json_emit(&out, j);
-		printf("%s\n", out.buf);
-		jw_done(&out);
+		cli_json_print(j);
 	} else {
 		printf("%s\n", json_cstr(json_get(j, "id")));
 	}
@@ -380,22 +385,12 @@ static int cmd_exec(const char *sock, int argc, char **argv)
 static int cmd_ls(const char *sock, int argc, char **argv)
 {
 	bool json = argc > 1 && !strcmp(argv[1], "--json");
-	int status;
 	struct json *j = NULL;
-	int r = call(sock, "GET", "/v1/sandboxes", NULL, &status, &j);
-	if (r < 0) {
-		cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+	if (api_call(sock, "GET", "/v1/sandboxes", NULL, &j) != 0)
 		return 1;
-	}
-	if (status >= 300)
-		return api_error(status, j);
 	struct json *list = json_get(j, "sandboxes");
 	if (json) {
-		struct jw out;
-		jw_init(&out);
-		json_emit(&out, list);
-		printf("%s\n", out.buf);
-		jw_done(&out);
+		cli_json_print(list);
 	} else {
 		printf("%-20s %-24s %-10s %-8s %s\n", "ID", "IMAGE", "BACKEND", "STATE", "LABELS");
 		for (struct json *s = list ? list->child : NULL; s; s = s->next) {
@@ -422,15 +417,12 @@ static int cmd_rm(const char *sock, int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		char path[128];
 		snprintf(path, sizeof(path), "/v1/sandboxes/%.40s", argv[i]);
-		int status;
 		struct json *j = NULL;
-		int r = call(sock, "DELETE", path, NULL, &status, &j);
-		if (r < 0) {
-			cli_err(VERB, "cannot reach sandboxd at %s: %s", sock, strerror(-r));
+		int r = api_call(sock, "DELETE", path, NULL, &j);
+		if (r < 0)
 			return 1;
-		}
-		if (status >= 300)
-			rc = api_error(status, j);
+		if (r > 0)
+			rc = 1;
 		else
 			json_free(j);
 	}
@@ -463,36 +455,53 @@ int cli_sandboxd_delete_all(const char *sock)
 	return first < 0 ? first : n;
 }
 
+/* --socket PATH. */
+static int sandbox_option(void *arg, int val, const char *value)
+{
+	(void)val;
+	*(const char **)arg = value;
+	return 0;
+}
+
 int cmd_sandbox(int argc, char **argv)
 {
-	const char *home = NULL, *sock = getenv("STRATA_SANDBOXD_SOCKET");
-	int i = 1;
-	/* common options before the sub-command */
-	while (i + 1 < argc && (!strcmp(argv[i], "--home") || !strcmp(argv[i], "--socket"))) {
-		if (!strcmp(argv[i], "--home"))
-			home = argv[i + 1];
-		else
-			sock = argv[i + 1];
-		i += 2;
-	}
-	if (i >= argc || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-		usage(i >= argc ? stderr : stdout);
-		return i >= argc ? 2 : 0;
+	static const struct option own[] = {
+	    {"socket", required_argument, NULL, 's'},
+	    {},
+	};
+	const char *sock = getenv("STRATA_SANDBOXD_SOCKET");
+	struct cli_opts o;
+	/* the common options come before the sub-command, which has its own */
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME,
+	    .own = own,
+	    .on_opt = sandbox_option,
+	    .arg = &sock,
+	    .usage = usage,
+	    .stop_at_operand = true,
+	};
+	int r = cli_parse_opts(&v, argc, argv, &o);
+
+	if (r != CLI_GO)
+		return r;
+	if (o.nargs == 0) {
+		usage(stderr);
+		return 2;
 	}
 	char path[CLI_PATH];
 	if (!sock || !sock[0]) {
 		struct cli_home h;
-		int r = cli_home_resolve(home, &h);
-		if (r < 0) {
-			cli_err(VERB, "cannot resolve the home: %s", strerror(-r));
+		if (cli_home_open(VERB, o.home, &h) < 0)
 			return 1;
-		}
-		sock = cli_path(path, &h, "run/sandboxd.sock");
+		sock = cli_sandboxd_socket(&h, path);
 	}
-	const char *sub = argv[i];
-	int sargc = argc - i;
-	char **sargv = argv + i;
-	optind = 1;
+	const char *sub = o.args[0];
+	int sargc = o.nargs;
+	char **sargv = o.args;
+	/* 0, not 1: glibc then reads the ordering of the sub-command's optstring
+	 * afresh instead of keeping the '+' of the parse above */
+	optind = 0;
 	if (!strcmp(sub, "create"))
 		return cmd_create(sock, sargc, sargv);
 	if (!strcmp(sub, "exec"))

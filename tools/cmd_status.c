@@ -2,20 +2,22 @@
  * address and state (running/starting/dead/stopped; strata-sandboxd: its
  * socket as the address, "starting" until it accepts), the network namespace
  * of each chunkserver that is a host of its own, and the mount.
- * --json prints one object for machines:
- *   {"home":..., "meta":..., "mount":{"path":...,"state":...},
- *    "network":{"mode":"netns"|"loopback"|"missing"|"none","bridge":..,"addr":..},
- *    "daemons":[{"name":..,"binary":..,"pid":..,"addr":..,"state":..,
- *                "netns":..},...]}
+ *
+ * The status is gathered once into a struct status, then emitted as text or,
+ * with --json, as one object for machines (through fs/json.h's writer):
+ *   {"home":..., "network":{"mode":"netns"|"loopback"|"missing"|"none",
+ *    "bridge":..,"addr":..}, "daemons":[{"name":..,"binary":..,"pid":..,
+ *    "addr":..,"state":..,"netns":..},...], "meta":...,
+ *    "mount":{"path":...,"state":...}, "ok":true|false}
  * ("netns" is "" where the daemon runs in the root namespace or the node's
  * namespace is missing; a missing one counts as down.)
  * Exit status 0 when everything runs and the mount answers, 3 when not
  * (like `systemctl status`), 1 on errors. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "fs/json.h"
 #include "tools/cli.h"
 
 #define VERB "status"
@@ -31,6 +33,26 @@ static void usage(FILE *f)
 		   "  --home DIR   cluster home (default $STRATA_HOME, else ./.strata)\n"
 		   "  --json       machine-readable output\n");
 }
+
+struct daemon_status {
+	struct cli_daemon d;
+	pid_t pid;
+	char addr[CLI_PATH];
+	const char *state; /* running, starting, dead, stopped */
+	char ns[64];	   /* its namespace, "" in the root one or when missing */
+};
+
+struct status {
+	const struct cli_home *h;
+	struct cli_net net;
+	const char *net_mode;
+	char bridge_ip[32];
+	int n;
+	struct daemon_status d[CLI_MAX_NODES + 3];
+	char meta_addr[128];
+	enum cli_mount_state mount;
+	bool ok;
+};
 
 /* The network's mode: "netns" (bridge and namespaces there), "missing" (made
  * by `up`, gone since: a reboot), "none" (not made: the chunkservers' last
@@ -49,153 +71,152 @@ static const char *net_mode(const struct cli_home *h, const struct cli_net *net)
 	return addr[0] && strncmp(addr, "127.", 4) != 0 ? "none" : "loopback";
 }
 
-/* The network line. A home whose recorded bridge is gone (a reboot) is down
- * until `up` remakes it. */
-static bool show_network(const struct cli_home *h, const struct cli_net *net, bool json)
+/* Daemon i: pid, address, state, namespace. Returns false when it is down. */
+static bool gather_daemon(struct status *s, int i)
 {
-	char ip[32];
-	const char *mode = net_mode(h, net);
+	struct daemon_status *ds = &s->d[i];
+	const struct cli_daemon *d = &ds->d;
+	bool ok;
 
-	cli_net_ip(net, 0, ip, sizeof(ip));
-	if (json) {
-		printf(",\"network\":{\"mode\":\"%s\",\"bridge\":", mode);
-		cli_json_str(net->created ? net->bridge : "");
-		printf(",\"addr\":");
-		cli_json_str(net->created ? ip : "");
-		printf("}");
-	} else if (net->on) {
-		printf("  network  bridge %s %s/24, every chunkserver in its own namespace\n",
-		       net->bridge, ip);
-	} else if (net->created) {
-		printf("  network  bridge %s missing (strata up makes it again)\n", net->bridge);
-	} else if (!strcmp(mode, "none")) {
-		printf("  network  no bridge or namespaces (strata up makes them)\n");
-	} else if (h->nodes > 1) {
-		printf("  network  loopback ports\n");
+	cli_daemon_get(s->h, i, &ds->d);
+	ds->pid = cli_daemon_pid(s->h, d);
+	cli_daemon_addr(s->h, d, ds->addr, sizeof(ds->addr));
+	if (d->kind == D_FUSE)
+		snprintf(ds->addr, sizeof(ds->addr), "%s", s->h->mount);
+	if (d->kind == D_META)
+		snprintf(s->meta_addr, sizeof(s->meta_addr), "%s", ds->addr);
+	if (ds->pid == 0)
+		ds->state = "stopped";
+	else if (cli_pid_alive(ds->pid, d->binary))
+		ds->state = "running";
+	else
+		ds->state = "dead";
+	if (d->kind == D_SANDBOXD && !strcmp(ds->state, "running") &&
+	    cli_sandboxd_ping(ds->addr) < 0)
+		ds->state = "starting"; /* alive, its socket not accepting yet */
+	ok = !strcmp(ds->state, "running");
+	if (d->kind == D_CS && s->net.on) {
+		if (cli_net_ns_exists(&s->net, d->index))
+			cli_net_ns_name(&s->net, d->index, ds->ns, sizeof(ds->ns));
+		else
+			ok = false; /* its host is gone: up makes it again */
 	}
-	return !net->created || net->on;
+	return ok;
+}
+
+/* A home whose recorded bridge is gone (a reboot) is down until `up`
+ * remakes it. */
+static void gather(const struct cli_home *h, struct status *s)
+{
+	s->h = h;
+	s->mount = cli_mount_state(h->mount);
+	cli_net_load(h, &s->net);
+	s->net_mode = net_mode(h, &s->net);
+	cli_net_ip(&s->net, 0, s->bridge_ip, sizeof(s->bridge_ip));
+	s->ok = !s->net.created || s->net.on;
+	s->n = cli_daemon_count(h);
+	for (int i = 0; i < s->n; i++)
+		s->ok &= gather_daemon(s, i);
+	if (s->mount != MNT_OK)
+		s->ok = false;
+}
+
+static void emit_json(const struct status *s)
+{
+	struct jw w;
+
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kstr(&w, "home", s->h->home);
+	jw_key(&w, "network");
+	jw_obj(&w);
+	jw_kstr(&w, "mode", s->net_mode);
+	jw_kstr(&w, "bridge", s->net.created ? s->net.bridge : "");
+	jw_kstr(&w, "addr", s->net.created ? s->bridge_ip : "");
+	jw_obj_end(&w);
+	jw_key(&w, "daemons");
+	jw_arr(&w);
+	for (int i = 0; i < s->n; i++) {
+		const struct daemon_status *ds = &s->d[i];
+		jw_obj(&w);
+		jw_kstr(&w, "name", ds->d.name);
+		jw_kstr(&w, "binary", ds->d.binary);
+		jw_kint(&w, "pid", ds->pid);
+		jw_kstr(&w, "addr", ds->addr);
+		jw_kstr(&w, "state", ds->state);
+		jw_kstr(&w, "netns", ds->ns);
+		jw_obj_end(&w);
+	}
+	jw_arr_end(&w);
+	jw_kstr(&w, "meta", s->meta_addr);
+	jw_key(&w, "mount");
+	jw_obj(&w);
+	jw_kstr(&w, "path", s->h->mount);
+	jw_kstr(&w, "state", cli_mount_state_name(s->mount));
+	jw_obj_end(&w);
+	jw_kbool(&w, "ok", s->ok);
+	jw_obj_end(&w);
+	cli_jw_print(&w);
+}
+
+static void emit_network(const struct status *s)
+{
+	if (s->net.on)
+		printf("  network  bridge %s %s/24, every chunkserver in its own namespace\n",
+		       s->net.bridge, s->bridge_ip);
+	else if (s->net.created)
+		printf("  network  bridge %s missing (strata up makes it again)\n", s->net.bridge);
+	else if (!strcmp(s->net_mode, "none"))
+		printf("  network  no bridge or namespaces (strata up makes them)\n");
+	else if (s->h->nodes > 1)
+		printf("  network  loopback ports\n");
+}
+
+static void emit_text(const struct status *s)
+{
+	const struct cli_home *h = s->h;
+
+	printf("cluster %s  (%d chunkserver(s) x %d target(s), %d replica(s))\n", h->home, h->nodes,
+	       h->targets, h->replicas);
+	emit_network(s);
+	printf("  %-8s %-8s %-22s %-8s %s\n", "NAME", "PID", "ADDRESS", "STATE", "NETNS");
+	for (int i = 0; i < s->n; i++) {
+		const struct daemon_status *ds = &s->d[i];
+		const char *ns = ds->ns[0]			   ? ds->ns
+				 : ds->d.kind == D_CS && s->net.on ? "(missing)"
+								   : "-";
+		printf("  %-8s %-8d %-22s %-8s %s\n", ds->d.name, (int)ds->pid,
+		       ds->addr[0] ? ds->addr : "-", ds->state, ns);
+	}
+	printf("  mount  %s: %s\n", h->mount, cli_mount_state_name(s->mount));
 }
 
 int cmd_status(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {},
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME | CLI_OPT_JSON,
+	    .usage = usage,
+	    .no_operands = true,
 	};
+	struct cli_opts o;
 	struct cli_home h;
-	const char *home = NULL;
-	bool json = false, all_ok = true;
-	int o, r;
+	struct status s = {0};
 	struct stat st;
+	int r = cli_parse_opts(&v, argc, argv, &o);
 
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'H':
-			home = optarg;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			cli_bad_option(VERB, o, argv);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		cli_err(VERB, "unexpected argument '%s' (see strata status --help)", argv[optind]);
-		return 2;
-	}
-	if ((r = cli_home_resolve(home, &h)) < 0) {
-		cli_err(VERB, "bad home directory: %s", strerror(-r));
+	if (r != CLI_GO)
+		return r;
+	if (cli_home_open(VERB, o.home, &h) < 0)
 		return 1;
-	}
 	if (stat(h.home, &st) < 0 || !h.have_conf) {
 		cli_err(VERB, "no cluster at %s (start one with strata up)", h.home);
 		return 1;
 	}
-
-	enum cli_mount_state ms = cli_mount_state(h.mount);
-	char meta_addr[128] = "";
-	struct cli_net net;
-	cli_net_load(&h, &net);
-	if (json) {
-		printf("{\"home\":");
-		cli_json_str(h.home);
-	} else {
-		printf("cluster %s  (%d chunkserver(s) x %d target(s), %d replica(s))\n", h.home,
-		       h.nodes, h.targets, h.replicas);
-	}
-	all_ok = show_network(&h, &net, json);
-	if (json)
-		printf(",\"daemons\":[");
+	gather(&h, &s);
+	if (o.json)
+		emit_json(&s);
 	else
-		printf("  %-8s %-8s %-22s %-8s %s\n", "NAME", "PID", "ADDRESS", "STATE", "NETNS");
-	for (int i = 0; i < cli_daemon_count(&h); i++) {
-		struct cli_daemon d;
-		char addr[CLI_PATH];
-		pid_t pid;
-		const char *state;
-		char ns[64] = "";
-
-		cli_daemon_get(&h, i, &d);
-		pid = cli_daemon_pid(&h, &d);
-		cli_daemon_addr(&h, &d, addr, sizeof(addr));
-		if (d.kind == D_FUSE)
-			snprintf(addr, sizeof(addr), "%s", h.mount);
-		if (d.kind == D_META)
-			snprintf(meta_addr, sizeof(meta_addr), "%s", addr);
-		if (pid == 0)
-			state = "stopped";
-		else if (cli_pid_alive(pid, d.binary))
-			state = "running";
-		else
-			state = "dead";
-		if (d.kind == D_SANDBOXD && !strcmp(state, "running") &&
-		    cli_sandboxd_ping(addr) < 0)
-			state = "starting"; /* alive, its socket not accepting yet */
-		if (strcmp(state, "running") != 0)
-			all_ok = false;
-		if (d.kind == D_CS && net.on) {
-			if (cli_net_ns_exists(&net, d.index))
-				cli_net_ns_name(&net, d.index, ns, sizeof(ns));
-			else
-				all_ok = false; /* its host is gone: up makes it again */
-		}
-		if (json) {
-			printf("%s{\"name\":", i ? "," : "");
-			cli_json_str(d.name);
-			printf(",\"binary\":");
-			cli_json_str(d.binary);
-			printf(",\"pid\":%d,\"addr\":", (int)pid);
-			cli_json_str(addr);
-			printf(",\"state\":\"%s\",\"netns\":", state);
-			cli_json_str(ns);
-			printf("}");
-		} else {
-			if (!ns[0])
-				snprintf(ns, sizeof(ns),
-					 d.kind == D_CS && net.on ? "(missing)" : "-");
-			printf("  %-8s %-8d %-22s %-8s %s\n", d.name, (int)pid,
-			       addr[0] ? addr : "-", state, ns);
-		}
-	}
-	if (ms != MNT_OK)
-		all_ok = false;
-	if (json) {
-		printf("],\"meta\":");
-		cli_json_str(meta_addr);
-		printf(",\"mount\":{\"path\":");
-		cli_json_str(h.mount);
-		printf(",\"state\":\"%s\"},\"ok\":%s}\n", cli_mount_state_name(ms),
-		       all_ok ? "true" : "false");
-	} else {
-		printf("  mount  %s: %s\n", h.mount, cli_mount_state_name(ms));
-	}
-	return all_ok ? 0 : 3;
+		emit_text(&s);
+	return s.ok ? 0 : 3;
 }

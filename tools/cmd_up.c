@@ -18,7 +18,6 @@
  * another network than this run's (the mode changed, a namespace was
  * recreated) is restarted too. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +75,56 @@ static int died(struct up_ctx *c, const struct cli_daemon *d, const char *what)
 	cli_last_line(log, last, sizeof(last));
 	cli_err(VERB, "%s %s (log %s)%s%s", d->binary, what, log, last[0] ? ": " : "", last);
 	return -ECHILD;
+}
+
+/* What a started daemon is waited for. */
+struct wait {
+	int (*ready)(struct up_ctx *c, const void *arg); /* 0 when ready, else -errno */
+	const void *arg;
+	int interval_ms;
+	const char *died; /* died()'s words if it exits first; NULL: -ECHILD, no line */
+};
+
+/* Polls w->ready until it answers 0 (returns 0), daemon d (pid) exits
+ * (-ECHILD) or the timeout passes: -ETIMEDOUT, with ready's last answer in
+ * *ret_last for the caller's line. */
+static int wait_ready(struct up_ctx *c, const struct cli_daemon *d, pid_t pid, const struct wait *w,
+		      int *ret_last)
+{
+	long long deadline = cli_now_ms() + c->timeout_ms;
+
+	while ((*ret_last = w->ready(c, w->arg)) < 0) {
+		if (!cli_pid_alive(pid, d->binary))
+			return w->died ? died(c, d, w->died) : -ECHILD;
+		if (cli_now_ms() > deadline)
+			return -ETIMEDOUT;
+		cli_sleep_ms(w->interval_ms);
+	}
+	return 0;
+}
+
+static int file_there(struct up_ctx *c, const void *path)
+{
+	(void)c;
+	return access(path, F_OK) == 0 ? 0 : -errno;
+}
+
+static int meta_answers(struct up_ctx *c, const void *arg)
+{
+	(void)arg;
+	return cli_meta_ping(c->meta_addr);
+}
+
+static int mount_answers(struct up_ctx *c, const void *arg)
+{
+	(void)arg;
+	return cli_mount_state(c->h.mount) == MNT_OK ? 0 : -ENOTCONN;
+}
+
+static int sandboxd_accepts(struct up_ctx *c, const void *sock)
+{
+	(void)c;
+	return cli_sandboxd_ping(sock);
 }
 
 static int write_pid(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
@@ -209,18 +258,13 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	if (d->kind == D_FUSE || d->kind == D_SANDBOXD)
 		return 0;
 
-	long long deadline = cli_now_ms() + c->timeout_ms;
-	while (access(addrf, F_OK) != 0) {
-		if (!cli_pid_alive(pid, d->binary))
-			return -ECHILD; /* the caller decides: retry on port 0 or report */
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "%s did not write %s within %d s", d->binary, addrf,
-				c->timeout_ms / 1000);
-			return -ETIMEDOUT;
-		}
-		cli_sleep_ms(20);
-	}
-	return 0;
+	/* died: no line, the caller decides (retry on port 0 or report) */
+	const struct wait w = {file_there, addrf, 20, NULL};
+	r = wait_ready(c, d, pid, &w, &(int){0});
+	if (r == -ETIMEDOUT)
+		cli_err(VERB, "%s did not write %s within %d s", d->binary, addrf,
+			c->timeout_ms / 1000);
+	return r;
 }
 
 /* The host d listens on: the bridge (meta) or its node's own address when
@@ -302,18 +346,13 @@ static int up_meta(struct up_ctx *c)
 		c->meta_moved = prev[0] && strcmp(prev, c->meta_addr) != 0;
 		c->started++;
 	}
-	long long deadline = cli_now_ms() + c->timeout_ms;
-	while ((r = cli_meta_ping(c->meta_addr)) < 0) {
-		if (!cli_pid_alive(pid, d.binary))
-			return died(c, &d, "exited before answering");
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "strata-meta at %s does not answer: %s", c->meta_addr,
-				strerror(-r));
-			return r;
-		}
-		cli_sleep_ms(50);
-	}
-	return 0;
+	const struct wait w = {meta_answers, NULL, 50, "exited before answering"};
+	int last;
+	r = wait_ready(c, &d, pid, &w, &last);
+	if (r != -ETIMEDOUT)
+		return r;
+	cli_err(VERB, "strata-meta at %s does not answer: %s", c->meta_addr, strerror(-last));
+	return last;
 }
 
 static int up_chunkservers(struct up_ctx *c)
@@ -408,38 +447,26 @@ static int up_fuse(struct up_ctx *c)
 		return r == -ECHILD ? died(c, &d, "exited during start-up") : r;
 	c->started++;
 
-	long long deadline = cli_now_ms() + c->timeout_ms;
-	while (cli_mount_state(c->h.mount) != MNT_OK) {
-		if (!cli_pid_alive(pid, d.binary))
-			return died(c, &d, "exited before the mount answered");
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "the mount %s did not answer within %d s", c->h.mount,
-				c->timeout_ms / 1000);
-			return -ETIMEDOUT;
-		}
-		cli_sleep_ms(50);
-	}
-	return 0;
+	const struct wait w = {mount_answers, NULL, 50, "exited before the mount answered"};
+	r = wait_ready(c, &d, pid, &w, &(int){0});
+	if (r == -ETIMEDOUT)
+		cli_err(VERB, "the mount %s did not answer within %d s", c->h.mount,
+			c->timeout_ms / 1000);
+	return r;
 }
 
 /* Waits until strata-sandboxd (pid) accepts on its socket. */
 static int wait_sandboxd(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
 {
 	char sock[CLI_PATH];
-	long long deadline = cli_now_ms() + c->timeout_ms;
+	const struct wait w = {sandboxd_accepts, sock, 50, "exited before its socket accepted"};
 
 	cli_sandboxd_socket(&c->h, sock);
-	while (cli_sandboxd_ping(sock) < 0) {
-		if (!cli_pid_alive(pid, d->binary))
-			return died(c, d, "exited before its socket accepted");
-		if (cli_now_ms() > deadline) {
-			cli_err(VERB, "strata-sandboxd did not accept on %s within %d s", sock,
-				c->timeout_ms / 1000);
-			return -ETIMEDOUT;
-		}
-		cli_sleep_ms(50);
-	}
-	return 0;
+	int r = wait_ready(c, d, pid, &w, &(int){0});
+	if (r == -ETIMEDOUT)
+		cli_err(VERB, "strata-sandboxd did not accept on %s within %d s", sock,
+			c->timeout_ms / 1000);
+	return r;
 }
 
 /* The node agent, last. A build without it (no binary) still has a working
@@ -540,95 +567,90 @@ static void print_summary(struct up_ctx *c)
 	printf("  stop   strata down --home %s\n", c->h.home);
 }
 
-int cmd_up(int argc, char **argv)
-{
-	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},	{"mount", required_argument, NULL, 'm'},
-	    {"nodes", required_argument, NULL, 'n'},	{"targets", required_argument, NULL, 't'},
-	    {"replicas", required_argument, NULL, 'r'}, {"timeout", required_argument, NULL, 'T'},
-	    {"no-netns", no_argument, NULL, 'N'},	{"netns", no_argument, NULL, 'S'},
-	    {"help", no_argument, NULL, 'h'},		{},
-	};
-	struct up_ctx c;
-	const char *home = NULL, *mount = NULL;
-	int nodes = 0, targets = 0, replicas = 0, timeout_s = 60, netns = -1;
-	int o, r;
+/* What the command line asks for; 0 (netns: -1) where it says nothing. */
+struct up_args {
+	const char *mount;
+	int nodes, targets, replicas, timeout_s, netns;
+};
 
-	memset(&c, 0, sizeof(c));
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'H':
-			home = optarg;
-			break;
-		case 'm':
-			mount = optarg;
-			break;
-		case 'n':
-			if (cli_parse_int(optarg, 1, CLI_MAX_NODES, &nodes) < 0) {
-				cli_err(VERB, "--nodes wants a number from 1 to %d, not '%s'",
-					CLI_MAX_NODES, optarg);
-				return 2;
-			}
-			break;
-		case 't':
-			if (cli_parse_int(optarg, 1, CLI_MAX_TARGETS, &targets) < 0) {
-				cli_err(VERB, "--targets wants a number from 1 to %d, not '%s'",
-					CLI_MAX_TARGETS, optarg);
-				return 2;
-			}
-			break;
-		case 'r':
-			if (cli_parse_int(optarg, 1, STRATA_MAX_REPLICAS, &replicas) < 0) {
-				cli_err(VERB, "--replicas wants a number from 1 to %d, not '%s'",
-					STRATA_MAX_REPLICAS, optarg);
-				return 2;
-			}
-			break;
-		case 'T':
-			if (cli_parse_int(optarg, 1, 3600, &timeout_s) < 0) {
-				cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'N':
-		case 'S':
-			netns = o == 'S';
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			cli_bad_option(VERB, o, argv);
-			return 2;
-		}
+/* One of up's own options: a number in its range, or a flag. */
+static int up_option(void *arg, int val, const char *value)
+{
+	struct up_args *a = arg;
+	static const struct {
+		int val, lo, hi;
+		const char *fmt;
+	} nums[] = {
+	    {'n', 1, CLI_MAX_NODES, "--nodes wants a number from 1 to %d, not '%s'"},
+	    {'t', 1, CLI_MAX_TARGETS, "--targets wants a number from 1 to %d, not '%s'"},
+	    {'r', 1, STRATA_MAX_REPLICAS, "--replicas wants a number from 1 to %d, not '%s'"},
+	    {'T', 1, 3600, "--timeout wants seconds (1..%d), not '%s'"},
+	};
+	int *dst[] = {&a->nodes, &a->targets, &a->replicas, &a->timeout_s};
+
+	if (val == 'm') {
+		a->mount = value;
+		return 0;
 	}
-	if (optind < argc) {
-		cli_err(VERB, "unexpected argument '%s' (see strata up --help)", argv[optind]);
+	if (val == 'N' || val == 'S') {
+		a->netns = val == 'S';
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(nums) / sizeof(*nums); i++) {
+		if (nums[i].val != val)
+			continue;
+		if (cli_parse_int(value, nums[i].lo, nums[i].hi, dst[i]) == 0)
+			return 0;
+		cli_err(VERB, nums[i].fmt, nums[i].hi, value);
 		return 2;
 	}
-	if ((r = cli_home_resolve(home, &c.h)) < 0) {
-		cli_err(VERB, "bad home directory: %s", strerror(-r));
+	return 2;
+}
+
+int cmd_up(int argc, char **argv)
+{
+	static const struct option own[] = {
+	    {"mount", required_argument, NULL, 'm'},   {"nodes", required_argument, NULL, 'n'},
+	    {"targets", required_argument, NULL, 't'}, {"replicas", required_argument, NULL, 'r'},
+	    {"timeout", required_argument, NULL, 'T'}, {"no-netns", no_argument, NULL, 'N'},
+	    {"netns", no_argument, NULL, 'S'},	       {},
+	};
+	struct up_ctx c;
+	struct up_args a = {.timeout_s = 60, .netns = -1};
+	struct cli_opts o;
+	const struct cli_verb_opts v = {
+	    .verb = VERB,
+	    .common = CLI_OPT_HOME,
+	    .own = own,
+	    .on_opt = up_option,
+	    .arg = &a,
+	    .usage = usage,
+	    .no_operands = true,
+	};
+	int r;
+
+	memset(&c, 0, sizeof(c));
+	if ((r = cli_parse_opts(&v, argc, argv, &o)) != CLI_GO)
+		return r;
+	if (cli_home_open(VERB, o.home, &c.h) < 0)
 		return 1;
-	}
 	if (c.h.have_conf &&
-	    ((nodes && nodes != c.h.nodes) || (targets && targets != c.h.targets))) {
+	    ((a.nodes && a.nodes != c.h.nodes) || (a.targets && a.targets != c.h.targets))) {
 		cli_err(VERB,
 			"%s was created with --nodes %d --targets %d; remove it to change that",
 			c.h.home, c.h.nodes, c.h.targets);
 		return 1;
 	}
-	if (nodes)
-		c.h.nodes = nodes;
-	if (targets)
-		c.h.targets = targets;
-	if (netns >= 0)
-		c.h.netns = netns;
+	if (a.nodes)
+		c.h.nodes = a.nodes;
+	if (a.targets)
+		c.h.targets = a.targets;
+	if (a.netns >= 0)
+		c.h.netns = a.netns;
 	else if (c.h.netns < 0)
 		c.h.netns = 1; /* nodes as hosts when there are several */
-	if (replicas)
-		c.h.replicas = replicas;
+	if (a.replicas)
+		c.h.replicas = a.replicas;
 	else if (!c.h.have_conf)
 		c.h.replicas = c.h.nodes < 3 ? c.h.nodes : 3; /* chains on distinct nodes */
 	if (c.h.replicas > c.h.nodes) {
@@ -637,17 +659,17 @@ int cmd_up(int argc, char **argv)
 			c.h.replicas, c.h.replicas);
 		return 1;
 	}
-	if (mount) {
+	if (a.mount) {
 		char cwd[CLI_PATH];
-		if (mount[0] == '/')
-			snprintf(c.h.mount, sizeof(c.h.mount), "%s", mount);
+		if (a.mount[0] == '/')
+			snprintf(c.h.mount, sizeof(c.h.mount), "%s", a.mount);
 		else if (getcwd(cwd, sizeof(cwd)))
-			snprintf(c.h.mount, sizeof(c.h.mount), "%s/%s", cwd, mount);
+			snprintf(c.h.mount, sizeof(c.h.mount), "%s/%s", cwd, a.mount);
 		size_t ml = strlen(c.h.mount);
 		while (ml > 1 && c.h.mount[ml - 1] == '/')
 			c.h.mount[--ml] = '\0';
 	}
-	c.timeout_ms = timeout_s * 1000;
+	c.timeout_ms = a.timeout_s * 1000;
 	c.log_level = getenv("STRATA_LOG_LEVEL");
 	if (c.log_level && !*c.log_level)
 		c.log_level = NULL;

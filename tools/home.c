@@ -7,7 +7,6 @@
  * `strata up` on an existing home brings back the same cluster. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,78 +18,6 @@
 #include <unistd.h>
 #include "fs/cleanup.h"
 #include "tools/cli.h"
-
-void cli_err(const char *verb, const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "strata%s%s: ", verb ? " " : "", verb ? verb : "");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-void cli_bad_option(const char *verb, int o, char **argv)
-{
-	const char *opt = optind > 0 ? argv[optind - 1] : "?";
-
-	if (o == ':')
-		cli_err(verb, "option '%s' needs a value (see strata %s --help)", opt, verb);
-	else if (optopt)
-		cli_err(verb, "unknown option '-%c' (see strata %s --help)", optopt, verb);
-	else
-		cli_err(verb, "unknown option '%s' (see strata %s --help)", opt, verb);
-}
-
-void cli_json_str(const char *s)
-{
-	putchar('"');
-	for (; s && *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
-int cli_meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap)
-{
-	if (opt_meta || getenv("STRATA_META")) {
-		snprintf(buf, cap, "%s", opt_meta ? opt_meta : getenv("STRATA_META"));
-		return 0;
-	}
-	struct cli_home h;
-	int r = cli_home_resolve(home, &h);
-	if (r < 0 || !h.have_conf)
-		return r < 0 ? r : -ENOENT;
-	buf[0] = 0;
-	for (int i = 0; i < cli_daemon_count(&h); i++) {
-		struct cli_daemon d;
-		cli_daemon_get(&h, i, &d);
-		if (d.kind == D_META)
-			cli_daemon_addr(&h, &d, buf, cap);
-	}
-	return buf[0] ? 0 : -ENOENT;
-}
-
-int cli_parse_int(const char *s, int lo, int hi, int *ret)
-{
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return -EINVAL;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < lo || v > hi)
-		return -EINVAL;
-	*ret = (int)v;
-	return 0;
-}
 
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
 {

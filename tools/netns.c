@@ -434,6 +434,13 @@ static int delete_one(const struct cli_home *h, struct cli_net *n, const char *k
 		if (!link_exists(name))
 			return 0;
 		r = ip(h, n, "link", "del", name, NULL);
+		/* The kernel tears a deleted namespace down asynchronously: its
+		 * veth can vanish between the check and the delete. Gone is
+		 * what was wanted. */
+		if (r < 0 && !link_exists(name)) {
+			n->err[0] = '\0';
+			return 0;
+		}
 	}
 	return r < 0 ? r : 1;
 }
