@@ -204,14 +204,14 @@ static int cmd_create(const char *sock, int argc, char **argv)
 		case 't':
 			if (cli_parse_int(optarg, 0, 1 << 30, &v) < 0) {
 				cli_err(VERB, "--%s wants a number", c == 'm' ? "memory" : "ttl");
-				return 2;
+				goto usage_error;
 			}
 			jw_kint(&w, c == 'm' ? "memory_mb" : "ttl", v);
 			break;
 		case 'l':
 			if (!(eq = strchr(optarg, '='))) {
 				cli_err(VERB, "--label wants k=v");
-				return 2;
+				goto usage_error;
 			}
 			*eq = 0;
 			jw_kstr(&labels, optarg, eq + 1);
@@ -221,12 +221,12 @@ static int cmd_create(const char *sock, int argc, char **argv)
 			break;
 		default:
 			usage(stderr);
-			return 2;
+			goto usage_error;
 		}
 	}
 	if (optind + 1 != argc) {
 		usage(stderr);
-		return 2;
+		goto usage_error;
 	}
 	jw_kstr(&w, "image", argv[optind]);
 	jw_obj_end(&labels);
@@ -246,6 +246,10 @@ static int cmd_create(const char *sock, int argc, char **argv)
 	}
 	json_free(j);
 	return 0;
+usage_error:
+	jw_done(&w);
+	jw_done(&labels);
+	return 2;
 }
 
 /* Handles one line of the exec stream; sets *code on the exit event. */
@@ -429,6 +433,17 @@ static int cmd_rm(const char *sock, int argc, char **argv)
 	return rc;
 }
 
+/* True if a sub-command's options (before a "--", after which a command's
+ * own arguments follow) ask for help: every sub-command answers --help and
+ * -h with the usage, on stdout, exit 0, like every other verb. */
+static bool sub_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return true;
+	return false;
+}
+
 int cli_sandboxd_delete_all(const char *sock)
 {
 	int status, n = 0, first = 0;
@@ -499,6 +514,10 @@ int cmd_sandbox(int argc, char **argv)
 	const char *sub = o.args[0];
 	int sargc = o.nargs;
 	char **sargv = o.args;
+	if (sub_wants_help(sargc, sargv)) {
+		usage(stdout);
+		return 0;
+	}
 	/* 0, not 1: glibc then reads the ordering of the sub-command's optstring
 	 * afresh instead of keeping the '+' of the parse above */
 	optind = 0;

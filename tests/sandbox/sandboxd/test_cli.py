@@ -32,3 +32,14 @@ def test_create_exec_ls_rm(daemon):
     assert r.returncode == 1 and "no sandbox" in r.stderr
     r = strata(daemon, "create", "no-such-image")
     assert r.returncode == 1 and "not registered" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_subcommand_help(daemon):
+    # Every sub-command answers --help with the usage on stdout, exit 0,
+    # without asking sandboxd; after "--" it is the command's own argument.
+    for sub in (["create", "--help"], ["exec", "sb-x", "--help"], ["ls", "-h"], ["rm", "--help"]):
+        r = strata(daemon, *sub)
+        assert (r.returncode, r.stderr) == (0, ""), (sub, r.stderr)
+        assert r.stdout.startswith("Usage: strata sandbox create"), sub
+    r = strata(daemon, "exec", "sb-nonexistent", "--", "echo", "--help")
+    assert r.returncode == 1 and "no sandbox" in r.stderr
