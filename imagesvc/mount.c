@@ -10,8 +10,9 @@
  *     > 0, CACHE/HEX/root is mounted (an acquire that finds nothing mounted
  *     starts the count afresh: it is from before a reboot).
  *  2. A named reference (img_node_acquire_as / img_node_ref with a holder)
- *     is also one line "HOLDER" below the count, and releasing it removes
- *     that line; releasing a name that is not there changes nothing. So a
+ *     is also counted on its holder's line "COUNT HOLDER" below the total,
+ *     and releasing it counts it out there; releasing for a holder that has
+ *     none changes nothing. So a
  *     holder can always find, and give back, exactly the references it has.
  *  3. The last anonymous release unmounts at once; the last named one
  *     leaves the mount (and the store lease) in place with the users file's
@@ -156,44 +157,64 @@ static int mount_image(struct img_store *s, const char *dir, const char *hex, co
 	return r;
 }
 
-/* CACHE/HEX/users: "N\n" and then one line per named reference (a holder
- * that may have to find its references again, e.g. a restarted sandboxd);
- * N also counts the anonymous ones. Read and written under CACHE/HEX/lock. */
-struct users {
+/* CACHE/HEX/users: "N\n" and then one line "COUNT HOLDER" per holder of
+ * named references (one that may have to find its references again, e.g. a
+ * restarted sandboxd); N also counts the anonymous ones. A line per holder,
+ * not per reference, keeps the file a few lines long however many
+ * sandboxes share the image: it is read and rewritten on every create and
+ * delete. Read and written under CACHE/HEX/lock. */
+#define USERS_MAX_HOLDERS 64
+#define USERS_HOLDER_MAX 128 /* bytes of a holder's name, NUL included */
+
+struct users_holder {
+	char name[USERS_HOLDER_MAX];
 	int n;
-	size_t len, cap; /* of the holder lines in names (malloc'd) */
-	char *names;
 };
 
-static void users_done(struct users *u)
+struct users {
+	int n;
+	size_t n_holders;
+	struct users_holder h[USERS_MAX_HOLDERS];
+};
+
+/* Forgets every reference (the count of a mount from before a reboot). */
+static void users_reset(struct users *u)
 {
-	free(u->names);
+	u->n = 0;
+	u->n_holders = 0;
+}
+
+static void users_parse_holders(struct users *u, char *line)
+{
+	while (line && *line && u->n_holders < USERS_MAX_HOLDERS) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		char *sp = strchr(line, ' ');
+		int n = atoi(line);
+		if (sp && n > 0 && strlen(sp + 1) < USERS_HOLDER_MAX) {
+			struct users_holder *h = &u->h[u->n_holders++];
+			snprintf(h->name, sizeof(h->name), "%s", sp + 1);
+			h->n = n;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
 }
 
 static int users_read(const char *path, struct users *u)
 {
-	struct stat st;
-	*u = (struct users){0};
+	char buf[64 + USERS_MAX_HOLDERS * (USERS_HOLDER_MAX + 16)];
+	users_reset(u);
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	_cleanup_free_ char *buf = malloc((size_t)st.st_size + 1);
-	if (!buf)
-		return -ENOMEM;
-	ssize_t k = store_read_all(fd, buf, (size_t)st.st_size);
+	ssize_t k = store_read_all(fd, buf, sizeof(buf) - 1);
 	if (k < 0)
 		return (int)k;
 	buf[k] = '\0';
 	u->n = atoi(buf);
 	char *nl = strchr(buf, '\n');
-	size_t len = nl ? strlen(nl + 1) : 0;
-	if (!(u->names = malloc(len + 128)))
-		return -ENOMEM;
-	u->cap = len + 128;
-	u->len = len;
-	memcpy(u->names, nl ? nl + 1 : "", len);
+	users_parse_holders(u, nl ? nl + 1 : NULL);
 	return 0;
 }
 
@@ -201,17 +222,17 @@ static int users_read(const char *path, struct users *u)
  * next acquire starts the count afresh (invariant 1). No tmp + rename
  * either: ext4 flushes a file renamed over another (auto_da_alloc), which
  * made a reference cost a millisecond. Only the holders of the lock read
- * the names; a reader without it sees the count line whole (one write). */
+ * the holders; a reader without it sees the count line whole (one write). */
 static int users_write(const char *path, const struct users *u)
 {
-	char head[32];
-	int h = snprintf(head, sizeof(head), "%d\n", u->n);
-	struct iovec iov[2] = {{head, (size_t)h}, {u->names, u->len}};
-	size_t n = (size_t)h + u->len;
+	char buf[64 + USERS_MAX_HOLDERS * (USERS_HOLDER_MAX + 16)];
+	size_t n = (size_t)snprintf(buf, sizeof(buf), "%d\n", u->n);
+	for (size_t i = 0; i < u->n_holders; i++)
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%d %s\n", u->h[i].n, u->h[i].name);
 	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	ssize_t k = pwritev(fd, iov, u->len ? 2 : 1, 0);
+	ssize_t k = pwrite(fd, buf, n, 0);
 	if (k < 0)
 		return -errno;
 	if ((size_t)k != n)
@@ -219,57 +240,51 @@ static int users_write(const char *path, const struct users *u)
 	return ftruncate(fd, (off_t)n) < 0 ? -errno : 0;
 }
 
+static struct users_holder *users_find(struct users *u, const char *holder)
+{
+	for (size_t i = 0; i < u->n_holders; i++)
+		if (!strcmp(u->h[i].name, holder))
+			return &u->h[i];
+	return NULL;
+}
+
+/* One more reference, of holder (NULL: anonymous). Returns 0, -EINVAL for
+ * a name that does not fit a line, -EUSERS past USERS_MAX_HOLDERS. */
 static int users_add(struct users *u, const char *holder)
 {
-	size_t k = holder ? strlen(holder) : 0;
-	if (holder && (!k || strchr(holder, '\n')))
-		return -EINVAL;
-	if (holder && u->len + k + 1 > u->cap) {
-		char *p = realloc(u->names, u->len + k + 1 + 4096);
-		if (!p)
-			return -ENOMEM;
-		u->names = p;
-		u->cap = u->len + k + 1 + 4096;
-	}
 	if (holder) {
-		memcpy(u->names + u->len, holder, k);
-		u->names[u->len + k] = '\n';
-		u->len += k + 1;
+		if (!holder[0] || strchr(holder, '\n') || strlen(holder) >= USERS_HOLDER_MAX)
+			return -EINVAL;
+		struct users_holder *h = users_find(u, holder);
+		if (!h) {
+			if (u->n_holders == USERS_MAX_HOLDERS)
+				return -EUSERS;
+			h = &u->h[u->n_holders++];
+			snprintf(h->name, sizeof(h->name), "%s", holder);
+			h->n = 0;
+		}
+		h->n++;
 	}
 	u->n++;
 	return 0;
 }
 
-/* Removes one line "holder" (false: there is none) and counts it out. */
+/* Removes one reference of holder (false: it holds none) and counts it out. */
 static bool users_remove(struct users *u, const char *holder)
 {
-	size_t k = strlen(holder);
-	for (size_t i = 0; i < u->len;) {
-		char *nl = memchr(u->names + i, '\n', u->len - i);
-		size_t end = nl ? (size_t)(nl - u->names) : u->len;
-		if (end - i == k && !memcmp(u->names + i, holder, k)) {
-			size_t next = end < u->len ? end + 1 : end;
-			memmove(u->names + i, u->names + next, u->len - next);
-			u->len -= next - i;
-			u->n--;
-			return true;
-		}
-		i = end + 1;
-	}
-	return false;
+	struct users_holder *h = users_find(u, holder);
+	if (!h)
+		return false;
+	if (--h->n == 0)
+		*h = u->h[--u->n_holders];
+	u->n--;
+	return true;
 }
 
-static int users_count(const struct users *u, const char *holder)
+static int users_count(struct users *u, const char *holder)
 {
-	size_t k = strlen(holder);
-	int n = 0;
-	for (size_t i = 0; i < u->len;) {
-		char *nl = memchr(u->names + i, '\n', u->len - i);
-		size_t end = nl ? (size_t)(nl - u->names) : u->len;
-		n += end - i == k && !memcmp(u->names + i, holder, k);
-		i = end + 1;
-	}
-	return n;
+	struct users_holder *h = users_find(u, holder);
+	return h ? h->n : 0;
 }
 
 static int lock_dir(const char *dir)
@@ -360,7 +375,7 @@ int img_node_acquire_as(struct img_store *s, const char *cache, const char *hex,
 			char *root, size_t cap, bool *ret_fresh, struct strata_err *e)
 {
 	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
-	_cleanup_(users_done) struct users u = {0};
+	struct users u = {0};
 	char node[256];
 	int r = node_lock(cache, hex, true, &ni, e);
 	if (r < 0)
@@ -383,7 +398,7 @@ int img_node_acquire_as(struct img_store *s, const char *cache, const char *hex,
 		/* Nothing was mounted: the count is from before a reboot. A
 		 * replaced mount keeps its users (they still hold the old one). */
 		if (!mounted)
-			u.n = 0, u.len = 0;
+			users_reset(&u);
 	}
 	if ((r = users_add(&u, holder)) < 0 || (r = users_write(ni.users, &u)) < 0)
 		return strata_err_set(e, r, "writing %s: %s", ni.users, strerror(-r));
@@ -401,7 +416,7 @@ int img_node_acquire(struct img_store *s, const char *cache, const char *hex, ch
 int img_node_ref(const char *cache, const char *hex, const char *holder, struct strata_err *e)
 {
 	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
-	_cleanup_(users_done) struct users u = {0};
+	struct users u = {0};
 	int r = node_lock(cache, hex, false, &ni, e);
 	if (r < 0)
 		return r;
@@ -417,7 +432,7 @@ int img_node_release_as(struct img_store *s, const char *cache, const char *hex,
 			struct strata_err *e)
 {
 	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
-	_cleanup_(users_done) struct users u = {0};
+	struct users u = {0};
 	int r = node_lock(cache, hex, false, &ni, e);
 	if (r < 0)
 		return r;
@@ -445,7 +460,7 @@ int img_node_release(struct img_store *s, const char *cache, const char *hex, st
 int img_node_holds(const char *cache, const char *hex, const char *holder)
 {
 	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
-	_cleanup_(users_done) struct users u = {0};
+	struct users u = {0};
 	int r = node_lock(cache, hex, false, &ni, NULL);
 	if (r == 0)
 		r = users_read(ni.users, &u);
@@ -456,7 +471,7 @@ int img_node_sweep_one(struct img_store *s, const char *cache, const char *hex, 
 		       struct strata_err *e)
 {
 	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
-	_cleanup_(users_done) struct users u = {0};
+	struct users u = {0};
 	struct stat st;
 	int r = node_lock(cache, hex, false, &ni, NULL);
 	if (r < 0)

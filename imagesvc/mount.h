@@ -7,8 +7,8 @@
  *   CACHE/HEX/root       where it is mounted (file-backed EROFS through the
  *                        new mount API; extra devices = the blob files on
  *                        the strata FUSE mount, read lazily)
- *   CACHE/HEX/users      reference count ("N\n", then a line per named
- *                        reference: its holder), changed under CACHE/HEX/lock;
+ *   CACHE/HEX/users      reference count ("N\n", then "COUNT HOLDER" per
+ *                        holder of named references), under CACHE/HEX/lock;
  *                        at 0 its mtime is when the image became unused
  *   CACHE/HEX/fusedev    device of the FUSE mount the blobs were opened on: if
  *                        strata-fuse was restarted since, the next acquire

@@ -55,12 +55,19 @@ def erofs_mounts_at(path):
 
 
 def users():
-    """The node reference count (the first line; then one per named one)."""
+    """The node reference count (the first line; then one per holder)."""
     try:
         with open(os.path.join(HOME, "cache", "images", HEX, "users")) as f:
             return int(f.read().split("\n")[0].strip() or 0)
     except FileNotFoundError:
         return 0
+
+
+def holder_lines():
+    """The "COUNT HOLDER" lines below the count."""
+    with open(os.path.join(HOME, "cache", "images", HEX, "users")) as f:
+        lines = f.read().split("\n")[1:]
+    return [(int(l.split(" ", 1)[0]), l.split(" ", 1)[1]) for l in lines if l]
 
 
 def wait_users(n, timeout=5):
@@ -118,6 +125,8 @@ def test_two_sandboxes_share_one_mount():
     try:
         assert erofs_mounts_at(IMG_ROOT) == 1
         assert users() == 2  # one node reference per sandbox
+        # ...counted on one line of their holder, not a line per sandbox
+        assert holder_lines() == [(2, holder_lines()[0][1])], holder_lines()
         node_dev = os.stat(IMG_ROOT).st_dev
         for sb in (a, b):
             assert os.stat(staging(sb, "lower")).st_dev == node_dev
