@@ -1,4 +1,4 @@
-/* fdio.c — whole-buffer writes to files (see fdio.h). */
+/* fdio.c — whole-buffer reads and writes of files (see fdio.h). */
 #include "fs/fdio.h"
 
 #include <errno.h>
@@ -29,4 +29,20 @@ int strata_write_all(int fd, const void *buf, size_t n)
 int strata_pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
 	return write_loop(fd, buf, n, true, off);
+}
+
+ssize_t strata_read_all(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t k = read(fd, (char *)buf + got, n - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			break;
+		got += (size_t)k;
+	}
+	return (ssize_t)got;
 }

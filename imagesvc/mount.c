@@ -113,8 +113,8 @@ static int fetch_meta(struct img_store *s, const char *hex, const struct img_rec
 	if (in < 0 || out < 0)
 		return strata_err_set(e, -errno, "copying the metadata image of %.12s: %m", hex);
 	char buf[1 << 16];
-	for (ssize_t n; r == 0 && (n = store_read_all(in, buf, sizeof(buf))) != 0;)
-		r = n < 0 ? (int)n : store_write_all(out, buf, (size_t)n);
+	for (ssize_t n; r == 0 && (n = strata_read_all(in, buf, sizeof(buf))) != 0;)
+		r = n < 0 ? (int)n : strata_write_all(out, buf, (size_t)n);
 	if (r == 0)
 		r = img_sha256_file(tmp, sha, NULL);
 	if (r == 0 && memcmp(sha, rec->meta_sha, 32))
@@ -208,7 +208,7 @@ static int users_read(const char *path, struct users *u)
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	ssize_t k = store_read_all(fd, buf, sizeof(buf) - 1);
+	ssize_t k = strata_read_all(fd, buf, sizeof(buf) - 1);
 	if (k < 0)
 		return (int)k;
 	buf[k] = '\0';
@@ -585,7 +585,7 @@ int img_node_umount(struct img_store *s, const char *cache, const char *dir, str
 	_cleanup_close_ int fd = r < 0 ? -1 : open(rec, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return strata_err_set(e, -ENOENT, "no image is mounted at %s", real);
-	ssize_t n = store_read_all(fd, text, sizeof(text) - 1);
+	ssize_t n = strata_read_all(fd, text, sizeof(text) - 1);
 	text[n > 0 ? n : 0] = '\0';
 	if (sscanf(text, "%64s %15s", hex, kind) != 2)
 		return strata_err_set(e, -EBADMSG, "corrupt mount record %s", rec);

@@ -202,15 +202,15 @@ static int read_list(struct img_store *s, const char *hex, struct pf_list *l)
 	_cleanup_close_ int fd = r < 0 ? -1 : open(p, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return r < 0 ? r : -errno;
-	if (store_read_all(fd, h, sizeof(h)) != PF_HDR || le32_get(h) != IMG_PREFETCH_MAGIC ||
+	if (strata_read_all(fd, h, sizeof(h)) != PF_HDR || le32_get(h) != IMG_PREFETCH_MAGIC ||
 	    le16_get(h + 4) != IMG_PREFETCH_VERSION || le16_get(h + 6) != PF_HDR ||
 	    le32_get(h + 12) > IMG_PREFETCH_MAX)
 		return -EBADMSG;
 	for (uint32_t i = 0, n = le32_get(h + 12); i < n; i++) {
-		if (store_read_all(fd, q, sizeof(q)) != PF_ENT)
+		if (strata_read_all(fd, q, sizeof(q)) != PF_ENT)
 			return -EBADMSG;
 		uint32_t pl = le32_get(q);
-		if (pl == 0 || pl > PF_PATH_MAX || store_read_all(fd, path, pl) != (ssize_t)pl)
+		if (pl == 0 || pl > PF_PATH_MAX || strata_read_all(fd, path, pl) != (ssize_t)pl)
 			return -EBADMSG;
 		path[pl] = '\0';
 		if (path[0] == '/' || strstr(path, "..") || strlen(path) != pl)

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include "imagesvc/store.h"
+#include "fs/fdio.h"
 
 struct img_store {
 	char *root;
@@ -16,8 +17,6 @@ int store_lock(struct img_store *s);
 void store_unlock(struct img_store *s);
 int store_mkdir_p(const char *path);
 int store_rm_rf(const char *path);
-ssize_t store_read_all(int fd, void *buf, size_t n);
-int store_write_all(int fd, const void *buf, size_t n);
 int store_write_file(const char *path, const void *data, size_t n);
 size_t store_record_size(const struct img_record *rec);
 void store_record_encode(const struct img_record *rec, uint8_t *buf);

@@ -211,38 +211,9 @@ int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const stru
 	_cleanup_free_ uint8_t *buf = malloc((size_t)st.st_size);
 	if (!buf)
 		return -ENOMEM;
-	if (store_read_all(fd, buf, (size_t)st.st_size) != st.st_size)
+	if (strata_read_all(fd, buf, (size_t)st.st_size) != st.st_size)
 		return -EIO;
 	return blob_table_decode(buf, (size_t)st.st_size, fn, ctx);
-}
-
-ssize_t store_read_all(int fd, void *buf, size_t n)
-{
-	size_t got = 0;
-	while (got < n) {
-		ssize_t k = read(fd, (char *)buf + got, n - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		if (k == 0)
-			break;
-		got += (size_t)k;
-	}
-	return (ssize_t)got;
-}
-
-int store_write_all(int fd, const void *buf, size_t n)
-{
-	for (size_t done = 0; done < n;) {
-		ssize_t k = write(fd, (const char *)buf + done, n - done);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		done += (size_t)k;
-	}
-	return 0;
 }
 
 /* Writes data to path atomically (tmp + fsync + rename). */
@@ -255,7 +226,7 @@ int store_write_file(const char *path, const void *data, size_t n)
 	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	r = store_write_all(fd, data, n);
+	r = strata_write_all(fd, data, n);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	if (r == 0 && rename(tmp, path) < 0)
@@ -344,7 +315,7 @@ int img_store_record(struct img_store *s, const char *hex, struct img_record *re
 	if (fd < 0)
 		return -errno;
 	uint8_t buf[IMG_REC_HDR + 120 + 4 * IMG_MAX_BLOBS + 32 * IMG_MAX_LAYERS];
-	ssize_t n = store_read_all(fd, buf, sizeof(buf));
+	ssize_t n = strata_read_all(fd, buf, sizeof(buf));
 	if (n < 0)
 		return (int)n;
 	return record_decode(buf, (size_t)n, ret);
@@ -403,7 +374,7 @@ static int read_ref(struct img_store *s, const char *file, char hex[65])
 	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	ssize_t n = store_read_all(fd, buf, sizeof(buf) - 1);
+	ssize_t n = strata_read_all(fd, buf, sizeof(buf) - 1);
 	if (n < 0)
 		return (int)n;
 	buf[n] = '\0';

@@ -206,10 +206,10 @@ static int copy_file(const char *from, const char *to)
 	char buf[65536];
 	if (in < 0 || out < 0)
 		return -errno;
-	for (ssize_t n; (n = store_read_all(in, buf, sizeof(buf))) != 0;) {
+	for (ssize_t n; (n = strata_read_all(in, buf, sizeof(buf))) != 0;) {
 		if (n < 0)
 			return (int)n;
-		int r = store_write_all(out, buf, (size_t)n);
+		int r = strata_write_all(out, buf, (size_t)n);
 		if (r < 0)
 			return r;
 	}
