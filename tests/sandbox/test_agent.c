@@ -17,15 +17,7 @@
 #include "sandbox/agent/proto.h"
 #include "tests/sandbox/spawn_agent.h"
 #include "sandbox/container/strata_sandbox.h"
-
-static int failed;
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
-			failed = 1;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 struct out {
 	char buf[2][65536];
@@ -62,33 +54,33 @@ static void test_exec(struct sbx *s)
 	struct sbx_exec_result r;
 	const char *echo[] = {"/bin/sh", "-c", "echo hello; echo oops >&2; exit 3", NULL};
 	struct sbx_exec_opts opts = {.argv = echo};
-	CHECK(run(s, &opts, &o, &r) == 0);
-	CHECK(!strcmp(o.buf[0], "hello\n") && !strcmp(o.buf[1], "oops\n"));
-	CHECK(r.exit_code == 3 && r.signo == 0 && !r.timed_out && !r.truncated);
+	EXPECT(run(s, &opts, &o, &r) == 0);
+	EXPECT(!strcmp(o.buf[0], "hello\n") && !strcmp(o.buf[1], "oops\n"));
+	EXPECT(r.exit_code == 3 && r.signo == 0 && !r.timed_out && !r.truncated);
 
 	const char *sig[] = {"/bin/sh", "-c", "kill -TERM $$", NULL};
 	opts = (struct sbx_exec_opts){.argv = sig};
-	CHECK(run(s, &opts, &o, &r) == 0 && r.signo == SIGTERM && r.exit_code == -1);
+	EXPECT(run(s, &opts, &o, &r) == 0 && r.signo == SIGTERM && r.exit_code == -1);
 
 	const char *cat[] = {"cat", NULL};
 	opts = (struct sbx_exec_opts){.argv = cat, .stdin_data = "abc", .stdin_len = 3};
-	CHECK(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "abc") && r.exit_code == 0);
+	EXPECT(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "abc") && r.exit_code == 0);
 
 	const char *env[] = {"/bin/sh", "-c", "echo $FOO; pwd", NULL};
 	const char *envv[] = {"FOO=bar", NULL};
 	opts = (struct sbx_exec_opts){.argv = env, .env = envv, .cwd = "/tmp"};
-	CHECK(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "bar\n/tmp\n"));
+	EXPECT(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "bar\n/tmp\n"));
 
 	const char *nope[] = {"/nonexistent/binary", NULL};
 	opts = (struct sbx_exec_opts){.argv = nope};
-	CHECK(run(s, &opts, &o, &r) == -ENOENT);
+	EXPECT(run(s, &opts, &o, &r) == -ENOENT);
 	opts = (struct sbx_exec_opts){.argv = echo, .cwd = "/nonexistent"};
-	CHECK(run(s, &opts, &o, &r) == -ENOENT);
+	EXPECT(run(s, &opts, &o, &r) == -ENOENT);
 
 	const char *slp[] = {"/bin/sh", "-c", "sleep 10; echo late", NULL};
 	opts = (struct sbx_exec_opts){.argv = slp, .timeout_ms = 200};
-	CHECK(run(s, &opts, &o, &r) == 0 && r.timed_out && r.signo == SIGKILL);
-	CHECK(r.duration_us < 3000000 && o.len[0] == 0);
+	EXPECT(run(s, &opts, &o, &r) == 0 && r.timed_out && r.signo == SIGKILL);
+	EXPECT(r.duration_us < 3000000 && o.len[0] == 0);
 
 	/* Output floods while the client is still sending 1 MiB of stdin:
 	 * neither side may block the other. */
@@ -101,57 +93,57 @@ static void test_exec(struct sbx *s)
 				      .stdin_len = big,
 				      .timeout_ms = 20000,
 				      .output_cap = 64 << 20};
-	CHECK(run(s, &opts, &o, &r) == 0 && r.exit_code == 0 && o.total == 20000000);
+	EXPECT(run(s, &opts, &o, &r) == 0 && r.exit_code == 0 && o.total == 20000000);
 	free(in);
 
 	/* The output callback gives up: the exec is killed, its error returned,
 	 * and the stream is still in sync for the next one. */
 	const char *yes0[] = {"yes", NULL};
 	opts = (struct sbx_exec_opts){.argv = yes0, .stdin_data = "", .stdin_len = 0};
-	CHECK(sbx_exec(s, &opts, give_up, NULL, &r) == -ECANCELED);
+	EXPECT(sbx_exec(s, &opts, give_up, NULL, &r) == -ECANCELED);
 	opts = (struct sbx_exec_opts){.argv = echo};
-	CHECK(run(s, &opts, &o, &r) == 0 && r.exit_code == 3);
+	EXPECT(run(s, &opts, &o, &r) == 0 && r.exit_code == 3);
 
 	const char *yes[] = {"yes", NULL};
 	opts = (struct sbx_exec_opts){.argv = yes, .timeout_ms = 1000, .output_cap = 100000};
-	CHECK(run(s, &opts, &o, &r) == 0 && r.truncated && o.total == 100000);
-	CHECK(r.stdout_bytes > 100000 && r.timed_out);
+	EXPECT(run(s, &opts, &o, &r) == 0 && r.truncated && o.total == 100000);
+	EXPECT(r.stdout_bytes > 100000 && r.timed_out);
 }
 
 static void test_files(struct sbx *s)
 {
 	char dir[] = "/tmp/strata-agent-test-XXXXXX", p[256], q[256];
-	CHECK(mkdtemp(dir) != NULL);
+	EXPECT(mkdtemp(dir) != NULL);
 	snprintf(p, sizeof(p), "%s/f", dir);
-	CHECK(sbx_file_write(s, p, "data", 4, 0640) == 0);
+	EXPECT(sbx_file_write(s, p, "data", 4, 0640) == 0);
 	void *d = NULL;
 	size_t n = 0;
 	uint64_t size = 0;
-	CHECK(sbx_file_read(s, p, 0, 100, &d, &n, &size) == 0 && n == 4 && size == 4 &&
-	      !memcmp(d, "data", 4));
+	EXPECT(sbx_file_read(s, p, 0, 100, &d, &n, &size) == 0 && n == 4 && size == 4 &&
+	       !memcmp(d, "data", 4));
 	free(d);
-	CHECK(sbx_file_read(s, p, 2, 100, &d, &n, NULL) == 0 && n == 2);
+	EXPECT(sbx_file_read(s, p, 2, 100, &d, &n, NULL) == 0 && n == 2);
 	free(d);
 	struct sbx_stat st;
-	CHECK(sbx_file_stat(s, p, &st) == 0 && st.type == 1 && st.size == 4 && st.mode == 0640);
+	EXPECT(sbx_file_stat(s, p, &st) == 0 && st.type == 1 && st.size == 4 && st.mode == 0640);
 	snprintf(q, sizeof(q), "%s/a/b/c", dir);
-	CHECK(sbx_file_mkdir(s, q, 0755, false) == -ENOENT);
-	CHECK(sbx_file_mkdir(s, q, 0755, true) == 0);
-	CHECK(sbx_file_mkdir(s, q, 0755, true) == 0);
+	EXPECT(sbx_file_mkdir(s, q, 0755, false) == -ENOENT);
+	EXPECT(sbx_file_mkdir(s, q, 0755, true) == 0);
+	EXPECT(sbx_file_mkdir(s, q, 0755, true) == 0);
 	struct sbx_dirent *ents = NULL;
 	size_t ne = 0;
-	CHECK(sbx_file_list(s, dir, &ents, &ne) == 0 && ne == 2);
+	EXPECT(sbx_file_list(s, dir, &ents, &ne) == 0 && ne == 2);
 	sbx_dirents_free(ents, ne);
-	CHECK(sbx_file_read(s, dir, 0, 10, &d, &n, NULL) == -EISDIR);
+	EXPECT(sbx_file_read(s, dir, 0, 10, &d, &n, NULL) == -EISDIR);
 	snprintf(q, sizeof(q), "%s/fifo", dir);
 	mkfifo(q, 0600);
-	CHECK(sbx_file_read(s, q, 0, 10, &d, &n, NULL) == -EINVAL); /* and no hang */
+	EXPECT(sbx_file_read(s, q, 0, 10, &d, &n, NULL) == -EINVAL); /* and no hang */
 	snprintf(q, sizeof(q), "%s/a", dir);
-	CHECK(sbx_file_remove(s, q, false) == -ENOTEMPTY);
-	CHECK(sbx_file_remove(s, q, true) == 0);
-	CHECK(sbx_file_stat(s, q, &st) == -ENOENT);
-	CHECK(sbx_file_remove(s, dir, true) == 0);
-	CHECK(access(dir, F_OK) < 0);
+	EXPECT(sbx_file_remove(s, q, false) == -ENOTEMPTY);
+	EXPECT(sbx_file_remove(s, q, true) == 0);
+	EXPECT(sbx_file_stat(s, q, &st) == -ENOENT);
+	EXPECT(sbx_file_remove(s, dir, true) == 0);
+	EXPECT(access(dir, F_OK) < 0);
 }
 
 /* An unknown request gets -EOPNOTSUPP; a corrupt header ends the agent. */
@@ -159,19 +151,19 @@ static void test_raw(int fd, pid_t pid)
 {
 	uint8_t h[AG_HDR_SIZE], in[AG_HDR_SIZE + 4];
 	ag_hdr_encode(999, 42, 0, h);
-	CHECK(write(fd, h, sizeof(h)) == sizeof(h));
+	EXPECT(write(fd, h, sizeof(h)) == sizeof(h));
 	ssize_t n = 0, k;
 	while (n < (ssize_t)sizeof(in) && (k = read(fd, in + n, sizeof(in) - n)) > 0)
 		n += k;
 	struct ag_hdr d;
-	CHECK(n == sizeof(in) && ag_hdr_decode(in, &d) == 0 && d.id == 42 &&
-	      d.type == (999 | AG_T_REPLY));
-	CHECK((int32_t)(in[16] | in[17] << 8 | in[18] << 16 | (uint32_t)in[19] << 24) ==
-	      -EOPNOTSUPP);
+	EXPECT(n == sizeof(in) && ag_hdr_decode(in, &d) == 0 && d.id == 42 &&
+	       d.type == (999 | AG_T_REPLY));
+	EXPECT((int32_t)(in[16] | in[17] << 8 | in[18] << 16 | (uint32_t)in[19] << 24) ==
+	       -EOPNOTSUPP);
 	memset(h, 0xee, sizeof(h));
-	CHECK(write(fd, h, sizeof(h)) == sizeof(h));
+	EXPECT(write(fd, h, sizeof(h)) == sizeof(h));
 	int status = 0;
-	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+	EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
 }
 
 int main(void)
@@ -187,5 +179,5 @@ int main(void)
 	test_files(s);
 	test_raw(raw, sbx_pid(s));
 	sbx_destroy(s);
-	return failed;
+	return test_result("sandbox_agent");
 }

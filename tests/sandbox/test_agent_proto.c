@@ -6,32 +6,24 @@
 #include <string.h>
 
 #include "sandbox/agent/proto.h"
-
-static int failed;
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
-			failed = 1;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 static void test_header(void)
 {
 	uint8_t h[AG_HDR_SIZE];
 	struct ag_hdr d;
 	ag_hdr_encode(AG_T_EXEC, 7, 100, h);
-	CHECK(ag_hdr_decode(h, &d) == 0 && d.type == AG_T_EXEC && d.id == 7 && d.len == 100);
-	CHECK(h[0] == 'S' && h[1] == 'A' && h[2] == 'G' && h[3] == 'T');
+	EXPECT(ag_hdr_decode(h, &d) == 0 && d.type == AG_T_EXEC && d.id == 7 && d.len == 100);
+	EXPECT(h[0] == 'S' && h[1] == 'A' && h[2] == 'G' && h[3] == 'T');
 	h[4] = AG_MAJOR + 1;
-	CHECK(ag_hdr_decode(h, &d) == -EPROTONOSUPPORT);
+	EXPECT(ag_hdr_decode(h, &d) == -EPROTONOSUPPORT);
 	h[4] = AG_MAJOR;
 	h[5] = 99; /* newer minor: served */
-	CHECK(ag_hdr_decode(h, &d) == 0);
+	EXPECT(ag_hdr_decode(h, &d) == 0);
 	ag_hdr_encode(AG_T_EXEC, 7, AG_MAX_PAYLOAD + 1, h);
-	CHECK(ag_hdr_decode(h, &d) == -EMSGSIZE);
+	EXPECT(ag_hdr_decode(h, &d) == -EMSGSIZE);
 	h[0] ^= 1;
-	CHECK(ag_hdr_decode(h, &d) == -EPROTO);
+	EXPECT(ag_hdr_decode(h, &d) == -EPROTO);
 }
 
 static void test_exec_roundtrip(void)
@@ -53,21 +45,21 @@ static void test_exec_roundtrip(void)
 	ag_wr_init(&w);
 	size_t off = ag_wr_begin(&w, AG_T_EXEC, 1);
 	ag_exec_encode(&w, &q);
-	CHECK(ag_wr_end(&w, off) == 0);
+	EXPECT(ag_wr_end(&w, off) == 0);
 	struct ag_hdr h;
-	CHECK(ag_hdr_decode(w.data, &h) == 0 && h.len == w.len - AG_HDR_SIZE);
+	EXPECT(ag_hdr_decode(w.data, &h) == 0 && h.len == w.len - AG_HDR_SIZE);
 	struct ag_exec_req *d = NULL;
-	CHECK(ag_exec_decode(w.data + AG_HDR_SIZE, h.len, &d) == 0);
+	EXPECT(ag_exec_decode(w.data + AG_HDR_SIZE, h.len, &d) == 0);
 	if (d) {
-		CHECK(d->argc == 3 && !strcmp(d->argv[1], "a b") && !strcmp(d->argv[2], ""));
-		CHECK(d->argv[3] == NULL && d->env[2] == NULL && !strcmp(d->env[1], "PATH=/bin"));
-		CHECK(!strcmp(d->cwd, "/tmp") && d->uid == 5 && d->output_cap == 1234);
+		EXPECT(d->argc == 3 && !strcmp(d->argv[1], "a b") && !strcmp(d->argv[2], ""));
+		EXPECT(d->argv[3] == NULL && d->env[2] == NULL && !strcmp(d->env[1], "PATH=/bin"));
+		EXPECT(!strcmp(d->cwd, "/tmp") && d->uid == 5 && d->output_cap == 1234);
 		free(d);
 	}
 	/* Every truncation is refused cleanly. */
 	for (size_t n = 0; n < h.len; n++) {
 		d = NULL;
-		CHECK(ag_exec_decode(w.data + AG_HDR_SIZE, n, &d) < 0 && !d);
+		EXPECT(ag_exec_decode(w.data + AG_HDR_SIZE, n, &d) < 0 && !d);
 	}
 	ag_wr_done(&w);
 }
@@ -84,10 +76,10 @@ static void test_limits(void)
 	ag_wr_u32(&w, 0); /* argc 0 */
 	ag_wr_u32(&w, 0);
 	struct ag_exec_req *d = NULL;
-	CHECK(ag_exec_decode(w.data, w.len, &d) == -EINVAL);
+	EXPECT(ag_exec_decode(w.data, w.len, &d) == -EINVAL);
 	w.len -= 8;
 	ag_wr_u32(&w, AG_MAX_ARGS + 1);
-	CHECK(ag_exec_decode(w.data, w.len, &d) == -EBADMSG);
+	EXPECT(ag_exec_decode(w.data, w.len, &d) == -EBADMSG);
 	ag_wr_done(&w);
 
 	/* A string with a NUL inside is refused. */
@@ -95,7 +87,7 @@ static void test_limits(void)
 	ag_wr_blob(&w, "a\0b", 3);
 	struct ag_rd r;
 	ag_rd_init(&r, w.data, w.len);
-	CHECK(ag_rd_strdup(&r, 100) == NULL && r.err == -EBADMSG);
+	EXPECT(ag_rd_strdup(&r, 100) == NULL && r.err == -EBADMSG);
 	ag_wr_done(&w);
 
 	/* A frame over the limit is dropped by ag_wr_end. */
@@ -103,7 +95,7 @@ static void test_limits(void)
 	size_t off = ag_wr_begin(&w, AG_T_WRITE, 1);
 	void *big = calloc(1, AG_MAX_PAYLOAD + 1);
 	ag_wr_bytes(&w, big, AG_MAX_PAYLOAD + 1);
-	CHECK(ag_wr_end(&w, off) == -EMSGSIZE && w.len == 0);
+	EXPECT(ag_wr_end(&w, off) == -EMSGSIZE && w.len == 0);
 	free(big);
 	ag_wr_done(&w);
 }
@@ -120,9 +112,9 @@ static void test_exit(void)
 	struct ag_wr w;
 	ag_wr_init(&w);
 	ag_exit_encode(&w, &x);
-	CHECK(ag_exit_decode(w.data, w.len, &y) == 0);
-	CHECK(y.exit_code == -1 && y.signo == 9 && y.stdout_bytes == 1ull << 40 && y.flags == 2);
-	CHECK(ag_exit_decode(w.data, w.len - 1, &y) == -EBADMSG);
+	EXPECT(ag_exit_decode(w.data, w.len, &y) == 0);
+	EXPECT(y.exit_code == -1 && y.signo == 9 && y.stdout_bytes == 1ull << 40 && y.flags == 2);
+	EXPECT(ag_exit_decode(w.data, w.len - 1, &y) == -EBADMSG);
 	ag_wr_done(&w);
 }
 
@@ -132,5 +124,5 @@ int main(void)
 	test_exec_roundtrip();
 	test_limits();
 	test_exit();
-	return failed;
+	return test_result("sandbox_proto");
 }

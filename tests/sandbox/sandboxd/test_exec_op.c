@@ -19,15 +19,7 @@
 
 #include "tests/sandbox/spawn_agent.h"
 #include "sandbox/container/strata_sandbox.h"
-
-static int failed;
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
-			failed = 1;                                                                \
-		}                                                                                  \
-	} while (0)
+#include "tests/testutil.h"
 
 static pid_t agent_pid;
 
@@ -71,7 +63,7 @@ static void c_ack(void *ud, int status, uint32_t pending)
 static void c_exit(void *ud, int r, const struct sbx_exec_result *res)
 {
 	struct run *x = ud;
-	CHECK(!x->exited); /* once */
+	EXPECT(!x->exited); /* once */
 	x->exited = true;
 	x->r = r;
 	if (res)
@@ -88,7 +80,7 @@ static int drive(struct sbx *s, struct run *x, bool (*until)(struct run *))
 			return 0;
 		struct pollfd p = {.fd = sbx_agent_fd(s), .events = sbx_exec_op_events(x->op)};
 		if (p.events && poll(&p, 1, 10000) <= 0) {
-			CHECK(!"the agent answered");
+			EXPECT(!"the agent answered");
 			return -1;
 		}
 		if (sbx_exec_op_io(x->op, p.revents) == 1)
@@ -125,15 +117,15 @@ static void test_ops(struct sbx *s)
 	struct run x;
 	const char *echo[] = {"sh", "-c", "echo out; echo err >&2; exit 3", NULL};
 	struct sbx_exec_opts o = {.argv = echo};
-	CHECK(run_op(s, &o, &x) == 0);
-	CHECK(x.exited && x.r == 0 && x.res.exit_code == 3);
-	CHECK(x.out && strstr(x.out, "out\n") && strstr(x.out, "err\n"));
+	EXPECT(run_op(s, &o, &x) == 0);
+	EXPECT(x.exited && x.r == 0 && x.res.exit_code == 3);
+	EXPECT(x.out && strstr(x.out, "out\n") && strstr(x.out, "err\n"));
 	free(x.out);
 
 	const char *nope[] = {"/no/such/binary", NULL};
 	o = (struct sbx_exec_opts){.argv = nope};
-	CHECK(run_op(s, &o, &x) == 0);
-	CHECK(x.exited && x.r == -ENOENT);
+	EXPECT(run_op(s, &o, &x) == 0);
+	EXPECT(x.exited && x.r == -ENOENT);
 
 	/* 1 MiB up front to cat, whose 1 MiB comes back meanwhile */
 	size_t n = 1u << 20;
@@ -143,29 +135,29 @@ static void test_ops(struct sbx *s)
 	const char *cat[] = {"cat", NULL};
 	o = (struct sbx_exec_opts){
 	    .argv = cat, .stdin_data = big, .stdin_len = n, .output_cap = 4u << 20};
-	CHECK(run_op(s, &o, &x) == 0);
-	CHECK(x.r == 0 && x.res.exit_code == 0 && x.out_len == n);
-	CHECK(x.out && memcmp(x.out, big, n) == 0);
+	EXPECT(run_op(s, &o, &x) == 0);
+	EXPECT(x.r == 0 && x.res.exit_code == 0 && x.out_len == n);
+	EXPECT(x.out && memcmp(x.out, big, n) == 0);
 	free(x.out);
 
 	/* interactive: chunks after the start, acknowledged; then eof */
 	o = (struct sbx_exec_opts){.argv = cat, .stdin_stream = true};
 	memset(&x, 0, sizeof(x));
-	CHECK(sbx_exec_op_start(s, &o, &cbs, &x, &x.op) == 0);
-	CHECK(sbx_exec_op_stdin(x.op, "x", 1, false) == -EPIPE); /* not started yet */
-	CHECK(drive(s, &x, started) == 0 && x.mode == SBX_STDIN_STARTED);
-	CHECK(sbx_exec_op_stdin(x.op, "hello ", 6, false) == 0);
+	EXPECT(sbx_exec_op_start(s, &o, &cbs, &x, &x.op) == 0);
+	EXPECT(sbx_exec_op_stdin(x.op, "x", 1, false) == -EPIPE); /* not started yet */
+	EXPECT(drive(s, &x, started) == 0 && x.mode == SBX_STDIN_STARTED);
+	EXPECT(sbx_exec_op_stdin(x.op, "hello ", 6, false) == 0);
 	acks_wanted = 1;
-	CHECK(drive(s, &x, acked) == 0 && x.ack_status == 0);
-	CHECK(sbx_exec_op_stdin(x.op, big, n, false) == 0); /* 1 MiB more */
+	EXPECT(drive(s, &x, acked) == 0 && x.ack_status == 0);
+	EXPECT(sbx_exec_op_stdin(x.op, big, n, false) == 0); /* 1 MiB more */
 	acks_wanted = 2;
-	CHECK(drive(s, &x, acked) == 0 && x.ack_status == 0);
-	CHECK(sbx_exec_op_stdin(x.op, "world", 5, true) == 0);
-	CHECK(sbx_exec_op_stdin(x.op, "late", 4, false) == -EPIPE); /* after eof */
-	CHECK(drive(s, &x, NULL) == 1);
-	CHECK(x.exited && x.r == 0 && x.res.exit_code == 0);
-	CHECK(x.out_len == 6 + n + 5 && x.out && !memcmp(x.out, "hello ", 6) &&
-	      !memcmp(x.out + 6, big, n) && !memcmp(x.out + 6 + n, "world", 5));
+	EXPECT(drive(s, &x, acked) == 0 && x.ack_status == 0);
+	EXPECT(sbx_exec_op_stdin(x.op, "world", 5, true) == 0);
+	EXPECT(sbx_exec_op_stdin(x.op, "late", 4, false) == -EPIPE); /* after eof */
+	EXPECT(drive(s, &x, NULL) == 1);
+	EXPECT(x.exited && x.r == 0 && x.res.exit_code == 0);
+	EXPECT(x.out_len == 6 + n + 5 && x.out && !memcmp(x.out, "hello ", 6) &&
+	       !memcmp(x.out + 6, big, n) && !memcmp(x.out + 6 + n, "world", 5));
 	sbx_exec_op_free(x.op);
 	free(x.out);
 	free(big);
@@ -174,18 +166,18 @@ static void test_ops(struct sbx *s)
 	const char *slp[] = {"sleep", "30", NULL};
 	o = (struct sbx_exec_opts){.argv = slp};
 	memset(&x, 0, sizeof(x));
-	CHECK(sbx_exec_op_start(s, &o, &cbs, &x, &x.op) == 0);
+	EXPECT(sbx_exec_op_start(s, &o, &cbs, &x, &x.op) == 0);
 	sbx_exec_op_kill(x.op); /* sent after the request, before its answer */
-	CHECK(drive(s, &x, NULL) == 1);
-	CHECK(x.exited && x.r == 0 && x.res.signo == SIGKILL);
+	EXPECT(drive(s, &x, NULL) == 1);
+	EXPECT(x.exited && x.r == 0 && x.res.signo == SIGKILL);
 	sbx_exec_op_free(x.op);
 
 	/* the stream is aligned for the next requests */
 	struct sbx_stat st;
-	CHECK(sbx_file_stat(s, "/", &st) == 0 && st.type == 2);
+	EXPECT(sbx_file_stat(s, "/", &st) == 0 && st.type == 2);
 	const char *t[] = {"true", NULL};
 	o = (struct sbx_exec_opts){.argv = t};
-	CHECK(run_op(s, &o, &x) == 0 && x.r == 0 && x.res.exit_code == 0);
+	EXPECT(run_op(s, &o, &x) == 0 && x.r == 0 && x.res.exit_code == 0);
 }
 
 /* ---- the blocking exec fed from another thread ----------------------------- */
@@ -224,7 +216,7 @@ static void *feed(void *arg)
 		pthread_cond_wait(&f->cond, &f->mu);
 	for (int i = 0; i < 8; i++) {
 		pthread_mutex_unlock(&f->mu);
-		CHECK(sbx_exec_stdin(f->s, f->id, chunk, sizeof(chunk), i == 7, true) == 0);
+		EXPECT(sbx_exec_stdin(f->s, f->id, chunk, sizeof(chunk), i == 7, true) == 0);
 		pthread_mutex_lock(&f->mu);
 		while (f->acks < i + 1)
 			pthread_cond_wait(&f->cond, &f->mu);
@@ -251,13 +243,13 @@ static void test_blocking_interactive(struct sbx *s)
 				  .output_cap = 8u << 20,
 				  .timeout_ms = 30000};
 	struct sbx_exec_result r;
-	CHECK(pthread_create(&f.t, NULL, feed, &f) == 0);
+	EXPECT(pthread_create(&f.t, NULL, feed, &f) == 0);
 	got = 0;
 	o.stdin_data = "0123456789";
 	o.stdin_len = 10;
-	CHECK(sbx_exec(s, &o, count, &f, &r) == 0);
+	EXPECT(sbx_exec(s, &o, count, &f, &r) == 0);
 	pthread_join(f.t, NULL);
-	CHECK(r.exit_code == 0 && got == 10 + 8 * 256 * 1024 && f.acks == 8 && f.bad == 0);
+	EXPECT(r.exit_code == 0 && got == 10 + 8 * 256 * 1024 && f.acks == 8 && f.bad == 0);
 }
 
 static void test_dead_agent(struct sbx *s)
@@ -268,10 +260,10 @@ static void test_dead_agent(struct sbx *s)
 	struct run x;
 	const char *t[] = {"true", NULL};
 	struct sbx_exec_opts o = {.argv = t};
-	CHECK(run_op(s, &o, &x) == 0);
-	CHECK(x.exited && x.r == -EPIPE);
+	EXPECT(run_op(s, &o, &x) == 0);
+	EXPECT(x.exited && x.r == -EPIPE);
 	struct sbx_exec_result r;
-	CHECK(sbx_exec(s, &o, NULL, NULL, &r) == -EPIPE);
+	EXPECT(sbx_exec(s, &o, NULL, NULL, &r) == -EPIPE);
 }
 
 int main(void)
@@ -287,5 +279,5 @@ int main(void)
 	test_blocking_interactive(s);
 	test_dead_agent(s);
 	sbx_destroy(s);
-	return failed;
+	return test_result("sandboxd_exec_op");
 }
