@@ -965,6 +965,21 @@ static void discard_pending(int fd)
 		;
 }
 
+/* Kills idle workers beyond keep, those idle the longest first: the list's
+ * head is the worker a call just gave back, whose interpreter has that
+ * call's imports warm (and which a caller may still be looking at). */
+static void pool_trim(struct fn_pool *p, int keep)
+{
+	while (p->nidle > keep && p->idle) {
+		struct fn_worker **pp = &p->idle;
+		while ((*pp)->next)
+			pp = &(*pp)->next;
+		worker_free(*pp);
+		*pp = NULL;
+		p->nidle--;
+	}
+}
+
 /* Takes an idle live worker or spawns one. */
 static int pool_take(struct fn_pool *p, struct fn_worker **ret)
 {
@@ -2024,12 +2039,7 @@ static void fn_tick(struct sbd_backend *b)
 			want = POOL_MAX;
 		if (want >= p->target || now - p->last_use_ms > 10000)
 			p->target = want;
-		while (p->nidle > p->target && p->idle) {
-			struct fn_worker *w = p->idle;
-			p->idle = w->next;
-			p->nidle--;
-			worker_free(w);
-		}
+		pool_trim(p, p->target);
 		pool_kick(p);
 	}
 }
