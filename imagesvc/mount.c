@@ -4,13 +4,25 @@
  * fsconfig) is used so that the device list is not bounded by the one page
  * of mount(2) data and so the kernel's reason for a refusal can be shown.
  *
- * Invariants:
- *  1. CACHE/HEX/users is the number of references handed out and not yet
- *     released; CACHE/HEX/root is mounted iff it is > 0 (changed under
- *     CACHE/HEX/lock).
- *  2. meta.img in the cache is only ever the verified copy (tmp + rename). */
+ * Invariants (all under CACHE/HEX/lock):
+ *  1. The first line of CACHE/HEX/users is the number of references handed
+ *     out and not yet released (0 when the file is missing); while it is
+ *     > 0, CACHE/HEX/root is mounted (an acquire that finds nothing mounted
+ *     starts the count afresh: it is from before a reboot).
+ *  2. A named reference (img_node_acquire_as / img_node_ref with a holder)
+ *     is also counted on its holder's line "COUNT HOLDER" below the total,
+ *     and releasing it counts it out there; releasing for a holder that has
+ *     none changes nothing. So a
+ *     holder can always find, and give back, exactly the references it has.
+ *  3. The last anonymous release unmounts at once; the last named one
+ *     leaves the mount (and the store lease) in place with the users file's
+ *     mtime as its release time, and img_node_sweep unmounts it when it has
+ *     been unused for the given age. A mounted root with no users holds the
+ *     lease until then.
+ *  4. meta.img in the cache is only ever the verified copy (tmp + rename). */
 #include "imagesvc/mount.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -21,6 +33,8 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/cleanup.h"
@@ -143,21 +157,134 @@ static int mount_image(struct img_store *s, const char *dir, const char *hex, co
 	return r;
 }
 
-static int read_count(const char *path)
+/* CACHE/HEX/users: "N\n" and then one line "COUNT HOLDER" per holder of
+ * named references (one that may have to find its references again, e.g. a
+ * restarted sandboxd); N also counts the anonymous ones. A line per holder,
+ * not per reference, keeps the file a few lines long however many
+ * sandboxes share the image: it is read and rewritten on every create and
+ * delete. Read and written under CACHE/HEX/lock. */
+#define USERS_MAX_HOLDERS 64
+#define USERS_HOLDER_MAX 128 /* bytes of a holder's name, NUL included */
+
+struct users_holder {
+	char name[USERS_HOLDER_MAX];
+	int n;
+};
+
+struct users {
+	int n;
+	size_t n_holders;
+	struct users_holder h[USERS_MAX_HOLDERS];
+};
+
+/* Forgets every reference (the count of a mount from before a reboot). */
+static void users_reset(struct users *u)
 {
-	char buf[32] = "";
+	u->n = 0;
+	u->n_holders = 0;
+}
+
+static void users_parse_holders(struct users *u, char *line)
+{
+	while (line && *line && u->n_holders < USERS_MAX_HOLDERS) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		char *sp = strchr(line, ' ');
+		int n = atoi(line);
+		if (sp && n > 0 && strlen(sp + 1) < USERS_HOLDER_MAX) {
+			struct users_holder *h = &u->h[u->n_holders++];
+			snprintf(h->name, sizeof(h->name), "%s", sp + 1);
+			h->n = n;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+}
+
+static int users_read(const char *path, struct users *u)
+{
+	char buf[64 + USERS_MAX_HOLDERS * (USERS_HOLDER_MAX + 16)];
+	users_reset(u);
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	return n > 0 ? atoi(buf) : 0;
+	ssize_t k = strata_read_all(fd, buf, sizeof(buf) - 1);
+	if (k < 0)
+		return (int)k;
+	buf[k] = '\0';
+	u->n = atoi(buf);
+	char *nl = strchr(buf, '\n');
+	users_parse_holders(u, nl ? nl + 1 : NULL);
+	return 0;
 }
 
-static int write_count(const char *path, int n)
+/* In place, no fsync: after a crash of the node the mounts are gone and the
+ * next acquire starts the count afresh (invariant 1). No tmp + rename
+ * either: ext4 flushes a file renamed over another (auto_da_alloc), which
+ * made a reference cost a millisecond. Only the holders of the lock read
+ * the holders; a reader without it sees the count line whole (one write). */
+static int users_write(const char *path, const struct users *u)
 {
-	char buf[32];
-	snprintf(buf, sizeof(buf), "%d\n", n);
-	return store_write_file(path, buf, strlen(buf));
+	char buf[64 + USERS_MAX_HOLDERS * (USERS_HOLDER_MAX + 16)];
+	size_t n = (size_t)snprintf(buf, sizeof(buf), "%d\n", u->n);
+	for (size_t i = 0; i < u->n_holders; i++)
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%d %s\n", u->h[i].n, u->h[i].name);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	ssize_t k = pwrite(fd, buf, n, 0);
+	if (k < 0)
+		return -errno;
+	if ((size_t)k != n)
+		return -EIO;
+	return ftruncate(fd, (off_t)n) < 0 ? -errno : 0;
+}
+
+static struct users_holder *users_find(struct users *u, const char *holder)
+{
+	for (size_t i = 0; i < u->n_holders; i++)
+		if (!strcmp(u->h[i].name, holder))
+			return &u->h[i];
+	return NULL;
+}
+
+/* One more reference, of holder (NULL: anonymous). Returns 0, -EINVAL for
+ * a name that does not fit a line, -EUSERS past USERS_MAX_HOLDERS. */
+static int users_add(struct users *u, const char *holder)
+{
+	if (holder) {
+		if (!holder[0] || strchr(holder, '\n') || strlen(holder) >= USERS_HOLDER_MAX)
+			return -EINVAL;
+		struct users_holder *h = users_find(u, holder);
+		if (!h) {
+			if (u->n_holders == USERS_MAX_HOLDERS)
+				return -EUSERS;
+			h = &u->h[u->n_holders++];
+			snprintf(h->name, sizeof(h->name), "%s", holder);
+			h->n = 0;
+		}
+		h->n++;
+	}
+	u->n++;
+	return 0;
+}
+
+/* Removes one reference of holder (false: it holds none) and counts it out. */
+static bool users_remove(struct users *u, const char *holder)
+{
+	struct users_holder *h = users_find(u, holder);
+	if (!h)
+		return false;
+	if (--h->n == 0)
+		*h = u->h[--u->n_holders];
+	u->n--;
+	return true;
+}
+
+static int users_count(struct users *u, const char *holder)
+{
+	struct users_holder *h = users_find(u, holder);
+	return h ? h->n : 0;
 }
 
 static int lock_dir(const char *dir)
@@ -200,65 +327,183 @@ static bool fuse_replaced(struct img_store *s, const char *dir)
 	return strtoull(buf, NULL, 10) != (unsigned long long)st.st_dev;
 }
 
-int img_node_acquire(struct img_store *s, const char *cache, const char *hex, char *root,
-		     size_t cap, bool *ret_fresh, struct strata_err *e)
+/* The paths of image hex in the node cache, and its lock taken. */
+struct node_img {
+	char dir[PATH_MAX], users[PATH_MAX + 8], root[PATH_MAX + 8];
+	int lk;
+};
+
+static int node_lock(const char *cache, const char *hex, bool create, struct node_img *ni,
+		     struct strata_err *e)
 {
-	char dir[PATH_MAX], users[PATH_MAX + 8], node[256];
-	int r = pathf(dir, sizeof(dir), "%s/%s", cache, hex);
-	if (r == 0)
-		r = pathf(root, cap, "%s/root", dir);
-	if (r == 0)
-		r = store_mkdir_p(dir);
+	int r = pathf(ni->dir, sizeof(ni->dir), "%s/%s", cache, hex);
+	ni->lk = -1;
+	if (r == 0 && create)
+		r = store_mkdir_p(ni->dir);
 	if (r < 0)
 		return strata_err_set(e, r, "node cache %s: %s", cache, strerror(-r));
-	snprintf(users, sizeof(users), "%s/users", dir);
-	_cleanup_close_ int lk = lock_dir(dir);
-	if (lk < 0)
-		return strata_err_set(e, lk, "locking %s: %s", dir, strerror(-lk));
-	int n = read_count(users);
-	bool fresh = n <= 0 || !is_erofs(root) || fuse_replaced(s, dir);
+	snprintf(ni->users, sizeof(ni->users), "%s/users", ni->dir);
+	snprintf(ni->root, sizeof(ni->root), "%s/root", ni->dir);
+	if ((ni->lk = lock_dir(ni->dir)) < 0)
+		return strata_err_set(e, ni->lk, "locking %s: %s", ni->dir, strerror(-ni->lk));
+	return 0;
+}
+
+static void node_unlock(struct node_img *ni)
+{
+	if (ni->lk >= 0)
+		close(ni->lk);
+}
+
+/* Unmounts ni's root and drops the lease (the lock is held). */
+static int unmount_locked(struct img_store *s, const char *hex, struct node_img *ni,
+			  struct strata_err *e)
+{
+	char node[256];
+	if (umount2(ni->root, 0) < 0 && errno != EINVAL && errno != ENOENT) {
+		if (errno != EBUSY || umount2(ni->root, MNT_DETACH) < 0)
+			return strata_err_set(e, -errno, "unmounting %s: %m", ni->root);
+	}
+	store_node_name(node, sizeof(node));
+	if (s)
+		img_store_lease(s, hex, node, false);
+	unlink(ni->users);
+	return 0;
+}
+
+int img_node_acquire_as(struct img_store *s, const char *cache, const char *hex, const char *holder,
+			char *root, size_t cap, bool *ret_fresh, struct strata_err *e)
+{
+	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
+	struct users u = {0};
+	char node[256];
+	int r = node_lock(cache, hex, true, &ni, e);
+	if (r < 0)
+		return r;
+	if ((r = pathf(root, cap, "%s", ni.root)) < 0 || (r = users_read(ni.users, &u)) < 0)
+		return strata_err_set(e, r, "%s: %s", ni.users, strerror(-r));
+	bool mounted = is_erofs(ni.root), fresh = !mounted || fuse_replaced(s, ni.dir);
 	store_node_name(node, sizeof(node));
 	if (fresh) {
-		umount2(root, MNT_DETACH); /* a stale one, if any */
+		umount2(ni.root, MNT_DETACH); /* a stale one, if any */
 		if ((r = img_store_lease(s, hex, node, true)) < 0)
 			return strata_err_set(e, r, "taking a lease on %.12s: %s", hex,
 					      strerror(-r));
-		if ((r = mount_image(s, dir, hex, root, e)) < 0) {
-			img_store_lease(s, hex, node, false);
+		if ((r = mount_image(s, ni.dir, hex, ni.root, e)) < 0) {
+			if (u.n <= 0)
+				img_store_lease(s, hex, node, false);
 			return r;
 		}
-		note_fuse(s, dir);
-		n = 0;
+		note_fuse(s, ni.dir);
+		/* Nothing was mounted: the count is from before a reboot. A
+		 * replaced mount keeps its users (they still hold the old one). */
+		if (!mounted)
+			users_reset(&u);
 	}
-	if ((r = write_count(users, n + 1)) < 0)
-		return strata_err_set(e, r, "writing %s: %s", users, strerror(-r));
+	if ((r = users_add(&u, holder)) < 0 || (r = users_write(ni.users, &u)) < 0)
+		return strata_err_set(e, r, "writing %s: %s", ni.users, strerror(-r));
 	if (ret_fresh)
 		*ret_fresh = fresh;
 	return 0;
 }
 
+int img_node_acquire(struct img_store *s, const char *cache, const char *hex, char *root,
+		     size_t cap, bool *ret_fresh, struct strata_err *e)
+{
+	return img_node_acquire_as(s, cache, hex, NULL, root, cap, ret_fresh, e);
+}
+
+int img_node_ref(const char *cache, const char *hex, const char *holder, struct strata_err *e)
+{
+	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
+	struct users u = {0};
+	int r = node_lock(cache, hex, false, &ni, e);
+	if (r < 0)
+		return r;
+	if (!is_erofs(ni.root))
+		return strata_err_set(e, -ENOENT, "image %.12s is not mounted", hex);
+	if ((r = users_read(ni.users, &u)) < 0 || (r = users_add(&u, holder)) < 0 ||
+	    (r = users_write(ni.users, &u)) < 0)
+		return strata_err_set(e, r, "%s: %s", ni.users, strerror(-r));
+	return 0;
+}
+
+int img_node_release_as(struct img_store *s, const char *cache, const char *hex, const char *holder,
+			struct strata_err *e)
+{
+	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
+	struct users u = {0};
+	int r = node_lock(cache, hex, false, &ni, e);
+	if (r < 0)
+		return r;
+	if ((r = users_read(ni.users, &u)) < 0)
+		return strata_err_set(e, r, "%s: %s", ni.users, strerror(-r));
+	if (!holder) {
+		if (--u.n > 0)
+			return users_write(ni.users, &u);
+		return unmount_locked(s, hex, &ni, e);
+	}
+	if (!users_remove(&u, holder))
+		return 0; /* not (or no longer, the mount was renewed) its reference */
+	if (u.n < 0)
+		u.n = 0;
+	/* The last one leaves the mount for the sweep (the write's mtime is
+	 * when it became unused). */
+	return users_write(ni.users, &u);
+}
+
 int img_node_release(struct img_store *s, const char *cache, const char *hex, struct strata_err *e)
 {
-	char dir[PATH_MAX], users[PATH_MAX + 8], root[PATH_MAX + 8], node[256];
-	int r = pathf(dir, sizeof(dir), "%s/%s", cache, hex);
+	return img_node_release_as(s, cache, hex, NULL, e);
+}
+
+int img_node_holds(const char *cache, const char *hex, const char *holder)
+{
+	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
+	struct users u = {0};
+	int r = node_lock(cache, hex, false, &ni, NULL);
+	if (r == 0)
+		r = users_read(ni.users, &u);
+	return r < 0 ? r : users_count(&u, holder);
+}
+
+int img_node_sweep_one(struct img_store *s, const char *cache, const char *hex, int64_t idle_ms,
+		       struct strata_err *e)
+{
+	_cleanup_(node_unlock) struct node_img ni = {.lk = -1};
+	struct users u = {0};
+	struct stat st;
+	int r = node_lock(cache, hex, false, &ni, NULL);
 	if (r < 0)
-		return strata_err_set(e, r, "path too long");
-	snprintf(users, sizeof(users), "%s/users", dir);
-	snprintf(root, sizeof(root), "%s/root", dir);
-	_cleanup_close_ int lk = lock_dir(dir);
-	if (lk < 0)
-		return strata_err_set(e, lk, "locking %s: %s", dir, strerror(-lk));
-	int n = read_count(users) - 1;
-	if (n > 0)
-		return write_count(users, n);
-	if (umount2(root, 0) < 0 && errno != EINVAL && errno != ENOENT) {
-		if (errno != EBUSY || umount2(root, MNT_DETACH) < 0)
-			return strata_err_set(e, -errno, "unmounting %s: %m", root);
+		return r == -ENOENT ? 0
+				    : strata_err_set(e, r, "locking %s: %s", ni.dir, strerror(-r));
+	if ((r = users_read(ni.users, &u)) < 0 || u.n > 0 || !is_erofs(ni.root))
+		return r;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	int64_t since = stat(ni.users, &st) < 0 ? 0
+						: (int64_t)(now.tv_sec - st.st_mtim.tv_sec) * 1000 +
+						      (now.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
+	if (since < idle_ms)
+		return 0;
+	return (r = unmount_locked(s, hex, &ni, e)) < 0 ? r : 1;
+}
+
+int img_node_sweep(struct img_store *s, const char *cache, int64_t idle_ms, struct strata_err *e)
+{
+	DIR *dp = opendir(cache);
+	int n = 0, r = 0;
+	for (struct dirent *de; dp && (de = readdir(dp));) {
+		if (strlen(de->d_name) != 64 || strspn(de->d_name, "0123456789abcdef") != 64)
+			continue;
+		int k = img_node_sweep_one(s, cache, de->d_name, idle_ms, e);
+		if (k < 0 && r == 0)
+			r = k;
+		n += k > 0;
 	}
-	store_node_name(node, sizeof(node));
-	img_store_lease(s, hex, node, false);
-	unlink(users);
-	return 0;
+	if (dp)
+		closedir(dp);
+	return r < 0 ? r : n;
 }
 
 int img_node_root(const char *cache, const char *hex, char *root, size_t cap)

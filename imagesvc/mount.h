@@ -7,7 +7,9 @@
  *   CACHE/HEX/root       where it is mounted (file-backed EROFS through the
  *                        new mount API; extra devices = the blob files on
  *                        the strata FUSE mount, read lazily)
- *   CACHE/HEX/users      reference count ("N\n"), changed under CACHE/HEX/lock
+ *   CACHE/HEX/users      reference count ("N\n", then "COUNT HOLDER" per
+ *                        holder of named references), under CACHE/HEX/lock;
+ *                        at 0 its mtime is when the image became unused
  *   CACHE/HEX/fusedev    device of the FUSE mount the blobs were opened on: if
  *                        strata-fuse was restarted since, the next acquire
  *                        replaces the (now unreadable) EROFS mount
@@ -16,10 +18,13 @@
  *   CACHE/roots/KEY      the writable layer of an overlay mount
  *
  * The first reference mounts and takes a lease in the store (so rm refuses
- * the image); the last one unmounts and drops the lease. */
+ * the image); the last anonymous one unmounts and drops the lease, the last
+ * named one leaves both until img_node_sweep finds the image unused for long
+ * enough (so a create/delete loop does not mount the image each time). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "imagesvc/store.h"
 
@@ -30,6 +35,28 @@ int img_node_acquire(struct img_store *s, const char *cache, const char *hex, ch
 		     size_t cap, bool *ret_fresh, struct strata_err *e);
 /* Drops a reference; the last one unmounts. Returns 0 or -errno. */
 int img_node_release(struct img_store *s, const char *cache, const char *hex, struct strata_err *e);
+
+/* Named references: holder (one line of text) names who holds it, so that
+ * it can count and give back what it holds after a restart. */
+int img_node_acquire_as(struct img_store *s, const char *cache, const char *hex, const char *holder,
+			char *root, size_t cap, bool *ret_fresh, struct strata_err *e);
+/* The cheap one for an image already mounted: one more reference, no mount
+ * and no check of the FUSE mount (the caller watches it). -ENOENT when
+ * nothing is mounted. */
+int img_node_ref(const char *cache, const char *hex, const char *holder, struct strata_err *e);
+/* Drops one reference of holder (none held: nothing happens); the last
+ * leaves the mount for img_node_sweep. Returns 0 or -errno. */
+int img_node_release_as(struct img_store *s, const char *cache, const char *hex, const char *holder,
+			struct strata_err *e);
+/* How many references holder has on hex, or -errno. */
+int img_node_holds(const char *cache, const char *hex, const char *holder);
+/* Unmounts hex (dropping its lease) if it has no references and has had
+ * none for idle_ms. Returns 1 (unmounted), 0 or -errno. */
+int img_node_sweep_one(struct img_store *s, const char *cache, const char *hex, int64_t idle_ms,
+		       struct strata_err *e);
+/* img_node_sweep_one for every image of the cache: the number unmounted or
+ * -errno (the first failure; the others are still swept). */
+int img_node_sweep(struct img_store *s, const char *cache, int64_t idle_ms, struct strata_err *e);
 /* Mounts the EROFS image meta (a regular file) with the given device files
  * at dir. Returns 0 or -errno with the kernel's message in e. */
 int img_erofs_mount(const char *meta, char *const *devices, size_t n, const char *dir,

@@ -76,7 +76,8 @@ static bool is_hex64(const char *s)
 }
 
 /* The shared EROFS mounts (CACHE/HEX/root): every reference is given back at
- * once (users set to 1, then released: unmount and lease dropped). */
+ * once (users set to 1, which also drops the holders' lines, then released:
+ * unmount and lease dropped; a lingering mount with 0 users goes the same way). */
 static int unmount_images(const struct cli_home *h, const char *cache)
 {
 	char root[CLI_PATH], path[CLI_PATH + 80];

@@ -1,8 +1,9 @@
 /* image_store.c — strata-sandboxd's images from the cluster's image store
  * (images.h): resolving a reference through imagesvc's store, mounting the
- * image once per node with imagesvc's node mount manager, counting the
- * sandboxes on each mount, and letting the mount go when it has been unused
- * for IMAGES_LINGER_S. The container backend builds each sandbox's overlay
+ * image once per node with imagesvc's node mount manager, one node reference
+ * per sandbox (named by this sandboxd's holder, so that a restarted one can
+ * give back those of sandboxes that vanished), and sweeping the mounts that
+ * have been unused for IMAGES_LINGER_S. The container backend builds each sandbox's overlay
  * root (its own writable layer above) on the shared mount; fncall workers
  * bind it read-only.
  *
@@ -48,7 +49,9 @@
 #define IMAGES_RECORD_AFTER_S 5
 
 struct sbd_imgstore {
-	char home[PATH_MAX], cache[PATH_MAX], markers[PATH_MAX];
+	char home[PATH_MAX], cache[PATH_MAX];
+	char holder[48];	 /* names this sandboxd's node references (mount.h) */
+	bool reconciled;	 /* the references of the earlier sandboxd checked */
 	struct img_store *store; /* NULL until the cluster's store is reachable */
 	struct sbd_image *list;	 /* store images this sandboxd knows */
 	int64_t linger_ms;
@@ -75,7 +78,7 @@ static bool is_hex64(const char *s)
 	return n == 64 && !s[n];
 }
 
-/* ---- entries and markers ---------------------------------------------------- */
+/* ---- entries ------------------------------------------------------------------ */
 
 static struct sbd_image *entry_new(struct sbd_imgstore *g, const char *hex)
 {
@@ -102,50 +105,16 @@ static struct sbd_image *entry_find(struct sbd_imgstore *g, const char *hex)
 	return NULL;
 }
 
-static void marker_set(struct sbd_imgstore *g, const char *hex, bool on)
+/* "sandboxd:" and a hash of the state directory: the same for a restarted
+ * sandboxd, another for a second sandboxd on the node. */
+static void holder_name(char *buf, size_t cap, const char *state_dir)
 {
-	char p[PATH_MAX];
-	if (fmt(p, sizeof(p), "%s/%s", g->markers, hex) < 0)
-		return;
-	if (!on) {
-		unlink(p);
-		return;
-	}
-	_cleanup_close_ int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		log_warn_errno(-errno, "Failed to create %s", p);
-}
-
-/* Node references an earlier sandboxd held: ours now, unused until the
- * sandboxes it left are re-adopted. */
-static void load_markers(struct sbd_imgstore *g)
-{
-	DIR *dp = opendir(g->markers);
-	struct dirent *de;
-	while (dp && (de = readdir(dp))) {
-		if (!is_hex64(de->d_name) || entry_find(g, de->d_name))
-			continue;
-		struct sbd_image *im = entry_new(g, de->d_name);
-		if (im) {
-			im->held = true;
-			im->idle_since_ms = sbd_now_ms();
-		}
-	}
-	if (dp)
-		closedir(dp);
-}
-
-static int mkdir_p(char *path)
-{
-	for (char *p = path + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			int r = mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
-			*p = '/';
-			if (r < 0)
-				return r;
-		}
-	return mkdir(path, 0700) < 0 && errno != EEXIST ? -errno : 0;
+	char *abs = realpath(state_dir, NULL);
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (const char *p = abs ? abs : state_dir; *p; p++)
+		h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+	free(abs);
+	snprintf(buf, cap, "sandboxd:%016llx", (unsigned long long)h);
 }
 
 static struct sbd_imgstore *st_get(struct sandboxd *d)
@@ -158,21 +127,17 @@ static struct sbd_imgstore *st_get(struct sandboxd *d)
 	char *abs = realpath(d->cfg.home, NULL);
 	snprintf(g->home, sizeof(g->home), "%s", abs ? abs : d->cfg.home);
 	free(abs);
-	if (fmt(g->cache, sizeof(g->cache), "%s/%s", g->home, "cache/images") < 0 ||
-	    fmt(g->markers, sizeof(g->markers), "%s/%s", d->cfg.state_dir, "images") < 0) {
+	if (fmt(g->cache, sizeof(g->cache), "%s/%s", g->home, "cache/images") < 0) {
 		free(g);
 		return NULL;
 	}
-	int r = mkdir_p(g->markers);
-	if (r < 0)
-		log_warn_errno(r, "Failed to create %s", g->markers);
+	holder_name(g->holder, sizeof(g->holder), d->cfg.state_dir);
 	const char *l = getenv("STRATA_SANDBOXD_IMAGE_LINGER_S"); /* tests */
 	g->linger_ms = (l && l[0] ? strtoll(l, NULL, 10) : IMAGES_LINGER_S) * 1000;
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->cond, NULL);
 	g->efd = g->w.fd = -1;
 	g->d = d;
-	load_markers(g);
 	d->imgstore = g;
 	return g;
 }
@@ -298,7 +263,7 @@ struct mount_job {
 	struct sbd_job job; /* on the worker pool (pool.h) */
 	struct sbd_imgstore *g;
 	struct sbd_image *im;
-	char store_root[PATH_MAX], hex[65], root[PATH_MAX];
+	char store_root[PATH_MAX], hex[65], root[PATH_MAX], holder[48];
 	int r;
 	bool fresh, record; /* mounted by this job; no prefetch list yet */
 	uint64_t prefetched;
@@ -314,7 +279,8 @@ static void mount_blocking(struct img_store *s, struct mount_job *j)
 {
 	struct strata_err e = {0};
 	int64_t t0 = sbd_now_ms();
-	j->r = img_node_acquire(s, j->g->cache, j->hex, j->root, sizeof(j->root), &j->fresh, &e);
+	j->r = img_node_acquire_as(s, j->g->cache, j->hex, j->holder, j->root, sizeof(j->root),
+				   &j->fresh, &e);
 	if (j->r < 0) {
 		strata_err_set(&j->e, j->r, "mounting image %.12s: %s", j->hex, e.msg);
 		return;
@@ -330,14 +296,13 @@ static void mount_blocking(struct img_store *s, struct mount_job *j)
 	j->took_ms = sbd_now_ms() - t0;
 }
 
-/* On the loop: the image is held (when the mount worked). */
+/* On the loop: the image is mounted (when the mount worked). */
 static void mount_commit(struct sbd_imgstore *g, struct mount_job *j)
 {
 	struct sbd_image *im = j->im;
 	if (j->r < 0)
 		return;
 	im->held = true;
-	marker_set(g, im->hex, true);
 	if (!j->fresh)
 		return;
 	if (j->record)
@@ -353,10 +318,11 @@ static void mount_job_init(struct mount_job *j, struct sbd_imgstore *g, struct s
 	j->g = g;
 	j->im = im;
 	snprintf(j->hex, sizeof(j->hex), "%s", im->hex);
+	snprintf(j->holder, sizeof(j->holder), "%s", g->holder);
 	snprintf(j->store_root, sizeof(j->store_root), "%s", img_store_root(g->store));
 }
 
-/* Takes sandboxd's node reference on im here (mounting it if it is not). */
+/* Takes a sandbox's node reference on im here (mounting it if it is not). */
 static int hold(struct sbd_imgstore *g, struct sbd_image *im, struct strata_err *err)
 {
 	struct mount_job *j = calloc(1, sizeof(*j));
@@ -413,6 +379,10 @@ static void mounts_done(struct sbd_imgstore *g)
 			im->waiters = w->next;
 			w->fn(w, j->r, &j->e);
 		}
+		/* The waiters took their own references: the mount's goes (the
+		 * last one leaves the mount for the sweep). */
+		if (j->r == 0)
+			img_node_release_as(g->store, g->cache, j->hex, g->holder, NULL);
 		free(j);
 		j = next;
 	}
@@ -477,17 +447,17 @@ void sbd_images_wait(struct sbd_image *im, struct sbd_image_waiter *w)
 	*p = w;
 }
 
-static void unhold(struct sbd_imgstore *g, struct sbd_image *im)
+/* One more node reference on im, which this sandboxd saw mounted (the hot
+ * path of a create: a lock and a small file, no mount). false: it is not
+ * mounted any more. */
+static bool take_ref(struct sbd_imgstore *g, struct sbd_image *im)
 {
 	struct strata_err e = {0};
-	int r = img_node_release(g->store, g->cache, im->hex, &e);
-	if (r < 0)
-		log_warn("image %.12s: releasing the node mount: %s", im->hex, e.msg);
-	else
-		log_info("image %.12s: node reference dropped (%lld sandboxes on it)", im->hex,
-			 (long long)im->users);
-	im->held = false;
-	marker_set(g, im->hex, false);
+	int r = img_node_ref(g->cache, im->hex, g->holder, &e);
+	if (r < 0 && r != -ENOENT)
+		log_warn("image %.12s: taking a node reference: %s", im->hex, e.msg);
+	im->held = r == 0;
+	return r == 0;
 }
 
 /* ---- the API of images.h ---------------------------------------------------- */
@@ -546,7 +516,7 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 	char hex[65];
 	if (!g)
 		return -ENOMEM;
-	if ((im = cached(g, ref))) {
+	if ((im = cached(g, ref)) && take_ref(g, im)) {
 		im->users++;
 		*ret = im;
 		return 0;
@@ -560,11 +530,16 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 	remember(im, ref);
 	if (!im->config_loaded)
 		load_config(g, im);
-	if (!im->held && (im->mounting || mount_start(g, im) == 0)) {
+	if (im->held && !im->mounting && take_ref(g, im)) {
+		im->users++;
+		*ret = im;
+		return 0;
+	}
+	if (im->mounting || mount_start(g, im) == 0) {
 		*ret = im;
 		return -EINPROGRESS;
 	}
-	if (!im->held && (r = hold(g, im, e)) < 0)
+	if ((r = hold(g, im, e)) < 0)
 		return r;
 	im->users++;
 	*ret = im;
@@ -573,10 +548,14 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 
 void sbd_images_release(struct sandboxd *d, struct sbd_image *im)
 {
-	if (!im || !im->hex[0] || im->users <= 0)
+	struct sbd_imgstore *g = d->imgstore;
+	struct strata_err e = {0};
+	if (!g || !im || !im->hex[0] || im->users <= 0)
 		return;
-	if (--im->users == 0)
-		im->idle_since_ms = sbd_now_ms();
+	im->users--;
+	/* A named release never needs the store (the sweep unmounts). */
+	if (img_node_release_as(g->store, g->cache, im->hex, g->holder, &e) < 0)
+		log_warn("image %.12s: releasing a node reference: %s", im->hex, e.msg);
 }
 
 void sbd_images_store_config(struct sandboxd *d, struct sbd_image *im)
@@ -602,28 +581,69 @@ struct sbd_image *sbd_images_adopt(struct sandboxd *d, const char *rootfs)
 		if (!strcmp(im->rootfs, rootfs)) /* the first registered wins */
 			return im;
 	struct sbd_imgstore *g = st_get(d);
-	char hex[65];
-	struct strata_err e = {0};
+	char hex[65], root[PATH_MAX];
 	if (!g || !hex_of_rootfs(g, rootfs, hex))
 		return NULL;
 	struct sbd_image *im = entry_find(g, hex) ?: entry_new(g, hex);
 	if (!im)
 		return NULL;
+	/* Its node reference is the one it took (reconcile checks that). */
 	im->users++;
-	if (im->held)
-		return im;
-	int r = st_open(g, &e);
-	if (r == 0)
-		r = hold(g, im, &e);
-	if (r < 0)
-		log_warn_errno(r, "Re-adopted sandbox on image %.12s without a node reference: %s",
-			       hex, e.msg);
+	im->held = img_node_root(g->cache, hex, root, sizeof(root)) == 0;
 	return im;
 }
 
+/* A sandboxd before named references held one anonymous reference per
+ * image and said so with <state>/images/HEX: it is given back (after its
+ * sandboxes took theirs). */
+static void old_marker(struct sbd_imgstore *g, const char *hex)
+{
+	char p[PATH_MAX];
+	if (fmt(p, sizeof(p), "%s/images/%s", g->d->cfg.state_dir, hex) < 0 || unlink(p) < 0)
+		return;
+	if (img_node_release(g->store, g->cache, hex, NULL) < 0)
+		log_warn("image %.12s: giving back the earlier sandboxd's reference failed", hex);
+}
+
+/* Once, after the re-adoption and with no mount in flight: the references
+ * of this holder on each image are made as many as its sandboxes, giving
+ * back those of sandboxes that vanished while sandboxd was down (and
+ * taking any a re-adopted one lacks). An image left mounted becomes an
+ * entry, so that it is swept. */
+static void reconcile(struct sbd_imgstore *g)
+{
+	DIR *dp = opendir(g->cache);
+	struct dirent *de;
+	char root[PATH_MAX];
+	st_open(g, NULL); /* for old_marker's lease, when it is reachable */
+	while (dp && (de = readdir(dp))) {
+		if (!is_hex64(de->d_name))
+			continue;
+		struct sbd_image *im = entry_find(g, de->d_name);
+		bool mounted = img_node_root(g->cache, de->d_name, root, sizeof(root)) == 0;
+		int k = img_node_holds(g->cache, de->d_name, g->holder);
+		int64_t want = im ? im->users : 0;
+		if (!im && mounted && (im = entry_new(g, de->d_name)))
+			im->held = true;
+		for (; k > want; k--)
+			img_node_release_as(g->store, g->cache, de->d_name, g->holder, NULL);
+		for (; k >= 0 && k < want; k++)
+			if (img_node_ref(g->cache, de->d_name, g->holder, NULL) < 0)
+				break;
+		if (k >= 0 && k != want)
+			log_warn("image %.12s: %lld sandboxes, %d node references", de->d_name,
+				 (long long)want, k);
+		old_marker(g, de->d_name);
+	}
+	if (dp)
+		closedir(dp);
+	g->reconciled = true;
+}
+
 /* After a restart of strata-fuse (a new mount, a new device) the image
- * mounts made over the old one cannot read their blobs: give their node
- * references back, so that the next sandbox mounts them afresh. */
+ * mounts made over the old one cannot read their blobs: the next sandbox
+ * goes through img_node_acquire_as, which replaces them (the references of
+ * the sandboxes on the old mount stay counted). */
 static void check_fuse(struct sbd_imgstore *g)
 {
 	struct stat st;
@@ -632,23 +652,44 @@ static void check_fuse(struct sbd_imgstore *g)
 	log_warn("the strata mount was replaced (strata-fuse restarted): renewing image mounts");
 	g->fuse_dev = st.st_dev;
 	for (struct sbd_image *im = g->list; im; im = im->next)
-		if (im->held)
-			unhold(g, im);
+		im->held = false;
+}
+
+/* Unmounts im if it has been unused for idle_ms (node-wide: no users). */
+static void sweep(struct sbd_imgstore *g, struct sbd_image *im, int64_t idle_ms)
+{
+	struct strata_err e = {0};
+	int r = img_node_sweep_one(g->store, g->cache, im->hex, idle_ms, &e);
+	if (r < 0)
+		log_warn("image %.12s: unmounting: %s", im->hex, e.msg);
+	else if (r > 0)
+		log_info("image %.12s: unmounted (unused for %lld ms)", im->hex,
+			 (long long)idle_ms);
+	if (r > 0)
+		im->held = false;
 }
 
 void sbd_images_tick(struct sandboxd *d)
 {
-	struct sbd_imgstore *g = d->imgstore;
-	int64_t now = sbd_now_ms();
-	bool any = false;
-	for (struct sbd_image *im = g ? g->list : NULL; im; im = im->next)
-		any |= im->held;
-	if (!any || st_open(g, NULL) < 0)
+	struct sbd_imgstore *g = d->imgstore ?: st_get(d);
+	bool any = false, busy;
+	if (!g)
 		return;
-	check_fuse(g);
+	pthread_mutex_lock(&g->mu);
+	busy = g->running || g->done;
+	pthread_mutex_unlock(&g->mu);
+	if (!g->reconciled && !busy)
+		reconcile(g);
 	for (struct sbd_image *im = g->list; im; im = im->next)
-		if (im->held && im->users == 0 && now - im->idle_since_ms >= g->linger_ms)
-			unhold(g, im);
+		any |= im->held;
+	if (!g->list || st_open(g, NULL) < 0)
+		return;
+	if (any)
+		check_fuse(g);
+	/* Not only the held ones: a mount renewed away from is swept too. */
+	for (struct sbd_image *im = g->list; im; im = im->next)
+		if (im->users == 0 && !im->mounting)
+			sweep(g, im, g->linger_ms);
 }
 
 static void strv_json(struct jw *w, const char *key, char **v)
@@ -717,10 +758,10 @@ void sbd_images_store_free(struct sandboxd *d)
 	while (g->list) {
 		struct sbd_image *im = g->list;
 		g->list = im->next;
-		/* Unused references go now; those of live sandboxes stay (with
-		 * their markers) for the sandboxd that re-adopts them. */
-		if (im->held && im->users == 0 && st_open(g, NULL) == 0)
-			unhold(g, im);
+		/* Unused mounts go now; the references of live sandboxes stay
+		 * for the sandboxd that re-adopts them. */
+		if (im->users == 0 && st_open(g, NULL) == 0)
+			sweep(g, im, 0);
 		sbd_image_free(im);
 	}
 	img_store_free(g->store);

@@ -17,11 +17,11 @@ struct sbd_image {
 	char hex[65];
 	char *last_ref;	     /* the reference last resolved to it ... */
 	int64_t last_ref_ms; /* ... and when (names are cached briefly) */
-	bool config_loaded, held;
+	bool config_loaded;
+	bool held;			  /* seen mounted: a create takes img_node_ref, no mount */
 	bool mounting;			  /* a worker mounts it (image_store.c) */
 	struct sbd_image_waiter *waiters; /* creates waiting for that mount */
-	int64_t users;
-	int64_t idle_since_ms;
+	int64_t users;			  /* its sandboxes here, each with its own node reference */
 	struct sbd_image *next;
 };
 

@@ -19,19 +19,21 @@
  * backends key what they share per image (fncall's pools) by it. Handles
  * live as long as the sandboxd (until sbd_images_free).
  *
- * Store images are reference counted twice: sandboxd holds one node
- * reference (img_node_acquire) per image it uses, and counts its sandboxes
- * on that image in memory. The node reference is taken by the first sandbox
- * and dropped IMAGES_LINGER_S after the last one is gone (so create/delete
- * loops do not mount and unmount the image each time). A marker file
- * <state>/images/HEX says sandboxd holds the node reference, so a restarted
- * sandboxd takes it over together with the sandboxes it re-adopts.
+ * Store images are reference counted once, by imagesvc's node mount
+ * manager (mount.h): every sandbox on a store image takes its own named
+ * node reference (holder "sandboxd:" and a hash of the state directory)
+ * and gives it back when it goes. The last one leaves the mount in place;
+ * the tick sweeps mounts unused for IMAGES_LINGER_S (so create/delete loops
+ * do not mount and unmount the image each time). A restarted sandboxd
+ * re-adopts its sandboxes with their references, and at its first tick
+ * gives back the references of sandboxes that vanished meanwhile.
  *
  * Invariants:
- *  1. held == (the marker exists) == (sandboxd owns one img_node_acquire
- *     reference on hex); it is dropped only when users == 0.
- *  2. users is the number of sandboxes in the registry (and creates in
- *     flight) that hold this handle.
+ *  1. Once reconciled, the references named by this sandboxd on hex are
+ *     users: its sandboxes on the image (and creates in flight), plus one
+ *     per mount in flight on a worker (dropped when its waiters took theirs).
+ *  2. held only says the image was mounted when last seen (the hot path
+ *     takes img_node_ref instead of mounting); it is no reference.
  *
  * images.c (registered directories) and image_store.c (the store) are one
  * module: this header is its interface, images-internal.h what its two
@@ -108,10 +110,12 @@ void sbd_images_drain(struct sandboxd *d);
  * for NULL). */
 void sbd_images_release(struct sandboxd *d, struct sbd_image *im);
 /* The handle of a re-adopted sandbox whose root is rootfs, counted as one
- * of its users (taking the node reference over from the earlier sandboxd,
- * or acquiring one); NULL when no image has that root. */
+ * of its users (it keeps the node reference it took); NULL when no image
+ * has that root. */
 struct sbd_image *sbd_images_adopt(struct sandboxd *d, const char *rootfs);
-/* Drops node references that have lingered unused; once a second. */
+/* Once a second: at the first, gives back the references of sandboxes that
+ * vanished while sandboxd was down; then unmounts the images unused for
+ * IMAGES_LINGER_S. */
 void sbd_images_tick(struct sandboxd *d);
 /* Writes {"images": [...]}: registered directories and stored images. */
 void sbd_images_to_json(struct sandboxd *d, struct jw *w);

@@ -55,11 +55,26 @@ def erofs_mounts_at(path):
 
 
 def users():
+    """The node reference count (the first line; then one per holder)."""
     try:
         with open(os.path.join(HOME, "cache", "images", HEX, "users")) as f:
-            return int(f.read().strip() or 0)
+            return int(f.read().split("\n")[0].strip() or 0)
     except FileNotFoundError:
         return 0
+
+
+def holder_lines():
+    """The "COUNT HOLDER" lines below the count."""
+    with open(os.path.join(HOME, "cache", "images", HEX, "users")) as f:
+        lines = f.read().split("\n")[1:]
+    return [(int(l.split(" ", 1)[0]), l.split(" ", 1)[1]) for l in lines if l]
+
+
+def wait_users(n, timeout=5):
+    deadline = time.monotonic() + timeout
+    while users() != n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return users()
 
 
 def store_image(name):
@@ -109,7 +124,9 @@ def test_two_sandboxes_share_one_mount():
     b = Sandbox.create("sha256:" + HEX, backend="container", memory_mb=128, ttl=120)
     try:
         assert erofs_mounts_at(IMG_ROOT) == 1
-        assert users() == 1  # sandboxd holds one node reference for both
+        assert users() == 2  # one node reference per sandbox
+        # ...counted on one line of their holder, not a line per sandbox
+        assert holder_lines() == [(2, holder_lines()[0][1])], holder_lines()
         node_dev = os.stat(IMG_ROOT).st_dev
         for sb in (a, b):
             assert os.stat(staging(sb, "lower")).st_dev == node_dev
@@ -129,6 +146,10 @@ def test_two_sandboxes_share_one_mount():
         a.kill()
         b.kill()
     assert store_image("busybox:latest")["sandboxes"] == 0
+    # Their references went with them; the mount lingers (LINGER_S) for the
+    # next sandbox, then the sweep takes it.
+    assert users() == 0
+    assert erofs_mounts_at(IMG_ROOT) == 1
     wait_unmounted()
 
 
@@ -173,7 +194,9 @@ def test_restart_readopts():
     sb = Sandbox.connect(sid)
     r = sb.exec(["cat", "/tmp/keep"], timeout=30)
     assert r.exit_code == 0 and r.stdout == "kept\n", r
-    assert erofs_mounts_at(IMG_ROOT) == 1 and users() == 1
+    # The re-adopted sandbox kept its reference; that of the sandbox that
+    # died while sandboxd was down (test_image_store.sh) was given back.
+    assert erofs_mounts_at(IMG_ROOT) == 1 and wait_users(1) == 1
     im = store_image("busybox:latest")
     assert im and im["sandboxes"] == 1, im
     sb.kill()

@@ -118,11 +118,15 @@ export STRATA_IMAGE_TEST=1 STRATA_IMAGE_HEX="$HEX" STRATA_HOME
 export PYTHONPATH="$STRATA_SRC/sdk/python"
 $PY -m pytest -q -p no:cacheprovider -rs -k "not readopts" "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py"
 
-# Restart: a sandbox on a store image survives a sandboxd restart, and the
-# new sandboxd takes over the node reference (no second mount, no leak).
-cluster_log "restarting strata-sandboxd with a live sandbox"
+# Restart: a sandbox on a store image survives a sandboxd restart with its
+# node reference (no second mount), and the reference of one that died
+# while sandboxd was down is given back (no leak).
+cluster_log "restarting strata-sandboxd with a live sandbox and one that dies meanwhile"
 sbid=$($PY "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py" --create busybox)
+gone=$($PY "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py" --create busybox)
 sandboxd_stop
+pid=$(grep -o '"agent_pid":[0-9]*' "$STRATA_HOME/sandboxd/sandboxes/$gone/state.json" | cut -d: -f2)
+kill -KILL "$pid"
 sandboxd_start
 STRATA_SANDBOX_ID=$sbid $PY -m pytest -q -p no:cacheprovider -rs -k "readopts" \
 	"$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py"
