@@ -1,27 +1,34 @@
 /* cmd_down.c — `strata down`: first the node agent (strata-sandboxd deletes
- * its sandboxes, then stops), then the image mounts of the home (overlay and
- * bind mounts of `strata image mount`, the shared EROFS mounts, their leases):
- * they hold files of the cluster's mount open. Then unmount, and stop
- * strata-fuse, the chunkservers and strata-meta (in that order: clients
- * before servers), SIGTERM first and SIGKILL after a timeout; last the
- * network namespaces, veths and bridge `up` made for the chunkservers (what
- * H/run/net lists). Pid files are removed; address files (and the subnet in
- * H/run/net) stay so that the next `strata up` gets the same addresses back. */
+ * its sandboxes, then stops; a container sandbox it left behind, because it
+ * was not running, hung or failed to delete it, is killed through its
+ * cgroup, frozen or not, as its state in H/sandboxd says), then the image mounts of the home
+ * (overlay and bind mounts of `strata image mount`, the shared EROFS mounts, their leases): they
+ * hold files of the cluster's mount open. Then unmount, and stop strata-fuse, the chunkservers and
+ * strata-meta (in that order: clients before servers), SIGTERM first and SIGKILL after a timeout;
+ * last the network namespaces, veths and bridge `up` made for the chunkservers (what H/run/net
+ * lists). Pid files are removed; address files (and the subnet in H/run/net) stay so that the next
+ * `strata up` gets the same addresses back. */
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tools/cli.h"
+#include "fs/cgroup_kill.h"
+#include "fs/cleanup.h"
+#include "fs/json.h"
 #include "imagesvc/mount.h"
 #include "imagesvc/store.h"
 
 #define VERB "down"
+#define SANDBOX_KILL_WAIT_MS 5000 /* for the processes of one left-over sandbox */
+#define STATE_MAX (1 << 20)	  /* a sandbox's state.json, as sandboxd reads it */
 
 static void usage(FILE *f)
 {
@@ -156,6 +163,61 @@ static int delete_sandboxes(const char *sock, int timeout_s)
 	return WEXITSTATUS(status);
 }
 
+/* The container sandbox whose sandboxd state is dir/state.json, if it still
+ * runs: killed through its cgroup slot (its agent's pid must still be in
+ * the slot recorded at its create; state of an older sandboxd without the
+ * slot: any sandbox slot). Returns 1 when it was running, 0, or -errno. */
+static int kill_left_sandbox(const char *dir)
+{
+	char path[CLI_PATH + 16];
+	snprintf(path, sizeof(path), "%s/state.json", dir);
+	_cleanup_free_ char *buf = malloc(STATE_MAX);
+	int n = buf ? cli_read_file(path, buf, STATE_MAX) : -ENOMEM;
+	if (n <= 0)
+		return n == -ENOENT ? 0 : n;
+	struct json *j = json_parse(buf, (size_t)n, NULL, 0);
+	const struct json *bs = json_get(j, "backend_state");
+	const char *slot = json_cstr(json_get(bs, "cgroup"));
+	int64_t pid = 0;
+	struct cgk_target t;
+	int r = json_int(json_get(bs, "agent_pid"), 1, INT32_MAX, &pid) ? 0 : -EINVAL;
+	if (r == 0)
+		r = slot && slot[0] ? cgk_target_of_pid((pid_t)pid, slot, false, &t)
+				    : cgk_target_of_pid((pid_t)pid, "sbx-", true, &t);
+	json_free(j);
+	if (r == -ESRCH || r == -ESTALE || r == -EINVAL)
+		return 0; /* gone, or not a container sandbox */
+	if (r == 0 && (r = cgk_kill(&t, SANDBOX_KILL_WAIT_MS)) >= 0 && t.freezer_dir[0])
+		rmdir(t.freezer_dir);
+	return r < 0 ? r : 1;
+}
+
+/* What a stopped (or dead) sandboxd left running: every sandbox with state
+ * in H/sandboxd/sandboxes (persistent container sandboxes outlive their
+ * sandboxd) is killed, and its state removed. Returns how many ran. */
+static int kill_left_sandboxes(const struct cli_home *h)
+{
+	char dir[CLI_PATH], sub[CLI_PATH + 300];
+	int n = 0;
+	struct dirent *de;
+	DIR *dp = opendir(cli_path(dir, h, "sandboxd/sandboxes"));
+	while (dp && (de = readdir(dp))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+		int r = kill_left_sandbox(sub);
+		if (r < 0)
+			fprintf(stderr, "strata down: warning: sandbox %s: %s\n", de->d_name,
+				strerror(-r));
+		else
+			nftw(sub, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+		n += r > 0;
+	}
+	if (dp)
+		closedir(dp);
+	return n;
+}
+
 /* The node agent: its sandboxes deleted through its API, then SIGTERM. */
 static int down_sandboxd(const struct cli_home *h, int timeout_s)
 {
@@ -165,16 +227,21 @@ static int down_sandboxd(const struct cli_home *h, int timeout_s)
 
 	cli_daemon_get(h, h->nodes + 2, &d);
 	pid_t pid = cli_daemon_pid(h, &d);
-	if (!cli_pid_alive(pid, d.binary))
-		return 0;
-	r = delete_sandboxes(cli_sandboxd_socket(h, sock), timeout_s);
-	if (r > 0)
-		printf("strata: deleted %d sandbox(es)\n", r);
-	else if (r < 0)
-		fprintf(stderr, "strata down: warning: deleting the sandboxes: %s\n", strerror(-r));
-	if ((r = cli_stop_pid(pid, d.binary, timeout_s * 1000)) < 0)
-		cli_err(VERB, "cannot stop sandboxd (pid %d): %s", (int)pid, strerror(-r));
-	return r;
+	if (cli_pid_alive(pid, d.binary)) {
+		r = delete_sandboxes(cli_sandboxd_socket(h, sock), timeout_s);
+		if (r > 0)
+			printf("strata: deleted %d sandbox(es)\n", r);
+		else if (r < 0)
+			fprintf(stderr, "strata down: warning: deleting the sandboxes: %s\n",
+				strerror(-r));
+		if ((r = cli_stop_pid(pid, d.binary, timeout_s * 1000)) < 0) {
+			cli_err(VERB, "cannot stop sandboxd (pid %d): %s", (int)pid, strerror(-r));
+			return r;
+		}
+	}
+	if ((r = kill_left_sandboxes(h)) > 0)
+		printf("strata: killed %d sandbox(es) that sandboxd left running\n", r);
+	return 0;
 }
 
 /* The chunkservers' hosts: namespaces, veths and bridge, once they stopped. */

@@ -501,6 +501,11 @@ const char *sbx_cgroup_path(const struct sbx *s, const char *ctrl)
 	return m->cg_path;
 }
 
+const char *sbx_cgroup_name(const struct sbx *s)
+{
+	return s->cg ? s->cg->name : NULL;
+}
+
 int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret)
 {
 	struct sbx *s = calloc(1, sizeof(*s));
@@ -552,7 +557,9 @@ static int connect_agent(pid_t pid, int *ret_fd)
 	return 0;
 }
 
-int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
+/* The part of an adoption that needs no answer from the agent: its pidfd
+ * (it must not have exited) and its cgroups. */
+static int adopt_begin(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 {
 	struct sbx *s = calloc(1, sizeof(*s));
 	int r = 0;
@@ -567,10 +574,6 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	 * yet, e.g. by the thread that finishes a destroy) is gone as well. */
 	if (r == 0 && poll(&(struct pollfd){.fd = s->pidfd, .events = POLLIN}, 1, 0) > 0)
 		r = -ESRCH;
-	if (r == 0)
-		r = connect_agent(pid, &s->ctl);
-	if (r == 0)
-		r = wait_hello(s);
 	if (r == 0 && rt->cg.version)
 		r = cg_slot_adopt(&rt->cg, pid, &s->cg);
 	if (r < 0) {
@@ -579,4 +582,36 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	}
 	*ret = s;
 	return 0;
+}
+
+int sbx_adopt_finish(struct sbx *s)
+{
+	if (s->ctl >= 0)
+		return 0;
+	if (poll(&(struct pollfd){.fd = s->pidfd, .events = POLLIN}, 1, 0) > 0)
+		return -ESRCH;
+	int r = connect_agent(s->pid, &s->ctl);
+	if (r == 0)
+		r = wait_hello(s);
+	if (r < 0 && s->ctl >= 0) {
+		close(s->ctl);
+		s->ctl = -1;
+	}
+	return r;
+}
+
+int sbx_adopt_frozen(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
+{
+	return adopt_begin(rt, pid, ret);
+}
+
+int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
+{
+	struct sbx *s;
+	int r = adopt_begin(rt, pid, &s);
+	if (r == 0 && (r = sbx_adopt_finish(s)) < 0)
+		sbx_release(s);
+	if (r == 0)
+		*ret = s;
+	return r;
 }

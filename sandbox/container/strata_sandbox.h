@@ -113,6 +113,10 @@ int sbx_agent_fd(const struct sbx *s); /* host end of the protocol stream */
 /* The sandbox's cgroup directory for controller ctrl ("memory", "pids",
  * "cpu"; on v2 any name gives the one directory), or NULL. */
 const char *sbx_cgroup_path(const struct sbx *s, const char *ctrl);
+/* The name of the sandbox's cgroup directory ("sbx-..."), the last component
+ * of every sbx_cgroup_path, or NULL. Unlike sbx_cgroup_path it does not mark
+ * the slot as handed out (the next sandbox in it need not rewrite limits). */
+const char *sbx_cgroup_name(const struct sbx *s);
 
 /* ---- exec ------------------------------------------------------------------ */
 
@@ -266,6 +270,17 @@ void sbx_release(struct sbx *s);
  * -ESTALE (not in this runtime's cgroups), -ETIMEDOUT. A running exec of the
  * previous host is not reattached (its output is dropped; it runs on). */
 int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
+/* sbx_adopt for a sandbox whose processes are frozen (a paused sandbox: its
+ * agent can neither accept a connection nor say HELLO): checks that the
+ * agent lives and finds its cgroups, but does not connect. The sandbox may
+ * be released or destroyed like any other; before anything else, thaw it
+ * and call sbx_adopt_finish. Returns as sbx_adopt, but never -ENOTCONN or
+ * -ETIMEDOUT. */
+int sbx_adopt_frozen(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
+/* Connects to the agent of a sandbox adopted with sbx_adopt_frozen, now
+ * thawed, and reads its HELLO; a no-op for one connected already. Returns 0,
+ * -ENOTCONN, -ETIMEDOUT, -ESRCH. */
+int sbx_adopt_finish(struct sbx *s);
 
 /* Wraps an agent reached some other way (a VM's serial port, a test's
  * socketpair) so that sbx_exec and sbx_file_* work on it. Takes ownership of

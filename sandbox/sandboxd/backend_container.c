@@ -121,10 +121,13 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/cgroup_kill.h"
+#include "fs/log.h"
 #include "sandbox/container/strata_sandbox.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
 #define EXEC_GRACE_MS 10000 /* beyond an exec's timeout, as sbx_exec waits */
+#define KILL_WAIT_MS 5000   /* for the processes of a sandbox that cannot be adopted */
 
 struct ct_exec;
 
@@ -148,6 +151,7 @@ struct ct_box {
 	bool throttled; /* w is off until the retry timer */
 	struct ct_box *busy_next, **busy_prev;
 	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
+	bool unconnected; /* adopted frozen: connect to its agent once thawed */
 };
 
 struct ct_exec {
@@ -640,9 +644,28 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	free(sb->bstate); /* what adopt needs: persisted with the sandbox */
-	if (asprintf(&sb->bstate, "{\"agent_pid\":%d}", (int)sbx_pid(box->s)) < 0)
+	const char *cg = sbx_cgroup_name(box->s);
+	if (asprintf(&sb->bstate, "{\"agent_pid\":%d,\"cgroup\":\"%s\"}", (int)sbx_pid(box->s),
+		     cg ? cg : "") < 0)
 		sb->bstate = NULL;
 	return 0;
+}
+
+/* A sandbox that cannot be adopted is killed, frozen or not, when its agent
+ * is still in the cgroup slot recorded at its create: with its state gone,
+ * nothing could ever reach it again (a frozen one would never end, another
+ * would run until its orphan timeout). A pid in any other cgroup is not
+ * this sandbox's agent any more, and is left alone. */
+static void kill_unadoptable(pid_t pid, const char *slot, const char *id)
+{
+	struct cgk_target t;
+	if (!slot || !slot[0] || cgk_target_of_pid(pid, slot, false, &t) < 0)
+		return;
+	int r = cgk_kill(&t, KILL_WAIT_MS);
+	if (r < 0)
+		log_warn_errno(r, "Sandbox %s (agent %d) could not be killed", id, (int)pid);
+	else
+		log_info("sandbox %s (agent %d) killed: %d processes", id, (int)pid, r);
 }
 
 static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
@@ -653,18 +676,26 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 	struct json *j = json_parse(sb->bstate, strlen(sb->bstate), NULL, 0);
 	int64_t pid = 0;
 	bool ok = json_int(json_get(j, "agent_pid"), 1, INT32_MAX, &pid);
+	char slot[64];
+	snprintf(slot, sizeof(slot), "%s", json_cstr(json_get(j, "cgroup")) ?: "");
 	json_free(j);
 	if (!ok)
 		return -EINVAL;
 	struct ct_box *box = calloc(1, sizeof(*box));
 	if (!box)
 		return -ENOMEM;
-	int r = sbx_adopt(cb->rt, (pid_t)pid, &box->s);
+	/* A paused sandbox's agent is frozen: it is connected to at resume. */
+	bool frozen = sb->state == SBD_PAUSED;
+	int r = frozen ? sbx_adopt_frozen(cb->rt, (pid_t)pid, &box->s)
+		       : sbx_adopt(cb->rt, (pid_t)pid, &box->s);
 	if (r < 0) {
 		free(box);
+		if (r != -ESRCH)
+			kill_unadoptable((pid_t)pid, slot, sb->id);
 		return r;
 	}
 	box_init(box, cb);
+	box->unconnected = frozen;
 	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
@@ -855,7 +886,13 @@ static int ct_pause(struct sbd_backend *b, struct sbd_sandbox *sb)
 
 static int ct_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
-	return freeze(b->priv, sb->bpriv, false);
+	struct ct_box *box = sb->bpriv;
+	int r = freeze(b->priv, box, false);
+	if (r == 0 && box->unconnected) { /* adopted while frozen */
+		r = sbx_adopt_finish(box->s);
+		box->unconnected = r < 0;
+	}
+	return r;
 }
 
 static int ct_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
