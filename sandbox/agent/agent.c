@@ -321,6 +321,7 @@ static int setup(struct agent *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof(*a));
 	a->listen_fd = -1;
+	a->oom_fd = -1;
 	prctl(PR_SET_NAME, "strata-agent"); /* exec'd from a memfd: comm is "memfd:..." */
 	/* Not dumpable: processes of the sandbox, even root with the same
 	 * capabilities, cannot ptrace-access the agent (/proc/1/mem, /proc/1/fd,

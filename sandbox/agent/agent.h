@@ -38,6 +38,7 @@ struct ag_execp {
 	bool timed_out, truncated, killed;
 	uint64_t cap, sent, out_bytes, err_bytes;
 	uint64_t start_us, deadline_us; /* deadline 0 = none */
+	uint64_t oom_kills;		/* the sandbox's OOM kill count at its start */
 };
 
 struct agent {
@@ -55,6 +56,7 @@ struct agent {
 	int listen_fd;		    /* persistent sandbox: where a new host connects, else -1 */
 	uint32_t orphan_timeout_ms; /* persistent: exit after this long without a host */
 	uint64_t orphan_since_us;   /* when the last host left (0: one is connected) */
+	int oom_fd;		    /* the sandbox's OOM kill counter (START), else -1 */
 	void *seccomp;		    /* staged: BPF program to load at START */
 	size_t seccomp_len;
 };

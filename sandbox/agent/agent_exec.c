@@ -7,8 +7,16 @@
  * chunks until the exec's output cap; past it the pipes are still drained
  * (the child never blocks on a full pipe) but the bytes are dropped and EXIT
  * carries AG_EXIT_F_TRUNCATED. Start failures (no such binary, bad cwd or
- * user) are the EXEC reply's status; after a successful reply exactly one
- * EXIT follows. */
+ * user) are the EXEC reply's status, with the step that failed (the child
+ * reports step and errno through a close-on-exec pipe); after a successful
+ * reply exactly one EXIT follows, flagged AG_EXIT_F_OOM_KILLED when the
+ * command died of SIGKILL while the sandbox's OOM kill counter rose.
+ *
+ * The command's environment is Docker's: PATH (AG_DEFAULT_PATH), HOME (the
+ * user's home in the sandbox's /etc/passwd, else "/", as runc), USER (the
+ * user's name there, when it has an entry) and HOSTNAME, each replaced by
+ * the request's own variable of that name. TERM is not set: there is no
+ * terminal (Docker sets it only with a tty). */
 #include "sandbox/agent/agent.h"
 
 #include <errno.h>
@@ -56,12 +64,25 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
+/* What the command runs as, from the sandbox's /etc/passwd. */
+struct ag_user {
+	uid_t uid;
+	gid_t gid;
+	char home[256]; /* "/" without an entry */
+	char name[64];	/* "" without an entry */
+};
+
 /* Looks up a user in /etc/passwd: "name", "uid" or "uid:gid" (the agent is
  * static and has no NSS). A uid without an entry is fine (home "/"); a
  * name must exist. A bare uid takes the entry's primary group, like
  * Docker's --user. Returns 0 or -ENOENT. */
-static int lookup_user(const char *user, uid_t *uid, gid_t *gid, char *home, size_t home_cap)
+static int lookup_user(const char *user, struct ag_user *ret)
 {
+	uid_t *uid = &ret->uid;
+	gid_t *gid = &ret->gid;
+	char *home = ret->home;
+	size_t home_cap = sizeof(ret->home);
+	ret->name[0] = 0;
 	char *end, line[1024];
 	unsigned long u = strtoul(user, &end, 10);
 	bool numeric = end != user && (*end == 0 || *end == ':');
@@ -87,6 +108,7 @@ static int lookup_user(const char *user, uid_t *uid, gid_t *gid, char *home, siz
 		if (!has_gid)
 			*gid = (gid_t)strtoul(fld[3], NULL, 10);
 		snprintf(home, home_cap, "%s", fld[5]);
+		snprintf(ret->name, sizeof(ret->name), "%s", fld[0]);
 		r = 0;
 		break;
 	}
@@ -103,7 +125,13 @@ struct child_args {
 	uid_t uid;
 	gid_t gid;
 	bool ids;
-	const char *home;
+	char **env;
+};
+
+/* What the child writes to errfd when its start fails. */
+struct child_error {
+	int step; /* AG_STEP_* */
+	int err;  /* errno */
 };
 
 /* The child: never returns. Reports an errno through errfd. It shares the
@@ -122,6 +150,7 @@ static int child(void *arg)
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	setsid();
+	struct child_error e = {.step = AG_STEP_SETUP};
 	if (dup2(c->in, 0) < 0 || dup2(c->out, 1) < 0 || dup2(c->err, 2) < 0)
 		goto fail;
 	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -129,20 +158,55 @@ static int child(void *arg)
 		(void)!write(fd, "0", 1);
 		close(fd);
 	}
+	e.step = AG_STEP_CWD;
 	if (chdir(q->cwd[0] ? q->cwd : "/") < 0)
 		goto fail;
+	e.step = AG_STEP_IDS;
 	if (c->ids && (syscall(SYS_SETGROUPS, 0, NULL) < 0 || syscall(SYS_SETGID, c->gid) < 0 ||
 		       syscall(SYS_SETUID, c->uid) < 0))
 		goto fail;
-	static char path_env[] = "PATH=" AG_DEFAULT_PATH;
-	char home_env[300];
-	snprintf(home_env, sizeof(home_env), "HOME=%s", c->home);
-	char *def_env[] = {path_env, home_env, NULL};
-	execvpe(q->argv[0], q->argv, q->envc ? q->env : def_env);
-fail:;
-	int e = errno;
+	e.step = AG_STEP_EXEC;
+	execvpe(q->argv[0], q->argv, c->env);
+fail:
+	e.err = errno;
 	(void)!write(c->errfd, &e, sizeof(e));
 	_exit(127);
+}
+
+/* Is NAME= of entry (NAME=value) one of env's names? */
+static bool env_has(char *const *env, const char *entry)
+{
+	size_t n = strcspn(entry, "=");
+	for (char *const *p = env; p && *p; p++)
+		if (!strncmp(*p, entry, n) && (*p)[n] == '=')
+			return true;
+	return false;
+}
+
+/* The command's environment (see the top of the file): a malloc'ed array
+ * (the caller frees it, not its strings) of q's strings and the defaults,
+ * written into home_env, user_env and host_env (cap bytes each). */
+static char **exec_env(const struct ag_exec_req *q, const struct ag_user *u, char *home_env,
+		       char *user_env, char *host_env, size_t cap)
+{
+	static char path_env[] = "PATH=" AG_DEFAULT_PATH;
+	char **v = calloc(q->envc + 5, sizeof(char *));
+	if (!v)
+		return NULL;
+	size_t n = 0;
+	snprintf(home_env, cap, "HOME=%s", u->home);
+	snprintf(user_env, cap, "USER=%s", u->name);
+	memcpy(host_env, "HOSTNAME=", 9);
+	if (gethostname(host_env + 9, cap - 9) < 0)
+		host_env[9] = 0;
+	host_env[cap - 1] = 0;
+	char *defaults[] = {path_env, home_env, u->name[0] ? user_env : NULL, host_env};
+	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+		if (defaults[i] && !env_has(q->env, defaults[i]))
+			v[n++] = defaults[i];
+	for (uint32_t i = 0; i < q->envc; i++)
+		v[n++] = q->env[i];
+	return v;
 }
 
 /* The child's stack: the agent is single-threaded and suspended while the
@@ -178,23 +242,27 @@ static void close_all(int *fds, int n)
 		close_fd(&fds[i]);
 }
 
-/* Starts the child and waits for the exec (or its failure) through a CLOEXEC
- * pipe. Fills e on success. */
-static int spawn(struct ag_exec_req *q, struct ag_execp *e)
+/* Starts the child and waits for the exec (or its failure, and the step
+ * that failed, into *ret_step) through a CLOEXEC pipe. Fills e on success. */
+static int spawn(struct ag_exec_req *q, struct ag_execp *e, int *ret_step)
 {
-	uid_t uid = q->uid;
-	gid_t gid = q->gid;
 	bool ids = q->flags & AG_EXEC_F_UIDGID;
-	char home[256] = "/root";
+	char uid_s[32], home_env[300], user_env[300], host_env[300];
+	struct ag_user u = {.uid = q->uid, .gid = q->gid};
 	int fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1}; /* out, err, in, sync */
 	int r;
 
-	if (q->user[0]) {
-		r = lookup_user(q->user, &uid, &gid, home, sizeof(home));
-		if (r < 0)
-			return r;
-		ids = true;
-	}
+	/* the user's entry: its ids (a name or uid given), its home and name */
+	snprintf(uid_s, sizeof(uid_s), "%u:%u", (unsigned)u.uid, (unsigned)u.gid);
+	*ret_step = AG_STEP_USER;
+	r = lookup_user(q->user[0] ? q->user : ids ? uid_s : "0", &u);
+	if (r < 0 && q->user[0])
+		return r;
+	ids = ids || q->user[0];
+	*ret_step = AG_STEP_SETUP;
+	char **env = exec_env(q, &u, home_env, user_env, host_env, sizeof(host_env));
+	if (!env)
+		return -ENOMEM;
 	r = open_pipes(fds, fds + 2, fds + 4, fds + 6, q->flags & AG_EXEC_F_STDIN);
 	if (r < 0)
 		goto out;
@@ -205,10 +273,10 @@ static int spawn(struct ag_exec_req *q, struct ag_execp *e)
 				.out = fds[1],
 				.err = fds[3],
 				.errfd = fds[7],
-				.uid = uid,
-				.gid = gid,
+				.uid = u.uid,
+				.gid = u.gid,
 				.ids = ids,
-				.home = home};
+				.env = env};
 	pid_t pid =
 	    clone(child, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
 	if (pid < 0) {
@@ -216,14 +284,15 @@ static int spawn(struct ag_exec_req *q, struct ag_execp *e)
 		goto out;
 	}
 	close_fd(&fds[7]);
-	int child_errno = 0;
+	struct child_error ce;
 	ssize_t n;
 	do
-		n = read(fds[6], &child_errno, sizeof(child_errno));
+		n = read(fds[6], &ce, sizeof(ce));
 	while (n < 0 && errno == EINTR);
-	if (n == sizeof(child_errno)) {
+	if (n == sizeof(ce)) {
 		waitpid(pid, NULL, 0);
-		r = -child_errno;
+		*ret_step = ce.step;
+		r = ce.err > 0 ? -ce.err : -EIO;
 		goto out;
 	}
 	e->pid = pid;
@@ -232,8 +301,26 @@ static int spawn(struct ag_exec_req *q, struct ag_execp *e)
 	e->in_fd = TAKE(fds[5]);
 	r = 0;
 out:
+	free(env);
 	close_all(fds, 8);
 	return r;
+}
+
+/* The sandbox's OOM kill count (the "oom_kill N" line of the counter START
+ * gave), or 0 without one. */
+static uint64_t oom_kills(const struct agent *a)
+{
+	char buf[512];
+	if (a->oom_fd < 0)
+		return 0;
+	ssize_t n = pread(a->oom_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	for (const char *p = buf; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, "oom_kill ", 9))
+			return strtoull(p + 9, NULL, 10);
+	return 0;
 }
 
 int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
@@ -256,11 +343,17 @@ int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
 	e->start_us = ag_now_us();
 	e->deadline_us = q->timeout_ms ? e->start_us + (uint64_t)q->timeout_ms * 1000 : 0;
 	ag_wr_init(&e->in_buf);
-	r = spawn(q, e);
+	e->oom_kills = oom_kills(a);
+	int step = AG_STEP_UNKNOWN;
+	r = spawn(q, e, &step);
 	free(q);
-	if (r < 0) {
+	if (r < 0) { /* the reply, with the step that failed (1.2) */
 		free(e);
-		return r;
+		size_t off = ag_wr_begin(&a->out, AG_T_EXEC | AG_T_REPLY, id);
+		ag_wr_u32(&a->out, (uint32_t)r);
+		ag_wr_u8(&a->out, (uint8_t)step);
+		ag_wr_end(&a->out, off);
+		return 0;
 	}
 	e->next = a->execs;
 	a->execs = e;
@@ -387,11 +480,17 @@ static void finish(struct agent *a, struct ag_execp *e, int status)
 	ag_exec_pump(a, e, AG_STREAM_STDERR);
 	if (e->timed_out || e->killed)
 		kill(-e->pid, SIGKILL); /* stragglers of a killed group */
+	/* SIGKILL (or a shell's 137 for it) while the cgroup counted an OOM
+	 * kill: the kernel cannot say whose, the timing and the signal can */
+	bool sigkill = WIFSIGNALED(status)
+			   ? WTERMSIG(status) == SIGKILL
+			   : WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL;
+	bool oom = sigkill && !e->timed_out && oom_kills(a) > e->oom_kills;
 	struct ag_exit x = {
 	    .exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1,
 	    .signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0,
-	    .flags =
-		(e->timed_out ? AG_EXIT_F_TIMED_OUT : 0) | (e->truncated ? AG_EXIT_F_TRUNCATED : 0),
+	    .flags = (e->timed_out ? AG_EXIT_F_TIMED_OUT : 0) |
+		     (e->truncated ? AG_EXIT_F_TRUNCATED : 0) | (oom ? AG_EXIT_F_OOM_KILLED : 0),
 	    .stdout_bytes = e->out_bytes,
 	    .stderr_bytes = e->err_bytes,
 	    .duration_us = ag_now_us() - e->start_us,

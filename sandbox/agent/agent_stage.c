@@ -8,7 +8,9 @@
  * /proc, /dev and /sys, then execs the agent with fd 4 holding the seccomp
  * BPF program. The
  * staged agent keeps its privileges, serves only START and PING, and on
- * START (with the rootfs as a detached mount tree in SCM_RIGHTS):
+ * START (with the rootfs as a detached mount tree in SCM_RIGHTS, and with
+ * AG_START_F_OOM_FD the sandbox's OOM kill counter after it, kept for
+ * agent_exec.c):
  *
  *   1. attaches the rootfs at /lower (move_mount)
  *   2. mounts the overlay lower=/lower upper=/u work=/w on /m (nodev; the
@@ -176,6 +178,8 @@ void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len)
 	struct ag_start_req q;
 	int tree = ag_take_fd(a);
 	int r = tree < 0 ? -EBADF : ag_start_decode(p, len, &q);
+	if (r == 0 && (q.flags & AG_START_F_OOM_FD))
+		a->oom_fd = ag_take_fd(a); /* kept: read at every exec's start and end */
 	if (r == 0)
 		r = enter_root(a, tree, &q);
 	if (tree >= 0)

@@ -33,7 +33,7 @@
 
 #define AG_MAGIC 0x54474153u /* "SAGT" */
 #define AG_MAJOR 1
-#define AG_MINOR 1 /* 1.1: STDIN flag "ack" and its reply */
+#define AG_MINOR 2 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag */
 #define AG_HDR_SIZE 16
 #define AG_MAX_DATA (1u << 20)		      /* one read/write/stdin chunk */
 #define AG_MAX_PAYLOAD (AG_MAX_DATA + 65536u) /* data plus its fields */
@@ -71,7 +71,21 @@ enum {
  * open), u32 pending (bytes queued, not yet read by the command). */
 enum { AG_STDIN_F_ACK = 1 };
 enum { AG_STREAM_STDOUT = 1, AG_STREAM_STDERR = 2 };
-enum { AG_EXIT_F_TIMED_OUT = 1, AG_EXIT_F_TRUNCATED = 2 };
+/* EXIT flags. OOM_KILLED (1.2): the command was killed by SIGKILL (or
+ * exited 137, a shell reporting it) and the sandbox's memory cgroup counted
+ * an OOM kill while it ran. */
+enum { AG_EXIT_F_TIMED_OUT = 1, AG_EXIT_F_TRUNCATED = 2, AG_EXIT_F_OOM_KILLED = 4 };
+/* A failed EXEC reply (1.2): i32 status, then u8 step, the step of the
+ * command's start that failed with that errno (absent from older agents:
+ * AG_STEP_UNKNOWN). */
+enum {
+	AG_STEP_UNKNOWN = 0,
+	AG_STEP_USER = 1,  /* looking up the user in the sandbox's /etc/passwd */
+	AG_STEP_CWD = 2,   /* chdir to the working directory */
+	AG_STEP_IDS = 3,   /* switching to the user's uid and gid */
+	AG_STEP_EXEC = 4,  /* finding and executing the command */
+	AG_STEP_SETUP = 5, /* pipes, the child process, its stdio */
+};
 enum { AG_WRITE_F_CREATE = 1, AG_WRITE_F_TRUNC = 2, AG_WRITE_F_APPEND = 4, AG_WRITE_F_EXCL = 8 };
 enum {
 	AG_FT_OTHER = 0,
@@ -178,7 +192,12 @@ void ag_stat_decode(struct ag_rd *r, struct ag_stat *ret);
 
 /* START request (container backend, agent in --stage mode). The rootfs comes
  * as a detached mount (open_tree clone) in SCM_RIGHTS with this frame. */
-enum { AG_START_F_PERSIST = 1 }; /* survive the stream's end; accept a new host */
+enum {
+	AG_START_F_PERSIST = 1, /* survive the stream's end; accept a new host */
+	/* 1.2: a second fd follows the rootfs: the sandbox's OOM kill counter
+	 * (its memory cgroup's memory.events on v2, memory.oom_control on v1) */
+	AG_START_F_OOM_FD = 2,
+};
 struct ag_start_req {
 	char hostname[65];
 	uint64_t disk_bytes, disk_inodes; /* size of the writable layer's tmpfs */

@@ -596,6 +596,16 @@ int cg_slot_adopt(struct cg_driver *d, pid_t pid, struct cg_slot **ret)
 	return 0;
 }
 
+int cg_slot_oom_fd(const struct cg_driver *d, const struct cg_slot *s)
+{
+	if (!s || s->dir_fd[CG_MEMORY] < 0)
+		return -ENOENT;
+	int fd =
+	    openat(s->dir_fd[CG_MEMORY], d->version == 2 ? "memory.events" : "memory.oom_control",
+		   O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
 int cg_slot_path(const struct cg_driver *d, const struct cg_slot *s, int ctrl, char *buf,
 		 size_t cap)
 {

@@ -33,6 +33,11 @@
 #define FILE_TIMEOUT_MS 30000
 #define EXEC_GRACE_MS 10000
 
+_Static_assert(SBX_STEP_USER == AG_STEP_USER && SBX_STEP_CWD == AG_STEP_CWD &&
+		   SBX_STEP_IDS == AG_STEP_IDS && SBX_STEP_EXEC == AG_STEP_EXEC &&
+		   SBX_STEP_SETUP == AG_STEP_SETUP,
+	       "the library's exec steps are the agent's");
+
 static int64_t now_ms(void)
 {
 	struct timespec ts;
@@ -329,7 +334,10 @@ static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8
 		int st = (int32_t)ag_rd_u32(&rd);
 		op->minor = h->minor;
 		if (rd.err || st < 0) {
-			op_exit(op, rd.err ? rd.err : st, NULL);
+			struct sbx_exec_result res = {0}; /* 1.2: the step that failed */
+			if (!rd.err && rd.off < rd.len)
+				res.failed_step = (enum sbx_exec_step)ag_rd_u8(&rd);
+			op_exit(op, rd.err ? rd.err : st, rd.err ? NULL : &res);
 			return;
 		}
 		if (op->started)
@@ -366,6 +374,7 @@ static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8
 		    .stdout_bytes = e.stdout_bytes,
 		    .stderr_bytes = e.stderr_bytes,
 		    .duration_us = e.duration_us,
+		    .oom_killed = e.flags & AG_EXIT_F_OOM_KILLED,
 		};
 		op_exit(op, 0, &res);
 	}
@@ -591,6 +600,8 @@ int sbx_exec(struct sbx *s, const struct sbx_exec_opts *o, sbx_output_fn fn, voi
 		}
 	}
 	sbx_exec_op_free(w.op);
+	if (r < 0 && w.res.failed_step)
+		*ret = w.res; /* which step of the start failed */
 	if (r < 0)
 		return r;
 	if (w.cb_err < 0)

@@ -66,6 +66,10 @@ void cg_slot_close(struct cg_slot *s);
 /* The slot of a running sandbox, from /proc/<pid>/cgroup. -ESTALE if pid is
  * not in one of our slots. */
 int cg_slot_adopt(struct cg_driver *d, pid_t pid, struct cg_slot **ret);
+/* Opens (read-only, close-on-exec) the slot's OOM kill counter: v2
+ * memory.events, v1 memory.oom_control (both have an "oom_kill N" line).
+ * Returns the fd or -errno. */
+int cg_slot_oom_fd(const struct cg_driver *d, const struct cg_slot *s);
 int cg_slot_path(const struct cg_driver *d, const struct cg_slot *s, int ctrl, char *buf,
 		 size_t cap);
 int cg_ctrl_index(const char *name);

@@ -311,14 +311,20 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 	return 0;
 }
 
-/* Sends START with the rootfs tree in SCM_RIGHTS. */
+/* Sends START with the rootfs tree in SCM_RIGHTS, and the cgroup's OOM kill
+ * counter after it (the agent tells from it which commands the OOM killer
+ * ended). */
 static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint32_t id)
 {
 	uint64_t disk = c->disk_bytes ? c->disk_bytes : 256ull << 20;
+	_cleanup_close_ int oom = s->rt && s->cg ? cg_slot_oom_fd(&s->rt->cg, s->cg) : -1;
+	int fds[2] = {tree, oom};
+	int nfds = oom >= 0 ? 2 : 1;
 	struct ag_start_req q = {.disk_bytes = disk,
 				 .disk_inodes = STRATA_MAX(disk / 2048, 8192),
 				 .caps_keep = sbx_caps_keep(),
-				 .flags = c->persist ? AG_START_F_PERSIST : 0,
+				 .flags = (c->persist ? AG_START_F_PERSIST : 0) |
+					  (oom >= 0 ? AG_START_F_OOM_FD : 0),
 				 .orphan_timeout_ms = c->orphan_timeout_ms};
 	snprintf(q.hostname, sizeof(q.hostname), "%s", c->hostname ? c->hostname : "sandbox");
 	struct ag_wr w;
@@ -332,17 +338,19 @@ static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint3
 	}
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(sizeof(fds))];
 	} u;
 	memset(&u, 0, sizeof(u));
 	struct iovec iov = {.iov_base = w.data, .iov_len = w.len};
-	struct msghdr m = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b)};
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = u.b,
+			   .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &tree, sizeof(int));
+	cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	ssize_t n = sendmsg(s->ctl, &m, MSG_NOSIGNAL);
 	r = n < 0 ? -errno : ((size_t)n == w.len ? 0 : -EIO); /* a small frame: all or nothing */
 	ag_wr_done(&w);

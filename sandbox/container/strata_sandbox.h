@@ -146,6 +146,16 @@ struct sbx_exec_opts {
 #define SBX_STDIN_STARTED_NOACK 2
 #define SBX_STDIN_MAX_CHUNK (1u << 20)
 
+/* The step of a command's start that failed (the agent's AG_STEP_*). */
+enum sbx_exec_step {
+	SBX_STEP_UNKNOWN = 0, /* not said (an older agent), or before the agent */
+	SBX_STEP_USER = 1,    /* no such user in the sandbox's /etc/passwd */
+	SBX_STEP_CWD = 2,     /* chdir to the working directory */
+	SBX_STEP_IDS = 3,     /* switching to the user's uid and gid */
+	SBX_STEP_EXEC = 4,    /* finding and executing the command */
+	SBX_STEP_SETUP = 5,   /* pipes, the process, its stdio */
+};
+
 struct sbx_exec_result {
 	int exit_code;			     /* -1 if killed by a signal */
 	int signo;			     /* the killing signal, else 0 */
@@ -153,6 +163,10 @@ struct sbx_exec_result {
 	bool truncated;			     /* output beyond output_cap was dropped */
 	uint64_t stdout_bytes, stderr_bytes; /* produced, including dropped */
 	uint64_t duration_us;
+	bool oom_killed; /* died of SIGKILL while the sandbox's OOM kill count rose */
+	/* A command that could not start: the exec's exit callback gets r < 0
+	 * (the errno) and a result with only this set: the step that failed. */
+	enum sbx_exec_step failed_step;
 };
 
 /* Called for every output chunk as it arrives; stream 1 = stdout, 2 = stderr.
@@ -160,7 +174,8 @@ struct sbx_exec_result {
 typedef int (*sbx_output_fn)(void *userdata, int stream, const void *data, size_t len);
 
 /* Runs a command and waits for it. Returns 0 and *ret when it ran (whatever
- * its exit), -ENOENT/-EACCES/... when it could not start, -ETIMEDOUT when the
+ * its exit), -ENOENT/-EACCES/... when it could not start (then *ret holds
+ * only failed_step, when the agent said it), -ETIMEDOUT when the
  * agent did not answer, -EPIPE when the sandbox is gone. */
 int sbx_exec(struct sbx *s, const struct sbx_exec_opts *opts, sbx_output_fn fn, void *userdata,
 	     struct sbx_exec_result *ret);

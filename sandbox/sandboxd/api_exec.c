@@ -164,6 +164,9 @@ static void emit_exit(struct sbd_conn *c, const struct sbd_exit *e)
 	jw_kint(&w, "duration_us", e->duration_us);
 	jw_key(&w, "error");
 	jw_str(&w, e->error[0] ? e->error : NULL);
+	jw_key(&w, "error_code");
+	jw_str(&w, e->error[0] && e->error_code[0] ? e->error_code : NULL);
+	jw_kbool(&w, "oom_killed", e->oom_killed);
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
 	sbd_conn_stream_end_with(c, w.buf, w.err ? 0 : w.len);
@@ -200,6 +203,7 @@ static void exec_sandbox_gone(struct sbd_destroy_hook *h, struct sbd_sandbox *sb
 	exec_start_stream(x);
 	struct sbd_exit e = {.exit_code = -1, .signo = 9};
 	snprintf(e.error, sizeof(e.error), "sandbox exited: %s", why);
+	snprintf(e.error_code, sizeof(e.error_code), "sandbox_exited");
 	emit_exit(x->c, &e);
 	free(x);
 }

@@ -55,6 +55,10 @@ struct sbd_exit {
 	uint64_t stdout_bytes, stderr_bytes; /* produced, including discarded */
 	int64_t duration_us;
 	char error[200]; /* set when the command could not be started */
+	/* with error: what failed, for programs (API.md: no_such_directory,
+	 * no_such_user, command_not_found, not_executable, ...) */
+	char error_code[32];
+	bool oom_killed; /* the OOM killer ended it (agent: SIGKILL while the count rose) */
 };
 
 /* Where an exec's output goes. output() is called as data arrives; exit() is
@@ -160,5 +164,10 @@ struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *container)
 struct sbx_exec_result;
 /* The exit of a library exec as the API reports it (res NULL: all zero). */
 struct sbd_exit sbd_exit_of(const struct sbx_exec_result *res);
+/* Fills e for a command that could not start: r the errno (negative), step
+ * the sbx_exec_step that failed, argv0, cwd and user (NULL: not known) for
+ * the message. Exit code 127 for a command not found, else 126, as a shell. */
+void sbd_exit_cannot_start(struct sbd_exit *e, int r, int step, const char *argv0, const char *cwd,
+			   const char *user);
 struct sbd_backend *sbd_backend_vm_new(struct sbd_loop *loop,
 				       const char *kind /* "firecracker"|"qemu" */);

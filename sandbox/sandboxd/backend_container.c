@@ -288,7 +288,53 @@ struct sbd_exit sbd_exit_of(const struct sbx_exec_result *res)
 				 .truncated = res->truncated,
 				 .stdout_bytes = res->stdout_bytes,
 				 .stderr_bytes = res->stderr_bytes,
-				 .duration_us = (int64_t)res->duration_us};
+				 .duration_us = (int64_t)res->duration_us,
+				 .oom_killed = res->oom_killed};
+}
+
+/* The cause of a failed start, by step and errno: (error_code, text). */
+static const char *start_failure(int err, int step, const char *cwd, const char *user, char *why,
+				 size_t cap)
+{
+	switch (step) {
+	case SBX_STEP_USER:
+		snprintf(why, cap, "no such user '%s' in the sandbox's /etc/passwd", user ?: "?");
+		return "no_such_user";
+	case SBX_STEP_CWD:
+		snprintf(why, cap, "%s '%s'",
+			 err == ENOENT	  ? "no such directory"
+			 : err == ENOTDIR ? "not a directory"
+					  : strerror(err),
+			 cwd ?: "?");
+		return err == ENOENT	? "no_such_directory"
+		       : err == ENOTDIR ? "not_a_directory"
+					: "bad_cwd";
+	case SBX_STEP_IDS:
+		snprintf(why, cap, "cannot switch to user '%s': %s", user ?: "?", strerror(err));
+		return "bad_user";
+	case SBX_STEP_EXEC:
+		if (err == ENOENT) {
+			snprintf(why, cap, "command not found");
+			return "command_not_found";
+		}
+		if (err == EACCES || err == ENOEXEC || err == EISDIR) {
+			snprintf(why, cap, "not executable (%s)", strerror(err));
+			return "not_executable";
+		}
+		break;
+	}
+	snprintf(why, cap, "%s", strerror(err));
+	return "exec_failed";
+}
+
+void sbd_exit_cannot_start(struct sbd_exit *e, int r, int step, const char *argv0, const char *cwd,
+			   const char *user)
+{
+	char why[sizeof(e->error)];
+	const char *code = start_failure(-r, step, cwd, user, why, sizeof(why));
+	snprintf(e->error_code, sizeof(e->error_code), "%s", code);
+	e->exit_code = !strcmp(code, "command_not_found") ? 127 : 126;
+	snprintf(e->error, sizeof(e->error), "cannot run '%.60s': %s", argv0, why);
 }
 
 static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
@@ -297,10 +343,9 @@ static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
 	if (x->detached)
 		return;
 	struct sbd_exit e = sbd_exit_of(res);
-	if (r < 0) {
-		e.exit_code = r == -ENOENT ? 127 : 126;
-		snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0], strerror(-r));
-	}
+	if (r < 0) /* res (when the agent answered) says which step failed */
+		sbd_exit_cannot_start(&e, r, res ? (int)res->failed_step : SBX_STEP_UNKNOWN,
+				      x->argv[0], x->cwd, x->user && x->user[0] ? x->user : "root");
 	x->exit = e;
 	x->exit_pending = true;
 	x->detached = true;

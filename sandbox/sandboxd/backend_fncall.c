@@ -1358,8 +1358,9 @@ struct cmd_call {
 	bool exit_pending;
 	struct sbd_exit exit;
 	int64_t deadline_ms;
-	char argv0[128];       /* for the message of a command that could not start */
-	struct cmd_call *next; /* in fb->cmds */
+	char argv0[128];	 /* for the message of a command that could not start */
+	char cwd[256], user[64]; /* the same */
+	struct cmd_call *next;	 /* in fb->cmds */
 };
 
 static void cmd_box_push(struct cmd_pool *p, struct cmd_box *bx)
@@ -1679,12 +1680,12 @@ static void cmd_exit(void *ud, int r, const struct sbx_exec_result *res)
 	} else if (r < 0) {
 		/* as a process that could not exec: 127 or 126 and why, on stderr */
 		char msg[300];
-		int n = snprintf(msg, sizeof(msg), "strata: cannot run '%s': %s\n", c->argv0,
-				 strerror(-r));
+		sbd_exit_cannot_start(&e, r, res ? (int)res->failed_step : SBX_STEP_UNKNOWN,
+				      c->argv0, c->cwd, c->user);
+		int n = snprintf(msg, sizeof(msg), "strata: %s\n", e.error);
 		n = n < (int)sizeof(msg) ? n : (int)sizeof(msg) - 1;
 		c->sink.output(c->sink.ctx, 2, msg, (size_t)n);
 		e.stderr_bytes = (uint64_t)n;
-		e.exit_code = r == -ENOENT ? 127 : 126;
 	}
 	c->exit = e;
 	c->exit_pending = true;
@@ -1759,6 +1760,7 @@ static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct 
 	*c = (struct cmd_call){.fb = fb, .pool = p, .sink = *sink, .retry_fd = -1};
 	c->w.fd = c->w_retry.fd = -1;
 	snprintf(c->argv0, sizeof(c->argv0), "%s", req->argv[0]);
+	snprintf(c->cwd, sizeof(c->cwd), "%s", req->cwd ? req->cwd : "/");
 	/* the rest of a stdin larger than one chunk is fed as it is taken */
 	size_t first = req->stdin_len;
 	if (first > SBX_STDIN_MAX_CHUNK) {
@@ -1783,6 +1785,7 @@ static int cmd_exec(struct fn_backend *fb, struct sbd_sandbox *sb, const struct 
 		env[n] = "PATH=" DEFAULT_PATH;
 	char user[64];
 	snprintf(user, sizeof(user), "%lld:%lld", (long long)uid, (long long)gid);
+	snprintf(c->user, sizeof(c->user), "%s", user);
 	struct sbx_exec_opts o = {
 	    .argv = (const char *const *)req->argv,
 	    .env = env,

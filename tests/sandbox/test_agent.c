@@ -66,16 +66,24 @@ static void test_exec(struct sbx *s)
 	opts = (struct sbx_exec_opts){.argv = cat, .stdin_data = "abc", .stdin_len = 3};
 	EXPECT(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "abc") && r.exit_code == 0);
 
-	const char *env[] = {"/bin/sh", "-c", "echo $FOO; pwd", NULL};
-	const char *envv[] = {"FOO=bar", NULL};
+	/* the request's variables over Docker's defaults (PATH, HOME, HOSTNAME) */
+	const char *env[] = {"/bin/sh", "-c", "echo $FOO $HOME; pwd; [ -n \"$PATH$HOSTNAME\" ]",
+			     NULL};
+	const char *envv[] = {"FOO=bar", "HOME=/h", NULL};
 	opts = (struct sbx_exec_opts){.argv = env, .env = envv, .cwd = "/tmp"};
-	EXPECT(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "bar\n/tmp\n"));
+	EXPECT(run(s, &opts, &o, &r) == 0 && !strcmp(o.buf[0], "bar /h\n/tmp\n") && !r.exit_code);
 
+	/* a start that fails says which step did */
 	const char *nope[] = {"/nonexistent/binary", NULL};
 	opts = (struct sbx_exec_opts){.argv = nope};
-	EXPECT(run(s, &opts, &o, &r) == -ENOENT);
+	EXPECT(run(s, &opts, &o, &r) == -ENOENT && r.failed_step == SBX_STEP_EXEC);
 	opts = (struct sbx_exec_opts){.argv = echo, .cwd = "/nonexistent"};
-	EXPECT(run(s, &opts, &o, &r) == -ENOENT);
+	EXPECT(run(s, &opts, &o, &r) == -ENOENT && r.failed_step == SBX_STEP_CWD);
+	opts = (struct sbx_exec_opts){.argv = echo, .user = "no-such-user-strata"};
+	EXPECT(run(s, &opts, &o, &r) == -ENOENT && r.failed_step == SBX_STEP_USER);
+	const char *noexec[] = {"/etc/passwd", NULL};
+	opts = (struct sbx_exec_opts){.argv = noexec};
+	EXPECT(run(s, &opts, &o, &r) == -EACCES && r.failed_step == SBX_STEP_EXEC);
 
 	const char *slp[] = {"/bin/sh", "-c", "sleep 10; echo late", NULL};
 	opts = (struct sbx_exec_opts){.argv = slp, .timeout_ms = 200};

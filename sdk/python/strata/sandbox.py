@@ -59,10 +59,13 @@ class ExecResult:
     signal), ``signal`` (or None), ``stdout`` and ``stderr`` (str, decoded as
     UTF-8 with replacement), ``stdout_raw``/``stderr_raw`` (bytes),
     ``truncated`` (output went over the cap and was cut), ``timed_out``,
-    ``duration`` (seconds, as measured in the sandbox)."""
+    ``duration`` (seconds, as measured in the sandbox), ``error`` (why the
+    command could not run, else None) and ``error_code`` (the same for
+    programs: "no_such_directory", "no_such_user", "command_not_found",
+    "not_executable", ...), ``oom_killed`` (the OOM killer ended it)."""
 
     def __init__(self, exit_code, signal, stdout_raw, stderr_raw, truncated=False,
-                 timed_out=False, duration=0.0, error=None):
+                 timed_out=False, duration=0.0, error=None, error_code=None, oom_killed=False):
         self.exit_code = exit_code
         self.signal = signal
         self.stdout_raw = stdout_raw
@@ -71,6 +74,8 @@ class ExecResult:
         self.timed_out = timed_out
         self.duration = duration
         self.error = error
+        self.error_code = error_code
+        self.oom_killed = oom_killed
 
     @property
     def stdout(self):
@@ -160,7 +165,8 @@ def _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap):
 def _result_from_exit(ev, out=b"", err=b""):
     return ExecResult(ev.get("exit_code"), ev.get("signal"), out, err,
                       truncated=bool(ev.get("truncated")), timed_out=bool(ev.get("timed_out")),
-                      duration=(ev.get("duration_us") or 0) / 1e6, error=ev.get("error"))
+                      duration=(ev.get("duration_us") or 0) / 1e6, error=ev.get("error"),
+                      error_code=ev.get("error_code"), oom_killed=bool(ev.get("oom_killed")))
 
 
 class ExecProcess:
