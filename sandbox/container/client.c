@@ -33,9 +33,9 @@
 #define FILE_TIMEOUT_MS 30000
 #define EXEC_GRACE_MS 10000
 
-_Static_assert(SBX_STEP_USER == AG_STEP_USER && SBX_STEP_CWD == AG_STEP_CWD &&
-		   SBX_STEP_IDS == AG_STEP_IDS && SBX_STEP_EXEC == AG_STEP_EXEC &&
-		   SBX_STEP_SETUP == AG_STEP_SETUP,
+_Static_assert((int)SBX_STEP_USER == AG_STEP_USER && (int)SBX_STEP_CWD == AG_STEP_CWD &&
+		   (int)SBX_STEP_IDS == AG_STEP_IDS && (int)SBX_STEP_EXEC == AG_STEP_EXEC &&
+		   (int)SBX_STEP_SETUP == AG_STEP_SETUP,
 	       "the library's exec steps are the agent's");
 
 static int64_t now_ms(void)
