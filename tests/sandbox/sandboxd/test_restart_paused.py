@@ -1,7 +1,8 @@
 """Restarts lose nothing: a paused (frozen) container sandbox is re-adopted
 by a restarted sandboxd, still paused, and resumes with its files and
-processes; `strata down` after a sandboxd that died leaves no process of a
-sandbox, frozen or not."""
+processes; a sandbox that cannot be adopted is killed, not left behind;
+`strata down` after a sandboxd that died leaves no process of a sandbox,
+frozen or not."""
 import json
 import os
 import shutil
@@ -149,3 +150,22 @@ def test_down_kills_what_a_dead_sandboxd_left(d):
     assert not any(alive(p) for p in pids)
     assert [procs(s) for s in slots] == [[], []]
     assert os.listdir(os.path.join(d.home, "sandboxd", "sandboxes")) == []
+
+
+def test_a_sandbox_that_cannot_be_adopted_is_killed(d):
+    """Its state is dropped, so nothing could reach it again: sandboxd kills
+    it (through the cgroup slot its state names) rather than leave it to run
+    until its orphan timeout, or forever when frozen."""
+    sid = create(d, backend="container")
+    ex, _ = run(d, sid, "sleep 1000 >/dev/null 2>&1 &")
+    assert ex["exit_code"] == 0, ex
+    pid = agent_pid(d, sid)
+    slot = slot_dir(pid)
+    d.stop(cleanup=False)
+    os.unlink("/proc/%d/root/../agent.sock" % pid)  # the agent cannot be reached
+    d.start()
+    assert request(d, "GET", "/v1/sandboxes/%s" % sid)[0] == 404
+    deadline = time.time() + 10
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid) and procs(slot) == [], d.log_text()[-2000:]
