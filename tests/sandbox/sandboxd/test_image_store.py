@@ -179,8 +179,8 @@ def fuse_pid():
 
 
 def strata_up():
-    strata = os.path.join(os.environ["STRATA_BIN"], "strata")
-    subprocess.run([strata, "up", "--home", HOME], check=True, stdout=subprocess.DEVNULL)
+    cli = os.path.join(os.environ["STRATA_BIN"], "strata")
+    subprocess.run([cli, "up", "--home", HOME], check=True, stdout=subprocess.DEVNULL)
 
 
 def lines_of(path):
@@ -232,6 +232,41 @@ def test_fuse_replaced_renews_mount():
         with Sandbox.create("busybox:latest", backend="container", memory_mb=128) as b:
             r = b.exec(["sh", "-c", "busybox | head -1 && md5sum /bin/busybox"], timeout=30)
             assert r.exit_code == 0 and "BusyBox" in r.stdout and want in r.stdout, r
+    finally:
+        a.kill()
+    wait_unmounted()
+
+
+def test_fuse_and_holder_killed_fails_sandbox():
+    """strata-fuse and the holder of its connection both killed: the mount
+    ends, `strata up` mounts anew, and the sandbox on the old image mount
+    is marked failed with the reason (never left running with broken
+    files); a new sandbox works."""
+    a = Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120)
+    try:
+        assert a.exec(["md5sum", "/bin/busybox"], timeout=30).exit_code == 0
+        cli = os.path.join(os.environ["STRATA_BIN"], "strata")
+        st = json.loads(subprocess.run([cli, "status", "--home", HOME, "--json"],
+                                       stdout=subprocess.PIPE).stdout)
+        holder = st["fuse_holder"]["pid"]
+        assert holder > 0 and st["fuse_holder"]["state"] == "holding", st["fuse_holder"]
+        os.kill(fuse_pid(), 9)
+        os.kill(holder, 9)
+        time.sleep(0.5)
+        strata_up()
+        deadline = time.monotonic() + 10
+        info = Sandbox.connect(a.id).info
+        while info["state"] != "failed" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            info = Sandbox.connect(a.id).info
+        assert info["state"] == "failed", info
+        assert "strata-fuse" in info.get("failed_reason", ""), info
+        with pytest.raises(strata.StrataError) as ei:
+            a.exec(["true"], timeout=30)
+        assert "failed" in str(ei.value)
+        with Sandbox.create("busybox:latest", backend="container", memory_mb=128) as b:
+            r = b.exec(["md5sum", "/bin/busybox"], timeout=30)
+            assert r.exit_code == 0, r
     finally:
         a.kill()
     wait_unmounted()
