@@ -87,6 +87,10 @@ cluster_wait_mount 30
 # Let the reader make a few passes through the new strata-fuse.
 for i in $(seq 300); do [ "$(wc -l <"$CLUSTER_TMP/reads")" -ge $((before + 3)) ] && break; sleep 0.1; done
 touch "$CLUSTER_TMP/go" "$CLUSTER_TMP/stop"
+# A read left unanswered across the restart would hang its process: bounded.
+for i in $(seq 300); do kill -0 "$opener" 2>/dev/null || kill -0 "$reader" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$opener" 2>/dev/null || kill -0 "$reader" 2>/dev/null &&
+	cluster_fail "a read or write across the restart never completed"
 wait "$opener" "$reader"
 cat "$CLUSTER_TMP/reads" | sort | uniq -c | sed 's/^/  reads: /' >&2
 grep -v '^ok$' "$CLUSTER_TMP/reads" && cluster_fail "a read across the restart failed or returned wrong bytes"
