@@ -99,16 +99,26 @@ void sfs_inode_put(struct sfs *fs, struct sfs_inode *in);
 void sfs_inode_foreach(struct sfs *fs, void (*fn)(struct sfs *, struct sfs_inode *));
 
 /* ---- handles ------------------------------------------------------------- */
+/* fi->fh of an open file is its meta session id, and of a directory a
+ * number from fs->dir_next (seeded from the wall clock at start, so that no
+ * two lives of the daemon hand out the same one): after a takeover
+ * (takeover.c) the kernel still holds the handles of the dead daemon, and
+ * the successor rebuilds a handle it does not know from fh and the inode
+ * (sfs_file_get, ops_dir.c) instead of following a pointer. */
+#define SFS_FH_BUCKETS 4096 /* handle-table buckets (power of two) */
 struct sfs_file {
 	struct sfs_inode *inode; /* referenced */
-	uint64_t session;
+	uint64_t session;	 /* also the fh the kernel knows it by */
 	uint32_t flags;
 	const struct sfs_blob_table *blob; /* image blob: reads verified via fs->bc */
 	struct sfs_file *prev, *next;	   /* fs->files; fs->files_lock */
+	struct sfs_file *hnext;		   /* fs->fh_buckets chain; fs->files_lock */
 };
 
 struct sfs_dir {
 	pthread_mutex_t lock;
+	uint64_t fh;
+	struct sfs_dir *hnext; /* fs->dir_buckets chain; fs->dirs_lock */
 	strata_ino_t ino;
 	bool plus;		  /* entries carry attrs */
 	struct meta_dirent *ents; /* window of the listing */
@@ -129,7 +139,8 @@ struct sfs_opts {
 	bool foreground;
 	bool writeback;
 	double attr_timeout, entry_timeout, negative_timeout;
-	int retry_ms; /* total time to retry transport failures */
+	int retry_ms;	    /* total time to retry transport failures */
+	const char *holder; /* socket of strata-fuse-holder (takeover.c), or NULL */
 };
 
 struct sfs {
@@ -140,7 +151,14 @@ struct sfs {
 	struct fuse_session *se;
 	struct sfs_itable itable;
 	pthread_mutex_t files_lock;
-	struct sfs_file *files;		/* open files, closed at shutdown */
+	struct sfs_file *files;	      /* open files, closed at shutdown */
+	struct sfs_file **fh_buckets; /* files by fh (session); files_lock */
+	pthread_mutex_t adopt_lock;   /* rebuilding handles of a predecessor */
+	pthread_mutex_t dirs_lock;
+	struct sfs_dir **dir_buckets;	/* directory handles by fh; dirs_lock */
+	_Atomic uint64_t dir_next;	/* the next directory fh */
+	bool taken_over;		/* serving a predecessor's connection */
+	struct sfs_takeover *tk;	/* takeover.c's state, NULL without --holder */
 	bool writeback;			/* negotiated with the kernel */
 	_Atomic uint64_t attr_clock;	/* attrcache.c: ticks at every change */
 	_Atomic uint64_t ns_changed_at; /* attr_clock at the last unlink/rename/... */
@@ -165,8 +183,28 @@ void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode
 		   uint32_t *gid);
 /* Shutdown: records pending lengths and closes every open session. */
 void sfs_close_all(struct sfs *fs);
+/* Handle tables (ops_file.c, ops_dir.c). Returns 0 or -ENOMEM. */
+int sfs_handles_init(struct sfs *fs);
+void sfs_handles_done(struct sfs *fs);
 /* The layout of ino, from the table or from meta. */
 int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret);
+
+/* ---- takeover (takeover.c): surviving a crash of strata-fuse -------------
+ * All no-ops without --holder. */
+/* Asks the holder for a live connection of our mount point. Returns 1 with
+ * the fd in *ret_fd, 0 when there is none (mount anew), -EBUSY if another
+ * strata-fuse still serves it. */
+int sfs_takeover_take(struct sfs *fs, int *ret_fd);
+/* Serves the taken-over fd in fs->se: replays the saved INIT, then asks the
+ * kernel to resend what the dead daemon had read. Returns 0 or -errno. */
+int sfs_takeover_start(struct sfs *fs, int fd);
+/* After a fresh mount: reads and answers the kernel's INIT, keeping its
+ * bytes for a successor. Returns 0 or -errno. */
+int sfs_takeover_first_request(struct sfs *fs);
+/* Hands the connection to the holder (starting one) and watches it. */
+int sfs_takeover_hold(struct sfs *fs);
+/* Stops watching; with stop_holder also tells the holder to exit. */
+void sfs_takeover_done(struct sfs *fs, bool stop_holder);
 
 /* ---- attribute cache (attrcache.c) ---------------------------------------
  * GETATTR answered from the attributes meta returned less than attr_timeout

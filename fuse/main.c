@@ -4,6 +4,11 @@
  *               [--foreground] [--log-level L]
  *               [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]
  *               [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]
+ *               [--holder SOCKET]
+ *
+ * With --holder, the FUSE connection is kept by strata-fuse-holder across a
+ * crash of this daemon, and a new strata-fuse takes it over instead of
+ * mounting (takeover.c).
  *
  * Start-up: check that strata-meta answers, then (unless --foreground) fork;
  * the child mounts with allow_other, default_permissions, fsname=strata,
@@ -37,10 +42,11 @@ static void usage(FILE *f)
 		"usage: strata-fuse --meta HOST:PORT --mount DIR [--client-id ID]\n"
 		"                   [--cache-dir DIR] [--foreground] [--log-level L]\n"
 		"                   [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]\n"
-		"                   [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]\n");
+		"                   [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]\n"
+		"                   [--holder SOCKET]\n");
 }
 
-enum { OPT_ATTR = 256, OPT_ENTRY, OPT_NEG, OPT_NOWB, OPT_RETRY, OPT_CACHE_SIZE };
+enum { OPT_ATTR = 256, OPT_ENTRY, OPT_NEG, OPT_NOWB, OPT_RETRY, OPT_CACHE_SIZE, OPT_HOLDER };
 
 static int parse_seconds(const char *s, double *ret)
 {
@@ -81,6 +87,7 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 	    {"no-writeback-cache", no_argument, NULL, OPT_NOWB},
 	    {"retry-ms", required_argument, NULL, OPT_RETRY},
 	    {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
+	    {"holder", required_argument, NULL, OPT_HOLDER},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -126,6 +133,10 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 		case OPT_CACHE_SIZE:
 			bad |= parse_cache_size(optarg, &o->cache_bytes) < 0;
 			break;
+		case OPT_HOLDER:
+			o->holder = optarg;
+			bad |= optarg[0] != '/' || strlen(optarg) >= 108; /* sun_path */
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -150,6 +161,38 @@ static void clear_stale_mount(const char *path)
 		if (umount2(path, MNT_DETACH) < 0)
 			log_warn_errno(-errno, "Failed to detach %s", path);
 	}
+}
+
+/* The absolute path of the mount point without looking at the mount point
+ * itself: while a held connection waits for its successor, a stat of the
+ * mount's root would wait too. realpath of the parent plus the last name. */
+static int resolve_mount(const char *path, char *out)
+{
+	char tmp[PATH_MAX], parent[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp))
+		return -EINVAL;
+	memcpy(tmp, path, n + 1);
+	while (n > 1 && tmp[n - 1] == '/')
+		tmp[--n] = '\0';
+	char *slash = strrchr(tmp, '/');
+	const char *base = slash ? slash + 1 : tmp;
+	if (!strcmp(base, ".") || !strcmp(base, "..") || !strcmp(tmp, "/"))
+		return realpath(path, out) ? 0 : -errno;
+	if (slash == tmp)
+		snprintf(parent, sizeof(parent), "/");
+	else if (slash) {
+		*slash = '\0';
+		snprintf(parent, sizeof(parent), "%s", tmp);
+	} else
+		snprintf(parent, sizeof(parent), ".");
+	char rp[PATH_MAX];
+	if (!realpath(parent, rp))
+		return -errno;
+	if (snprintf(out, PATH_MAX, "%s/%s", strcmp(rp, "/") ? rp : "", base) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	return 0;
 }
 
 /* Default client id: "<hostname>:<absolute mount path>", stable across
@@ -287,8 +330,9 @@ static int open_clients(struct sfs *fs)
 	if (r < 0)
 		return r;
 	/* Sessions left by a predecessor with our client id (it died without
-	 * closing) would keep unlinked files alive for ever. */
-	r = SFS_CALL(fs, SFS_IDEM, meta_clear_sessions(fs->mc));
+	 * closing) would keep unlinked files alive for ever. Not after a
+	 * takeover: they are the file handles the kernel still holds. */
+	r = fs->taken_over ? 0 : SFS_CALL(fs, SFS_IDEM, meta_clear_sessions(fs->mc));
 	if (r < 0)
 		return r;
 	if (r > 0)
@@ -297,7 +341,7 @@ static int open_clients(struct sfs *fs)
 	return 0;
 }
 
-static struct fuse_session *mount_session(struct sfs *fs)
+static struct fuse_session *new_session(struct sfs *fs)
 {
 	char *argv[] = {"strata-fuse", "-o",
 			"allow_other,default_permissions,fsname=strata,subtype=strata", NULL};
@@ -305,13 +349,30 @@ static struct fuse_session *mount_session(struct sfs *fs)
 	struct fuse_session *se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), fs);
 
 	fuse_opt_free_args(&args); /* libfuse may have grown the list */
-	if (!se)
-		return NULL;
-	if (fuse_session_mount(se, fs->o.mountpoint) != 0) {
-		fuse_session_destroy(se);
-		return NULL;
-	}
 	return se;
+}
+
+/* A fresh mount, or the connection taken over from the holder (held_fd). */
+static int start_session(struct sfs *fs, int held_fd)
+{
+	int r;
+
+	fs->se = new_session(fs);
+	if (!fs->se)
+		return -ENOMEM;
+	if (held_fd >= 0)
+		r = sfs_takeover_start(fs, held_fd);
+	else
+		r = fuse_session_mount(fs->se, fs->o.mountpoint) != 0 ? -EIO : 0;
+	if (r == 0 && held_fd < 0)
+		r = sfs_takeover_first_request(fs);
+	if (r < 0) {
+		if (held_fd < 0)
+			fuse_session_unmount(fs->se);
+		fuse_session_destroy(fs->se);
+		fs->se = NULL;
+	}
+	return r;
 }
 
 static int run_loop(struct sfs *fs)
@@ -322,7 +383,9 @@ static int run_loop(struct sfs *fs)
 
 	if (!cfg)
 		return -ENOMEM;
-	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	/* With a holder, every request is read from the one fd it shares: a
+	 * request read through a clone would be aborted with the clone. */
+	fuse_loop_cfg_set_clone_fd(cfg, fs->tk ? 0 : 1);
 	fuse_loop_cfg_set_idle_threads(cfg, 8);
 	fuse_loop_cfg_set_max_threads(cfg, 64);
 	if (sfs_thread_start(&tuner, tune_bdi, (void *)fs->o.mountpoint) == 0)
@@ -349,7 +412,7 @@ static int open_blobcache(struct sfs *fs)
 	return 0;
 }
 
-static int serve(struct sfs *fs, int *ready_fd)
+static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 {
 	int r = open_blobcache(fs);
 
@@ -361,22 +424,28 @@ static int serve(struct sfs *fs, int *ready_fd)
 		log_error_errno(r, "Failed to reach strata-meta at %s", fs->o.meta_addr);
 		return r;
 	}
-	fs->se = mount_session(fs);
-	if (!fs->se)
-		return log_error_errno(-EIO, "Failed to mount at %s", fs->o.mountpoint);
+	r = start_session(fs, held_fd);
+	if (r < 0)
+		return log_error_errno(r, "Failed to mount at %s", fs->o.mountpoint);
 	if (fuse_set_signal_handlers(fs->se) != 0) {
 		fuse_session_unmount(fs->se);
 		fuse_session_destroy(fs->se);
 		return log_error_errno(-EIO, "Failed to install signal handlers");
 	}
-	log_info("Mounted strata (meta %s) at %s as client %s", fs->o.meta_addr, fs->o.mountpoint,
-		 fs->o.client_id);
+	log_info("%s strata (meta %s) at %s as client %s", fs->taken_over ? "Serving" : "Mounted",
+		 fs->o.meta_addr, fs->o.mountpoint, fs->o.client_id);
+	sfs_takeover_hold(fs);
 	report_ready(ready_fd, 0);
 	r = run_loop(fs);
 	log_info("Unmounting %s", fs->o.mountpoint);
 	sfs_close_all(fs);
 	fuse_remove_signal_handlers(fs->se);
 	fuse_session_unmount(fs->se);
+	/* A taken-over session has no mount of its own to remove (libfuse
+	 * knows it as /dev/fd/N); an unmount done already fails harmlessly. */
+	if (fs->taken_over && umount2(fs->o.mountpoint, 0) < 0 && errno == EBUSY)
+		umount2(fs->o.mountpoint, MNT_DETACH);
+	sfs_takeover_done(fs, true);
 	fuse_session_destroy(fs->se);
 	return r < 0 ? r : 0;
 }
@@ -392,7 +461,7 @@ int main(int argc, char **argv)
 			       .cache_bytes = 8192ull << 20}};
 	_cleanup_free_ char *client_id = NULL;
 	char mnt[PATH_MAX];
-	int level = LOG_LVL_INFO, r, ready_fd = -1;
+	int level = LOG_LVL_INFO, r, ready_fd = -1, held_fd = -1;
 
 	r = parse_args(argc, argv, &fs.o, &level);
 	if (r != 0)
@@ -403,12 +472,28 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
-	clear_stale_mount(fs.o.mountpoint);
-	if (!realpath(fs.o.mountpoint, mnt)) {
-		log_error_errno(-errno, "Failed to resolve mount point %s", fs.o.mountpoint);
-		return 1;
+	if (fs.o.holder) {
+		/* A held connection first: the mount point must not be looked
+		 * at while it waits for us. */
+		if ((r = resolve_mount(fs.o.mountpoint, mnt)) < 0) {
+			log_error_errno(r, "Failed to resolve mount point %s", fs.o.mountpoint);
+			return 1;
+		}
+		fs.o.mountpoint = mnt;
+		r = sfs_takeover_take(&fs, &held_fd);
+		if (r < 0)
+			return 1;
+		fs.taken_over = r > 0;
 	}
-	fs.o.mountpoint = mnt;
+	if (!fs.taken_over) {
+		clear_stale_mount(fs.o.mountpoint);
+		if (!realpath(fs.o.mountpoint, mnt)) {
+			log_error_errno(-errno, "Failed to resolve mount point %s",
+					fs.o.mountpoint);
+			return 1;
+		}
+		fs.o.mountpoint = mnt;
+	}
 	if (!fs.o.client_id) {
 		client_id = default_client_id(mnt);
 		if (!client_id)
@@ -431,15 +516,15 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (sfs_itable_init(&fs.itable) < 0)
+	if (sfs_itable_init(&fs.itable) < 0 || sfs_handles_init(&fs) < 0)
 		return 1;
-	pthread_mutex_init(&fs.files_lock, NULL);
-	r = serve(&fs, &ready_fd);
+	r = serve(&fs, &ready_fd, held_fd);
 	report_ready(&ready_fd, 1);
 	sfs_blobcache_free(fs.bc);
 	chunk_client_free(fs.cc);
 	meta_client_free(fs.mc);
 	sfs_itable_done(&fs.itable);
-	pthread_mutex_destroy(&fs.files_lock);
+	sfs_takeover_done(&fs, false); /* a failed start: the holder keeps what it holds */
+	sfs_handles_done(&fs);
 	return r < 0 ? 1 : 0;
 }

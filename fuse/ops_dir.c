@@ -24,43 +24,116 @@ static struct sfs *FS(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static struct sfs_dir *DH(struct fuse_file_info *fi)
+/* ---- handles: a table by fh (fuse-internal.h), so that the handles of a
+ * dead predecessor can be served after a takeover: such a handle is made
+ * anew at its first use (its window is fetched again from the offset the
+ * kernel asks for). */
+static size_t dir_bucket(uint64_t fh)
 {
-	return (struct sfs_dir *)(uintptr_t)fi->fh;
+	return (size_t)((fh * 0x9E3779B97F4A7C15ull) >> 40) & (SFS_FH_BUCKETS - 1);
+}
+
+static struct sfs_dir *dir_new(strata_ino_t ino, uint64_t fh)
+{
+	struct sfs_dir *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->ents = calloc(SFS_DIR_PAGE, sizeof(*d->ents));
+	if (!d->ents) {
+		free(d);
+		return NULL;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	d->ino = ino;
+	d->fh = fh;
+	return d;
+}
+
+static void dir_free(struct sfs_dir *d)
+{
+	pthread_mutex_destroy(&d->lock);
+	free(d->ents);
+	free(d);
+}
+
+/* dirs_lock held. */
+static struct sfs_dir *dir_find_locked(struct sfs *fs, uint64_t fh)
+{
+	struct sfs_dir *d = fs->dir_buckets[dir_bucket(fh)];
+
+	while (d && d->fh != fh)
+		d = d->hnext;
+	return d;
+}
+
+static void dir_link(struct sfs *fs, struct sfs_dir *d)
+{
+	size_t b = dir_bucket(d->fh);
+
+	pthread_mutex_lock(&fs->dirs_lock);
+	d->hnext = fs->dir_buckets[b];
+	fs->dir_buckets[b] = d;
+	pthread_mutex_unlock(&fs->dirs_lock);
+}
+
+/* Unlinks and returns the handle fh (NULL if unknown). */
+static struct sfs_dir *dir_unlink(struct sfs *fs, uint64_t fh)
+{
+	struct sfs_dir *d = NULL;
+
+	pthread_mutex_lock(&fs->dirs_lock);
+	for (struct sfs_dir **pp = &fs->dir_buckets[dir_bucket(fh)]; *pp; pp = &(*pp)->hnext) {
+		if ((*pp)->fh == fh) {
+			d = *pp;
+			*pp = d->hnext;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fs->dirs_lock);
+	return d;
+}
+
+/* The handle fi->fh names; after a takeover an unknown one is made anew. */
+static struct sfs_dir *dir_get(struct sfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs_dir *d;
+
+	pthread_mutex_lock(&fs->dirs_lock);
+	d = dir_find_locked(fs, fi->fh);
+	if (!d && fs->taken_over) {
+		d = dir_new(ino, fi->fh);
+		if (d) {
+			d->hnext = fs->dir_buckets[dir_bucket(d->fh)];
+			fs->dir_buckets[dir_bucket(d->fh)] = d;
+		}
+	}
+	pthread_mutex_unlock(&fs->dirs_lock);
+	return d;
 }
 
 void sfs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct sfs_dir *d = calloc(1, sizeof(*d));
+	struct sfs *fs = FS(req);
+	struct sfs_dir *d = dir_new(ino, atomic_fetch_add(&fs->dir_next, 1));
 
 	if (!d) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	d->ents = calloc(SFS_DIR_PAGE, sizeof(*d->ents));
-	if (!d->ents) {
-		free(d);
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	pthread_mutex_init(&d->lock, NULL);
-	d->ino = ino;
-	fi->fh = (uintptr_t)d;
+	dir_link(fs, d);
+	fi->fh = d->fh;
 	fi->cache_readdir = 0;
-	if (fuse_reply_open(req, fi) < 0) {
-		pthread_mutex_destroy(&d->lock);
-		free(d->ents);
-		free(d);
-	}
+	if (fuse_reply_open(req, fi) < 0)
+		dir_free(dir_unlink(fs, d->fh));
 }
 
 void sfs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct sfs_dir *d = DH(fi);
+	struct sfs_dir *d = dir_unlink(FS(req), fi->fh);
 
-	pthread_mutex_destroy(&d->lock);
-	free(d->ents);
-	free(d);
+	if (d)
+		dir_free(d);
 	fuse_reply_err(req, 0);
 }
 
@@ -153,12 +226,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, bool plus)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_dir *d = DH(fi);
+	struct sfs_dir *d = dir_get(fs, ino, fi);
 	_cleanup_free_ char *buf = NULL;
 	size_t used = 0;
 	uint64_t pos;
 	int r = 0;
 
+	if (!d) {
+		fuse_reply_err(req, fs->taken_over ? ENOMEM : EBADF);
+		return;
+	}
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;

@@ -35,11 +35,6 @@ static struct sfs *FS(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static struct sfs_file *FH(struct fuse_file_info *fi)
-{
-	return (struct sfs_file *)(uintptr_t)fi->fh;
-}
-
 static int do_io(struct sfs *fs, strata_ino_t ino, const struct strata_layout *layout, uint64_t off,
 		 size_t len, char *buf, bool write, unsigned wflags);
 
@@ -137,15 +132,27 @@ static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct sfs_blo
 	return *ret ? 0 : -EIO;
 }
 
-/* ---- handles ---------------------------------------------------------------- */
+/* ---- handles ----------------------------------------------------------------
+ * An open file is found by its fh, the meta session id (fuse-internal.h):
+ * a table, not a pointer, so that a successor can serve the handles of a
+ * dead predecessor (takeover.c). */
+static size_t fh_bucket(uint64_t fh)
+{
+	return (size_t)((fh * 0x9E3779B97F4A7C15ull) >> 40) & (SFS_FH_BUCKETS - 1);
+}
+
 static void files_link(struct sfs *fs, struct sfs_file *f)
 {
+	size_t b = fh_bucket(f->session);
+
 	pthread_mutex_lock(&fs->files_lock);
 	f->prev = NULL;
 	f->next = fs->files;
 	if (fs->files)
 		fs->files->prev = f;
 	fs->files = f;
+	f->hnext = fs->fh_buckets[b];
+	fs->fh_buckets[b] = f;
 	pthread_mutex_unlock(&fs->files_lock);
 }
 
@@ -158,7 +165,45 @@ static void files_unlink(struct sfs *fs, struct sfs_file *f)
 		fs->files = f->next;
 	if (f->next)
 		f->next->prev = f->prev;
+	for (struct sfs_file **pp = &fs->fh_buckets[fh_bucket(f->session)]; *pp;
+	     pp = &(*pp)->hnext) {
+		if (*pp == f) {
+			*pp = f->hnext;
+			break;
+		}
+	}
 	pthread_mutex_unlock(&fs->files_lock);
+}
+
+static struct sfs_file *files_find(struct sfs *fs, uint64_t fh)
+{
+	struct sfs_file *f;
+
+	pthread_mutex_lock(&fs->files_lock);
+	for (f = fs->fh_buckets[fh_bucket(fh)]; f && f->session != fh; f = f->hnext)
+		;
+	pthread_mutex_unlock(&fs->files_lock);
+	return f;
+}
+
+int sfs_handles_init(struct sfs *fs)
+{
+	pthread_mutex_init(&fs->files_lock, NULL);
+	pthread_mutex_init(&fs->dirs_lock, NULL);
+	pthread_mutex_init(&fs->adopt_lock, NULL);
+	fs->fh_buckets = calloc(SFS_FH_BUCKETS, sizeof(*fs->fh_buckets));
+	fs->dir_buckets = calloc(SFS_FH_BUCKETS, sizeof(*fs->dir_buckets));
+	fs->dir_next = (uint64_t)sfs_realtime_ns();
+	return fs->fh_buckets && fs->dir_buckets ? 0 : -ENOMEM;
+}
+
+void sfs_handles_done(struct sfs *fs)
+{
+	free(fs->fh_buckets);
+	free(fs->dir_buckets);
+	pthread_mutex_destroy(&fs->files_lock);
+	pthread_mutex_destroy(&fs->dirs_lock);
+	pthread_mutex_destroy(&fs->adopt_lock);
 }
 
 /* Decides whether the kernel may keep its page cache: only if meta's
@@ -243,6 +288,73 @@ static int file_close(struct sfs *fs, struct sfs_file *f)
 	return r;
 }
 
+/* Rebuilds the handle of a file a dead predecessor opened (its session
+ * fh is still open in meta: a takeover does not clear the sessions). One
+ * at a time, so that two requests on the same handle make one. */
+static struct sfs_file *file_adopt(struct sfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
+				   int *ret_err)
+{
+	const struct sfs_blob_table *blob = NULL;
+	struct sfs_inode *in;
+	struct sfs_file *f;
+	int r;
+
+	pthread_mutex_lock(&fs->adopt_lock);
+	f = files_find(fs, fi->fh);
+	if (f)
+		goto out;
+	in = sfs_inode_get(fs, ino, true);
+	r = in ? ensure_layout(fs, in) : -ENOMEM;
+	if (r == 0)
+		r = blob_table(fs, in, &blob);
+	if (r == 0) {
+		f = calloc(1, sizeof(*f));
+		r = f ? 0 : -ENOMEM;
+	}
+	if (r < 0) {
+		sfs_inode_put(fs, in);
+		*ret_err = r;
+		goto out;
+	}
+	f->inode = in;
+	f->session = fi->fh;
+	f->flags = (uint32_t)fi->flags;
+	f->blob = blob;
+	pthread_mutex_lock(&in->lock);
+	in->nopen++;
+	pthread_mutex_unlock(&in->lock);
+	files_link(fs, f);
+	log_info("Adopted handle %llu of inode %llu from the previous strata-fuse",
+		 (unsigned long long)fi->fh, (unsigned long long)ino);
+out:
+	pthread_mutex_unlock(&fs->adopt_lock);
+	return f;
+}
+
+/* The open file fi->fh names: ours, or (after a takeover) a predecessor's,
+ * rebuilt. NULL with *ret_err set if it cannot be. */
+static struct sfs_file *file_get(struct sfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
+				 int *ret_err)
+{
+	struct sfs_file *f = files_find(fs, fi->fh);
+
+	*ret_err = -EBADF;
+	if (f || !fs->taken_over)
+		return f;
+	return file_adopt(fs, ino, fi, ret_err);
+}
+
+/* file_get, or the error replied. */
+static struct sfs_file *file_or_reply(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	int err;
+	struct sfs_file *f = file_get(FS(req), ino, fi, &err);
+
+	if (!f)
+		fuse_reply_err(req, -err);
+	return f;
+}
+
 void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
@@ -280,7 +392,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_unlock(&in->lock);
 	/* A read-only handle never has lengths to record: no FLUSH round trip. */
 	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
-	fi->fh = (uintptr_t)f;
+	fi->fh = f->session;
 	if (fuse_reply_open(req, fi) < 0)
 		file_close(fs, f);
 }
@@ -355,7 +467,7 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	pthread_mutex_lock(&in->lock);
 	keep_cache_locked(in); /* a new file: its (empty) cache starts now */
 	pthread_mutex_unlock(&in->lock);
-	fi->fh = (uintptr_t)f;
+	fi->fh = f->session;
 	if (fuse_reply_create(req, &e, fi) < 0) {
 		file_close(fs, f);
 		sfs_inode_forget(fs, a.ino, 1);
@@ -364,7 +476,13 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 
 void sfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	file_close(FS(req), FH(fi));
+	struct sfs *fs = FS(req);
+	struct sfs_file *f = files_find(fs, fi->fh);
+
+	if (f)
+		file_close(fs, f);
+	else if (fs->taken_over) /* a predecessor's handle never used since */
+		SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, ino, fi->fh, -1, -1));
 	fuse_reply_err(req, 0);
 }
 
@@ -388,9 +506,13 @@ int sfs_record_length_locked(struct sfs *fs, struct sfs_inode *in)
 void sfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_inode *in = FH(fi)->inode;
+	struct sfs_file *f = file_or_reply(req, ino, fi);
+	struct sfs_inode *in;
 	int r;
 
+	if (!f)
+		return;
+	in = f->inode;
 	pthread_mutex_lock(&in->lock);
 	r = sfs_record_length_locked(fs, in);
 	pthread_mutex_unlock(&in->lock);
@@ -400,10 +522,14 @@ void sfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 void sfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_inode *in = FH(fi)->inode;
+	struct sfs_file *f = file_or_reply(req, ino, fi);
+	struct sfs_inode *in;
 	bool meta_changed;
 	int r = 0;
 
+	if (!f)
+		return;
+	in = f->inode;
 	pthread_mutex_lock(&in->lock);
 	if (in->unsynced) {
 		in->unsynced = false;
@@ -424,10 +550,14 @@ void sfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t
 		      struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_inode *in = FH(fi)->inode;
+	struct sfs_file *f = file_or_reply(req, ino, fi);
+	struct sfs_inode *in;
 	uint64_t end;
 	int r = 0;
 
+	if (!f)
+		return;
+	in = f->inode;
 	/* No space reservation: chunks are allocated when written. Mode 0 only
 	 * extends the length (the new range reads as zeros). */
 	if (mode & ~FALLOC_FL_KEEP_SIZE) {
@@ -542,13 +672,16 @@ static int do_io(struct sfs *fs, strata_ino_t ino, const struct strata_layout *l
 void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_file *f = FH(fi);
-	struct sfs_inode *in = f->inode;
+	struct sfs_file *f = file_or_reply(req, ino, fi);
+	struct sfs_inode *in;
 	struct strata_layout layout;
 	_cleanup_free_ char *buf = NULL;
 	uint64_t n;
 	int r;
 
+	if (!f)
+		return;
+	in = f->inode;
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -587,13 +720,17 @@ void sfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
 		  struct fuse_file_info *fi)
 {
 	struct sfs *fs = FS(req);
-	struct sfs_file *f = FH(fi);
-	struct sfs_inode *in = f->inode;
-	bool sync = (f->flags & O_DSYNC) != 0;
+	struct sfs_file *f = file_or_reply(req, ino, fi);
+	struct sfs_inode *in;
+	bool sync;
 	struct strata_layout layout;
 	uint64_t end;
 	int r;
 
+	if (!f)
+		return;
+	in = f->inode;
+	sync = (f->flags & O_DSYNC) != 0;
 	if (off < 0 || __builtin_add_overflow((uint64_t)off, (uint64_t)size, &end)) {
 		fuse_reply_err(req, EINVAL);
 		return;

@@ -12,6 +12,8 @@
  *   H/log/<name>.log     its stderr
  *   H/cluster.env        STRATA_META / STRATA_MOUNT / STRATA_HOME for clients
  *   H/run/sandboxd.sock  strata-sandboxd's API socket (sandbox/sandboxd/API.md)
+ *   H/run/fuse-holder.sock  strata-fuse-holder (keeps the mount across a crash
+ *                        of strata-fuse: fuse_holder.c)
  *   H/run/net            the network of a multi-node home: its subnet and the
  *                        bridge, namespaces and veths `up` created (netns.c)
  *   H/cache/images       node image mounts (imagesvc/mount.h), also sandboxd's
@@ -27,6 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include "fs/fuse_holder.h"
 
 #define CLI_MAX_NODES 16
 #define CLI_MAX_TARGETS 8
@@ -185,6 +188,18 @@ enum cli_mount_state cli_mount_state(const char *path);
 const char *cli_mount_state_name(enum cli_mount_state s);
 /* Unmounts path (lazy if busy). Returns 0 or -errno. */
 int cli_umount(const char *path);
+
+/* ---- the holder of the mount's FUSE connection (fuse_holder.c) ---------- */
+/* Its socket: H/run/fuse-holder.sock into buf[CLI_PATH]; returns buf. */
+char *cli_fuse_holder_socket(const struct cli_home *h, char *buf);
+/* Returns 1 with what it says in *ret, 0 if no holder answers, or -errno. */
+int cli_fuse_holder_status(const struct cli_home *h, struct fuse_holder_info *ret);
+/* True if a holder keeps a live connection no strata-fuse serves: a new
+ * strata-fuse takes it over (the mount must not be unmounted). */
+bool cli_fuse_holder_keeps(const struct cli_home *h);
+/* Tells the holder to exit and waits for it. Returns 1 if one was stopped,
+ * 0 if none ran, or -errno. */
+int cli_fuse_holder_stop(const struct cli_home *h, int timeout_ms);
 
 /* ---- chunkservers as hosts (netns.c) ----------------------------------------
  * Node i of a multi-node home lives in network namespace strata-<tag>-cs<i>

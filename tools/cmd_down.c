@@ -1,9 +1,12 @@
 /* cmd_down.c — `strata down`: first the node agent (strata-sandboxd deletes
  * its sandboxes, then stops; a container sandbox it left behind, because it
  * was not running, hung or failed to delete it, is killed through its
- * cgroup, frozen or not, as its state in H/sandboxd says), then the image mounts of the home
- * (overlay and bind mounts of `strata image mount`, the shared EROFS mounts, their leases): they
- * hold files of the cluster's mount open. Then unmount, and stop strata-fuse, the chunkservers and
+ * cgroup, frozen or not, as its state in H/sandboxd says), then the image
+ * mounts of the home (overlay and bind mounts of `strata image mount`, the
+ * shared EROFS mounts, their leases): they hold files of the cluster's mount
+ * open. Then unmount, and stop strata-fuse, strata-fuse-holder (which keeps
+ * the mount's FUSE connection across a crash of strata-fuse; stopped first
+ * when strata-fuse is dead), the chunkservers and
  * strata-meta (in that order: clients before servers), SIGTERM first and SIGKILL after a timeout;
  * last the network namespaces, veths and bridge `up` made for the chunkservers (what H/run/net
  * lists). Pid files are removed; address files (and the subnet in H/run/net) stay so that the next
@@ -314,6 +317,14 @@ int cmd_down(int argc, char **argv)
 
 	if (down_sandboxd(&h, timeout_s) < 0)
 		failed++;
+	/* A connection held for a dead strata-fuse would make every look at
+	 * the mount wait: let it go (the holder of a live one exits by itself
+	 * once the mount is gone, and is stopped below in any case). */
+	struct cli_daemon fuse_d;
+	cli_daemon_get(&h, h.nodes + 1, &fuse_d);
+	if (!cli_pid_alive(cli_daemon_pid(&h, &fuse_d), fuse_d.binary) &&
+	    cli_fuse_holder_stop(&h, timeout_s * 1000) > 0)
+		stopped++;
 	if ((r = cli_images_unmount_all(&h)) > 0)
 		printf("strata: unmounted %d image mount(s)\n", r);
 
@@ -344,6 +355,10 @@ int cmd_down(int argc, char **argv)
 			stopped++;
 		unlink(cli_path(path, &h, "run/%s.pid", d.name));
 	}
+	if ((r = cli_fuse_holder_stop(&h, timeout_s * 1000)) > 0)
+		stopped++;
+	else if (r < 0)
+		cli_err(VERB, "cannot stop strata-fuse-holder: %s", strerror(-r));
 	if (down_net(&h) < 0)
 		failed++;
 	/* The fuse daemon may have left the mount behind if it was killed. */

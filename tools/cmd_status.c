@@ -8,7 +8,11 @@
  *   {"home":..., "network":{"mode":"netns"|"loopback"|"missing"|"none",
  *    "bridge":..,"addr":..}, "daemons":[{"name":..,"binary":..,"pid":..,
  *    "addr":..,"state":..,"netns":..},...], "meta":...,
- *    "mount":{"path":...,"state":...}, "ok":true|false}
+ *    "mount":{"path":...,"state":...}, "fuse_holder":{"pid":..,"state":
+ *    "none"|"idle"|"holding"|"waiting"|"aborted","takeovers":..}, "ok":true|false}
+ * (the holder keeps the mount's FUSE connection across a crash of
+ * strata-fuse: "holding" while strata-fuse serves it, "waiting" for the
+ * next `strata up` after a crash; the mount's state is then "held")
  * ("netns" is "" where the daemon runs in the root namespace or the node's
  * namespace is missing; a missing one counts as down.)
  * Exit status 0 when everything runs and the mount answers, 3 when not
@@ -51,8 +55,23 @@ struct status {
 	struct daemon_status d[CLI_MAX_NODES + 3];
 	char meta_addr[128];
 	enum cli_mount_state mount;
+	bool mount_held; /* strata-fuse dead, its connection kept by the holder */
+	int holder;	 /* cli_fuse_holder_status(): 1 one answers */
+	struct fuse_holder_info hi;
 	bool ok;
 };
+
+/* What the holder of the FUSE connection does (fuse/README.md). */
+static const char *holder_state(const struct status *s)
+{
+	if (s->holder <= 0)
+		return "none";
+	if (!(s->hi.flags & FUSE_HOLDER_F_HOLDING))
+		return "idle";
+	if (!(s->hi.flags & FUSE_HOLDER_F_CONNECTED))
+		return "aborted";
+	return s->hi.flags & FUSE_HOLDER_F_SERVED ? "holding" : "waiting";
+}
 
 /* The network's mode: "netns" (bridge and namespaces there), "missing" (made
  * by `up`, gone since: a reboot), "none" (not made: the chunkservers' last
@@ -109,7 +128,11 @@ static bool gather_daemon(struct status *s, int i)
 static void gather(const struct cli_home *h, struct status *s)
 {
 	s->h = h;
-	s->mount = cli_mount_state(h->mount);
+	s->holder = cli_fuse_holder_status(h, &s->hi);
+	/* A held connection with no strata-fuse: looking at the mount would
+	 * wait until `strata up` starts one. */
+	s->mount_held = cli_fuse_holder_keeps(h);
+	s->mount = s->mount_held ? MNT_STALE : cli_mount_state(h->mount);
 	cli_net_load(h, &s->net);
 	s->net_mode = net_mode(h, &s->net);
 	cli_net_ip(&s->net, 0, s->bridge_ip, sizeof(s->bridge_ip));
@@ -152,7 +175,13 @@ static void emit_json(const struct status *s)
 	jw_key(&w, "mount");
 	jw_obj(&w);
 	jw_kstr(&w, "path", s->h->mount);
-	jw_kstr(&w, "state", cli_mount_state_name(s->mount));
+	jw_kstr(&w, "state", s->mount_held ? "held" : cli_mount_state_name(s->mount));
+	jw_obj_end(&w);
+	jw_key(&w, "fuse_holder");
+	jw_obj(&w);
+	jw_kint(&w, "pid", s->holder > 0 ? (int64_t)s->hi.pid : 0);
+	jw_kstr(&w, "state", holder_state(s));
+	jw_kint(&w, "takeovers", s->holder > 0 ? (int64_t)s->hi.takeovers : 0);
 	jw_obj_end(&w);
 	jw_kbool(&w, "ok", s->ok);
 	jw_obj_end(&w);
@@ -188,7 +217,14 @@ static void emit_text(const struct status *s)
 		printf("  %-8s %-8d %-22s %-8s %s\n", ds->d.name, (int)ds->pid,
 		       ds->addr[0] ? ds->addr : "-", ds->state, ns);
 	}
-	printf("  mount  %s: %s\n", h->mount, cli_mount_state_name(s->mount));
+	printf("  mount  %s: %s\n", h->mount,
+	       s->mount_held ? "held (strata-fuse is dead; strata up takes the connection over)"
+			     : cli_mount_state_name(s->mount));
+	if (s->holder > 0)
+		printf("  holder strata-fuse-holder pid %u: %s (%u takeover(s))\n", s->hi.pid,
+		       holder_state(s), s->hi.takeovers);
+	else
+		printf("  holder none (a crash of strata-fuse ends the mount)\n");
 }
 
 int cmd_status(int argc, char **argv)

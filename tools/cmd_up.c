@@ -164,7 +164,7 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 {
 	char bin[CLI_PATH + 32], log[CLI_PATH], addrf[CLI_PATH], db[CLI_PATH];
 	char tdirs[CLI_MAX_TARGETS][CLI_PATH], cache[CLI_PATH], client_id[64];
-	char replicas[16], nodes[16];
+	char replicas[16], nodes[16], holder[CLI_PATH];
 	char *argv[32];
 	int a = 0;
 	pid_t pid;
@@ -226,6 +226,10 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		argv[a++] = "--cache-dir";
 		argv[a++] = cache;
 		argv[a++] = "--foreground";
+		if (binary_has_option(bin, "--holder")) {
+			argv[a++] = "--holder";
+			argv[a++] = cli_fuse_holder_socket(&c->h, holder);
+		}
 		break;
 	case D_SANDBOXD:
 		argv[a++] = "--home";
@@ -408,24 +412,19 @@ static int up_chunkservers(struct up_ctx *c)
 	}
 }
 
-static int up_fuse(struct up_ctx *c)
+/* Makes the mount point ready for a new strata-fuse: a daemon without a
+ * working mount (or on the old meta) is replaced, a stale mount detached.
+ * Returns 1 when the running daemon is fine as it is, 0, or -errno. */
+static int clear_mount(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
 {
-	struct cli_daemon d;
-	enum cli_mount_state ms;
-	pid_t pid;
+	enum cli_mount_state ms = cli_mount_state(c->h.mount);
 	int r;
 
-	cli_daemon_get(&c->h, c->h.nodes + 1, &d);
-	pid = cli_daemon_pid(&c->h, &d);
-	ms = cli_mount_state(c->h.mount);
-	if (cli_pid_alive(pid, d.binary)) {
-		if (ms == MNT_OK && !c->meta_moved) {
-			c->already++;
-			return 0;
-		}
-		/* A daemon without a working mount (or on the old meta): replace it. */
+	if (cli_pid_alive(pid, d->binary)) {
+		if (ms == MNT_OK && !c->meta_moved)
+			return 1;
 		cli_umount(c->h.mount);
-		cli_stop_pid(pid, d.binary, 10000);
+		cli_stop_pid(pid, d->binary, 10000);
 		ms = cli_mount_state(c->h.mount);
 	}
 	if (ms == MNT_OK || ms == MNT_STALE) {
@@ -442,6 +441,27 @@ static int up_fuse(struct up_ctx *c)
 	if ((r = cli_mkdir_p(c->h.mount, 0755)) < 0) {
 		cli_err(VERB, "cannot create the mount point %s: %s", c->h.mount, strerror(-r));
 		return r;
+	}
+	return 0;
+}
+
+static int up_fuse(struct up_ctx *c)
+{
+	struct cli_daemon d;
+	pid_t pid;
+	int r;
+
+	cli_daemon_get(&c->h, c->h.nodes + 1, &d);
+	pid = cli_daemon_pid(&c->h, &d);
+	/* strata-fuse died but its connection is held: the new one takes it
+	 * over, and the mount (and everything stacked on it) stays. */
+	bool held = !cli_pid_alive(pid, d.binary) && cli_fuse_holder_keeps(&c->h);
+	if (!held) {
+		r = clear_mount(c, &d, pid);
+		if (r != 0) {
+			c->already += r > 0;
+			return r < 0 ? r : 0;
+		}
 	}
 	if ((r = start_daemon(c, &d, "", &pid)) < 0)
 		return r == -ECHILD ? died(c, &d, "exited during start-up") : r;

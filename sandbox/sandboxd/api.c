@@ -174,6 +174,11 @@ void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sand
 
 bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb)
 {
+	if (sb->state == SBD_FAILED) {
+		sbd_conn_reply_error(c, 409, "failed", "sandbox %s failed: %s", sb->id,
+				     sb->failed_reason ?: "?");
+		return true;
+	}
 	if (sb->state != SBD_PAUSED)
 		return false;
 	sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "fs/cleanup.h"
@@ -65,6 +66,34 @@ struct sbd_imgstore {
 	struct sbd_watch w;
 	struct sandboxd *d;
 };
+
+/* The device of the mount that holds path, from /proc/self/mountinfo (the
+ * longest mount point above it): unlike a stat, this never waits for
+ * strata-fuse, whose held connection makes requests wait for its successor
+ * (fuse/README.md "Surviving a crash"). Returns 0 if it cannot tell. */
+static dev_t mount_dev_of(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[PATH_MAX + 512], mp[PATH_MAX];
+	unsigned maj, min;
+	size_t best = 0;
+	dev_t dev = 0;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) != 3)
+			continue;
+		size_t n = strlen(mp);
+		bool above =
+		    !strcmp(mp, "/") || (!strncmp(path, mp, n) && (path[n] == '/' || !path[n]));
+		if (above && n >= best) {
+			best = n;
+			dev = makedev(maj, min);
+		}
+	}
+	if (f)
+		fclose(f);
+	return dev;
+}
 
 static int fmt(char *buf, size_t cap, const char *f, const char *a, const char *b)
 {
@@ -179,7 +208,8 @@ static int st_open(struct sbd_imgstore *g, struct strata_err *e)
 		    root, r == -ENOTCONN ? "the mount is not connected" : "nothing imported",
 		    g->home);
 	}
-	g->fuse_dev = st.st_dev;
+	/* As check_fuse will see it (the same source: no false "replaced"). */
+	g->fuse_dev = mount_dev_of(root) ?: st.st_dev;
 	int r = img_store_open(root, &g->store);
 	if (r < 0)
 		strata_err_set(e, r, "cannot open the image store at %s: %s", root, strerror(-r));
@@ -640,17 +670,26 @@ static void reconcile(struct sbd_imgstore *g)
 	g->reconciled = true;
 }
 
-/* After a restart of strata-fuse (a new mount, a new device) the image
- * mounts made over the old one cannot read their blobs: the next sandbox
- * goes through img_node_acquire_as, which replaces them (the references of
- * the sandboxes on the old mount stay counted). */
+/* The strata mount was replaced: strata-fuse and its holder both died, so
+ * the FUSE connection under every image mount on the old one ended and
+ * their files read as errors. Their sandboxes cannot be kept: marked
+ * failed, with the reason (deleting them is the caller's). The next sandbox
+ * goes through img_node_acquire_as, which replaces the image mounts (the
+ * references of the sandboxes on the old mount stay counted). A restart of
+ * strata-fuse alone keeps the mount (the holder): nothing changes here. */
 static void check_fuse(struct sbd_imgstore *g)
 {
-	struct stat st;
-	if (stat(img_store_root(g->store), &st) < 0 || st.st_dev == g->fuse_dev)
+	dev_t dev = mount_dev_of(img_store_root(g->store));
+	if (!dev || dev == g->fuse_dev)
 		return;
-	log_warn("the strata mount was replaced (strata-fuse restarted): renewing image mounts");
-	g->fuse_dev = st.st_dev;
+	log_warn("the strata mount was replaced (strata-fuse and its holder died): "
+		 "failing the sandboxes on its image mounts, renewing the mounts");
+	g->fuse_dev = dev;
+	for (struct sbd_sandbox *sb = g->d->sandboxes; sb; sb = sb->next)
+		if (sb->img && sb->img->hex[0] && sb->img->held)
+			sbd_registry_fail(g->d, sb,
+					  "its image mount lost the strata mount (strata-fuse and "
+					  "its holder died): the image files cannot be read");
 	for (struct sbd_image *im = g->list; im; im = im->next)
 		im->held = false;
 }

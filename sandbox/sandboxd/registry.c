@@ -22,7 +22,7 @@
 
 const char *sbd_state_name(enum sbd_state s)
 {
-	return s == SBD_PAUSED ? "paused" : "running";
+	return s == SBD_PAUSED ? "paused" : s == SBD_FAILED ? "failed" : "running";
 }
 
 struct sbd_backend *sbd_registry_backend(struct sandboxd *d, const char *name)
@@ -153,6 +153,7 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 	free(sb->labels);
 	free(sb->idem_key);
 	free(sb->bstate);
+	free(sb->failed_reason);
 	free(sb);
 }
 
@@ -163,6 +164,8 @@ void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
 	jw_kstr(w, "image", sb->image);
 	jw_kstr(w, "backend", sb->backend_name);
 	jw_kstr(w, "state", sbd_state_name(sb->state));
+	if (sb->failed_reason)
+		jw_kstr(w, "failed_reason", sb->failed_reason);
 	jw_key(w, "cpu");
 	jw_num(w, sb->cpu);
 	jw_kint(w, "memory_mb", sb->memory_mb);
@@ -235,6 +238,17 @@ int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 	}
 	jw_done(&w);
 	return r;
+}
+
+void sbd_registry_fail(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
+{
+	if (sb->state == SBD_FAILED)
+		return;
+	free(sb->failed_reason);
+	sb->failed_reason = strdup(why);
+	sb->state = SBD_FAILED;
+	log_warn("sandbox %s failed: %s", sb->id, why);
+	sbd_registry_persist(d, sb);
 }
 
 static void unpersist(struct sandboxd *d, const char *id)
@@ -426,8 +440,13 @@ int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 	strcpy(sb->id, id);
 	sb->image = strdup(image);
 	sb->backend_name = strdup(backend);
-	sb->state =
-	    !strcmp(json_cstr(json_get(j, "state")) ?: "", "paused") ? SBD_PAUSED : SBD_RUNNING;
+	const char *st = json_cstr(json_get(j, "state")) ?: "";
+	sb->state = !strcmp(st, "paused")   ? SBD_PAUSED
+		    : !strcmp(st, "failed") ? SBD_FAILED
+					    : SBD_RUNNING;
+	if (sb->state == SBD_FAILED)
+		sb->failed_reason =
+		    dup_or_null(json_cstr(json_get(j, "failed_reason")) ?: "failed");
 	struct json *cpu = json_get(j, "cpu");
 	sb->cpu = cpu && cpu->type == JSON_NUM ? cpu->num : 0;
 	json_int(json_get(j, "memory_mb"), 0, INT64_MAX, &sb->memory_mb);

@@ -39,7 +39,10 @@
 #define SBD_MAX_ENV 256
 #define SBD_NAME_MAX 255
 
-enum sbd_state { SBD_RUNNING, SBD_PAUSED };
+/* FAILED: the sandbox cannot work any more and says why (failed_reason);
+ * it is kept, refusing execs and files, until deleted (image_store.c marks
+ * the sandboxes whose image mount lost its strata mount). */
+enum sbd_state { SBD_RUNNING, SBD_PAUSED, SBD_FAILED };
 
 struct sbd_label {
 	char *key, *value;
@@ -79,7 +82,8 @@ struct sbd_sandbox {
 	struct sbd_label *labels;
 	size_t nlabels;
 	char *idem_key;
-	char *bstate; /* the backend's persisted state (JSON text) or NULL */
+	char *bstate;	     /* the backend's persisted state (JSON text) or NULL */
+	char *failed_reason; /* SBD_FAILED: why, else NULL */
 	int running_execs;
 	void *execs;			     /* api_exec.c: the exec streams in flight */
 	struct sbd_destroy_hook *on_destroy; /* run by sbd_registry_destroy */
@@ -137,6 +141,9 @@ int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, struct 
 void sbd_registry_insert(struct sandboxd *d, struct sbd_sandbox *sb);
 /* Writes the sandbox's state.json. Returns 0 or -errno. */
 int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
+/* Marks sb failed with the reason why (logged, persisted); a no-op if it
+ * failed already. */
+void sbd_registry_fail(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
 /* Adds h to sb's on-destroy hooks (h stays the caller's), or removes it
  * (a no-op when it is not there). */
 void sbd_sandbox_hook_add(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);

@@ -38,7 +38,7 @@ assert all(d["state"] == "running" and d["pid"] > 0 for d in s["daemons"]), s
 assert s["mount"]["state"] == "mounted", s
 ' || cluster_fail "strata status --json"
 
-cluster_log "kill -9 strata-fuse: status reports it dead and the mount stale; up repairs"
+cluster_log "kill -9 strata-fuse: status reports it dead and the mount held by its holder; up takes over"
 kill -9 "$(cluster_pid fuse)"
 sleep 0.5
 set +e
@@ -47,7 +47,9 @@ rc=$?
 set -e
 [ $rc -eq 3 ] || cluster_fail "strata status exit $rc with a dead fuse, expected 3"
 grep -q "fuse .*dead" "$CLUSTER_TMP/st" || cluster_fail "status: fuse not dead: $(cat "$CLUSTER_TMP/st")"
-grep -q "stale" "$CLUSTER_TMP/st" || cluster_fail "status: mount not stale: $(cat "$CLUSTER_TMP/st")"
+grep -q "mount .*: held" "$CLUSTER_TMP/st" || cluster_fail "status: mount not held: $(cat "$CLUSTER_TMP/st")"
+grep -q "holder strata-fuse-holder pid .*: waiting" "$CLUSTER_TMP/st" ||
+	cluster_fail "status: the holder does not wait for a successor: $(cat "$CLUSTER_TMP/st")"
 cluster_up
 [ "$(cat "$MNT/survivor")" = survivor ] || cluster_fail "file lost across a fuse restart"
 
@@ -60,7 +62,7 @@ cluster_up
 
 cluster_log "strata down leaves no daemon, pid file or mount"
 "$STRATA" down
-left=$(ps -eo pid=,args= | grep -E "strata-(meta|chunkserver|fuse|sandboxd) .*$STRATA_HOME" | grep -v grep || true)
+left=$(ps -eo pid=,args= | grep -E "strata-(meta|chunkserver|fuse|fuse-holder|sandboxd) .*$STRATA_HOME" | grep -v grep || true)
 [ -z "$left" ] || cluster_fail "daemons left after down: $left"
 [ -z "$(_cluster_mounts_under "$MNT")" ] || cluster_fail "mount left after down"
 ls "$STRATA_HOME"/run/*.pid >/dev/null 2>&1 && cluster_fail "pid files left after down"

@@ -167,21 +167,106 @@ def test_unknown_image():
         Sandbox.create("sha256:" + "0" * 64, backend="container")
 
 
+def drop_caches():
+    """Every page cache, so that the next reads of image files reach
+    strata-fuse (the EROFS mount caches their data in its own pages)."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def fuse_pid():
+    return int(open(os.path.join(HOME, "run", "fuse.pid")).read())
+
+
+def strata_up():
+    cli = os.path.join(os.environ["STRATA_BIN"], "strata")
+    subprocess.run([cli, "up", "--home", HOME], check=True, stdout=subprocess.DEVNULL)
+
+
+def lines_of(path):
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
 def test_fuse_replaced_renews_mount():
-    """strata-fuse restarted under a mounted image: sandboxd gives the stale
-    mount back and the next sandbox gets a fresh one that reads."""
+    """kill -9 of strata-fuse under a sandbox that is hashing files of its
+    image, then `strata up`: the new strata-fuse takes the held FUSE
+    connection over, so the same sandbox goes on reading the right bytes
+    (its reads waiting while no daemon ran complete), the image mount is
+    the same, and a new sandbox works too."""
     a = Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120)
     try:
+        want = a.exec(["md5sum", "/bin/busybox"], timeout=30).stdout.strip()
+        assert want.endswith("/bin/busybox"), want
+        r = a.exec(["sh", "-c", "(while :; do md5sum /bin/busybox; sleep 0.05; done "
+                    ">>/tmp/hashes 2>&1 &) </dev/null >/dev/null 2>&1; echo started"],
+                   timeout=30)
+        assert r.exit_code == 0, r
+        hashes = staging(a, "u/tmp/hashes")
+        deadline = time.monotonic() + 10
+        while len(lines_of(hashes)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(lines_of(hashes)) >= 3, lines_of(hashes)
         old_dev = os.stat(IMG_ROOT).st_dev
-        fuse_pid = int(open(os.path.join(HOME, "run", "fuse.pid")).read())
-        os.kill(fuse_pid, 9)
-        strata = os.path.join(os.environ["STRATA_BIN"], "strata")
-        subprocess.run([strata, "up", "--home", HOME], check=True, stdout=subprocess.DEVNULL)
-        time.sleep(2.5)  # sandboxd notices the new mount within a tick
+        os.kill(fuse_pid(), 9)
+        time.sleep(0.5)
+        drop_caches()  # the loop's next reads wait for the successor
+        time.sleep(1)
+        before = len(lines_of(hashes))
+        strata_up()
+        deadline = time.monotonic() + 20
+        while len(lines_of(hashes)) < before + 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        got = lines_of(hashes)
+        bad = [l for l in got if l != want]
+        assert not bad, "reads across the restart: %r" % bad[:5]
+        assert len(got) >= before + 5, "the sandbox's loop stopped (%d lines)" % len(got)
+        r = a.exec(["md5sum", "/bin/busybox"], timeout=30)
+        assert r.exit_code == 0 and r.stdout.strip() == want, r
+        assert Sandbox.connect(a.id).info["state"] == "running"
+        assert os.stat(IMG_ROOT).st_dev == old_dev  # the same image mount
+        time.sleep(2.5)  # a sandboxd tick: nothing to renew
         with Sandbox.create("busybox:latest", backend="container", memory_mb=128) as b:
             r = b.exec(["sh", "-c", "busybox | head -1 && md5sum /bin/busybox"], timeout=30)
-            assert r.exit_code == 0 and "BusyBox" in r.stdout, r
-            assert os.stat(IMG_ROOT).st_dev != old_dev
+            assert r.exit_code == 0 and "BusyBox" in r.stdout and want in r.stdout, r
+    finally:
+        a.kill()
+    wait_unmounted()
+
+
+def test_fuse_and_holder_killed_fails_sandbox():
+    """strata-fuse and the holder of its connection both killed: the mount
+    ends, `strata up` mounts anew, and the sandbox on the old image mount
+    is marked failed with the reason (never left running with broken
+    files); a new sandbox works."""
+    a = Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120)
+    try:
+        assert a.exec(["md5sum", "/bin/busybox"], timeout=30).exit_code == 0
+        cli = os.path.join(os.environ["STRATA_BIN"], "strata")
+        st = json.loads(subprocess.run([cli, "status", "--home", HOME, "--json"],
+                                       stdout=subprocess.PIPE).stdout)
+        holder = st["fuse_holder"]["pid"]
+        assert holder > 0 and st["fuse_holder"]["state"] == "holding", st["fuse_holder"]
+        os.kill(fuse_pid(), 9)
+        os.kill(holder, 9)
+        time.sleep(0.5)
+        strata_up()
+        deadline = time.monotonic() + 10
+        info = Sandbox.connect(a.id).info
+        while info["state"] != "failed" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            info = Sandbox.connect(a.id).info
+        assert info["state"] == "failed", info
+        assert "strata-fuse" in info.get("failed_reason", ""), info
+        with pytest.raises(strata.StrataError) as ei:
+            a.exec(["true"], timeout=30)
+        assert "failed" in str(ei.value)
+        with Sandbox.create("busybox:latest", backend="container", memory_mb=128) as b:
+            r = b.exec(["md5sum", "/bin/busybox"], timeout=30)
+            assert r.exit_code == 0, r
     finally:
         a.kill()
     wait_unmounted()
