@@ -28,6 +28,12 @@ def test_metrics_follow_the_workload(sock, need_container):
         m1 = sb.metrics()
         assert m1.cpu_seconds >= m0.cpu_seconds + 0.3, (m0, m1)
         assert m1.execs == 1
+        # an allocation: dd's 80 MiB buffer, touched by the read into it
+        r = sb.exec(["dd", "if=/dev/zero", "of=/dev/null", "bs=80M", "count=1"], timeout=30)
+        assert r.ok, r
+        m = sb.metrics()
+        assert m.memory_peak_bytes >= 80 << 20, m
+        assert m.memory_bytes < 40 << 20, m  # freed at its exit
         # 64 MiB held in a tmpfs-backed file counts against the memory cgroup
         r = sb.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null"],
                     timeout=30)
@@ -46,7 +52,7 @@ def test_metrics_follow_the_workload(sock, need_container):
         m4 = sb.metrics()
         assert m4.pids >= m0.pids + 2, (m0, m4)  # sh and its sleep
         bg.close()
-        assert m4.running_execs == 1 and m4.execs == 4
+        assert m4.running_execs == 1 and m4.execs == 5
 
 
 def test_memory_peak_is_the_sandbox_own(sock, need_container):
