@@ -26,8 +26,9 @@
  * cg_slot_apply resets the limits it may have carried (memsw, cpu quota),
  * and writes nothing when the slot already holds the limits asked for
  * (the usual case: every sandbox of a pool has the same), unless its path
- * was handed out (sbx_cgroup_path) since. Its statistics (failcnt,
- * max_usage) carry over; nothing here reads them. */
+ * was handed out (sbx_cgroup_path) since. Its statistics carry over
+ * (failcnt; cpu time, which sandboxd does not read from the cgroup), but
+ * the v1 memory peak (max_usage), which sandboxd reports, is reset. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -524,7 +525,14 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 	const char *usage = d->version == 2 ? "memory.current" : "memory.usage_in_bytes";
 	if (mfd < 0 || read_at(mfd, usage, buf, sizeof(buf)) <= 0)
 		return false;
-	return strtoull(buf, NULL, 10) < SLOT_REUSE_MAX_CHARGE;
+	if (strtoull(buf, NULL, 10) >= SLOT_REUSE_MAX_CHARGE)
+		return false;
+	/* sandboxd reports the peak as the sandbox's own (its metrics): start
+	 * the next one's from what is charged now. v2's memory.peak cannot be
+	 * reset for other readers. */
+	if (d->version == 1)
+		write_at(mfd, "memory.max_usage_in_bytes", "0");
+	return true;
 }
 
 static void rmdir_retry(int base, const char *name)

@@ -1,6 +1,6 @@
 /* api-internal.h — what the files of strata-sandboxd's HTTP API share:
  * api.c (routing, the small requests and the helpers below), api_create.c,
- * api_exec.c and api_files.c (one request family each). All of it runs on
+ * api_exec.c, api_files.c and api_sandbox.c (one request family each). All of it runs on
  * the loop thread. */
 #pragma once
 #include <stdbool.h>
@@ -43,10 +43,19 @@ bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb);
 /* Whether query parameter key is given as "1", "true" or "". */
 bool sbd_api_query_bool(const char *query, const char *key);
 
+/* Parses the labels object l of a create or update into sb->labels (at most
+ * SBD_MAX_LABELS; names 1-63 bytes without ',' '=', values up to 255 bytes).
+ * Returns 0, -EINVAL with err, or -ENOMEM; what was parsed is sb's either
+ * way. */
+int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err);
+
 /* The request families. */
 void sbd_api_create(struct sbd_conn *c, const char *body, size_t len);
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
 void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
 			const char *query, const char *body, size_t len);
+/* api_sandbox.c: GET .../metrics and PATCH /v1/sandboxes/{id}. */
+void sbd_api_metrics(struct sbd_conn *c, struct sbd_sandbox *sb);
+void sbd_api_update(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
 void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
 		   const char *query, const char *body, size_t len);

@@ -4,7 +4,7 @@
  * integer fields of create and exec, the sandbox's JSON; and the small
  * requests (list, get, delete, pause, resume, node, capabilities, images,
  * health). The families have a file each: api_create.c, api_exec.c,
- * api_files.c (api-internal.h).
+ * api_files.c, api_sandbox.c (metrics, update) (api-internal.h).
  *
  * Error codes at this boundary (the SDK maps each to an exception):
  *   400 bad_request, unknown_field, invalid_path   404 not_found, image_not_found
@@ -345,6 +345,7 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_kbool(w, "limits_pids", k->limits_pids);
 	jw_kbool(w, "limits_cpu", k->limits_cpu);
 	jw_kbool(w, "limits_disk", k->limits_disk);
+	jw_kbool(w, "metrics", k->metrics);
 	jw_obj_end(w);
 }
 
@@ -422,6 +423,10 @@ static void route_sandbox(struct sbd_conn *c, const char *method, const char *re
 		sbd_api_reply_sandbox(c, 200, sb);
 	else if (!*action && is(method, "DELETE"))
 		api_delete(c, sb);
+	else if (!*action && is(method, "PATCH"))
+		sbd_api_update(c, sb, body, len);
+	else if (!strcmp(action, "metrics") && is(method, "GET"))
+		sbd_api_metrics(c, sb);
 	else if (!strcmp(action, "exec") && is(method, "POST"))
 		sbd_api_exec(c, sb, body, len);
 	else if (!strncmp(action, "execs/", 6) && is(method, "POST"))

@@ -66,7 +66,7 @@ static const char *const create_fields[] = {
     "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env", "cwd",
     "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", NULL};
 
-static int parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
+int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
 	if (!l)
 		return 0;
@@ -138,7 +138,7 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 	r = sbd_api_parse_env(json_get(j, "env"), def.env, &sb->env, err);
 	if (r < 0)
 		return r;
-	r = parse_labels(json_get(j, "labels"), sb, err);
+	r = sbd_api_parse_labels(json_get(j, "labels"), sb, err);
 	if (r < 0)
 		return r;
 	sb->created_at = sbd_wall_s();

@@ -31,6 +31,7 @@ struct sbd_caps {
 	bool exec_stdin_stream; /* interactive stdin (sbd_exec_req.stdin_stream) */
 	bool files, tar, pause, persistent, network_host;
 	bool limits_memory, limits_pids, limits_cpu, limits_disk;
+	bool metrics;	       /* usage (sbd_backend.usage): GET /v1/sandboxes/{id}/metrics */
 	struct strata_err why; /* when !available: -ENODEV and the reason */
 };
 
@@ -76,6 +77,16 @@ struct sbd_exec_sink {
 	 * ended), -ENOBUFS (too much not yet read: dropped, retry later);
 	 * pending = bytes not yet read by the command. May be NULL. */
 	void (*stdin_ack)(void *ctx, int status, uint64_t pending);
+};
+
+/* What one sandbox uses now (GET /v1/sandboxes/{id}/metrics); -1 where
+ * the backend cannot tell. */
+struct sbd_usage {
+	int64_t cpu_us;		   /* CPU time of every process it ran, user + system */
+	int64_t memory_bytes;	   /* charged to its memory cgroup now */
+	int64_t memory_peak_bytes; /* the most charged at once since it was created */
+	int64_t pids;		   /* processes and threads now, the agent included */
+	int64_t disk_bytes;	   /* the writable layer's usage */
 };
 
 enum sbd_ftype { SBD_FT_OTHER = 0, SBD_FT_REG, SBD_FT_DIR, SBD_FT_LNK };
@@ -141,6 +152,9 @@ struct sbd_backend {
 	/* sandboxd is stopping: let go of sb without destroying it if the
 	 * backend can adopt it again later, else destroy it. May be NULL. */
 	void (*release)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* Fills ret with what sb uses now. Returns 0 or -errno. NULL when the
+	 * backend has no usage to report (caps.metrics false). */
+	int (*usage)(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_usage *ret);
 	/* Periodic housekeeping (pools), once a second. May be NULL. */
 	void (*tick)(struct sbd_backend *b);
 	/* Frees the backend (at shutdown; sandboxes are left running). */

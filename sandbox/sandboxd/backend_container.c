@@ -124,6 +124,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include "fs/cgroup_kill.h"
 #include "fs/log.h"
 #include "sandbox/container/strata_sandbox.h"
+#include "sandbox/sandboxd/usage.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
 #define EXEC_GRACE_MS 10000 /* beyond an exec's timeout, as sbx_exec waits */
@@ -645,13 +646,15 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .exec_stdin_stream = true,
 			       .python = true,
 			       .files = true,
+			       .tar = true, /* tar.c, over the file operations */
 			       .pause = true,
 			       .persistent = true,
 			       .network_host = true,
 			       .limits_memory = true,
 			       .limits_pids = true,
 			       .limits_cpu = true,
-			       .limits_disk = true};
+			       .limits_disk = true,
+			       .metrics = true};
 	k->why = cb->why;
 }
 
@@ -914,6 +917,19 @@ static void freezer_sweep(void)
 		closedir(dp);
 }
 
+static int ct_usage(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_usage *ret)
+{
+	struct ct_box *box = sb->bpriv;
+	if (!box)
+		return -ENOENT;
+	/* sbx_cgroup_path formats into one buffer of the sandbox: copy the first */
+	char mem[PATH_MAX];
+	const char *m = sbx_cgroup_path(box->s, "memory");
+	if (!m || snprintf(mem, sizeof(mem), "%s", m) >= (int)sizeof(mem))
+		return -ENOENT;
+	return sbd_usage_read(mem, sbx_cgroup_path(box->s, "pids"), sbx_pid(box->s), ret);
+}
+
 static void ct_tick(struct sbd_backend *b)
 {
 	struct ct_backend *cb = b->priv;
@@ -1027,6 +1043,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .resume = ct_resume,
 	    .destroy = ct_destroy,
 	    .release = ct_release,
+	    .usage = ct_usage,
 	    .tick = ct_tick,
 	    .free = ct_free,
 	};

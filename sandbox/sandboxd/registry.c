@@ -133,6 +133,17 @@ static void registry_remove(struct sandboxd *d, struct sbd_sandbox *sb)
 		}
 }
 
+void sbd_sandbox_labels_free(struct sbd_sandbox *sb)
+{
+	for (size_t i = 0; i < sb->nlabels; i++) {
+		free(sb->labels[i].key);
+		free(sb->labels[i].value);
+	}
+	free(sb->labels);
+	sb->labels = NULL;
+	sb->nlabels = 0;
+}
+
 void sbd_sandbox_free(struct sbd_sandbox *sb)
 {
 	if (!sb)
@@ -146,11 +157,7 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 	free(sb->env);
 	free(sb->cwd);
 	free(sb->user);
-	for (size_t i = 0; i < sb->nlabels; i++) {
-		free(sb->labels[i].key);
-		free(sb->labels[i].value);
-	}
-	free(sb->labels);
+	sbd_sandbox_labels_free(sb);
 	free(sb->idem_key);
 	free(sb->bstate);
 	free(sb->failed_reason);
@@ -456,6 +463,9 @@ int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 	json_int(json_get(j, "idle_timeout"), 0, INT64_MAX, &sb->idle_s);
 	json_int(json_get(j, "created_at"), 0, INT64_MAX, &sb->created_at);
 	json_int(json_get(j, "expires_at"), 0, INT64_MAX, &sb->expires_at);
+	int64_t execs = 0; /* exec numbers go on after a restart */
+	json_int(json_get(j, "execs"), 0, INT64_MAX, &execs);
+	sb->execs_total = (uint64_t)execs;
 	sb->cwd = dup_or_null(json_cstr(json_get(j, "cwd")) ?: "/");
 	sb->user = dup_or_null(json_cstr(json_get(j, "user")) ?: "");
 	sb->net_host = !strcmp(json_cstr(json_get(j, "network")) ?: "", "host");

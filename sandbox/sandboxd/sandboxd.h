@@ -157,6 +157,8 @@ void sbd_registry_adopt_all(struct sandboxd *d);
  * called once a second. */
 void sbd_registry_reap(struct sandboxd *d);
 void sbd_sandbox_free(struct sbd_sandbox *sb);
+/* Frees sb's labels and leaves it with none. */
+void sbd_sandbox_labels_free(struct sbd_sandbox *sb);
 void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
 const char *sbd_state_name(enum sbd_state s);
 /* Parses a persisted or requested sandbox. */

@@ -210,8 +210,7 @@ def test_timeout_and_signal(sock):
 
 def test_output_cap(sock):
     with create(sock) as sb:
-        r = sb.exec("yes", timeout=2, output_cap=4096) if False else sb.exec(
-            "yes | head -c 5000000", output_cap=4096, timeout=30)
+        r = sb.exec("yes | head -c 5000000", output_cap=4096, timeout=30)
         assert r.truncated and len(r.stdout_raw) == 4096
         with pytest.raises(strata.Timeout) as ei:
             sb.exec("yes", timeout=1, output_cap=1000)
@@ -367,26 +366,31 @@ def test_async_sandbox(sock):
 
 
 def test_latency_fncall(sock):
-    """Not a benchmark: records create/exec/delete latency for the notes."""
+    """Create, exec and delete, 30 times: each works, within generous bounds
+    (the figures go to sandbox-latency.txt; bench/sandbox measures them)."""
     import statistics
     c, e, d = [], [], []
-    for _ in range(30):
+    for i in range(30):
         t0 = time.perf_counter()
         sb = create(sock)
         t1 = time.perf_counter()
-        sb.exec(["true"])
+        assert sb.exec(["echo", str(i)]).stdout == "%d\n" % i
         t2 = time.perf_counter()
         sb.kill()
         t3 = time.perf_counter()
+        with pytest.raises(strata.NotFound):
+            Sandbox.connect(sb.id, socket=sock)
         c.append(t1 - t0)
         e.append(t2 - t1)
         d.append(t3 - t2)
     line = "fncall p50 create %.2f ms, exec true %.2f ms, delete %.2f ms" % (
         statistics.median(c) * 1e3, statistics.median(e) * 1e3, statistics.median(d) * 1e3)
-    print(line)
     if os.environ.get("STRATA_BUILD"):
         with open(os.path.join(os.environ["STRATA_BUILD"], "sandbox-latency.txt"), "a") as f:
             f.write(line + "\n")
+    # ~1-20 ms each on a loaded 2-core machine with a sanitizer build
+    assert statistics.median(c) < 1.0 and statistics.median(e) < 1.0, line
+    assert statistics.median(d) < 1.0, line
 
 
 # ---- containment (fncall): contained, the node unharmed, others unaffected --------

@@ -65,10 +65,9 @@ class Client:
             return http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
         return UnixHTTPConnection(self.socket, timeout=timeout)
 
-    def open(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT,
-             content_type="application/json"):
-        """Sends a request; returns (connection, response). The caller reads
-        the response and closes the connection."""
+    def prepare(self, method, path, body=None, query=None, content_type="application/json"):
+        """What a request sends: (target, body bytes or None, headers).
+        Shared by this client and the asyncio one (_aio_http.py)."""
         if query:
             path += "?" + urllib.parse.urlencode(query)
         headers = {}
@@ -78,6 +77,17 @@ class Client:
             headers["Content-Type"] = content_type
         if self.token and self.url:
             headers["Authorization"] = "Bearer " + self.token
+        return path, body, headers
+
+    def where(self):
+        """The endpoint, for messages."""
+        return self.url or self.socket
+
+    def open(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT,
+             content_type="application/json"):
+        """Sends a request; returns (connection, response). The caller reads
+        the response and closes the connection."""
+        path, body, headers = self.prepare(method, path, body, query, content_type)
         conn = self._conn(timeout)
         try:
             conn.request(method, path, body=body, headers=headers)
@@ -85,22 +95,17 @@ class Client:
         except socket.timeout as e:
             conn.close()
             raise errors.Timeout("no answer from sandboxd within %.1f s" % timeout) from e
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            conn.close()
-            raise errors.StrataError("sandboxd is not reachable at %s: %s"
-                                     % (self.url or self.socket, e)) from e
         except OSError as e:
             conn.close()
-            raise errors.StrataError("request to sandboxd failed: %s" % e) from e
+            raise unreachable(self, e) from e
         if resp.status >= 400:
             try:
                 data = resp.read()
-                parsed = json.loads(data) if data else None
-            except (ValueError, OSError):
-                parsed = None
+            except OSError:
+                data = b""
             finally:
                 conn.close()
-            raise errors.from_response(resp.status, parsed)
+            raise error_of(resp.status, data)
         return conn, resp
 
     def call(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT, raw=False,
@@ -115,4 +120,25 @@ class Client:
             conn.close()
         if raw:
             return data
-        return json.loads(data) if data else None
+        return json_of(data)
+
+
+def unreachable(client, e):
+    """The StrataError for a connection or send that failed with OSError e."""
+    if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        return errors.StrataError("sandboxd is not reachable at %s: %s" % (client.where(), e))
+    return errors.StrataError("request to sandboxd failed: %s" % e)
+
+
+def error_of(status, data):
+    """The exception for an error response (status >= 400, its body)."""
+    try:
+        parsed = json.loads(data) if data else None
+    except ValueError:
+        parsed = None
+    return errors.from_response(status, parsed)
+
+
+def json_of(data):
+    """A JSON response body, parsed (None when empty)."""
+    return json.loads(data) if data else None

@@ -1,172 +1,361 @@
 """The asyncio SDK: :class:`AsyncSandbox`, with the methods of
-:class:`~strata.Sandbox` as coroutines.
+:class:`~strata.Sandbox` as coroutines, on asyncio streams
+(:mod:`strata._aio_http`): no thread per call, so one event loop drives a
+thousand sandboxes and their exec streams at once.
 
-Each call runs the synchronous client in a worker thread
-(``asyncio.to_thread``), so thousands of sandboxes can be driven from one
-event loop without blocking it; ``exec_stream`` is an async iterator.
-
-    async with await AsyncSandbox.create("busybox", backend="fncall") as sb:
+    async with await AsyncSandbox.create("busybox") as sb:
         r = await sb.exec(["echo", "hi"])
+        async for ev in sb.exec_stream("sleep 1; echo done"):
+            ...
+
+Requests are built and answers read as in the synchronous SDK (the same
+bodies, results and exceptions: :mod:`strata.sandbox`, :mod:`strata._http`).
+Only ``files.upload`` and ``files.download``, which walk or write a local
+directory tree, run in a worker thread.
 """
 import asyncio
+import contextlib
+import posixpath
 
+from . import _aio_http as http
 from . import errors
-from .sandbox import PIPE, Sandbox, DEFAULT_TIMEOUT
-
-_DONE = object()
+from ._http import Client, DEFAULT_TIMEOUT
+from .sandbox import (EXEC_GRACE, PIPE, STDIN_CHUNK, FileInfo, Metrics, Sandbox,
+                      _Output, _StdinBackoff, _chunks_of, _create_body, _exec_body, _labels_body,
+                      _list_query, _stream_error, _stream_event, _stream_line, _timeout_body)
 
 
 class AsyncExecProcess:
-    """The asyncio face of :class:`~strata.ExecProcess`. The exec starts at
-    the first use (``await proc.start()``, ``write``, iteration); each call
-    runs the synchronous one in a worker thread.
+    """A running command of :meth:`AsyncSandbox.exec_stream`, the asyncio
+    face of :class:`~strata.ExecProcess`. The exec starts at the first use
+    (``await proc.start()``, ``async with proc``, ``write``, iteration)::
 
         proc = sb.exec_stream(["cat"], stdin=strata.PIPE)
         await proc.write(b"hi\\n")
+        await proc.close_stdin()
         async for ev in proc:
             ...
-    """
 
-    def __init__(self, sync_sandbox, cmd, kw):
-        self._sync = sync_sandbox
-        self._cmd = cmd
-        self._kw = dict(kw)
-        self._ait = None
-        if hasattr(self._kw.get("stdin"), "__aiter__"):
-            self._ait = self._kw["stdin"]
-            self._kw["stdin"] = PIPE
+    ``stdin`` may also be an iterable, a file or an async iterable of
+    chunks: a task feeds it, then closes stdin."""
+
+    def __init__(self, sandbox, body, stdin, timeout, raise_timeout=True):
+        self._sb = sandbox
+        self._body = body
+        self._stdin = stdin
+        self._timeout = timeout
+        self._raise_timeout = raise_timeout
+        self._wait = (timeout or 60.0) + EXEC_GRACE
+        self._stdin_open = bool(body.get("stdin_stream"))
+        self._resp = None
         self._starting = None
+        self._lock = None  # one stdin chunk in flight; made on the loop
         self._feeder = None
-        #: An exception raised by the async iterable given as stdin.
+        self._done = False
+        self.exec_id = None
+        #: The :class:`ExecResult` once the exit was read.
+        self.result = None
+        #: An exception raised by the iterable given as stdin (it was closed).
         self.stdin_error = None
 
     async def start(self):
         """Starts the exec (once); returns self."""
         if self._starting is None:
-            self._starting = asyncio.ensure_future(
-                asyncio.to_thread(self._sync.exec_stream, self._cmd, **self._kw))
+            self._starting = asyncio.ensure_future(self._start())
         await self._starting
-        if self._ait is not None and self._feeder is None:
-            self._feeder = asyncio.ensure_future(self._feed())
         return self
 
-    async def _proc(self):
+    async def _start(self):
+        self._lock = asyncio.Lock()
+        try:
+            self._resp = await http.stream(self._sb._client, "POST", self._sb._path("exec"),
+                                           body=self._body, timeout=self._wait)
+        except errors.NotFound as e:
+            if self._sb._killed:
+                raise errors.Exited("sandbox %s was killed" % self._sb.id) from e
+            raise
+        if not self._stdin_open:
+            return
+        ev = await self._read()
+        if ev.get("type") != "start":
+            self.close()
+            raise errors.StrataError("exec stream began without its start event: %r" % ev)
+        self.exec_id = ev["exec_id"]
+        if self._stdin is not PIPE and self._stdin is not None:
+            self._feeder = asyncio.ensure_future(self._feed())
+
+    # -- output --------------------------------------------------------------
+    async def _read(self):
+        try:
+            line = await asyncio.wait_for(self._resp.readline(), self._wait)
+        except (asyncio.TimeoutError, OSError, ValueError, asyncio.IncompleteReadError) as e:
+            raise _stream_error(self, e, isinstance(e, asyncio.TimeoutError)) from e
+        return _stream_line(self, line)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
         await self.start()
-        return self._starting.result()
+        while not self._done:
+            ev = _stream_event(self, await self._read())
+            if ev is not None:
+                return ev
+        raise StopAsyncIteration
+
+    async def wait(self):
+        """Reads the events left and returns the :class:`ExecResult`; its
+        stdout/stderr hold the output read here (not what was iterated
+        before)."""
+        out = _Output()
+        async for ev in self:
+            out.add(ev)
+        return out.into(self.result)
+
+    # -- input ---------------------------------------------------------------
+    async def write(self, data):
+        """Sends bytes (or str, as UTF-8) to the command's stdin; returns
+        the number of bytes written (see :meth:`ExecProcess.write`)."""
+        await self.start()
+        data = bytes(data.encode() if isinstance(data, str) else data)
+        async with self._lock:
+            if not self._stdin_open:
+                raise errors.StdinClosed("exec %s: stdin is closed%s" % (
+                    self.exec_id, "" if self.exec_id else " (not opened with strata.PIPE)"),
+                    code="stdin_closed")
+            for off in range(0, len(data), STDIN_CHUNK):
+                await self._send(data[off:off + STDIN_CHUNK], False)
+        return len(data)
+
+    async def close_stdin(self):
+        """Ends the command's input (EOF); a no-op once closed or finished."""
+        await self.start()
+        async with self._lock:
+            if not self._stdin_open:
+                return
+            try:
+                await self._send(b"", True)
+            except errors.StdinClosed:
+                pass
+            self._stdin_open = False
+
+    async def _send(self, chunk, eof):
+        path = self._sb._path("execs/%s/stdin" % self.exec_id)
+        loop = asyncio.get_running_loop()
+        backoff = _StdinBackoff(self, loop.time())
+        while True:
+            try:
+                await http.call(self._sb._client, "POST", path, body=chunk,
+                                query={"eof": "1"} if eof else None,
+                                content_type="application/octet-stream", timeout=self._wait)
+                return
+            except errors.StrataError as e:
+                await asyncio.sleep(backoff.after(e, loop.time()))
 
     async def _feed(self):
+        """Writes what stdin= gave, then closes stdin (not when the command
+        closed it first: like a broken pipe)."""
         try:
-            async for c in self._ait:
+            async for c in _aiter_chunks(self._stdin):
                 if c:
                     await self.write(c)
         except errors.StdinClosed:
             return
         except Exception as e:  # noqa: BLE001 -- kept for the caller
             self.stdin_error = e
-        try:
+        with contextlib.suppress(errors.StrataError):
             await self.close_stdin()
-        except errors.StrataError:
-            pass
 
-    @property
-    def exec_id(self):
-        return self._starting.result().exec_id if self._starting and self._starting.done() \
-            else None
-
-    @property
-    def result(self):
-        return self._starting.result().result if self._starting and self._starting.done() \
-            else None
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        p = await self._proc()
-        ev = await asyncio.to_thread(next, p, _DONE)
-        if ev is _DONE:
-            raise StopAsyncIteration
-        return ev
-
-    async def write(self, data):
-        """See :meth:`ExecProcess.write`."""
-        p = await self._proc()
-        return await asyncio.to_thread(p.write, data)
-
-    async def close_stdin(self):
-        """See :meth:`ExecProcess.close_stdin`."""
-        p = await self._proc()
-        await asyncio.to_thread(p.close_stdin)
-
-    async def wait(self):
-        """See :meth:`ExecProcess.wait`."""
-        p = await self._proc()
-        return await asyncio.to_thread(p.wait)
-
-    async def close(self):
-        """Closes the stream; a command still running is killed."""
-        if self._starting is not None:
-            p = await self._proc()
-            await asyncio.to_thread(p.close)
-        if self._feeder is not None:
+    # -- lifetime ------------------------------------------------------------
+    def close(self):
+        """Closes the stream; a command still running is killed. (Not a
+        coroutine, but may be awaited: ``await proc.close()``.)"""
+        self._done = True
+        if self._resp is not None:
+            self._resp.close()
+        if self._feeder is not None and not self._feeder.done() and \
+                self._feeder is not asyncio.current_task():
             self._feeder.cancel()
+        return _DONE
 
-    aclose = close
+    async def aclose(self):
+        """Closes the stream (see :meth:`close`)."""
+        self.close()
 
     async def __aenter__(self):
         return await self.start()
 
     async def __aexit__(self, *exc):
-        await self.close()
+        self.close()
         return False
+
+    def __repr__(self):
+        return "AsyncExecProcess(%s, exec_id=%s%s)" % (self._sb.id, self.exec_id,
+                                                        ", done" if self._done else "")
+
+
+async def _aiter_chunks(stdin):
+    """The chunks of stdin=: an async iterable, or what _chunks_of takes."""
+    if hasattr(stdin, "__aiter__"):
+        async for c in stdin:
+            yield c
+    else:
+        for c in _chunks_of(stdin):
+            yield c
+
+
+class _Done:
+    """An awaitable that is already done (unlike a coroutine, nothing warns
+    when it is not awaited)."""
+
+    def __await__(self):
+        return iter(())
+
+
+_DONE = _Done()
 
 
 class AsyncFiles:
     """``sb.files`` of an :class:`AsyncSandbox`: the methods of
     :class:`~strata.sandbox.Files` as coroutines."""
 
-    def __init__(self, files):
-        self._f = files
+    def __init__(self, sandbox):
+        self._sb = sandbox
 
-    def __getattr__(self, name):
-        fn = getattr(self._f, name)
+    async def _call(self, method, sub, path, body=None, timeout=DEFAULT_TIMEOUT, raw=False, **q):
+        query = {"path": path}
+        query.update({k: v for k, v in q.items() if v is not None})
+        return await http.call(self._sb._client, method, self._sb._path("files" + sub),
+                               body=body, query=query, timeout=timeout, raw=raw,
+                               content_type="application/octet-stream")
 
-        async def call(*a, **kw):
-            return await asyncio.to_thread(fn, *a, **kw)
-        call.__doc__ = fn.__doc__
-        return call
+    async def read(self, path, timeout=DEFAULT_TIMEOUT):
+        """The contents of a file (bytes)."""
+        return await self._call("GET", "", path, timeout=timeout, raw=True)
+
+    async def read_text(self, path, encoding="utf-8", timeout=DEFAULT_TIMEOUT):
+        return (await self.read(path, timeout)).decode(encoding)
+
+    async def write(self, path, data, mode=0o644, timeout=DEFAULT_TIMEOUT):
+        """Creates or replaces a file with data (bytes or str)."""
+        data = bytes(data.encode() if isinstance(data, str) else data)
+        await self._call("PUT", "", path, body=data, timeout=timeout, mode="%o" % mode)
+
+    async def list(self, path="/", timeout=DEFAULT_TIMEOUT):
+        """The entries of a directory (:class:`FileInfo`)."""
+        return [FileInfo(e) for e in (await self._call("GET", "/list", path,
+                                                       timeout=timeout))["entries"]]
+
+    async def stat(self, path, timeout=DEFAULT_TIMEOUT):
+        """A :class:`FileInfo` for path (NotFound if it is absent)."""
+        return FileInfo(await self._call("GET", "/stat", path, timeout=timeout),
+                        name=posixpath.basename(path))
+
+    async def exists(self, path, timeout=DEFAULT_TIMEOUT):
+        try:
+            await self.stat(path, timeout)
+            return True
+        except errors.NotFound:
+            return False
+
+    async def mkdir(self, path, parents=True, mode=0o755, timeout=DEFAULT_TIMEOUT):
+        await self._call("POST", "/mkdir", path, timeout=timeout,
+                         parents="1" if parents else None, mode="%o" % mode)
+
+    async def remove(self, path, recursive=False, timeout=DEFAULT_TIMEOUT):
+        await self._call("DELETE", "", path, timeout=timeout,
+                         recursive="1" if recursive else None)
+
+    async def upload_tar(self, data, remote_dir, timeout=DEFAULT_TIMEOUT):
+        """Unpacks a tar archive (bytes) under remote_dir; returns the
+        number of files written."""
+        return (await self._call("PUT", "/tar", remote_dir, body=bytes(data),
+                                 timeout=timeout))["files"]
+
+    async def download_tar(self, remote_dir, timeout=DEFAULT_TIMEOUT):
+        """The tree at remote_dir as a tar archive (bytes)."""
+        return await self._call("GET", "/tar", remote_dir, timeout=timeout, raw=True)
+
+    async def upload(self, local_dir, remote_dir, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Files.upload` (walks the local tree in a worker thread)."""
+        return await asyncio.to_thread(self._sb._sync.files.upload, local_dir, remote_dir,
+                                       timeout)
+
+    async def download(self, remote_dir, local_dir, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Files.download` (writes the local tree in a worker thread)."""
+        return await asyncio.to_thread(self._sb._sync.files.download, remote_dir, local_dir,
+                                       timeout)
 
 
 class AsyncSandbox:
-    """An asyncio handle on one sandbox; same methods as :class:`Sandbox`."""
+    """An asyncio handle on one sandbox; the methods of :class:`Sandbox`."""
 
-    def __init__(self, sync):
-        self._sync = sync
-        self.id = sync.id
-        self.files = AsyncFiles(sync.files)
+    def __init__(self, info, client):
+        self._client = client
+        self._sync = Sandbox(info, client)  # the description, and upload/download
+        self.id = info["id"]
+        self.files = AsyncFiles(self)
 
+    @property
+    def _killed(self):
+        return self._sync._killed
+
+    def _path(self, sub=""):
+        return self._sync._path(sub)
+
+    # -- construction ----------------------------------------------------
     @classmethod
-    async def create(cls, image, backend="container", **kw):
+    async def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
+                     disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
+                     idle_timeout=None, labels=None, idempotency_key=None, socket=None,
+                     url=None, token=None, timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.create`."""
-        return cls(await asyncio.to_thread(Sandbox.create, image, backend, **kw))
+        body = _create_body(image, backend, dict(
+            cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
+            user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
+            idempotency_key=idempotency_key))
+        client = Client(socket=socket, url=url, token=token)
+        return cls(await http.call(client, "POST", "/v1/sandboxes", body=body,
+                                   timeout=timeout), client)
 
     @classmethod
-    async def create_many(cls, image, count, backend="container", **kw):
-        """See :meth:`Sandbox.create_many`."""
-        made = await asyncio.to_thread(Sandbox.create_many, image, count, backend, **kw)
-        return [cls(s) for s in made]
+    async def create_many(cls, image, count, backend="container", *, idempotency_key=None,
+                          parallelism=64, timeout=DEFAULT_TIMEOUT, **kw):
+        """See :meth:`Sandbox.create_many` (``parallelism`` creates in
+        flight at once on this loop)."""
+        gate = asyncio.Semaphore(max(1, parallelism))
+
+        async def one(i):
+            key = None if idempotency_key is None else "%s-%d" % (idempotency_key, i)
+            async with gate:
+                return await cls.create(image, backend, idempotency_key=key, timeout=timeout,
+                                        **kw)
+        made = await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
+        failed = [r for r in made if isinstance(r, BaseException)]
+        if failed:
+            await asyncio.gather(*(sb.kill(timeout=timeout) for sb in made
+                                   if isinstance(sb, AsyncSandbox)), return_exceptions=True)
+            raise failed[0]
+        return made
 
     @classmethod
-    async def connect(cls, sandbox_id, **kw):
+    async def connect(cls, sandbox_id, *, socket=None, url=None, token=None,
+                      timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.connect`."""
-        return cls(await asyncio.to_thread(Sandbox.connect, sandbox_id, **kw))
+        client = Client(socket=socket, url=url, token=token)
+        return cls(await http.call(client, "GET", "/v1/sandboxes/" + sandbox_id,
+                                   timeout=timeout), client)
 
     @classmethod
-    async def list(cls, labels=None, state=None, backend=None, **kw):
+    async def list(cls, labels=None, state=None, backend=None, *, socket=None, url=None,
+                   token=None, timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.list`."""
-        r = await asyncio.to_thread(Sandbox.list, labels, state, backend, **kw)
-        return [cls(s) for s in r]
+        client = Client(socket=socket, url=url, token=token)
+        r = await http.call(client, "GET", "/v1/sandboxes",
+                            query=_list_query(labels, state, backend), timeout=timeout)
+        return [cls(i, client) for i in r["sandboxes"]]
 
+    # -- description ------------------------------------------------------
     @property
     def info(self):
         return self._sync.info
@@ -183,28 +372,79 @@ class AsyncSandbox:
     def labels(self):
         return self._sync.labels
 
+    async def _call(self, method, sub, body=None, timeout=DEFAULT_TIMEOUT):
+        try:
+            return await http.call(self._client, method, self._path(sub), body=body,
+                                   timeout=timeout)
+        except errors.NotFound as e:
+            if self._killed:
+                raise errors.Exited("sandbox %s was killed" % self.id, code=e.code,
+                                    status=e.status) from e
+            raise
+
+    async def _describe(self, method, sub, body=None, timeout=DEFAULT_TIMEOUT):
+        self._sync._info = await self._call(method, sub, body, timeout)
+        return self._sync._info
+
     async def refresh(self, timeout=DEFAULT_TIMEOUT):
-        return await asyncio.to_thread(self._sync.refresh, timeout)
+        """Fetches the current description; returns it."""
+        return await self._describe("GET", "", timeout=timeout)
 
-    async def exec(self, cmd=None, **kw):
+    # -- exec --------------------------------------------------------------
+    async def exec(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
+                   timeout=60.0, output_cap=None):
         """See :meth:`Sandbox.exec`."""
-        return await asyncio.to_thread(self._sync.exec, cmd, **kw)
+        if stdin is PIPE:
+            raise ValueError("exec() cannot take strata.PIPE: nobody would write it; "
+                             "use exec_stream()")
+        proc = self.exec_stream(cmd, python=python, env=env, cwd=cwd, user=user, stdin=stdin,
+                                timeout=timeout, output_cap=output_cap, _raise_timeout=False)
+        try:
+            result = await proc.wait()
+        finally:
+            proc.close()
+        if result.timed_out:
+            raise errors.Timeout("command ran past its timeout of %s s" % timeout, result=result)
+        return result
 
-    def exec_stream(self, cmd=None, **kw):
+    def exec_stream(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
+                    timeout=60.0, output_cap=None, _raise_timeout=True):
         """See :meth:`Sandbox.exec_stream`: returns an
-        :class:`AsyncExecProcess` (``async for ev in proc``, ``await
-        proc.write(b)``, ``await proc.close_stdin()``, ``await proc.wait()``).
-        ``stdin`` may also be an async iterable of chunks."""
-        return AsyncExecProcess(self._sync, cmd, kw)
+        :class:`AsyncExecProcess` at once (not a coroutine); ``stdin`` may
+        also be an async iterable of chunks."""
+        streamed = stdin is not None and hasattr(stdin, "__aiter__")
+        body = _exec_body(cmd, python, env, cwd, user, PIPE if streamed else stdin, timeout,
+                          output_cap)
+        return AsyncExecProcess(self, body, stdin, timeout, _raise_timeout)
 
+    # -- lifecycle, usage, settings ----------------------------------------
     async def pause(self, timeout=DEFAULT_TIMEOUT):
-        await asyncio.to_thread(self._sync.pause, timeout)
+        """See :meth:`Sandbox.pause`."""
+        await self._describe("POST", "pause", timeout=timeout)
 
     async def resume(self, timeout=DEFAULT_TIMEOUT):
-        await asyncio.to_thread(self._sync.resume, timeout)
+        """See :meth:`Sandbox.resume`."""
+        await self._describe("POST", "resume", timeout=timeout)
+
+    async def metrics(self, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.metrics`."""
+        return Metrics(await self._call("GET", "metrics", timeout=timeout))
+
+    async def set_timeout(self, seconds, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.set_timeout`."""
+        await self._describe("PATCH", "", body=_timeout_body(seconds), timeout=timeout)
+
+    async def set_labels(self, labels, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.set_labels`."""
+        await self._describe("PATCH", "", body=_labels_body(labels), timeout=timeout)
 
     async def kill(self, timeout=DEFAULT_TIMEOUT):
-        await asyncio.to_thread(self._sync.kill, timeout)
+        """See :meth:`Sandbox.kill`."""
+        try:
+            await http.call(self._client, "DELETE", self._path(), timeout=timeout)
+        except errors.NotFound:
+            pass
+        self._sync._killed = True
 
     delete = kill
 

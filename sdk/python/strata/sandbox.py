@@ -169,6 +169,145 @@ def _result_from_exit(ev, out=b"", err=b""):
                       error_code=ev.get("error_code"), oom_killed=bool(ev.get("oom_killed")))
 
 
+# What the synchronous and the asyncio ExecProcess share: the reading of
+# an exec stream's lines (proc: one of them, with _wait, _timeout,
+# _raise_timeout, _stdin_open, result and close()).
+def _stream_error(proc, e, timed_out):
+    """The exception for a read of proc's stream that failed with e (or
+    timed out); the stream is closed."""
+    proc.close()
+    if timed_out:
+        return errors.Timeout("no output or exit from the command within %.1f s" % proc._wait)
+    return errors.Exited("the exec stream broke: %s" % e)
+
+
+def _stream_line(proc, line):
+    """One line of proc's stream as a dict (b"": the stream ended early)."""
+    if not line:
+        proc.close()
+        raise errors.Exited("sandboxd ended the exec stream without an exit")
+    return json.loads(line)
+
+
+def _stream_event(proc, ev):
+    """The ExecEvent of the stream's event ev, or None for an event of a
+    newer sandboxd; at the exit, proc is closed and its result set (or
+    the exception the exit means is raised)."""
+    kind = ev.get("type")
+    if kind in ("stdout", "stderr"):
+        return ExecEvent(kind, base64.b64decode(ev["data"]))
+    if kind != "exit":
+        return None
+    proc.close()
+    proc._stdin_open = False
+    result = proc.result = _result_from_exit(ev)
+    if result.error and result.error.startswith("sandbox exited"):
+        raise errors.Exited(result.error)
+    if result.error and result.exit_code == -1:
+        raise errors.StrataError(result.error)
+    if proc._raise_timeout and result.timed_out:
+        raise errors.Timeout("command ran past its timeout of %s s" % proc._timeout,
+                             result=result)
+    return ExecEvent("exit", result=result)
+
+
+class _Output:
+    """The output events of a stream, gathered into its ExecResult."""
+
+    def __init__(self):
+        self._parts = {"stdout": [], "stderr": [], "exit": []}
+
+    def add(self, ev):
+        self._parts[ev.kind].append(ev.data)
+
+    def into(self, result):
+        """result with the output gathered (None: the stream ended early)."""
+        if result is None:
+            raise errors.StrataError("the exec stream was closed before its exit")
+        result.stdout_raw = b"".join(self._parts["stdout"])
+        result.stderr_raw = b"".join(self._parts["stderr"])
+        return result
+
+
+class _StdinBackoff:
+    """The waits between the tries of one stdin chunk that sandboxd dropped
+    (``stdin_full``: the command has 4 MiB it has not read), for the
+    synchronous and the asyncio ExecProcess alike."""
+
+    def __init__(self, proc, now):
+        self._proc = proc
+        self._deadline = now + proc._wait
+        self._nap = 0.002
+
+    def after(self, e, now):
+        """Seconds to wait before trying again after the StrataError e;
+        raises e when it is not stdin_full, Timeout when the command did
+        not read in time."""
+        if isinstance(e, errors.StdinClosed):
+            self._proc._stdin_open = False
+            raise e
+        if e.code != "stdin_full":
+            raise e
+        if now > self._deadline:
+            raise errors.Timeout("exec %s did not read its stdin within %.1f s"
+                                 % (self._proc.exec_id, self._proc._wait)) from e
+        nap, self._nap = self._nap, min(self._nap * 2, 0.1)
+        return nap
+
+
+class Metrics:
+    """What a sandbox uses now (:meth:`Sandbox.metrics`): ``cpu_seconds``
+    (user + system time of every process it ran), ``memory_bytes`` (charged
+    now), ``memory_peak_bytes`` (the most at once since it was created),
+    ``pids`` (processes and threads now, its agent included),
+    ``disk_used_bytes`` (its writable layer), ``execs`` (execs run),
+    ``running_execs``, the limits ``memory_limit_bytes``, ``pids_limit``,
+    ``disk_limit_bytes``, and ``uptime`` (seconds). A figure the backend
+    cannot tell is None; ``raw`` is the API's dict."""
+
+    _FIELDS = ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "memory_limit_bytes", "pids",
+               "pids_limit", "disk_used_bytes", "disk_limit_bytes", "execs", "running_execs")
+
+    def __init__(self, d):
+        self.raw = d
+        for k in self._FIELDS:
+            setattr(self, k, d.get(k))
+        self.uptime = d.get("uptime_s")
+
+    def __repr__(self):
+        return "Metrics(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self._FIELDS)
+
+
+def _create_body(image, backend, fields):
+    """The body of POST /v1/sandboxes: the arguments that are not None."""
+    body = {"image": image, "backend": backend}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    return body
+
+
+def _list_query(labels, state, backend):
+    q = {}
+    if labels:
+        q["label"] = ",".join("%s=%s" % (k, v) for k, v in labels.items())
+    if state:
+        q["state"] = state
+    if backend:
+        q["backend"] = backend
+    return q
+
+
+def _timeout_body(seconds):
+    if seconds is None or seconds < 0:
+        raise ValueError("set_timeout takes seconds >= 0 (0: no deadline)")
+    return {"timeout": int(seconds)}
+
+
+def _labels_body(labels):
+    if not isinstance(labels, dict):
+        raise ValueError("labels must be a dict of strings")
+    return {"labels": {str(k): str(v) for k, v in labels.items()}}
+
+
 class ExecProcess:
     """A running command of :meth:`Sandbox.exec_stream`.
 
@@ -226,56 +365,28 @@ class ExecProcess:
     def _read(self):
         try:
             line = self._resp.readline()
-        except socket.timeout as e:
-            self.close()
-            raise errors.Timeout("no output or exit from the command within %.1f s"
-                                 % self._wait) from e
         except (http.client.HTTPException, OSError, ValueError) as e:
-            self.close()
-            raise errors.Exited("the exec stream broke: %s" % e) from e
-        if not line:
-            self.close()
-            raise errors.Exited("sandboxd ended the exec stream without an exit")
-        return json.loads(line)
+            raise _stream_error(self, e, isinstance(e, socket.timeout)) from e
+        return _stream_line(self, line)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if self._done:
-            raise StopIteration
-        ev = self._read()
-        kind = ev.get("type")
-        if kind in ("stdout", "stderr"):
-            return ExecEvent(kind, base64.b64decode(ev["data"]))
-        if kind != "exit":  # an event of a newer sandboxd
-            return self.__next__()
-        self.close()
-        self._stdin_open = False
-        result = self.result = _result_from_exit(ev)
-        if result.error and result.error.startswith("sandbox exited"):
-            raise errors.Exited(result.error)
-        if result.error and result.exit_code == -1:
-            raise errors.StrataError(result.error)
-        if self._raise_timeout and result.timed_out:
-            raise errors.Timeout("command ran past its timeout of %s s" % self._timeout,
-                                 result=result)
-        return ExecEvent("exit", result=result)
+        while not self._done:
+            ev = _stream_event(self, self._read())
+            if ev is not None:
+                return ev
+        raise StopIteration
 
     def wait(self):
         """Reads the events left and returns the :class:`ExecResult`; its
         stdout/stderr hold the output read here (not what was iterated
         before)."""
-        out, err = [], []
+        out = _Output()
         for ev in self:
-            if ev.kind == "stdout":
-                out.append(ev.data)
-            elif ev.kind == "stderr":
-                err.append(ev.data)
-        if self.result is None:
-            raise errors.StrataError("the exec stream was closed before its exit")
-        self.result.stdout_raw, self.result.stderr_raw = b"".join(out), b"".join(err)
-        return self.result
+            out.add(ev)
+        return out.into(self.result)
 
     # -- input ---------------------------------------------------------------
     def write(self, data):
@@ -307,24 +418,15 @@ class ExecProcess:
 
     def _send(self, chunk, eof):
         path = self._sb._path("execs/%s/stdin" % self.exec_id)
-        deadline, nap = time.monotonic() + self._wait, 0.002
+        backoff = _StdinBackoff(self, time.monotonic())
         while True:
             try:
                 self._sb._client.call("POST", path, body=chunk, query={"eof": "1"} if eof else None,
                                       content_type="application/octet-stream",
                                       timeout=self._wait)
                 return
-            except errors.StdinClosed:
-                self._stdin_open = False
-                raise
             except errors.StrataError as e:
-                if e.code != "stdin_full":
-                    raise
-                if time.monotonic() > deadline:  # the command does not read
-                    raise errors.Timeout("exec %s did not read its stdin within %.1f s"
-                                         % (self.exec_id, self._wait)) from e
-                time.sleep(nap)
-                nap = min(nap * 2, 0.1)
+                time.sleep(backoff.after(e, time.monotonic()))
 
     def _feed(self, chunks):
         try:
@@ -484,13 +586,10 @@ class Sandbox:
         Raises ImageNotFound, NoCapacity (with the node's reason),
         BackendUnavailable, Unsupported, InvalidRequest. With an
         ``idempotency_key``, creating again returns the same sandbox."""
-        body = {"image": image, "backend": backend}
-        for k, v in (("cpu", cpu), ("memory_mb", memory_mb), ("pids", pids),
-                     ("disk_mb", disk_mb), ("env", env), ("cwd", cwd), ("user", user),
-                     ("network", network), ("ttl", ttl), ("idle_timeout", idle_timeout),
-                     ("labels", labels), ("idempotency_key", idempotency_key)):
-            if v is not None:
-                body[k] = v
+        body = _create_body(image, backend, dict(
+            cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
+            user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
+            idempotency_key=idempotency_key))
         client = Client(socket=socket, url=url, token=token)
         info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout)
         return cls(info, client)
@@ -533,14 +632,8 @@ class Sandbox:
         """Returns the sandboxes of the node, filtered by labels (a dict; all
         must match), state ("running", "paused") and backend."""
         client = Client(socket=socket, url=url, token=token)
-        q = {}
-        if labels:
-            q["label"] = ",".join("%s=%s" % (k, v) for k, v in labels.items())
-        if state:
-            q["state"] = state
-        if backend:
-            q["backend"] = backend
-        r = client.call("GET", "/v1/sandboxes", query=q, timeout=timeout)
+        r = client.call("GET", "/v1/sandboxes", query=_list_query(labels, state, backend),
+                        timeout=timeout)
         return [cls(i, client) for i in r["sandboxes"]]
 
     # -- description ------------------------------------------------------
@@ -626,6 +719,23 @@ class Sandbox:
     def resume(self, timeout=DEFAULT_TIMEOUT):
         """Thaws a paused sandbox."""
         self._info = self._call("POST", "resume", timeout=timeout)
+
+    # -- usage and settings -------------------------------------------------
+    def metrics(self, timeout=DEFAULT_TIMEOUT):
+        """What the sandbox uses now: a :class:`Metrics` (CPU seconds,
+        memory now and peak, pids, disk used, execs run). Unsupported on
+        fncall (its sandboxes hold nothing between calls)."""
+        return Metrics(self._call("GET", "metrics", timeout=timeout))
+
+    def set_timeout(self, seconds, timeout=DEFAULT_TIMEOUT):
+        """Gives the sandbox a new deadline ``seconds`` from now (0: none),
+        replacing its ``ttl``; kept across a sandboxd restart."""
+        self._info = self._call("PATCH", "", body=_timeout_body(seconds), timeout=timeout)
+
+    def set_labels(self, labels, timeout=DEFAULT_TIMEOUT):
+        """Replaces the sandbox's labels with ``labels`` (a dict of strings,
+        the limits of :meth:`create`)."""
+        self._info = self._call("PATCH", "", body=_labels_body(labels), timeout=timeout)
 
     def kill(self, timeout=DEFAULT_TIMEOUT):
         """Deletes the sandbox and everything in it. Idempotent: killing a

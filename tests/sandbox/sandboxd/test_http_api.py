@@ -296,3 +296,37 @@ def test_slow_reader_is_held_back(daemon, backend):
     assert rss1 - rss0 < 32 * 1024, (rss0, rss1)  # far below 64 MiB of output
     assert healthy(daemon)
     assert request(daemon, "DELETE", "/v1/sandboxes/%s" % sid)[0] == 200
+
+
+def test_update_and_metrics_refuse_bad_input(daemon):
+    """PATCH /v1/sandboxes/{id} and GET .../metrics: every bad request a clear
+    4xx (nothing changed), unknown sandboxes 404, fncall's metrics 501."""
+    sid = create(daemon, ttl=100, labels={"a": "1"})
+    path = "/v1/sandboxes/%s" % sid
+    before = request(daemon, "GET", path)[1]
+    for body, code, words in [
+            (b"", "bad_request", "body is required"),
+            (b"{", "bad_request", "malformed"),
+            (b"[]", "bad_request", "object"),
+            ({"ttl": 1}, "unknown_field", "'ttl'"),
+            ({"timeout": -1}, "bad_request", "timeout"),
+            ({"timeout": 1.5}, "bad_request", "timeout"),
+            ({"timeout": 30 * 86400 + 1}, "bad_request", "timeout"),
+            ({"labels": []}, "bad_request", "labels"),
+            ({"labels": {"k": 1}}, "bad_request", "label"),
+            ({"labels": {"": "v"}}, "bad_request", "label"),
+            ({"timeout": 5, "labels": {"x" * 64: "v"}}, "bad_request", "label")]:
+        st, b = request(daemon, "PATCH", path, body)
+        assert st == 400 and b["error"]["code"] == code, (body, st, b)
+        assert words in b["error"]["message"], (body, b)
+    assert request(daemon, "GET", path)[1] == before  # nothing changed
+    st, b = request(daemon, "PATCH", path, {"timeout": 50, "labels": {"b": "2"}})
+    assert st == 200 and b["labels"] == {"b": "2"}
+    assert abs(b["expires_at"] - (time.time() + 50)) < 5
+    assert request(daemon, "PATCH", "/v1/sandboxes/sb-nope", {"timeout": 5})[0] == 404
+    assert request(daemon, "GET", "/v1/sandboxes/sb-nope/metrics")[0] == 404
+    st, b = request(daemon, "GET", path + "/metrics")
+    assert st == 501 and b["error"]["code"] == "unsupported"
+    assert request(daemon, "POST", path + "/metrics")[0] == 404
+    assert healthy(daemon)
+    assert request(daemon, "DELETE", path)[0] == 200
