@@ -47,12 +47,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+. "$(dirname "$0")/busybox_root.sh"
 r=$work/rootfs
-mkdir -p "$r"/{bin,sbin,etc,tmp,proc,dev,sys,root,usr/bin}
-cp "$(command -v busybox || echo /bin/busybox)" "$r/bin/busybox"
-for a in sh true sleep echo cat ls; do ln -s busybox "$r/bin/$a"; done
-printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"
-printf 'root:x:0:\n' >"$r/etc/group"
+busybox_root "$r"
 
 for v in OLD NEW; do
   d=${!v}

@@ -51,22 +51,14 @@ if [ ! -x "$BENCH" ]; then
 fi
 
 # ---- root filesystems ------------------------------------------------------
-busybox=$(command -v busybox || echo /bin/busybox)
-make_busybox_root() {
-  local r=$1
-  mkdir -p "$r"/{bin,sbin,etc,tmp,proc,dev,sys,root,usr/bin}
-  cp "$busybox" "$r/bin/busybox"
-  for a in sh true sleep echo cat ls; do ln -s busybox "$r/bin/$a"; done
-  printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"
-  printf 'root:x:0:\n' >"$r/etc/group"
-}
-make_busybox_root "$work/rootfs"
+. "$SRC/bench/sandbox/busybox_root.sh"
+busybox_root "$work/rootfs"
 
 # Python image: the host's python3, its libraries and its stdlib (hard links
 # where the file system allows: no copy, no network).
 py=$(readlink -f /usr/bin/python3)
 pyver=$(basename "$py")
-make_busybox_root "$work/pyroot"
+busybox_root "$work/pyroot"
 cp "$py" "$work/pyroot/usr/bin/python3"
 for lib in $(ldd "$py" | grep -o '/[^ ]*'); do
   mkdir -p "$work/pyroot$(dirname "$lib")"

@@ -17,31 +17,24 @@ BIN=$(cd "${1:-$SRC/build-release/bin}" && pwd)
 ROUNDS=${2:-3}
 SECS=${3:-3}
 PY=${PYTHON:-/usr/bin/python3}
-[ "$(id -u)" -eq 0 ] || { echo "bench/sandbox/sdk.sh: needs root" >&2; exit 77; }
-for f in strata-sandboxd strata-agent sandbox_bench; do
-  [ -x "$BIN/$f" ] || { echo "bench/sandbox/sdk.sh: $BIN/$f missing" >&2; exit 1; }
-done
-
-work=$(mktemp -d /var/tmp/strata-sbsdk.XXXXXX)
+die() { echo "bench/sandbox/sdk.sh: $1" >&2; exit "${2:-1}"; }
+[ "$(id -u)" -eq 0 ] || die "needs root" 77
+[ -x "$BIN/strata-sandboxd" ] && [ -x "$BIN/strata-agent" ] && [ -x "$BIN/sandbox_bench" ] ||
+  die "$BIN lacks strata-sandboxd, strata-agent or sandbox_bench (make release)"
+work=$(mktemp -d /var/tmp/strata-sbsdk.XXXXXX) sd_pid=
 state=$(mktemp -d /dev/shm/strata-sbsdk.XXXXXX)
-sd_pid=
-cleanup() {
-  if [ -n "$sd_pid" ] && kill -0 "$sd_pid" 2>/dev/null; then
-    "$BIN/sandbox_bench" purge "$work/sd.sock" >/dev/null 2>&1 || true
-    kill -TERM "$sd_pid" 2>/dev/null || true
-    wait "$sd_pid" 2>/dev/null || true
-  fi
+# The sandboxes (purged), the daemon, the temp dirs: also on failure.
+stop_all() {
+  [ -n "$sd_pid" ] && kill -0 "$sd_pid" 2>/dev/null &&
+    { "$BIN/sandbox_bench" purge "$work/sd.sock" >/dev/null 2>&1; kill -TERM "$sd_pid"; wait "$sd_pid"; }
   rm -rf "$work" "$state"
 }
-trap cleanup EXIT
+trap 'stop_all || true' EXIT
 trap 'exit 130' INT TERM
 
+. "$(dirname "$0")/busybox_root.sh"
 r=$work/rootfs
-mkdir -p "$r"/{bin,sbin,etc,tmp,proc,dev,sys,root,usr/bin}
-cp "$(command -v busybox || echo /bin/busybox)" "$r/bin/busybox"
-for a in sh true sleep echo cat ls; do ln -s busybox "$r/bin/$a"; done
-printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"
-printf 'root:x:0:\n' >"$r/etc/group"
+busybox_root "$r"
 
 "$BIN/strata-sandboxd" --home "$work/home" --socket "$work/sd.sock" --state-dir "$state" \
   --image "bb=$r" --log-level warn >"$work/sd.log" 2>&1 &

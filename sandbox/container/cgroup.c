@@ -28,7 +28,9 @@
  * (the usual case: every sandbox of a pool has the same), unless its path
  * was handed out (sbx_cgroup_path) since. Its statistics carry over
  * (failcnt; cpu time, which sandboxd does not read from the cgroup), but
- * the v1 memory peak (max_usage), which sandboxd reports, is reset. */
+ * not the memory peak, which sandboxd reports: v1's max_usage is reset,
+ * and a v2 slot whose memory.peak went over SLOT_REUSE_MAX_CHARGE is not
+ * reused (cg_slot_recyclable). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -527,11 +529,15 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 		return false;
 	if (strtoull(buf, NULL, 10) >= SLOT_REUSE_MAX_CHARGE)
 		return false;
-	/* sandboxd reports the peak as the sandbox's own (its metrics): start
-	 * the next one's from what is charged now. v2's memory.peak cannot be
-	 * reset for other readers. */
+	/* sandboxd reports the peak as the sandbox's own (its metrics): on v1
+	 * the next one's starts from what is charged now; v2's memory.peak
+	 * cannot be reset for other readers (a write resets it for the writer's
+	 * fd alone, 6.12+), so a slot that peaked high is not reused. */
 	if (d->version == 1)
-		write_at(mfd, "memory.max_usage_in_bytes", "0");
+		return write_at(mfd, "memory.max_usage_in_bytes", "0") == 0;
+	if (read_at(mfd, "memory.peak", buf, sizeof(buf)) > 0 &&
+	    strtoull(buf, NULL, 10) >= SLOT_REUSE_MAX_CHARGE)
+		return false;
 	return true;
 }
 

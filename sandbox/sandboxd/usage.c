@@ -12,9 +12,8 @@
  * no cpuacct hierarchy (the one mounted beside cpu is not ours to use), and
  * its cgroups are reused from one sandbox to the next, so a cumulative
  * counter would also count the previous sandbox's time. The memory peak
- * has the same problem; the library resets it when it reuses a v1 cgroup
- * (cgroup.c); v2's memory.peak cannot be reset for other readers, so there
- * it is the cgroup's since it was made (API.md says so). */
+ * has the same problem, which the library solves where it reuses cgroups
+ * (cgroup.c: v1's is reset, a v2 cgroup that peaked high is not reused). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -58,13 +58,14 @@ def test_metrics_follow_the_workload(sock, need_container):
 def test_memory_peak_is_the_sandbox_own(sock, need_container):
     """A reused cgroup must not hand the previous sandbox's peak on."""
     with Sandbox.create("busybox", backend="container", socket=sock) as sb:
-        sb.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/f bs=1M count=100 2>/dev/null"])
+        # freed at dd's exit: the cgroup is empty and fit for reuse after
+        sb.exec(["dd", "if=/dev/zero", "of=/dev/null", "bs=100M", "count=1"])
         assert sb.metrics().memory_peak_bytes >= 100 << 20
     peaks = []
-    for _ in range(3):
+    for _ in range(12):  # past the library's pool of 8 staged sandboxes
         with Sandbox.create("busybox", backend="container", socket=sock) as sb:
             peaks.append(sb.metrics().memory_peak_bytes)
-    assert min(peaks) < 50 << 20, peaks
+    assert max(peaks) < 50 << 20, peaks
 
 
 def test_metrics_fncall_unsupported(sock):

@@ -25,13 +25,13 @@ with a bearer ``token``).
 from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
                      BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict,
                      StdinClosed)
-from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, PIPE, capabilities,
-                      node_metrics, health)
+from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
+                      capabilities, node_metrics, health)
 from .aio import AsyncSandbox, AsyncExecProcess
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "ExecProcess", "AsyncExecProcess",
-    "FileInfo", "PIPE", "capabilities", "node_metrics", "health", "StrataError", "NotFound",
+    "FileInfo", "Metrics", "PIPE", "capabilities", "node_metrics", "health", "StrataError", "NotFound",
     "ImageNotFound", "Timeout", "NoCapacity", "BackendUnavailable", "Unsupported", "Exited",
     "InvalidRequest", "Conflict", "StdinClosed",
 ]
