@@ -177,11 +177,16 @@ void ag_stat_encode(struct ag_wr *w, const struct ag_stat *st);
 void ag_stat_decode(struct ag_rd *r, struct ag_stat *ret);
 
 /* START request (container backend, agent in --stage mode). The rootfs comes
- * as a detached mount (open_tree clone) in SCM_RIGHTS with this frame. */
-enum { AG_START_F_PERSIST = 1 }; /* survive the stream's end; accept a new host */
+ * as a detached mount (open_tree clone) in SCM_RIGHTS with this frame, and
+ * with AG_START_F_LAYER a second one: the writable layer's directory on
+ * disk (holding u and w, its quota set by the host). */
+enum {
+	AG_START_F_PERSIST = 1, /* survive the stream's end; accept a new host */
+	AG_START_F_LAYER = 2,	/* the layer is the second fd, not the staging tmpfs */
+};
 struct ag_start_req {
 	char hostname[65];
-	uint64_t disk_bytes, disk_inodes; /* size of the writable layer's tmpfs */
+	uint64_t disk_bytes, disk_inodes; /* the writable layer's limits (tmpfs: its size) */
 	uint64_t caps_keep;		  /* capability bits the sandbox keeps */
 	uint8_t flags;			  /* AG_START_F_*; absent (0) from older hosts */
 	uint32_t orphan_timeout_ms; /* persistent: exit this long after the host left (0: never) */

@@ -340,6 +340,8 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_kbool(w, "limits_pids", k->limits_pids);
 	jw_kbool(w, "limits_cpu", k->limits_cpu);
 	jw_kbool(w, "limits_disk", k->limits_disk);
+	if (k->disk_reason)
+		jw_kstr(w, "disk_reason", k->disk_reason);
 	jw_obj_end(w);
 }
 

@@ -127,7 +127,11 @@ int sbxt_setup(struct sbxt_env *e, unsigned pool)
 	}
 	const char *bin = getenv("STRATA_BIN");
 	snprintf(e->agent, sizeof(e->agent), "%s/strata-agent", bin ? bin : ".");
-	snprintf(e->dir, sizeof(e->dir), "/tmp/strata-sbx-test-XXXXXX");
+	/* $TMPDIR: the test VM's scratch disk (tests/vm/guest.sh), where the
+	 * writable layers' image is on disk, not in guest memory. */
+	const char *tmp = getenv("TMPDIR");
+	snprintf(e->dir, sizeof(e->dir), "%s/strata-sbx-test-XXXXXX",
+		 tmp && tmp[0] == '/' && strlen(tmp) < 200 ? tmp : "/tmp");
 	if (!mkdtemp(e->dir))
 		return 1;
 	chmod(e->dir, 0755);
