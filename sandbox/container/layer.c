@@ -437,16 +437,19 @@ static void sweep(struct layer_fs *L)
 
 void layer_fs_init(struct layer_fs *L, const struct sbx_runtime_config *cfg, const char *state_dir)
 {
-	*L = (struct layer_fs){
-	    .dir_fd = -1, .lock_fd = -1, .next_id = 1, .disk_dir_given = cfg->disk_dir != NULL};
+	*L = (struct layer_fs){.dir_fd = -1,
+			       .lock_fd = -1,
+			       .next_id = 1,
+			       .disk_dir_given = cfg->disk_dir != NULL,
+			       .stage_bytes = SBX_DEFAULT_DISK,
+			       .stage_inodes = SBX_DEFAULT_DISK_INODES};
 	if (cfg->disk_mode == SBX_DISK_TMPFS) {
 		why(L, "in memory (tmpfs) as configured");
 		return;
 	}
-	char lock[PATH_MAX + 16];
-	snprintf(lock, sizeof(lock), "%s/layers.lock", state_dir);
-	/* One runtime at a time sets up (or finds) the mount of a state dir. */
-	L->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* One runtime at a time sets up (or finds) the mount of a state dir
+	 * (a lock on the directory itself: no file is left behind). */
+	L->lock_fd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (L->lock_fd >= 0)
 		flock(L->lock_fd, LOCK_EX);
 	int r = 0;
@@ -476,6 +479,8 @@ void layer_fs_init(struct layer_fs *L, const struct sbx_runtime_config *cfg, con
 	}
 	if (L->lock_fd >= 0)
 		flock(L->lock_fd, LOCK_UN);
+	if (r < 0 && !cfg->disk_dir)
+		(void)rmdir(L->dir); /* the mount point setup_image made, if empty */
 	if (r < 0) {
 		char b[sizeof(L->reason)];
 		snprintf(b, sizeof(b), "%s", L->reason);
@@ -512,7 +517,8 @@ void layer_fs_done(struct layer_fs *L)
 		 * and with it (autoclear) the loop device go. */
 		close(L->dir_fd);
 		L->dir_fd = -1;
-		(void)umount2(L->dir, 0);
+		if (umount2(L->dir, 0) == 0)
+			(void)rmdir(L->dir);
 	}
 	if (L->dir_fd >= 0)
 		close(L->dir_fd);
@@ -544,8 +550,10 @@ int layer_new(struct layer_fs *L, struct layer *ret)
 		fx.fsx_xflags |= FS_XFLAG_PROJINHERIT;
 		r = ioctl(fd, FS_IOC_FSSETXATTR, &fx) < 0 ? -errno : 0;
 	}
+	uint64_t bytes = __atomic_load_n(&L->stage_bytes, __ATOMIC_RELAXED);
+	uint64_t inodes = __atomic_load_n(&L->stage_inodes, __ATOMIC_RELAXED);
 	if (r == 0)
-		r = set_limits(L, id, SBX_DEFAULT_DISK, SBX_DEFAULT_DISK_INODES);
+		r = set_limits(L, id, bytes, inodes);
 	if (r == 0 && (mkdirat(fd, "u", 0755) < 0 || mkdirat(fd, "w", 0755) < 0))
 		r = -errno;
 	int tree = -1;
@@ -567,10 +575,7 @@ int layer_new(struct layer_fs *L, struct layer *ret)
 		(void)layer_free(L, id);
 		return r;
 	}
-	*ret = (struct layer){.id = id,
-			      .tree_fd = tree,
-			      .bytes = SBX_DEFAULT_DISK,
-			      .inodes = SBX_DEFAULT_DISK_INODES};
+	*ret = (struct layer){.id = id, .tree_fd = tree, .bytes = bytes, .inodes = inodes};
 	return 0;
 }
 
@@ -588,8 +593,10 @@ void layer_set_owner(struct layer_fs *L, uint32_t id, pid_t pid)
 
 int layer_limit(struct layer_fs *L, struct layer *l, uint64_t bytes, uint64_t inodes)
 {
+	__atomic_store_n(&L->stage_bytes, bytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&L->stage_inodes, inodes, __ATOMIC_RELAXED);
 	if (l->bytes == bytes && l->inodes == inodes)
-		return 0; /* staging set these (the defaults) */
+		return 0; /* staging set these (those of the last create) */
 	int r = set_limits(L, l->id, bytes, inodes);
 	if (r == 0) {
 		l->bytes = bytes;

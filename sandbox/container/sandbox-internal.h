@@ -201,6 +201,10 @@ struct layer_fs {
 	int dir_fd, lock_fd;
 	dev_t dev;
 	uint32_t next_id; /* atomically incremented */
+	/* The limits staging gives new layers: those of the last create
+	 * (atomic), so that a steady stream of creates with the same disk
+	 * limits sets no quota on their path. */
+	uint64_t stage_bytes, stage_inodes;
 	char dir[PATH_MAX];
 	char image[PATH_MAX];
 	char reason[256]; /* what is used, or why tmpfs */
@@ -220,11 +224,12 @@ struct layer {
 void layer_fs_init(struct layer_fs *L, const struct sbx_runtime_config *cfg, const char *state_dir);
 /* Closes; unmounts the runtime's image when no layer is left in it. */
 void layer_fs_done(struct layer_fs *L);
-/* A new layer with the default limits, for a staging. */
+/* A new layer with the staging limits (stage_bytes, stage_inodes). */
 int layer_new(struct layer_fs *L, struct layer *ret);
 /* Records the agent that holds the layer (found again by the sweep). */
 void layer_set_owner(struct layer_fs *L, uint32_t id, pid_t pid);
-/* Sets the limits (nothing to do when they are those already set). */
+/* Sets the limits (nothing to do when they are those already set) and
+ * makes them the staging limits. */
 int layer_limit(struct layer_fs *L, struct layer *l, uint64_t bytes, uint64_t inodes);
 /* Bytes and inodes charged to layer id. */
 int layer_usage(const struct layer_fs *L, uint32_t id, uint64_t *ret_bytes, uint64_t *ret_inodes);

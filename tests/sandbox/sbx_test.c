@@ -236,6 +236,19 @@ int sbxt_mounts_with(const char *s)
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
+		n += strstr(line, s) != NULL && !strstr(line, "/state/layers ");
+	fclose(f);
+	return n;
+}
+
+int sbxt_mounts_all_with(const char *s)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[8192];
+	int n = 0;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
 		n += strstr(line, s) != NULL;
 	fclose(f);
 	return n;

@@ -2,8 +2,8 @@
  * (sandbox/container/layer.c): writing past disk_bytes gives the writer
  * ENOSPC while the sandbox lives on and its memory cgroup holds far less
  * than was written (tmpfs layers were memory: the writer was OOM-killed);
- * the inode limit; one sandbox's full layer does not stop another's; a
- * destroyed sandbox's directory and project go (no leak over many); a
+ * the inode limit; a sandbox cannot move its files out of its project; one sandbox's full layer
+ * does not stop another's; a destroyed sandbox's directory and project go (no leak over many); a
  * persistent sandbox keeps its layer and quota across a new runtime; and
  * the runtime leaves no mount or loop device behind.
  *
@@ -145,6 +145,22 @@ static void test_inodes(struct sbxt_env *e)
 	sbx_destroy(s);
 }
 
+/* A sandbox cannot take its files out of its project (seccomp refuses the
+ * ioctls that set project ids and the inherit flag; tests/sandbox/sbx_probe.c). */
+static void test_projid_locked(struct sbxt_env *e)
+{
+	struct sbx *s = make(e, 64 * MIB, 16 * MIB, 0, false);
+	if (!s)
+		return;
+	static struct sbxt_out o;
+	struct sbx_exec_result r;
+	memset(&o, 0, sizeof(o));
+	CHECK(sbxt_sh(s, "/bin/probe projid", 5000, &o, &r) == 0);
+	fprintf(stderr, "%s", o.out);
+	CHECK(r.exit_code == 0 && strstr(o.out, "FS_IOC_FSGETXATTR: allowed"));
+	sbx_destroy(s);
+}
+
 static void test_per_sandbox(struct sbxt_env *e)
 {
 	struct sbx *a = make(e, 64 * MIB, 32 * MIB, 0, false);
@@ -261,12 +277,13 @@ int main(void)
 	fprintf(stderr, "layers: %s\n", why);
 	test_enospc(&e);
 	test_inodes(&e);
+	test_projid_locked(&e);
 	test_per_sandbox(&e);
 	test_no_leak(&e);
 	test_adopt(&e);
 	sbx_runtime_free(e.rt);
 	e.rt = NULL;
-	CHECK(sbxt_mounts_with(e.dir) == 0); /* the image's mount went with the runtime */
+	CHECK(sbxt_mounts_all_with(e.dir) == 0); /* the image's mount went with the runtime */
 	CHECK(loops_with(e.dir) == 0);
 	sbxt_teardown(&e);
 	if (!sbxt_failed)
