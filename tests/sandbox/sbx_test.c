@@ -228,7 +228,7 @@ int sbxt_sh(struct sbx *s, const char *cmd, uint32_t timeout_ms, struct sbxt_out
 	return sbxt_exec(s, &opts, o, res);
 }
 
-int sbxt_mounts_with(const char *s)
+static int count_mounts(const char *s, bool all)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char line[8192];
@@ -236,22 +236,19 @@ int sbxt_mounts_with(const char *s)
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		n += strstr(line, s) != NULL && !strstr(line, "/state/layers ");
+		n += strstr(line, s) != NULL && (all || !strstr(line, "/state/layers "));
 	fclose(f);
 	return n;
 }
 
+int sbxt_mounts_with(const char *s)
+{
+	return count_mounts(s, false);
+}
+
 int sbxt_mounts_all_with(const char *s)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char line[8192];
-	int n = 0;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, s) != NULL;
-	fclose(f);
-	return n;
+	return count_mounts(s, true);
 }
 
 long sbxt_read_long(const char *dir, const char *file, const char *key)
