@@ -714,6 +714,12 @@ static int mode_lib(char **a)
 	if (!mkdtemp(state))
 		return 1;
 	rc.state_dir = state;
+	/* STRATA_BENCH_DISK=tmpfs|quota: where the writable layers go
+	 * (default: on disk where the machine allows, sandbox/container/layer.c). */
+	const char *disk = getenv("STRATA_BENCH_DISK");
+	rc.disk_mode = !disk			? SBX_DISK_AUTO
+		       : !strcmp(disk, "tmpfs") ? SBX_DISK_TMPFS
+						: SBX_DISK_QUOTA;
 	struct lib_ctx c = {.rootfs = a[0]};
 	int r = sbx_runtime_new(&rc, &c.rt);
 	if (r < 0) {
@@ -721,11 +727,17 @@ static int mode_lib(char **a)
 		rmdir(state);
 		return 1;
 	}
+	const char *why = NULL;
+	bool quota = sbx_runtime_disk_quota(c.rt, &why);
+	fprintf(stderr, "writable layers: %s%s\n", quota ? "" : "no quota, ", why);
 	char name[32];
 	snprintf(name, sizeof(name), "lib_c%s", a[2]);
 	struct bench b = {.name = name, .op = op_lib, .arg = &c};
 	r = run_bench(&b, atoi(a[2]), atof(a[3]));
 	sbx_runtime_free(c.rt);
+	char img[sizeof(state) + 16];
+	snprintf(img, sizeof(img), "%s/layers.img", state); /* the layers' image, if made */
+	unlink(img);
 	rmdir(state);
 	return r;
 }

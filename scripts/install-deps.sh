@@ -9,7 +9,7 @@ packages=(
   librocksdb-dev liburing-dev libfuse3-dev fuse3 libxxhash-dev
   libzstd-dev zlib1g-dev libssl-dev erofs-utils
   python3 python3-pytest
-  util-linux procps psmisc iproute2 e2fsprogs
+  util-linux procps psmisc iproute2 e2fsprogs xfsprogs
   libjson-c-dev docker-registry skopeo debootstrap busybox-static zstd
   libseccomp-dev crun musl-tools
   qemu-system-x86

@@ -19,7 +19,8 @@
 #
 # The guest: the host's root, read-only over 9p (virtio), under an overlay
 # whose upper layer is guest memory (whatever the command writes is gone with
-# the VM); proc, sysfs, devtmpfs, devpts, tmpfs on /run and /dev/shm;
+# the VM); a scratch disk (XFS, $SCRATCH_SIZE sparse) on /scratch, TMPDIR;
+# proc, sysfs, devtmpfs, devpts, tmpfs on /run and /dev/shm;
 # cgroup2 alone on /sys/fs/cgroup with cpu, memory, pids, io and
 # cpuset enabled for children; lo up, no other network. The command runs in
 # bash with the caller's environment (exported variables) and directory.
@@ -36,9 +37,15 @@ set -euo pipefail
 VMDIR=${STRATA_TESTVM_DIR:-/var/cache/strata/testvm}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 # Modules the initramfs loads, in dependency order: virtio over PCI, 9p over
-# virtio, and overlayfs for the guest's writable root.
+# virtio, and overlayfs for the guest's writable root; the scratch disk
+# (virtio-blk, XFS), and XFS and loop devices for the
+# sandboxes' writable layers (sandbox/container/layer.c).
 MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
-	 9pnet 9pnet_virtio netfs fscache 9p overlay)
+	 9pnet 9pnet_virtio netfs fscache 9p overlay virtio_blk crc32c_generic libcrc32c xfs
+	 loop)
+# The guest's scratch disk (a sparse file, XFS, on /scratch; TMPDIR there):
+# what the tests write to disk there is not guest memory.
+SCRATCH_SIZE=16G
 
 die() { echo "testvm: $*" >&2; exit 1; }
 
@@ -113,7 +120,9 @@ cmd_prepare() {
 	mkdir -p "$VMDIR"
 	# A kernel once fetched stays (asking apt costs a second per build);
 	# --update fetches the one linux-image-amd64 names now.
-	if [ ! -s "$VMDIR/vmlinuz" ] || { [ "${1:-}" = --update ] &&
+	local m missing=0
+	for m in "${MODULES[@]}"; do [ -s "$VMDIR/modules/$m.ko" ] || missing=1; done
+	if [ ! -s "$VMDIR/vmlinuz" ] || [ "$missing" = 1 ] || { [ "${1:-}" = --update ] &&
 		[ "$(cat "$VMDIR/kernel.version" 2>/dev/null)" != "$(kernel_package)" ]; }; then
 		fetch_kernel
 	elif [ -s "$VMDIR/initrd.gz" ] && [ "$VMDIR/initrd.gz" -nt "$0" ]; then
@@ -180,6 +189,8 @@ cmd_run() {
 	local out
 	out=$(mktemp -d /var/tmp/strata-testvm.XXXXXX)
 	write_job "$out" "$cwd" "$@"
+	truncate -s "$SCRATCH_SIZE" "$out/scratch.img"
+	mkfs.xfs -q -f "$out/scratch.img" || die "mkfs.xfs of the scratch disk failed (xfsprogs)"
 	local rc=0
 	# shellcheck disable=SC2046 # accel_args is two words on purpose
 	timeout --foreground "$timeout_s" qemu-system-x86_64 $(accel_args) \
@@ -188,6 +199,7 @@ cmd_run() {
 		-append "console=ttyS0 quiet panic=-1 rdinit=/init testvm.stage2=$SRC/tests/vm/guest.sh testvm.cgopts=$cgopts" \
 		-virtfs local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap \
 		-virtfs local,path="$out",mount_tag=testvm_out,security_model=passthrough \
+		-drive file="$out/scratch.img",if=virtio,format=raw,cache=unsafe \
 		</dev/null >"$out/console" 2>&1 || rc=$?
 	if [ -n "$log" ]; then cp "$out/console" "$log"; fi
 	tr -d '\r' <"$out/console" | grep -v -E '^\x1b|SeaBIOS|Booting from ROM' >&2 || true

@@ -13,10 +13,14 @@
  * agent_exec.c):
  *
  *   1. attaches the rootfs at /lower (move_mount)
- *   2. mounts the overlay lower=/lower upper=/u work=/w on /m (nodev; the
- *      lower tree arrives read-only, nosuid, nodev)
- *   3. resizes the tmpfs (the writable layer's limit), unless it has that
- *      size already (staging mounts it with the default one)
+ *   2. with a layer on disk (AG_START_F_LAYER: a second detached mount,
+ *      the sandbox's project-quota directory, sandbox/container/layer.c)
+ *      attaches it at /q and mounts the overlay lower=/lower upper=/q/u
+ *      work=/q/w on /m; else the overlay takes upper=/u work=/w on the
+ *      staging tmpfs (nodev either way; the lower tree arrives read-only,
+ *      nosuid, nodev)
+ *   3. tmpfs layer: resizes the tmpfs (the writable layer's limit), unless
+ *      it has that size already (staging mounts it with the default one)
  *   4. moves /proc, /dev, /sys into /m and chroots into /m
  *   5. sets the hostname; a persistent sandbox (AG_START_F_PERSIST) also
  *      listens on /agent.sock in the staging root, for a host that
@@ -106,11 +110,21 @@ static int listen_here(struct agent *a, uint32_t q_orphan_ms)
 	return 0;
 }
 
-static int enter_root(struct agent *a, int tree, const struct ag_start_req *q)
+/* The writable layer: on disk (AG_START_F_LAYER: a detached bind of its
+ * directory, attached at /q, quota set by the host), or on the staging
+ * tmpfs, resized to the limit. */
+static int mount_layer(int layer, const struct ag_start_req *q)
 {
 	char opts[96];
-	if (syscall(SYS_move_mount, tree, "", AT_FDCWD, "/lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
-		return -errno;
+	if (layer >= 0) {
+		if ((mkdir("/q", 0755) < 0 && errno != EEXIST) ||
+		    syscall(SYS_move_mount, layer, "", AT_FDCWD, "/q", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+			return -errno;
+		return mount("overlay", "/m", "overlay", MS_NODEV,
+			     "lowerdir=/lower,upperdir=/q/u,workdir=/q/w") < 0
+			   ? -errno
+			   : 0;
+	}
 	/* nodev: device nodes shipped in an image cannot be opened (cgroup v2
 	 * has no devices controller here); /dev is a separate tmpfs. */
 	if (mount("overlay", "/m", "overlay", MS_NODEV, "lowerdir=/lower,upperdir=/u,workdir=/w") <
@@ -128,6 +142,16 @@ static int enter_root(struct agent *a, int tree, const struct ag_start_req *q)
 		if (mount(NULL, "/", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts) < 0)
 			return -errno;
 	}
+	return 0;
+}
+
+static int enter_root(struct agent *a, int tree, int layer, const struct ag_start_req *q)
+{
+	if (syscall(SYS_move_mount, tree, "", AT_FDCWD, "/lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return -errno;
+	int e = mount_layer(layer, q);
+	if (e < 0)
+		return e;
 	int r = move_into("/proc", "/m/proc");
 	if (r == 0)
 		r = move_into("/dev", "/m/dev");
@@ -176,14 +200,18 @@ static int drop_privileges(struct agent *a, uint64_t keep)
 void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len)
 {
 	struct ag_start_req q;
-	int tree = ag_take_fd(a);
+	int tree = ag_take_fd(a), layer = -1;
 	int r = tree < 0 ? -EBADF : ag_start_decode(p, len, &q);
+	if (r == 0 && (q.flags & AG_START_F_LAYER) && (layer = ag_take_fd(a)) < 0)
+		r = -EBADF;
 	if (r == 0 && (q.flags & AG_START_F_OOM_FD))
 		a->oom_fd = ag_take_fd(a); /* kept: read at every exec's start and end */
 	if (r == 0)
-		r = enter_root(a, tree, &q);
+		r = enter_root(a, tree, layer, &q);
 	if (tree >= 0)
 		close(tree);
+	if (layer >= 0)
+		close(layer);
 	if (r == 0)
 		r = drop_privileges(a, q.caps_keep);
 	ag_reply_status(a, AG_T_START, id, r);

@@ -191,16 +191,21 @@ void ag_stat_encode(struct ag_wr *w, const struct ag_stat *st);
 void ag_stat_decode(struct ag_rd *r, struct ag_stat *ret);
 
 /* START request (container backend, agent in --stage mode). The rootfs comes
- * as a detached mount (open_tree clone) in SCM_RIGHTS with this frame. */
+ * as a detached mount (open_tree clone) in SCM_RIGHTS with this frame, then
+ * with AG_START_F_LAYER the writable layer's directory on disk (holding u
+ * and w, its quota set by the host), then with AG_START_F_OOM_FD the
+ * sandbox's OOM kill counter. */
 enum {
 	AG_START_F_PERSIST = 1, /* survive the stream's end; accept a new host */
-	/* 1.2: a second fd follows the rootfs: the sandbox's OOM kill counter
-	 * (its memory cgroup's memory.events on v2, memory.oom_control on v1) */
+	/* 1.2: an fd follows the rootfs (and the layer's): the sandbox's OOM
+	 * kill counter (its memory cgroup's memory.events on v2,
+	 * memory.oom_control on v1) */
 	AG_START_F_OOM_FD = 2,
+	AG_START_F_LAYER = 4, /* the layer is the second fd, not the staging tmpfs */
 };
 struct ag_start_req {
 	char hostname[65];
-	uint64_t disk_bytes, disk_inodes; /* size of the writable layer's tmpfs */
+	uint64_t disk_bytes, disk_inodes; /* the writable layer's limits (tmpfs: its size) */
 	uint64_t caps_keep;		  /* capability bits the sandbox keeps */
 	uint8_t flags;			  /* AG_START_F_*; absent (0) from older hosts */
 	uint32_t orphan_timeout_ms; /* persistent: exit this long after the host left (0: never) */

@@ -476,6 +476,11 @@ static int runtime_init(struct sbx_runtime *rt, const struct sbx_runtime_config 
 	if (r == 0 && !cfg->no_cgroups)
 		r = cg_driver_init(&rt->cg, cfg->cgroup_name ? cfg->cgroup_name : "strata-sandbox",
 				   cfg->cgroup_version);
+	if (r == 0) {
+		layer_fs_init(&rt->layers, cfg, cfg->state_dir);
+		if (rt->layers.failed)
+			r = -ENOTSUP;
+	}
 	if (r == 0)
 		r = pool_start(rt, cfg->pool_size);
 	return r;
@@ -493,6 +498,7 @@ int sbx_runtime_new(const struct sbx_runtime_config *cfg, struct sbx_runtime **r
 	rt->agent_fd = rt->seccomp_fd = rt->mntns_fd = rt->rsv_null = -1;
 	rt->home_net_fd = rt->home_ipc_fd = -1;
 	rt->pool.reap_epfd = rt->pool.reap_evfd = -1;
+	rt->layers.dir_fd = rt->layers.lock_fd = -1;
 	for (int i = 0; i < SBX_RSV_FDS; i++)
 		rt->rsv_fd[i] = -1;
 	for (int i = 0; i < CG_NCTRL; i++)
@@ -524,6 +530,7 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 	while (rt->n_stacks)
 		munmap(rt->stacks[--rt->n_stacks], SBX_CHILD_STACK_SIZE);
 	cg_driver_done(&rt->cg);
+	layer_fs_done(&rt->layers);
 	if (rt->agent_fd >= 0)
 		close(rt->agent_fd);
 	if (rt->seccomp_fd >= 0)
@@ -553,4 +560,11 @@ void sbx_runtime_free(struct sbx_runtime *rt)
 int sbx_runtime_cgroup_version(const struct sbx_runtime *rt)
 {
 	return rt->cg.version;
+}
+
+bool sbx_runtime_disk_quota(const struct sbx_runtime *rt, const char **ret_reason)
+{
+	if (ret_reason)
+		*ret_reason = rt->layers.reason;
+	return rt->layers.quota;
 }

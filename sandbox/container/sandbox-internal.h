@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "fs/cleanup.h"
 #include "sandbox/container/strata_sandbox.h"
@@ -194,6 +195,53 @@ struct pool {
 	unsigned reaping; /* killed sandboxes in the set, not finished yet */
 };
 
+/* layer.c: the filesystem of a runtime's writable layers (see there). */
+struct layer_fs {
+	bool quota;	     /* layers on disk with project quotas; else on tmpfs */
+	bool failed;	     /* SBX_DISK_QUOTA was asked for and cannot be had */
+	bool mounted;	     /* dir is the runtime's image mount */
+	bool disk_dir_given; /* dir is the operator's (never unmounted) */
+	bool edquot;	     /* ext4: a full layer answers EDQUOT, not ENOSPC */
+	int dir_fd, lock_fd;
+	dev_t dev;
+	uint32_t next_id; /* atomically incremented */
+	/* The limits staging gives new layers: those of the last create
+	 * (atomic), so that a steady stream of creates with the same disk
+	 * limits sets no quota on their path. */
+	uint64_t stage_bytes, stage_inodes;
+	char dir[PATH_MAX];
+	char image[PATH_MAX];
+	char reason[256]; /* what is used, or why tmpfs */
+};
+/* One sandbox's layer: project id (= directory p<id>), its detached bind
+ * (sent with START, then closed; -1) and the limits set. */
+struct layer {
+	uint32_t id; /* 0: none (tmpfs) */
+	int tree_fd;
+	uint64_t bytes, inodes;
+};
+/* The staging defaults of sbx_create (its limits when the config has none). */
+#define SBX_DEFAULT_DISK (256ull << 20)
+#define SBX_DEFAULT_DISK_INODES (SBX_DEFAULT_DISK / 2048)
+/* Sets up (or finds) the layers' filesystem; on failure L->quota is false
+ * and L->reason says why. Never fails otherwise. */
+void layer_fs_init(struct layer_fs *L, const struct sbx_runtime_config *cfg, const char *state_dir);
+/* Closes; unmounts the runtime's image when no layer is left in it. */
+void layer_fs_done(struct layer_fs *L);
+/* A new layer with the staging limits (stage_bytes, stage_inodes). */
+int layer_new(struct layer_fs *L, struct layer *ret);
+/* Records the agent that holds the layer (found again by the sweep). */
+void layer_set_owner(struct layer_fs *L, uint32_t id, pid_t pid);
+/* Sets the limits (nothing to do when they are those already set) and
+ * makes them the staging limits. */
+int layer_limit(struct layer_fs *L, struct layer *l, uint64_t bytes, uint64_t inodes);
+/* Bytes and inodes charged to layer id. */
+int layer_usage(const struct layer_fs *L, uint32_t id, uint64_t *ret_bytes, uint64_t *ret_inodes);
+/* The layer of the running agent pid (its /q): -ENOENT when it has none. */
+int layer_adopt(const struct layer_fs *L, pid_t pid, struct layer *ret);
+/* Removes layer id's directory and frees the id (0: nothing to do). */
+int layer_free(struct layer_fs *L, uint32_t id);
+
 /* Empty cgroup slots and network and IPC namespaces of destroyed sandboxes
  * kept for reuse (under pool.lock). At concurrency 64 the number in use
  * swings by more than 64 (exits finish in bursts, after RCU grace periods):
@@ -229,6 +277,7 @@ struct sbx_runtime {
 	int agent_fd;		   /* sealed memfd with strata-agent */
 	int seccomp_fd;		   /* sealed memfd with the BPF program */
 	struct cg_driver cg;
+	struct layer_fs layers;
 	struct pool pool;
 	uint64_t seq; /* atomically incremented */
 };
@@ -242,6 +291,7 @@ struct sbx {
 	struct netns netns; /* its network namespace ("none"; fd -1 if unknown), reused after it */
 	struct ipcns ipc;   /* its IPC namespace (-1 if unknown), reused after it */
 	struct cg_slot *cg;
+	struct layer layer; /* its writable layer on disk (id 0: on its tmpfs) */
 	enum sbx_network net;
 	bool persist; /* survives its stream; released, not killed, by sbx_release */
 	uint32_t next_id;

@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -55,6 +56,9 @@
  * disk / 2048 inodes), so that the agent need not remount it for most
  * sandboxes (agent_stage.c). */
 #define STAGE_TMPFS_OPTS "size=256m,nr_inodes=131072,mode=755"
+/* With the layers on disk (layer.c) the staging tmpfs holds only mount
+ * points and the agent's socket. */
+#define STAGE_TMPFS_OPTS_DISK "size=1m,nr_inodes=64,mode=755"
 #define START_TIMEOUT_MS 10000
 
 static int check_config(const struct sbx_config *c)
@@ -70,7 +74,9 @@ static int check_config(const struct sbx_config *c)
 		return -EINVAL;
 	/* Below these a sandbox cannot even hold its agent. */
 	if ((c->memory_bytes && c->memory_bytes < SBX_MIN_MEMORY) ||
-	    (c->disk_bytes && c->disk_bytes < SBX_MIN_DISK) || (c->pids_max && c->pids_max < 2))
+	    (c->disk_bytes && c->disk_bytes < SBX_MIN_DISK) ||
+	    (c->disk_inodes && c->disk_inodes < SBX_MIN_DISK_INODES) ||
+	    (c->pids_max && c->pids_max < 2))
 		return -EINVAL;
 	if (stat(c->rootfs, &st) < 0)
 		return -errno;
@@ -133,7 +139,8 @@ static void fill_args(struct sbx *s, struct child_args *a)
 {
 	struct sbx_runtime *rt = s->rt;
 	a->mntns_fd = rt->mntns_fd;
-	snprintf(a->tmpfs_opts, sizeof(a->tmpfs_opts), "%s", STAGE_TMPFS_OPTS);
+	snprintf(a->tmpfs_opts, sizeof(a->tmpfs_opts), "%s",
+		 s->layer.id ? STAGE_TMPFS_OPTS_DISK : STAGE_TMPFS_OPTS);
 	a->netns_fd = s->netns.fd;
 	a->ipcns_fd = s->ipc.ns_fd;
 	a->new_netns = s->net == SBX_NET_NONE && s->netns.fd < 0;
@@ -291,11 +298,16 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 	s->pid = -1;
 	s->pidfd = s->ctl = -1;
 	s->net = net;
+	s->layer.tree_fd = -1;
 	netns_init(&s->netns);
+	/* The writable layer's directory and quota are made here, off the
+	 * create's path; START only changes limits other than the defaults. */
+	if (rt->layers.quota)
+		r = layer_new(&rt->layers, &s->layer);
 	if (net == SBX_NET_NONE)
 		net_take(rt, &s->netns);
 	s->ipc = ipc_take(rt);
-	if (rt->cg.version && !(s->cg = slot_take(rt)))
+	if (r == 0 && rt->cg.version && !(s->cg = slot_take(rt)))
 		r = cg_slot_new(&rt->cg, __atomic_add_fetch(&rt->seq, 1, __ATOMIC_RELAXED), &s->cg);
 	if (r == 0) {
 		fill_args(s, &a);
@@ -307,25 +319,38 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 		sbx_free_now(s);
 		return r;
 	}
+	if (s->layer.id)
+		layer_set_owner(&rt->layers, s->layer.id, s->pid);
 	*ret = s;
 	return 0;
 }
 
-/* Sends START with the rootfs tree in SCM_RIGHTS, and the cgroup's OOM kill
- * counter after it (the agent tells from it which commands the OOM killer
- * ended). */
+/* Sends START with the rootfs tree in SCM_RIGHTS, then the layer's (when it
+ * is on disk, after setting its quota) and the cgroup's OOM kill counter
+ * (the agent tells from it which commands the OOM killer ended). */
 static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint32_t id)
 {
-	uint64_t disk = c->disk_bytes ? c->disk_bytes : 256ull << 20;
+	uint64_t disk = c->disk_bytes ? c->disk_bytes : SBX_DEFAULT_DISK;
+	uint64_t inodes = c->disk_inodes ? c->disk_inodes : STRATA_MAX(disk / 2048, 8192);
 	_cleanup_close_ int oom = s->rt && s->cg ? cg_slot_oom_fd(&s->rt->cg, s->cg) : -1;
-	int fds[2] = {tree, oom};
-	int nfds = oom >= 0 ? 2 : 1;
+	int fds[3] = {tree};
+	int nfds = 1;
+	if (s->layer.id)
+		fds[nfds++] = s->layer.tree_fd;
+	if (oom >= 0)
+		fds[nfds++] = oom;
 	struct ag_start_req q = {.disk_bytes = disk,
-				 .disk_inodes = STRATA_MAX(disk / 2048, 8192),
+				 .disk_inodes = inodes,
 				 .caps_keep = sbx_caps_keep(),
 				 .flags = (c->persist ? AG_START_F_PERSIST : 0) |
+					  (s->layer.id ? AG_START_F_LAYER : 0) |
 					  (oom >= 0 ? AG_START_F_OOM_FD : 0),
 				 .orphan_timeout_ms = c->orphan_timeout_ms};
+	if (s->layer.id) {
+		int r = layer_limit(&s->rt->layers, &s->layer, disk, inodes);
+		if (r < 0)
+			return r;
+	}
 	snprintf(q.hostname, sizeof(q.hostname), "%s", c->hostname ? c->hostname : "sandbox");
 	struct ag_wr w;
 	ag_wr_init(&w);
@@ -401,6 +426,11 @@ static int start(struct sbx *s, const struct sbx_config *c)
 	if (r == 0)
 		r = h.len >= 4 ? (int32_t)le32(buf) : -EBADMSG;
 	free(buf);
+	/* The agent has mounted it (or failed): the mount lives on in its
+	 * namespace, the fd is not needed any more. */
+	if (s->layer.tree_fd >= 0)
+		close(s->layer.tree_fd);
+	s->layer.tree_fd = -1;
 	return r;
 }
 
@@ -477,7 +507,12 @@ void sbx_finish(struct sbx *s)
 		reap_pidfd(s);
 	if (s->ctl >= 0)
 		close(s->ctl);
+	if (s->layer.tree_fd >= 0)
+		close(s->layer.tree_fd);
 	if (s->rt) {
+		/* The mount namespace is gone: nothing writes there any more. */
+		if (s->layer.id)
+			(void)layer_free(&s->rt->layers, s->layer.id);
 		slot_recycle(s->rt, s->cg);
 		net_recycle(s->rt, &s->netns);
 		ipc_recycle(s->rt, &s->ipc);
@@ -521,6 +556,7 @@ int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret)
 		return -ENOMEM;
 	s->pid = pid;
 	s->ctl = fd;
+	s->layer.tree_fd = -1;
 	netns_init(&s->netns);
 	s->ipc = (struct ipcns){-1, -1};
 	s->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
@@ -545,7 +581,9 @@ void sbx_release(struct sbx *s)
 		close(s->ctl);
 	if (s->pidfd >= 0)
 		close(s->pidfd);
-	netns_close(&s->netns); /* still in use: never reused */
+	if (s->layer.tree_fd >= 0)
+		close(s->layer.tree_fd); /* its layer stays, for an adopter */
+	netns_close(&s->netns);		 /* still in use: never reused */
 	ipcns_close(&s->ipc);
 	cg_slot_close(s->cg);
 	free(s);
@@ -573,7 +611,12 @@ static int adopt_begin(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	int r = 0;
 	if (!s)
 		return -ENOMEM;
-	*s = (struct sbx){.rt = rt, .pid = pid, .ctl = -1, .ipc = {-1, -1}, .persist = true};
+	*s = (struct sbx){.rt = rt,
+			  .pid = pid,
+			  .ctl = -1,
+			  .ipc = {-1, -1},
+			  .layer = {.tree_fd = -1},
+			  .persist = true};
 	netns_init(&s->netns);
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (s->pidfd < 0)
@@ -584,6 +627,12 @@ static int adopt_begin(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 		r = -ESRCH;
 	if (r == 0 && rt->cg.version)
 		r = cg_slot_adopt(&rt->cg, pid, &s->cg);
+	if (r == 0) {
+		/* Its layer on disk, with the quota it had (-ENOENT: tmpfs). */
+		r = layer_adopt(&rt->layers, pid, &s->layer);
+		if (r == -ENOENT || r == -ESTALE) /* not ours to manage */
+			r = 0;
+	}
 	if (r < 0) {
 		sbx_release(s); /* never kill what we could not adopt */
 		return r;
@@ -622,4 +671,19 @@ int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
 	if (r == 0)
 		*ret = s;
 	return r;
+}
+
+int sbx_disk_usage(struct sbx *s, uint64_t *ret_bytes, uint64_t *ret_inodes)
+{
+	if (s->rt && s->layer.id)
+		return layer_usage(&s->rt->layers, s->layer.id, ret_bytes, ret_inodes);
+	/* On its staging tmpfs, outside its root (as the agent's socket). */
+	char p[64];
+	struct statfs sf;
+	snprintf(p, sizeof(p), "/proc/%d/root/..", (int)s->pid);
+	if (s->pid <= 0 || statfs(p, &sf) < 0)
+		return errno == ENOENT || s->pid <= 0 ? -ESRCH : -errno;
+	*ret_bytes = (uint64_t)(sf.f_blocks - sf.f_bfree) * (uint64_t)sf.f_bsize;
+	*ret_inodes = (uint64_t)(sf.f_files - sf.f_ffree);
+	return 0;
 }

@@ -5,7 +5,11 @@
  * EPERM; clone only without namespace flags; clone3 answers ENOSYS (so libc
  * falls back to clone, whose flags we can see); socket only for AF_UNIX,
  * AF_INET/AF_INET6 stream and datagram, and AF_NETLINK (no raw or packet
- * sockets); personality only with the harmless values. Not allowed at all,
+ * sockets); personality only with the harmless values; ioctl but the three
+ * that set inode flags and project ids (FS_IOC_SETFLAGS, its 32-bit form,
+ * FS_IOC_FSSETXATTR): root in a sandbox owns its files and keeps
+ * CAP_FOWNER, and could otherwise move them to project 0 or clear the
+ * inherit flag, out of its writable layer's quota (layer.c). Not allowed at all,
  * among others: mount, umount2, pivot_root, unshare, setns, ptrace,
  * process_vm_readv/writev, kexec_*, init/finit/delete_module, reboot, swapon,
  * keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, io_uring_*,
@@ -150,7 +154,6 @@ static const char *const allowed[] = {
     "inotify_init1",
     "inotify_rm_watch",
     "io_cancel",
-    "ioctl",
     "io_destroy",
     "io_getevents",
     "io_pgetevents",
@@ -340,6 +343,40 @@ static const char *const allowed[] = {
     "writev",
 };
 
+/* The ioctl commands refused (compared as the kernel does, low 32 bits),
+ * sorted. Their numbers are fixed by the ABI (linux/fs.h). */
+static const uint32_t ioctl_denied[] = {
+    0x40046602, /* FS_IOC32_SETFLAGS */
+    0x40086602, /* FS_IOC_SETFLAGS */
+    0x401c5820, /* FS_IOC_FSSETXATTR */
+};
+
+/* libseccomp has no "not one of": ioctl is allowed by one masked-equality
+ * rule per branch off the binary trie of the refused commands, i.e. for
+ * each refused value and bit k, "the bits above k as in it, bit k not",
+ * unless another refused value takes that branch (then its own rules
+ * cover what is below). At most 3 x 32 rules. */
+static int add_ioctl(scmp_filter_ctx ctx)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(ioctl_denied); i++) {
+		uint32_t v = ioctl_denied[i];
+		for (int k = 31; k >= 0; k--) {
+			uint32_t mask = ~0u << k, want = (v ^ (1u << k)) & mask;
+			bool taken = false;
+			for (size_t j = 0; j < ARRAY_SIZE(ioctl_denied) && !taken; j++)
+				taken = (ioctl_denied[j] & mask) == want;
+			/* Taken by an earlier value: its rules cover the branch. */
+			if (taken)
+				continue;
+			int r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+						 SCMP_A1_32(SCMP_CMP_MASKED_EQ, mask, want));
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
 #define NS_FLAGS                                                                                   \
 	(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | \
 	 CLONE_NEWCGROUP | CLONE_NEWTIME)
@@ -379,7 +416,7 @@ static int add_conditional(scmp_filter_ctx ctx)
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(pers); i++)
 		r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
 				     SCMP_A0(SCMP_CMP_EQ, pers[i]));
-	return r;
+	return r == 0 ? add_ioctl(ctx) : r;
 }
 
 /* Exports the program into a sealed memfd (what the staged agent loads). */
@@ -500,7 +537,7 @@ static int build_ranges(struct prog *p)
 		if (nr == __NR_SCMP_ERROR || nr < 0)
 			continue;
 		if (nr == __NR_clone || nr == __NR_clone3 || nr == __NR_socket ||
-		    nr == __NR_personality)
+		    nr == __NR_personality || nr == __NR_ioctl)
 			return -EINVAL; /* conditional below, never in the list */
 		nrs[n++] = (uint32_t)nr;
 	}
@@ -522,6 +559,12 @@ static int build_ranges(struct prog *p)
 	/* personality: the harmless values only. */
 	static const uint32_t pers[] = {0, 8, 0x20000, 0x20008, 0xffffffff};
 	int personality = emit_arg_in(p, 0, pers, ARRAY_SIZE(pers), allow, deny);
+	/* ioctl: all but the refused commands (the low half: the kernel's
+	 * cmd is an unsigned int). */
+	int ioctl = allow;
+	for (size_t i = ARRAY_SIZE(ioctl_denied); i-- > 0;)
+		ioctl = emit_jmp(p, BPF_JEQ, ioctl_denied[i], deny, ioctl);
+	ioctl = emit_ld(p, ARG_LO(1));
 	/* socket: AF_UNIX, AF_NETLINK; AF_INET/AF_INET6 stream or datagram
 	 * (type & 0xf: SOCK_NONBLOCK and SOCK_CLOEXEC may be or-ed in). */
 	int inet = emit_jmp(p, BPF_JEQ, SOCK_DGRAM, allow, deny);
@@ -543,6 +586,7 @@ static int build_ranges(struct prog *p)
 	int body = emit_tree(p, r, 0, (int)nr_ranges - 1, 0, UINT32_MAX, allow, deny);
 	t = emit_jmp(p, BPF_JEQ, __NR_clone3, enosys, body);
 	t = emit_jmp(p, BPF_JEQ, __NR_personality, personality, t);
+	t = emit_jmp(p, BPF_JEQ, __NR_ioctl, ioctl, t);
 	t = emit_jmp(p, BPF_JEQ, __NR_socket, socket, t);
 	int special = emit_jmp(p, BPF_JEQ, __NR_clone, clone, t);
 	/* Native architecture only; x32 numbers (but -1) are a bad arch too. */

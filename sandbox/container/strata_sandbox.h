@@ -7,7 +7,9 @@
  * sandboxes (namespaces, cgroup, /dev, /proc, /sys and the agent ready, the
  * root filesystem not yet chosen) refilled by background threads, which also
  * finish the teardown of destroyed sandboxes. A sandbox (sbx) is an overlay
- * root over the rootfs with a size-limited writable layer, new mount, pid,
+ * root over the rootfs with a size-limited writable layer (on disk with a
+ * project quota per sandbox where the machine allows, else a tmpfs inside
+ * its memory limit: sbx_runtime_disk_quota), new mount, pid,
  * uts, ipc, net and cgroup namespaces, a masked /proc and /sys, a minimal
  * /dev, dropped capabilities, no_new_privs and seccomp, and the agent on the
  * other end of a socketpair. sbx_exec and sbx_file_* are a
@@ -38,7 +40,21 @@ struct sbx_runtime_config {
 	 * is left in them (no socket, only lo); what carries over is lo's
 	 * cumulative traffic counters. true: a fresh namespace every time. */
 	bool fresh_netns;
+	/* Where the writable layers live (layer.c): SBX_DISK_AUTO on disk with
+	 * a project quota per sandbox where the machine allows, else on a
+	 * tmpfs per sandbox (in memory, counted against its memory limit);
+	 * SBX_DISK_QUOTA insists on disk (sbx_runtime_new fails otherwise);
+	 * SBX_DISK_TMPFS always in memory. */
+	int disk_mode;
+	/* An existing directory on XFS or ext4 mounted with prjquota to hold
+	 * the layers; NULL: a sparse XFS image, loop-mounted on
+	 * state_dir/layers, made on first use. */
+	const char *disk_dir;
+	const char *disk_image;	   /* the image; NULL = state_dir/layers.img */
+	uint64_t disk_image_bytes; /* its size when made; 0 = 64 GiB or 90 % of the free space */
 };
+
+enum { SBX_DISK_AUTO = 0, SBX_DISK_QUOTA = 1, SBX_DISK_TMPFS = 2 };
 
 /* Returns 0 and a runtime, or -ENOTSUP (no usable cgroup controllers, no
  * overlayfs), -EPERM (not root), -ENOENT (agent missing), -errno. Fills the
@@ -50,6 +66,11 @@ int sbx_runtime_new(const struct sbx_runtime_config *cfg, struct sbx_runtime **r
 void sbx_runtime_free(struct sbx_runtime *rt);
 /* 1 or 2: the cgroup version in use; 0 with no_cgroups. */
 int sbx_runtime_cgroup_version(const struct sbx_runtime *rt);
+/* True when the writable layers are on disk with a quota per sandbox
+ * (disk_bytes is a disk limit, ENOSPC past it, outside the memory limit);
+ * false when they are tmpfs (in memory). *ret_reason (may be NULL) says
+ * which filesystem, or why not; it lives as long as rt. */
+bool sbx_runtime_disk_quota(const struct sbx_runtime *rt, const char **ret_reason);
 
 /* The sandboxes' seccomp filter, for processes sandboxed elsewhere (sandboxd's
  * fncall Python workers). Returns 0 and *ret_fd, a sealed close-on-exec memfd
@@ -82,6 +103,7 @@ enum sbx_network { SBX_NET_NONE = 0, SBX_NET_HOST = 1 };
 
 #define SBX_MIN_MEMORY (16ull << 20)
 #define SBX_MIN_DISK (1ull << 20)
+#define SBX_MIN_DISK_INODES 16ull
 
 struct sbx_config {
 	const char *rootfs;    /* lower layer (a directory; later an image mount) */
@@ -90,6 +112,8 @@ struct sbx_config {
 	uint32_t cpu_millis;   /* 0 = unlimited; 1000 = one core */
 	uint32_t pids_max;     /* 0 = 1024; else >= 2 (the agent is one) */
 	uint64_t disk_bytes;   /* writable layer; 0 = 256 MiB; else >= SBX_MIN_DISK */
+	uint64_t disk_inodes;  /* its files; 0 = disk_bytes / 2048, at least 8192;
+				  else >= SBX_MIN_DISK_INODES */
 	enum sbx_network network;
 	bool persist;		    /* outlives its host: see sbx_release and sbx_adopt */
 	uint32_t orphan_timeout_ms; /* persistent: ends after this long without a
@@ -107,6 +131,10 @@ int sbx_create(struct sbx_runtime *rt, const struct sbx_config *cfg, struct sbx 
  * mounts go with the sandbox's mount namespace). sbx_runtime_free waits for
  * that. Accepts NULL. */
 void sbx_destroy(struct sbx *s);
+
+/* What the sandbox's writable layer holds: bytes and inodes charged to its
+ * quota, or used on its tmpfs. Returns 0, -ESRCH (gone), -errno. */
+int sbx_disk_usage(struct sbx *s, uint64_t *ret_bytes, uint64_t *ret_inodes);
 
 pid_t sbx_pid(const struct sbx *s);    /* host pid of the agent */
 int sbx_agent_fd(const struct sbx *s); /* host end of the protocol stream */

@@ -346,6 +346,8 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_kbool(w, "limits_cpu", k->limits_cpu);
 	jw_kbool(w, "limits_disk", k->limits_disk);
 	jw_kbool(w, "metrics", k->metrics);
+	if (k->disk_reason)
+		jw_kstr(w, "disk_reason", k->disk_reason);
 	jw_obj_end(w);
 }
 

@@ -33,6 +33,9 @@ struct sbd_caps {
 	bool limits_memory, limits_pids, limits_cpu, limits_disk;
 	bool metrics;	       /* usage (sbd_backend.usage): GET /v1/sandboxes/{id}/metrics */
 	struct strata_err why; /* when !available: -ENODEV and the reason */
+	/* What holds the writable layers (limits_disk: a quota on disk), or
+	 * why disk_mb is no disk limit (the layer is in memory); or NULL. */
+	const char *disk_reason;
 };
 
 /* One exec request, validated by the core. */
@@ -167,10 +170,16 @@ struct sbd_backend {
  * sandboxes of fncall's command calls (it must be freed after fncall). */
 struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
 					   struct sbd_backend *container);
+/* Where the container sandboxes' writable layers go (sbx_runtime_config's
+ * disk_mode, disk_dir, disk_image; sandbox/container/layer.c). */
+struct sbd_disk_opts {
+	int mode; /* SBX_DISK_AUTO, _QUOTA, _TMPFS */
+	const char *dir, *image;
+};
 /* fresh_netns: never hand a finished sandbox's network namespace to the next
  * one (sandbox/README.md: a reused one shows earlier loopback counters). */
 struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
-					      bool fresh_netns);
+					      bool fresh_netns, const struct sbd_disk_opts *disk);
 /* The container backend's library runtime (struct sbx_runtime), or NULL
  * when it is unavailable. */
 struct sbx_runtime;

@@ -86,7 +86,7 @@ struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *b)
 }
 
 struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
-					      bool fresh_netns)
+					      bool fresh_netns, const struct sbd_disk_opts *disk)
 {
 	struct sbd_backend *b = calloc(1, sizeof(*b));
 	if (!b)
@@ -653,8 +653,11 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .limits_memory = true,
 			       .limits_pids = true,
 			       .limits_cpu = true,
-			       .limits_disk = true,
 			       .metrics = true};
+	/* A tmpfs layer is memory: disk_mb caps it, but inside the memory
+	 * limit, so it is no disk limit. */
+	if (cb->rt)
+		k->limits_disk = sbx_runtime_disk_quota(cb->rt, &k->disk_reason);
 	k->why = cb->why;
 }
 
@@ -927,7 +930,12 @@ static int ct_usage(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_us
 	const char *m = sbx_cgroup_path(box->s, "memory");
 	if (!m || snprintf(mem, sizeof(mem), "%s", m) >= (int)sizeof(mem))
 		return -ENOENT;
-	return sbd_usage_read(mem, sbx_cgroup_path(box->s, "pids"), sbx_pid(box->s), ret);
+	int r = sbd_usage_read(mem, sbx_cgroup_path(box->s, "pids"), sbx_pid(box->s), ret);
+	/* The layer's own count (its project quota on disk), where it has one */
+	uint64_t bytes, inodes;
+	if (r == 0 && sbx_disk_usage(box->s, &bytes, &inodes) == 0)
+		ret->disk_bytes = (int64_t)bytes;
+	return r;
 }
 
 static void ct_tick(struct sbd_backend *b)
@@ -1021,7 +1029,7 @@ static int agent_path(char *buf, size_t cap)
 }
 
 struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
-					      bool fresh_netns)
+					      bool fresh_netns, const struct sbd_disk_opts *disk)
 {
 	struct ct_backend *cb = calloc(1, sizeof(*cb));
 	char agent[PATH_MAX], dir[PATH_MAX];
@@ -1053,7 +1061,10 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 					.state_dir = dir,
 					.cgroup_name = "strata-sandbox",
 					.pool_size = 8,
-					.fresh_netns = fresh_netns};
+					.fresh_netns = fresh_netns,
+					.disk_mode = disk ? disk->mode : 0,
+					.disk_dir = disk ? disk->dir : NULL,
+					.disk_image = disk ? disk->image : NULL};
 	if (r == 0)
 		r = sbx_runtime_new(&rc, &cb->rt);
 	if (r < 0)

@@ -37,6 +37,7 @@
 #include "fs/cleanup.h"
 #include "fs/daemon.h"
 #include "fs/log.h"
+#include "sandbox/container/strata_sandbox.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
@@ -61,6 +62,13 @@ static void usage(FILE *f)
 	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
+	    "  --disk-dir DIR         container layers in DIR (XFS or ext4 mounted with\n"
+	    "                         prjquota), a project quota each (default: a sparse XFS\n"
+	    "                         image, loop-mounted, made on first use)\n"
+	    "  --disk-image FILE      that image (default HOME/sandboxd-layers.img, or the\n"
+	    "                         state dir's container/layers.img when it is on disk)\n"
+	    "  --disk-quota           refuse to start the container backend without quotas\n"
+	    "  --disk-tmpfs           layers in memory (tmpfs, within the memory limit)\n"
 	    "  --log-level L          error|warn|info|debug (default info)\n");
 }
 
@@ -227,7 +235,11 @@ enum {
 	O_BODY,
 	O_POOL,
 	O_LOG,
-	O_FRESH_NETNS
+	O_FRESH_NETNS,
+	O_DISK_DIR,
+	O_DISK_IMAGE,
+	O_DISK_TMPFS,
+	O_DISK_QUOTA
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -245,6 +257,10 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"fncall-pool", 1, 0, O_POOL},
 				     {"log-level", 1, 0, O_LOG},
 				     {"fresh-netns", 0, 0, O_FRESH_NETNS},
+				     {"disk-dir", 1, 0, O_DISK_DIR},
+				     {"disk-image", 1, 0, O_DISK_IMAGE},
+				     {"disk-tmpfs", 0, 0, O_DISK_TMPFS},
+				     {"disk-quota", 0, 0, O_DISK_QUOTA},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -264,8 +280,24 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 	case O_FRESH_NETNS:
 		c->fresh_netns = true;
 		return 0;
+	case O_DISK_DIR:
+		free(c->disk_dir);
+		c->disk_dir = strdup(arg);
+		return 0;
+	case O_DISK_IMAGE:
+		free(c->disk_image);
+		c->disk_image = strdup(arg);
+		return 0;
+	case O_DISK_TMPFS:
+		c->disk_mode = SBX_DISK_TMPFS;
+		return 0;
+	case O_DISK_QUOTA:
+		c->disk_mode = SBX_DISK_QUOTA;
+		return 0;
 	case O_STATE:
 		free(c->state_dir);
+		free(c->disk_dir);
+		free(c->disk_image);
 		c->state_dir = strdup(arg);
 		return 0;
 	case O_IMAGES_DIR:
@@ -421,7 +453,21 @@ static int setup_loop(struct sandboxd *d)
 
 static int setup_backends(struct sandboxd *d)
 {
-	d->backends[0] = sbd_backend_container_new(d->loop, d->cfg.state_dir, d->cfg.fresh_netns);
+	/* The layers' image goes on disk: the default state dir is a tmpfs. */
+	if (!d->cfg.disk_image && d->cfg.state_link &&
+	    asprintf(&d->cfg.disk_image, "%s/sandboxd-layers.img", d->cfg.home) < 0)
+		d->cfg.disk_image = NULL;
+	struct sbd_disk_opts disk = {
+	    .mode = d->cfg.disk_mode, .dir = d->cfg.disk_dir, .image = d->cfg.disk_image};
+	d->backends[0] =
+	    sbd_backend_container_new(d->loop, d->cfg.state_dir, d->cfg.fresh_netns, &disk);
+	struct sbd_caps k;
+	if (d->backends[0]) {
+		d->backends[0]->caps(d->backends[0], &k);
+		if (k.available && k.disk_reason)
+			log_info("container writable layers: %s%s",
+				 k.limits_disk ? "" : "no disk limit, ", k.disk_reason);
+	}
 	d->backends[1] = sbd_backend_fncall_new(d->loop, d->cfg.fncall_pool, d->backends[0]);
 	d->backends[2] = sbd_backend_vm_new(d->loop, "firecracker");
 	d->backends[3] = sbd_backend_vm_new(d->loop, "qemu");

@@ -104,6 +104,10 @@ struct sandboxd_config {
 	int64_t default_timeout_ms, max_timeout_ms;
 	int fncall_pool;
 	bool fresh_netns; /* --fresh-netns: no reuse of network namespaces */
+	/* --disk-dir, --disk-image, --disk-tmpfs/--disk-quota: where the
+	 * container sandboxes' writable layers go (sbd_disk_opts). */
+	char *disk_dir, *disk_image;
+	int disk_mode;
 };
 
 struct sandboxd {

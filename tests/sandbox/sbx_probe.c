@@ -48,6 +48,8 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/sysmacros.h>
+#include <sys/ioctl.h>
+#include <linux/fs.h>
 #include <unistd.h>
 
 static int refused(const char *what, long r)
@@ -487,6 +489,40 @@ static int probe_ipcclean(void)
 	return bad;
 }
 
+/* The writable layer's quota (sandbox/container/layer.c) holds only while
+ * files keep their project id and directories the inherit flag: setting
+ * either must be refused by seccomp (EPERM, also with high bits in the
+ * command, which the kernel ignores), reading them not. */
+static int probe_projid(void)
+{
+	int fd = open("/projid-probe", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct fsxattr fx = {0};
+	long flags = 0;
+	if (fd < 0 || dfd < 0) {
+		printf("projid: cannot open: %s\n", strerror(errno));
+		return 1;
+	}
+	long r = syscall(SYS_ioctl, fd, FS_IOC_FSSETXATTR, &fx);
+	int bad = r == 0 || errno != EPERM;
+	printf("FS_IOC_FSSETXATTR (project 0): %s\n", r == 0 ? "ALLOWED" : strerror(errno));
+	r = syscall(SYS_ioctl, fd, 0xffffffff00000000ull | FS_IOC_FSSETXATTR, &fx);
+	bad |= r == 0 || errno != EPERM;
+	printf("FS_IOC_FSSETXATTR, high bits set: %s\n", r == 0 ? "ALLOWED" : strerror(errno));
+	r = syscall(SYS_ioctl, dfd, FS_IOC_SETFLAGS, &flags);
+	bad |= r == 0 || errno != EPERM;
+	printf("FS_IOC_SETFLAGS (clear inherit): %s\n", r == 0 ? "ALLOWED" : strerror(errno));
+	r = syscall(SYS_ioctl, dfd, _IOW('f', 2, int), &flags);
+	bad |= r == 0 || errno != EPERM;
+	printf("FS_IOC32_SETFLAGS: %s\n", r == 0 ? "ALLOWED" : strerror(errno));
+	/* Reading is fine (EPERM would be seccomp's; a tmpfs says ENOTTY). */
+	r = syscall(SYS_ioctl, fd, FS_IOC_FSGETXATTR, &fx);
+	bad |= r < 0 && errno == EPERM;
+	printf("FS_IOC_FSGETXATTR: %s\n", r == 0 ? "allowed" : strerror(errno));
+	unlink("/projid-probe");
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -552,6 +588,8 @@ int main(int argc, char **argv)
 		return probe_ipcdirty(argc > 2 && !strcmp(argv[2], "chmod"));
 	if (!strcmp(w, "ipcclean"))
 		return probe_ipcclean();
+	if (!strcmp(w, "projid"))
+		return probe_projid();
 	if (!strcmp(w, "chroot-escape"))
 		return refused("open_by_handle_at",
 			       syscall(SYS_open_by_handle_at, AT_FDCWD, NULL, 0));

@@ -127,7 +127,11 @@ int sbxt_setup(struct sbxt_env *e, unsigned pool)
 	}
 	const char *bin = getenv("STRATA_BIN");
 	snprintf(e->agent, sizeof(e->agent), "%s/strata-agent", bin ? bin : ".");
-	snprintf(e->dir, sizeof(e->dir), "/tmp/strata-sbx-test-XXXXXX");
+	/* $TMPDIR: the test VM's scratch disk (tests/vm/guest.sh), where the
+	 * writable layers' image is on disk, not in guest memory. */
+	const char *tmp = getenv("TMPDIR");
+	snprintf(e->dir, sizeof(e->dir), "%s/strata-sbx-test-XXXXXX",
+		 tmp && tmp[0] == '/' && strlen(tmp) < 200 ? tmp : "/tmp");
 	if (!mkdtemp(e->dir))
 		return 1;
 	chmod(e->dir, 0755);
@@ -224,7 +228,7 @@ int sbxt_sh(struct sbx *s, const char *cmd, uint32_t timeout_ms, struct sbxt_out
 	return sbxt_exec(s, &opts, o, res);
 }
 
-int sbxt_mounts_with(const char *s)
+static int count_mounts(const char *s, bool all)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char line[8192];
@@ -232,9 +236,19 @@ int sbxt_mounts_with(const char *s)
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		n += strstr(line, s) != NULL;
+		n += strstr(line, s) != NULL && (all || !strstr(line, "/state/layers "));
 	fclose(f);
 	return n;
+}
+
+int sbxt_mounts_with(const char *s)
+{
+	return count_mounts(s, false);
+}
+
+int sbxt_mounts_all_with(const char *s)
+{
+	return count_mounts(s, true);
 }
 
 long sbxt_read_long(const char *dir, const char *file, const char *key)

@@ -47,8 +47,11 @@ int sbxt_exec(struct sbx *s, const struct sbx_exec_opts *opts, struct sbxt_out *
 	      struct sbx_exec_result *res);
 /* Number of host mounts whose line in /proc/self/mountinfo mentions s
  * (host-unharmed checks: other tests mount and unmount concurrently, so only
- * our own paths are counted). */
+ * our own paths are counted), less the runtime's own mount of the writable
+ * layers' filesystem (state/layers, sandbox/container/layer.c); and
+ * with that one (what a freed runtime must have left: none). */
 int sbxt_mounts_with(const char *s);
+int sbxt_mounts_all_with(const char *s);
 /* A number from dir/file (a cgroup file), after key if not NULL ("max 3");
  * LONG_MIN if unreadable, LONG_MIN + 1 if the key differs. */
 long sbxt_read_long(const char *dir, const char *file, const char *key);

@@ -3,7 +3,7 @@
  * libseccomp's program for the same rules: both are run here in a classic
  * BPF interpreter, for every syscall number up to 1100, numbers with the
  * x32 bit and other large ones, three architectures, and the argument
- * values the conditional rules (clone, socket, personality) look at, with
+ * values the conditional rules (clone, socket, personality, ioctl) look at, with
  * and without high halves. Also checks what the kernel's action cache
  * (seccomp_cache_prepare) can follow: only loads of nr and arch, JEQ/JGE/
  * JGT/JSET/JA with constants, ALU AND, RET; so the generated program leaves
@@ -231,18 +231,16 @@ int main(void)
 				       0x80000000,
 				       0x100000000ull | 0x11,
 				       0x3};
-	static const uint64_t a1s[] = {0,
-				       SOCK_STREAM,
-				       SOCK_DGRAM,
-				       SOCK_RAW,
-				       SOCK_SEQPACKET,
-				       SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-				       SOCK_DGRAM | SOCK_CLOEXEC,
-				       SOCK_RAW | SOCK_CLOEXEC,
-				       0x100000001ull,
-				       0x100000003ull,
-				       0x11,
-				       0x12};
+	static const uint64_t a1s[] = {
+	    0, SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET,
+	    SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, SOCK_DGRAM | SOCK_CLOEXEC,
+	    SOCK_RAW | SOCK_CLOEXEC, 0x100000001ull, 0x100000003ull, 0x11, 0x12,
+	    /* ioctl: the refused FS_IOC_SETFLAGS (and its
+	       32-bit form) and FS_IOC_FSSETXATTR, with high
+	       bits (ignored by the kernel), neighbours, and
+	       allowed ones (FS_IOC_GETFLAGS, TCGETS) */
+	    0x40086602, 0x40046602, 0x401c5820, 0xffffffff40086602ull, 0x100000000ull | 0x401c5820,
+	    0x40086603, 0x401c5821, 0x401c5800, 0xc0086602, 0x80086601, 0x5401};
 	uint32_t nrs[1300];
 	size_t nn = 0;
 	for (uint32_t nr = 0; nr <= 1100; nr++)
@@ -259,7 +257,8 @@ int main(void)
 		for (size_t ni = 0; ni < nn; ni++) {
 			uint32_t nr = nrs[ni];
 			bool conditional = nr == SYS_clone || nr == SYS_socket ||
-					   nr == SYS_personality || nr == SYS_clone3;
+					   nr == SYS_personality || nr == SYS_clone3 ||
+					   nr == SYS_ioctl;
 			size_t n0 = conditional ? ARRAY_SIZE(a0s) : 1,
 			       n1 = conditional ? ARRAY_SIZE(a1s) : 1;
 			for (size_t i0 = 0; i0 < n0; i0++) {

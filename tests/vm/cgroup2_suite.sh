@@ -18,6 +18,9 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export STRATA_BIN=$BUILD/bin STRATA_SRC=$SRC STRATA_BUILD=$BUILD
 # sbx_test.c fails a test whose runtime chose another version.
 export STRATA_TEST_CGROUP_VERSION=2
+# The guest has loop devices, XFS with quotas and a scratch disk: the
+# sandboxes' writable layers must be on disk there (test_sandbox_disk.c).
+export STRATA_TEST_DISK_QUOTA=1
 failed=0
 
 if grep -q ' cgroup ' /proc/mounts || ! grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts; then
@@ -27,7 +30,7 @@ fi
 
 run_library_tests() {
 	local t rc
-	for t in sandbox_basic sandbox_contain sandbox_adopt sandbox_reuse; do
+	for t in sandbox_basic sandbox_contain sandbox_adopt sandbox_reuse sandbox_disk; do
 		echo "== $t"
 		(cd "$BUILD/tests" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 "./$t")
 		rc=$?

@@ -20,6 +20,12 @@ mount_basics() {
 	# the job's own tree may live there (a CI clone in /tmp), and a tmpfs
 	# over them would hide it.
 	mount -t tmpfs -o mode=755 tmpfs /run
+	# The scratch disk (scripts/testvm.sh): temporary files on a disk, so
+	# that what tests write there (sandbox layers) is not guest memory.
+	if [ -b /dev/vda ]; then
+		mkdir -p /scratch && mount -t xfs /dev/vda /scratch && chmod 1777 /scratch &&
+			export TMPDIR=/scratch
+	fi
 }
 
 # cgroup v2 only: every controller the kernel has goes to the unified
