@@ -23,6 +23,7 @@ struct exec_ctx {
 	bool started;			    /* the chunked response began */
 	bool stdin_stream;		    /* interactive stdin: POST .../execs/{xid}/stdin */
 	uint64_t xid;			    /* the exec's number in its sandbox (sb->execs_total) */
+	int64_t pid;			    /* in the sandbox, once started (0: unknown) */
 	struct sbd_conn *stdin_c;	    /* a stdin request waiting for its acknowledgement */
 	struct exec_ctx *next;		    /* in sb->execs */
 	struct sbd_destroy_hook on_destroy; /* on sb: ends the stream */
@@ -104,13 +105,39 @@ static void exec_unlink(struct exec_ctx *x)
 	stdin_answer(x, -ESRCH, 0);
 }
 
-/* The stream starts with the first event, so that an exec that cannot
- * start is answered with a typed HTTP error instead. */
+/* The stream starts with the command's start (or, from a backend that does
+ * not tell it, the first event), so that an exec that cannot start is
+ * answered with a typed HTTP error instead. */
 static void exec_start_stream(struct exec_ctx *x)
 {
 	if (!x->started)
 		sbd_conn_stream_begin(x->c, 200, "application/x-ndjson");
 	x->started = true;
+}
+
+/* The "start" event: the exec's number (for .../execs/{n}/...) and pid. */
+static void emit_start(struct exec_ctx *x)
+{
+	char ev[128];
+	int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"",
+			 (unsigned long long)x->xid);
+	if (x->pid > 0)
+		n += snprintf(ev + n, sizeof(ev) - (size_t)n, ",\"pid\":%lld", (long long)x->pid);
+	n += snprintf(ev + n, sizeof(ev) - (size_t)n, "}\n");
+	sbd_conn_stream_chunk(x->c, ev, (size_t)n);
+}
+
+/* The command started: the stream's head goes out now, with its start
+ * event, so that a client has its handle before any output (a silent
+ * server too). An interactive exec sent its start event already. */
+static void exec_started(void *ctx, int64_t pid)
+{
+	struct exec_ctx *x = ctx;
+	x->pid = pid;
+	if (x->started)
+		return;
+	exec_start_stream(x);
+	emit_start(x);
 }
 
 static void exec_output(void *ctx, int stream, const void *p, size_t n)
@@ -364,7 +391,8 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 		goto out;
 	}
 	*x = (struct exec_ctx){.c = c, .d = d, .sb = sb, .stdin_stream = a.req.stdin_stream};
-	struct sbd_exec_sink sink = {exec_output, exec_exit, exec_congested, x, exec_stdin_ack};
+	struct sbd_exec_sink sink = {exec_output, exec_exit,	  exec_congested,
+				     x,		  exec_stdin_ack, exec_started};
 	x->next = sb->execs;
 	sb->execs = x;
 	x->on_destroy.fn = exec_sandbox_gone;
@@ -381,13 +409,15 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 		sbd_conn_hold(c, false);
 		exec_unlink(x);
 		free(x);
-		sbd_api_reply_errno(c, r, "exec", err.msg);
-	} else if (x->stdin_stream) { /* the client needs the id to send stdin */
+		if (r == -EAGAIN)
+			sbd_conn_reply_error(c, 429, "too_many_execs", "exec: %s",
+					     err.msg[0] ? err.msg
+							: "too many execs in this sandbox");
+		else
+			sbd_api_reply_errno(c, r, "exec", err.msg);
+	} else if (x->stdin_stream && !x->started) { /* the client needs the id for stdin */
 		exec_start_stream(x);
-		char ev[96];
-		int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"}\n",
-				 (unsigned long long)x->xid);
-		sbd_conn_stream_chunk(c, ev, (size_t)n);
+		emit_start(x);
 	}
 out:
 	exec_args_done(&a);

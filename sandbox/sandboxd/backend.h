@@ -72,6 +72,9 @@ struct sbd_exec_sink {
 	 * ended), -ENOBUFS (too much not yet read: dropped, retry later);
 	 * pending = bytes not yet read by the command. May be NULL. */
 	void (*stdin_ack)(void *ctx, int status, uint64_t pending);
+	/* The command started (its pid in the sandbox, 0 if unknown); before
+	 * any output. Backends that cannot tell do not call it. May be NULL. */
+	void (*started)(void *ctx, int64_t pid);
 };
 
 enum sbd_ftype { SBD_FT_OTHER = 0, SBD_FT_REG, SBD_FT_DIR, SBD_FT_LNK };

@@ -194,6 +194,8 @@ class ExecProcess:
         self._stdin_open = bool(body.get("stdin_stream"))
         self._done = False
         self.exec_id = None
+        #: The command's pid in the sandbox, once its start event was read.
+        self.pid = None
         #: The :class:`ExecResult` once the exit was read.
         self.result = None
         #: An exception raised by the iterable given as stdin (it was closed).
@@ -210,7 +212,7 @@ class ExecProcess:
             if ev.get("type") != "start":
                 self.close()
                 raise errors.StrataError("exec stream began without its start event: %r" % ev)
-            self.exec_id = ev["exec_id"]
+            self.exec_id, self.pid = ev["exec_id"], ev.get("pid")
             chunks = _chunks_of(stdin)
             if chunks is not None:
                 threading.Thread(target=self._feed, args=(chunks,), daemon=True,
@@ -242,7 +244,9 @@ class ExecProcess:
         kind = ev.get("type")
         if kind in ("stdout", "stderr"):
             return ExecEvent(kind, base64.b64decode(ev["data"]))
-        if kind != "exit":  # an event of a newer sandboxd
+        if kind == "start":
+            self.exec_id, self.pid = ev.get("exec_id"), ev.get("pid")
+        if kind != "exit":  # start, or an event of a newer sandboxd
             return self.__next__()
         self.close()
         self._stdin_open = False
