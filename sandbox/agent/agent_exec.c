@@ -8,7 +8,9 @@
  * (the child never blocks on a full pipe) but the bytes are dropped and EXIT
  * carries AG_EXIT_F_TRUNCATED. Start failures (no such binary, bad cwd or
  * user) are the EXEC reply's status; after a successful reply exactly one
- * EXIT follows. */
+ * EXIT follows. While no host follows an exec (its host went away) its
+ * frames are held (agent.h, invariant 5) for the next host's ATTACH;
+ * EXECS lists the execs. */
 #include "sandbox/agent/agent.h"
 
 #include <errno.h>
@@ -236,10 +238,55 @@ out:
 	return r;
 }
 
+static void exec_free(struct ag_execp *e)
+{
+	ag_wr_done(&e->in_buf);
+	ag_wr_done(&e->held);
+	free(e->cmd);
+	free(e);
+}
+
+static void exec_unlink(struct agent *a, struct ag_execp *e)
+{
+	for (struct ag_execp **pp = &a->execs; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			a->nexecs--;
+			exec_free(e);
+			return;
+		}
+}
+
+/* Makes room for a new exec: forgets the ended held exec that started
+ * first. Returns false when every exec still runs. */
+static bool drop_oldest_ended(struct agent *a)
+{
+	struct ag_execp *old = NULL;
+	for (struct ag_execp *e = a->execs; e; e = e->next)
+		if (e->ended && (!old || e->start_us < old->start_us))
+			old = e;
+	if (old)
+		exec_unlink(a, old);
+	return old != NULL;
+}
+
+/* argv joined by spaces, at most AG_MAX_CMD bytes (malloc'ed). */
+static char *join_argv(char *const *argv)
+{
+	char *s = malloc(AG_MAX_CMD + 1);
+	size_t n = 0;
+	if (!s)
+		return NULL;
+	s[0] = 0;
+	for (size_t i = 0; argv[i] && n < AG_MAX_CMD; i++)
+		n += (size_t)snprintf(s + n, AG_MAX_CMD + 1 - n, "%s%s", i ? " " : "", argv[i]);
+	return s;
+}
+
 int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
 {
 	struct ag_exec_req *q = NULL;
-	if (a->nexecs >= AG_MAX_EXECS)
+	if (a->nexecs >= AG_MAX_EXECS && !drop_oldest_ended(a))
 		return -EAGAIN;
 	if (find_exec(a, id))
 		return -EEXIST;
@@ -256,10 +303,12 @@ int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
 	e->start_us = ag_now_us();
 	e->deadline_us = q->timeout_ms ? e->start_us + (uint64_t)q->timeout_ms * 1000 : 0;
 	ag_wr_init(&e->in_buf);
-	r = spawn(q, e);
+	ag_wr_init(&e->held);
+	e->cmd = join_argv(q->argv);
+	r = e->cmd ? spawn(q, e) : -ENOMEM;
 	free(q);
 	if (r < 0) {
-		free(e);
+		exec_free(e);
 		return r;
 	}
 	e->next = a->execs;
@@ -334,7 +383,7 @@ int ag_exec_signal(struct agent *a, uint32_t id, const void *p, size_t len)
 	if (r.err || sig < 0 || sig >= 65)
 		return -EINVAL;
 	struct ag_execp *e = find_exec(a, id);
-	if (!e)
+	if (!e || e->ended)
 		return -ESRCH;
 	if (kill(-e->pid, sig) < 0 && kill(e->pid, sig) < 0)
 		return -errno;
@@ -356,10 +405,11 @@ static void send_output(struct agent *a, struct ag_execp *e, int stream, const v
 		e->truncated = true;
 	}
 	e->sent += n;
-	size_t off = ag_wr_begin(&a->out, AG_T_OUTPUT, e->id);
-	ag_wr_u8(&a->out, (uint8_t)stream);
-	ag_wr_blob(&a->out, p, (uint32_t)n);
-	ag_wr_end(&a->out, off);
+	struct ag_wr *w = e->detached ? &e->held : &a->out;
+	size_t off = ag_wr_begin(w, AG_T_OUTPUT, e->id);
+	ag_wr_u8(w, (uint8_t)stream);
+	ag_wr_blob(w, p, (uint32_t)n);
+	ag_wr_end(w, off);
 }
 
 bool ag_exec_pump(struct agent *a, struct ag_execp *e, int stream)
@@ -380,7 +430,8 @@ bool ag_exec_pump(struct agent *a, struct ag_execp *e, int stream)
 	return *fd >= 0;
 }
 
-static void finish(struct agent *a, struct ag_execp *e, int status)
+/* Reports the exit. Returns true when e is done with (else it is held). */
+static bool finish(struct agent *a, struct ag_execp *e, int status)
 {
 	/* Invariant 3: forward what the pipes hold right now, then report. */
 	ag_exec_pump(a, e, AG_STREAM_STDOUT);
@@ -396,13 +447,17 @@ static void finish(struct agent *a, struct ag_execp *e, int status)
 	    .stderr_bytes = e->err_bytes,
 	    .duration_us = ag_now_us() - e->start_us,
 	};
-	size_t off = ag_wr_begin(&a->out, AG_T_EXIT, e->id);
-	ag_exit_encode(&a->out, &x);
-	ag_wr_end(&a->out, off);
+	struct ag_wr *w = e->detached ? &e->held : &a->out;
+	size_t off = ag_wr_begin(w, AG_T_EXIT, e->id);
+	ag_exit_encode(w, &x);
+	ag_wr_end(w, off);
 	close_fd(&e->out_fd);
 	close_fd(&e->err_fd);
 	close_fd(&e->in_fd);
 	ag_wr_done(&e->in_buf);
+	e->ended = true;
+	e->deadline_us = 0;
+	return !e->detached;
 }
 
 void ag_reap(struct agent *a)
@@ -412,14 +467,11 @@ void ag_reap(struct agent *a)
 		pid_t pid = waitpid(-1, &status, WNOHANG);
 		if (pid <= 0)
 			return;
-		for (struct ag_execp **pp = &a->execs; *pp; pp = &(*pp)->next) {
-			struct ag_execp *e = *pp;
-			if (e->pid != pid)
+		for (struct ag_execp *e = a->execs; e; e = e->next) {
+			if (e->pid != pid || e->ended)
 				continue;
-			finish(a, e, status);
-			*pp = e->next;
-			a->nexecs--;
-			free(e);
+			if (finish(a, e, status))
+				exec_unlink(a, e);
 			break;
 		}
 	}
@@ -444,4 +496,49 @@ int ag_exec_timeouts(struct agent *a)
 	if (!next)
 		return -1;
 	return (int)((next - now + 999) / 1000);
+}
+
+void ag_exec_detach_all(struct agent *a)
+{
+	for (struct ag_execp *e = a->execs; e; e = e->next)
+		e->detached = true;
+}
+
+void ag_exec_list(struct agent *a, uint32_t id)
+{
+	static struct ag_exec_info info; /* AG_MAX_CMD on the agent's small stack: no */
+	uint64_t now = ag_now_us();
+	size_t off = ag_wr_begin(&a->out, AG_T_EXECS | AG_T_REPLY, id);
+	ag_wr_u32(&a->out, 0);
+	ag_wr_u32(&a->out, a->nexecs);
+	for (struct ag_execp *e = a->execs; e; e = e->next) {
+		info.id = e->id;
+		info.pid = (uint32_t)e->pid;
+		info.state = e->ended ? AG_EXEC_ENDED : AG_EXEC_RUNNING;
+		info.held = e->detached;
+		info.age_us = now - e->start_us;
+		snprintf(info.cmd, sizeof(info.cmd), "%s", e->cmd ? e->cmd : "");
+		ag_exec_info_encode(&a->out, &info);
+	}
+	ag_wr_end(&a->out, off);
+}
+
+/* The host follows exec id from now on: its held frames first. */
+void ag_exec_attach(struct agent *a, uint32_t id)
+{
+	struct ag_execp *e = find_exec(a, id);
+	if (!e) {
+		ag_reply_status(a, AG_T_ATTACH, id, -ESRCH);
+		return;
+	}
+	size_t off = ag_wr_begin(&a->out, AG_T_ATTACH | AG_T_REPLY, id);
+	ag_wr_u32(&a->out, 0);
+	ag_wr_u32(&a->out, (uint32_t)e->pid);
+	ag_wr_end(&a->out, off);
+	ag_wr_bytes(&a->out, e->held.data, e->held.len);
+	ag_wr_done(&e->held);
+	ag_wr_init(&e->held);
+	e->detached = false;
+	if (e->ended) /* its EXIT went out with the held frames */
+		exec_unlink(a, e);
 }

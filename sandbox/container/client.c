@@ -378,12 +378,21 @@ static struct sbx_exec_op *chan_op(struct sbx_chan *ch, uint32_t id)
 	return NULL;
 }
 
+/* A request id of the library's own (below SBX_EXEC_ID_CALLER). */
+static uint32_t chan_next_id(struct sbx *s)
+{
+	s->next_id = (s->next_id + 1) & ~SBX_EXEC_ID_CALLER;
+	if (!s->next_id)
+		s->next_id = 1;
+	return s->next_id;
+}
+
 /* One frame of an exec (its id checked by the caller). */
 static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8_t *p)
 {
 	struct ag_rd rd;
 	ag_rd_init(&rd, p, h->len);
-	if (h->type == (AG_T_EXEC | AG_T_REPLY)) {
+	if (h->type == (AG_T_EXEC | AG_T_REPLY) || h->type == (AG_T_ATTACH | AG_T_REPLY)) {
 		int st = (int32_t)ag_rd_u32(&rd);
 		uint32_t pid = st >= 0 && rd.off < rd.len ? ag_rd_u32(&rd) : 0;
 		op->minor = h->minor;
@@ -613,6 +622,14 @@ static int roundtrip(struct sbx *s, struct ag_wr *w, uint16_t type, uint32_t id,
 
 /* ---- exec ops on the channel ----------------------------------------------- */
 
+static void chan_link(struct sbx_chan *ch, struct sbx_exec_op *op)
+{
+	op->next = ch->ops;
+	ch->ops = op;
+	op->linked = true;
+	ch->nexecs++;
+}
+
 short sbx_exec_op_events(const struct sbx_exec_op *op)
 {
 	return op->exited ? 0 : sbx_chan_events(op->s);
@@ -646,11 +663,16 @@ int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *o, const struct
 		return -ENOMEM;
 	if (ch->nexecs >= SBX_MAX_EXECS)
 		return -EAGAIN;
+	if (o->id && (!(o->id & SBX_EXEC_ID_CALLER) || chan_op(ch, o->id)))
+		return -EINVAL;
 	struct sbx_exec_op *op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct sbx_exec_op){
-	    .s = s, .id = ++s->next_id, .cb = *cbs, .ud = ud, .stdin_stream = o->stdin_stream};
+	*op = (struct sbx_exec_op){.s = s,
+				   .id = o->id ? o->id : chan_next_id(s),
+				   .cb = *cbs,
+				   .ud = ud,
+				   .stdin_stream = o->stdin_stream};
 	size_t before = ch->out.len;
 	int r = encode_exec(&ch->out, o, op->id);
 	if (r < 0) {
@@ -659,11 +681,33 @@ int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *o, const struct
 		free(op);
 		return r;
 	}
-	op->next = ch->ops;
-	ch->ops = op;
-	op->linked = true;
-	ch->nexecs++;
+	chan_link(ch, op);
 	chan_flush(s);
+	*ret = op;
+	return 0;
+}
+
+int sbx_exec_op_attach(struct sbx *s, uint32_t exec_id, const struct sbx_exec_cbs *cbs, void *ud,
+		       struct sbx_exec_op **ret)
+{
+	struct sbx_chan *ch = chan_get(s);
+	if (!ch)
+		return -ENOMEM;
+	if (!cbs->exit || !exec_id || chan_op(ch, exec_id))
+		return -EINVAL;
+	if (ch->nexecs >= SBX_MAX_EXECS)
+		return -EAGAIN;
+	struct sbx_exec_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct sbx_exec_op){.s = s, .id = exec_id, .cb = *cbs, .ud = ud};
+	size_t off = ag_wr_begin(&ch->out, AG_T_ATTACH, exec_id);
+	int r = chan_queue_end(s, off);
+	if (r < 0) {
+		free(op);
+		return r;
+	}
+	chan_link(ch, op);
 	*ret = op;
 	return 0;
 }
@@ -842,7 +886,7 @@ int sbx_file_read(struct sbx *s, const char *path, uint64_t offset, uint32_t max
 {
 	if (path_ok(path) < 0 || max > AG_MAX_DATA)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_READ, id, path);
@@ -875,7 +919,7 @@ int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len
 {
 	if (path_ok(path) < 0 || len > AG_MAX_DATA)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_WRITE, id, path);
@@ -898,7 +942,7 @@ int sbx_file_stat(struct sbx *s, const char *path, struct sbx_stat *ret)
 {
 	if (path_ok(path) < 0)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_STAT, id, path);
@@ -912,6 +956,56 @@ int sbx_file_stat(struct sbx *s, const char *path, struct sbx_stat *ret)
 		r = rp.rd.err;
 	if (r == 0)
 		stat_from_ag(&st, ret);
+	ag_wr_done(&w);
+	reply_done(&rp);
+	return r;
+}
+
+void sbx_exec_infos_free(struct sbx_exec_info *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i].cmd);
+	free(v);
+}
+
+static int decode_execs(struct sbx *s, struct ag_rd *rd, struct sbx_exec_info **ret, size_t *ret_n)
+{
+	static struct ag_exec_info e; /* AG_MAX_CMD: not on the stack */
+	uint32_t n = ag_rd_u32(rd);
+	if (rd->err || n > SBX_MAX_EXECS * 4u)
+		return -EBADMSG;
+	struct sbx_exec_info *v = calloc(n ? n : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		if (ag_exec_info_decode(rd, &e) < 0 || !(v[i].cmd = strdup(e.cmd))) {
+			sbx_exec_infos_free(v, i);
+			return rd->err ? rd->err : -ENOMEM;
+		}
+		v[i].id = e.id;
+		v[i].pid = (int32_t)e.pid;
+		v[i].running = e.state == AG_EXEC_RUNNING;
+		v[i].age_us = e.age_us;
+		if (!(e.id & SBX_EXEC_ID_CALLER) && e.id > s->next_id)
+			s->next_id = e.id; /* ours: never reused */
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+int sbx_execs_list(struct sbx *s, struct sbx_exec_info **ret, size_t *ret_n)
+{
+	uint32_t id = chan_next_id(s);
+	struct ag_wr w;
+	struct reply rp = {0};
+	ag_wr_init(&w);
+	size_t off = ag_wr_begin(&w, AG_T_EXECS, id);
+	int r = ag_wr_end(&w, off);
+	if (r == 0)
+		r = roundtrip(s, &w, AG_T_EXECS, id, &rp);
+	if (r == 0)
+		r = decode_execs(s, &rp.rd, ret, ret_n);
 	ag_wr_done(&w);
 	reply_done(&rp);
 	return r;
@@ -952,7 +1046,7 @@ int sbx_file_list(struct sbx *s, const char *path, struct sbx_dirent **ret, size
 {
 	if (path_ok(path) < 0)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_LIST, id, path);
@@ -971,7 +1065,7 @@ static int simple_op(struct sbx *s, uint16_t type, const char *path, uint32_t mo
 {
 	if (path_ok(path) < 0)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, type, id, path);

@@ -136,7 +136,14 @@ struct sbx_exec_opts {
 	 * was dropped, stdin stays open); pending = bytes not yet read. */
 	bool stdin_stream;
 	void (*on_stdin)(void *userdata, uint32_t exec_id, int status, uint32_t pending);
+	/* The exec's id on the stream, chosen by the caller so that it finds
+	 * the exec again after a restart (sbx_execs_list): 0 = the library
+	 * picks one, else it must have SBX_EXEC_ID_CALLER set and not be in
+	 * flight (sbx_exec_op_start only). */
+	uint32_t id;
 };
+
+#define SBX_EXEC_ID_CALLER 0x80000000u
 
 #define SBX_STDIN_STARTED 1
 #define SBX_STDIN_STARTED_NOACK 2
@@ -249,6 +256,30 @@ void sbx_exec_op_kill(struct sbx_exec_op *op);
 /* Signal sig (1..64) to the command's process group, queued like kill.
  * Returns 0, -EINVAL, -ESRCH (ended), -EPIPE, -ENOMEM. */
 int sbx_exec_op_signal(struct sbx_exec_op *op, int sig);
+/* Follows an exec that another host started (a host before a restart):
+ * ATTACH exec_id. started comes with the agent's answer (the pid in
+ * sbx_exec_op_pid), then the output it printed while no host followed it
+ * (up to its cap), then on to its exit; or exit(-ESRCH) for no such exec.
+ * Returns 0 and *ret, -EINVAL (id 0 or in flight), -EAGAIN, -ENOMEM. An
+ * agent older than 1.2 answers exit(-EOPNOTSUPP). */
+int sbx_exec_op_attach(struct sbx *s, uint32_t exec_id, const struct sbx_exec_cbs *cbs,
+		       void *userdata, struct sbx_exec_op **ret);
+
+/* An exec the agent runs, or one that ended while no host followed it and
+ * whose output and exit wait for an attach. */
+struct sbx_exec_info {
+	uint32_t id; /* for sbx_exec_op_attach */
+	int32_t pid;
+	bool running;
+	uint64_t age_us; /* since it started */
+	char *cmd;	 /* its argv joined by spaces (at most 1 KiB) */
+};
+/* Lists them (a round trip on the channel). Also keeps the library's own
+ * request ids above those in use. Returns 0 and *ret (n entries, free with
+ * sbx_exec_infos_free), -EOPNOTSUPP (an agent older than 1.2), -errno. */
+int sbx_execs_list(struct sbx *s, struct sbx_exec_info **ret, size_t *ret_n);
+void sbx_exec_infos_free(struct sbx_exec_info *v, size_t n);
+
 /* Frees op; before its exit, its later frames are skipped (the command
  * runs on unless it was killed). Accepts NULL. */
 void sbx_exec_op_free(struct sbx_exec_op *op);
@@ -291,7 +322,8 @@ void sbx_release(struct sbx *s);
  * sandbox may use), reads its HELLO and finds its cgroups. Returns 0 and
  * *ret; -ESRCH (no such process, or it exited), -ENOTCONN (not a persistent agent),
  * -ESTALE (not in this runtime's cgroups), -ETIMEDOUT. A running exec of the
- * previous host is not reattached (its output is dropped; it runs on). */
+ * previous host runs on, held by the agent: sbx_execs_list and
+ * sbx_exec_op_attach find it again. */
 int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
 
 /* Wraps an agent reached some other way (a VM's serial port, a test's

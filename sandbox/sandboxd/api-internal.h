@@ -46,7 +46,8 @@ bool sbd_api_query_bool(const char *query, const char *key);
 /* The request families. */
 void sbd_api_create(struct sbd_conn *c, const char *body, size_t len);
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
-void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
-			const char *query, const char *body, size_t len);
+/* The routes below .../execs (sub: what follows "execs/", "" for the list). */
+void sbd_api_execs(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
+		   const char *query, const char *body, size_t len);
 void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
 		   const char *query, const char *body, size_t len);

@@ -146,6 +146,9 @@ struct ct_box {
 	bool throttled; /* w is off until the retry timer */
 	struct ct_box *busy_next, **busy_prev;
 	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
+	/* adopted: the execs the agent kept, until exec_orphans took them */
+	struct sbx_exec_info *orphans;
+	size_t norphans;
 };
 
 struct ct_exec {
@@ -409,11 +412,30 @@ static void box_drop_execs(struct ct_box *box)
 		ex_free(x);
 	}
 	busy_del(box);
+	sbx_exec_infos_free(box->orphans, box->norphans);
+	box->orphans = NULL;
+	box->norphans = 0;
 	sbd_watch_del(box->cb->b.loop, &box->w_retry);
 	if (box->retry_fd >= 0)
 		close(box->retry_fd);
 	box->retry_fd = -1;
 	box->throttled = false;
+}
+
+static const struct sbx_exec_cbs ex_cbs = {ex_started, ex_output, ex_stdin_ack, ex_exit};
+
+/* Puts x (its op started) on its box. */
+static int ex_add(struct ct_exec *x)
+{
+	x->next = x->box->execs;
+	x->box->execs = x;
+	int r = box_watch(x->box);
+	if (r < 0) {
+		ex_unlist(x);
+		return r;
+	}
+	busy_add(x->box);
+	return 0;
 }
 
 /* Starts the op of x and puts it on its box. */
@@ -429,9 +451,10 @@ static int ex_start(struct ct_exec *x, const struct sbd_exec_req *req, struct st
 	    .stdin_data = req->stdin_data,
 	    .stdin_len = req->stdin_len,
 	    .stdin_stream = req->stdin_stream,
+	    /* its number, found again after a restart (ct_exec_orphans) */
+	    .id = req->xid ? SBX_EXEC_ID_CALLER | (uint32_t)(req->xid & ~SBX_EXEC_ID_CALLER) : 0,
 	};
-	static const struct sbx_exec_cbs cbs = {ex_started, ex_output, ex_stdin_ack, ex_exit};
-	int r = sbx_exec_op_start(x->box->s, &o, &cbs, x, &x->op);
+	int r = sbx_exec_op_start(x->box->s, &o, &ex_cbs, x, &x->op);
 	if (r == -EAGAIN)
 		return strata_err_set(e, -EAGAIN,
 				      "sandbox %s runs %d execs already (the limit): wait for "
@@ -440,15 +463,7 @@ static int ex_start(struct ct_exec *x, const struct sbd_exec_req *req, struct st
 	if (r < 0)
 		return r;
 	x->deadline_ms = o.timeout_ms ? sbd_now_ms() + o.timeout_ms + EXEC_GRACE_MS : -1;
-	x->next = x->box->execs;
-	x->box->execs = x;
-	r = box_watch(x->box);
-	if (r < 0) {
-		ex_unlist(x);
-		return r;
-	}
-	busy_add(x->box);
-	return 0;
+	return ex_add(x);
 }
 
 static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
@@ -516,6 +531,68 @@ static void ct_exec_cancel(struct sbd_backend *b, void *h)
 	x->exit_pending = false;
 	sbx_exec_op_kill(x->op);
 	box_watch(x->box);
+}
+
+static int ct_exec_orphans(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_orphan **ret,
+			   size_t *ret_n)
+{
+	struct ct_box *box = sb->bpriv;
+	*ret = NULL;
+	*ret_n = 0;
+	if (!box->norphans)
+		return 0;
+	struct sbd_orphan *v = calloc(box->norphans, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	int64_t now = (int64_t)time(NULL);
+	for (size_t i = 0; i < box->norphans; i++) {
+		const struct sbx_exec_info *e = &box->orphans[i];
+		v[i] = (struct sbd_orphan){
+		    .id = e->id,
+		    .xid = e->id & SBX_EXEC_ID_CALLER ? e->id & ~SBX_EXEC_ID_CALLER : 0,
+		    .pid = e->pid,
+		    .running = e->running,
+		    .started_at = now - (int64_t)(e->age_us / 1000000)};
+		snprintf(v[i].cmd, sizeof(v[i].cmd), "%s", e->cmd);
+	}
+	*ret = v;
+	*ret_n = box->norphans;
+	sbx_exec_infos_free(box->orphans, box->norphans);
+	box->orphans = NULL;
+	box->norphans = 0;
+	return 0;
+}
+
+static int ct_exec_attach(struct sbd_backend *b, struct sbd_sandbox *sb, uint32_t id,
+			  const struct sbd_exec_sink *sink, void **ret, struct strata_err *e)
+{
+	struct ct_box *box = sb->bpriv;
+	char *argv[] = {"(adopted exec)", NULL};
+	struct ct_exec *x = calloc(1, sizeof(*x));
+	if (!x || !(x->argv = dup_strv(argv))) {
+		free(x);
+		return -ENOMEM;
+	}
+	x->box = box;
+	x->sink = *sink;
+	x->deadline_ms = -1;
+	int r = sbx_exec_op_attach(box->s, id, &ex_cbs, x, &x->op);
+	if (r == 0)
+		r = ex_add(x);
+	if (r < 0) {
+		ex_free(x);
+		return strata_err_set(e, r, "cannot follow exec %u: %s", id, strerror(-r));
+	}
+	*ret = x;
+	return 0;
+}
+
+static int ct_exec_signal(struct sbd_backend *b, void *h, int sig)
+{
+	struct ct_exec *x = h;
+	int r = sbx_exec_op_signal(x->op, sig);
+	box_watch(x->box);
+	return r;
 }
 
 /* At every tick: an exec whose agent did not answer within its timeout
@@ -617,6 +694,9 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 	}
 	box_init(box, cb);
 	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
+	/* what ran on meanwhile (an agent older than 1.2 cannot tell) */
+	if (sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+		box->norphans = 0;
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	return 0;
@@ -876,6 +956,9 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .exec = ct_exec,
 	    .exec_stdin = ct_exec_stdin,
 	    .exec_cancel = ct_exec_cancel,
+	    .exec_signal = ct_exec_signal,
+	    .exec_orphans = ct_exec_orphans,
+	    .exec_attach = ct_exec_attach,
 	    .file = ct_file,
 	    .pause = ct_pause,
 	    .resume = ct_resume,

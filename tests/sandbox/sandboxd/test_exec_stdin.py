@@ -16,13 +16,17 @@ from test_http_api import create, healthy, request, wait_no_execs
 class Stream:
     """An exec stream read event by event (chunked NDJSON)."""
 
-    def __init__(self, daemon, sid, body):
+    def __init__(self, daemon, sid, body, path=None):
+        """POST .../exec with body, or GET path (an attach)."""
         self.s = socket.socket(socket.AF_UNIX)
         self.s.settimeout(20)
         self.s.connect(daemon.socket)
-        data = json.dumps(body).encode()
-        self.s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (
-            sid.encode(), len(data)) + data)
+        if path:
+            self.s.sendall(b"GET %s HTTP/1.1\r\n\r\n" % path.encode())
+        else:
+            data = json.dumps(body).encode()
+            self.s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+                           % (sid.encode(), len(data)) + data)
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
             self._fill()

@@ -104,3 +104,70 @@ def test_limit_of_execs_in_flight(daemon, box):
             break
         time.sleep(0.05)
     assert st == 200 and b'"exit_code":0' in b, b
+
+
+def execs(daemon, sid):
+    st, b = request(daemon, "GET", "/v1/sandboxes/%s/execs" % sid)
+    assert st == 200, b
+    return {e["exec_id"]: e for e in b["execs"]}
+
+
+def test_background_list_signal_attach(daemon, box):
+    t = time.monotonic()
+    st, b = request(daemon, "POST", "/v1/sandboxes/%s/exec" % box, {
+        "cmd": ["sh", "-c", "trap 'echo term; exit 7' TERM; echo up; "
+                "while :; do sleep 0.1; done"], "background": True})
+    assert st == 200 and b["pid"] > 1, b
+    assert time.monotonic() - t < 1.0
+    xid = b["exec_id"]
+    e = execs(daemon, box)[xid]
+    assert e["running"] and e["background"] and e["pid"] == b["pid"], e
+    assert "trap" in e["cmd"] and e["started_at"] > 0
+    # later commands run beside it
+    out, err, ev = run(daemon, box, {"cmd": ["echo", "later"]})
+    assert out == b"later\n"
+    # attach from another client: what it printed so far, then on
+    s = Stream(daemon, box, None, path="/v1/sandboxes/%s/execs/%s/stream" % (box, xid))
+    assert s.status == 200
+    ev = s.event()
+    assert ev["type"] == "start" and ev["exec_id"] == xid
+    assert s.event()["type"] == "stdout"  # "up", kept while nobody watched
+    st, b = request(daemon, "POST", "/v1/sandboxes/%s/execs/%s/signal" % (box, xid),
+                    {"signal": "TERM"})
+    assert st == 200, b
+    out, ev = s.rest()
+    assert b"term\n" in out and ev["exit_code"] == 7, (out, ev)  # stderr: "Terminated"
+    s.close()
+    assert xid not in execs(daemon, box)  # collected
+
+
+def test_background_exit_collected_later(daemon, box):
+    st, b = request(daemon, "POST", "/v1/sandboxes/%s/exec" % box,
+                    {"cmd": ["sh", "-c", "echo done; exit 3"], "background": True})
+    assert st == 200, b
+    xid = b["exec_id"]
+    deadline = time.time() + 5
+    while execs(daemon, box)[xid]["running"] and time.time() < deadline:
+        time.sleep(0.05)
+    e = execs(daemon, box)[xid]
+    assert not e["running"] and e["exit_code"] == 3, e
+    s = Stream(daemon, box, None, path="/v1/sandboxes/%s/execs/%s/stream" % (box, xid))
+    assert s.event()["type"] == "start"
+    out, ev = s.rest()
+    assert out == b"done\n" and ev["exit_code"] == 3
+    s.close()
+    st, b = request(daemon, "GET", "/v1/sandboxes/%s/execs/%s" % (box, xid))
+    assert st == 404, b
+    # a foreground exec cannot be attached to; a bad signal is refused
+    fg = Stream(daemon, box, {"cmd": ["sleep", "5"]})
+    fid = fg.event()["exec_id"]
+    st, b = request(daemon, "GET", "/v1/sandboxes/%s/execs/%s/stream" % (box, fid))
+    assert st == 409, b
+    st, b = request(daemon, "POST", "/v1/sandboxes/%s/execs/%s/signal" % (box, fid),
+                    {"signal": "NOPE"})
+    assert st == 400, b
+    st, b = request(daemon, "DELETE", "/v1/sandboxes/%s/execs/%s" % (box, fid))
+    assert st == 200, b
+    out, ev = fg.rest()
+    assert ev["signal"] == 9
+    fg.close()
