@@ -14,6 +14,10 @@
  *   lib    ROOTFS AGENT CONC SECS POOL  libstrata_sandbox directly
  *   api    SOCK IMAGE CONC SECS         strata-sandboxd's HTTP API (keep-alive)
  *   fncall SOCK IMAGE cmd|python CONC SECS   calls on fncall sandboxes
+ *   exec   SOCK IMAGE CONC SECS     exec `true` in live container sandboxes (one
+ *                                   per thread, made before): the exec's latency
+ *   ttfb   SOCK IMAGE N             exec_stream of `sleep 3; echo x` N times:
+ *                                   the time to the stream's first event
  *   mem    SOCK IMAGE N SANDBOXD_PID    N idle container sandboxes: memory per
  *                                       sandbox, sandboxd's RSS
  *   memspawn N                          N idle `sleep` processes (baseline)
@@ -99,6 +103,7 @@ struct bench {
 	void (*done)(struct worker *w);
 	void *arg;
 	uint64_t deadline;
+	pthread_barrier_t ready; /* every worker's init done: the clock starts */
 };
 
 struct worker {
@@ -113,7 +118,9 @@ struct worker {
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
-	if (w->b->init && w->b->init(w) < 0) {
+	int r = w->b->init ? w->b->init(w) : 0;
+	pthread_barrier_wait(&w->b->ready);
+	if (r < 0) {
 		w->errors++;
 		return NULL;
 	}
@@ -139,13 +146,16 @@ static int run_bench(struct bench *b, int conc, double secs)
 	pthread_t *th = calloc((size_t)conc, sizeof(*th));
 	if (!ws || !th)
 		return 1;
-	uint64_t t0 = now_ns();
-	b->deadline = t0 + (uint64_t)(secs * 1e9);
+	pthread_barrier_init(&b->ready, NULL, (unsigned)conc + 1);
+	b->deadline = UINT64_MAX;
 	for (int i = 0; i < conc; i++) {
 		ws[i] = (struct worker){.b = b, .idx = i};
 		if (pthread_create(&th[i], NULL, worker_main, &ws[i]) != 0)
 			return 1;
 	}
+	uint64_t t0 = now_ns(); /* after the inits (fncall, exec: a sandbox each) */
+	b->deadline = t0 + (uint64_t)(secs * 1e9);
+	pthread_barrier_wait(&b->ready);
 	struct samples all = {0};
 	uint64_t ops = 0, errors = 0;
 	int last_err = 0;
@@ -169,6 +179,7 @@ static int run_bench(struct bench *b, int conc, double secs)
 	free(all.v);
 	free(ws);
 	free(th);
+	pthread_barrier_destroy(&b->ready);
 	return 0;
 }
 
@@ -482,7 +493,8 @@ static int op_api(struct worker *w)
 	return r < 0 ? r : d;
 }
 
-/* fncall: each thread has its own connection and sandbox; an op is a call. */
+/* fncall (and exec on container sandboxes): each thread has its own
+ * connection and sandbox; an op is a call. */
 struct fn_priv {
 	struct hc h;
 	char id[128];
@@ -519,6 +531,54 @@ static int op_fncall(struct worker *w)
 	if (r == 0)
 		samples_add(&w->lat, now_ns() - t0);
 	return r;
+}
+
+/* ttfb: one sandbox, one new connection per sample (closing it cancels the
+ * exec); the time from the request to the first event of the stream. */
+static int mode_ttfb(const struct api_ctx *c, int n)
+{
+	struct hc h = {.fd = -1};
+	char id[128], head[512];
+	static const char body[] = "{\"cmd\":\"sleep 3; echo x\"}";
+	struct samples lat = {0};
+	int r = hc_connect(&h, c->sock);
+	if (r == 0)
+		r = api_create(&h, c, id, sizeof(id));
+	if (r < 0) {
+		fprintf(stderr, "ttfb: %s\n", strerror(-r));
+		return 1;
+	}
+	int hl = snprintf(head, sizeof(head),
+			  "POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
+			  "Content-Length: %zu\r\n\r\n%s",
+			  id, strlen(body), body);
+	uint64_t errors = 0, t_all = now_ns();
+	for (int i = 0; i < n; i++) {
+		struct hc s = {.fd = -1};
+		int err = 0;
+		uint64_t t0 = now_ns();
+		if (hc_connect(&s, c->sock) < 0 || write(s.fd, head, (size_t)hl) != hl) {
+			errors++;
+			hc_close(&s);
+			continue;
+		}
+		char *l;
+		while ((l = hc_line(&s, &err)) && !strstr(l, "\"type\""))
+			;
+		if (l && strstr(l, "\"start\""))
+			samples_add(&lat, now_ns() - t0);
+		else
+			errors++;
+		hc_close(&s);
+	}
+	double el = (double)(now_ns() - t_all) / 1e9;
+	qsort(lat.v, lat.n, sizeof(*lat.v), cmp_u64);
+	printf("RESULT ttfb %.1f %.3f %.3f %zu %llu\n", (double)lat.n / el, pct_ms(&lat, 0.5),
+	       pct_ms(&lat, 0.99), lat.n, (unsigned long long)errors);
+	free(lat.v);
+	api_delete(&h, id);
+	hc_close(&h);
+	return 0;
 }
 
 /* ---- memory --------------------------------------------------------------- */
@@ -778,6 +838,20 @@ int main(int argc, char **argv)
 		struct bench b = {
 		    .name = name, .op = op_fncall, .init = fn_init, .done = fn_done, .arg = &c};
 		return run_bench(&b, atoi(argv[5]), atof(argv[6]));
+	}
+	if (!strcmp(m, "exec") && argc == 6) {
+		struct api_ctx c = {.sock = argv[2],
+				    .image = argv[3],
+				    .backend = "container",
+				    .call = "{\"cmd\":[\"true\"]}"};
+		snprintf(name, sizeof(name), "exec_c%s", argv[4]);
+		struct bench b = {
+		    .name = name, .op = op_fncall, .init = fn_init, .done = fn_done, .arg = &c};
+		return run_bench(&b, atoi(argv[4]), atof(argv[5]));
+	}
+	if (!strcmp(m, "ttfb") && argc == 5) {
+		struct api_ctx c = {.sock = argv[2], .image = argv[3], .backend = "container"};
+		return mode_ttfb(&c, atoi(argv[4]));
 	}
 	if (!strcmp(m, "mem") && argc == 6) {
 		struct api_ctx c = {.sock = argv[2], .image = argv[3], .backend = "container"};

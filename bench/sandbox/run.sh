@@ -4,12 +4,15 @@
 # libstrata_sandbox directly, beside `crun run` of the same busybox rootfs and
 # bare posix_spawn + wait of /bin/true; fncall calls per second (a command,
 # Python source) beside spawning the same thing on the host; host memory per
-# idle sandbox and sandboxd's RSS with N sandboxes alive. Every baseline is
-# measured in the same run. See bench/sandbox/README.md.
+# idle sandbox and sandboxd's RSS with N sandboxes alive; exec latency in
+# live sandboxes beside posix_spawn + wait of the same command, and the time
+# to the first event of exec_stream. Every baseline is measured in the same
+# run. See bench/sandbox/README.md.
 #
 # usage: bench/sandbox/run.sh [BUILD_DIR]   (default build-release; root)
 # env:   SECS (seconds per measurement, 3), CONCS ("1 8 64"), MEM_N (1000),
-#        FN_CONCS ("1 4"), POOL (library pool size, 8)
+#        FN_CONCS ("1 4"), POOL (library pool size, 8), TTFB_N (50),
+#        PARTS ("create fncall mem execs": which sections run)
 set -euo pipefail
 
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,6 +22,9 @@ CONCS=${CONCS:-"1 8 64"}
 FN_CONCS=${FN_CONCS:-"1 4"}
 MEM_N=${MEM_N:-1000}
 POOL=${POOL:-8}
+TTFB_N=${TTFB_N:-50}
+PARTS=${PARTS:-"create fncall mem execs"}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 [ "$(id -u)" -eq 0 ] || { echo "bench/sandbox: needs root" >&2; exit 77; }
 for f in strata-sandboxd strata-agent; do
@@ -100,19 +106,29 @@ crun_measure() {
 echo "measuring (${SECS}s each; progress on stderr) ..." >&2
 for c in $CONCS; do
   measure spawn "$c" "$SECS"
-  crun_measure "$work/bundle" "$c" "$SECS"
-  measure lib "$work/rootfs" "$BUILD/bin/strata-agent" "$c" "$SECS" "$POOL"
-  measure api "$work/sd.sock" bb "$c" "$SECS"
+  if part create; then
+    crun_measure "$work/bundle" "$c" "$SECS"
+    measure lib "$work/rootfs" "$BUILD/bin/strata-agent" "$c" "$SECS" "$POOL"
+    measure api "$work/sd.sock" bb "$c" "$SECS"
+  fi
+  if part execs; then # the same `true` in a live sandbox, one per thread
+    measure exec "$work/sd.sock" bb "$c" "$SECS"
+  fi
 done
-for c in $FN_CONCS; do
-  case " $CONCS " in *" $c "*) ;; *) measure spawn "$c" "$SECS" ;; esac
-  measure fncall "$work/sd.sock" py cmd "$c" "$SECS"
-  measure fncall "$work/sd.sock" py python "$c" "$SECS"
-  "$BENCH" spawn "$c" "$SECS" /usr/bin/python3 -I -c 'x = 1' |
-    sed 's/^RESULT spawn_/RESULT spawnpy_/' | tee -a "$res" >&2
-done
-measure mem "$work/sd.sock" bb "$MEM_N" "$sd_pid"
-measure memspawn "$MEM_N"
+if part fncall; then
+  for c in $FN_CONCS; do
+    case " $CONCS " in *" $c "*) ;; *) measure spawn "$c" "$SECS" ;; esac
+    measure fncall "$work/sd.sock" py cmd "$c" "$SECS"
+    measure fncall "$work/sd.sock" py python "$c" "$SECS"
+    "$BENCH" spawn "$c" "$SECS" /usr/bin/python3 -I -c 'x = 1' |
+      sed 's/^RESULT spawn_/RESULT spawnpy_/' | tee -a "$res" >&2
+  done
+fi
+if part mem; then
+  measure mem "$work/sd.sock" bb "$MEM_N" "$sd_pid"
+  measure memspawn "$MEM_N"
+fi
+part execs && measure ttfb "$work/sd.sock" bb "$TTFB_N"
 
 # ---- report ----------------------------------------------------------------
 get() { awk -v k="$1" -v f="$2" '$1 == "RESULT" && $2 == k { print $f; exit }' "$res"; }
@@ -124,14 +140,26 @@ line() { # label ours-key base-label base-key
 }
 
 echo
-echo "== creations: create + exec true + delete, ${SECS}s per line, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "   (p50/p99: create only; crun: the whole 'crun run'; spawn: posix_spawn + wait)"
+echo "== $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s per line"
+part create && echo "== creations: create + exec true + delete (p50/p99: create only; crun: the whole 'crun run'; spawn: posix_spawn + wait)"
 for c in $CONCS; do
+  part create || break
   line "sandboxd API     conc $c" "api_c$c" "crun run" "crun_c$c"
   line "sandboxd API     conc $c" "api_c$c" "posix_spawn true" "spawn_c$c"
   line "library          conc $c" "lib_c$c" "crun run" "crun_c$c"
   line "library          conc $c" "lib_c$c" "posix_spawn true" "spawn_c$c"
 done
+if part execs; then
+  echo
+  echo "== exec true in live container sandboxes through the API (one keep-alive connection and"
+  echo "   sandbox per client; p50/p99: the exec) beside posix_spawn + wait of /bin/true on the host"
+  for c in $CONCS; do
+    line "exec in sandbox  conc $c" "exec_c$c" "posix_spawn true" "spawn_c$c"
+  done
+  printf '%-28s p50 %7s p99 %7s ms (%s samples, %s errors): exec_stream of '"'"'sleep 3; echo x'"'"', first event\n' \
+    "time to first event" "$(get ttfb 4)" "$(get ttfb 5)" "$(get ttfb 6)" "$(get ttfb 7)"
+fi
+part create || exit 0 # the sections below need the full run
 echo
 echo "== fncall calls (one keep-alive connection and fncall sandbox per client; p50/p99: the call)"
 for c in $FN_CONCS; do

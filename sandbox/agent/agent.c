@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define AGENT_FD 3
-#define AGENT_VERSION "strata-agent 1.1"
+#define AGENT_VERSION "strata-agent 1.2"
 
 uint64_t ag_now_us(void)
 {
@@ -103,6 +103,12 @@ static void dispatch(struct agent *a, const struct ag_hdr *h, const uint8_t *p)
 		break;
 	case AG_T_PING:
 		ag_reply_status(a, h->type, h->id, 0);
+		break;
+	case AG_T_EXECS:
+		ag_exec_list(a, h->id);
+		break;
+	case AG_T_ATTACH:
+		ag_exec_attach(a, h->id);
 		break;
 	default:
 		ag_reply_status(a, h->type, h->id, -EOPNOTSUPP);
@@ -198,7 +204,8 @@ static nfds_t add_exec_fds(struct agent *a, struct pollfd *pfd, nfds_t n, struct
 {
 	bool out_ok = a->out.len < AG_OUT_HIGH;
 	for (struct ag_execp *e = a->execs; e; e = e->next) {
-		int fds[3] = {out_ok ? e->out_fd : -1, out_ok ? e->err_fd : -1,
+		bool rd = out_ok || e->detached; /* held output is bounded by its cap */
+		int fds[3] = {rd ? e->out_fd : -1, rd ? e->err_fd : -1,
 			      (e->in_buf.len || e->in_eof) ? e->in_fd : -1};
 		for (int s = 0; s < 3; s++) {
 			if (fds[s] < 0)
@@ -226,9 +233,10 @@ static void handle_exec_events(struct agent *a, struct pollfd *pfd, nfds_t from,
 }
 
 /* The host went away (or broke the protocol). A persistent sandbox forgets
- * the session (queued output included: execs keep running, their output is
- * dropped until a host connects) and waits for a new host; otherwise the
- * agent ends, and the sandbox with it. */
+ * the session (what was queued for it is lost) and waits for a new host;
+ * its execs keep running, held: their output (up to each one's cap) and
+ * exit wait for a host to ATTACH. Otherwise the agent ends, and the sandbox
+ * with it. */
 static int lost_host(struct agent *a, int r)
 {
 	if (a->listen_fd < 0)
@@ -240,6 +248,7 @@ static int lost_host(struct agent *a, int r)
 	a->orphan_since_us = ag_now_us();
 	a->in_len = 0;
 	a->out.len = 0;
+	ag_exec_detach_all(a);
 	while (a->nfds)
 		close(ag_take_fd(a));
 	return 0;
@@ -370,6 +379,7 @@ int main(int argc, char **argv)
 	/* Host is gone (or the stream broke): as pid 1, exiting tears the
 	 * sandbox down; elsewhere, kill what we started. */
 	for (struct ag_execp *e = a.execs; e; e = e->next)
-		kill(-e->pid, SIGKILL);
+		if (!e->ended)
+			kill(-e->pid, SIGKILL);
 	return r < 0 ? 1 : 0;
 }

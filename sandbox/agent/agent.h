@@ -13,7 +13,12 @@
  *  3. An exec's EXIT is the last message with its id; its pipes are drained
  *     (what is readable right then) before EXIT is queued.
  *  4. Every child is reaped; children that are not execs (orphans re-parented
- *     to pid 1) are reaped and forgotten. */
+ *     to pid 1) are reaped and forgotten.
+ *  5. An exec whose host went away is held: its frames (OUTPUT up to its
+ *     output cap, then EXIT) go to its own queue (held), not to the
+ *     stream, and an ended one stays listed (EXECS) until a host ATTACHes
+ *     and gets them. At most AG_MAX_EXECS execs, running or held ended;
+ *     the oldest ended one makes room for a new exec. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,6 +44,10 @@ struct ag_execp {
 	uint64_t cap, sent, out_bytes, err_bytes;
 	uint64_t start_us, deadline_us; /* deadline 0 = none */
 	uint64_t oom_kills;		/* the sandbox's OOM kill count at its start */
+	bool detached;			/* no host follows it: frames go to held */
+	bool ended;			/* reaped; kept for an ATTACH (detached only) */
+	struct ag_wr held;		/* its frames while detached */
+	char *cmd;			/* argv joined, for EXECS */
 };
 
 struct agent {
@@ -69,6 +78,11 @@ void ag_reply_status(struct agent *a, uint16_t type, uint32_t id, int status);
 int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len);
 void ag_exec_stdin(struct agent *a, uint32_t id, const void *p, size_t len);
 int ag_exec_signal(struct agent *a, uint32_t id, const void *p, size_t len);
+/* The host went away: every exec is held (invariant 5). */
+void ag_exec_detach_all(struct agent *a);
+/* EXECS and ATTACH: each queues its reply. */
+void ag_exec_list(struct agent *a, uint32_t id);
+void ag_exec_attach(struct agent *a, uint32_t id);
 /* Reaps every child that exited and reports finished execs. */
 void ag_reap(struct agent *a);
 /* Reads available output of e->fd (stdout or stderr). Returns false at EOF. */

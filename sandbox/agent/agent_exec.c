@@ -10,7 +10,9 @@
  * user) are the EXEC reply's status, with the step that failed (the child
  * reports step and errno through a close-on-exec pipe); after a successful
  * reply exactly one EXIT follows, flagged AG_EXIT_F_OOM_KILLED when the
- * command died of SIGKILL while the sandbox's OOM kill counter rose.
+ * command died of SIGKILL while the sandbox's OOM kill counter rose. While
+ * no host follows an exec (its host went away) its frames are held
+ * (agent.h, invariant 5) for the next host's ATTACH; EXECS lists the execs.
  *
  * The command's environment is Docker's: PATH (AG_DEFAULT_PATH), HOME (the
  * user's home in the sandbox's /etc/passwd, else "/", as runc), USER (the
@@ -323,10 +325,55 @@ static uint64_t oom_kills(const struct agent *a)
 	return 0;
 }
 
+static void exec_free(struct ag_execp *e)
+{
+	ag_wr_done(&e->in_buf);
+	ag_wr_done(&e->held);
+	free(e->cmd);
+	free(e);
+}
+
+static void exec_unlink(struct agent *a, struct ag_execp *e)
+{
+	for (struct ag_execp **pp = &a->execs; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			a->nexecs--;
+			exec_free(e);
+			return;
+		}
+}
+
+/* Makes room for a new exec: forgets the ended held exec that started
+ * first. Returns false when every exec still runs. */
+static bool drop_oldest_ended(struct agent *a)
+{
+	struct ag_execp *old = NULL;
+	for (struct ag_execp *e = a->execs; e; e = e->next)
+		if (e->ended && (!old || e->start_us < old->start_us))
+			old = e;
+	if (old)
+		exec_unlink(a, old);
+	return old != NULL;
+}
+
+/* argv joined by spaces, at most AG_MAX_CMD bytes (malloc'ed). */
+static char *join_argv(char *const *argv)
+{
+	char *s = malloc(AG_MAX_CMD + 1);
+	size_t n = 0;
+	if (!s)
+		return NULL;
+	s[0] = 0;
+	for (size_t i = 0; argv[i] && n < AG_MAX_CMD; i++)
+		n += (size_t)snprintf(s + n, AG_MAX_CMD + 1 - n, "%s%s", i ? " " : "", argv[i]);
+	return s;
+}
+
 int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
 {
 	struct ag_exec_req *q = NULL;
-	if (a->nexecs >= AG_MAX_EXECS)
+	if (a->nexecs >= AG_MAX_EXECS && !drop_oldest_ended(a))
 		return -EAGAIN;
 	if (find_exec(a, id))
 		return -EEXIST;
@@ -344,11 +391,13 @@ int ag_exec_start(struct agent *a, uint32_t id, const void *p, size_t len)
 	e->deadline_us = q->timeout_ms ? e->start_us + (uint64_t)q->timeout_ms * 1000 : 0;
 	ag_wr_init(&e->in_buf);
 	e->oom_kills = oom_kills(a);
+	ag_wr_init(&e->held);
+	e->cmd = join_argv(q->argv);
 	int step = AG_STEP_UNKNOWN;
-	r = spawn(q, e, &step);
+	r = e->cmd ? spawn(q, e, &step) : -ENOMEM;
 	free(q);
 	if (r < 0) { /* the reply, with the step that failed (1.2) */
-		free(e);
+		exec_free(e);
 		size_t off = ag_wr_begin(&a->out, AG_T_EXEC | AG_T_REPLY, id);
 		ag_wr_u32(&a->out, (uint32_t)r);
 		ag_wr_u8(&a->out, (uint8_t)step);
@@ -427,7 +476,7 @@ int ag_exec_signal(struct agent *a, uint32_t id, const void *p, size_t len)
 	if (r.err || sig < 0 || sig >= 65)
 		return -EINVAL;
 	struct ag_execp *e = find_exec(a, id);
-	if (!e)
+	if (!e || e->ended)
 		return -ESRCH;
 	if (kill(-e->pid, sig) < 0 && kill(e->pid, sig) < 0)
 		return -errno;
@@ -449,10 +498,11 @@ static void send_output(struct agent *a, struct ag_execp *e, int stream, const v
 		e->truncated = true;
 	}
 	e->sent += n;
-	size_t off = ag_wr_begin(&a->out, AG_T_OUTPUT, e->id);
-	ag_wr_u8(&a->out, (uint8_t)stream);
-	ag_wr_blob(&a->out, p, (uint32_t)n);
-	ag_wr_end(&a->out, off);
+	struct ag_wr *w = e->detached ? &e->held : &a->out;
+	size_t off = ag_wr_begin(w, AG_T_OUTPUT, e->id);
+	ag_wr_u8(w, (uint8_t)stream);
+	ag_wr_blob(w, p, (uint32_t)n);
+	ag_wr_end(w, off);
 }
 
 bool ag_exec_pump(struct agent *a, struct ag_execp *e, int stream)
@@ -473,7 +523,8 @@ bool ag_exec_pump(struct agent *a, struct ag_execp *e, int stream)
 	return *fd >= 0;
 }
 
-static void finish(struct agent *a, struct ag_execp *e, int status)
+/* Reports the exit. Returns true when e is done with (else it is held). */
+static bool finish(struct agent *a, struct ag_execp *e, int status)
 {
 	/* Invariant 3: forward what the pipes hold right now, then report. */
 	ag_exec_pump(a, e, AG_STREAM_STDOUT);
@@ -495,13 +546,17 @@ static void finish(struct agent *a, struct ag_execp *e, int status)
 	    .stderr_bytes = e->err_bytes,
 	    .duration_us = ag_now_us() - e->start_us,
 	};
-	size_t off = ag_wr_begin(&a->out, AG_T_EXIT, e->id);
-	ag_exit_encode(&a->out, &x);
-	ag_wr_end(&a->out, off);
+	struct ag_wr *w = e->detached ? &e->held : &a->out;
+	size_t off = ag_wr_begin(w, AG_T_EXIT, e->id);
+	ag_exit_encode(w, &x);
+	ag_wr_end(w, off);
 	close_fd(&e->out_fd);
 	close_fd(&e->err_fd);
 	close_fd(&e->in_fd);
 	ag_wr_done(&e->in_buf);
+	e->ended = true;
+	e->deadline_us = 0;
+	return !e->detached;
 }
 
 void ag_reap(struct agent *a)
@@ -511,14 +566,11 @@ void ag_reap(struct agent *a)
 		pid_t pid = waitpid(-1, &status, WNOHANG);
 		if (pid <= 0)
 			return;
-		for (struct ag_execp **pp = &a->execs; *pp; pp = &(*pp)->next) {
-			struct ag_execp *e = *pp;
-			if (e->pid != pid)
+		for (struct ag_execp *e = a->execs; e; e = e->next) {
+			if (e->pid != pid || e->ended)
 				continue;
-			finish(a, e, status);
-			*pp = e->next;
-			a->nexecs--;
-			free(e);
+			if (finish(a, e, status))
+				exec_unlink(a, e);
 			break;
 		}
 	}
@@ -543,4 +595,49 @@ int ag_exec_timeouts(struct agent *a)
 	if (!next)
 		return -1;
 	return (int)((next - now + 999) / 1000);
+}
+
+void ag_exec_detach_all(struct agent *a)
+{
+	for (struct ag_execp *e = a->execs; e; e = e->next)
+		e->detached = true;
+}
+
+void ag_exec_list(struct agent *a, uint32_t id)
+{
+	static struct ag_exec_info info; /* AG_MAX_CMD on the agent's small stack: no */
+	uint64_t now = ag_now_us();
+	size_t off = ag_wr_begin(&a->out, AG_T_EXECS | AG_T_REPLY, id);
+	ag_wr_u32(&a->out, 0);
+	ag_wr_u32(&a->out, a->nexecs);
+	for (struct ag_execp *e = a->execs; e; e = e->next) {
+		info.id = e->id;
+		info.pid = (uint32_t)e->pid;
+		info.state = e->ended ? AG_EXEC_ENDED : AG_EXEC_RUNNING;
+		info.held = e->detached;
+		info.age_us = now - e->start_us;
+		snprintf(info.cmd, sizeof(info.cmd), "%s", e->cmd ? e->cmd : "");
+		ag_exec_info_encode(&a->out, &info);
+	}
+	ag_wr_end(&a->out, off);
+}
+
+/* The host follows exec id from now on: its held frames first. */
+void ag_exec_attach(struct agent *a, uint32_t id)
+{
+	struct ag_execp *e = find_exec(a, id);
+	if (!e) {
+		ag_reply_status(a, AG_T_ATTACH, id, -ESRCH);
+		return;
+	}
+	size_t off = ag_wr_begin(&a->out, AG_T_ATTACH | AG_T_REPLY, id);
+	ag_wr_u32(&a->out, 0);
+	ag_wr_u32(&a->out, (uint32_t)e->pid);
+	ag_wr_end(&a->out, off);
+	ag_wr_bytes(&a->out, e->held.data, e->held.len);
+	ag_wr_done(&e->held);
+	ag_wr_init(&e->held);
+	e->detached = false;
+	if (e->ended) /* its EXIT went out with the held frames */
+		exec_unlink(a, e);
 }

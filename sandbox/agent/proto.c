@@ -447,6 +447,34 @@ uint8_t ag_file_type(uint32_t m)
 	}
 }
 
+void ag_exec_info_encode(struct ag_wr *w, const struct ag_exec_info *e)
+{
+	size_t n = strnlen(e->cmd, AG_MAX_CMD);
+	ag_wr_u32(w, e->id);
+	ag_wr_u32(w, e->pid);
+	ag_wr_u8(w, e->state);
+	ag_wr_u8(w, e->held);
+	ag_wr_u64(w, e->age_us);
+	ag_wr_blob(w, e->cmd, (uint32_t)n);
+}
+
+int ag_exec_info_decode(struct ag_rd *r, struct ag_exec_info *ret)
+{
+	uint32_t n = 0;
+	ret->id = ag_rd_u32(r);
+	ret->pid = ag_rd_u32(r);
+	ret->state = ag_rd_u8(r);
+	ret->held = ag_rd_u8(r);
+	ret->age_us = ag_rd_u64(r);
+	const void *cmd = ag_rd_blob(r, AG_MAX_CMD, &n);
+	if (r->err || !cmd || memchr(cmd, 0, n) ||
+	    (ret->state != AG_EXEC_RUNNING && ret->state != AG_EXEC_ENDED))
+		return r->err = -EBADMSG;
+	memcpy(ret->cmd, cmd, n);
+	ret->cmd[n] = 0;
+	return 0;
+}
+
 const char *ag_type_name(uint16_t type)
 {
 	static const char *const names[] = {
@@ -454,7 +482,8 @@ const char *ag_type_name(uint16_t type)
 	    [AG_T_SIGNAL] = "SIGNAL", [AG_T_OUTPUT] = "OUTPUT", [AG_T_EXIT] = "EXIT",
 	    [AG_T_START] = "START",   [AG_T_READ] = "READ",	[AG_T_WRITE] = "WRITE",
 	    [AG_T_LIST] = "LIST",     [AG_T_STAT] = "STAT",	[AG_T_MKDIR] = "MKDIR",
-	    [AG_T_REMOVE] = "REMOVE", [AG_T_PING] = "PING",
+	    [AG_T_REMOVE] = "REMOVE", [AG_T_PING] = "PING",	[AG_T_EXECS] = "EXECS",
+	    [AG_T_ATTACH] = "ATTACH",
 	};
 	uint16_t t = type & (uint16_t)~AG_T_REPLY;
 	if (t < sizeof(names) / sizeof(names[0]) && names[t])

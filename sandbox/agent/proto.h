@@ -33,7 +33,9 @@
 
 #define AG_MAGIC 0x54474153u /* "SAGT" */
 #define AG_MAJOR 1
-#define AG_MINOR 2 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag */
+#define AG_MINOR                                                                                   \
+	3 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag; 1.3: EXECS,    \
+	     ATTACH */
 #define AG_HDR_SIZE 16
 #define AG_MAX_DATA (1u << 20)		      /* one read/write/stdin chunk */
 #define AG_MAX_PAYLOAD (AG_MAX_DATA + 65536u) /* data plus its fields */
@@ -41,6 +43,7 @@
 #define AG_MAX_ARGS 4096  /* argv and env entries, each */
 #define AG_MAX_LIST 16384 /* directory entries in one LIST reply */
 #define AG_OUTPUT_CHUNK 32768
+#define AG_MAX_CMD 1024 /* bytes of an exec's command line in an EXECS entry */
 
 enum ag_type {
 	AG_T_HELLO = 1,	 /* agent -> host, id 0, once at start */
@@ -50,6 +53,8 @@ enum ag_type {
 	AG_T_OUTPUT = 5, /* agent -> host, id = exec id */
 	AG_T_EXIT = 6,	 /* agent -> host, id = exec id, last message of an exec */
 	AG_T_START = 7,	 /* container staging: enter the root, drop privileges */
+	AG_T_EXECS = 8,	 /* 1.2: -> reply: status, the execs (running, or ended, not collected) */
+	AG_T_ATTACH = 9, /* 1.2, id = exec id: -> reply: status, pid; then its held frames */
 	AG_T_READ = 16,
 	AG_T_WRITE = 17,
 	AG_T_LIST = 18,
@@ -212,6 +217,22 @@ struct ag_start_req {
 };
 void ag_start_encode(struct ag_wr *w, const struct ag_start_req *q);
 int ag_start_decode(const void *p, size_t len, struct ag_start_req *ret);
+
+/* One entry of an EXECS reply (after i32 status, u32 count): an exec the
+ * agent runs, or one that ended while no host followed it and whose EXIT
+ * waits for an ATTACH. */
+enum { AG_EXEC_RUNNING = 1, AG_EXEC_ENDED = 2 };
+struct ag_exec_info {
+	uint32_t id, pid;
+	uint8_t state;		  /* AG_EXEC_* */
+	uint8_t held;		  /* frames wait for an ATTACH */
+	uint64_t age_us;	  /* since it started */
+	char cmd[AG_MAX_CMD + 1]; /* argv joined by spaces, cut at AG_MAX_CMD */
+};
+void ag_exec_info_encode(struct ag_wr *w, const struct ag_exec_info *e);
+/* Reads one entry; returns 0 or -EBADMSG (overrun, bad state, a cmd over
+ * AG_MAX_CMD or with a NUL byte). */
+int ag_exec_info_decode(struct ag_rd *r, struct ag_exec_info *ret);
 
 /* Maps a st_mode to AG_FT_*. */
 uint8_t ag_file_type(uint32_t st_mode);

@@ -1,22 +1,25 @@
 /* client.c — the client of the agent protocol over a sandbox's stream:
  * exec (with streamed output through callbacks) and the file operations.
- * One request at a time per sandbox; frames for other ids (late ones of an
- * earlier request) are skipped. Every blocking wait has a deadline, so a
- * stuck or dead agent yields -ETIMEDOUT or -EPIPE, never a hang.
+ * Every sandbox has a channel (struct sbx_chan): its stream, shared by the
+ * requests in flight, whose frames are routed by request id. Every
+ * blocking wait has a deadline, so a stuck or dead agent yields -ETIMEDOUT
+ * or -EPIPE, never a hang.
  *
- * An exec is an op (sbx_exec_op_*) that never blocks: it keeps what the
- * socket did not take and what it read of a frame, and is driven by the
- * caller's loop (sandboxd's epoll loop) or by sbx_exec's poll loop.
+ * An exec is an op (sbx_exec_op_*) that never blocks: the channel keeps
+ * what the socket did not take and what it read of a frame, and is driven
+ * by the caller's loop (sandboxd's epoll loop) or by sbx_exec's poll loop.
+ * A synchronous file request queues its frame on the same channel and
+ * drives it until its reply came, so it works while execs run.
  *
  * The one exception to "one thread per sandbox": sbx_exec_stdin feeds an
  * interactive exec from another thread while sbx_exec reads, between the
  * exec's start (on_stdin) and sbx_exec's return. The only frames that can
  * then be written at once are its STDIN and sbx_exec's SIGKILL, so those
- * two hold the stream's write lock (a table of locks hashed by fd: struct
- * sbx is not this file's to extend) and never interleave; sbx_exec only
- * tries the lock (a writer blocked on a full stream needs sbx_exec to keep
- * reading) and holds it until its frame is out. Nothing else takes it, so a
- * caller's other sandboxes never wait on it. */
+ * two hold the stream's write lock (a table of locks hashed by fd) and
+ * never interleave; the channel only tries the lock (a writer blocked on a
+ * full stream needs sbx_exec to keep reading) and holds it until its
+ * bytes are out. Nothing else takes it, so a caller's other sandboxes
+ * never wait on it. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -146,26 +149,6 @@ static void reply_done(struct reply *r)
 	free(r->buf);
 }
 
-/* Sends w (one frame of type/id) and waits for its reply; returns the
- * reply's status, leaving rp->rd positioned after it. */
-static int roundtrip(struct sbx *s, struct ag_wr *w, uint16_t type, uint32_t id, struct reply *rp)
-{
-	int64_t deadline = now_ms() + FILE_TIMEOUT_MS;
-	int r = send_wr(s, w);
-	while (r == 0) {
-		r = read_frame_until(s->ctl, &rp->h, &rp->buf, &rp->cap, deadline);
-		if (r < 0)
-			return r;
-		if (rp->h.type == (type | AG_T_REPLY) && rp->h.id == id)
-			break;
-	}
-	if (r < 0)
-		return r;
-	ag_rd_init(&rp->rd, rp->buf, rp->h.len);
-	int status = (int32_t)ag_rd_u32(&rp->rd);
-	return rp->rd.err ? rp->rd.err : status;
-}
-
 /* ---- exec ------------------------------------------------------------------ */
 
 static uint32_t count(const char *const *v)
@@ -215,76 +198,138 @@ int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len
 	if (ack)
 		ag_wr_u8(&w, AG_STDIN_F_ACK);
 	int r = ag_wr_end(&w, off);
-	if (r == 0)
+	if (r == 0) {
+		pthread_mutex_lock(wlock(s));
 		r = send_wr(s, &w);
+		pthread_mutex_unlock(wlock(s));
+	}
 	ag_wr_done(&w);
 	return r;
 }
 
-/* One exec in progress (sbx_exec_op_*). The frames not yet sent are
- * out.data[sent..out.len); in[0..in_len) holds what was read and not yet
- * handled (at most a part of one frame between calls).
+/* ---- the channel: one per sandbox, every request in flight ----------------- */
+
+/* A synchronous request waiting for its reply (sbx_file_*): the frame,
+ * copied out of the stream when it comes. */
+struct waiter {
+	struct waiter *next;
+	uint32_t id;
+	uint16_t type; /* the reply's */
+	struct reply *rp;
+	int r; /* the reply's read status */
+	bool done;
+};
+
+/* The sandbox's stream, shared by its requests: the frames not yet sent
+ * (out.data[sent..out.len), whole frames only, so nothing interleaves) and
+ * what was read and not yet handled (in[0..in_len), at most a part of one
+ * frame between calls). Frames read are routed by id to the op or waiter
+ * that owns it; frames of nobody (late ones of a freed op) are skipped.
  *
  * Invariants:
- *  1. exit is called once, and no callback after it.
- *  2. done = exit called, nothing left to send and no part of a frame
- *     read: the next request starts on a frame boundary. (After a stream
- *     error the stream is broken whatever we do: done at once.)
+ *  1. Every op on ops has not been told its exit; op_exit unlinks it
+ *     first, so an exit callback may free its op.
+ *  2. err: the stream broke; every op and waiter in flight is told, and
+ *     later ones fail at once.
  *  3. With shared_writes (sbx_exec of a stdin_stream exec, where
- *     sbx_exec_stdin writes from another thread) the op writes only while
- *     it holds the stream's write lock, and keeps it until its bytes are
- *     all out, so that frames never interleave. */
-struct sbx_exec_op {
-	struct sbx *s;
-	uint32_t id;
-	struct sbx_exec_cbs cb;
-	void *ud;
+ *     sbx_exec_stdin writes from another thread) the channel writes only
+ *     while it holds the stream's write lock, and keeps it until its bytes
+ *     are all out, so that frames never interleave. */
+struct sbx_chan {
 	struct ag_wr out;
 	size_t sent;
 	uint8_t *in;
 	size_t in_len, in_cap;
-	int err; /* the stream failed: reported by exit */
-	uint8_t minor;
-	bool started, exited, stdin_stream, stdin_closed, not_sock;
-	bool shared_writes, locked;
+	int err;
+	bool not_sock, locked;
+	unsigned shared_writes;
+	struct sbx_exec_op *ops;
+	unsigned nexecs;
+	struct waiter *waiters;
 };
 
-static short op_events(const struct sbx_exec_op *op)
+/* One exec in progress (sbx_exec_op_*), on its sandbox's channel. */
+struct sbx_exec_op {
+	struct sbx *s;
+	struct sbx_exec_op *next; /* in chan->ops while linked */
+	bool linked;
+	uint32_t id;
+	struct sbx_exec_cbs cb;
+	void *ud;
+	int32_t pid;
+	uint8_t minor;
+	bool started, exited, stdin_stream, stdin_closed, shared;
+};
+
+static struct sbx_chan *chan_get(struct sbx *s)
 {
-	if (op->exited && (op->err || (op->sent == op->out.len && op->in_len == 0)))
-		return 0;
-	short ev = op->exited && op->in_len == 0 ? 0 : POLLIN;
-	if (op->sent < op->out.len || (op->err && !op->exited))
-		ev |= POLLOUT;
-	return ev;
+	if (!s->chan && (s->chan = calloc(1, sizeof(*s->chan))))
+		ag_wr_init(&s->chan->out);
+	return s->chan;
 }
 
-short sbx_exec_op_events(const struct sbx_exec_op *op)
+void client_chan_free(struct sbx *s)
 {
-	return op_events(op);
+	struct sbx_chan *ch = s->chan;
+	if (!ch)
+		return;
+	if (ch->locked)
+		pthread_mutex_unlock(wlock(s));
+	for (struct sbx_exec_op *op = ch->ops; op; op = op->next)
+		op->linked = false; /* the caller frees its ops */
+	ag_wr_done(&ch->out);
+	free(ch->in);
+	free(ch);
+	s->chan = NULL;
+}
+
+static void op_unlink(struct sbx_exec_op *op)
+{
+	struct sbx_chan *ch = op->s->chan;
+	if (!op->linked)
+		return;
+	for (struct sbx_exec_op **p = &ch->ops; *p; p = &(*p)->next)
+		if (*p == op) {
+			*p = op->next;
+			break;
+		}
+	op->linked = false;
+	ch->nexecs--;
+	if (op->shared)
+		ch->shared_writes--;
+}
+
+static void op_exit(struct sbx_exec_op *op, int r, const struct sbx_exec_result *res)
+{
+	if (op->exited)
+		return;
+	op->exited = true;
+	op_unlink(op);
+	op->cb.exit(op->ud, r, res); /* may free op */
 }
 
 /* Sends what the socket takes now. */
-static void op_flush(struct sbx_exec_op *op)
+static void chan_flush(struct sbx *s)
 {
-	if (op->err || op->sent == op->out.len)
+	struct sbx_chan *ch = s->chan;
+	if (ch->err || ch->sent == ch->out.len)
 		return;
-	if (op->shared_writes && !op->locked) {
-		if (pthread_mutex_trylock(wlock(op->s)) != 0)
+	if (ch->shared_writes && !ch->locked) {
+		if (pthread_mutex_trylock(wlock(s)) != 0)
 			return; /* a stdin chunk is being written: later */
-		op->locked = true;
+		ch->locked = true;
 	}
-	int fd = op->s->ctl;
-	while (op->sent < op->out.len) {
-		const uint8_t *p = op->out.data + op->sent;
-		size_t n = op->out.len - op->sent;
+	int fd = s->ctl;
+	while (ch->sent < ch->out.len) {
+		const uint8_t *p = ch->out.data + ch->sent;
+		size_t n = ch->out.len - ch->sent;
 		ssize_t k = -1;
-		if (!op->not_sock) {
+		if (!ch->not_sock) {
 			k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 			if (k < 0 && errno == ENOTSOCK)
-				op->not_sock = true;
+				ch->not_sock = true;
 		}
-		if (op->not_sock) { /* a pipe or a tty: write only what poll allows */
+		if (ch->not_sock) { /* a pipe or a tty: write only what poll allows */
 			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
 			k = poll(&pfd, 1, 0);
 			if (k > 0 && !(pfd.revents & POLLOUT))
@@ -301,37 +346,60 @@ static void op_flush(struct sbx_exec_op *op)
 		if (k < 0 && errno == EAGAIN)
 			break;
 		if (k <= 0) {
-			op->err = k == 0 || errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno;
+			ch->err = k == 0 || errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno;
 			break;
 		}
-		op->sent += (size_t)k;
+		ch->sent += (size_t)k;
 	}
-	if (op->sent == op->out.len || op->err) {
-		op->out.len = 0;
-		op->sent = 0;
-		if (op->locked)
-			pthread_mutex_unlock(wlock(op->s));
-		op->locked = false;
+	if (ch->sent == ch->out.len || ch->err) {
+		ch->out.len = 0;
+		ch->sent = 0;
+		if (ch->locked)
+			pthread_mutex_unlock(wlock(s));
+		ch->locked = false;
 	}
 }
 
-static void op_exit(struct sbx_exec_op *op, int r, const struct sbx_exec_result *res)
+/* Appends the frame begun at off (by ag_wr_begin on ch->out) and sends
+ * what the socket takes. A frame that cannot be encoded is dropped. */
+static int chan_queue_end(struct sbx *s, size_t off)
 {
-	if (op->exited)
-		return;
-	op->exited = true;
-	op->cb.exit(op->ud, r, res);
+	struct sbx_chan *ch = s->chan;
+	int r = ag_wr_end(&ch->out, off);
+	if (r < 0) { /* drop the frame, keep what was queued before it */
+		ch->out.len = off;
+		ch->out.err = 0;
+		return r;
+	}
+	chan_flush(s);
+	return 0;
 }
 
-/* One frame of the stream (id and type checked here). */
+static struct sbx_exec_op *chan_op(struct sbx_chan *ch, uint32_t id)
+{
+	for (struct sbx_exec_op *op = ch->ops; op; op = op->next)
+		if (op->id == id)
+			return op;
+	return NULL;
+}
+
+/* A request id of the library's own (below SBX_EXEC_ID_CALLER). */
+static uint32_t chan_next_id(struct sbx *s)
+{
+	s->next_id = (s->next_id + 1) & ~SBX_EXEC_ID_CALLER;
+	if (!s->next_id)
+		s->next_id = 1;
+	return s->next_id;
+}
+
+/* One frame of an exec (its id checked by the caller). */
 static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8_t *p)
 {
-	if (h->id != op->id || op->exited)
-		return; /* another request's late frames, or ours after EXIT */
 	struct ag_rd rd;
 	ag_rd_init(&rd, p, h->len);
-	if (h->type == (AG_T_EXEC | AG_T_REPLY)) {
+	if (h->type == (AG_T_EXEC | AG_T_REPLY) || h->type == (AG_T_ATTACH | AG_T_REPLY)) {
 		int st = (int32_t)ag_rd_u32(&rd);
+		uint32_t pid = st >= 0 && rd.off < rd.len ? ag_rd_u32(&rd) : 0;
 		op->minor = h->minor;
 		if (rd.err || st < 0) {
 			struct sbx_exec_result res = {0}; /* 1.2: the step that failed */
@@ -343,6 +411,7 @@ static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8
 		if (op->started)
 			return;
 		op->started = true;
+		op->pid = (int32_t)pid;
 		if (op->cb.started)
 			op->cb.started(op->ud, op->minor >= 1 ? SBX_STDIN_STARTED
 							      : SBX_STDIN_STARTED_NOACK);
@@ -380,36 +449,69 @@ static void op_frame(struct sbx_exec_op *op, const struct ag_hdr *h, const uint8
 	}
 }
 
-/* Reads once and handles every whole frame read. */
-static void op_read(struct sbx_exec_op *op)
+/* A reply to a waiting synchronous request: copied for it. */
+static bool waiter_frame(struct sbx_chan *ch, const struct ag_hdr *h, const uint8_t *p)
 {
+	for (struct waiter *w = ch->waiters; w; w = w->next) {
+		if (w->done || w->id != h->id || w->type != h->type)
+			continue;
+		w->done = true;
+		w->rp->h = *h;
+		if (w->rp->cap < h->len + 1) {
+			uint8_t *b = realloc(w->rp->buf, h->len + 1);
+			if (!b) {
+				w->r = -ENOMEM;
+				return true;
+			}
+			w->rp->buf = b;
+			w->rp->cap = h->len + 1;
+		}
+		memcpy(w->rp->buf, p, h->len);
+		return true;
+	}
+	return false;
+}
+
+static void chan_frame(struct sbx_chan *ch, const struct ag_hdr *h, const uint8_t *p)
+{
+	if (waiter_frame(ch, h, p))
+		return;
+	struct sbx_exec_op *op = chan_op(ch, h->id);
+	if (op)
+		op_frame(op, h, p);
+}
+
+/* Reads once and routes every whole frame read. */
+static void chan_read(struct sbx *s)
+{
+	struct sbx_chan *ch = s->chan;
 	size_t want = 65536;
-	if (op->in_len >= AG_HDR_SIZE) {
+	if (ch->in_len >= AG_HDR_SIZE) {
 		struct ag_hdr h;
-		if (ag_hdr_decode(op->in, &h) == 0)
+		if (ag_hdr_decode(ch->in, &h) == 0)
 			want = STRATA_MAX(want, AG_HDR_SIZE + (size_t)h.len);
 	}
-	if (op->in_cap < want) {
-		uint8_t *b = realloc(op->in, want);
+	if (ch->in_cap < want) {
+		uint8_t *b = realloc(ch->in, want);
 		if (!b) {
-			op->err = -ENOMEM;
+			ch->err = -ENOMEM;
 			return;
 		}
-		op->in = b;
-		op->in_cap = want;
+		ch->in = b;
+		ch->in_cap = want;
 	}
-	int fd = op->s->ctl;
+	int fd = s->ctl;
 	ssize_t k = -1;
-	if (!op->not_sock) {
-		k = recv(fd, op->in + op->in_len, op->in_cap - op->in_len, MSG_DONTWAIT);
+	if (!ch->not_sock) {
+		k = recv(fd, ch->in + ch->in_len, ch->in_cap - ch->in_len, MSG_DONTWAIT);
 		if (k < 0 && errno == ENOTSOCK)
-			op->not_sock = true;
+			ch->not_sock = true;
 	}
-	if (op->not_sock) {
+	if (ch->not_sock) {
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
 		k = poll(&pfd, 1, 0);
 		if (k > 0)
-			k = read(fd, op->in + op->in_len, op->in_cap - op->in_len);
+			k = read(fd, ch->in + ch->in_len, ch->in_cap - ch->in_len);
 		else if (k == 0) {
 			k = -1;
 			errno = EAGAIN;
@@ -418,49 +520,146 @@ static void op_read(struct sbx_exec_op *op)
 	if (k < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (k <= 0) {
-		op->err = k == 0 || errno == ECONNRESET ? -EPIPE : -errno;
+		ch->err = k == 0 || errno == ECONNRESET ? -EPIPE : -errno;
 		return;
 	}
-	op->in_len += (size_t)k;
+	ch->in_len += (size_t)k;
 	size_t off = 0;
-	while (op->in_len - off >= AG_HDR_SIZE) {
+	while (ch->in_len - off >= AG_HDR_SIZE) {
 		struct ag_hdr h;
-		int r = ag_hdr_decode(op->in + off, &h);
+		int r = ag_hdr_decode(ch->in + off, &h);
 		if (r < 0) {
-			op->err = r;
+			ch->err = r;
 			return;
 		}
-		if (op->in_len - off < AG_HDR_SIZE + (size_t)h.len)
+		if (ch->in_len - off < AG_HDR_SIZE + (size_t)h.len)
 			break;
-		op_frame(op, &h, op->in + off + AG_HDR_SIZE);
+		chan_frame(ch, &h, ch->in + off + AG_HDR_SIZE);
 		off += AG_HDR_SIZE + (size_t)h.len;
 	}
-	memmove(op->in, op->in + off, op->in_len - off);
-	op->in_len -= off;
+	memmove(ch->in, ch->in + off, ch->in_len - off);
+	ch->in_len -= off;
+}
+
+/* The stream broke: every request in flight is told. */
+static void chan_fail(struct sbx_chan *ch)
+{
+	for (struct waiter *w = ch->waiters; w; w = w->next)
+		if (!w->done) {
+			w->done = true;
+			w->r = ch->err;
+		}
+	while (ch->ops)
+		op_exit(ch->ops, ch->err, NULL);
+}
+
+short sbx_chan_events(struct sbx *s)
+{
+	struct sbx_chan *ch = s->chan;
+	if (!ch)
+		return 0;
+	if (ch->err) /* to be reported by the next sbx_chan_io */
+		return ch->ops || ch->waiters ? POLLIN | POLLOUT : 0;
+	short ev = ch->ops || ch->waiters || ch->in_len ? POLLIN : 0;
+	if (ch->sent < ch->out.len)
+		ev |= POLLOUT;
+	return ev;
+}
+
+int sbx_chan_io(struct sbx *s, short revents)
+{
+	struct sbx_chan *ch = s->chan;
+	if (!ch)
+		return 0;
+	if (!ch->err && (revents & (POLLIN | POLLHUP | POLLERR)))
+		chan_read(s);
+	chan_flush(s); /* what the callbacks queued too */
+	if (ch->err)
+		chan_fail(ch);
+	return ch->err;
+}
+
+unsigned sbx_chan_execs(const struct sbx *s)
+{
+	return s->chan ? s->chan->nexecs : 0;
+}
+
+/* Sends w (one frame of type/id) and drives the channel until its reply
+ * came; returns the reply's status, leaving rp->rd positioned after it.
+ * Other requests in flight on the channel go on meanwhile (their callbacks
+ * run in here). */
+static int roundtrip(struct sbx *s, struct ag_wr *w, uint16_t type, uint32_t id, struct reply *rp)
+{
+	struct sbx_chan *ch = chan_get(s);
+	if (!ch)
+		return -ENOMEM;
+	if (w->err)
+		return w->err;
+	if (ch->err)
+		return ch->err;
+	int64_t deadline = now_ms() + FILE_TIMEOUT_MS;
+	struct waiter wt = {.id = id, .type = type | AG_T_REPLY, .rp = rp, .next = ch->waiters};
+	ch->waiters = &wt;
+	ag_wr_bytes(&ch->out, w->data, w->len);
+	int r = ch->out.err;
+	if (r == 0)
+		chan_flush(s);
+	while (r == 0 && !wt.done) {
+		struct pollfd pfd = {.fd = s->ctl, .events = sbx_chan_events(s)};
+		int left = (int)STRATA_MAX(deadline - now_ms(), 0);
+		int k = poll(&pfd, 1, left);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			r = k < 0 ? -errno : -ETIMEDOUT;
+		else
+			sbx_chan_io(s, pfd.revents);
+	}
+	for (struct waiter **p = &ch->waiters; *p; p = &(*p)->next)
+		if (*p == &wt) {
+			*p = wt.next;
+			break;
+		}
+	if (r == 0)
+		r = wt.r;
+	if (r < 0)
+		return r;
+	ag_rd_init(&rp->rd, rp->buf, rp->h.len);
+	int status = (int32_t)ag_rd_u32(&rp->rd);
+	return rp->rd.err ? rp->rd.err : status;
+}
+
+/* ---- exec ops on the channel ----------------------------------------------- */
+
+static void chan_link(struct sbx_chan *ch, struct sbx_exec_op *op)
+{
+	op->next = ch->ops;
+	ch->ops = op;
+	op->linked = true;
+	ch->nexecs++;
+}
+
+short sbx_exec_op_events(const struct sbx_exec_op *op)
+{
+	return op->exited ? 0 : sbx_chan_events(op->s);
 }
 
 int sbx_exec_op_io(struct sbx_exec_op *op, short revents)
 {
-	if (!op->err && (revents & (POLLIN | POLLHUP | POLLERR)) && (!op->exited || op->in_len))
-		op_read(op);
-	op_flush(op); /* what the callbacks queued too */
-	if (op->err)
-		op_exit(op, op->err, NULL);
-	return op_events(op) == 0;
+	if (op->exited)
+		return 1;
+	sbx_chan_io(op->s, revents); /* may call op's exit: op stays valid */
+	return op->exited;
 }
 
-/* Appends one frame (type, id) whose payload the caller writes between
- * the two calls. */
-static int op_queue_end(struct sbx_exec_op *op, size_t off)
+int32_t sbx_exec_op_pid(const struct sbx_exec_op *op)
 {
-	int r = ag_wr_end(&op->out, off);
-	if (r < 0) { /* drop the frame, keep what was queued before it */
-		op->out.len = off;
-		op->out.err = 0;
-		return r;
-	}
-	op_flush(op);
-	return 0;
+	return op->pid;
+}
+
+uint32_t sbx_exec_op_id(const struct sbx_exec_op *op)
+{
+	return op->id;
 }
 
 int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *o, const struct sbx_exec_cbs *cbs,
@@ -468,19 +667,56 @@ int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *o, const struct
 {
 	if (!o->argv || !o->argv[0] || o->stdin_len > AG_MAX_DATA || !cbs->exit)
 		return -EINVAL;
+	struct sbx_chan *ch = chan_get(s);
+	if (!ch)
+		return -ENOMEM;
+	if (ch->nexecs >= SBX_MAX_EXECS)
+		return -EAGAIN;
+	if (o->id && (!(o->id & SBX_EXEC_ID_CALLER) || chan_op(ch, o->id)))
+		return -EINVAL;
 	struct sbx_exec_op *op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct sbx_exec_op){
-	    .s = s, .id = ++s->next_id, .cb = *cbs, .ud = ud, .stdin_stream = o->stdin_stream};
-	ag_wr_init(&op->out);
-	int r = encode_exec(&op->out, o, op->id);
+	*op = (struct sbx_exec_op){.s = s,
+				   .id = o->id ? o->id : chan_next_id(s),
+				   .cb = *cbs,
+				   .ud = ud,
+				   .stdin_stream = o->stdin_stream};
+	size_t before = ch->out.len;
+	int r = encode_exec(&ch->out, o, op->id);
 	if (r < 0) {
-		ag_wr_done(&op->out);
+		ch->out.len = before;
+		ch->out.err = 0;
 		free(op);
 		return r;
 	}
-	op_flush(op);
+	chan_link(ch, op);
+	chan_flush(s);
+	*ret = op;
+	return 0;
+}
+
+int sbx_exec_op_attach(struct sbx *s, uint32_t exec_id, const struct sbx_exec_cbs *cbs, void *ud,
+		       struct sbx_exec_op **ret)
+{
+	struct sbx_chan *ch = chan_get(s);
+	if (!ch)
+		return -ENOMEM;
+	if (!cbs->exit || !exec_id || chan_op(ch, exec_id))
+		return -EINVAL;
+	if (ch->nexecs >= SBX_MAX_EXECS)
+		return -EAGAIN;
+	struct sbx_exec_op *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct sbx_exec_op){.s = s, .id = exec_id, .cb = *cbs, .ud = ud};
+	size_t off = ag_wr_begin(&ch->out, AG_T_ATTACH, exec_id);
+	int r = chan_queue_end(s, off);
+	if (r < 0) {
+		free(op);
+		return r;
+	}
+	chan_link(ch, op);
 	*ret = op;
 	return 0;
 }
@@ -489,38 +725,54 @@ int sbx_exec_op_stdin(struct sbx_exec_op *op, const void *data, size_t len, bool
 {
 	if (len > AG_MAX_DATA || (len && !data))
 		return -EINVAL;
-	if (!op->stdin_stream || !op->started || op->exited || op->stdin_closed || op->err)
+	if (!op->stdin_stream || !op->started || op->exited || op->stdin_closed || op->s->chan->err)
 		return -EPIPE;
+	struct sbx_chan *ch = op->s->chan;
 	bool ack = op->minor >= 1;
-	size_t off = ag_wr_begin(&op->out, AG_T_STDIN, op->id);
-	ag_wr_u8(&op->out, eof);
-	ag_wr_blob(&op->out, data, (uint32_t)len);
+	size_t off = ag_wr_begin(&ch->out, AG_T_STDIN, op->id);
+	ag_wr_u8(&ch->out, eof);
+	ag_wr_blob(&ch->out, data, (uint32_t)len);
 	if (ack)
-		ag_wr_u8(&op->out, AG_STDIN_F_ACK);
-	int r = op_queue_end(op, off);
+		ag_wr_u8(&ch->out, AG_STDIN_F_ACK);
+	int r = chan_queue_end(op->s, off);
 	if (r < 0)
 		return r;
 	op->stdin_closed = eof;
 	return ack ? 0 : 1;
 }
 
+/* Queues SIGNAL sig for exec id (its reply is nobody's: skipped). */
+static int chan_signal(struct sbx *s, uint32_t id, int sig)
+{
+	struct sbx_chan *ch = chan_get(s);
+	if (!ch)
+		return -ENOMEM;
+	if (ch->err)
+		return ch->err;
+	size_t off = ag_wr_begin(&ch->out, AG_T_SIGNAL, id);
+	ag_wr_u32(&ch->out, (uint32_t)sig);
+	return chan_queue_end(s, off);
+}
+
 void sbx_exec_op_kill(struct sbx_exec_op *op)
 {
-	if (op->exited || op->err)
-		return;
-	size_t off = ag_wr_begin(&op->out, AG_T_SIGNAL, op->id);
-	ag_wr_u32(&op->out, SIGKILL);
-	op_queue_end(op, off);
+	sbx_exec_op_signal(op, SIGKILL);
+}
+
+int sbx_exec_op_signal(struct sbx_exec_op *op, int sig)
+{
+	if (sig <= 0 || sig >= 65)
+		return -EINVAL;
+	if (op->exited)
+		return -ESRCH;
+	return chan_signal(op->s, op->id, sig);
 }
 
 void sbx_exec_op_free(struct sbx_exec_op *op)
 {
 	if (!op)
 		return;
-	if (op->locked)
-		pthread_mutex_unlock(wlock(op->s));
-	ag_wr_done(&op->out);
-	free(op->in);
+	op_unlink(op); /* its later frames are nobody's */
 	free(op);
 }
 
@@ -576,7 +828,10 @@ int sbx_exec(struct sbx *s, const struct sbx_exec_opts *o, sbx_output_fn fn, voi
 	if (r < 0)
 		return r;
 	/* sbx_exec_stdin may write from another thread once announced */
-	w.op->shared_writes = o->stdin_stream && o->on_stdin;
+	if (o->stdin_stream && o->on_stdin) {
+		w.op->shared = true;
+		s->chan->shared_writes++;
+	}
 	for (;;) {
 		short ev = sbx_exec_op_events(w.op);
 		if (w.started && !w.announced && !(ev & POLLOUT) && !w.op->exited) {
@@ -594,7 +849,7 @@ int sbx_exec(struct sbx *s, const struct sbx_exec_opts *o, sbx_output_fn fn, voi
 			r = k < 0 ? -errno : -ETIMEDOUT;
 			break;
 		}
-		if (sbx_exec_op_io(w.op, pfd.revents) == 1) {
+		if (sbx_exec_op_io(w.op, ev ? pfd.revents : 0) == 1) {
 			r = w.r;
 			break;
 		}
@@ -642,7 +897,7 @@ int sbx_file_read(struct sbx *s, const char *path, uint64_t offset, uint32_t max
 {
 	if (path_ok(path) < 0 || max > AG_MAX_DATA)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_READ, id, path);
@@ -675,7 +930,7 @@ int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len
 {
 	if (path_ok(path) < 0 || len > AG_MAX_DATA)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_WRITE, id, path);
@@ -698,7 +953,7 @@ int sbx_file_stat(struct sbx *s, const char *path, struct sbx_stat *ret)
 {
 	if (path_ok(path) < 0)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_STAT, id, path);
@@ -712,6 +967,56 @@ int sbx_file_stat(struct sbx *s, const char *path, struct sbx_stat *ret)
 		r = rp.rd.err;
 	if (r == 0)
 		stat_from_ag(&st, ret);
+	ag_wr_done(&w);
+	reply_done(&rp);
+	return r;
+}
+
+void sbx_exec_infos_free(struct sbx_exec_info *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i].cmd);
+	free(v);
+}
+
+static int decode_execs(struct sbx *s, struct ag_rd *rd, struct sbx_exec_info **ret, size_t *ret_n)
+{
+	static struct ag_exec_info e; /* AG_MAX_CMD: not on the stack */
+	uint32_t n = ag_rd_u32(rd);
+	if (rd->err || n > SBX_MAX_EXECS * 4u)
+		return -EBADMSG;
+	struct sbx_exec_info *v = calloc(n ? n : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		if (ag_exec_info_decode(rd, &e) < 0 || !(v[i].cmd = strdup(e.cmd))) {
+			sbx_exec_infos_free(v, i);
+			return rd->err ? rd->err : -ENOMEM;
+		}
+		v[i].id = e.id;
+		v[i].pid = (int32_t)e.pid;
+		v[i].running = e.state == AG_EXEC_RUNNING;
+		v[i].age_us = e.age_us;
+		if (!(e.id & SBX_EXEC_ID_CALLER) && e.id > s->next_id)
+			s->next_id = e.id; /* ours: never reused */
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+int sbx_execs_list(struct sbx *s, struct sbx_exec_info **ret, size_t *ret_n)
+{
+	uint32_t id = chan_next_id(s);
+	struct ag_wr w;
+	struct reply rp = {0};
+	ag_wr_init(&w);
+	size_t off = ag_wr_begin(&w, AG_T_EXECS, id);
+	int r = ag_wr_end(&w, off);
+	if (r == 0)
+		r = roundtrip(s, &w, AG_T_EXECS, id, &rp);
+	if (r == 0)
+		r = decode_execs(s, &rp.rd, ret, ret_n);
 	ag_wr_done(&w);
 	reply_done(&rp);
 	return r;
@@ -752,7 +1057,7 @@ int sbx_file_list(struct sbx *s, const char *path, struct sbx_dirent **ret, size
 {
 	if (path_ok(path) < 0)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_LIST, id, path);
@@ -771,7 +1076,7 @@ static int simple_op(struct sbx *s, uint16_t type, const char *path, uint32_t mo
 {
 	if (path_ok(path) < 0)
 		return -EINVAL;
-	uint32_t id = ++s->next_id;
+	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
 	struct reply rp = {0};
 	size_t off = begin_path(&w, type, id, path);

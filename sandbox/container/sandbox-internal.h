@@ -295,8 +295,13 @@ struct sbx {
 	enum sbx_network net;
 	bool persist; /* survives its stream; released, not killed, by sbx_release */
 	uint32_t next_id;
+	struct sbx_chan *chan; /* client.c: the requests in flight on ctl (NULL: none yet) */
 	char cg_path[PATH_MAX];
 };
+
+/* client.c: frees the channel (ops still linked are only unlinked: their
+ * owners free them). */
+void client_chan_free(struct sbx *s);
 
 /* sandbox.c: starts a staged sandbox (clone3, child.c, agent HELLO). */
 int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret);

@@ -503,6 +503,7 @@ void sbx_free_now(struct sbx *s)
 
 void sbx_finish(struct sbx *s)
 {
+	client_chan_free(s);
 	if (s->pidfd >= 0)
 		reap_pidfd(s);
 	if (s->ctl >= 0)
@@ -577,6 +578,7 @@ void sbx_release(struct sbx *s)
 		sbx_destroy(s); /* it would end with its stream anyway */
 		return;
 	}
+	client_chan_free(s);
 	if (s->ctl >= 0)
 		close(s->ctl);
 	if (s->pidfd >= 0)

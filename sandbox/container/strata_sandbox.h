@@ -13,9 +13,9 @@
  * uts, ipc, net and cgroup namespaces, a masked /proc and /sys, a minimal
  * /dev, dropped capabilities, no_new_privs and seccomp, and the agent on the
  * other end of a socketpair. sbx_exec and sbx_file_* are a
- * synchronous client of the agent protocol (one request at a time per
- * sandbox); sbx_exec_op_* is the same exec driven by the caller's event loop
- * (no thread, nothing blocks).
+ * synchronous client of the agent protocol; sbx_exec_op_* is the same exec
+ * driven by the caller's event loop (no thread, nothing blocks), many at
+ * once on the sandbox's channel.
  *
  * All functions return 0 or a negative errno; output parameters are ret_*,
  * last, untouched on failure. Thread safety: a runtime may be used from many
@@ -168,7 +168,14 @@ struct sbx_exec_opts {
 	 * was dropped, stdin stays open); pending = bytes not yet read. */
 	bool stdin_stream;
 	void (*on_stdin)(void *userdata, uint32_t exec_id, int status, uint32_t pending);
+	/* The exec's id on the stream, chosen by the caller so that it finds
+	 * the exec again after a restart (sbx_execs_list): 0 = the library
+	 * picks one, else it must have SBX_EXEC_ID_CALLER set and not be in
+	 * flight (sbx_exec_op_start only). */
+	uint32_t id;
 };
+
+#define SBX_EXEC_ID_CALLER 0x80000000u
 
 #define SBX_STDIN_STARTED 1
 #define SBX_STDIN_STARTED_NOACK 2
@@ -218,23 +225,33 @@ int sbx_exec_stdin(struct sbx *s, uint32_t exec_id, const void *data, size_t len
 
 /* ---- exec driven by the caller's event loop ---------------------------------- */
 
-/* The same exec without a thread: sbx_exec_op_start sends the request (what
- * the socket does not take at once is kept and sent later), then the caller
- * calls sbx_exec_op_io whenever sbx_agent_fd(s) is ready for the events of
- * sbx_exec_op_events; the callbacks run inside it (and never inside the
- * other sbx_exec_op_* calls). Nothing blocks: each call reads at most once
- * and writes what the socket takes. sbx_exec is built on it.
+/* The same exec without a thread. Every sandbox has one channel: its
+ * stream, shared by all the requests in flight on it, each keyed by its
+ * request id, so that many execs run at once (at most SBX_MAX_EXECS) and
+ * the synchronous sbx_file_* calls work while they do (a file request
+ * queues its frame behind what waits to be sent and drives the channel
+ * until its reply came: the execs' callbacks run inside it).
  *
- * One op per sandbox at a time, and no other request on s (sbx_exec,
- * sbx_file_*) until sbx_exec_op_io returned 1; the library keeps no timer:
- * the caller gives up when it wants (sbx_exec: timeout_ms + 10 s). opts is
- * only read by sbx_exec_op_start (on_stdin is not used: see the callbacks). */
+ * sbx_exec_op_start queues the request (what the socket does not take at
+ * once is kept and sent later); the caller calls sbx_chan_io whenever
+ * sbx_agent_fd(s) is ready for the events of sbx_chan_events, and the
+ * callbacks of every op of s run inside it (never inside the other
+ * sbx_exec_op_* calls). sbx_exec_op_events/sbx_exec_op_io are the same
+ * for a caller that follows one op. Nothing blocks: each call reads at
+ * most once and writes what the socket takes. sbx_exec is built on it.
+ * The library keeps no timer: the caller gives up when it wants
+ * (sbx_exec: timeout_ms + 10 s). opts is only read by sbx_exec_op_start
+ * (on_stdin is not used: see the callbacks). */
 struct sbx_exec_op;
+
+/* Execs in flight on one sandbox's channel. */
+#define SBX_MAX_EXECS 64
 
 struct sbx_exec_cbs {
 	/* The command started (the agent answered EXEC): stdin_mode is
 	 * SBX_STDIN_STARTED (an agent of 1.1: stdin chunks are acknowledged)
-	 * or SBX_STDIN_STARTED_NOACK. May be NULL. */
+	 * or SBX_STDIN_STARTED_NOACK. sbx_exec_op_pid has its pid from here.
+	 * May be NULL. */
 	void (*started)(void *userdata, int stdin_mode);
 	/* An output chunk; stream 1 = stdout, 2 = stderr. May be NULL. */
 	void (*output)(void *userdata, int stream, const void *data, size_t len);
@@ -244,22 +261,36 @@ struct sbx_exec_cbs {
 	/* Exactly once, last: r = 0 and *res when the command ran (whatever
 	 * its exit); else res is NULL and r is what sbx_exec returns
 	 * (-ENOENT/-EACCES/...: it could not start, -EPIPE: the sandbox is
-	 * gone, -EPROTO/-EBADMSG: a broken stream). Required. */
+	 * gone, -EPROTO/-EBADMSG: a broken stream). It may free the op.
+	 * Required. */
 	void (*exit)(void *userdata, int r, const struct sbx_exec_result *res);
 };
 
-/* Returns 0 and *ret, -EINVAL (no argv, stdin_len over 1 MiB), -ENOMEM.
- * A send that fails is reported by exit from the next sbx_exec_op_io. */
+/* POLLIN while anything is in flight on s, with POLLOUT while bytes wait to
+ * be sent (or a failure waits to be reported); 0 when nothing is. */
+short sbx_chan_events(struct sbx *s);
+/* Does the I/O that revents (poll's, or epoll's EPOLLIN/EPOLLOUT/EPOLLHUP/
+ * EPOLLERR, which have the same values) allows and runs the callbacks of
+ * every op of s. Returns 0, or the stream's error (every op in flight was
+ * told through its exit). */
+int sbx_chan_io(struct sbx *s, short revents);
+/* Execs in flight on s (started, exit not yet called). */
+unsigned sbx_chan_execs(const struct sbx *s);
+
+/* Returns 0 and *ret, -EINVAL (no argv, stdin_len over 1 MiB), -EAGAIN
+ * (SBX_MAX_EXECS in flight on s), -ENOMEM. A send that fails is reported
+ * by exit from the next sbx_chan_io. */
 int sbx_exec_op_start(struct sbx *s, const struct sbx_exec_opts *opts,
 		      const struct sbx_exec_cbs *cbs, void *userdata, struct sbx_exec_op **ret);
-/* POLLIN, with POLLOUT while bytes wait to be sent (or a failure waits to
- * be reported); 0 once the op is done. */
+/* sbx_chan_events of its sandbox; 0 once the op is done. */
 short sbx_exec_op_events(const struct sbx_exec_op *op);
-/* Does the I/O that revents (poll's, or epoll's EPOLLIN/EPOLLOUT/EPOLLHUP/
- * EPOLLERR, which have the same values) allows and runs the callbacks.
- * Returns 1 once the op is done: exit was called and the stream is clean
- * for the next request (free it); else 0. */
+/* sbx_chan_io of its sandbox (other ops' callbacks run too). Returns 1
+ * once the op is done: exit was called (free it); else 0. */
 int sbx_exec_op_io(struct sbx_exec_op *op, short revents);
+/* The command's pid in the sandbox (from the EXEC answer), 0 before. */
+int32_t sbx_exec_op_pid(const struct sbx_exec_op *op);
+/* The exec's id on the stream (what the agent lists it by). */
+uint32_t sbx_exec_op_id(const struct sbx_exec_op *op);
 /* For an opts.stdin_stream exec, after started: sends a chunk (<=
  * SBX_STDIN_MAX_CHUNK; eof closes the command's stdin after it). Returns 0
  * (stdin_ack follows, unless the exec ends first), 1 (taken; no answer
@@ -269,8 +300,35 @@ int sbx_exec_op_stdin(struct sbx_exec_op *op, const void *data, size_t len, bool
 /* SIGKILL to the command's process group (sent after the request; EXIT
  * follows). */
 void sbx_exec_op_kill(struct sbx_exec_op *op);
-/* Frees op. Before it is done, the stream may hold part of a frame: only
- * for a sandbox about to be destroyed or released. Accepts NULL. */
+/* Signal sig (1..64) to the command's process group, queued like kill.
+ * Returns 0, -EINVAL, -ESRCH (ended), -EPIPE, -ENOMEM. */
+int sbx_exec_op_signal(struct sbx_exec_op *op, int sig);
+/* Follows an exec that another host started (a host before a restart):
+ * ATTACH exec_id. started comes with the agent's answer (the pid in
+ * sbx_exec_op_pid), then the output it printed while no host followed it
+ * (up to its cap), then on to its exit; or exit(-ESRCH) for no such exec.
+ * Returns 0 and *ret, -EINVAL (id 0 or in flight), -EAGAIN, -ENOMEM. An
+ * agent older than 1.2 answers exit(-EOPNOTSUPP). */
+int sbx_exec_op_attach(struct sbx *s, uint32_t exec_id, const struct sbx_exec_cbs *cbs,
+		       void *userdata, struct sbx_exec_op **ret);
+
+/* An exec the agent runs, or one that ended while no host followed it and
+ * whose output and exit wait for an attach. */
+struct sbx_exec_info {
+	uint32_t id; /* for sbx_exec_op_attach */
+	int32_t pid;
+	bool running;
+	uint64_t age_us; /* since it started */
+	char *cmd;	 /* its argv joined by spaces (at most 1 KiB) */
+};
+/* Lists them (a round trip on the channel). Also keeps the library's own
+ * request ids above those in use. Returns 0 and *ret (n entries, free with
+ * sbx_exec_infos_free), -EOPNOTSUPP (an agent older than 1.2), -errno. */
+int sbx_execs_list(struct sbx *s, struct sbx_exec_info **ret, size_t *ret_n);
+void sbx_exec_infos_free(struct sbx_exec_info *v, size_t n);
+
+/* Frees op; before its exit, its later frames are skipped (the command
+ * runs on unless it was killed). Accepts NULL. */
 void sbx_exec_op_free(struct sbx_exec_op *op);
 
 /* ---- files ----------------------------------------------------------------- */
@@ -311,7 +369,8 @@ void sbx_release(struct sbx *s);
  * sandbox may use), reads its HELLO and finds its cgroups. Returns 0 and
  * *ret; -ESRCH (no such process, or it exited), -ENOTCONN (not a persistent agent),
  * -ESTALE (not in this runtime's cgroups), -ETIMEDOUT. A running exec of the
- * previous host is not reattached (its output is dropped; it runs on). */
+ * previous host runs on, held by the agent: sbx_execs_list and
+ * sbx_exec_op_attach find it again. */
 int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
 /* sbx_adopt for a sandbox whose processes are frozen (a paused sandbox: its
  * agent can neither accept a connection nor say HELLO): checks that the

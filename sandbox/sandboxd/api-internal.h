@@ -57,5 +57,8 @@ void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *
 /* api_sandbox.c: GET .../metrics and PATCH /v1/sandboxes/{id}. */
 void sbd_api_metrics(struct sbd_conn *c, struct sbd_sandbox *sb);
 void sbd_api_update(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
+/* The routes below .../execs (sub: what follows "execs/", "" for the list). */
+void sbd_api_execs(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
+		   const char *query, const char *body, size_t len);
 void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
 		   const char *query, const char *body, size_t len);

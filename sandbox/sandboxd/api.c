@@ -431,8 +431,8 @@ static void route_sandbox(struct sbd_conn *c, const char *method, const char *re
 		sbd_api_metrics(c, sb);
 	else if (!strcmp(action, "exec") && is(method, "POST"))
 		sbd_api_exec(c, sb, body, len);
-	else if (!strncmp(action, "execs/", 6) && is(method, "POST"))
-		sbd_api_exec_stdin(c, sb, action + 6, query, body, len);
+	else if (!strcmp(action, "execs") || !strncmp(action, "execs/", 6))
+		sbd_api_execs(c, sb, method, action[5] ? action + 6 : "", query, body, len);
 	else if (!strcmp(action, "pause") && is(method, "POST"))
 		api_pause(c, sb, true);
 	else if (!strcmp(action, "resume") && is(method, "POST"))

@@ -1,28 +1,54 @@
-/* api_exec.c — POST /v1/sandboxes/{id}/exec and its interactive stdin:
- * the exec request's validation, the stream of newline-delimited JSON
- * events (output, then the exit) in a chunked response, back-pressure on a
- * slow client, and POST .../execs/{n}/stdin. An exec in flight registers an
- * on-destroy hook on its sandbox (sandboxd.h), so that a sandbox that goes
- * away ends its streams with an exit event. */
+/* api_exec.c — an exec's life in the HTTP API: POST /v1/sandboxes/{id}/exec
+ * (validation, the stream of newline-delimited JSON events: start, output,
+ * then the exit, in a chunked response, back-pressure on a slow client),
+ * background execs, and the routes of .../execs: the list, a signal, an
+ * attach to the output stream from another client, a kill, interactive
+ * stdin. Each exec is a record on its sandbox (sb->execs) with an
+ * on-destroy hook (sandboxd.h), so that a sandbox that goes away ends its
+ * streams with an exit event.
+ *
+ * A record is streamed to at most one client (c) at a time. An ordinary
+ * exec is its client's: the client leaving kills it. A background exec
+ * (background: true, or one found running after a sandboxd restart)
+ * outlives its clients: while none is attached its events are kept (at
+ * most keep_cap bytes, past that dropped and the exit says truncated),
+ * and once it ended its record stays, finished, until a client attached
+ * and read the exit (at most EXEC_KEEP_FINISHED per sandbox, the oldest
+ * dropped first). */
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sandbox/sandboxd/api-internal.h"
 #include "sandbox/sandboxd/http.h"
 
 #define SBD_STDIN_CHUNK_MAX (1u << 20) /* one POST .../stdin body */
+#define EXEC_KEEP_FINISHED 64	       /* finished background execs kept per sandbox */
+#define EXEC_CMD_MAX 1024	       /* bytes of the command line in the list */
 
 struct exec_ctx {
-	struct sbd_conn *c;
+	struct sbd_conn *c; /* the client streaming its events, or NULL */
 	struct sandboxd *d;
 	struct sbd_sandbox *sb;
-	void *handle;
-	bool started;			    /* the chunked response began */
-	bool stdin_stream;		    /* interactive stdin: POST .../execs/{xid}/stdin */
-	uint64_t xid;			    /* the exec's number in its sandbox (sb->execs_total) */
+	void *handle;	    /* the backend's, while it runs */
+	bool running;	    /* the backend will call its sink */
+	bool started;	    /* the chunked response began on c */
+	bool background;    /* outlives its clients */
+	bool reply_wait;    /* background: c waits for the start for its answer */
+	bool stdin_stream;  /* interactive stdin: POST .../execs/{xid}/stdin */
+	bool ended;	    /* exit holds its end, not yet read by a client */
+	uint64_t xid;	    /* the exec's number in its sandbox (sb->execs_total) */
+	int64_t pid;	    /* in the sandbox, once started (0: unknown) */
+	int64_t started_at; /* wall seconds */
+	char *cmd;	    /* the command line, for the list */
+	struct jw keep;	    /* background, no client: events not yet read */
+	size_t keep_cap;
+	bool keep_dropped;
+	struct sbd_exit exit;
 	struct sbd_conn *stdin_c;	    /* a stdin request waiting for its acknowledgement */
 	struct exec_ctx *next;		    /* in sb->execs */
 	struct sbd_destroy_hook on_destroy; /* on sb: ends the stream */
@@ -88,24 +114,44 @@ static void stdin_abort(void *ctx)
 	x->stdin_c = NULL;
 }
 
-static void exec_unlink(struct exec_ctx *x)
+/* The exec ended (its sink is called no more). */
+static void exec_ended(struct exec_ctx *x)
 {
-	if (!x->sb)
+	if (!x->running)
 		return;
+	x->running = false;
+	x->handle = NULL;
+	x->sb->running_execs--;
+	x->sb->last_active_ms = sbd_now_ms();
+	stdin_answer(x, -ESRCH, 0);
+}
+
+/* Removes the record (the exec ended or was cancelled). */
+static void exec_drop(struct exec_ctx *x)
+{
+	exec_ended(x);
 	for (struct exec_ctx **p = (struct exec_ctx **)&x->sb->execs; *p; p = &(*p)->next)
 		if (*p == x) {
 			*p = x->next;
 			break;
 		}
 	sbd_sandbox_hook_del(x->sb, &x->on_destroy);
-	x->sb->running_execs--;
-	x->sb->last_active_ms = sbd_now_ms();
-	x->sb = NULL;
-	stdin_answer(x, -ESRCH, 0);
+	jw_done(&x->keep);
+	free(x->cmd);
+	free(x);
 }
 
-/* The stream starts with the first event, so that an exec that cannot
- * start is answered with a typed HTTP error instead. */
+/* Kills a running exec for good: its sink is called no more. */
+static void exec_cancel(struct exec_ctx *x)
+{
+	if (x->running)
+		x->sb->backend->exec_cancel(x->sb->backend, x->handle);
+	exec_ended(x);
+}
+
+/* The stream starts with the command's start (or, from a backend that does
+ * not tell it, the first event), so that an exec that cannot start is
+ * answered with a typed HTTP error instead. */
 static void exec_start_stream(struct exec_ctx *x)
 {
 	if (!x->started)
@@ -113,10 +159,73 @@ static void exec_start_stream(struct exec_ctx *x)
 	x->started = true;
 }
 
+/* One event line: to the client streaming, else kept (background). */
+static void exec_emit(struct exec_ctx *x, const void *line, size_t n)
+{
+	if (x->c && !x->reply_wait) {
+		exec_start_stream(x);
+		sbd_conn_stream_chunk(x->c, line, n);
+	} else if (!x->background) {
+		return;
+	} else if (x->keep.len + n > x->keep_cap) {
+		x->keep_dropped = true;
+	} else {
+		jw_append(&x->keep, line, n);
+	}
+}
+
+/* The "start" event: the exec's number (for .../execs/{n}/...) and pid. */
+static void emit_start(struct exec_ctx *x)
+{
+	char ev[128];
+	int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"",
+			 (unsigned long long)x->xid);
+	if (x->pid > 0)
+		n += snprintf(ev + n, sizeof(ev) - (size_t)n, ",\"pid\":%lld", (long long)x->pid);
+	n += snprintf(ev + n, sizeof(ev) - (size_t)n, "}\n");
+	exec_start_stream(x);
+	sbd_conn_stream_chunk(x->c, ev, (size_t)n);
+}
+
+/* A background exec's answer: its number and pid; its client is let go. */
+static void background_reply(struct exec_ctx *x)
+{
+	struct sbd_conn *c = x->c;
+	struct jw w;
+	char id[24];
+	snprintf(id, sizeof(id), "%llu", (unsigned long long)x->xid);
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kstr(&w, "exec_id", id);
+	jw_key(&w, "pid");
+	if (x->pid > 0)
+		jw_int(&w, x->pid);
+	else
+		jw_null(&w);
+	jw_obj_end(&w);
+	x->c = NULL;
+	x->reply_wait = false;
+	sbd_conn_set_abort(c, NULL, NULL);
+	sbd_conn_reply_json(c, 200, &w);
+	sbd_conn_hold_done(c);
+}
+
+/* The command started: the stream's head goes out now, with its start
+ * event, so that a client has its handle before any output (a silent
+ * server too). An interactive exec sent its start event already. */
+static void exec_started(void *ctx, int64_t pid)
+{
+	struct exec_ctx *x = ctx;
+	x->pid = pid;
+	if (x->reply_wait)
+		background_reply(x);
+	else if (x->c && !x->started)
+		emit_start(x);
+}
+
 static void exec_output(void *ctx, int stream, const void *p, size_t n)
 {
 	struct exec_ctx *x = ctx;
-	exec_start_stream(x);
 	struct jw w;
 	jw_init(&w);
 	jw_obj(&w);
@@ -126,7 +235,7 @@ static void exec_output(void *ctx, int stream, const void *p, size_t n)
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
 	if (!w.err)
-		sbd_conn_stream_chunk(x->c, w.buf, w.len);
+		exec_emit(x, w.buf, w.len);
 	jw_done(&w);
 }
 
@@ -138,9 +247,10 @@ static void exec_output(void *ctx, int stream, const void *p, size_t n)
 static bool exec_congested(void *ctx)
 {
 	struct exec_ctx *x = ctx;
-	return sbd_conn_pending(x->c) > EXEC_BACKLOG;
+	return x->c && !x->reply_wait && sbd_conn_pending(x->c) > EXEC_BACKLOG;
 }
 
+/* Ends c's stream with the exit event. */
 static void emit_exit(struct sbd_conn *c, const struct sbd_exit *e)
 {
 	struct jw w;
@@ -169,27 +279,58 @@ static void emit_exit(struct sbd_conn *c, const struct sbd_exit *e)
 	jw_kbool(&w, "oom_killed", e->oom_killed);
 	jw_obj_end(&w);
 	jw_append(&w, "\n", 1);
+	sbd_conn_set_abort(c, NULL, NULL);
 	sbd_conn_stream_end_with(c, w.buf, w.err ? 0 : w.len);
 	jw_done(&w);
+}
+
+/* Keeps at most EXEC_KEEP_FINISHED finished records on sb: drops the
+ * oldest (the list is newest first). */
+static void keep_finished_bound(struct sbd_sandbox *sb)
+{
+	struct exec_ctx *oldest = NULL;
+	int n = 0;
+	for (struct exec_ctx *x = sb->execs; x; x = x->next)
+		if (x->ended) {
+			n++;
+			oldest = x;
+		}
+	if (n > EXEC_KEEP_FINISHED)
+		exec_drop(oldest);
 }
 
 static void exec_exit(void *ctx, const struct sbd_exit *e)
 {
 	struct exec_ctx *x = ctx;
-	exec_unlink(x);
-	exec_start_stream(x);
-	emit_exit(x->c, e);
-	free(x);
+	exec_ended(x);
+	x->exit = *e;
+	x->exit.truncated |= x->keep_dropped;
+	if (x->reply_wait) /* it ended before it started: the exit says why */
+		background_reply(x);
+	if (x->c) {
+		exec_start_stream(x);
+		emit_exit(x->c, &x->exit);
+		x->c = NULL;
+	} else if (x->background) {
+		x->ended = true; /* for a client to collect */
+		keep_finished_bound(x->sb);
+		return;
+	}
+	exec_drop(x);
 }
 
-/* The client went away mid-stream: kill the command. */
+/* The streaming client went away: an ordinary exec is killed, a
+ * background one runs on without it. */
 static void exec_abort(void *ctx)
 {
 	struct exec_ctx *x = ctx;
-	if (x->sb)
-		x->sb->backend->exec_cancel(x->sb->backend, x->handle);
-	exec_unlink(x);
-	free(x);
+	x->c = NULL;
+	x->started = false;
+	x->reply_wait = false;
+	if (x->background)
+		return;
+	exec_cancel(x);
+	exec_drop(x);
 }
 
 /* The sandbox goes away (on_destroy): kill the command and end the stream
@@ -197,19 +338,25 @@ static void exec_abort(void *ctx)
 static void exec_sandbox_gone(struct sbd_destroy_hook *h, struct sbd_sandbox *sb, const char *why)
 {
 	struct exec_ctx *x = (struct exec_ctx *)((char *)h - offsetof(struct exec_ctx, on_destroy));
-	sb->backend->exec_cancel(sb->backend, x->handle);
-	exec_unlink(x);
-	sbd_conn_set_abort(x->c, NULL, NULL);
-	exec_start_stream(x);
-	struct sbd_exit e = {.exit_code = -1, .signo = 9};
-	snprintf(e.error, sizeof(e.error), "sandbox exited: %s", why);
-	snprintf(e.error_code, sizeof(e.error_code), "sandbox_exited");
-	emit_exit(x->c, &e);
-	free(x);
+	exec_cancel(x);
+	if (x->reply_wait) {
+		x->reply_wait = false;
+		sbd_conn_set_abort(x->c, NULL, NULL);
+		sbd_conn_reply_error(x->c, 404, "not_found", "sandbox exited: %s", why);
+		sbd_conn_hold_done(x->c);
+	} else if (x->c) {
+		struct sbd_exit e = {.exit_code = -1, .signo = 9};
+		snprintf(e.error, sizeof(e.error), "sandbox exited: %s", why);
+		snprintf(e.error_code, sizeof(e.error_code), "sandbox_exited");
+		exec_start_stream(x);
+		emit_exit(x->c, &e);
+	}
+	exec_drop(x);
 }
 
-static const char *const exec_fields[] = {"cmd",   "python",	   "env",     "cwd",	    "user",
-					  "stdin", "stdin_stream", "timeout", "output_cap", NULL};
+static const char *const exec_fields[] = {
+    "cmd",	    "python",  "env",	     "cwd",	   "user", "stdin",
+    "stdin_stream", "timeout", "output_cap", "background", NULL};
 
 struct exec_args {
 	struct sbd_exec_req req;
@@ -226,6 +373,19 @@ static void exec_args_done(struct exec_args *a)
 		free(*p);
 	free(a->env);
 	free(a->stdin_buf);
+}
+
+/* The optional boolean field key of j into *ret (left alone when absent
+ * or null). Returns 0 or -EINVAL with err. */
+static int opt_bool(const struct json *j, const char *key, bool *ret, struct strata_err *err)
+{
+	const struct json *v = json_get(j, key);
+	if (!v || v->type == JSON_NULL)
+		return 0;
+	if (v->type != JSON_BOOL)
+		return strata_err_set(err, -EINVAL, "%s must be a boolean", key);
+	*ret = v->b;
+	return 0;
 }
 
 static int parse_cmd(const struct json *cmd, char ***ret, struct strata_err *err)
@@ -309,14 +469,9 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 		}
 		q->stdin_data = a->stdin_buf;
 	}
-	const struct json *ss = json_get(j, "stdin_stream");
-	if (ss && ss->type != JSON_NULL) {
-		if (ss->type != JSON_BOOL) {
-			strata_err_set(err, -EINVAL, "stdin_stream must be a boolean");
-			return -EINVAL;
-		}
-		q->stdin_stream = ss->b;
-	}
+	r = opt_bool(j, "stdin_stream", &q->stdin_stream, err);
+	if (r < 0)
+		return r;
 	const struct json *t = json_get(j, "timeout");
 	q->timeout_ms = d->cfg.default_timeout_ms;
 	if (t && t->type != JSON_NULL) {
@@ -337,6 +492,91 @@ static int parse_exec(struct sandboxd *d, struct sbd_sandbox *sb, const struct j
 	return r;
 }
 
+/* The command line of argv for the list: its words joined by spaces, at
+ * most EXEC_CMD_MAX bytes. Caller frees. */
+static char *cmd_line(char *const *argv)
+{
+	size_t n = 0;
+	char *s = malloc(EXEC_CMD_MAX + 1);
+	if (!s)
+		return NULL;
+	s[0] = 0;
+	for (size_t i = 0; argv && argv[i] && n < EXEC_CMD_MAX; i++)
+		n += (size_t)snprintf(s + n, EXEC_CMD_MAX + 1 - n, "%s%s", i ? " " : "", argv[i]);
+	return s;
+}
+
+/* A new record for the exec of req (running once the backend took it). */
+static struct exec_ctx *exec_new(struct sandboxd *d, struct sbd_conn *c, struct sbd_sandbox *sb,
+				 const struct sbd_exec_req *q, bool background)
+{
+	struct exec_ctx *x = calloc(1, sizeof(*x));
+	if (!x)
+		return NULL;
+	char *pyargv[] = {"python3", "-c", "...", NULL};
+	*x = (struct exec_ctx){.c = c,
+			       .d = d,
+			       .sb = sb,
+			       .stdin_stream = q->stdin_stream,
+			       .background = background,
+			       .reply_wait = background,
+			       .started_at = (int64_t)time(NULL),
+			       .cmd = cmd_line(q->python ? pyargv : q->argv),
+			       .keep_cap = (size_t)q->output_cap * 2 + 4096}; /* base64, framing */
+	jw_init(&x->keep);
+	if (!x->cmd) {
+		free(x);
+		return NULL;
+	}
+	x->next = sb->execs;
+	sb->execs = x;
+	x->on_destroy.fn = exec_sandbox_gone;
+	sbd_sandbox_hook_add(sb, &x->on_destroy);
+	x->running = true;
+	sb->running_execs++;
+	x->xid = ++sb->execs_total;
+	x->d->execs_total++;
+	sb->last_active_ms = sbd_now_ms();
+	return x;
+}
+
+static const struct sbd_exec_sink exec_sink = {exec_output, exec_exit,	    exec_congested,
+					       NULL,	    exec_stdin_ack, exec_started};
+
+/* The execs an adopted sandbox ran on through a sandboxd restart become
+ * background execs here, followed from now on (their held output and
+ * exit come first). Once per adopted sandbox: later calls find none. */
+static void execs_adopt(struct sandboxd *d, struct sbd_sandbox *sb)
+{
+	struct sbd_orphan *v = NULL;
+	size_t n = 0;
+	if (!sb->backend->exec_orphans || sb->backend->exec_orphans(sb->backend, sb, &v, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		char *argv[] = {v[i].cmd, NULL};
+		struct sbd_exec_req q = {.argv = argv,
+					 .output_cap = (uint64_t)d->cfg.max_output_cap};
+		struct exec_ctx *x = exec_new(d, NULL, sb, &q, true);
+		if (!x)
+			break;
+		x->reply_wait = false;
+		x->pid = v[i].pid;
+		x->started_at = v[i].started_at;
+		if (v[i].xid) { /* its number from before the restart */
+			x->xid = v[i].xid;
+			sb->execs_total--;
+			if (sb->execs_total < x->xid)
+				sb->execs_total = x->xid;
+		}
+		struct sbd_exec_sink sink = exec_sink;
+		struct strata_err err = {0};
+		sink.ctx = x;
+		if (sb->backend->exec_attach(sb->backend, sb, v[i].id, &sink, &x->handle, &err) < 0)
+			exec_drop(x);
+	}
+	free(v);
+}
+
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
@@ -345,7 +585,10 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 	if (!j)
 		return;
 	struct exec_args a = {0};
+	bool background = false;
 	int r = parse_exec(d, sb, j, &a, &err);
+	if (r == 0)
+		r = opt_bool(j, "background", &background, &err);
 	if (r < 0) {
 		sbd_api_reply_errno(c, r, "exec", err.msg);
 		goto out;
@@ -362,36 +605,36 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 		    sb->backend_name);
 		goto out;
 	}
-	struct exec_ctx *x = calloc(1, sizeof(*x));
+	if (background && !sb->backend->exec_signal) {
+		sbd_conn_reply_error(c, 501, "unsupported",
+				     "exec: backend '%s' has no background execs",
+				     sb->backend_name);
+		goto out;
+	}
+	execs_adopt(d, sb);
+	struct exec_ctx *x = exec_new(d, c, sb, &a.req, background);
 	if (!x) {
 		sbd_conn_reply_error(c, 500, "internal", "out of memory");
 		goto out;
 	}
-	*x = (struct exec_ctx){.c = c, .d = d, .sb = sb, .stdin_stream = a.req.stdin_stream};
-	struct sbd_exec_sink sink = {exec_output, exec_exit, exec_congested, x, exec_stdin_ack};
-	x->next = sb->execs;
-	sb->execs = x;
-	x->on_destroy.fn = exec_sandbox_gone;
-	sbd_sandbox_hook_add(sb, &x->on_destroy);
-	sb->running_execs++;
-	x->xid = ++sb->execs_total;
-	d->execs_total++;
-	sb->last_active_ms = sbd_now_ms();
+	struct sbd_exec_sink sink = exec_sink;
+	sink.ctx = x;
+	a.req.xid = x->xid;
 	sbd_conn_set_abort(c, exec_abort, x);
 	sbd_conn_hold(c, true);
 	r = sb->backend->exec(sb->backend, sb, &a.req, &sink, &x->handle, &err);
 	if (r < 0) { /* nothing ran: the sink was not called */
 		sbd_conn_set_abort(c, NULL, NULL);
 		sbd_conn_hold(c, false);
-		exec_unlink(x);
-		free(x);
-		sbd_api_reply_errno(c, r, "exec", err.msg);
-	} else if (x->stdin_stream) { /* the client needs the id to send stdin */
-		exec_start_stream(x);
-		char ev[96];
-		int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"}\n",
-				 (unsigned long long)x->xid);
-		sbd_conn_stream_chunk(c, ev, (size_t)n);
+		exec_drop(x);
+		if (r == -EAGAIN)
+			sbd_conn_reply_error(c, 429, "too_many_execs", "exec: %s",
+					     err.msg[0] ? err.msg
+							: "too many execs in this sandbox");
+		else
+			sbd_api_reply_errno(c, r, "exec", err.msg);
+	} else if (x->stdin_stream && !x->started && !x->background) {
+		emit_start(x); /* the client needs the id for stdin */
 	}
 out:
 	exec_args_done(&a);
@@ -401,19 +644,13 @@ out:
 /* POST /v1/sandboxes/{id}/execs/{exec_id}/stdin[?eof=1], the body the raw
  * bytes: one chunk of an interactive exec's stdin, answered once the
  * sandbox took it (at most one in flight per exec). */
-void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
-			const char *query, const char *body, size_t len)
+static void exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, unsigned long long xid,
+		       const char *query, const char *body, size_t len)
 {
-	char *end;
-	unsigned long long xid = strtoull(sub, &end, 10);
-	if (end == sub || strcmp(end, "/stdin") != 0) {
-		sbd_conn_reply_error(c, 404, "not_found", "no route .../execs/%s", sub);
-		return;
-	}
 	struct exec_ctx *x = sb->execs;
 	while (x && x->xid != xid)
 		x = x->next;
-	if (!x && xid >= 1 && xid <= sb->execs_total) {
+	if ((!x || !x->running) && xid >= 1 && xid <= sb->execs_total) {
 		stdin_reply(c, xid, -ESRCH, -1);
 		return;
 	}
@@ -450,4 +687,195 @@ void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *
 		sbd_conn_hold(c, true);
 		sbd_conn_set_abort(c, stdin_abort, x);
 	}
+}
+
+/* ---- the routes of .../execs ------------------------------------------------ */
+
+static void exec_json(struct jw *w, const struct exec_ctx *x)
+{
+	char id[24];
+	snprintf(id, sizeof(id), "%llu", (unsigned long long)x->xid);
+	jw_obj(w);
+	jw_kstr(w, "exec_id", id);
+	jw_kstr(w, "cmd", x->cmd);
+	jw_key(w, "pid");
+	if (x->pid > 0)
+		jw_int(w, x->pid);
+	else
+		jw_null(w);
+	jw_kint(w, "started_at", x->started_at);
+	jw_kbool(w, "running", x->running);
+	jw_kbool(w, "background", x->background);
+	jw_kbool(w, "attached", x->c != NULL);
+	jw_key(w, "exit_code");
+	if (x->running || x->exit.signo)
+		jw_null(w);
+	else
+		jw_int(w, x->exit.exit_code);
+	jw_key(w, "signal");
+	if (!x->running && x->exit.signo)
+		jw_int(w, x->exit.signo);
+	else
+		jw_null(w);
+	jw_obj_end(w);
+}
+
+/* GET .../execs: the execs of the sandbox, running or finished and not yet
+ * collected, newest first. */
+static void execs_list(struct sbd_conn *c, struct sbd_sandbox *sb)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_key(&w, "execs");
+	jw_arr(&w);
+	for (struct exec_ctx *x = sb->execs; x; x = x->next)
+		exec_json(&w, x);
+	jw_arr_end(&w);
+	jw_obj_end(&w);
+	sbd_conn_reply_json(c, 200, &w);
+}
+
+/* GET .../execs/{n}/stream: attaches c to the exec's events: its start,
+ * what was kept while nobody was attached, then on to the exit. */
+static void exec_attach(struct sbd_conn *c, struct exec_ctx *x)
+{
+	if (x->c || !x->background) {
+		sbd_conn_reply_error(c, 409, "busy",
+				     "exec %llu streams to another client (only background "
+				     "execs can be attached to, one client at a time)",
+				     (unsigned long long)x->xid);
+		return;
+	}
+	x->c = c;
+	x->started = false;
+	sbd_conn_hold(c, true);
+	sbd_conn_set_abort(c, exec_abort, x);
+	emit_start(x);
+	if (x->keep.len)
+		sbd_conn_stream_chunk(c, x->keep.buf, x->keep.len);
+	jw_done(&x->keep);
+	jw_init(&x->keep);
+	if (x->ended) { /* collected: the record goes */
+		emit_exit(c, &x->exit);
+		x->c = NULL;
+		exec_drop(x);
+	}
+}
+
+/* A signal by number (1..64) or name ("TERM", "SIGTERM"). */
+static int parse_signal(const struct json *v)
+{
+	static const struct {
+		const char *name;
+		int sig;
+	} names[] = {{"HUP", SIGHUP},	{"INT", SIGINT},   {"QUIT", SIGQUIT},  {"KILL", SIGKILL},
+		     {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM},  {"CONT", SIGCONT},
+		     {"STOP", SIGSTOP}, {"ALRM", SIGALRM}, {"WINCH", SIGWINCH}};
+	if (v && v->type == JSON_NUM && v->num >= 1 && v->num <= 64 && v->num == (int)v->num)
+		return (int)v->num;
+	const char *s = v ? json_cstr(v) : NULL;
+	if (s && !strncmp(s, "SIG", 3))
+		s += 3;
+	for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(s, names[i].name))
+			return names[i].sig;
+	return -EINVAL;
+}
+
+static void reply_ok(struct sbd_conn *c)
+{
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kbool(&w, "ok", true);
+	jw_obj_end(&w);
+	sbd_conn_reply_json(c, 200, &w);
+}
+
+/* POST .../execs/{n}/signal {"signal": 15 | "TERM"}: to the exec's process
+ * group. DELETE .../execs/{n} is SIGKILL, and forgets a finished one. */
+static void exec_signal(struct sbd_conn *c, struct exec_ctx *x, int sig)
+{
+	if (sig < 0) {
+		sbd_conn_reply_error(c, 400, "bad_request",
+				     "signal must be a number in 1..64 or a name such as "
+				     "\"TERM\"");
+		return;
+	}
+	if (!x->running) {
+		sbd_conn_reply_error(c, 409, "exec_finished", "exec %llu has finished",
+				     (unsigned long long)x->xid);
+		return;
+	}
+	int r = x->sb->backend->exec_signal(x->sb->backend, x->handle, sig);
+	if (r < 0)
+		sbd_api_reply_errno(c, r, "signal", NULL);
+	else
+		reply_ok(c);
+}
+
+static void exec_route(struct sbd_conn *c, struct sbd_sandbox *sb, struct exec_ctx *x,
+		       const char *method, const char *what, const char *body, size_t len)
+{
+	static const char *const sig_fields[] = {"signal", NULL};
+	if (!strcmp(what, "") && !strcmp(method, "GET")) {
+		struct jw w;
+		jw_init(&w);
+		exec_json(&w, x);
+		sbd_conn_reply_json(c, 200, &w);
+	} else if (!strcmp(what, "") && !strcmp(method, "DELETE")) {
+		if (!x->running) {
+			exec_drop(x);
+			reply_ok(c);
+		} else {
+			exec_signal(c, x, SIGKILL);
+		}
+	} else if (!strcmp(what, "/signal") && !strcmp(method, "POST")) {
+		struct json *j = sbd_api_parse_body(c, body, len, sig_fields);
+		if (!j)
+			return;
+		exec_signal(c, x, parse_signal(json_get(j, "signal")));
+		json_free(j);
+	} else if (!strcmp(what, "/stream") && !strcmp(method, "GET")) {
+		exec_attach(c, x);
+	} else {
+		sbd_conn_reply_error(c, 404, "not_found", "no route %s .../execs/%llu%s", method,
+				     (unsigned long long)x->xid, what);
+	}
+}
+
+void sbd_api_execs(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
+		   const char *query, const char *body, size_t len)
+{
+	execs_adopt(sbd_conn_daemon(c), sb);
+	if (!*sub && !strcmp(method, "GET")) {
+		execs_list(c, sb);
+		return;
+	}
+	char *end;
+	unsigned long long xid = strtoull(sub, &end, 10);
+	if (end == sub) {
+		sbd_conn_reply_error(c, 404, "not_found", "no route %s .../execs/%s", method, sub);
+		return;
+	}
+	if (!strcmp(end, "/stdin") && !strcmp(method, "POST")) {
+		exec_stdin(c, sb, xid, query, body, len);
+		return;
+	}
+	struct exec_ctx *x = sb->execs;
+	while (x && x->xid != xid)
+		x = x->next;
+	if (!x) {
+		sbd_conn_reply_error(c, 404, "not_found", "no exec %llu in sandbox %s%s", xid,
+				     sb->id,
+				     xid <= sb->execs_total ? " (it ended and was collected)" : "");
+		return;
+	}
+	if (!sb->backend->exec_signal) {
+		sbd_conn_reply_error(c, 501, "unsupported", "backend '%s' cannot follow its execs",
+				     sb->backend_name);
+		return;
+	}
+	exec_route(c, sb, x, method, end, body, len);
 }

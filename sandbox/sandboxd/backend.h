@@ -50,6 +50,18 @@ struct sbd_exec_req {
 	bool stdin_stream;   /* stdin stays open: fed by exec_stdin, closed by its eof */
 	int64_t timeout_ms;  /* > 0 */
 	uint64_t output_cap; /* bytes of stdout+stderr forwarded */
+	uint64_t xid;	     /* the exec's number in its sandbox (for exec_orphans) */
+};
+
+/* An exec that an adopted sandbox ran on through a sandboxd restart (it
+ * may have ended since: its output and exit wait to be collected). */
+struct sbd_orphan {
+	uint32_t id;	    /* for exec_attach */
+	uint64_t xid;	    /* its number in the sandbox; 0 if unknown */
+	int64_t pid;	    /* in the sandbox */
+	bool running;	    /* false: ended, its exit held */
+	int64_t started_at; /* wall seconds */
+	char cmd[1025];
 };
 
 struct sbd_exit {
@@ -80,6 +92,9 @@ struct sbd_exec_sink {
 	 * ended), -ENOBUFS (too much not yet read: dropped, retry later);
 	 * pending = bytes not yet read by the command. May be NULL. */
 	void (*stdin_ack)(void *ctx, int status, uint64_t pending);
+	/* The command started (its pid in the sandbox, 0 if unknown); before
+	 * any output. Backends that cannot tell do not call it. May be NULL. */
+	void (*started)(void *ctx, int64_t pid);
 };
 
 /* What one sandbox uses now (GET /v1/sandboxes/{id}/metrics); -1 where
@@ -147,6 +162,19 @@ struct sbd_backend {
 	int (*exec_stdin)(struct sbd_backend *b, void *handle, const void *p, size_t n, bool eof);
 	/* Kills a running exec; its sink is not called again. */
 	void (*exec_cancel)(struct sbd_backend *b, void *handle);
+	/* Sends signal sig to a running exec's process group (its sink goes
+	 * on). Returns 0 or -errno. NULL: the backend cannot (no background
+	 * execs, list, signal or attach in the API). */
+	int (*exec_signal)(struct sbd_backend *b, void *handle, int sig);
+	/* Once after adopt: the execs the sandbox kept (caller frees *ret).
+	 * Returns 0 (and nothing on later calls) or -errno. May be NULL. */
+	int (*exec_orphans)(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_orphan **ret,
+			    size_t *ret_n);
+	/* Follows orphan id as exec does its new command: the sink gets its
+	 * start, the output held for it, then on to its exit. */
+	int (*exec_attach)(struct sbd_backend *b, struct sbd_sandbox *sb, uint32_t id,
+			   const struct sbd_exec_sink *sink, void **ret_handle,
+			   struct strata_err *e);
 	int (*file)(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *req);
 	int (*pause)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	int (*resume)(struct sbd_backend *b, struct sbd_sandbox *sb);

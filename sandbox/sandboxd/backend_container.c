@@ -2,28 +2,27 @@
  * strata_sandbox library (sandbox/container/strata_sandbox.h): overlay root,
  * namespaces, cgroups, seccomp, strata-agent as pid 1.
  *
- * Execs run on sandboxd's loop, without a thread: the library's exec op
- * (sbx_exec_op_*) sends the request, and the loop watches the agent's
- * stream (sbx_agent_fd) and feeds the op, whose callbacks hand output,
- * stdin acknowledgements and the exit to the exec sink. Interactive stdin
- * (stdin_stream) goes through the same op (a chunk given before the command
- * started waits for it). A client that is behind (sink.congested) takes the
- * stream's watch off for 5 ms: the agent's queue fills, it stops reading
- * the command's pipes, and the command blocks. The library serves one
- * request at a time per sandbox, so execs of one sandbox run one after the
- * other (a FIFO per sandbox, the head running) and file operations (quick
- * agent round trips, inline) answer -EBUSY while an exec runs.
+ * Execs run on sandboxd's loop, without a thread: the library's exec ops
+ * (sbx_exec_op_*) send the requests on the sandbox's channel, and the loop
+ * watches the agent's stream (sbx_agent_fd) and drives the channel
+ * (sbx_chan_io), whose callbacks hand output, stdin acknowledgements, the
+ * start and the exit to each exec's sink. All execs of a sandbox run at
+ * once (at most SBX_MAX_EXECS), and file operations (quick agent round
+ * trips, inline) share the channel with them. Interactive stdin
+ * (stdin_stream) goes through the op (a chunk given before the command
+ * started waits for it). A client that is behind (sink.congested) takes
+ * the stream's watch off for 5 ms: the agent's queue fills, it stops
+ * reading the commands' pipes, and they block.
  *
  * Invariants:
- *  1. Only the head of box->execs has an op; box->w watches the agent's
- *     stream exactly while the head has one (and the box is not throttled).
+ *  1. Every exec on box->execs has an op; box->w watches the agent's
+ *     stream exactly while the box has execs (and is not throttled).
  *  2. A sink is called by nothing after its exec was cancelled or its exit
- *     handed over (detached); exit is handed over after the op's I/O
- *     returned, last.
+ *     handed over (detached); exits are handed over after the channel's
+ *     I/O returned, last (box_reap).
  *  3. A cancelled exec (its client left, or the sandbox is deleted) is
- *     killed (SIGKILL to its process group, and every process of the
- *     sandbox but the agent) and driven on, silently, to its end: the next
- *     request must start on a frame boundary of the stream.
+ *     killed (SIGKILL to its process group only: what earlier execs left
+ *     running stays) and driven on, silently, to its end.
  *  4. The agent must answer within an exec's timeout plus EXEC_GRACE_MS,
  *     checked at every tick, as sbx_exec does (-ETIMEDOUT).
  *
@@ -144,24 +143,27 @@ struct ct_box {
 	struct sbx *s;
 	struct ct_backend *cb;
 	char id[SBD_ID_LEN + 1];
-	/* FIFO of execs: the head runs (has an op), the rest wait for it */
-	struct ct_exec *execs, **tail;
-	struct sbd_watch w;	  /* the agent's stream, while an exec runs */
-	struct sbd_watch w_retry; /* the running exec's client is behind */
+	struct ct_exec *execs;	  /* running: each has an op */
+	struct sbd_watch w;	  /* the agent's stream, while execs run */
+	struct sbd_watch w_retry; /* a running exec's client is behind */
 	int retry_fd;
 	bool throttled; /* w is off until the retry timer */
 	struct ct_box *busy_next, **busy_prev;
 	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
 	bool unconnected; /* adopted frozen: connect to its agent once thawed */
+	/* adopted: the execs the agent kept, until exec_orphans took them */
+	struct sbx_exec_info *orphans;
+	size_t norphans;
 };
 
 struct ct_exec {
 	struct ct_box *box;
-	struct sbx_exec_op *op; /* NULL while waiting for the exec before it */
+	struct sbx_exec_op *op;
 	struct sbd_exec_sink sink;
 	/* cancelled, or its exit handed over: the sink is not called again */
 	bool detached;
-	bool exit_pending; /* exit, for the sink once the op's I/O returned */
+	bool done;	   /* the op told its exit: to be freed by box_reap */
+	bool exit_pending; /* exit, for the sink once the channel's I/O returned */
 	struct sbd_exit exit;
 	int64_t deadline_ms; /* the agent must have answered by then (-1: none) */
 	/* interactive stdin; a chunk given before the command started waits */
@@ -170,13 +172,8 @@ struct ct_exec {
 	bool in_has, in_eof;
 	void *in_data;
 	size_t in_len;
-	/* the request, kept until the op starts (argv for messages) */
-	char **argv, **env;
-	char *cwd, *user;
-	void *stdin_data;
-	size_t stdin_len;
-	uint32_t timeout_ms;
-	uint64_t output_cap;
+	char **argv;	  /* for messages */
+	char *cwd, *user; /* for messages: which one could not be entered */
 	struct ct_exec *next;
 };
 
@@ -207,10 +204,8 @@ static void ex_free(struct ct_exec *x)
 {
 	sbx_exec_op_free(x->op);
 	free_strv(x->argv);
-	free_strv(x->env);
 	free(x->cwd);
 	free(x->user);
-	free(x->stdin_data);
 	free(x->in_data);
 	free(x);
 }
@@ -221,8 +216,6 @@ static void ex_unlist(struct ct_exec *x)
 	for (struct ct_exec **p = &box->execs; *p; p = &(*p)->next)
 		if (*p == x) {
 			*p = x->next;
-			if (box->tail == &x->next)
-				box->tail = p;
 			break;
 		}
 }
@@ -249,13 +242,15 @@ static void busy_del(struct ct_box *box)
 	box->busy_next = NULL;
 }
 
-/* ---- the op's callbacks (inside sbx_exec_op_io, on the loop) --------------- */
+/* ---- the op's callbacks (inside sbx_chan_io, on the loop) ------------------- */
 
 static void ex_started(void *ud, int mode)
 {
 	struct ct_exec *x = ud;
 	x->stdin_mode = mode;
-	if (!x->in_has)
+	if (!x->detached && x->sink.started)
+		x->sink.started(x->sink.ctx, sbx_exec_op_pid(x->op));
+	if (!x->in_has || x->detached)
 		return;
 	int r = sbx_exec_op_stdin(x->op, x->in_data, x->in_len, x->in_eof);
 	free(x->in_data);
@@ -341,26 +336,32 @@ void sbd_exit_cannot_start(struct sbd_exit *e, int r, int step, const char *argv
 static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
 {
 	struct ct_exec *x = ud;
+	x->done = true;
 	if (x->detached)
 		return;
 	struct sbd_exit e = sbd_exit_of(res);
 	if (r < 0) /* res (when the agent answered) says which step failed */
 		sbd_exit_cannot_start(&e, r, res ? (int)res->failed_step : SBX_STEP_UNKNOWN,
-				      x->argv[0], x->cwd, x->user && x->user[0] ? x->user : "root");
+				      x->argv[0], x->cwd ? x->cwd : "/",
+				      x->user && x->user[0] ? x->user : "root");
 	x->exit = e;
 	x->exit_pending = true;
 	x->detached = true;
 }
 
-/* ---- driving the running exec ---------------------------------------------- */
+/* ---- driving the running execs --------------------------------------------- */
 
 static void box_io(void *ctx, uint32_t ev);
 
-/* Watches the agent's stream for what the running op needs. */
+/* Watches the agent's stream for what the channel needs, while execs run. */
 static int box_watch(struct ct_box *box)
 {
-	struct ct_exec *x = box->execs;
-	uint32_t ev = x && x->op ? (uint32_t)sbx_exec_op_events(x->op) : 0;
+	if (!box->execs) {
+		sbd_watch_del(box->cb->b.loop, &box->w);
+		busy_del(box);
+		return 0;
+	}
+	uint32_t ev = (uint32_t)sbx_chan_events(box->s);
 	if (box->throttled)
 		return 0; /* the retry timer watches again */
 	if (box->w.fd < 0)
@@ -369,79 +370,33 @@ static int box_watch(struct ct_box *box)
 	return sbd_watch_mod(box->cb->b.loop, &box->w, ev);
 }
 
-/* Starts the op of x, the head of its box. */
-static int ex_start(struct ct_exec *x)
+/* After the channel's I/O: frees the execs that ended, then hands their
+ * exits over. Sinks are called last: they may not touch the box, but this
+ * stays simple if nothing runs after them. */
+static void box_reap(struct ct_box *box)
 {
-	struct sbx_exec_opts o = {
-	    .argv = (const char *const *)x->argv,
-	    .env = (const char *const *)x->env,
-	    .cwd = x->cwd,
-	    .user = x->user && x->user[0] ? x->user : NULL,
-	    .timeout_ms = x->timeout_ms,
-	    .output_cap = x->output_cap,
-	    .stdin_data = x->stdin_data,
-	    .stdin_len = x->stdin_len,
-	    .stdin_stream = x->stdin_stream,
-	};
-	static const struct sbx_exec_cbs cbs = {ex_started, ex_output, ex_stdin_ack, ex_exit};
-	int r = sbx_exec_op_start(x->box->s, &o, &cbs, x, &x->op);
-	if (r < 0)
-		return r;
-	free(x->stdin_data); /* encoded into the op */
-	x->stdin_data = NULL;
-	x->deadline_ms = x->timeout_ms ? sbd_now_ms() + x->timeout_ms + EXEC_GRACE_MS : -1;
-	r = box_watch(x->box);
-	if (r < 0) {
-		sbx_exec_op_free(x->op);
-		x->op = NULL;
-		return r;
-	}
-	busy_add(x->box);
-	return 0;
-}
-
-/* The head ended (or was given up): frees it and starts the next exec.
- * Sinks are called last: they may not touch the box, but this stays
- * simple if nothing runs after them. */
-static void box_next(struct ct_box *box)
-{
-	struct ct_exec *x = box->execs;
-	if (x) {
-		ex_unlist(x);
-		ex_free(x);
-	}
-	while ((x = box->execs) && !x->op) {
-		int r = ex_start(x);
-		if (r == 0)
-			return;
-		ex_unlist(x);
-		if (!x->detached) {
-			struct sbd_exit e = {.exit_code = 126};
-			snprintf(e.error, sizeof(e.error), "cannot run '%s': %s", x->argv[0],
-				 strerror(-r));
-			x->sink.exit(x->sink.ctx, &e);
+	struct ct_exec *ended = NULL;
+	for (struct ct_exec **p = &box->execs; *p;) {
+		struct ct_exec *x = *p;
+		if (!x->done) {
+			p = &x->next;
+			continue;
 		}
+		*p = x->next;
+		x->next = ended;
+		ended = x;
+	}
+	box_watch(box);
+	while (ended) {
+		struct ct_exec *x = ended;
+		ended = x->next;
+		struct sbd_exec_sink sink = x->sink;
+		struct sbd_exit e = x->exit;
+		bool fire = x->exit_pending;
 		ex_free(x);
+		if (fire)
+			sink.exit(sink.ctx, &e);
 	}
-	if (!box->execs) {
-		sbd_watch_del(box->cb->b.loop, &box->w);
-		busy_del(box);
-	}
-}
-
-/* After the op's I/O: hands the exit over, moves on when the op is done. */
-static void box_after(struct ct_box *box, struct ct_exec *x, bool done)
-{
-	struct sbd_exec_sink sink = x->sink;
-	struct sbd_exit e = x->exit;
-	bool fire = x->exit_pending;
-	x->exit_pending = false;
-	if (done)
-		box_next(box);
-	else
-		box_watch(box);
-	if (fire)
-		sink.exit(sink.ctx, &e);
 }
 
 static void box_retry(void *ctx, uint32_t ev)
@@ -451,17 +406,24 @@ static void box_retry(void *ctx, uint32_t ev)
 	if (read(box->retry_fd, &n, sizeof(n)) < 0 && errno == EAGAIN)
 		return;
 	box->throttled = false;
-	if (box->execs && box->execs->op)
-		box_watch(box);
+	box_watch(box);
 }
 
-/* The client is behind: stop reading the agent's stream (the agent stops
- * reading the command's pipes past 4 MiB queued, and the command blocks)
- * and look again in 5 ms. The watch is taken off, not muted: a hang-up
- * would still be reported, again and again. */
-static bool box_throttle(struct ct_box *box, struct ct_exec *x)
+static bool box_congested(struct ct_box *box)
 {
-	if (x->detached || !x->sink.congested || !x->sink.congested(x->sink.ctx))
+	for (struct ct_exec *x = box->execs; x; x = x->next)
+		if (!x->detached && x->sink.congested && x->sink.congested(x->sink.ctx))
+			return true;
+	return false;
+}
+
+/* A client is behind: stop reading the agent's stream (the agent stops
+ * reading the commands' pipes past 4 MiB queued, and they block) and look
+ * again in 5 ms. The watch is taken off, not muted: a hang-up would still
+ * be reported, again and again. */
+static bool box_throttle(struct ct_box *box)
+{
+	if (!box_congested(box))
 		return false;
 	struct itimerspec its = {.it_value = {0, 5 * 1000000}};
 	if (box->retry_fd < 0) {
@@ -484,14 +446,14 @@ static bool box_throttle(struct ct_box *box, struct ct_exec *x)
 static void box_io(void *ctx, uint32_t ev)
 {
 	struct ct_box *box = ctx;
-	struct ct_exec *x = box->execs;
-	if (!x || !x->op) {
+	if (!box->execs) {
 		sbd_watch_del(box->cb->b.loop, &box->w);
 		return;
 	}
-	if (box_throttle(box, x))
+	if (box_throttle(box))
 		return;
-	box_after(box, x, sbx_exec_op_io(x->op, (short)ev) == 1);
+	sbx_chan_io(box->s, (short)ev);
+	box_reap(box);
 }
 
 /* Frees every exec of the box (it is being destroyed or released). */
@@ -504,6 +466,9 @@ static void box_drop_execs(struct ct_box *box)
 		ex_free(x);
 	}
 	busy_del(box);
+	sbx_exec_infos_free(box->orphans, box->norphans);
+	box->orphans = NULL;
+	box->norphans = 0;
 	sbd_watch_del(box->cb->b.loop, &box->w_retry);
 	if (box->retry_fd >= 0)
 		close(box->retry_fd);
@@ -511,24 +476,48 @@ static void box_drop_execs(struct ct_box *box)
 	box->throttled = false;
 }
 
-/* Kills every process of the sandbox but its agent: how a cancelled exec
- * (whose client went away) and what it left in the background are stopped.
- * Execs of one sandbox are serialised, so this hits only the cancelled one. */
-static void kill_all_but_agent(struct ct_box *box)
+static const struct sbx_exec_cbs ex_cbs = {ex_started, ex_output, ex_stdin_ack, ex_exit};
+
+/* Puts x (its op started) on its box. */
+static int ex_add(struct ct_exec *x)
 {
-	char p[PATH_MAX];
-	const char *cg = sbx_cgroup_path(box->s, "pids");
-	if (!cg)
-		return;
-	snprintf(p, sizeof(p), "%s/cgroup.procs", cg);
-	FILE *f = fopen(p, "re");
-	long pid;
-	pid_t agent = sbx_pid(box->s);
-	while (f && fscanf(f, "%ld", &pid) == 1)
-		if ((pid_t)pid != agent)
-			kill((pid_t)pid, SIGKILL);
-	if (f)
-		fclose(f);
+	x->next = x->box->execs;
+	x->box->execs = x;
+	int r = box_watch(x->box);
+	if (r < 0) {
+		ex_unlist(x);
+		return r;
+	}
+	busy_add(x->box);
+	return 0;
+}
+
+/* Starts the op of x and puts it on its box. */
+static int ex_start(struct ct_exec *x, const struct sbd_exec_req *req, struct strata_err *e)
+{
+	struct sbx_exec_opts o = {
+	    .argv = (const char *const *)x->argv,
+	    .env = (const char *const *)req->env,
+	    .cwd = req->cwd,
+	    .user = req->user && req->user[0] ? req->user : NULL,
+	    .timeout_ms = req->timeout_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)req->timeout_ms,
+	    .output_cap = req->output_cap ? req->output_cap : 1,
+	    .stdin_data = req->stdin_data,
+	    .stdin_len = req->stdin_len,
+	    .stdin_stream = req->stdin_stream,
+	    /* its number, found again after a restart (ct_exec_orphans) */
+	    .id = req->xid ? SBX_EXEC_ID_CALLER | (uint32_t)(req->xid & ~SBX_EXEC_ID_CALLER) : 0,
+	};
+	int r = sbx_exec_op_start(x->box->s, &o, &ex_cbs, x, &x->op);
+	if (r == -EAGAIN)
+		return strata_err_set(e, -EAGAIN,
+				      "sandbox %s runs %d execs already (the limit): wait for "
+				      "one to end",
+				      x->box->id, SBX_MAX_EXECS);
+	if (r < 0)
+		return r;
+	x->deadline_ms = o.timeout_ms ? sbd_now_ms() + o.timeout_ms + EXEC_GRACE_MS : -1;
+	return ex_add(x);
 }
 
 static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct sbd_exec_req *req,
@@ -544,31 +533,18 @@ static int ct_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 	char *pyargv[] = {"python3", "-c", (char *)req->python, NULL};
 	x->box = box;
 	x->argv = dup_strv(req->python ? pyargv : req->argv);
-	x->env = dup_strv(req->env);
-	x->cwd = strdup(req->cwd);
+	x->cwd = strdup(req->cwd ? req->cwd : "/");
 	x->user = strdup(req->user ? req->user : "");
-	x->stdin_data = req->stdin_len ? malloc(req->stdin_len) : NULL;
-	if (!x->argv || !x->argv[0] || !x->env || !x->cwd || !x->user ||
-	    (req->stdin_len && !x->stdin_data)) {
+	if (!x->argv || !x->argv[0] || !x->cwd || !x->user) {
 		ex_free(x);
 		return -ENOMEM;
 	}
-	if (x->stdin_data)
-		memcpy(x->stdin_data, req->stdin_data, req->stdin_len);
-	x->stdin_len = req->stdin_len;
-	x->timeout_ms = req->timeout_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)req->timeout_ms;
-	x->output_cap = req->output_cap ? req->output_cap : 1;
 	x->sink = *sink;
 	x->stdin_stream = req->stdin_stream;
-	*box->tail = x; /* the head, or waiting for the execs before it */
-	box->tail = &x->next;
-	if (box->execs == x) {
-		int r = ex_start(x);
-		if (r < 0) {
-			ex_unlist(x);
-			ex_free(x);
-			return r;
-		}
+	int r = ex_start(x, req, e);
+	if (r < 0) {
+		ex_free(x);
+		return r;
 	}
 	*ret = x;
 	return 0;
@@ -581,7 +557,7 @@ static int ct_exec_stdin(struct sbd_backend *b, void *h, const void *p, size_t n
 		return -EPIPE;
 	if (n > SBX_STDIN_MAX_CHUNK)
 		return -EFBIG;
-	if (x->op && x->stdin_mode) {
+	if (x->stdin_mode) {
 		int r = sbx_exec_op_stdin(x->op, p, n, eof);
 		if (r >= 0) {
 			x->stdin_closed = eof;
@@ -602,21 +578,77 @@ static int ct_exec_stdin(struct sbd_backend *b, void *h, const void *p, size_t n
 	return 0;
 }
 
+/* Cancelled (its client left): SIGKILL to its process group, nothing
+ * else of the sandbox; driven on to its end without a sink. */
 static void ct_exec_cancel(struct sbd_backend *b, void *h)
 {
 	struct ct_exec *x = h;
-	struct ct_box *box = x->box;
 	x->detached = true;
 	x->exit_pending = false;
-	if (!x->op) { /* still waiting: it never ran */
-		ex_unlist(x);
-		ex_free(x);
-		return;
-	}
-	/* the running one: killed, driven on to its end without a sink */
 	sbx_exec_op_kill(x->op);
-	kill_all_but_agent(box); /* and what it left in the background */
-	box_watch(box);
+	box_watch(x->box);
+}
+
+static int ct_exec_orphans(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_orphan **ret,
+			   size_t *ret_n)
+{
+	struct ct_box *box = sb->bpriv;
+	*ret = NULL;
+	*ret_n = 0;
+	if (!box->norphans)
+		return 0;
+	struct sbd_orphan *v = calloc(box->norphans, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	int64_t now = (int64_t)time(NULL);
+	for (size_t i = 0; i < box->norphans; i++) {
+		const struct sbx_exec_info *e = &box->orphans[i];
+		v[i] = (struct sbd_orphan){
+		    .id = e->id,
+		    .xid = e->id & SBX_EXEC_ID_CALLER ? e->id & ~SBX_EXEC_ID_CALLER : 0,
+		    .pid = e->pid,
+		    .running = e->running,
+		    .started_at = now - (int64_t)(e->age_us / 1000000)};
+		snprintf(v[i].cmd, sizeof(v[i].cmd), "%s", e->cmd);
+	}
+	*ret = v;
+	*ret_n = box->norphans;
+	sbx_exec_infos_free(box->orphans, box->norphans);
+	box->orphans = NULL;
+	box->norphans = 0;
+	return 0;
+}
+
+static int ct_exec_attach(struct sbd_backend *b, struct sbd_sandbox *sb, uint32_t id,
+			  const struct sbd_exec_sink *sink, void **ret, struct strata_err *e)
+{
+	struct ct_box *box = sb->bpriv;
+	char *argv[] = {"(adopted exec)", NULL};
+	struct ct_exec *x = calloc(1, sizeof(*x));
+	if (!x || !(x->argv = dup_strv(argv))) {
+		free(x);
+		return -ENOMEM;
+	}
+	x->box = box;
+	x->sink = *sink;
+	x->deadline_ms = -1;
+	int r = sbx_exec_op_attach(box->s, id, &ex_cbs, x, &x->op);
+	if (r == 0)
+		r = ex_add(x);
+	if (r < 0) {
+		ex_free(x);
+		return strata_err_set(e, r, "cannot follow exec %u: %s", id, strerror(-r));
+	}
+	*ret = x;
+	return 0;
+}
+
+static int ct_exec_signal(struct sbd_backend *b, void *h, int sig)
+{
+	struct ct_exec *x = h;
+	int r = sbx_exec_op_signal(x->op, sig);
+	box_watch(x->box);
+	return r;
 }
 
 /* At every tick: an exec whose agent did not answer within its timeout
@@ -627,11 +659,14 @@ static void ct_deadlines(struct ct_backend *cb)
 	struct ct_box *box = cb->busy;
 	while (box) {
 		struct ct_box *next = box->busy_next;
-		struct ct_exec *x = box->execs;
-		if (x && x->op && x->deadline_ms >= 0 && now > x->deadline_ms) {
-			ex_exit(x, -ETIMEDOUT, NULL);
-			box_after(box, x, true);
-		}
+		bool late = false;
+		for (struct ct_exec *x = box->execs; x; x = x->next)
+			if (!x->done && x->deadline_ms >= 0 && now > x->deadline_ms) {
+				ex_exit(x, -ETIMEDOUT, NULL);
+				late = true;
+			}
+		if (late)
+			box_reap(box);
 		box = next;
 	}
 }
@@ -664,7 +699,6 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 static void box_init(struct ct_box *box, struct ct_backend *cb)
 {
 	box->cb = cb;
-	box->tail = &box->execs;
 	box->w.fd = -1;
 	box->w_retry.fd = -1;
 	box->retry_fd = -1;
@@ -748,39 +782,28 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 	box_init(box, cb);
 	box->unconnected = frozen;
 	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
+	/* what ran on meanwhile (an agent older than 1.2 cannot tell) */
+	if (!frozen && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+		box->norphans = 0; /* a frozen one: at its resume */
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	return 0;
 }
 
-/* A cancelled exec, or one whose exit went out, ends soon: drive it to its
- * end here (at most 300 ms of the loop) rather than fail at once. Returns
- * true when no exec is left. */
-static bool box_settle(struct ct_box *box)
-{
-	int64_t until = sbd_now_ms() + 300;
-	struct ct_exec *x;
-	while ((x = box->execs) && x->detached && x->op) {
-		int left = (int)(until - sbd_now_ms());
-		if (left <= 0)
-			break;
-		struct pollfd pfd = {.fd = sbx_agent_fd(box->s),
-				     .events = sbx_exec_op_events(x->op)};
-		int k = pfd.events ? poll(&pfd, 1, left) : 1;
-		if (k < 0 && errno != EINTR)
-			break;
-		if (k > 0)
-			box_after(box, x, sbx_exec_op_io(x->op, pfd.revents) == 1);
-	}
-	return !box->execs;
-}
+static int ct_file_op(struct ct_box *box, struct sbd_file_req *f);
 
 static int ct_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *f)
 {
 	struct ct_box *box = sb->bpriv;
-	/* the library serves one request at a time per sandbox */
-	if (box->execs && !box_settle(box))
-		return -EBUSY;
+	int r = ct_file_op(box, f);
+	box_reap(box); /* execs that ended while the file request waited */
+	return r;
+}
+
+/* One file request: a round trip on the sandbox's channel, which drives
+ * the execs in flight meanwhile (their callbacks run inside). */
+static int ct_file_op(struct ct_box *box, struct sbd_file_req *f)
+{
 	int r = 0;
 	switch (f->op) {
 	case SBD_F_READ: {
@@ -960,6 +983,8 @@ static int ct_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
 	if (r == 0 && box->unconnected) { /* adopted while frozen */
 		r = sbx_adopt_finish(box->s);
 		box->unconnected = r < 0;
+		if (r == 0 && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+			box->norphans = 0;
 	}
 	return r;
 }
@@ -982,14 +1007,13 @@ static int ct_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 }
 
 /* sandboxd is stopping: the sandbox runs on (it is persistent) and the next
- * sandboxd adopts it by its agent's pid. Execs in flight are dropped. */
+ * sandboxd adopts it by its agent's pid. Execs in flight run on too; this
+ * sandboxd stops following them. */
 static void ct_release(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct ct_box *box = sb->bpriv;
 	if (!box)
 		return;
-	if (box->execs) /* its commands are stopped, their output dropped */
-		kill_all_but_agent(box);
 	box_drop_execs(box);
 	sbx_release(box->s);
 	free(box);
@@ -1046,6 +1070,9 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .exec = ct_exec,
 	    .exec_stdin = ct_exec_stdin,
 	    .exec_cancel = ct_exec_cancel,
+	    .exec_signal = ct_exec_signal,
+	    .exec_orphans = ct_exec_orphans,
+	    .exec_attach = ct_exec_attach,
 	    .file = ct_file,
 	    .pause = ct_pause,
 	    .resume = ct_resume,

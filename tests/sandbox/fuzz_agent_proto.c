@@ -1,7 +1,7 @@
 /* fuzz_agent_proto.c — libFuzzer target for the agent protocol decoders
  * (sandbox/agent/proto.c): frame headers, EXEC requests, EXIT reports, START
- * requests, stat records and the generic reader, as the agent and the host apply them to
- * bytes from the other side. */
+ * requests, stat records, EXECS entries and the generic reader, as the agent and the host apply
+ * them to bytes from the other side. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +35,13 @@ static void walk_frames(const uint8_t *data, size_t size)
 			abort();
 		struct ag_rd r;
 		struct ag_stat st;
+		static struct ag_exec_info info;
+		ag_rd_init(&r, data, n);
+		ag_rd_u32(&r); /* an EXECS reply: status, count, entries */
+		for (uint32_t i = ag_rd_u32(&r); i && ag_exec_info_decode(&r, &info) == 0; i--)
+			if (strlen(info.cmd) > AG_MAX_CMD ||
+			    (info.state != AG_EXEC_RUNNING && info.state != AG_EXEC_ENDED))
+				abort();
 		ag_rd_init(&r, data, n);
 		ag_stat_decode(&r, &st);
 		free(ag_rd_strdup(&r, AG_MAX_PATH));

@@ -118,9 +118,46 @@ static void test_exit(void)
 	ag_wr_done(&w);
 }
 
+/* EXECS entries: a round trip, the cmd limit, a bad state. */
+static void test_exec_info(void)
+{
+	static struct ag_exec_info e = {.id = 0x80000003,
+					.pid = 9,
+					.state = AG_EXEC_ENDED,
+					.held = 1,
+					.age_us = 1234,
+					.cmd = "sleep 3"},
+				   d;
+	struct ag_wr w;
+	struct ag_rd r;
+	ag_wr_init(&w);
+	ag_exec_info_encode(&w, &e);
+	ag_rd_init(&r, w.data, w.len);
+	EXPECT(ag_exec_info_decode(&r, &d) == 0 && d.id == e.id && d.pid == 9 &&
+	       d.state == AG_EXEC_ENDED && d.held == 1 && d.age_us == 1234 &&
+	       !strcmp(d.cmd, "sleep 3"));
+	w.data[8] = 7; /* state */
+	ag_rd_init(&r, w.data, w.len);
+	EXPECT(ag_exec_info_decode(&r, &d) == -EBADMSG);
+	ag_wr_done(&w);
+	static char long_cmd[AG_MAX_CMD + 2];
+	memset(long_cmd, 'x', AG_MAX_CMD + 1);
+	ag_wr_init(&w);
+	ag_wr_u32(&w, 1);
+	ag_wr_u32(&w, 2);
+	ag_wr_u8(&w, AG_EXEC_RUNNING);
+	ag_wr_u8(&w, 0);
+	ag_wr_u64(&w, 0);
+	ag_wr_str(&w, long_cmd); /* over AG_MAX_CMD */
+	ag_rd_init(&r, w.data, w.len);
+	EXPECT(ag_exec_info_decode(&r, &d) == -EBADMSG);
+	ag_wr_done(&w);
+}
+
 int main(void)
 {
 	test_header();
+	test_exec_info();
 	test_exec_roundtrip();
 	test_limits();
 	test_exit();

@@ -2,8 +2,12 @@
  * one (as a restarting sandboxd would), adopt it again by pid, find its files
  * and background processes intact; a second adopter takes over; processes
  * inside cannot take the agent over; non-persistent sandboxes end with their
- * stream; nothing is left once all are destroyed. Needs root (77 otherwise). */
+ * stream; execs running at the release run on, and the next host lists
+ * them and collects their output and exit (sbx_execs_list,
+ * sbx_exec_op_attach); nothing is left once all are destroyed. Needs root
+ * (77 otherwise). */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +119,121 @@ static void test_not_persistent(struct sbxt_env *e)
 	CHECK(sbx_adopt(e->rt, getpid(), &s2) < 0); /* not a sandbox at all */
 }
 
+/* An exec followed by a poll loop: its output and exit. */
+struct follow {
+	char out[256];
+	size_t len;
+	int r, exit_code;
+	bool started, exited;
+};
+
+static void f_started(void *ud, int mode)
+{
+	((struct follow *)ud)->started = true;
+}
+
+static void f_output(void *ud, int stream, const void *d, size_t n)
+{
+	struct follow *f = ud;
+	n = n < sizeof(f->out) - 1 - f->len ? n : sizeof(f->out) - 1 - f->len;
+	memcpy(f->out + f->len, d, n);
+	f->len += n;
+}
+
+static void f_exit(void *ud, int r, const struct sbx_exec_result *res)
+{
+	struct follow *f = ud;
+	f->exited = true;
+	f->r = r;
+	f->exit_code = res ? res->exit_code : -1;
+}
+
+static const struct sbx_exec_cbs follow_cbs = {f_started, f_output, NULL, f_exit};
+
+/* Drives s's channel until done() or 10 s. */
+static void drive(struct sbx *s, bool (*done)(struct follow *), struct follow *f)
+{
+	for (int i = 0; i < 1000 && !done(f); i++) {
+		struct pollfd p = {.fd = sbx_agent_fd(s), .events = sbx_chan_events(s)};
+		if (poll(&p, 1, 10) > 0)
+			sbx_chan_io(s, p.revents);
+	}
+}
+
+static bool f_is_started(struct follow *f)
+{
+	return f->started || f->exited;
+}
+
+static bool f_is_exited(struct follow *f)
+{
+	return f->exited;
+}
+
+/* Two execs run through a release: one ends while no host follows it,
+ * one runs on; the adopter lists both and collects output and exits. */
+static void test_execs_survive(struct sbxt_env *e)
+{
+	struct sbx_config cfg = sbxt_config(e);
+	cfg.persist = true;
+	cfg.orphan_timeout_ms = 20000;
+	struct sbx *s = NULL, *s2 = NULL;
+	CHECK(sbx_create(e->rt, &cfg, &s) == 0);
+	if (!s)
+		return;
+	pid_t pid = sbx_pid(s);
+	const char *quick[] = {"sh", "-c", "sleep 0.3; echo held; exit 3", NULL};
+	const char *slow[] = {"sh", "-c", "sleep 1.5; echo later; exit 4", NULL};
+	struct sbx_exec_opts o1 = {.argv = quick, .id = SBX_EXEC_ID_CALLER | 1};
+	struct sbx_exec_opts o2 = {.argv = slow, .id = SBX_EXEC_ID_CALLER | 2};
+	struct follow a = {0}, b = {0};
+	struct sbx_exec_op *op1 = NULL, *op2 = NULL;
+	CHECK(sbx_exec_op_start(s, &o1, &follow_cbs, &a, &op1) == 0);
+	CHECK(sbx_exec_op_start(s, &o2, &follow_cbs, &b, &op2) == 0);
+	if (!op1 || !op2)
+		return;
+	drive(s, f_is_started, &a);
+	drive(s, f_is_started, &b);
+	CHECK(a.started && b.started && !a.exited);
+	sbx_exec_op_free(op1);
+	sbx_exec_op_free(op2);
+	sbx_release(s); /* the host restarts: both run on */
+	usleep(800000); /* the quick one ends meanwhile, held */
+
+	CHECK(sbx_adopt(e->rt, pid, &s2) == 0);
+	if (!s2)
+		return;
+	struct sbx_exec_info *v = NULL;
+	size_t n = 0;
+	CHECK(sbx_execs_list(s2, &v, &n) == 0);
+	CHECK(n == 2);
+	for (size_t i = 0; i < n; i++) {
+		bool is_quick = v[i].id == (SBX_EXEC_ID_CALLER | 1);
+		CHECK(is_quick || v[i].id == (SBX_EXEC_ID_CALLER | 2));
+		CHECK(v[i].running == !is_quick);
+		CHECK(v[i].pid > 1 && strstr(v[i].cmd, is_quick ? "held" : "later"));
+	}
+	sbx_exec_infos_free(v, n);
+	struct follow a2 = {0}, b2 = {0};
+	CHECK(sbx_exec_op_attach(s2, SBX_EXEC_ID_CALLER | 1, &follow_cbs, &a2, &op1) == 0);
+	CHECK(sbx_exec_op_attach(s2, SBX_EXEC_ID_CALLER | 2, &follow_cbs, &b2, &op2) == 0);
+	drive(s2, f_is_exited, &a2);
+	drive(s2, f_is_exited, &b2);
+	CHECK(a2.exited && a2.r == 0 && a2.exit_code == 3 && !strcmp(a2.out, "held\n"));
+	CHECK(b2.exited && b2.r == 0 && b2.exit_code == 4 && !strcmp(b2.out, "later\n"));
+	sbx_exec_op_free(op1);
+	sbx_exec_op_free(op2);
+	/* collected: gone from the list; an unknown id is -ESRCH */
+	CHECK(sbx_execs_list(s2, &v, &n) == 0 && n == 0);
+	sbx_exec_infos_free(v, n);
+	struct follow c = {0};
+	CHECK(sbx_exec_op_attach(s2, 77, &follow_cbs, &c, &op1) == 0);
+	drive(s2, f_is_exited, &c);
+	CHECK(c.exited && c.r == -ESRCH);
+	sbx_exec_op_free(op1);
+	sbx_destroy(s2);
+}
+
 int main(void)
 {
 	struct sbxt_env e;
@@ -123,6 +242,7 @@ int main(void)
 	if (r)
 		return r;
 	test_release_adopt(&e, cgdir, sizeof(cgdir));
+	test_execs_survive(&e);
 	test_not_persistent(&e);
 	test_orphan_timeout(&e);
 	sbxt_teardown(&e);

@@ -26,13 +26,13 @@ from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
                      BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict,
                      StdinClosed)
 from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
-                      capabilities, node_metrics, health)
+                      capabilities, node_metrics, health, BackgroundExec)
 from .aio import AsyncSandbox, AsyncExecProcess
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "ExecProcess", "AsyncExecProcess",
     "FileInfo", "Metrics", "PIPE", "capabilities", "node_metrics", "health", "StrataError", "NotFound",
     "ImageNotFound", "Timeout", "NoCapacity", "BackendUnavailable", "Unsupported", "Exited",
-    "InvalidRequest", "Conflict", "StdinClosed",
+    "InvalidRequest", "Conflict", "StdinClosed", "BackgroundExec",
 ]
 __version__ = "0.1.0"

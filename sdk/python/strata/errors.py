@@ -39,8 +39,9 @@ class Timeout(StrataError):
 
 
 class NoCapacity(StrataError):
-    """The node has no room (memory, pids or sandbox count); the message says
-    which."""
+    """The node has no room (memory, pids or sandbox count), or the sandbox
+    runs as many execs as it may (``code`` "too_many_execs"); the message
+    says which."""
 
 
 class BackendUnavailable(StrataError):
@@ -76,6 +77,7 @@ _BY_CODE = {
     "not_found": NotFound,
     "image_not_found": ImageNotFound,
     "no_capacity": NoCapacity,
+    "too_many_execs": NoCapacity,
     "backend_unavailable": BackendUnavailable,
     "unsupported": Unsupported,
     "bad_request": InvalidRequest,

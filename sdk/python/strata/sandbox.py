@@ -196,7 +196,9 @@ def _stream_event(proc, ev):
     kind = ev.get("type")
     if kind in ("stdout", "stderr"):
         return ExecEvent(kind, base64.b64decode(ev["data"]))
-    if kind != "exit":
+    if kind == "start":
+        proc.exec_id, proc.pid = ev.get("exec_id"), ev.get("pid")
+    if kind != "exit":  # start, or an event of a newer sandboxd
         return None
     proc.close()
     proc._stdin_open = False
@@ -330,22 +332,28 @@ class ExecProcess:
     exec in the API. Closing the process (or leaving its ``with`` block)
     before the exit kills the command."""
 
-    def __init__(self, sandbox, body, stdin, timeout, raise_timeout=True):
+    def __init__(self, sandbox, body, stdin, timeout, raise_timeout=True, _attach=None):
         self._sb = sandbox
         self._timeout = timeout
         self._raise_timeout = raise_timeout
         self._wait = (timeout or 60.0) + EXEC_GRACE
         self._lock = threading.Lock()  # one stdin chunk in flight
-        self._stdin_open = bool(body.get("stdin_stream"))
+        self._stdin_open = bool(body and body.get("stdin_stream"))
         self._done = False
         self.exec_id = None
+        #: The command's pid in the sandbox, once its start event was read.
+        self.pid = None
         #: The :class:`ExecResult` once the exit was read.
         self.result = None
         #: An exception raised by the iterable given as stdin (it was closed).
         self.stdin_error = None
         try:
-            self._conn, self._resp = sandbox._client.open("POST", sandbox._path("exec"),
-                                                          body=body, timeout=self._wait)
+            if _attach is not None:  # GET .../execs/{n}/stream: closing it detaches
+                self._conn, self._resp = sandbox._client.open(
+                    "GET", sandbox._path("execs/%s/stream" % _attach), timeout=self._wait)
+            else:
+                self._conn, self._resp = sandbox._client.open(
+                    "POST", sandbox._path("exec"), body=body, timeout=self._wait)
         except errors.NotFound as e:
             if sandbox._killed:
                 raise errors.Exited("sandbox %s was killed" % sandbox.id) from e
@@ -355,7 +363,7 @@ class ExecProcess:
             if ev.get("type") != "start":
                 self.close()
                 raise errors.StrataError("exec stream began without its start event: %r" % ev)
-            self.exec_id = ev["exec_id"]
+            self.exec_id, self.pid = ev["exec_id"], ev.get("pid")
             chunks = _chunks_of(stdin)
             if chunks is not None:
                 threading.Thread(target=self._feed, args=(chunks,), daemon=True,
@@ -458,6 +466,42 @@ class ExecProcess:
     def __repr__(self):
         return "ExecProcess(%s, exec_id=%s%s)" % (self._sb.id, self.exec_id,
                                                    ", done" if self._done else "")
+
+
+class BackgroundExec:
+    """A command started with ``sb.exec(..., background=True)``: it runs on
+    whoever watches it (a server, a watcher), also across a restart of
+    sandboxd. ``exec_id`` names it in the sandbox, ``pid`` is its pid there.
+    :meth:`connect` attaches to its output (what it printed while nobody
+    watched, then on to its exit); closing that stream does not stop it.
+    Once it ended, its exit stays until one client read it."""
+
+    def __init__(self, sandbox, exec_id, pid):
+        self._sb = sandbox
+        self.exec_id = exec_id
+        self.pid = pid
+
+    def connect(self, timeout=None):
+        """An :class:`ExecProcess` on the command's output; ``timeout``:
+        seconds to wait for each event (default: an hour)."""
+        return self._sb.exec_connect(self.exec_id, timeout=timeout)
+
+    def wait(self, timeout=None):
+        """Attaches and reads to the exit; returns the :class:`ExecResult`
+        (its output: what was kept since the start, up to the output cap)."""
+        return self.connect(timeout=timeout).wait()
+
+    def signal(self, sig):
+        """Sends a signal (a number or a name such as "TERM") to its
+        process group."""
+        self._sb.exec_signal(self.exec_id, sig)
+
+    def kill(self):
+        """SIGKILL to its process group."""
+        self._sb.exec_kill(self.exec_id)
+
+    def __repr__(self):
+        return "BackgroundExec(%s, exec_id=%s, pid=%s)" % (self._sb.id, self.exec_id, self.pid)
 
 
 class Files:
@@ -673,12 +717,22 @@ class Sandbox:
 
     # -- exec --------------------------------------------------------------
     def exec(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
-             timeout=60.0, output_cap=None):
+             timeout=60.0, output_cap=None, background=False):
         """Runs a command (a list of arguments, or a string for /bin/sh -c),
         or Python source with ``python=``, and returns an
         :class:`ExecResult`. Raises Timeout (with ``.result``) when it ran
         past ``timeout`` seconds and was killed. ``stdin``: bytes, str, an
-        iterable of chunks or a file (see :meth:`exec_stream`)."""
+        iterable of chunks or a file (see :meth:`exec_stream`). With
+        ``background=True`` it returns a :class:`BackgroundExec` as soon as
+        the command started (container backend; ``timeout`` still applies:
+        give a long one to a server)."""
+        if background:
+            if stdin is not None and not isinstance(stdin, (bytes, str)):
+                raise ValueError("a background exec takes stdin as bytes or str only")
+            body = _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap)
+            body["background"] = True
+            r = self._call("POST", "exec", body=body)
+            return BackgroundExec(self, r["exec_id"], r.get("pid"))
         if stdin is PIPE:
             raise ValueError("exec() cannot take strata.PIPE: nobody would write it; "
                              "use exec_stream()")
@@ -710,6 +764,28 @@ class Sandbox:
         command."""
         body = _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap)
         return ExecProcess(self, body, stdin, timeout, _raise_timeout)
+
+    def execs(self, timeout=DEFAULT_TIMEOUT):
+        """The execs of the sandbox, running or ended and not yet collected:
+        dicts with exec_id, cmd, pid, started_at (wall seconds), running,
+        background, attached, exit_code and signal."""
+        return self._call("GET", "execs", timeout=timeout)["execs"]
+
+    def exec_connect(self, exec_id, timeout=None):
+        """Attaches to a background exec's output: an :class:`ExecProcess`
+        (what it printed while nobody watched, then on to its exit).
+        Closing it detaches; the command runs on."""
+        return ExecProcess(self, None, None, timeout or 3600.0, raise_timeout=False,
+                           _attach=exec_id)
+
+    def exec_signal(self, exec_id, sig):
+        """Sends a signal (a number, or a name such as "TERM") to an exec's
+        process group."""
+        self._call("POST", "execs/%s/signal" % exec_id, body={"signal": sig})
+
+    def exec_kill(self, exec_id):
+        """SIGKILL to an exec's process group (an ended one is forgotten)."""
+        self._call("DELETE", "execs/%s" % exec_id)
 
     # -- lifecycle ----------------------------------------------------------
     def pause(self, timeout=DEFAULT_TIMEOUT):

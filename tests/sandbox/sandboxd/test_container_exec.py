@@ -1,8 +1,7 @@
 """Container execs through the HTTP API, as sandboxd's loop drives them
 (the library's exec op on the agent's stream, no thread): output and exit,
 a command that cannot start, up-front stdin, timeouts, output caps, large
-output intact, several execs on one sandbox at once (run one after the
-other), a file operation right after a client left mid-stream, a delete
+output intact, several execs on one sandbox at once, a file operation right after a client left mid-stream, a delete
 mid-exec, and an agent that stops answering (paused mid-exec: the exec
 fails after its timeout and a grace period, the sandbox serves on)."""
 import base64
@@ -116,6 +115,7 @@ def test_delete_mid_exec(daemon):
     sid = create(daemon, backend="container")
     st = Stream(daemon, sid, {"cmd": ["sh", "-c", "echo a; sleep 30"]})
     assert st.status == 200
+    assert st.event()["type"] == "start"
     assert st.event()["type"] == "stdout"
     t = time.time()
     assert request(daemon, "DELETE", "/v1/sandboxes/%s" % sid)[0] == 200
@@ -132,6 +132,7 @@ def test_agent_that_stops_answering(daemon, box):
     resumed."""
     st = Stream(daemon, box, {"cmd": ["sh", "-c", "echo a; sleep 3; echo b"], "timeout": 1})
     assert st.status == 200
+    assert st.event()["type"] == "start"
     assert st.event()["type"] == "stdout"
     assert request(daemon, "POST", "/v1/sandboxes/%s/pause" % box)[0] == 200
     t = time.time()

@@ -4,8 +4,9 @@
  * with acknowledgements, a large up-front stdin while the command floods
  * its output back (no deadlock), kill, a command that cannot start, the
  * stream still aligned for the next request (exec, file stat), a dead
- * agent; and the blocking sbx_exec (built on the op) fed by sbx_exec_stdin
- * from another thread. */
+ * agent; many ops at once on the sandbox's channel with a file request
+ * among them, and the limit of ops in flight; and the blocking sbx_exec
+ * (built on the op) fed by sbx_exec_stdin from another thread. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/sandbox/spawn_agent.h"
@@ -266,6 +268,71 @@ static void test_dead_agent(struct sbx *s)
 	EXPECT(sbx_exec(s, &o, NULL, NULL, &r) == -EPIPE);
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Many ops on one channel at once, driven together (sbx_chan_io), with a
+ * synchronous file request between them; the limit of ops in flight. */
+static void test_channel(struct sbx *s)
+{
+	enum { N = 4 };
+	struct run x[N];
+	const char *slp[] = {"sh", "-c", "sleep 0.4; echo done", NULL};
+	struct sbx_exec_opts o = {.argv = slp};
+	int64_t t0 = mono_ms();
+	for (int i = 0; i < N; i++) {
+		memset(&x[i], 0, sizeof(x[i]));
+		EXPECT(sbx_exec_op_start(s, &o, &cbs, &x[i], &x[i].op) == 0);
+	}
+	EXPECT(sbx_chan_execs(s) == N);
+	struct sbx_stat st;
+	EXPECT(sbx_file_stat(s, "/", &st) == 0 && st.type == 2); /* while they run */
+	int left = N;
+	while (left && mono_ms() - t0 < 10000) {
+		struct pollfd p = {.fd = sbx_agent_fd(s), .events = sbx_chan_events(s)};
+		if (poll(&p, 1, 1000) > 0)
+			sbx_chan_io(s, p.revents);
+		left = 0;
+		for (int i = 0; i < N; i++)
+			left += !x[i].exited;
+	}
+	int64_t took = mono_ms() - t0;
+	for (int i = 0; i < N; i++) {
+		EXPECT(x[i].exited && x[i].r == 0 && x[i].out && !strcmp(x[i].out, "done\n"));
+		EXPECT(sbx_exec_op_pid(x[i].op) > 0);
+		sbx_exec_op_free(x[i].op);
+		free(x[i].out);
+	}
+	EXPECT(took < 4 * 400); /* at once, not one after the other */
+	EXPECT(sbx_chan_execs(s) == 0);
+
+	/* the limit: SBX_MAX_EXECS in flight, then -EAGAIN */
+	static struct run many[SBX_MAX_EXECS];
+	const char *cat[] = {"cat", NULL};
+	struct sbx_exec_opts oc = {.argv = cat, .stdin_stream = true};
+	for (int i = 0; i < SBX_MAX_EXECS; i++)
+		EXPECT(sbx_exec_op_start(s, &oc, &cbs, &many[i], &many[i].op) == 0);
+	struct sbx_exec_op *extra = NULL;
+	EXPECT(sbx_exec_op_start(s, &oc, &cbs, &many[0], &extra) == -EAGAIN);
+	for (int i = 0; i < SBX_MAX_EXECS; i++)
+		sbx_exec_op_kill(many[i].op);
+	for (int spins = 0; spins < 1000 && sbx_chan_execs(s); spins++) {
+		struct pollfd p = {.fd = sbx_agent_fd(s), .events = sbx_chan_events(s)};
+		if (poll(&p, 1, 1000) > 0)
+			sbx_chan_io(s, p.revents);
+	}
+	EXPECT(sbx_chan_execs(s) == 0);
+	for (int i = 0; i < SBX_MAX_EXECS; i++) {
+		EXPECT(many[i].exited);
+		sbx_exec_op_free(many[i].op);
+		free(many[i].out);
+	}
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -276,6 +343,7 @@ int main(void)
 		return 77;
 	}
 	test_ops(s);
+	test_channel(s);
 	test_blocking_interactive(s);
 	test_dead_agent(s);
 	sbx_destroy(s);
