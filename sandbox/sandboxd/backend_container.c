@@ -122,6 +122,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include <unistd.h>
 
 #include "sandbox/container/strata_sandbox.h"
+#include "sandbox/sandboxd/inroot.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
 #define EXEC_GRACE_MS 10000 /* beyond an exec's timeout, as sbx_exec waits */
@@ -148,6 +149,7 @@ struct ct_box {
 	bool throttled; /* w is off until the retry timer */
 	struct ct_box *busy_next, **busy_prev;
 	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
+	struct stat root; /* the agent's root when it was made or adopted */
 };
 
 struct ct_exec {
@@ -596,6 +598,7 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .exec_stdin_stream = true,
 			       .python = true,
 			       .files = true,
+			       .tar = true,
 			       .pause = true,
 			       .persistent = true,
 			       .network_host = true,
@@ -613,6 +616,28 @@ static void box_init(struct ct_box *box, struct ct_backend *cb)
 	box->w.fd = -1;
 	box->w_retry.fd = -1;
 	box->retry_fd = -1;
+}
+
+/* The identity of the agent's root, for file_root to tell it from the root
+ * of a process that got the agent's pid after the agent died (an adopted
+ * agent is not our child: nobody holds its pid for us). */
+static void box_remember_root(struct ct_box *box)
+{
+	int fd = sbd_inroot_open_root(sbx_pid(box->s), NULL, &box->root);
+	if (fd >= 0)
+		close(fd);
+}
+
+static int ct_file_root(struct sbd_backend *b, struct sbd_sandbox *sb, int *ret_fd)
+{
+	struct ct_box *box = sb->bpriv;
+	if (!box->root.st_ino)
+		return -ESRCH;
+	int fd = sbd_inroot_open_root(sbx_pid(box->s), &box->root, NULL);
+	if (fd < 0)
+		return fd;
+	*ret_fd = fd;
+	return 0;
 }
 
 static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
@@ -638,6 +663,7 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 	}
 	box_init(box, cb);
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
+	box_remember_root(box);
 	sb->bpriv = box;
 	free(sb->bstate); /* what adopt needs: persisted with the sandbox */
 	if (asprintf(&sb->bstate, "{\"agent_pid\":%d}", (int)sbx_pid(box->s)) < 0)
@@ -665,6 +691,7 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 		return r;
 	}
 	box_init(box, cb);
+	box_remember_root(box);
 	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
@@ -941,6 +968,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .exec_stdin = ct_exec_stdin,
 	    .exec_cancel = ct_exec_cancel,
 	    .file = ct_file,
+	    .file_root = ct_file_root,
 	    .pause = ct_pause,
 	    .resume = ct_resume,
 	    .destroy = ct_destroy,

@@ -39,6 +39,7 @@
 #include "fs/log.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
+#include "sandbox/sandboxd/xfer.h"
 
 static void usage(FILE *f)
 {
@@ -443,6 +444,7 @@ static void teardown(struct sandboxd *d)
 	sbd_server_close(d);
 	sbd_images_drain(d);		/* image mounts in flight: their creates go on */
 	sbd_api_creates_drain(d);	/* creates in flight: finished, kept for adoption */
+	sbd_xfer_shutdown(d);		/* file transfers in flight: cut, answered */
 	sbd_registry_free_all(d);	/* the sandboxes keep running: only our memory */
 	sbd_registry_unpersist_wait(d); /* before the state dir may be removed */
 	sbd_pool_free(d->pool);
