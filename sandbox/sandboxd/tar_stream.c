@@ -16,8 +16,8 @@
  * file bytes spliced from the socket into the file. Owners come from the
  * archive (or all are the upload's user), modes and mtimes too; a
  * directory's mtime is set at the end, after its members were written.
- * A member whose name has ".." stops the upload with -EINVAL (members
- * before it stay written). */
+ * A member whose name has ".." stops the upload with -EINVAL; a failed
+ * upload removes the names it created (a replaced file stays replaced). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -217,7 +217,7 @@ static int mount_id(int dfd, const char *name, uint64_t *ret)
 static int out_entry(struct tar_out *t, int dfd, const char *name, const char *rel, int depth)
 {
 	struct stat st;
-	uint64_t mnt;
+	uint64_t mnt = 0;
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || mount_id(dfd, name, &mnt) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (mnt != t->mnt_id)
@@ -322,6 +322,7 @@ struct tar_in {
 	int *werr;
 	int64_t files;
 	struct names dirs;	   /* made, with the mtime to give them at the end */
+	struct names made;	   /* names this upload created (ino 1: a dir), for a rollback */
 	char *longname, *longlink; /* from 'L'/'K' or a pax header, for the next member */
 };
 
@@ -478,6 +479,27 @@ static int in_link(struct tar_in *t, const struct sbd_tar_hdr *h, int pfd, const
 	return linkat(tfd, tname, pfd, name, 0) < 0 ? -errno : 0;
 }
 
+static bool in_exists(struct tar_in *t, const char *path)
+{
+	const char *name;
+	struct stat st;
+	_cleanup_close_ int pfd = sbd_inroot_open_parent(t->root, path, false, NULL, &name);
+	return pfd >= 0 && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* A refused or failed upload: what it created goes again, the last first
+ * (files it replaced stay replaced). */
+static void in_rollback(struct tar_in *t)
+{
+	for (size_t i = t->made.n; i-- > 0;) {
+		const char *name;
+		_cleanup_close_ int pfd =
+		    sbd_inroot_open_parent(t->root, t->made.v[i].name, false, NULL, &name);
+		if (pfd >= 0)
+			unlinkat(pfd, name, t->made.v[i].ino ? AT_REMOVEDIR : 0);
+	}
+}
+
 /* One member (its header parsed). */
 static int in_member(struct tar_in *t, struct sbd_tar_hdr *h)
 {
@@ -487,8 +509,10 @@ static int in_member(struct tar_in *t, struct sbd_tar_hdr *h)
 		return strata_err_set(&t->x->err, -EINVAL,
 				      "archive member '%s' leaves the destination", nm);
 	bool data = h->type == '0' || h->type == 0 || h->type == '7';
+	bool is_dir = h->type == '5';
+	bool existed = in_exists(t, path);
 	int r;
-	if (h->type == '5') {
+	if (is_dir) {
 		r = in_dir(t, h, path);
 	} else if (data || h->type == '1' || h->type == '2') {
 		const char *name;
@@ -501,6 +525,8 @@ static int in_member(struct tar_in *t, struct sbd_tar_hdr *h)
 	} else {
 		r = 0; /* devices, FIFOs: not made */
 	}
+	if (r == 0 && !existed && in_exists(t, path))
+		r = names_add(&t->made, (struct named){.ino = is_dir}, path);
 	if (r == 0 && !data)
 		r = in_skip(t, padded(h->size));
 	if (r < 0 && !t->x->err.code)
@@ -567,6 +593,9 @@ int64_t sbd_tar_stream_in(struct sbd_xfer *x, int root, const char *dir,
 	free(t.longname);
 	free(t.longlink);
 	in_dir_times(&t);
+	if (r < 0)
+		in_rollback(&t);
+	names_free(&t.made);
 	if (r == 0) { /* the rest of the body (end blocks, padding) */
 		char b[4096];
 		ssize_t k;

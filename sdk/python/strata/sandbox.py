@@ -380,7 +380,7 @@ class Files:
                                        query=query, timeout=timeout)
 
     def write(self, path, data, mode=None, timeout=DEFAULT_TIMEOUT, *, user=None,
-              parents=True):
+              parents=True, append=False):
         """Creates or replaces a file with data: bytes, str, or a binary file
         object (streamed from its position to its end; any size up to the
         sandbox's disk). Missing parent directories are made (``parents``).
@@ -388,11 +388,12 @@ class Files:
         existing file's mode; ``user`` (a name of the sandbox's /etc/passwd,
         "uid" or "uid:gid") owns the file and the directories made. A
         write that does not fit the sandbox's disk raises
-        :class:`~strata.errors.DiskFull`. Returns the bytes written."""
+        :class:`~strata.errors.DiskFull`. ``append`` adds to the end of the
+        file. Returns the bytes written."""
         if isinstance(data, str):
             data = data.encode()
         q = {"mode": None if mode is None else "%o" % mode, "user": user,
-             "parents": None if parents else "0"}
+             "parents": None if parents else "0", "append": "1" if append else None}
         if isinstance(data, (bytes, bytearray, memoryview)):
             data = bytes(data)
             return self._upload("", path, _chunks_of_bytes(data), len(data), timeout,
