@@ -48,6 +48,16 @@ def sh(sb, cmd):
     return r.stdout
 
 
+def recv_all(s):
+    """Everything the server sends until it closes."""
+    out = b""
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            return out
+        out += b
+
+
 def raw_put(daemon, sid, path, head_extra, body_parts, query=""):
     """PUT .../files over a raw socket; returns (status, body bytes)."""
     s = socket.socket(socket.AF_UNIX)
@@ -60,12 +70,7 @@ def raw_put(daemon, sid, path, head_extra, body_parts, query=""):
             s.sendall(p)
     except (BrokenPipeError, ConnectionResetError):
         pass
-    out = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        out += b
+    out = recv_all(s)
     s.close()
     head, _, rest = out.partition(b"\r\n\r\n")
     return int(head.split(b" ")[1]), rest
@@ -295,12 +300,7 @@ def test_append_and_keep_alive_after_a_transfer(container, box):
               b"GET /v1/sandboxes/%s/files?path=/tmp/ka HTTP/1.1\r\nHost: x\r\n\r\n"
               % box.id.encode() +
               b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    out = b""
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        out += b
+    out = recv_all(s)
     s.close()
     first, _, rest = out.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 200"), out[:300]
@@ -321,11 +321,6 @@ def test_expect_continue(container, box):
               % box.id.encode())
     assert s.recv(100).startswith(b"HTTP/1.1 100 Continue")
     s.sendall(b"hello")
-    out = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        out += b
+    out = recv_all(s)
     assert out.startswith(b"HTTP/1.1 200"), out
     assert box.files.read("/tmp/ec") == b"hello"
