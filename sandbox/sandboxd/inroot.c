@@ -93,28 +93,59 @@ static int split(const char *path, char *buf, size_t cap, const char **ret_name)
 	return 0;
 }
 
+/* path[0..n) as a string in buf (PATH_MAX), "/" for n == 0. */
+static const char *prefix(char *buf, const char *path, size_t n)
+{
+	memcpy(buf, path, n);
+	buf[n ? n : 1] = 0;
+	if (!n)
+		buf[0] = '/';
+	return buf;
+}
+
 int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sbd_owner *owner)
 {
-	int fd = open_in(root, path, O_PATH | O_DIRECTORY, 0);
-	if (fd != -ENOENT)
+	char buf[4096];
+	size_t len = strlen(path);
+	if (len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	/* up to the deepest directory that exists (a loop, not recursion: a
+	 * path of 2,000 components must not take 2,000 stack frames) */
+	size_t have = len;
+	int fd;
+	while ((fd = open_in(root, prefix(buf, path, have), O_RDONLY | O_DIRECTORY, 0)) ==
+		   -ENOENT &&
+	       have > 0)
+		while (have > 0 && path[--have] != '/')
+			;
+	if (fd < 0 || have == len)
 		return fd;
-	char parent[4096];
-	const char *name;
-	int r = split(path, parent, sizeof(parent), &name);
-	if (r < 0)
-		return r;
-	_cleanup_close_ int pfd = sbd_inroot_mkdirs(root, parent, 0755, owner);
-	if (pfd < 0)
-		return pfd;
-	if (mkdirat(pfd, name, mode) < 0 && errno != EEXIST)
-		return -errno;
-	/* the name is resolved again: the sandbox may have replaced it by a
-	 * symlink meanwhile, which openat2 follows inside the root only */
-	fd = open_in(root, path, O_RDONLY | O_DIRECTORY, 0);
-	if (fd >= 0) {
+	close(fd);
+	/* then down, one component at a time, each made in its parent's fd */
+	while (have < len) {
+		size_t next = have + 1;
+		while (next < len && path[next] != '/')
+			next++;
+		_cleanup_close_ int pfd =
+		    open_in(root, prefix(buf, path, have), O_PATH | O_DIRECTORY, 0);
+		if (pfd < 0)
+			return pfd;
+		memcpy(buf, path + have + 1, next - have - 1);
+		buf[next - have - 1] = 0;
+		bool last = next == len;
+		if (mkdirat(pfd, buf, last ? mode : 0755) < 0 && errno != EEXIST)
+			return -errno;
+		/* the name is resolved again: the sandbox may have replaced it by
+		 * a symlink meanwhile, which openat2 follows inside the root only */
+		fd = open_in(root, prefix(buf, path, next), O_RDONLY | O_DIRECTORY, 0);
+		if (fd < 0)
+			return fd;
 		give(fd, owner);
-		if (mode != 0755)
+		if (last && mode != 0755)
 			(void)!fchmod(fd, mode);
+		if (!last)
+			close(fd);
+		have = next;
 	}
 	return fd;
 }

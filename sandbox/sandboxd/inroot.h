@@ -40,7 +40,8 @@ int sbd_inroot_open_root(pid_t pid, const struct stat *want, struct stat *ret_st
 int sbd_inroot_open_read(int root, const char *path, struct stat *ret_st);
 
 /* Creates the missing directories of path itself (mode 0755 or mode for
- * the last, owned by owner). Returns an O_PATH fd of the directory. */
+ * the last, owned by owner). Returns a read-only fd of the directory
+ * (for fchown, fchmod, futimens). */
 int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sbd_owner *owner);
 
 /* Opens the parent directory of path (O_PATH), creating the missing ones

@@ -324,3 +324,14 @@ def test_expect_continue(container, box):
     out = recv_all(s)
     assert out.startswith(b"HTTP/1.1 200"), out
     assert box.files.read("/tmp/ec") == b"hello"
+
+
+def test_deep_parents_and_tar_dir_modes(box, tmp_path):
+    deep = "/tmp" + "/d" * 1500  # 1,500 directories to make for one write
+    box.files.write(deep + "/f", b"deep")
+    assert box.files.read(deep + "/f") == b"deep"
+    (tmp_path / "t" / "sub").mkdir(parents=True)
+    os.chmod(tmp_path / "t" / "sub", 0o711)
+    box.files.mkdir("/work/t/sub")  # exists already: still gets the archive's mode
+    box.files.upload(str(tmp_path / "t"), "/work/t")
+    assert sh(box, "/bin/busybox stat -c %a /work/t/sub") == "711\n"
