@@ -1,15 +1,29 @@
 /* api_files.c — the file routes of a sandbox: read, write, list, stat,
- * mkdir and remove through the backend's file operation, and tar streams of
- * a tree (tar.h), with the query's path normalised first. */
+ * mkdir and remove, and tar streams of a tree, with the query's path
+ * normalised first.
+ *
+ * A backend with file_root (container) has its reads, writes and tar
+ * streams done by transfers on worker threads (xfer.h) through the
+ * sandbox's root (inroot.h): files of any size, in bounded memory, the
+ * bytes moved by sendfile and splice. Other backends (and list, stat,
+ * mkdir, remove everywhere) go through the backend's file operation,
+ * whole files in one buffer of at most --max-body-mb (tar.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs/cleanup.h"
 #include "sandbox/sandboxd/api-internal.h"
 #include "sandbox/sandboxd/http.h"
+#include "sandbox/sandboxd/inroot.h"
 #include "sandbox/sandboxd/tar.h"
+#include "sandbox/sandboxd/xfer.h"
+
+#define USER_MAX 64 /* the user= of an upload */
 
 /* Normalises an absolute path: collapses "//" and ".", refuses "..",
  * relative paths and over-long ones. Returns a malloc'ed copy or NULL with
@@ -135,6 +149,248 @@ static void api_tar(struct sbd_conn *c, struct sbd_sandbox *sb, const char *meth
 	sbd_conn_reply_json(c, 200, &w);
 }
 
+/* ---- streamed transfers (backends with file_root) ------------------------ */
+
+/* Whether query parameter key is given as "0" or "false". */
+static bool query_false(const char *query, const char *key)
+{
+	bool bad = false;
+	_cleanup_free_ char *v = sbd_http_query_get(query, key, &bad);
+	return v && (!strcmp(v, "0") || !strcmp(v, "false"));
+}
+
+enum fx_kind { FX_GET, FX_PUT, FX_TAR_GET, FX_TAR_PUT };
+
+struct file_xfer {
+	enum fx_kind kind;
+	int root;
+	char *path, *user;
+	uint32_t mode;
+	bool set_mode, parents, append;
+	uint64_t disk_bytes; /* the sandbox's disk limit, for the message */
+	int64_t count;	     /* bytes written, or tar members */
+};
+
+static int fx_get(struct sbd_xfer *x)
+{
+	struct file_xfer *f = x->op;
+	struct stat st;
+	_cleanup_close_ int fd = sbd_inroot_open_read(f->root, f->path, &st);
+	if (fd < 0)
+		return fd;
+	int r = sbd_xfer_head(x, 200, "application/octet-stream", (long long)st.st_size);
+	return r < 0 ? r : sbd_xfer_sendfile(x, fd, 0, (uint64_t)st.st_size);
+}
+
+/* The owner of what an upload creates: user= looked up in the sandbox. */
+static int fx_owner(struct sbd_xfer *x, struct file_xfer *f, struct sbd_owner *o)
+{
+	*o = (struct sbd_owner){0};
+	if (!f->user)
+		return 0;
+	int r = sbd_inroot_user(f->root, f->user, o);
+	if (r == -ENOENT)
+		return strata_err_set(&x->err, -EINVAL, "no user '%s' in the sandbox's /etc/passwd",
+				      f->user);
+	return r;
+}
+
+/* A write of the sandbox's disk failed: ENOSPC/EDQUOT named as the limit. */
+static int fx_write_error(struct sbd_xfer *x, struct file_xfer *f, int werr, uint64_t done)
+{
+	if (werr == ENOSPC || werr == EDQUOT)
+		return strata_err_set(&x->err, -ENOSPC,
+				      "the sandbox's disk is full (its limit is %llu MiB) after "
+				      "%llu bytes of %s",
+				      (unsigned long long)(f->disk_bytes >> 20),
+				      (unsigned long long)done, f->path);
+	return strata_err_set(&x->err, -werr, "writing %s: %s", f->path, strerror(werr));
+}
+
+static int fx_put(struct sbd_xfer *x)
+{
+	struct file_xfer *f = x->op;
+	struct sbd_owner o;
+	int r = fx_owner(x, f, &o);
+	if (r < 0)
+		return r;
+	_cleanup_close_ int fd = sbd_inroot_open_write(f->root, f->path, f->mode, f->set_mode,
+						       f->parents, f->append, &o);
+	if (fd < 0)
+		return fd;
+	if ((r = sbd_xfer_continue(x)) < 0)
+		return r;
+	int werr = 0;
+	int64_t n = sbd_xfer_body_to_fd(x, fd, UINT64_MAX, &werr);
+	if (n >= 0) {
+		f->count = n;
+		return 0;
+	}
+	if (!f->append) /* what was written is given back to the disk */
+		(void)!ftruncate(fd, 0);
+	return n == -EIO ? fx_write_error(x, f, werr, 0) : (int)n;
+}
+
+static int fx_tar_get(struct sbd_xfer *x)
+{
+	struct file_xfer *f = x->op;
+	int64_t n = sbd_tar_stream_out(x, f->root, f->path);
+	f->count = n > 0 ? n : 0;
+	return n < 0 ? (int)n : 0;
+}
+
+static int fx_tar_put(struct sbd_xfer *x)
+{
+	struct file_xfer *f = x->op;
+	struct sbd_owner o;
+	int r = fx_owner(x, f, &o);
+	if (r < 0)
+		return r;
+	int werr = 0;
+	int64_t n = sbd_tar_stream_in(x, f->root, f->path, &o, &werr);
+	if (n == -EIO)
+		return fx_write_error(x, f, werr, 0);
+	f->count = n > 0 ? n : 0;
+	return n < 0 ? (int)n : 0;
+}
+
+static void fx_free(struct file_xfer *f)
+{
+	if (f->root >= 0)
+		close(f->root);
+	free(f->path);
+	free(f->user);
+	free(f);
+}
+
+static void fx_done(struct sbd_xfer *x, struct sbd_conn *c)
+{
+	struct file_xfer *f = x->op;
+	int r = x->r;
+	const char *why = x->err.code ? x->err.msg : NULL;
+	if (x->head_sent) {
+		/* the response went out (whole, or cut short: closed) */
+	} else if (r == -ENOSPC || r == -EDQUOT) {
+		sbd_conn_reply_error(c, 507, "disk_full", "%s",
+				     why ? why : "the sandbox's disk is full");
+	} else if (r == -ETIMEDOUT) {
+		sbd_conn_reply_error(c, 408, "timeout", "%s: the client sent nothing for %d s",
+				     f->path, XFER_IDLE_MS / 1000);
+	} else if (r == -EPROTO) {
+		sbd_conn_reply_error(c, 400, "bad_request", "%s: bad chunked body", f->path);
+	} else if (r == -EXDEV) {
+		sbd_conn_reply_error(c, 400, "bad_request",
+				     "%s: on another mount than the sandbox's root filesystem "
+				     "(its /proc, /dev or /sys): not served by the files API",
+				     f->path);
+	} else if (r == -ESRCH) {
+		sbd_conn_reply_error(c, 409, "gone", "%s: the sandbox ended", f->path);
+	} else if (r < 0) {
+		sbd_api_reply_errno(c, r, f->path, why);
+	} else {
+		struct jw w;
+		jw_init(&w);
+		jw_obj(&w);
+		if (f->kind == FX_TAR_PUT)
+			jw_kint(&w, "files", f->count);
+		else {
+			jw_kbool(&w, "ok", true);
+			jw_kint(&w, "size", f->count);
+		}
+		jw_obj_end(&w);
+		sbd_conn_reply_json(c, 200, &w);
+	}
+	fx_free(f);
+}
+
+bool sbd_api_body_streamed(struct sandboxd *d, const char *method, const char *path)
+{
+	static const char pre[] = "/v1/sandboxes/";
+	if (strcmp(method, "PUT") || strncmp(path, pre, sizeof(pre) - 1))
+		return false;
+	const char *id = path + sizeof(pre) - 1;
+	const char *slash = strchr(id, '/');
+	if (!slash || (size_t)(slash - id) > SBD_ID_LEN ||
+	    (strcmp(slash, "/files") && strcmp(slash, "/files/tar")))
+		return false;
+	char buf[SBD_ID_LEN + 1];
+	memcpy(buf, id, (size_t)(slash - id));
+	buf[slash - id] = 0;
+	struct sbd_sandbox *sb = sbd_registry_find(d, buf);
+	return sb && sb->backend->file_root;
+}
+
+/* Starts a streamed transfer of kind for c. Replies itself on an error. */
+static void fx_start(struct sbd_conn *c, struct sbd_sandbox *sb, enum fx_kind kind,
+		     const char *path, const char *query, uint32_t mode, bool set_mode)
+{
+	struct sandboxd *d = sbd_conn_daemon(c);
+	bool bad = false;
+	_cleanup_free_ char *user = sbd_http_query_get(query, "user", &bad);
+	if (bad || (user && (!user[0] || strlen(user) > USER_MAX))) {
+		sbd_conn_reply_error(c, 400, "bad_request", "query parameter 'user': 1 to %d bytes",
+				     USER_MAX);
+		return;
+	}
+	struct sbd_conn_body body;
+	sbd_conn_body(c, &body);
+	uint64_t disk = (uint64_t)sb->disk_mb << 20;
+	if (kind == FX_PUT && !body.chunked && disk && body.length > disk) {
+		sbd_conn_reply_error(c, 413, "disk_full",
+				     "%s: %llu bytes do not fit the sandbox's disk of %lld MiB",
+				     path, (unsigned long long)body.length, (long long)sb->disk_mb);
+		return;
+	}
+	int root = -1;
+	int r = sb->backend->file_root(sb->backend, sb, &root);
+	if (r < 0) {
+		sbd_api_reply_errno(c, r == -ESRCH ? -ENOENT : r, path,
+				    r == -ESRCH ? "the sandbox's root is gone" : NULL);
+		return;
+	}
+	struct file_xfer *f = calloc(1, sizeof(*f));
+	struct sbd_xfer *x = calloc(1, sizeof(*x));
+	if (f) {
+		*f = (struct file_xfer){.kind = kind,
+					.root = root,
+					.path = strdup(path),
+					.user = user ? strdup(user) : NULL,
+					.mode = mode,
+					.set_mode = set_mode,
+					.parents = !query_false(query, "parents"),
+					.append = sbd_api_query_bool(query, "append"),
+					.disk_bytes = disk};
+		root = -1;
+	}
+	if (!f || !x || !f->path || (user && !f->user)) {
+		if (f)
+			fx_free(f);
+		else
+			close(root);
+		free(x);
+		sbd_conn_reply_error(c, 500, "internal", "out of memory");
+		return;
+	}
+	static const sbd_xfer_fn runs[] = {fx_get, fx_put, fx_tar_get, fx_tar_put};
+	x->run = runs[kind];
+	x->done = fx_done;
+	x->op = f;
+	x->keep_alive = body.keep_alive;
+	x->expect_continue = body.expect_continue;
+	x->chunked = body.chunked;
+	x->left = body.length;
+	sb->last_active_ms = sbd_now_ms();
+	r = sbd_xfer_start(d, c, x);
+	if (r < 0) {
+		fx_free(f);
+		if (r == -EBUSY)
+			sbd_conn_reply_error(c, 429, "too_many_transfers",
+					     "%d file transfers are running; retry", XFER_MAX);
+		else
+			sbd_api_reply_errno(c, r, path, NULL);
+	}
+}
+
 void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method, const char *sub,
 		   const char *query, const char *body, size_t len)
 {
@@ -153,6 +409,15 @@ void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *metho
 	struct sbd_file_req f = {.path = path, .mode = 0644, .max = (uint64_t)d->cfg.max_body};
 	if (mode_s)
 		f.mode = (uint32_t)strtoul(mode_s, NULL, 8) & 07777;
+	bool get = !strcmp(method, "GET"), put = !strcmp(method, "PUT");
+	if (sb->backend->file_root && (get || put) && (!strcmp(sub, "") || !strcmp(sub, "tar"))) {
+		if (sbd_api_refuse_paused(c, sb))
+			return;
+		enum fx_kind k =
+		    !strcmp(sub, "") ? (get ? FX_GET : FX_PUT) : (get ? FX_TAR_GET : FX_TAR_PUT);
+		fx_start(c, sb, k, path, query, f.mode, mode_s != NULL);
+		return;
+	}
 	if (!strcmp(sub, "tar")) {
 		api_tar(c, sb, method, path, body, len);
 		return;

@@ -176,6 +176,15 @@ struct sbd_backend {
 			   const struct sbd_exec_sink *sink, void **ret_handle,
 			   struct strata_err *e);
 	int (*file)(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_file_req *req);
+	/* Streamed files: an O_PATH fd of the sandbox's root directory as its
+	 * processes see it, for the core's transfers of files and trees of any
+	 * size on worker threads (api_files.c, xfer.h), which resolve every
+	 * path under it with openat2(RESOLVE_IN_ROOT) (inroot.h) and move the
+	 * bytes with sendfile/splice. The caller closes the fd. NULL when the
+	 * backend reaches files through its agent only (a VM's: there, a
+	 * stream of READ at an offset and WRITE with append would take its
+	 * place); such backends get `file`, whole files in one buffer. */
+	int (*file_root)(struct sbd_backend *b, struct sbd_sandbox *sb, int *ret_fd);
 	int (*pause)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	int (*resume)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	/* Destroys the sandbox and everything it holds; 0 or -errno. */

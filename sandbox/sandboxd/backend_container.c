@@ -124,6 +124,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 #include "fs/log.h"
 #include "sandbox/container/strata_sandbox.h"
 #include "sandbox/sandboxd/usage.h"
+#include "sandbox/sandboxd/inroot.h"
 
 #define ORPHAN_TIMEOUT_MS (15u * 60 * 1000)
 #define EXEC_GRACE_MS 10000 /* beyond an exec's timeout, as sbx_exec waits */
@@ -154,6 +155,7 @@ struct ct_box {
 	/* adopted: the execs the agent kept, until exec_orphans took them */
 	struct sbx_exec_info *orphans;
 	size_t norphans;
+	struct stat root; /* the agent's root when it was made or adopted */
 };
 
 struct ct_exec {
@@ -681,7 +683,7 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .exec_stdin_stream = true,
 			       .python = true,
 			       .files = true,
-			       .tar = true, /* tar.c, over the file operations */
+			       .tar = true,
 			       .pause = true,
 			       .persistent = true,
 			       .network_host = true,
@@ -702,6 +704,28 @@ static void box_init(struct ct_box *box, struct ct_backend *cb)
 	box->w.fd = -1;
 	box->w_retry.fd = -1;
 	box->retry_fd = -1;
+}
+
+/* The identity of the agent's root, for file_root to tell it from the root
+ * of a process that got the agent's pid after the agent died (an adopted
+ * agent is not our child: nobody holds its pid for us). */
+static void box_remember_root(struct ct_box *box)
+{
+	int fd = sbd_inroot_open_root(sbx_pid(box->s), NULL, &box->root);
+	if (fd >= 0)
+		close(fd);
+}
+
+static int ct_file_root(struct sbd_backend *b, struct sbd_sandbox *sb, int *ret_fd)
+{
+	struct ct_box *box = sb->bpriv;
+	if (!box->root.st_ino)
+		return -ESRCH;
+	int fd = sbd_inroot_open_root(sbx_pid(box->s), &box->root, NULL);
+	if (fd < 0)
+		return fd;
+	*ret_fd = fd;
+	return 0;
 }
 
 static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
@@ -727,6 +751,7 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 	}
 	box_init(box, cb);
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
+	box_remember_root(box);
 	sb->bpriv = box;
 	free(sb->bstate); /* what adopt needs: persisted with the sandbox */
 	const char *cg = sbx_cgroup_name(box->s);
@@ -781,6 +806,7 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 	}
 	box_init(box, cb);
 	box->unconnected = frozen;
+	box_remember_root(box);
 	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
 	/* what ran on meanwhile (an agent older than 1.2 cannot tell) */
 	if (!frozen && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
@@ -1074,6 +1100,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .exec_orphans = ct_exec_orphans,
 	    .exec_attach = ct_exec_attach,
 	    .file = ct_file,
+	    .file_root = ct_file_root,
 	    .pause = ct_pause,
 	    .resume = ct_resume,
 	    .destroy = ct_destroy,

@@ -136,9 +136,10 @@ static int parse_header(const char *line, size_t n, size_t max_body, struct sbd_
 					      x, max_body);
 		}
 	} else if (hdr_is(line, n, "Transfer-Encoding", &v, &vl)) {
-		if (vl != 8 || strncasecmp(v, "identity", 8))
-			return bad(req, e, 501,
-				   "chunked request bodies are not supported; send Content-Length");
+		if (vl == 7 && !strncasecmp(v, "chunked", 7))
+			req->chunked = true;
+		else if (vl != 8 || strncasecmp(v, "identity", 8))
+			return bad(req, e, 501, "only the chunked transfer coding is supported");
 	} else if (hdr_is(line, n, "Connection", &v, &vl)) {
 		if (vl == 5 && !strncasecmp(v, "close", 5))
 			req->keep_alive = false;
@@ -184,6 +185,8 @@ int sbd_http_parse_head(const char *buf, size_t len, size_t max_body, struct sbd
 		else
 			r = parse_header(line, nl - line, max_body, req, &have_cl, e);
 	}
+	if (r == 0 && req->chunked && have_cl)
+		r = bad(req, e, 400, "Content-Length and chunked together");
 	if (r < 0)
 		sbd_http_req_done(req);
 	return r;
@@ -259,6 +262,8 @@ const char *sbd_http_reason(int status)
 		return "Gateway Timeout";
 	case 505:
 		return "HTTP Version Not Supported";
+	case 507:
+		return "Insufficient Storage";
 	default:
 		return "Unknown";
 	}

@@ -1,8 +1,9 @@
 /* http.h — the HTTP/1.1 subset strata-sandboxd speaks: an incremental,
  * bounded request parser and response/chunk writers.
  *
- * Requests carry a body only with Content-Length (chunked request bodies are
- * refused with 501); responses are either sized or chunked. Invariants:
+ * Requests carry a body with Content-Length or chunked (which the caller
+ * refuses where it does not stream the body); responses are sized or
+ * chunked. Invariants:
  *  1. Nothing is read past the limits: headers over SBD_HTTP_MAX_HEAD give 431, a
  *     body over the caller's limit gives 413 before any of it is buffered.
  *  2. The parser never keeps pointers into a buffer it does not own: a parsed
@@ -24,6 +25,7 @@ struct sbd_http_req {
 	size_t content_length;
 	bool keep_alive;
 	bool expect_continue;
+	bool chunked;	 /* Transfer-Encoding: chunked (content_length is 0) */
 	size_t head_len; /* bytes of request line and headers */
 	int status;	 /* a head refused: the HTTP status to answer */
 };
@@ -33,7 +35,8 @@ struct sbd_http_req {
  * for a head it refuses, with the HTTP status to answer in req->status and
  * the reason in e: -EBADMSG 400 (malformed), -EFBIG 413 (Content-Length over
  * max_body), -EMSGSIZE 431 (head too large, too many headers), -EOPNOTSUPP
- * 501 (a chunked body), -EPROTONOSUPPORT 505 (not HTTP/1.x). */
+ * 501 (a transfer coding other than chunked), -EPROTONOSUPPORT 505 (not
+ * HTTP/1.x). Content-Length together with chunked is 400. */
 int sbd_http_parse_head(const char *buf, size_t len, size_t max_body, struct sbd_http_req *req,
 			struct strata_err *e);
 void sbd_http_req_done(struct sbd_http_req *req);

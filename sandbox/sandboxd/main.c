@@ -40,6 +40,7 @@
 #include "sandbox/container/strata_sandbox.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
+#include "sandbox/sandboxd/xfer.h"
 
 static void usage(FILE *f)
 {
@@ -58,7 +59,8 @@ static void usage(FILE *f)
 	    "  --memory-budget-mb N   admission: sum of memory_mb (default 32 x RAM)\n"
 	    "  --pids-budget N        admission: sum of pids (default 4 x pid_max)\n"
 	    "  --reserve-mb N         refuse creates below this MemAvailable (default 128)\n"
-	    "  --max-body-mb N        largest request body (default 64)\n"
+	    "  --max-body-mb N        largest buffered request body (default 64; file\n"
+	    "                         uploads of container sandboxes stream: no limit)\n"
 	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
@@ -489,6 +491,7 @@ static void teardown(struct sandboxd *d)
 	sbd_server_close(d);
 	sbd_images_drain(d);		/* image mounts in flight: their creates go on */
 	sbd_api_creates_drain(d);	/* creates in flight: finished, kept for adoption */
+	sbd_xfer_shutdown(d);		/* file transfers in flight: cut, answered */
 	sbd_registry_free_all(d);	/* the sandboxes keep running: only our memory */
 	sbd_registry_unpersist_wait(d); /* before the state dir may be removed */
 	sbd_pool_free(d->pool);

@@ -123,6 +123,7 @@ struct sandboxd {
 	int64_t creating_mem_mb, creating_pids;
 	struct sbd_pool *pool;		   /* worker threads (pool.h) */
 	struct sbd_creates *creates;	   /* api_create.c's, made at the first create */
+	struct sbd_xfers *xfers;	   /* xfer.c's file transfers, made at the first */
 	struct sbd_unpersist *unpersist;   /* registry.c's queue of state to remove */
 	uint8_t id_pool[512];		   /* random bytes for ids (api_create.c) */
 	size_t id_left;			   /* bytes of id_pool not used yet */
@@ -200,10 +201,35 @@ void sbd_conn_set_abort(struct sbd_conn *c, void (*fn)(void *ctx), void *ctx);
 struct sandboxd *sbd_conn_daemon(struct sbd_conn *c);
 /* Bytes queued on the connection and not yet sent. */
 size_t sbd_conn_pending(const struct sbd_conn *c);
+/* A request's body as a transfer (xfer.h) reads it: the bytes read with the
+ * head (pre: valid until sbd_conn_give_back), its framing, and the request's
+ * keep-alive and Expect: 100-continue. */
+struct sbd_conn_body {
+	const char *pre;
+	size_t pre_len;
+	uint64_t length; /* Content-Length (0 when chunked) */
+	bool chunked, keep_alive, expect_continue;
+};
+void sbd_conn_body(const struct sbd_conn *c, struct sbd_conn_body *ret);
+/* Lends the connection's socket to a transfer on a worker thread: the loop
+ * stops watching it. *ret_out: response bytes queued and not yet sent
+ * (malloc'ed, the worker sends them first). Returns the fd. */
+int sbd_conn_lend(struct sbd_conn *c, char **ret_out, size_t *ret_out_len);
+/* The transfer is over (on the loop): the socket is watched again, extra
+ * (bytes read past the request's body) is kept as the next request's
+ * start; !keep closes the connection after the answer. */
+void sbd_conn_give_back(struct sbd_conn *c, const void *extra, size_t n, bool keep);
+/* After give-back and the answer: sent (the worker sent the whole response)
+ * or queued by sbd_conn_reply_*; the connection goes on with its next
+ * request. */
+void sbd_conn_answered(struct sbd_conn *c, bool sent);
 
 /* ---- api.c ---------------------------------------------------------------- */
 /* Dispatches one complete request. */
 void sbd_api_dispatch(struct sbd_conn *c, const char *method, const char *path, const char *query,
 		      const char *body, size_t body_len);
+/* Whether the body of this request streams to a transfer (an upload to a
+ * sandbox whose backend has file_root) instead of being buffered. */
+bool sbd_api_body_streamed(struct sandboxd *d, const char *method, const char *path);
 /* Shutdown: waits for the creates in flight and completes them. */
 void sbd_api_creates_drain(struct sandboxd *d);

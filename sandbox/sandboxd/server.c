@@ -8,7 +8,12 @@
  *  2. While a response streams, no further request on that connection is
  *     read; when the peer hangs up, the abort callback runs exactly once
  *     (cancelling the exec) and the connection is freed after it.
- *  3. Every request on TCP needs "Authorization: Bearer <token>". */
+ *  3. Every request on TCP needs "Authorization: Bearer <token>".
+ *  4. A lent connection (sbd_conn_lend: a file transfer on a worker owns
+ *     the socket) is not watched, read or written by the loop until
+ *     sbd_conn_give_back; an upload's body (sbd_api_body_streamed) is never
+ *     buffered here, and nothing is read past the head of a request until
+ *     the head says whether its body streams. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -45,6 +50,9 @@ struct sbd_conn {
 	bool deferred; /* resume_after_stream is queued */
 	void (*abort_fn)(void *);
 	void *abort_ctx;
+	bool streamed; /* the request's body goes to a transfer */
+	bool lent;     /* the socket is a transfer's (xfer.h): not watched */
+	int lent_fd;
 };
 
 static void conn_io(void *ctx, uint32_t events);
@@ -189,6 +197,8 @@ void sbd_conn_stream_chunk(struct sbd_conn *c, const void *p, size_t n)
 }
 
 static void conn_process(struct sbd_conn *c);
+static bool head_refused(struct sbd_conn *c);
+static void dispatch_streamed(struct sbd_conn *c);
 
 static void resume_after_stream(void *ctx)
 {
@@ -255,8 +265,7 @@ static void conn_process(struct sbd_conn *c)
 		if (!c->have_head) {
 			struct strata_err e;
 			strata_err_clear(&e);
-			int r = sbd_http_parse_head(c->in, c->in_len, (size_t)c->d->cfg.max_body,
-						    &c->req, &e);
+			int r = sbd_http_parse_head(c->in, c->in_len, SIZE_MAX, &c->req, &e);
 			if (r == -EAGAIN)
 				break;
 			c->keep_alive = r == 0 && c->req.keep_alive;
@@ -268,6 +277,14 @@ static void conn_process(struct sbd_conn *c)
 				break;
 			}
 			c->have_head = true;
+			if (head_refused(c))
+				break;
+			if (c->streamed) {
+				dispatch_streamed(c);
+				if (c->lent)
+					return;
+				break;
+			}
 		}
 		size_t need = c->req.head_len + c->req.content_length;
 		if (c->in_len < need) {
@@ -284,6 +301,8 @@ static void conn_process(struct sbd_conn *c)
 		} else {
 			sbd_api_dispatch(c, c->req.method, c->req.path, c->req.query,
 					 c->in + c->req.head_len, c->req.content_length);
+			if (c->lent)
+				return; /* a transfer took the rest: sbd_conn_give_back */
 		}
 		memmove(c->in, c->in + need, c->in_len - need);
 		c->in_len -= need;
@@ -293,6 +312,98 @@ static void conn_process(struct sbd_conn *c)
 	flush_out(c);
 	if (c->dead || (c->close_after && c->out_off == c->out.len && !c->streaming))
 		conn_close(c);
+}
+
+/* The limits of a buffered body, once the head is known: an upload to a
+ * sandbox's files streams (any size, chunked too); the rest is buffered up
+ * to --max-body-mb. Returns true after refusing the request. */
+static bool head_refused(struct sbd_conn *c)
+{
+	size_t max = (size_t)c->d->cfg.max_body;
+	c->streamed = sbd_api_body_streamed(c->d, c->req.method, c->req.path);
+	if (c->streamed)
+		return false;
+	if (c->req.chunked)
+		sbd_conn_reply_error(c, 501, "unsupported",
+				     "chunked request bodies are taken by file uploads only; "
+				     "send Content-Length");
+	else if (c->req.content_length > max)
+		sbd_conn_reply_error(c, 413, "too_large",
+				     "request body of %zu bytes is over the limit of %zu",
+				     c->req.content_length, max);
+	else
+		return false;
+	c->close_after = true;
+	return true;
+}
+
+/* A request whose body a transfer streams: dispatched on its head. A route
+ * that answers at once (an error) closes the connection after the answer:
+ * the unread body cannot be told from a next request. */
+static void dispatch_streamed(struct sbd_conn *c)
+{
+	if (!check_auth(c)) {
+		sbd_conn_reply_error(c, 401, "unauthorized", "missing or wrong bearer token");
+		c->close_after = true;
+		return;
+	}
+	c->keep_alive = false;
+	sbd_api_dispatch(c, c->req.method, c->req.path, c->req.query, NULL, c->req.content_length);
+	if (!c->lent)
+		c->close_after = true;
+}
+
+void sbd_conn_body(const struct sbd_conn *c, struct sbd_conn_body *ret)
+{
+	*ret = (struct sbd_conn_body){.pre = c->in + c->req.head_len,
+				      .pre_len = c->in_len - c->req.head_len,
+				      .length = c->req.content_length,
+				      .chunked = c->req.chunked,
+				      .keep_alive = c->req.keep_alive,
+				      .expect_continue = c->req.expect_continue};
+}
+
+int sbd_conn_lend(struct sbd_conn *c, char **ret_out, size_t *ret_out_len)
+{
+	*ret_out_len = c->out.len - c->out_off;
+	*ret_out = NULL;
+	if (*ret_out_len && (*ret_out = malloc(*ret_out_len)))
+		memcpy(*ret_out, c->out.buf + c->out_off, *ret_out_len);
+	if (!*ret_out)
+		*ret_out_len = 0;
+	c->out.len = c->out_off = 0;
+	c->lent_fd = c->w.fd;
+	sbd_watch_del(c->d->loop, &c->w);
+	c->lent = true;
+	c->streaming = true;
+	return c->lent_fd;
+}
+
+void sbd_conn_give_back(struct sbd_conn *c, const void *extra, size_t n, bool keep)
+{
+	c->lent = false;
+	if (sbd_watch_add(c->d->loop, &c->w, c->lent_fd, EPOLLIN | EPOLLRDHUP, conn_io, c) < 0)
+		c->dead = true;
+	c->w.fd = c->lent_fd; /* conn_close closes it, also when the add failed */
+	char *b = n > c->in_cap ? realloc(c->in, n) : c->in;
+	if (b && n) {
+		c->in = b;
+		c->in_cap = n > c->in_cap ? n : c->in_cap;
+		memmove(c->in, extra, n);
+	}
+	c->in_len = b ? n : 0;
+	c->keep_alive = keep;
+	if (!keep)
+		c->close_after = true;
+}
+
+void sbd_conn_answered(struct sbd_conn *c, bool sent)
+{
+	if (sent)
+		finish_response(c);
+	else if (c->have_head)
+		sbd_conn_reply_error(c, 500, "internal", "the transfer gave no answer");
+	sbd_conn_hold_done(c);
 }
 
 static int read_in(struct sbd_conn *c)
@@ -320,6 +431,10 @@ static int read_in(struct sbd_conn *c)
 		if (n <= 0)
 			return -ECONNRESET;
 		c->in_len += (size_t)n;
+		/* A head is complete: whether its body is buffered here or
+		 * streamed by a worker is for conn_process to decide first. */
+		if (!c->have_head && memmem(c->in, c->in_len, "\r\n\r\n", 4))
+			return 0;
 		/* Short: the socket is most likely empty. The watch is
 		 * level-triggered, so anything more (or the peer's EOF) is
 		 * reported again: no recv that only says EAGAIN per request. */

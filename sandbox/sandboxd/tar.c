@@ -33,9 +33,42 @@ static int buf_put(struct buf *b, const void *p, size_t n)
 	return 0;
 }
 
-static void octal(char *dst, size_t w, uint64_t v)
+/* An octal field of w bytes (w - 1 digits and a NUL), or GNU base-256 when
+ * v does not fit. */
+static void put_num(char *dst, size_t w, uint64_t v)
 {
-	snprintf(dst, w, "%0*llo", (int)w - 1, (unsigned long long)v);
+	if (v < (1ull << (3 * (w - 1)))) {
+		snprintf(dst, w, "%0*llo", (int)w - 1, (unsigned long long)v);
+		return;
+	}
+	memset(dst, 0, w);
+	dst[0] = (char)0x80;
+	for (size_t i = w - 1; i > 0 && v; i--, v >>= 8)
+		dst[i] = (char)(v & 0xff);
+}
+
+void sbd_tar_encode(char b[512], const struct sbd_tar_hdr *h)
+{
+	memset(b, 0, 512);
+	size_t nl = strlen(h->name);
+	memcpy(b, h->name, nl < 100 ? nl : 99);
+	put_num(b + 100, 8, h->mode & 07777);
+	put_num(b + 108, 8, h->uid);
+	put_num(b + 116, 8, h->gid);
+	put_num(b + 124, 12, h->size);
+	put_num(b + 136, 12, h->mtime > 0 ? (uint64_t)h->mtime : 0);
+	memset(b + 148, ' ', 8);
+	b[156] = h->type;
+	if (h->link) {
+		size_t ll = strlen(h->link);
+		memcpy(b + 157, h->link, ll < 100 ? ll : 99);
+	}
+	memcpy(b + 257, "ustar", 6);
+	memcpy(b + 263, "00", 2);
+	unsigned sum = 0;
+	for (int i = 0; i < 512; i++)
+		sum += (unsigned char)b[i];
+	snprintf(b + 148, 8, "%06o", sum);
 }
 
 /* One header (with a GNU long-name record first when the name needs it). */
@@ -52,21 +85,10 @@ static int put_header(struct buf *b, const char *name, char type, uint32_t mode,
 		if (r < 0)
 			return r;
 	}
-	char h[512] = {0};
-	memcpy(h, name, nl < 100 ? nl : 99);
-	octal(h + 100, 8, mode & 07777);
-	octal(h + 108, 8, 0);
-	octal(h + 116, 8, 0);
-	octal(h + 124, 12, size);
-	octal(h + 136, 12, mtime > 0 ? (uint64_t)mtime : 0);
-	memset(h + 148, ' ', 8);
-	h[156] = type;
-	memcpy(h + 257, "ustar", 6);
-	memcpy(h + 263, "00", 2);
-	unsigned sum = 0;
-	for (int i = 0; i < 512; i++)
-		sum += (unsigned char)h[i];
-	snprintf(h + 148, 8, "%06o", sum);
+	char h[512];
+	struct sbd_tar_hdr th = {
+	    .name = name, .type = type, .mode = mode, .size = size, .mtime = mtime};
+	sbd_tar_encode(h, &th);
 	return buf_put(b, h, 512);
 }
 
@@ -153,35 +175,66 @@ int sbd_tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir,
 
 /* ---- unpack ----------------------------------------------------------------- */
 
-static uint64_t parse_octal(const char *p, size_t n)
+static uint64_t get_num(const char *p, size_t n)
 {
 	uint64_t v = 0;
+	if ((unsigned char)p[0] & 0x80) { /* GNU base-256 */
+		for (size_t i = 1; i < n; i++)
+			v = v << 8 | (unsigned char)p[i];
+		return v;
+	}
 	for (size_t i = 0; i < n && p[i]; i++)
 		if (p[i] >= '0' && p[i] <= '7')
 			v = v * 8 + (uint64_t)(p[i] - '0');
 	return v;
 }
 
-/* The pax "path" record of an extended header, malloc'ed, or NULL. */
-static char *pax_path(const uint8_t *p, size_t n)
+int sbd_tar_decode(const char b[512], struct sbd_tar_hdr *h, char *name, char *link)
 {
-	size_t off = 0;
+	bool zero = true;
+	for (int i = 0; i < 512 && zero; i++)
+		zero = !b[i];
+	if (zero)
+		return 1;
+	unsigned sum = 0;
+	for (int i = 0; i < 512; i++)
+		sum += i >= 148 && i < 156 ? ' ' : (unsigned char)b[i];
+	if (get_num(b + 148, 8) != sum)
+		return -EINVAL;
+	if (b[345] && !memcmp(b + 257, "ustar", 5)) /* ustar prefix */
+		snprintf(name, 257, "%.155s/%.100s", b + 345, b);
+	else
+		snprintf(name, 257, "%.100s", b);
+	snprintf(link, 101, "%.100s", b + 157);
+	*h = (struct sbd_tar_hdr){.name = name,
+				  .link = link,
+				  .type = b[156],
+				  .mode = (uint32_t)get_num(b + 100, 8),
+				  .uid = get_num(b + 108, 8),
+				  .gid = get_num(b + 116, 8),
+				  .size = get_num(b + 124, 12),
+				  .mtime = (int64_t)get_num(b + 136, 12)};
+	return 0;
+}
+
+char *sbd_tar_pax_value(const char *p, size_t n, const char *key)
+{
+	size_t off = 0, kl = strlen(key);
 	while (off < n) {
 		char *end;
-		unsigned long len = strtoul((const char *)p + off, &end, 10);
+		unsigned long len = strtoul(p + off, &end, 10);
 		if (!len || off + len > n || *end != ' ')
 			return NULL;
 		const char *kv = end + 1;
-		size_t kvlen = (size_t)((const char *)p + off + len - kv);
-		if (kvlen > 5 && !strncmp(kv, "path=", 5))
-			return strndup(kv + 5, kvlen - 6); /* drop the newline */
+		size_t kvlen = (size_t)(p + off + len - kv);
+		if (kvlen > kl + 1 && !strncmp(kv, key, kl) && kv[kl] == '=')
+			return strndup(kv + kl + 1, kvlen - kl - 2); /* drop the newline */
 		off += len;
 	}
 	return NULL;
 }
 
-/* Joins name under dir; refuses "..". */
-static char *join(const char *dir, const char *name)
+char *sbd_tar_join(const char *dir, const char *name)
 {
 	for (const char *s = name; *s;) {
 		while (*s == '/')
@@ -194,9 +247,21 @@ static char *join(const char *dir, const char *name)
 	char *out = NULL;
 	if (asprintf(&out, "%s/%s", strcmp(dir, "/") ? dir : "", name) < 0)
 		return NULL;
-	size_t n = strlen(out);
-	while (n > 1 && out[n - 1] == '/')
-		out[--n] = 0;
+	/* collapse "//" and "/./", drop a trailing "/" */
+	size_t o = 0;
+	for (size_t i = 0; out[i];) {
+		if (out[i] == '/' && (out[i + 1] == '/' ||
+				      (out[i + 1] == '.' && (out[i + 2] == '/' || !out[i + 2])))) {
+			i += out[i + 1] == '/' ? 1 : 2;
+			continue;
+		}
+		out[o++] = out[i++];
+	}
+	while (o > 1 && out[o - 1] == '/')
+		o--;
+	out[o ? o : 1] = 0;
+	if (!o)
+		out[0] = '/';
 	return out;
 }
 
@@ -225,34 +290,33 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 	char *longname = NULL;
 	int r = 0;
 	while (off + 512 <= n) {
-		const uint8_t *h = p + off;
-		bool zero = true;
-		for (int i = 0; i < 512 && zero; i++)
-			zero = !h[i];
-		if (zero)
+		const char *blk = (const char *)p + off;
+		struct sbd_tar_hdr th;
+		char name[257], link[101];
+		int d = sbd_tar_decode(blk, &th, name, link);
+		if (d == 1)
 			break;
-		uint64_t size = parse_octal((const char *)h + 124, 12);
-		char type = (char)h[156];
+		if (d < 0) {
+			r = strata_err_set(e, -EINVAL, "archive: a bad header block");
+			break;
+		}
+		uint64_t size = th.size;
+		char type = th.type;
 		if (size > n - off - 512) {
 			r = strata_err_set(e, -EINVAL, "truncated archive");
 			break;
 		}
-		const uint8_t *data = h + 512;
+		const uint8_t *data = p + off + 512;
 		off += 512 + (size + 511) / 512 * 512;
 		if (type == 'L' || type == 'x') {
 			free(longname);
-			longname =
-			    type == 'L' ? strndup((const char *)data, size) : pax_path(data, size);
+			longname = type == 'L'
+				       ? strndup((const char *)data, size)
+				       : sbd_tar_pax_value((const char *)data, size, "path");
 			continue;
 		}
 		if (type == 'g')
 			continue;
-		char name[257] = {0};
-		if (!longname && h[345]) /* ustar prefix */
-			snprintf(name, sizeof(name), "%.155s/%.100s", (const char *)h + 345,
-				 (const char *)h);
-		else
-			memcpy(name, h, 100);
 		const char *nm = longname ? longname : name;
 		if (cnt >= TAR_MAX_ENTRIES) {
 			r = -E2BIG;
@@ -264,9 +328,9 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 			break;
 		}
 		v = nv;
-		v[cnt] = (struct entry){.path = join(dir, nm),
+		v[cnt] = (struct entry){.path = sbd_tar_join(dir, nm),
 					.type = type,
-					.mode = (uint32_t)parse_octal((const char *)h + 100, 8),
+					.mode = th.mode,
 					.data = data,
 					.size = size};
 		free(longname);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sandbox/sandboxd/backend.h"
+#include "sandbox/sandboxd/inroot.h"
 
 #define TAR_MAX_ENTRIES 100000
 #define TAR_MAX_DEPTH 64
@@ -24,3 +25,39 @@ int sbd_tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir,
  * written or -errno with the reason in e. */
 int sbd_tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
 		   size_t n, struct strata_err *e);
+
+/* ---- the format (shared by the buffered and the streamed archives) ----- */
+
+/* One ustar header's fields. Sizes and ids past the octal fields' range are
+ * written in GNU base-256. */
+struct sbd_tar_hdr {
+	const char *name; /* <= 99 bytes are kept (a longer one needs an 'L' record) */
+	const char *link; /* symlink target or hard link name, or NULL */
+	char type;
+	uint32_t mode;
+	uint64_t uid, gid, size;
+	int64_t mtime;
+};
+/* Encodes h into the 512-byte block b. */
+void sbd_tar_encode(char b[512], const struct sbd_tar_hdr *h);
+/* Decodes block b: 0 (h filled, name and link into name[257] and
+ * link[101]), 1 (an all-zero block: the archive's end), -EINVAL (a bad
+ * checksum). */
+int sbd_tar_decode(const char b[512], struct sbd_tar_hdr *h, char *name, char *link);
+/* The value of key in pax extended header data p[0..n), malloc'ed, or NULL. */
+char *sbd_tar_pax_value(const char *p, size_t n, const char *key);
+/* name joined under dir and normalised (malloc'ed), or NULL when it has "..". */
+char *sbd_tar_join(const char *dir, const char *name);
+
+/* ---- streamed, on a transfer's worker (tar_stream.c) ------------------- */
+struct sbd_xfer;
+/* Sends the tree at dir under root as a chunked tar response (head
+ * included). Returns the number of members, or -errno (after the head: the
+ * stream is cut, x->broken). */
+int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir);
+/* Unpacks the request body under dir (created), owned by owner when it is
+ * set, else as the archive says. Returns the number of files written, or
+ * -errno with the reason in x->err (-EIO: a write failed, errno in
+ * *ret_werr). */
+int64_t sbd_tar_stream_in(struct sbd_xfer *x, int root, const char *dir,
+			  const struct sbd_owner *owner, int *ret_werr);

@@ -25,6 +25,7 @@ with a bearer ``token``).
 from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
                      BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict,
                      StdinClosed)
+from .errors import DiskFull
 from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
                       capabilities, node_metrics, health, BackgroundExec)
 from .aio import AsyncSandbox, AsyncExecProcess
@@ -35,4 +36,5 @@ __all__ = [
     "ImageNotFound", "Timeout", "NoCapacity", "BackendUnavailable", "Unsupported", "Exited",
     "InvalidRequest", "Conflict", "StdinClosed", "BackgroundExec",
 ]
+__all__ += ["DiskFull"]
 __version__ = "0.1.0"

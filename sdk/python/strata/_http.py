@@ -92,12 +92,9 @@ class Client:
         try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
-        except socket.timeout as e:
-            conn.close()
-            raise errors.Timeout("no answer from sandboxd within %.1f s" % timeout) from e
         except OSError as e:
             conn.close()
-            raise unreachable(self, e) from e
+            raise self._failed(e, timeout) from e
         if resp.status >= 400:
             try:
                 data = resp.read()
@@ -107,6 +104,55 @@ class Client:
                 conn.close()
             raise error_of(resp.status, data)
         return conn, resp
+
+    def _failed(self, e, timeout):
+        """The SDK's exception for a failed exchange with sandboxd."""
+        if isinstance(e, socket.timeout):
+            return errors.Timeout("no answer from sandboxd within %.1f s" % timeout)
+        return unreachable(self, e)
+
+    def upload(self, method, path, source, length=None, query=None, timeout=DEFAULT_TIMEOUT):
+        """Streams a request body and returns the parsed JSON answer. source
+        is a binary file (sent with sendfile when it is a real one: length
+        bytes from its position) or an iterable of bytes (sent chunked).
+        An answer that comes before the body was taken whole (sandboxd
+        refused it, or the disk filled) is read and raised."""
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        conn = self._conn(timeout)
+        try:
+            conn.putrequest(method, path)
+            conn.putheader("Content-Type", "application/octet-stream")
+            if self.token and self.url:
+                conn.putheader("Authorization", "Bearer " + self.token)
+            if length is None:
+                conn.putheader("Transfer-Encoding", "chunked")
+            else:
+                conn.putheader("Content-Length", str(length))
+            conn.endheaders()
+            try:
+                if length is None:
+                    for chunk in source:
+                        if chunk:
+                            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    conn.send(b"0\r\n\r\n")
+                elif length:
+                    conn.sock.sendfile(source, count=length)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # sandboxd answered early and closed: its answer says why
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise self._failed(e, timeout) from e
+        conn.close()
+        try:
+            parsed = json.loads(data) if data else None
+        except ValueError:
+            parsed = None
+        if resp.status >= 400:
+            raise errors.from_response(resp.status, parsed)
+        return parsed
 
     def call(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT, raw=False,
              content_type="application/json"):

@@ -73,6 +73,11 @@ class StdinClosed(Conflict):
     "stdin_closed" or "exec_finished")."""
 
 
+class DiskFull(StrataError):
+    """A write did not fit the sandbox's disk (``disk_mb``): HTTP 507
+    ``disk_full``, or 413 ``too_large`` when the size was known up front."""
+
+
 _BY_CODE = {
     "not_found": NotFound,
     "image_not_found": ImageNotFound,
@@ -90,6 +95,9 @@ _BY_CODE = {
     "stdin_closed": StdinClosed,
     "exec_finished": StdinClosed,
     "timeout": Timeout,
+    "disk_full": DiskFull,
+    "too_many_transfers": Conflict,
+    "gone": NotFound,
 }
 
 

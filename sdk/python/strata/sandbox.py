@@ -525,11 +525,64 @@ class Files:
     def read_text(self, path, encoding="utf-8", timeout=DEFAULT_TIMEOUT):
         return self.read(path, timeout).decode(encoding)
 
-    def write(self, path, data, mode=0o644, timeout=DEFAULT_TIMEOUT):
-        """Creates or replaces a file with data (bytes or str)."""
+    def _upload(self, sub, path, source, length, timeout, **q):
+        query = {"path": path}
+        query.update({k: v for k, v in q.items() if v is not None})
+        return self._sb._client.upload("PUT", self._sb._path("files" + sub), source, length,
+                                       query=query, timeout=timeout)
+
+    def write(self, path, data, mode=None, timeout=DEFAULT_TIMEOUT, *, user=None,
+              parents=True, append=False):
+        """Creates or replaces a file with data: bytes, str, or a binary file
+        object (streamed from its position to its end; any size up to the
+        sandbox's disk). Missing parent directories are made (``parents``).
+        ``mode`` (octal int) defaults to 0o644 for a new file and leaves an
+        existing file's mode; ``user`` (a name of the sandbox's /etc/passwd,
+        "uid" or "uid:gid") owns the file and the directories made. A
+        write that does not fit the sandbox's disk raises
+        :class:`~strata.errors.DiskFull`. ``append`` adds to the end of the
+        file. Returns the bytes written."""
         if isinstance(data, str):
             data = data.encode()
-        self._call("PUT", "", path, body=bytes(data), timeout=timeout, mode="%o" % mode)
+        q = {"mode": None if mode is None else "%o" % mode, "user": user,
+             "parents": None if parents else "0", "append": "1" if append else None}
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = bytes(data)
+            return self._upload("", path, _chunks_of_bytes(data), len(data), timeout,
+                                **q)["size"]
+        return self._upload("", path, *_file_source(data), timeout, **q)["size"]
+
+    def read_to(self, path, out, timeout=DEFAULT_TIMEOUT):
+        """Streams a file of the sandbox into out (a binary file object);
+        any size, in bounded memory. Returns the bytes written."""
+        conn, resp = self._sb._client.open("GET", self._sb._path("files"),
+                                           query={"path": path}, timeout=timeout)
+        try:
+            return _copy_response(resp, out, timeout)
+        finally:
+            conn.close()
+
+    def upload_file(self, local_path, remote_path, mode=None, timeout=DEFAULT_TIMEOUT, *,
+                    user=None):
+        """Copies one local file into the sandbox (streamed with sendfile).
+        ``mode`` defaults to the local file's. Returns the bytes written."""
+        with open(local_path, "rb") as f:
+            if mode is None:
+                mode = os.fstat(f.fileno()).st_mode & 0o7777
+            return self.write(remote_path, f, mode=mode, timeout=timeout, user=user)
+
+    def download_file(self, remote_path, local_path, timeout=DEFAULT_TIMEOUT):
+        """Copies one file of the sandbox to local_path (its parent must
+        exist). Returns the bytes written."""
+        tmp = local_path + ".strata-part"
+        try:
+            with open(tmp, "wb") as out:
+                n = self.read_to(remote_path, out, timeout)
+            os.replace(tmp, local_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return n
 
     def list(self, path="/", timeout=DEFAULT_TIMEOUT):
         """Returns the entries of a directory as :class:`FileInfo`."""
@@ -557,18 +610,19 @@ class Files:
         """Removes a file, or a directory (recursive for a non-empty one)."""
         self._call("DELETE", "", path, timeout=timeout, recursive="1" if recursive else None)
 
-    def upload(self, local_dir, remote_dir, timeout=DEFAULT_TIMEOUT):
-        """Copies a local directory tree into the sandbox at remote_dir (as
-        one tar stream). Returns the number of files written."""
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            for root, dirs, files in os.walk(local_dir):
-                for name in sorted(dirs) + sorted(files):
-                    full = os.path.join(root, name)
-                    if os.path.islink(full):
-                        continue
-                    tf.add(full, arcname=os.path.relpath(full, local_dir), recursive=False)
-        r = self._call("PUT", "/tar", remote_dir, body=buf.getvalue(), timeout=timeout)
+    def upload(self, local_path, remote_path, timeout=DEFAULT_TIMEOUT, *, user=None):
+        """Copies a local file, or a directory tree, into the sandbox at
+        remote_path. A tree goes as one streamed tar: any size, with its
+        symlinks, hard links, modes, owners and mtimes; ``user`` owns all of
+        it instead. A missing local path raises FileNotFoundError. Returns
+        the number of files written."""
+        if not os.path.lexists(local_path):
+            raise FileNotFoundError("upload: no such local file or directory: %r" % local_path)
+        if not os.path.isdir(local_path) or os.path.islink(local_path):
+            self.upload_file(local_path, remote_path, timeout=timeout, user=user)
+            return 1
+        r = self._upload("/tar", remote_path, _tar_chunks(local_path), None, timeout,
+                         user=user)
         return r["files"]
 
     def upload_tar(self, data, remote_dir, timeout=DEFAULT_TIMEOUT):
@@ -580,28 +634,177 @@ class Files:
         """Returns the tree at remote_dir as a tar archive (bytes)."""
         return self._call("GET", "/tar", remote_dir, timeout=timeout, raw=True)
 
-    def download(self, remote_dir, local_dir, timeout=DEFAULT_TIMEOUT):
-        """Copies the tree at remote_dir of the sandbox into local_dir.
-        Only regular files and directories are extracted, and only inside
-        local_dir. Returns the number of files written."""
-        data = self.download_tar(remote_dir, timeout)
-        os.makedirs(local_dir, exist_ok=True)
-        base = os.path.realpath(local_dir)
-        count = 0
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tf:
-            for m in tf.getmembers():
-                dst = os.path.realpath(os.path.join(base, m.name))
-                if not (dst == base or dst.startswith(base + os.sep)):
-                    raise errors.InvalidRequest("archive member %r leaves %s" % (m.name, local_dir))
-                if m.isdir():
-                    os.makedirs(dst, exist_ok=True)
-                elif m.isfile():
-                    os.makedirs(os.path.dirname(dst), exist_ok=True)
-                    with tf.extractfile(m) as src, open(dst, "wb") as out:
-                        shutil.copyfileobj(src, out)
-                    os.chmod(dst, m.mode & 0o777)
-                    count += 1
-        return count
+    def download(self, remote_path, local_path, timeout=DEFAULT_TIMEOUT):
+        """Copies a file of the sandbox to local_path, or a tree (streamed
+        tar) into the directory local_path, keeping symlinks, hard links,
+        modes and mtimes (owners too when run as root). Nothing is written
+        outside local_path: a member that would leave it, or a hard link to
+        outside, raises InvalidRequest. Returns the number of files
+        written."""
+        if self.stat(remote_path, timeout).type != "dir":
+            self.download_file(remote_path, local_path, timeout)
+            return 1
+        os.makedirs(local_path, exist_ok=True)
+        conn, resp = self._sb._client.open("GET", self._sb._path("files/tar"),
+                                           query={"path": remote_path}, timeout=timeout)
+        try:
+            with tarfile.open(fileobj=resp, mode="r|") as tf:
+                return _extract(tf, local_path)
+        except socket.timeout as e:
+            raise errors.Timeout("sandboxd did not answer within %.1f s" % timeout) from e
+        finally:
+            conn.close()
+
+
+#: Bytes a streamed transfer holds in memory at once.
+TRANSFER_CHUNK = 1 << 20
+
+
+def _chunks_of_bytes(data):
+    """A bytes body as the file-like source Client.upload sends."""
+    return io.BytesIO(data)
+
+
+def _file_source(f):
+    """(source, length) of a binary file object: a real file from its
+    position to its end (sent with sendfile), anything else chunked."""
+    try:
+        fd = f.fileno()
+        st = os.fstat(fd)
+        if stat_is_reg(st.st_mode):
+            return f, st.st_size - f.tell()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        pass
+    return iter(lambda: f.read(TRANSFER_CHUNK), b""), None
+
+
+def stat_is_reg(mode):
+    import stat
+    return stat.S_ISREG(mode)
+
+
+def _copy_response(resp, out, timeout):
+    n = 0
+    buf = bytearray(TRANSFER_CHUNK)
+    view = memoryview(buf)
+    try:
+        while True:
+            k = resp.readinto(view)
+            if not k:
+                break
+            out.write(view[:k])
+            n += k
+    except socket.timeout as e:
+        raise errors.Timeout("sandboxd did not answer within %.1f s" % timeout) from e
+    except http.client.IncompleteRead as e:  # the file shrank, sandboxd stopped
+        raise errors.StrataError("the file's stream ended early: %s" % e) from e
+    return n
+
+
+class _QueueWriter:
+    """The file object tarfile's stream mode writes to: each write (about
+    TRANSFER_CHUNK, tarfile's buffer) goes into a bounded queue."""
+
+    def __init__(self, q):
+        self.q = q
+
+    def write(self, b):
+        self.q.put(bytes(b))
+        return len(b)
+
+
+def _tar_chunks(local_dir):
+    """The tree at local_dir as a tar stream, in chunks: a generator fed by
+    a thread that runs tarfile, at most a few chunks ahead (bounded
+    memory). Symlinks stay symlinks; a second name of a file is a hard
+    link (tarfile's own detection); sockets are left out."""
+    import queue
+    q = queue.Queue(maxsize=4)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            with tarfile.open(fileobj=_QueueWriter(q), mode="w|", format=tarfile.PAX_FORMAT,
+                              bufsize=TRANSFER_CHUNK) as tf:
+                for root, dirs, files in os.walk(local_dir):
+                    dirs.sort()
+                    for name in dirs + sorted(files):
+                        if stop.is_set():
+                            return
+                        full = os.path.join(root, name)
+                        tf.add(full, arcname=os.path.relpath(full, local_dir), recursive=False)
+            q.put(done)
+        except BaseException as e:  # handed to the consumer
+            q.put(e)
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
+def _inside(base, path):
+    return path == base or path.startswith(base + os.sep)
+
+
+def _extract(tf, local_dir):
+    """Extracts a stream-mode tarfile under local_dir, member by member,
+    never writing through a symlink nor outside local_dir."""
+    base = os.path.realpath(local_dir)
+    count, dirs = 0, []
+    for m in tf:
+        dst = os.path.join(base, m.name.lstrip("/"))
+        parent = os.path.realpath(os.path.dirname(dst))
+        dst = os.path.join(parent, os.path.basename(dst))
+        if not _inside(base, parent) or ".." in m.name.split("/"):
+            raise errors.InvalidRequest("archive member %r leaves %s" % (m.name, local_dir))
+        if m.isdir():
+            os.makedirs(dst, exist_ok=True)
+            dirs.append((dst, m))
+            continue
+        os.makedirs(parent, exist_ok=True)
+        if os.path.lexists(dst) and not os.path.isdir(dst):
+            os.unlink(dst)  # replaced, never written through
+        if m.isfile():
+            with tf.extractfile(m) as src, open(dst, "xb") as out:
+                shutil.copyfileobj(src, out, TRANSFER_CHUNK)
+            count += 1
+        elif m.issym():
+            os.symlink(m.linkname, dst)
+        elif m.islnk():
+            target = os.path.realpath(os.path.join(base, m.linkname))
+            if not _inside(base, target) or ".." in m.linkname.split("/"):
+                raise errors.InvalidRequest("archive link %r leaves %s" % (m.linkname, local_dir))
+            os.link(target, dst, follow_symlinks=False)
+            continue
+        else:
+            continue  # devices, FIFOs
+        _set_meta(dst, m)
+    for d, m in reversed(dirs):
+        _set_meta(d, m)
+    return count
+
+
+def _set_meta(path, m):
+    if os.geteuid() == 0:
+        os.chown(path, m.uid, m.gid, follow_symlinks=False)
+    if not m.issym():
+        os.chmod(path, m.mode & 0o7777)
+    os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
 
 
 class Sandbox:

@@ -44,7 +44,15 @@ static void test_http(void)
 	CHECK(sbd_http_parse_head(big, strlen(big), 100, &r, &why) == -EFBIG && r.status == 413);
 	strata_err_clear(&why);
 	const char *te = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-	CHECK(sbd_http_parse_head(te, strlen(te), 100, &r, &why) == -EOPNOTSUPP && r.status == 501);
+	CHECK(sbd_http_parse_head(te, strlen(te), 100, &r, &why) == 0 && r.chunked);
+	sbd_http_req_done(&r);
+	const char *te2 = "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n";
+	CHECK(sbd_http_parse_head(te2, strlen(te2), 100, &r, &why) == -EOPNOTSUPP &&
+	      r.status == 501);
+	const char *both =
+	    "POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+	CHECK(sbd_http_parse_head(both, strlen(both), 100, &r, &why) == -EBADMSG &&
+	      r.status == 400);
 	strata_err_clear(&why);
 	const char *v2 = "GET / HTTP/2.0\r\n\r\n";
 	CHECK(sbd_http_parse_head(v2, strlen(v2), 100, &r, &why) == -EPROTONOSUPPORT &&
