@@ -478,7 +478,9 @@ int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 	size_t i = 0;
 	for (struct json *c = ne ? env->child : NULL; c; c = c->next) {
 		const char *v = json_cstr(c);
-		if (v && asprintf(&sb->env[i], "%s=%s", c->key, v) >= 0)
+		/* a name with '=' would read back as another variable */
+		if (v && c->key[0] && !strchr(c->key, '=') &&
+		    asprintf(&sb->env[i], "%s=%s", c->key, v) >= 0)
 			i++;
 	}
 	size_t nl = labels && labels->type == JSON_OBJ ? labels->len : 0;

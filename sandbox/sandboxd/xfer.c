@@ -309,6 +309,9 @@ int64_t sbd_xfer_body_to_fd(struct sbd_xfer *x, int fd, uint64_t max, int *ret_w
 	uint64_t total = 0;
 	int pipefd[2] = {-1, -1};
 	int r = 0;
+	/* splice refuses a file opened O_APPEND (EINVAL): those go by write */
+	int fl = fcntl(fd, F_GETFL);
+	bool can_splice = fl >= 0 && !(fl & O_APPEND);
 	while (r == 0 && total < max && !(r = body_next(x)) && !x->body_done) {
 		size_t avail = x->in_len - x->in_off;
 		uint64_t want = x->left < max - total ? x->left : max - total;
@@ -318,7 +321,8 @@ int64_t sbd_xfer_body_to_fd(struct sbd_xfer *x, int fd, uint64_t max, int *ret_w
 			x->in_off += k;
 			x->left -= k;
 			total += k;
-		} else if (!x->chunked && (pipefd[0] >= 0 || pipe2(pipefd, O_CLOEXEC) == 0)) {
+		} else if (can_splice && !x->chunked &&
+			   (pipefd[0] >= 0 || pipe2(pipefd, O_CLOEXEC) == 0)) {
 			(void)!fcntl(pipefd[1], F_SETPIPE_SZ, XFER_BUF);
 			int64_t k = splice_body(x, fd, pipefd, want, ret_werr);
 			r = k < 0 ? (int)k : 0;
