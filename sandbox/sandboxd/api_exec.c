@@ -7,7 +7,12 @@
  * on-destroy hook (sandboxd.h), so that a sandbox that goes away ends its
  * streams with an exit event.
  *
- * A record is streamed to at most one client (c) at a time. An ordinary
+ * A record is streamed to one client (c, its owner) at a time, and to at
+ * most EXEC_FOLLOWERS_MAX followers: further clients attached to it
+ * (.../execs/{n}/stream while it has an owner), which get its start and
+ * its live output from then on, and the exit. A follower that falls
+ * EXEC_FOLLOWER_BACKLOG behind is detached (its stream ends without an
+ * exit) instead of holding the command back. An ordinary
  * exec is its client's: the client leaving kills it. A background exec
  * (background: true, or one found running after a sandboxd restart)
  * outlives its clients: while none is attached its events are kept (at
@@ -29,6 +34,19 @@
 #define SBD_STDIN_CHUNK_MAX (1u << 20) /* one POST .../stdin body */
 #define EXEC_KEEP_FINISHED 64	       /* finished background execs kept per sandbox */
 #define EXEC_CMD_MAX 1024	       /* bytes of the command line in the list */
+#define EXEC_FOLLOWERS_MAX 8	       /* further clients attached to one exec */
+/* Output queued for a follower past which it is detached: a reader gone
+ * silent must cost bounded memory, and must not stall the owner. */
+#define EXEC_FOLLOWER_BACKLOG (4u << 20)
+
+struct exec_ctx;
+
+/* A further client attached to an exec (.../execs/{n}/stream). */
+struct exec_follower {
+	struct sbd_conn *c;
+	struct exec_ctx *x;
+	struct exec_follower *next;
+};
 
 struct exec_ctx {
 	struct sbd_conn *c; /* the client streaming its events, or NULL */
@@ -49,10 +67,39 @@ struct exec_ctx {
 	size_t keep_cap;
 	bool keep_dropped;
 	struct sbd_exit exit;
+	struct exec_follower *followers;
+	unsigned n_followers;
 	struct sbd_conn *stdin_c;	    /* a stdin request waiting for its acknowledgement */
 	struct exec_ctx *next;		    /* in sb->execs */
 	struct sbd_destroy_hook on_destroy; /* on sb: ends the stream */
 };
+
+static void follower_unlink(struct exec_follower *f)
+{
+	struct exec_ctx *x = f->x;
+	for (struct exec_follower **p = &x->followers; *p; p = &(*p)->next)
+		if (*p == f) {
+			*p = f->next;
+			break;
+		}
+	x->n_followers--;
+	free(f);
+}
+
+/* A follower's client went away. */
+static void follower_abort(void *ctx)
+{
+	follower_unlink(ctx);
+}
+
+/* A follower too far behind: its stream ends without an exit event (the
+ * client may attach again), the exec runs on. */
+static void follower_detach(struct exec_follower *f)
+{
+	sbd_conn_set_abort(f->c, NULL, NULL);
+	sbd_conn_stream_end(f->c);
+	follower_unlink(f);
+}
 
 /* Answers a stdin request: status 0 (pending < 0: unknown), or why not. */
 static void stdin_reply(struct sbd_conn *c, uint64_t xid, int status, int64_t pending)
@@ -130,6 +177,8 @@ static void exec_ended(struct exec_ctx *x)
 static void exec_drop(struct exec_ctx *x)
 {
 	exec_ended(x);
+	while (x->followers) /* none left by the paths that end an exec */
+		follower_detach(x->followers);
 	for (struct exec_ctx **p = (struct exec_ctx **)&x->sb->execs; *p; p = &(*p)->next)
 		if (*p == x) {
 			*p = x->next;
@@ -159,9 +208,23 @@ static void exec_start_stream(struct exec_ctx *x)
 	x->started = true;
 }
 
-/* One event line: to the client streaming, else kept (background). */
+/* One event line to every follower. */
+static void followers_emit(struct exec_ctx *x, const void *line, size_t n)
+{
+	for (struct exec_follower *f = x->followers, *next; f; f = next) {
+		next = f->next;
+		if (sbd_conn_pending(f->c) > EXEC_FOLLOWER_BACKLOG)
+			follower_detach(f);
+		else
+			sbd_conn_stream_chunk(f->c, line, n);
+	}
+}
+
+/* One event line: to the client streaming, else kept (background); and
+ * to the followers. */
 static void exec_emit(struct exec_ctx *x, const void *line, size_t n)
 {
+	followers_emit(x, line, n);
 	if (x->c && !x->reply_wait) {
 		exec_start_stream(x);
 		sbd_conn_stream_chunk(x->c, line, n);
@@ -174,8 +237,9 @@ static void exec_emit(struct exec_ctx *x, const void *line, size_t n)
 	}
 }
 
-/* The "start" event: the exec's number (for .../execs/{n}/...) and pid. */
-static void emit_start(struct exec_ctx *x)
+/* The "start" event on c: the exec's number (for .../execs/{n}/...) and
+ * pid; begins c's stream. */
+static void start_event(struct exec_ctx *x, struct sbd_conn *c)
 {
 	char ev[128];
 	int n = snprintf(ev, sizeof(ev), "{\"type\":\"start\",\"exec_id\":\"%llu\"",
@@ -183,8 +247,17 @@ static void emit_start(struct exec_ctx *x)
 	if (x->pid > 0)
 		n += snprintf(ev + n, sizeof(ev) - (size_t)n, ",\"pid\":%lld", (long long)x->pid);
 	n += snprintf(ev + n, sizeof(ev) - (size_t)n, "}\n");
-	exec_start_stream(x);
-	sbd_conn_stream_chunk(x->c, ev, (size_t)n);
+	if (c == x->c)
+		exec_start_stream(x);
+	else
+		sbd_conn_stream_begin(c, 200, "application/x-ndjson");
+	sbd_conn_stream_chunk(c, ev, (size_t)n);
+}
+
+/* The start event to the owner. */
+static void emit_start(struct exec_ctx *x)
+{
+	start_event(x, x->c);
 }
 
 /* A background exec's answer: its number and pid; its client is let go. */
@@ -284,6 +357,25 @@ static void emit_exit(struct sbd_conn *c, const struct sbd_exit *e)
 	jw_done(&w);
 }
 
+/* Ends every follower's stream with e (the exit, or why the exec ends). */
+static void followers_end(struct exec_ctx *x, const struct sbd_exit *e)
+{
+	while (x->followers) {
+		struct exec_follower *f = x->followers;
+		emit_exit(f->c, e);
+		follower_unlink(f);
+	}
+}
+
+/* The exit event of an exec cancelled by sandboxd (its sink says no more). */
+static struct sbd_exit cancelled_exit(const char *code, const char *fmt, const char *why)
+{
+	struct sbd_exit e = {.exit_code = -1, .signo = SIGKILL};
+	snprintf(e.error, sizeof(e.error), fmt, why);
+	snprintf(e.error_code, sizeof(e.error_code), "%s", code);
+	return e;
+}
+
 /* Keeps at most EXEC_KEEP_FINISHED finished records on sb: drops the
  * oldest (the list is newest first). */
 static void keep_finished_bound(struct sbd_sandbox *sb)
@@ -305,6 +397,7 @@ static void exec_exit(void *ctx, const struct sbd_exit *e)
 	exec_ended(x);
 	x->exit = *e;
 	x->exit.truncated |= x->keep_dropped;
+	followers_end(x, &x->exit);
 	if (x->reply_wait) /* it ended before it started: the exit says why */
 		background_reply(x);
 	if (x->c) {
@@ -330,6 +423,11 @@ static void exec_abort(void *ctx)
 	if (x->background)
 		return;
 	exec_cancel(x);
+	struct sbd_exit e = cancelled_exit("client_gone", "%s",
+					   "killed: the client that ran it went away (an "
+					   "ordinary exec ends with its client; use "
+					   "background: true to outlive it)");
+	followers_end(x, &e);
 	exec_drop(x);
 }
 
@@ -338,16 +436,15 @@ static void exec_abort(void *ctx)
 static void exec_sandbox_gone(struct sbd_destroy_hook *h, struct sbd_sandbox *sb, const char *why)
 {
 	struct exec_ctx *x = (struct exec_ctx *)((char *)h - offsetof(struct exec_ctx, on_destroy));
+	struct sbd_exit e = cancelled_exit("sandbox_exited", "sandbox exited: %s", why);
 	exec_cancel(x);
+	followers_end(x, &e);
 	if (x->reply_wait) {
 		x->reply_wait = false;
 		sbd_conn_set_abort(x->c, NULL, NULL);
 		sbd_conn_reply_error(x->c, 404, "not_found", "sandbox exited: %s", why);
 		sbd_conn_hold_done(x->c);
 	} else if (x->c) {
-		struct sbd_exit e = {.exit_code = -1, .signo = 9};
-		snprintf(e.error, sizeof(e.error), "sandbox exited: %s", why);
-		snprintf(e.error_code, sizeof(e.error_code), "sandbox_exited");
 		exec_start_stream(x);
 		emit_exit(x->c, &e);
 	}
@@ -707,6 +804,7 @@ static void exec_json(struct jw *w, const struct exec_ctx *x)
 	jw_kbool(w, "running", x->running);
 	jw_kbool(w, "background", x->background);
 	jw_kbool(w, "attached", x->c != NULL);
+	jw_kint(w, "followers", x->n_followers);
 	jw_key(w, "exit_code");
 	if (x->running || x->exit.signo)
 		jw_null(w);
@@ -736,15 +834,38 @@ static void execs_list(struct sbd_conn *c, struct sbd_sandbox *sb)
 	sbd_conn_reply_json(c, 200, &w);
 }
 
-/* GET .../execs/{n}/stream: attaches c to the exec's events: its start,
- * what was kept while nobody was attached, then on to the exit. */
+/* Attaches c as a follower of x: its start, then its live output. */
+static void follow(struct sbd_conn *c, struct exec_ctx *x)
+{
+	struct exec_follower *f = NULL;
+	if (!x->running) {
+		sbd_conn_reply_error(c, 409, "exec_finished", "exec %llu has finished",
+				     (unsigned long long)x->xid);
+		return;
+	}
+	if (x->n_followers >= EXEC_FOLLOWERS_MAX || !(f = calloc(1, sizeof(*f)))) {
+		sbd_conn_reply_error(c, 429, "too_many_attached",
+				     "exec %llu already has %u clients attached besides its own "
+				     "(at most %d)",
+				     (unsigned long long)x->xid, x->n_followers,
+				     EXEC_FOLLOWERS_MAX);
+		return;
+	}
+	*f = (struct exec_follower){.c = c, .x = x, .next = x->followers};
+	x->followers = f;
+	x->n_followers++;
+	sbd_conn_hold(c, true);
+	sbd_conn_set_abort(c, follower_abort, f);
+	start_event(x, c);
+}
+
+/* GET .../execs/{n}/stream: attaches c to the exec's events. A background
+ * exec without a client takes c as its owner: its start, what was kept
+ * while nobody was attached, then on to the exit. Otherwise c follows. */
 static void exec_attach(struct sbd_conn *c, struct exec_ctx *x)
 {
 	if (x->c || !x->background) {
-		sbd_conn_reply_error(c, 409, "busy",
-				     "exec %llu streams to another client (only background "
-				     "execs can be attached to, one client at a time)",
-				     (unsigned long long)x->xid);
+		follow(c, x);
 		return;
 	}
 	x->c = c;

@@ -161,7 +161,8 @@ static int fill(struct sbd_xfer *x)
 }
 
 /* One CRLF-terminated line of the chunked framing, NUL-terminated into
- * line (at most XFER_CHUNK_LINE_MAX). */
+ * line (at most XFER_CHUNK_LINE_MAX): its length (a line may hold a NUL,
+ * so the length, not line[0], says whether it is empty), or -errno. */
 static int read_line(struct sbd_xfer *x, char *line)
 {
 	for (;;) {
@@ -175,7 +176,7 @@ static int read_line(struct sbd_xfer *x, char *line)
 			memcpy(line, s, n - 1);
 			line[n - 1] = 0;
 			x->in_off += n + 1;
-			return 0;
+			return (int)n - 1;
 		}
 		if (avail > XFER_CHUNK_LINE_MAX)
 			return -EPROTO;
@@ -191,13 +192,14 @@ static int next_chunk(struct sbd_xfer *x, bool first)
 {
 	char line[XFER_CHUNK_LINE_MAX + 1];
 	int r = first ? 0 : read_line(x, line);
-	if (r < 0 || (!first && line[0]))
+	if (r != 0) /* the CRLF after the data: an empty line */
 		return r < 0 ? r : -EPROTO;
-	if ((r = read_line(x, line)) < 0)
-		return r;
+	int len = read_line(x, line);
+	if (len < 0)
+		return len;
 	uint64_t v = 0;
 	size_t i = 0;
-	for (; line[i] && line[i] != ';' && line[i] != ' ' && line[i] != '\t'; i++) {
+	for (; (int)i < len && line[i] != ';' && line[i] != ' ' && line[i] != '\t'; i++) {
 		int h = line[i] >= '0' && line[i] <= '9' ? line[i] - '0'
 			: (line[i] | 0x20) >= 'a' && (line[i] | 0x20) <= 'f'
 			    ? (line[i] | 0x20) - 'a' + 10
@@ -213,7 +215,7 @@ static int next_chunk(struct sbd_xfer *x, bool first)
 		return 0;
 	do /* trailers, up to the empty line */
 		r = read_line(x, line);
-	while (r == 0 && line[0]);
+	while (r > 0);
 	x->body_done = r == 0;
 	return r;
 }

@@ -50,3 +50,21 @@ def test_background_exit_collected_later(box):
     assert (r.exit_code, r.stdout, r.stderr) == (4, "out\n", "err\n")
     with pytest.raises(strata.NotFound):
         job.kill()  # collected: gone
+
+
+def test_connect_to_a_foreground_exec_from_another_client(box, sock):
+    """exec_connect follows an exec another client streams (E2B's
+    commands.connect): the output from then on and the exit, for both."""
+    with box.exec_stream("echo one; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                         "echo two; exit 5", timeout=30) as owner:
+        assert next(owner).text == "one\n"
+        other = Sandbox.connect(box.id, socket=sock)
+        with other.exec_connect(owner.exec_id, timeout=20) as follower:
+            assert other.execs()[0]["followers"] == 1
+            box.exec(["touch", "/tmp/go"])
+            seen = [ev for ev in follower]
+        assert [ev.text for ev in seen if ev.kind == "stdout"] == ["two\n"]
+        assert seen[-1].kind == "exit" and seen[-1].result.exit_code == 5
+        rest = [ev for ev in owner]
+        assert [ev.text for ev in rest if ev.kind == "stdout"] == ["two\n"]
+        assert rest[-1].result.exit_code == 5

@@ -97,6 +97,7 @@ _BY_CODE = {
     "timeout": Timeout,
     "disk_full": DiskFull,
     "too_many_transfers": Conflict,
+    "too_many_attached": Conflict,
     "gone": NotFound,
 }
 

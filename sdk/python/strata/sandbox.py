@@ -975,8 +975,10 @@ class Sandbox:
         return self._call("GET", "execs", timeout=timeout)["execs"]
 
     def exec_connect(self, exec_id, timeout=None):
-        """Attaches to a background exec's output: an :class:`ExecProcess`
-        (what it printed while nobody watched, then on to its exit).
+        """Attaches to a running exec's output: an :class:`ExecProcess`. A
+        background exec nobody streams gives what it printed while nobody
+        watched, then on to its exit; an exec another client streams (a
+        foreground one too) gives its output from now on and its exit.
         Closing it detaches; the command runs on."""
         return ExecProcess(self, None, None, timeout or 3600.0, raise_timeout=False,
                            _attach=exec_id)

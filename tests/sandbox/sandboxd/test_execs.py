@@ -8,6 +8,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from test_container_exec import box, run  # noqa: F401 -- box is a fixture
 from test_exec_stdin import Stream
 from test_http_api import create, request, wait_no_execs
@@ -158,11 +160,9 @@ def test_background_exit_collected_later(daemon, box):
     s.close()
     st, b = request(daemon, "GET", "/v1/sandboxes/%s/execs/%s" % (box, xid))
     assert st == 404, b
-    # a foreground exec cannot be attached to; a bad signal is refused
+    # a bad signal is refused; DELETE kills a foreground exec
     fg = Stream(daemon, box, {"cmd": ["sleep", "5"]})
     fid = fg.event()["exec_id"]
-    st, b = request(daemon, "GET", "/v1/sandboxes/%s/execs/%s/stream" % (box, fid))
-    assert st == 409, b
     st, b = request(daemon, "POST", "/v1/sandboxes/%s/execs/%s/signal" % (box, fid),
                     {"signal": "NOPE"})
     assert st == 400, b
@@ -171,3 +171,67 @@ def test_background_exit_collected_later(daemon, box):
     out, ev = fg.rest()
     assert ev["signal"] == 9
     fg.close()
+
+
+def test_followers_get_live_output_and_exit(daemon, box):
+    owner = Stream(daemon, box, {"cmd": ["sh", "-c", "echo first; while [ ! -e /tmp/go ]; "
+                                         "do sleep 0.05; done; echo second; exit 4"],
+                                 "timeout": 30})
+    start = owner.event()
+    xid = start["exec_id"]
+    assert owner.event() == {"type": "stdout", "data": "Zmlyc3QK"}  # first
+    path = "/v1/sandboxes/%s/execs/%s/stream" % (box, xid)
+    followers = [Stream(daemon, box, None, path=path) for _ in range(2)]
+    for f in followers:
+        assert f.status == 200
+        ev = f.event()
+        assert ev["type"] == "start" and ev["exec_id"] == xid and ev["pid"] == start["pid"]
+    assert execs(daemon, box)[xid]["followers"] == 2
+    run(daemon, box, {"cmd": ["touch", "/tmp/go"]})
+    for s in [owner] + followers:
+        out, ev = s.rest()
+        assert out == b"second\n" and ev["exit_code"] == 4, (out, ev)
+        s.close()
+
+
+def test_follower_cap_and_owner_leaving(daemon, box):
+    owner = Stream(daemon, box, {"cmd": ["sleep", "30"], "timeout": 60})
+    xid = owner.event()["exec_id"]
+    path = "/v1/sandboxes/%s/execs/%s/stream" % (box, xid)
+    followers = [Stream(daemon, box, None, path=path) for _ in range(8)]  # EXEC_FOLLOWERS_MAX
+    assert all(f.status == 200 and f.event()["type"] == "start" for f in followers)
+    st, b = request(daemon, "GET", path)
+    assert st == 429 and b["error"]["code"] == "too_many_attached", b
+    followers.pop().close()  # a follower leaving frees its place, the exec runs on
+    deadline = time.time() + 5
+    while execs(daemon, box)[xid]["followers"] != 7 and time.time() < deadline:
+        time.sleep(0.05)
+    assert execs(daemon, box)[xid]["running"]
+    owner.close()  # an ordinary exec ends with its client: followers are told why
+    for f in followers:
+        out, ev = f.rest()
+        assert ev["signal"] == 9 and ev["error_code"] == "client_gone", ev
+        f.close()
+    wait_no_execs(daemon, box)
+
+
+def test_a_follower_that_stops_reading_is_detached(daemon, box):
+    """A follower gone silent costs bounded memory and never stalls the
+    owner: past EXEC_FOLLOWER_BACKLOG (4 MiB) queued it is detached."""
+    owner = Stream(daemon, box, {"cmd": ["sh", "-c", "while [ ! -e /tmp/flood ]; do sleep 0.05; "
+                                         "done; head -c 12000000 /dev/zero; echo end >&2"],
+                                 "timeout": 60, "output_cap": 16 << 20})
+    xid = owner.event()["exec_id"]
+    silent = Stream(daemon, box, None, path="/v1/sandboxes/%s/execs/%s/stream" % (box, xid))
+    assert silent.event()["type"] == "start"
+    run(daemon, box, {"cmd": ["touch", "/tmp/flood"]})
+    out, ev = owner.rest()
+    assert len(out) == 12000000 + 4 and ev["exit_code"] == 0, (len(out), ev)
+    got = 0
+    with pytest.raises(EOFError):  # its stream ends without an exit event
+        while True:
+            e = silent.event()
+            assert e["type"] != "exit"
+            got += len(e.get("data", ""))
+    assert got < 12000000 * 4 // 3
+    silent.close()
