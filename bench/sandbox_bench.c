@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -770,7 +771,11 @@ static int mode_lib(char **a)
 {
 	struct sbx_runtime_config rc = {
 	    .agent_path = a[1], .cgroup_name = "strata-bench", .pool_size = (unsigned)atoi(a[4])};
-	char state[] = "/var/tmp/strata-bench-XXXXXX";
+	/* Under $TMPDIR when set: the test VM's /var/tmp is an overlay over 9p,
+	 * where a loop device (the quota'd layers' image) cannot work. */
+	const char *tmp = getenv("TMPDIR");
+	char state[PATH_MAX];
+	snprintf(state, sizeof(state), "%s/strata-bench-XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
 	if (!mkdtemp(state))
 		return 1;
 	rc.state_dir = state;
