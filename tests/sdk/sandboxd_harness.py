@@ -85,7 +85,8 @@ class Daemon:
                 "--fncall-pool", "2"]
         for name, path in self.images.items():
             args += ["--image", "%s=%s" % (name, path)]
-        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", **self.env)
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        env.update(self.env)
         self.proc = subprocess.Popen(args + self.extra, stdout=open(self.log, "ab"),
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                      preexec_fn=_die_with_parent)
