@@ -63,9 +63,11 @@
 /* How often deadlines are checked: their resolution. */
 #define SWEEP_MS 250
 /* accept out of descriptors (EMFILE, ENFILE): not tried again for this
- * long. The listener stays readable meanwhile, so retrying at once spun a
- * core and wrote a log line per try. */
-#define ACCEPT_BACKOFF_MS 100
+ * long (the sweep ends it: one period). The listener stays readable
+ * meanwhile, so retrying at once spun a core and wrote a log line per try;
+ * 4 tries a second cost nothing, and deadlines and closes free
+ * descriptors meanwhile. */
+#define ACCEPT_BACKOFF_MS SWEEP_MS
 /* Log lines of a kind (refusals, timeouts, accept errors): one per
  * interval at most, with the count since the last. */
 #define LOG_INTERVAL_MS 10000
