@@ -95,6 +95,14 @@ int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct st
 	return 0;
 }
 
+/* cpu's bounds, in cores. The limit is a CFS quota of cpu x 100 ms per
+ * 100 ms period, and the kernel refuses a quota under 1 ms (EINVAL): 0.01
+ * is the smallest limit there is. Below it, 0.001-0.0099 failed the create
+ * with "Invalid argument" and smaller values rounded to a quota of 0,
+ * which the backends write as "no limit". */
+#define SBD_CPU_MIN 0.01
+#define SBD_CPU_MAX 1024.0
+
 static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_sandbox *sb,
 			const struct sbd_image *im, struct strata_err *err)
 {
@@ -112,8 +120,13 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 		return r;
 	const struct json *cpu = json_get(j, "cpu");
 	if (cpu && cpu->type != JSON_NULL) {
-		if (cpu->type != JSON_NUM || cpu->num <= 0 || cpu->num > 1024) {
-			strata_err_set(err, -EINVAL, "cpu must be a number of cores in (0, 1024]");
+		/* Written the negated way so that a NaN is refused too. */
+		if (cpu->type != JSON_NUM ||
+		    !(cpu->num >= SBD_CPU_MIN && cpu->num <= SBD_CPU_MAX)) {
+			strata_err_set(err, -EINVAL,
+				       "cpu must be a number of cores in [%g, %g]: %g is the "
+				       "smallest the kernel enforces (a quota of 1 ms per 100 ms)",
+				       SBD_CPU_MIN, SBD_CPU_MAX, SBD_CPU_MIN);
 			return -EINVAL;
 		}
 		sb->cpu = cpu->num;

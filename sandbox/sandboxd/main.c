@@ -16,7 +16,10 @@
  *                   [--image NAME=DIR]... [--images-dir DIR]
  *                   [--listen-tcp HOST:PORT --token T] [--max-sandboxes N]
  *                   [--memory-budget-mb N] [--pids-budget N] [--reserve-mb N]
- *                   [--max-body-mb N] [--fncall-pool N] [--log-level L]
+ *                   [--max-body-mb N] [--max-body-total-mb N]
+ *                   [--max-connections N] [--max-connections-per-peer N]
+ *                   [--head-timeout S] [--body-timeout S] [--idle-conn-timeout S]
+ *                   [--fncall-pool N] [--log-level L]
  */
 #include <dirent.h>
 #include <errno.h>
@@ -61,6 +64,15 @@ static void usage(FILE *f)
 	    "  --reserve-mb N         refuse creates below this MemAvailable (default 128)\n"
 	    "  --max-body-mb N        largest buffered request body (default 64; file\n"
 	    "                         uploads of container sandboxes stream: no limit)\n"
+	    "  --max-body-total-mb N  buffered request bodies of all connections together\n"
+	    "                         (default 128; past it 503 overloaded)\n"
+	    "  --max-connections N    connections at once (default 4096, at most half the\n"
+	    "                         open file limit; past it 503 overloaded)\n"
+	    "  --max-connections-per-peer N  of one uid (unix socket) or address (TCP)\n"
+	    "                         (default 1024)\n"
+	    "  --head-timeout S       a request head must arrive within S s (default 10)\n"
+	    "  --body-timeout S       a buffered body within S s + 1 s per 256 KiB (default 10)\n"
+	    "  --idle-conn-timeout S  an idle keep-alive connection is closed (default 60)\n"
 	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
@@ -105,6 +117,12 @@ static void defaults(struct sandboxd_config *c)
 	c->pids_budget = 4 * pid_max();
 	c->reserve_mb = 128;
 	c->max_body = 64LL << 20;
+	c->max_body_total = SBD_MAX_BODY_TOTAL_DEFAULT;
+	c->max_conns = SBD_MAX_CONNS_DEFAULT;
+	c->max_conns_per_peer = SBD_MAX_CONNS_PER_PEER_DEFAULT;
+	c->head_timeout_ms = SBD_HEAD_TIMEOUT_MS_DEFAULT;
+	c->body_timeout_ms = SBD_BODY_TIMEOUT_MS_DEFAULT;
+	c->idle_conn_timeout_ms = SBD_IDLE_CONN_TIMEOUT_MS_DEFAULT;
 	c->default_output_cap = 1LL << 20;
 	c->max_output_cap = 64LL << 20;
 	c->default_timeout_ms = 60000;
@@ -241,7 +259,13 @@ enum {
 	O_DISK_DIR,
 	O_DISK_IMAGE,
 	O_DISK_TMPFS,
-	O_DISK_QUOTA
+	O_DISK_QUOTA,
+	O_BODY_TOTAL,
+	O_MAX_CONNS,
+	O_MAX_CONNS_PEER,
+	O_HEAD_TIMEOUT,
+	O_BODY_TIMEOUT,
+	O_IDLE_CONN_TIMEOUT
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -263,6 +287,12 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"disk-image", 1, 0, O_DISK_IMAGE},
 				     {"disk-tmpfs", 0, 0, O_DISK_TMPFS},
 				     {"disk-quota", 0, 0, O_DISK_QUOTA},
+				     {"max-body-total-mb", 1, 0, O_BODY_TOTAL},
+				     {"max-connections", 1, 0, O_MAX_CONNS},
+				     {"max-connections-per-peer", 1, 0, O_MAX_CONNS_PEER},
+				     {"head-timeout", 1, 0, O_HEAD_TIMEOUT},
+				     {"body-timeout", 1, 0, O_BODY_TIMEOUT},
+				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -348,6 +378,24 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		break;
 	case O_POOL:
 		c->fncall_pool = v > 64 ? 64 : (int)v;
+		break;
+	case O_BODY_TOTAL:
+		c->max_body_total = v << 20;
+		break;
+	case O_MAX_CONNS:
+	case O_MAX_CONNS_PEER:
+		if (v < 1)
+			return -EINVAL;
+		*(o == O_MAX_CONNS ? &c->max_conns : &c->max_conns_per_peer) = v;
+		break;
+	case O_HEAD_TIMEOUT:
+	case O_BODY_TIMEOUT:
+	case O_IDLE_CONN_TIMEOUT:
+		if (v < 1 || v > 86400)
+			return -EINVAL;
+		*(o == O_HEAD_TIMEOUT	? &c->head_timeout_ms
+		  : o == O_BODY_TIMEOUT ? &c->body_timeout_ms
+					: &c->idle_conn_timeout_ms) = v * 1000;
 		break;
 	default:
 		return -EINVAL;

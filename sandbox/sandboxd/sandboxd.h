@@ -39,6 +39,28 @@
 #define SBD_MAX_ENV 256
 #define SBD_NAME_MAX 255
 
+/* Connection limits (server.c; API.md "Limits of connections"): what keeps
+ * many or slow clients from taking sandboxd's descriptors, memory or loop.
+ * Connections at once: well under the descriptor limit (20,000 here), which
+ * sandboxes, agents and transfers share; lowered at start to fit it. */
+#define SBD_MAX_CONNS_DEFAULT 4096
+/* Connections of one peer (a uid on the unix socket, an address on TCP):
+ * a quarter of the total, so one peer cannot lock the others out. */
+#define SBD_MAX_CONNS_PER_PEER_DEFAULT 1024
+/* A request head must be complete this long after its first byte (or the
+ * connection's accept): a slow-loris client holds a slot 10 s at most. */
+#define SBD_HEAD_TIMEOUT_MS_DEFAULT 10000
+/* A buffered body must arrive within this plus its length at
+ * SBD_BODY_MIN_RATE: 64 MiB (the largest by default) in 10 + 256 s. */
+#define SBD_BODY_TIMEOUT_MS_DEFAULT 10000
+#define SBD_BODY_MIN_RATE (256u << 10) /* bytes per second */
+/* An idle keep-alive connection (no request begun) is closed after this;
+ * so is one whose client does not read its answer for as long. */
+#define SBD_IDLE_CONN_TIMEOUT_MS_DEFAULT 60000
+/* Buffered request bodies of all connections together (file uploads
+ * stream and do not count): two bodies of the largest size (64 MiB). */
+#define SBD_MAX_BODY_TOTAL_DEFAULT (128LL << 20)
+
 /* FAILED: the sandbox cannot work any more and says why (failed_reason);
  * it is kept, refusing execs and files, until deleted (image_store.c marks
  * the sandboxes whose image mount lost its strata mount). */
@@ -100,6 +122,9 @@ struct sandboxd_config {
 	int64_t pids_budget;
 	int64_t reserve_mb; /* refuse when MemAvailable is below */
 	int64_t max_body;
+	int64_t max_body_total; /* buffered bodies of all connections at once */
+	int64_t max_conns, max_conns_per_peer;
+	int64_t head_timeout_ms, body_timeout_ms, idle_conn_timeout_ms;
 	int64_t default_output_cap, max_output_cap;
 	int64_t default_timeout_ms, max_timeout_ms;
 	int fncall_pool;
@@ -125,6 +150,7 @@ struct sandboxd {
 	struct sbd_creates *creates;	   /* api_create.c's, made at the first create */
 	struct sbd_xfers *xfers;	   /* xfer.c's file transfers, made at the first */
 	struct sbd_unpersist *unpersist;   /* registry.c's queue of state to remove */
+	struct sbd_server *server;	   /* server.c's connections and their limits */
 	uint8_t id_pool[512];		   /* random bytes for ids (api_create.c) */
 	size_t id_left;			   /* bytes of id_pool not used yet */
 	int64_t meminfo_mb, meminfo_at_ms; /* registry.c: MemAvailable and when */

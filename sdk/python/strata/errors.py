@@ -83,6 +83,7 @@ _BY_CODE = {
     "image_not_found": ImageNotFound,
     "no_capacity": NoCapacity,
     "too_many_execs": NoCapacity,
+    "overloaded": NoCapacity,
     "backend_unavailable": BackendUnavailable,
     "unsupported": Unsupported,
     "bad_request": InvalidRequest,

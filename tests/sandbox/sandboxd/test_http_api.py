@@ -330,3 +330,24 @@ def test_update_and_metrics_refuse_bad_input(daemon):
     assert request(daemon, "POST", path + "/metrics")[0] == 404
     assert healthy(daemon)
     assert request(daemon, "DELETE", path)[0] == 200
+
+
+def test_cpu_below_the_smallest_quota_refused(daemon):
+    """cpu under 0.01 (a quota under the kernel's 1 ms per 100 ms) is
+    refused with a 400 naming the minimum: 1e-10 was accepted and written
+    as no limit at all, 0.001-0.0099 failed with "Invalid argument"."""
+    for cpu in (1e-10, 0.001, 0.0099, 0, -1, 1025, 1e308):
+        st, b = request(daemon, "POST", "/v1/sandboxes",
+                        {"image": "busybox", "backend": "fncall", "cpu": cpu})
+        assert st == 400, (cpu, st, b)
+        assert b["error"]["code"] == "bad_request" and "0.01" in b["error"]["message"], b
+    for bad in ({"memory_mb": 1.5}, {"memory_mb": -16}, {"pids": 1e20}, {"disk_mb": 0},
+                {"ttl": -1}, {"ttl": 0.5}, {"idle_timeout": 1e300}, {"cpu": "1"}):
+        st, b = request(daemon, "POST", "/v1/sandboxes",
+                        dict({"image": "busybox", "backend": "fncall"}, **bad))
+        assert st == 400, (bad, st, b)
+    st, b = request(daemon, "POST", "/v1/sandboxes",
+                    {"image": "busybox", "backend": "fncall", "cpu": 0.01})
+    assert st == 201, b
+    assert b["cpu"] == 0.01
+    assert request(daemon, "DELETE", "/v1/sandboxes/%s" % b["id"])[0] in (200, 204)
