@@ -53,7 +53,7 @@ cluster_log "kill -9 strata-fuse-holder ($hpid), its binary taken away"
 kill -9 "$hpid"
 wait_for 'd["mount"]["protected"]' False 10 || cluster_fail "strata status still says the mount is protected"
 sleep 1.5 # strata-fuse's attempts to start a new holder fail meanwhile
-"$STRATA" status --home "$STRATA_HOME" | grep -q "mount .*: ok, unprotected" ||
+"$STRATA" status --home "$STRATA_HOME" | grep -q "mount .*: mounted, unprotected" ||
 	cluster_fail "strata status does not say the mount is unprotected: $("$STRATA" status --home "$STRATA_HOME" | grep mount)"
 [ "$(field 'd["fuse_holder"]["state"]')" = none ] || cluster_fail "a holder answers without its binary"
 grep -q "is unprotected" "$STRATA_HOME/log/fuse.log" || cluster_fail "strata-fuse did not log that the mount is unprotected"
