@@ -159,6 +159,8 @@ struct sfs {
 	_Atomic uint64_t dir_next;	/* the next directory fh */
 	bool taken_over;		/* serving a predecessor's connection */
 	struct sfs_takeover *tk;	/* takeover.c's state, NULL without --holder */
+	_Atomic bool held;		/* a holder has the connection (takeover.c) */
+	bool handing_over;		/* a planned restart (restart.c): keep sessions */
 	bool writeback;			/* negotiated with the kernel */
 	_Atomic uint64_t attr_clock;	/* attrcache.c: ticks at every change */
 	_Atomic uint64_t ns_changed_at; /* attr_clock at the last unlink/rename/... */
@@ -205,6 +207,17 @@ int sfs_takeover_first_request(struct sfs *fs);
 int sfs_takeover_hold(struct sfs *fs);
 /* Stops watching; with stop_holder also tells the holder to exit. */
 void sfs_takeover_done(struct sfs *fs, bool stop_holder);
+
+/* ---- planned restart (restart.c): SIGUSR2 hands the connection over ------ */
+/* Installs the SIGUSR2 handler (after the session exists). Returns 0 or -errno. */
+int sfs_restart_arm(struct sfs *fs);
+/* Removes it (SIGUSR2 ignored from then on). */
+void sfs_restart_disarm(void);
+/* True once SIGUSR2 ended the loop for a hand-over. */
+bool sfs_restart_requested(void);
+/* After the loop: records pending lengths and lets the holder give the
+ * connection to a successor; the caller exits without unmounting. */
+void sfs_restart_handover(struct sfs *fs);
 
 /* ---- attribute cache (attrcache.c) ---------------------------------------
  * GETATTR answered from the attributes meta returned less than attr_timeout

@@ -15,8 +15,10 @@
  * subtype=strata, and tells the parent through a pipe whether the mount is
  * up, so the parent's exit status says whether mounting worked. The session
  * runs on libfuse's multi-threaded loop. SIGTERM/SIGINT/SIGHUP end the loop;
- * pending lengths are recorded, sessions closed and the mount removed. A
- * stale mount left by a crashed predecessor (ENOTCONN) is detached first. */
+ * pending lengths are recorded, sessions closed and the mount removed.
+ * SIGUSR2 (with --holder) ends it too but hands the connection over to the
+ * next strata-fuse instead (restart.c): no unmount. A stale mount left by a
+ * crashed predecessor (ENOTCONN) is detached first. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -412,6 +414,15 @@ static int open_blobcache(struct sfs *fs)
 	return 0;
 }
 
+/* The end of a planned restart (restart.c): no unmount, no session closed. */
+static int hand_over(struct sfs *fs)
+{
+	sfs_restart_handover(fs);
+	fuse_remove_signal_handlers(fs->se);
+	fuse_session_destroy(fs->se); /* closes our fd; the holder keeps its own */
+	return 0;
+}
+
 static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 {
 	int r = open_blobcache(fs);
@@ -434,9 +445,14 @@ static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 	}
 	log_info("%s strata (meta %s) at %s as client %s", fs->taken_over ? "Serving" : "Mounted",
 		 fs->o.meta_addr, fs->o.mountpoint, fs->o.client_id);
+	if (fs->tk && (r = sfs_restart_arm(fs)) < 0)
+		log_warn_errno(r, "Failed to install the SIGUSR2 handler (no planned restart)");
 	sfs_takeover_hold(fs);
 	report_ready(ready_fd, 0);
 	r = run_loop(fs);
+	sfs_restart_disarm();
+	if (sfs_restart_requested())
+		return hand_over(fs);
 	log_info("Unmounting %s", fs->o.mountpoint);
 	sfs_close_all(fs);
 	fuse_remove_signal_handlers(fs->se);

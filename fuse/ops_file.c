@@ -322,6 +322,10 @@ static struct sfs_file *file_adopt(struct sfs *fs, fuse_ino_t ino, struct fuse_f
 	f->blob = blob;
 	pthread_mutex_lock(&in->lock);
 	in->nopen++;
+	/* The predecessor may have written through it without syncing (a
+	 * request does not say how the file was opened): the next fsync
+	 * syncs the chunks. */
+	in->unsynced = true;
 	pthread_mutex_unlock(&in->lock);
 	files_link(fs, f);
 	log_info("Adopted handle %llu of inode %llu from the previous strata-fuse",
@@ -805,5 +809,8 @@ void sfs_close_all(struct sfs *fs)
 
 void sfs_op_destroy(void *userdata)
 {
-	sfs_close_all(userdata);
+	struct sfs *fs = userdata;
+
+	if (!fs->handing_over) /* a restart: they are the kernel's handles */
+		sfs_close_all(fs);
 }

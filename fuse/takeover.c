@@ -200,6 +200,8 @@ static int spawn_holder(struct sfs *fs)
 
 	if (strlen(fs->o.holder) >= sizeof(a.sun_path))
 		return -ENAMETOOLONG;
+	if (access(fs->tk->bin, X_OK) < 0)
+		return -errno; /* the exec would fail: say so, not "started" */
 	strcpy(a.sun_path, fs->o.holder);
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
@@ -263,19 +265,35 @@ static int deposit(struct sfs *fs)
 	return 0;
 }
 
-/* Holds the connection to the holder; replaces a holder that died. */
+/* Holds the connection to the holder; replaces a holder that died. While
+ * none has the connection the mount works but is unprotected: a crash of
+ * strata-fuse would end it (`strata status` says so); that is logged once
+ * per outage, and so is its end. */
 static void *watch(void *arg)
 {
 	struct sfs *fs = arg;
 	struct sfs_takeover *tk = fs->tk;
+	bool warned = false;
 
 	while (!tk->stopping) {
 		if (tk->conn < 0) {
 			int r = deposit(fs);
+			if (r < 0 && !warned)
+				log_warn_errno(
+				    r,
+				    "The mount %s is unprotected (a crash of strata-fuse "
+				    "would end it): no strata-fuse-holder takes the FUSE "
+				    "connection; retrying every %d ms",
+				    fs->o.mountpoint, HOLDER_RESPAWN_MS);
 			if (r < 0) {
-				log_warn_errno(r, "Failed to hand the FUSE connection to a holder");
+				warned = true;
 				usleep(HOLDER_RESPAWN_MS * 1000);
+				continue;
 			}
+			atomic_store(&fs->held, true);
+			log_info("The FUSE connection of %s is held again by %s", fs->o.mountpoint,
+				 fs->o.holder);
+			warned = false;
 			continue;
 		}
 		char b;
@@ -284,6 +302,7 @@ static void *watch(void *arg)
 			continue; /* the receive timeout: the holder is still there */
 		if (tk->stopping)
 			break;
+		atomic_store(&fs->held, false);
 		log_warn("strata-fuse-holder went away: starting a new one");
 		close(tk->conn);
 		tk->conn = -1;
@@ -299,6 +318,7 @@ int sfs_takeover_hold(struct sfs *fs)
 	if (!tk || tk->info.init_len == 0)
 		return 0;
 	r = deposit(fs);
+	atomic_store(&fs->held, r == 0);
 	if (r < 0)
 		log_warn_errno(r, "Failed to hand the FUSE connection to a holder (retrying)");
 	else
@@ -316,6 +336,7 @@ void sfs_takeover_done(struct sfs *fs, bool stop_holder)
 	if (!tk)
 		return;
 	tk->stopping = true;
+	atomic_store(&fs->held, false);
 	if (tk->conn >= 0)
 		shutdown(tk->conn, SHUT_RDWR); /* wakes the watcher */
 	if (tk->watching)

@@ -110,6 +110,13 @@ int cli_parse_opts(const struct cli_verb_opts *v, int argc, char **argv, struct 
 void cli_bad_option(const char *verb, int o, char **argv);
 /* Parses a decimal integer in [lo, hi]. Returns 0 or -EINVAL. */
 int cli_parse_int(const char *s, int lo, int hi, int *ret);
+/* cli_verb_opts.on_opt of a verb whose own option is --timeout S only
+ * (1..3600 seconds); its arg is a struct cli_timeout_arg. */
+struct cli_timeout_arg {
+	const char *verb;
+	int *seconds;
+};
+int cli_timeout_option(void *arg, int val, const char *value);
 /* strata-meta's address: opt_meta, else $STRATA_META, else the home's
  * (-ENOENT when none is known). */
 int cli_meta_addr(const char *opt_meta, const char *home, char *buf, size_t cap);
@@ -262,9 +269,16 @@ int cli_sandboxd_delete_all(const char *sock);
  * (cmd_down.c). Returns the number unmounted. */
 int cli_images_unmount_all(const struct cli_home *h);
 
+/* Starts strata-fuse for h's mount as `strata up` does (taking over a
+ * connection the holder keeps, else mounting) and waits up to timeout_ms
+ * for the mount to answer (cmd_up.c; `strata restart fuse`). Returns 0 (also
+ * when a working strata-fuse runs already) or -errno after its error line. */
+int cli_up_fuse(const struct cli_home *h, int timeout_ms);
+
 /* ---- verbs --------------------------------------------------------------- */
 int cmd_up(int argc, char **argv);
 int cmd_down(int argc, char **argv);
+int cmd_restart(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
 int cmd_fsck(int argc, char **argv);

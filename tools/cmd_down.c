@@ -265,19 +265,6 @@ static int down_net(const struct cli_home *h)
 	return 0;
 }
 
-/* --timeout S, the one option of its own. */
-static int down_option(void *arg, int val, const char *value)
-{
-	int *timeout_s = arg;
-
-	(void)val;
-	if (cli_parse_int(value, 1, 3600, timeout_s) < 0) {
-		cli_err(VERB, "--timeout wants seconds (1..3600), not '%s'", value);
-		return 2;
-	}
-	return 0;
-}
-
 int cmd_down(int argc, char **argv)
 {
 	static const struct option own[] = {
@@ -292,8 +279,8 @@ int cmd_down(int argc, char **argv)
 	    .verb = VERB,
 	    .common = CLI_OPT_HOME,
 	    .own = own,
-	    .on_opt = down_option,
-	    .arg = &timeout_s,
+	    .on_opt = cli_timeout_option,
+	    .arg = &(struct cli_timeout_arg){VERB, &timeout_s},
 	    .usage = usage,
 	    .no_operands = true,
 	};

@@ -8,11 +8,13 @@
  *   {"home":..., "network":{"mode":"netns"|"loopback"|"missing"|"none",
  *    "bridge":..,"addr":..}, "daemons":[{"name":..,"binary":..,"pid":..,
  *    "addr":..,"state":..,"netns":..},...], "meta":...,
- *    "mount":{"path":...,"state":...}, "fuse_holder":{"pid":..,"state":
+ *    "mount":{"path":...,"state":...,"protected":..}, "fuse_holder":{"pid":..,"state":
  *    "none"|"idle"|"holding"|"waiting"|"aborted","takeovers":..}, "ok":true|false}
  * (the holder keeps the mount's FUSE connection across a crash of
  * strata-fuse: "holding" while strata-fuse serves it, "waiting" for the
- * next `strata up` after a crash; the mount's state is then "held")
+ * next `strata up` after a crash; the mount's state is then "held"; the
+ * mount is "protected" while a holder keeps the connection strata-fuse
+ * serves, so that a crash of strata-fuse would not end it)
  * ("netns" is "" where the daemon runs in the root namespace or the node's
  * namespace is missing; a missing one counts as down.)
  * Exit status 0 when everything runs and the mount answers, 3 when not
@@ -56,6 +58,7 @@ struct status {
 	char meta_addr[128];
 	enum cli_mount_state mount;
 	bool mount_held; /* strata-fuse dead, its connection kept by the holder */
+	bool protected;	 /* a holder keeps the connection strata-fuse serves */
 	int holder;	 /* cli_fuse_holder_status(): 1 one answers */
 	struct fuse_holder_info hi;
 	bool ok;
@@ -133,6 +136,9 @@ static void gather(const struct cli_home *h, struct status *s)
 	 * wait until `strata up` starts one. */
 	s->mount_held = cli_fuse_holder_keeps(h);
 	s->mount = s->mount_held ? MNT_STALE : cli_mount_state(h->mount);
+	const uint32_t served =
+	    FUSE_HOLDER_F_HOLDING | FUSE_HOLDER_F_CONNECTED | FUSE_HOLDER_F_SERVED;
+	s->protected = s->holder > 0 && (s->hi.flags & served) == served;
 	cli_net_load(h, &s->net);
 	s->net_mode = net_mode(h, &s->net);
 	cli_net_ip(&s->net, 0, s->bridge_ip, sizeof(s->bridge_ip));
@@ -176,6 +182,7 @@ static void emit_json(const struct status *s)
 	jw_obj(&w);
 	jw_kstr(&w, "path", s->h->mount);
 	jw_kstr(&w, "state", s->mount_held ? "held" : cli_mount_state_name(s->mount));
+	jw_kbool(&w, "protected", s->protected);
 	jw_obj_end(&w);
 	jw_key(&w, "fuse_holder");
 	jw_obj(&w);
@@ -217,9 +224,13 @@ static void emit_text(const struct status *s)
 		printf("  %-8s %-8d %-22s %-8s %s\n", ds->d.name, (int)ds->pid,
 		       ds->addr[0] ? ds->addr : "-", ds->state, ns);
 	}
-	printf("  mount  %s: %s\n", h->mount,
+	printf("  mount  %s: %s%s\n", h->mount,
 	       s->mount_held ? "held (strata-fuse is dead; strata up takes the connection over)"
-			     : cli_mount_state_name(s->mount));
+			     : cli_mount_state_name(s->mount),
+	       s->mount == MNT_OK && !s->protected
+		   ? ", unprotected (no strata-fuse-holder keeps its FUSE connection: a crash of "
+		     "strata-fuse would end it)"
+		   : "");
 	if (s->holder > 0)
 		printf("  holder strata-fuse-holder pid %u: %s (%u takeover(s))\n", s->hi.pid,
 		       holder_state(s), s->hi.takeovers);

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <linux/close_range.h>
 #include <unistd.h>
 #include "tools/cli.h"
 #include "fs/types.h"
@@ -65,6 +67,14 @@ static void usage(FILE *f)
 	    "Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
 	    "Writes <home>/cluster.env (STRATA_META, STRATA_MOUNT) for clients.\n",
 	    CLI_MAX_NODES, CLI_MAX_TARGETS);
+}
+
+/* STRATA_LOG_LEVEL, passed to the daemons (NULL when unset or empty). */
+static const char *env_log_level(void)
+{
+	const char *l = getenv("STRATA_LOG_LEVEL");
+
+	return l && *l ? l : NULL;
 }
 
 static int died(struct up_ctx *c, const struct cli_daemon *d, const char *what)
@@ -146,6 +156,11 @@ static bool binary_has_option(const char *bin, const char *opt)
 
 	if (strchr(bin, '\''))
 		return false;
+	/* The shell and the daemon's --help get none of the descriptors we
+	 * inherited: one of a file on the mount, closed at their exit while no
+	 * strata-fuse serves (a takeover or restart under way), would make that
+	 * exit wait for the strata-fuse we are about to start. */
+	syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
 	snprintf(cmd, sizeof(cmd), "'%s' --help 2>&1", bin);
 	p = popen(cmd, "re");
 	if (!p)
@@ -475,6 +490,25 @@ static int up_fuse(struct up_ctx *c)
 	return r;
 }
 
+int cli_up_fuse(const struct cli_home *h, int timeout_ms)
+{
+	struct up_ctx c;
+	struct cli_daemon meta;
+
+	memset(&c, 0, sizeof(c));
+	c.h = *h;
+	c.timeout_ms = timeout_ms;
+	c.log_level = env_log_level();
+	cli_daemon_get(h, 0, &meta);
+	cli_daemon_addr(h, &meta, c.meta_addr, sizeof(c.meta_addr));
+	if (!c.meta_addr[0]) {
+		cli_err(VERB, "no address of strata-meta in %s (strata up starts the cluster)",
+			h->home);
+		return -ENOENT;
+	}
+	return up_fuse(&c);
+}
+
 /* Waits until strata-sandboxd (pid) accepts on its socket. */
 static int wait_sandboxd(struct up_ctx *c, const struct cli_daemon *d, pid_t pid)
 {
@@ -690,9 +724,7 @@ int cmd_up(int argc, char **argv)
 			c.h.mount[--ml] = '\0';
 	}
 	c.timeout_ms = a.timeout_s * 1000;
-	c.log_level = getenv("STRATA_LOG_LEVEL");
-	if (c.log_level && !*c.log_level)
-		c.log_level = NULL;
+	c.log_level = env_log_level();
 
 	if ((r = cli_home_create(&c.h)) < 0) {
 		cli_err(VERB, "cannot create the home %s: %s", c.h.home, strerror(-r));

@@ -15,6 +15,7 @@ struct verb {
 static const struct verb verbs[] = {
     {"up", cmd_up, "start (or repair) a cluster on this machine"},
     {"down", cmd_down, "unmount and stop the cluster"},
+    {"restart", cmd_restart, "restart strata-fuse without unmounting"},
     {"admin", cmd_admin, "cluster map: nodes, targets, chains; replica verify"},
     {"fsck", cmd_fsck, "check (and --repair) namespace, chunks and replicas online"},
     {"status", cmd_status, "show the daemons, their addresses and the mount"},

@@ -55,6 +55,18 @@ int cli_parse_int(const char *s, int lo, int hi, int *ret)
 	return 0;
 }
 
+int cli_timeout_option(void *arg, int val, const char *value)
+{
+	const struct cli_timeout_arg *t = arg;
+
+	(void)val;
+	if (cli_parse_int(value, 1, 3600, t->seconds) < 0) {
+		cli_err(t->verb, "--timeout wants seconds (1..3600), not '%s'", value);
+		return 2;
+	}
+	return 0;
+}
+
 /* The getopt_long table of verb v: the shared options it takes, its own,
  * --help. Returns the number of entries or -E2BIG. */
 static int build_table(const struct cli_verb_opts *v, struct option *t, int cap)
