@@ -119,14 +119,15 @@ static void test_fake_agent(struct sbxt_env *e)
 	struct sbx *s = create_persistent(e, &id), *s2 = NULL;
 	if (!s)
 		return;
-	const char *fake[] = {"/bin/probe", "fakeagent", NULL};
-	struct sbx_exec_opts opts = {.argv = fake, .timeout_ms = 10000};
-	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && r.exit_code == 0);
-	fprintf(stderr, "probe fakeagent    %s", o.out);
+	/* First (the fake's own socket would be found after it) */
 	const char *stg[] = {"/bin/probe", "staging", NULL};
-	opts.argv = stg;
+	struct sbx_exec_opts opts = {.argv = stg, .timeout_ms = 10000};
 	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && r.exit_code == 0);
 	fprintf(stderr, "probe staging      %s", o.out);
+	const char *fake[] = {"/bin/probe", "fakeagent", NULL};
+	opts.argv = fake;
+	CHECK(sbxt_exec(s, &opts, &o, &r) == 0 && r.exit_code == 0);
+	fprintf(stderr, "probe fakeagent    %s", o.out);
 	sbx_release(s);
 	int rc = sbx_adopt(e->rt, &id, &s2);
 	CHECK(rc == 0);
@@ -200,6 +201,15 @@ static void test_peer_check(struct sbxt_env *e)
 	}
 	pid_t imp = -1;
 	CHECK(read(pp[0], &imp, sizeof(imp)) == sizeof(imp) && imp > 0);
+	char p[64], l[64] = "";
+	snprintf(p, sizeof(p), "/proc/%d/fd/4", (int)imp);
+	for (int i = 0; i < 200 && strncmp(l, "socket:", 7); i++) {
+		ssize_t n = readlink(p, l, sizeof(l) - 1); /* until its dup2 */
+		l[n > 0 ? n : 0] = 0;
+		if (strncmp(l, "socket:", 7))
+			usleep(10000);
+	}
+	CHECK(!strncmp(l, "socket:", 7));
 	if (imp > 0) {
 		struct sbx_agent_id iid = id_of(imp);
 		CHECK(iid.start_time && iid.pidns_ino);

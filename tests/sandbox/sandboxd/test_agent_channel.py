@@ -63,9 +63,9 @@ def test_no_fake_agent_after_a_restart(d):
     sid = create(d, backend="container")
     ex, out = run(d, sid, ["/bin/probe", "caps"])
     assert ex["exit_code"] == 0, out
-    ex, out = run(d, sid, ["/bin/probe", "fakeagent"])
+    ex, out = run(d, sid, ["/bin/probe", "staging"])  # before the fake's own socket
     assert ex["exit_code"] == 0, out
-    ex, out = run(d, sid, ["/bin/probe", "staging"])
+    ex, out = run(d, sid, ["/bin/probe", "fakeagent"])
     assert ex["exit_code"] == 0, out
     d.restart()
     st, b = request(d, "GET", "/v1/sandboxes/%s" % sid)
