@@ -100,7 +100,7 @@ static int is_ns_init(pid_t pid)
 static int read_id(pid_t pid, int pidfd, struct sbx_agent_id *ret)
 {
 	char p[64];
-	struct stat st;
+	struct stat st = {0};
 	struct sbx_agent_id id = {.pid = pid};
 	int r = start_time_of(pid, &id.start_time);
 	if (r == 0) {
