@@ -1,9 +1,10 @@
 """bench/sandbox/files_bench.py — file transfer MB/s of a large file into and
 out of a container sandbox through strata-sandboxd (the Python SDK's
 upload_file/download_file, and curl on the same API), beside `cp` of the
-same file into and out of that sandbox's writable directory on the host
-(the overlay's upper dir, reached as /proc/<agent>/root/../u): the copy a
-transfer could at best match. Rounds alternate ours and the baseline, the
+same file into and out of that sandbox's root on the host (the overlay,
+reached as /proc/<agent>/root: its staging root with the upper dir is
+detached, sandbox/agent/agent_stage.c): the copy a transfer could at best
+match. Rounds alternate ours and the baseline, the
 order swapped every round; the best round of each is printed (the machine
 is shared), with every round's figures below it.
 
@@ -71,7 +72,7 @@ def main():
                 f.write(os.urandom(MiB))
         sb = strata.Sandbox.create("busybox", backend="container", socket=d.socket,
                                    disk_mb=3 * size_mb + 64, memory_mb=256)
-        upper = "/proc/%d/root/../u" % agent_pid(state, sb.id)
+        upper = "/proc/%d/root" % agent_pid(state, sb.id)
         if not os.path.isdir(os.path.join(upper, "tmp")):
             os.makedirs(os.path.join(upper, "tmp"), exist_ok=True)
         dst = os.path.join(base, "dst.bin")

@@ -5,8 +5,8 @@
  * pre-started container sandbox that still holds its privileges and waits
  * for START (agent_stage.c). It says HELLO, then serves requests until the
  * stream closes (a persistent container sandbox instead waits for a new host
- * on a unix socket outside its root, see accept_host); when the agent exits, the kernel kills
- * everything else in the sandbox's pid namespace. See agent.h for the loop's
+ * on a nameless channel only the host can take, see ag_spare_make); when the agent exits, the
+ * kernel kills everything else in the sandbox's pid namespace. See agent.h for the loop's
  * invariants and PROTOCOL.md for the messages. */
 #include "sandbox/agent/agent.h"
 
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define AGENT_FD 3
-#define AGENT_VERSION "strata-agent 1.2"
+#define AGENT_VERSION "strata-agent 1.4"
 
 uint64_t ag_now_us(void)
 {
@@ -239,7 +239,7 @@ static void handle_exec_events(struct agent *a, struct pollfd *pfd, nfds_t from,
  * with it. */
 static int lost_host(struct agent *a, int r)
 {
-	if (a->listen_fd < 0)
+	if (a->spare_fd < 0)
 		return r < 0 ? r : -EPIPE;
 	if (a->ctl >= 0)
 		close(a->ctl);
@@ -254,21 +254,43 @@ static int lost_host(struct agent *a, int r)
 	return 0;
 }
 
-/* A new host for a persistent sandbox. Only a peer outside the sandbox's
- * pid namespace (its pid reads 0 here) running as root is accepted: the
- * sandbox's own processes can never take over the agent. */
-static void accept_host(struct agent *a)
+/* The channel of the next host of a persistent sandbox: a socketpair,
+ * nameless, whose host end sits at AG_HOST_FD, where only a process that may
+ * ptrace-attach to us (not dumpable: CAP_SYS_PTRACE in the host's user
+ * namespace, which no sandbox has) can take it, with pidfd_getfd. Nothing in
+ * the sandbox can reach, rename or replace it, as it could a socket with a
+ * name (PROTOCOL.md says why this and not a listening socket). Replaces the
+ * one there; -errno (then the sandbox can no longer be adopted). */
+int ag_spare_make(struct agent *a)
 {
-	int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	struct ucred uc;
-	socklen_t len = sizeof(uc);
-	if (fd < 0)
-		return;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || uc.pid != 0 || uc.uid != 0) {
-		close(fd);
-		return;
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return -errno;
+	if (dup3(sp[1], AG_HOST_FD, O_CLOEXEC) < 0 ||
+	    fcntl(sp[0], F_SETFL, fcntl(sp[0], F_GETFL) | O_NONBLOCK) < 0) {
+		int r = -errno;
+		close(sp[0]);
+		close(sp[1]);
+		return r;
 	}
+	close(sp[1]);
+	if (a->spare_fd >= 0)
+		close(a->spare_fd);
+	a->spare_fd = sp[0];
+	return 0;
+}
+
+/* A new host took AG_HOST_FD and wrote its first frame: it replaces any
+ * current session. Our copy of its end goes (else its close would never
+ * read as EOF here) and a new spare takes its place for the host after it;
+ * the frame itself is read as the session's first. */
+static void take_host(struct agent *a)
+{
+	int fd = a->spare_fd;
 	lost_host(a, 0);
+	a->spare_fd = -1;
+	(void)!dup3(0, AG_HOST_FD, O_CLOEXEC); /* fd 0 is /dev/null */
+	(void)ag_spare_make(a);
 	a->ctl = fd;
 	a->orphan_since_us = 0;
 	ag_send_hello(a);
@@ -303,7 +325,7 @@ static int loop_once(struct agent *a)
 				 .events = (a->out.len ? POLLOUT : 0) |
 					   (a->out.len < AG_OUT_HIGH ? POLLIN : 0)};
 	pfd[1] = (struct pollfd){.fd = a->sigfd, .events = POLLIN};
-	pfd[2] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
+	pfd[2] = (struct pollfd){.fd = a->spare_fd, .events = POLLIN};
 	nfds_t n = add_exec_fds(a, pfd, 3, ref, stream);
 	if (poll(pfd, n, timeout) < 0)
 		return errno == EINTR ? 0 : -errno;
@@ -321,15 +343,15 @@ static int loop_once(struct agent *a)
 		r = flush_ctl(a);
 	if (r < 0 || a->ctl_eof)
 		r = lost_host(a, r);
-	if (r == 0 && pfd[2].revents)
-		accept_host(a);
+	if (r == 0 && pfd[2].revents & POLLIN)
+		take_host(a);
 	return r;
 }
 
 static int setup(struct agent *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof(*a));
-	a->listen_fd = -1;
+	a->spare_fd = -1;
 	a->oom_fd = -1;
 	prctl(PR_SET_NAME, "strata-agent"); /* exec'd from a memfd: comm is "memfd:..." */
 	/* Not dumpable: processes of the sandbox, even root with the same

@@ -62,7 +62,8 @@ struct agent {
 	int fds[AG_MAX_FDS]; /* received, not yet taken by a request */
 	unsigned nfds;
 	bool staged;		    /* --stage: privileged, only START and PING served */
-	int listen_fd;		    /* persistent sandbox: where a new host connects, else -1 */
+	int spare_fd;		    /* persistent: our end of the next host's channel (its end
+				     * is fd AG_HOST_FD), else -1 */
 	uint32_t orphan_timeout_ms; /* persistent: exit after this long without a host */
 	uint64_t orphan_since_us;   /* when the last host left (0: one is connected) */
 	int oom_fd;		    /* the sandbox's OOM kill counter (START), else -1 */
@@ -94,6 +95,9 @@ int ag_exec_timeouts(struct agent *a);
 
 /* agent_stage.c: container staging (see there). */
 int ag_stage_init(struct agent *a);
+/* agent.c: (re)makes the next host's channel of a persistent sandbox, its
+ * host end at AG_HOST_FD. Returns 0 or -errno. */
+int ag_spare_make(struct agent *a);
 void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len);
 /* Queues HELLO (on start and on every new connection). */
 void ag_send_hello(struct agent *a);

@@ -21,21 +21,22 @@
  *      nosuid, nodev)
  *   3. tmpfs layer: resizes the tmpfs (the writable layer's limit), unless
  *      it has that size already (staging mounts it with the default one)
- *   4. moves /proc, /dev, /sys into /m and chroots into /m
+ *   4. moves /proc, /dev, /sys into /m, makes /m the root (pivot_root) and
+ *      detaches the staging tmpfs
  *   5. sets the hostname; a persistent sandbox (AG_START_F_PERSIST) also
- *      listens on /agent.sock in the staging root, for a host that
- *      re-adopts it after a restart
+ *      makes the channel of a host that re-adopts it after a restart, a
+ *      nameless socketpair whose host end is at AG_HOST_FD
  *   6. drops capabilities (bounding, ambient, effective/permitted/inheritable
  *      to the kept set), sets no_new_privs, loads the seccomp filter
  *
- * chroot rather than pivot_root: the sandbox's mount namespace never held
- * the host's mounts (it is a copy of the runtime's template), so the only
- * things outside the chroot are the staging tmpfs (the sandbox's own upper
- * layer and its read-only lower mount) and the empty read-only template
- * root above it: a root process that escapes the chroot (it keeps
- * CAP_SYS_CHROOT, as in Docker) finds nothing it could not already see or
- * write. The unmount that pivot_root would need costs an RCU grace period
- * on the critical path. A failure replies the errno and exits (ending the
+ * pivot_root and a detached staging root rather than a chroot: a chroot
+ * leaves the staging tmpfs (the lower mount, the upper layer, once the
+ * agent's socket) a `..` away from any root process that can chroot, and
+ * /proc/<pid>/root/.. leads there too. After the pivot nothing of it has a
+ * path; above the new root there is only the template's empty read-only
+ * root (child.c), and CAP_SYS_CHROOT is dropped anyway (seccomp.c). The
+ * detach costs the unmount's RCU grace period on START (0.2-0.6 ms of
+ * create p50, sandbox/README.md). A failure replies the errno and exits (ending the
  * sandbox). */
 #include "sandbox/agent/agent.h"
 
@@ -75,6 +76,10 @@ int ag_stage_init(struct agent *a)
 		return -EIO;
 	a->seccomp_len = (size_t)st.st_size;
 	close(STAGE_SECCOMP_FD);
+	/* Held for the next host's channel (persistent sandboxes): no other
+	 * fd may take the number meanwhile. */
+	if (dup3(0, AG_HOST_FD, O_CLOEXEC) < 0) /* fd 0 is /dev/null */
+		return -errno;
 	a->staged = true;
 	return 0;
 }
@@ -90,24 +95,13 @@ static int move_into(const char *from, const char *to)
 	return mount(from, to, NULL, MS_MOVE, NULL) < 0 ? -errno : 0;
 }
 
-/* Persistent sandboxes: a unix socket in the staging root, outside the
- * sandbox's chroot. The host reaches it as /proc/<agent>/root/../agent.sock;
- * accept_host (agent.c) admits only peers from outside the sandbox. */
-static int listen_here(struct agent *a, uint32_t q_orphan_ms)
+/* Persistent sandboxes: the channel of the next host, at AG_HOST_FD
+ * (ag_spare_make; nothing with a name, so nothing in the sandbox can find,
+ * rename or replace it). */
+static int keep_for_hosts(struct agent *a, uint32_t q_orphan_ms)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX, .sun_path = "/agent.sock"};
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sa.sun_path, 0600) < 0 ||
-	    listen(fd, 4) < 0) {
-		int r = -errno;
-		close(fd);
-		return r;
-	}
-	a->listen_fd = fd;
 	a->orphan_timeout_ms = q_orphan_ms;
-	return 0;
+	return ag_spare_make(a);
 }
 
 /* The writable layer: on disk (AG_START_F_LAYER: a detached bind of its
@@ -158,10 +152,16 @@ static int enter_root(struct agent *a, int tree, int layer, const struct ag_star
 	if (r == 0)
 		r = move_into("/sys", "/m/sys");
 	if (r == 0 && (q->flags & AG_START_F_PERSIST))
-		r = listen_here(a, q->orphan_timeout_ms);
+		r = keep_for_hosts(a, q->orphan_timeout_ms);
 	if (r < 0)
 		return r;
-	if (chdir("/m") < 0 || chroot(".") < 0 || chdir("/") < 0)
+	/* The overlay becomes the root of every process of the sandbox
+	 * (pivot_root moves our root, the staging tmpfs, onto "." and puts the
+	 * overlay in its place), and the staging tmpfs, with /lower and /q on
+	 * it, is detached: no path, chroot or /proc link inside leads back to
+	 * it. The overlay keeps its own references to its layers. */
+	if (chdir("/m") < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+	    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
 		return -errno;
 	if (sethostname(q->hostname, strlen(q->hostname)) < 0)
 		return -errno;

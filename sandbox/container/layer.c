@@ -391,13 +391,29 @@ static pid_t owner_of(int dir_fd, const char *name)
 	return n > 0 ? (pid_t)atoi(v) : 0;
 }
 
-/* True when the agent with host pid holds the layer ino (its /q). */
-static bool agent_holds(pid_t pid, dev_t dev, ino_t ino)
+/* The project id of the writable layer of the running agent pid: that of
+ * its root's upper directory, which overlayfs answers FS_IOC_FSGETXATTR with
+ * (0 on a tmpfs layer). The agent's /q, where the layer's bind was
+ * attached, went with its staging root (agent_stage.c detaches it). */
+static int agent_projid(pid_t pid, uint32_t *ret)
 {
 	char p[64];
-	struct stat st;
-	snprintf(p, sizeof(p), "/proc/%d/root/../q", (int)pid);
-	return pid > 0 && stat(p, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+	struct fsxattr fx;
+	snprintf(p, sizeof(p), "/proc/%d/root", (int)pid);
+	_cleanup_close_ int fd = pid > 0 ? open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		return pid > 0 && errno != ENOENT ? -errno : -ESRCH;
+	if (ioctl(fd, FS_IOC_FSGETXATTR, &fx) < 0)
+		return errno == ENOTTY || errno == EOPNOTSUPP ? -ENOENT : -errno;
+	*ret = fx.fsx_projid;
+	return 0;
+}
+
+/* True when the agent with host pid holds layer id. */
+static bool agent_holds(pid_t pid, uint32_t id)
+{
+	uint32_t got;
+	return agent_projid(pid, &got) == 0 && got == id;
 }
 
 /* Removes the layers of sandboxes that are gone (their runtime crashed):
@@ -426,8 +442,7 @@ static void sweep(struct layer_fs *L)
 		    fstatat(L->dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		pid_t pid = owner_of(L->dir_fd, de->d_name);
-		if (pid ? !agent_holds(pid, st.st_dev, st.st_ino)
-			: now - st.st_ctime > LAYER_ORPHAN_AGE_S)
+		if (pid ? !agent_holds(pid, (uint32_t)id) : now - st.st_ctime > LAYER_ORPHAN_AGE_S)
 			ids[n++] = (uint32_t)id;
 	}
 	closedir(d);
@@ -618,24 +633,21 @@ int layer_usage(const struct layer_fs *L, uint32_t id, uint64_t *ret_bytes, uint
 
 int layer_adopt(const struct layer_fs *L, pid_t pid, struct layer *ret)
 {
-	char p[64];
-	snprintf(p, sizeof(p), "/proc/%d/root/../q", (int)pid);
-	_cleanup_close_ int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-	struct fsxattr fx;
-	if (fd < 0)
-		return errno == ENOENT ? -ENOENT : -errno; /* a layer on its tmpfs */
-	if (!L->quota || fstat(fd, &st) < 0 || st.st_dev != L->dev)
-		return -ESTALE;
-	if (ioctl(fd, FS_IOC_FSGETXATTR, &fx) < 0)
-		return -errno;
-	struct fs_disk_quota q = {0};
-	int r = quotactl_fd(L->dir_fd, Q_XGETQUOTA, fx.fsx_projid, &q);
+	uint32_t id = 0;
+	char name[32];
+	int r = agent_projid(pid, &id);
 	if (r < 0)
 		return r;
-	*ret = (struct layer){.id = fx.fsx_projid,
-			      .tree_fd = -1,
-			      .bytes = q.d_blk_hardlimit * 512,
-			      .inodes = q.d_ino_hardlimit};
+	if (!id)
+		return -ENOENT; /* a layer on its tmpfs */
+	snprintf(name, sizeof(name), "p%u", id);
+	if (!L->quota || owner_of(L->dir_fd, name) != pid)
+		return -ESTALE; /* not one of this runtime's layers */
+	struct fs_disk_quota q = {0};
+	r = quotactl_fd(L->dir_fd, Q_XGETQUOTA, id, &q);
+	if (r < 0)
+		return r;
+	*ret = (struct layer){
+	    .id = id, .tree_fd = -1, .bytes = q.d_blk_hardlimit * 512, .inodes = q.d_ino_hardlimit};
 	return 0;
 }

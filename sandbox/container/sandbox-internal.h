@@ -237,7 +237,8 @@ void layer_set_owner(struct layer_fs *L, uint32_t id, pid_t pid);
 int layer_limit(struct layer_fs *L, struct layer *l, uint64_t bytes, uint64_t inodes);
 /* Bytes and inodes charged to layer id. */
 int layer_usage(const struct layer_fs *L, uint32_t id, uint64_t *ret_bytes, uint64_t *ret_inodes);
-/* The layer of the running agent pid (its /q): -ENOENT when it has none. */
+/* The layer of the running agent pid (the project of its root's upper
+ * directory): -ENOENT when it has none, -ESTALE when not this runtime's. */
 int layer_adopt(const struct layer_fs *L, pid_t pid, struct layer *ret);
 /* Removes layer id's directory and frees the id (0: nothing to do). */
 int layer_free(struct layer_fs *L, uint32_t id);
@@ -303,6 +304,11 @@ struct sbx {
  * owners free them). */
 void client_chan_free(struct sbx *s);
 
+/* sandbox.c: reads the agent's HELLO within the start timeout. */
+int sbx_wait_hello(struct sbx *s);
+/* sandbox.c: reads frames (dropping others) until the reply of type and id,
+ * each within timeout_ms; its status in *ret_status. Returns 0 or -errno. */
+int sbx_wait_reply(struct sbx *s, uint16_t type, uint32_t id, int timeout_ms, int *ret_status);
 /* sandbox.c: starts a staged sandbox (clone3, child.c, agent HELLO). */
 int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret);
 /* runtime.c: a free reserved fd number (its index), or -1. */

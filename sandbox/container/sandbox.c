@@ -96,7 +96,7 @@ static int child_status(int fd)
 	return v[1] > 0 ? -v[1] : -EIO;
 }
 
-static int wait_hello(struct sbx *s)
+int sbx_wait_hello(struct sbx *s)
 {
 	struct ag_hdr h;
 	uint8_t *buf = NULL;
@@ -104,6 +104,26 @@ static int wait_hello(struct sbx *s)
 	int r = client_read_frame(s->ctl, &h, &buf, &cap, START_TIMEOUT_MS);
 	if (r == 0 && h.type != AG_T_HELLO)
 		r = -EPROTO;
+	free(buf);
+	return r;
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int sbx_wait_reply(struct sbx *s, uint16_t type, uint32_t id, int timeout_ms, int *ret_status)
+{
+	struct ag_hdr h;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	int r;
+	do
+		r = client_read_frame(s->ctl, &h, &buf, &cap, timeout_ms);
+	while (r == 0 && (h.type != (type | AG_T_REPLY) || h.id != id));
+	if (r == 0)
+		*ret_status = h.len >= 4 ? (int32_t)le32(buf) : -EBADMSG;
 	free(buf);
 	return r;
 }
@@ -314,7 +334,7 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 		r = clone_child(s, &a);
 	}
 	if (r == 0)
-		r = wait_hello(s);
+		r = sbx_wait_hello(s);
 	if (r < 0) {
 		sbx_free_now(s);
 		return r;
@@ -382,11 +402,6 @@ static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint3
 	return r;
 }
 
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* The rootfs as a detached, read-only, nosuid, nodev mount tree: the lower
  * layer must never be written, even by a process that escapes the sandbox's
  * chroot into the staging tmpfs (agent_stage.c). */
@@ -414,18 +429,12 @@ static int start(struct sbx *s, const struct sbx_config *c)
 	if (tree < 0)
 		return tree;
 	uint32_t id = ++s->next_id;
+	int status = 0;
 	int r = send_start(s, c, tree, id);
-	struct ag_hdr h;
-	uint8_t *buf = NULL;
-	size_t cap = 0;
-	while (r == 0) {
-		r = client_read_frame(s->ctl, &h, &buf, &cap, START_TIMEOUT_MS);
-		if (r == 0 && h.type == (AG_T_START | AG_T_REPLY) && h.id == id)
-			break;
-	}
 	if (r == 0)
-		r = h.len >= 4 ? (int32_t)le32(buf) : -EBADMSG;
-	free(buf);
+		r = sbx_wait_reply(s, AG_T_START, id, START_TIMEOUT_MS, &status);
+	if (r == 0)
+		r = status;
 	/* The agent has mounted it (or failed): the mount lives on in its
 	 * namespace, the fd is not needed any more. */
 	if (s->layer.tree_fd >= 0)
@@ -591,98 +600,15 @@ void sbx_release(struct sbx *s)
 	free(s);
 }
 
-/* Connects to a persistent agent's socket, outside the sandbox's root. */
-static int connect_agent(pid_t pid, int *ret_fd)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/%d/root/../agent.sock", (int)pid);
-	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return errno == ENOENT || errno == ECONNREFUSED ? -ENOTCONN : -errno;
-	*ret_fd = TAKE_FD(fd);
-	return 0;
-}
-
-/* The part of an adoption that needs no answer from the agent: its pidfd
- * (it must not have exited) and its cgroups. */
-static int adopt_begin(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
-{
-	struct sbx *s = calloc(1, sizeof(*s));
-	int r = 0;
-	if (!s)
-		return -ENOMEM;
-	*s = (struct sbx){.rt = rt,
-			  .pid = pid,
-			  .ctl = -1,
-			  .ipc = {-1, -1},
-			  .layer = {.tree_fd = -1},
-			  .persist = true};
-	netns_init(&s->netns);
-	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (s->pidfd < 0)
-		r = -errno;
-	/* A pidfd is readable once its process exited: a zombie (not reaped
-	 * yet, e.g. by the thread that finishes a destroy) is gone as well. */
-	if (r == 0 && poll(&(struct pollfd){.fd = s->pidfd, .events = POLLIN}, 1, 0) > 0)
-		r = -ESRCH;
-	if (r == 0 && rt->cg.version)
-		r = cg_slot_adopt(&rt->cg, pid, &s->cg);
-	if (r == 0) {
-		/* Its layer on disk, with the quota it had (-ENOENT: tmpfs). */
-		r = layer_adopt(&rt->layers, pid, &s->layer);
-		if (r == -ENOENT || r == -ESTALE) /* not ours to manage */
-			r = 0;
-	}
-	if (r < 0) {
-		sbx_release(s); /* never kill what we could not adopt */
-		return r;
-	}
-	*ret = s;
-	return 0;
-}
-
-int sbx_adopt_finish(struct sbx *s)
-{
-	if (s->ctl >= 0)
-		return 0;
-	if (poll(&(struct pollfd){.fd = s->pidfd, .events = POLLIN}, 1, 0) > 0)
-		return -ESRCH;
-	int r = connect_agent(s->pid, &s->ctl);
-	if (r == 0)
-		r = wait_hello(s);
-	if (r < 0 && s->ctl >= 0) {
-		close(s->ctl);
-		s->ctl = -1;
-	}
-	return r;
-}
-
-int sbx_adopt_frozen(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
-{
-	return adopt_begin(rt, pid, ret);
-}
-
-int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret)
-{
-	struct sbx *s;
-	int r = adopt_begin(rt, pid, &s);
-	if (r == 0 && (r = sbx_adopt_finish(s)) < 0)
-		sbx_release(s);
-	if (r == 0)
-		*ret = s;
-	return r;
-}
-
 int sbx_disk_usage(struct sbx *s, uint64_t *ret_bytes, uint64_t *ret_inodes)
 {
 	if (s->rt && s->layer.id)
 		return layer_usage(&s->rt->layers, s->layer.id, ret_bytes, ret_inodes);
-	/* On its staging tmpfs, outside its root (as the agent's socket). */
+	/* On its staging tmpfs, now detached (agent_stage.c): the overlay
+	 * root answers statfs with its upper layer's figures. */
 	char p[64];
 	struct statfs sf;
-	snprintf(p, sizeof(p), "/proc/%d/root/..", (int)s->pid);
+	snprintf(p, sizeof(p), "/proc/%d/root", (int)s->pid);
 	if (s->pid <= 0 || statfs(p, &sf) < 0)
 		return errno == ENOENT || s->pid <= 0 ? -ESRCH : -errno;
 	*ret_bytes = (uint64_t)(sf.f_blocks - sf.f_bfree) * (uint64_t)sf.f_bsize;

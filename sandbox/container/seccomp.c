@@ -660,11 +660,17 @@ int seccomp_build_libseccomp(int *ret_fd)
 
 uint64_t sbx_caps_keep(void)
 {
-	/* Docker's default set minus CAP_MKNOD and CAP_NET_RAW. */
-	static const int keep[] = {CAP_CHOWN,	   CAP_DAC_OVERRIDE, CAP_FOWNER,
-				   CAP_FSETID,	   CAP_KILL,	     CAP_SETGID,
-				   CAP_SETUID,	   CAP_SETPCAP,	     CAP_NET_BIND_SERVICE,
-				   CAP_SYS_CHROOT, CAP_SETFCAP,	     CAP_AUDIT_WRITE};
+	/* Docker's default set minus CAP_MKNOD, CAP_NET_RAW and CAP_SYS_CHROOT.
+	 * chroot is what the classic escape needs (mkdir x; chroot x; cd
+	 * ../..; chroot .): with it root reached the staging root, where the
+	 * agent's socket was. The root is a pivot_root now (agent_stage.c),
+	 * but a capability nothing in a sandbox needs is not kept. Never
+	 * kept either: CAP_SYS_ADMIN, CAP_SYS_PTRACE (pidfd_getfd of the
+	 * agent's channel), CAP_DAC_READ_SEARCH (open_by_handle_at). */
+	static const int keep[] = {CAP_CHOWN,	CAP_DAC_OVERRIDE, CAP_FOWNER,
+				   CAP_FSETID,	CAP_KILL,	  CAP_SETGID,
+				   CAP_SETUID,	CAP_SETPCAP,	  CAP_NET_BIND_SERVICE,
+				   CAP_SETFCAP, CAP_AUDIT_WRITE};
 	uint64_t m = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(keep); i++)
 		m |= 1ull << keep[i];

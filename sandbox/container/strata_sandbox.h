@@ -363,25 +363,42 @@ int sbx_file_remove(struct sbx *s, const char *path, bool recursive);
  * by this process or the next one; any other ends when its stream closes.
  * Frees s. Accepts NULL. */
 void sbx_release(struct sbx *s);
-/* Re-attaches to a persistent sandbox whose agent has host pid pid (the host
- * remembers it): connects to the agent through /proc/<pid>/root/.. (a unix
- * socket outside the sandbox's root, which only processes outside the
- * sandbox may use), reads its HELLO and finds its cgroups. Returns 0 and
- * *ret; -ESRCH (no such process, or it exited), -ENOTCONN (not a persistent agent),
- * -ESTALE (not in this runtime's cgroups), -ETIMEDOUT. A running exec of the
- * previous host runs on, held by the agent: sbx_execs_list and
- * sbx_exec_op_attach find it again. */
-int sbx_adopt(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
+/* Who a sandbox's agent is, as a host records it to find the agent again
+ * after a restart: its pid (in the host's pid namespace), its start time
+ * (/proc/<pid>/stat field 22, clock ticks after boot) and the inode of its
+ * pid namespace. A process with that pid but another start time or
+ * namespace is not the agent (the pid was reused). */
+struct sbx_agent_id {
+	pid_t pid;
+	uint64_t start_time;
+	uint64_t pidns_ino;
+};
+/* The identity of s's agent. Returns 0, -ESRCH (it exited). */
+int sbx_agent_id(const struct sbx *s, struct sbx_agent_id *ret);
+/* Re-attaches to a persistent sandbox whose agent the host recorded (id):
+ * checks that the process with that pid is that agent (pid 1 of its pid
+ * namespace, the recorded start time and namespace), takes the host end of
+ * its channel from it with pidfd_getfd (nothing with a name: no process of
+ * the sandbox can reach or replace it, PROTOCOL.md), checks that the
+ * channel's peer is that process (SO_PEERCRED), reads its HELLO and finds
+ * its cgroups. Returns 0 and *ret; -ESRCH (no such process, or it exited),
+ * -EPERM (the process is not the recorded agent, or the channel's peer is
+ * not the agent), -ENOTCONN (not a persistent agent), -ESTALE (not in this
+ * runtime's cgroups), -ETIMEDOUT. A running exec of the previous host runs
+ * on, held by the agent: sbx_execs_list and sbx_exec_op_attach find it
+ * again. */
+int sbx_adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret);
 /* sbx_adopt for a sandbox whose processes are frozen (a paused sandbox: its
- * agent can neither accept a connection nor say HELLO): checks that the
- * agent lives and finds its cgroups, but does not connect. The sandbox may
- * be released or destroyed like any other; before anything else, thaw it
- * and call sbx_adopt_finish. Returns as sbx_adopt, but never -ENOTCONN or
+ * agent cannot say HELLO): checks that the process is the agent and finds its
+ * cgroups, but does not take its channel. The sandbox may be released or
+ * destroyed like any other; before anything else, thaw it and call
+ * sbx_adopt_finish. Returns as sbx_adopt, but never -ENOTCONN or
  * -ETIMEDOUT. */
-int sbx_adopt_frozen(struct sbx_runtime *rt, pid_t pid, struct sbx **ret);
-/* Connects to the agent of a sandbox adopted with sbx_adopt_frozen, now
- * thawed, and reads its HELLO; a no-op for one connected already. Returns 0,
- * -ENOTCONN, -ETIMEDOUT, -ESRCH. */
+int sbx_adopt_frozen(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret);
+/* Takes the channel of the agent of a sandbox adopted with
+ * sbx_adopt_frozen, now thawed, checks its peer and reads its HELLO; a no-op
+ * for one connected already. Returns 0, -ENOTCONN, -EPERM, -ETIMEDOUT,
+ * -ESRCH. */
 int sbx_adopt_finish(struct sbx *s);
 
 /* Wraps an agent reached some other way (a VM's serial port, a test's

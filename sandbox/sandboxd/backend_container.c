@@ -111,6 +111,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -754,9 +755,15 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 	box_remember_root(box);
 	sb->bpriv = box;
 	free(sb->bstate); /* what adopt needs: persisted with the sandbox */
+	sb->bstate = NULL;
 	const char *cg = sbx_cgroup_name(box->s);
-	if (asprintf(&sb->bstate, "{\"agent_pid\":%d,\"cgroup\":\"%s\"}", (int)sbx_pid(box->s),
-		     cg ? cg : "") < 0)
+	struct sbx_agent_id id;
+	/* Who the agent is, so that the next sandboxd adopts nothing else */
+	if (sbx_agent_id(box->s, &id) == 0 &&
+	    asprintf(&sb->bstate,
+		     "{\"agent_pid\":%d,\"agent_start\":%" PRIu64 ",\"agent_pidns\":%" PRIu64
+		     ",\"cgroup\":\"%s\"}",
+		     (int)id.pid, id.start_time, id.pidns_ino, cg ? cg : "") < 0)
 		sb->bstate = NULL;
 	return 0;
 }
@@ -778,31 +785,83 @@ static void kill_unadoptable(pid_t pid, const char *slot, const char *id)
 		log_info("sandbox %s (agent %d) killed: %d processes", id, (int)pid, r);
 }
 
+/* A sandbox whose agent could not be verified at adoption (sbx_adopt
+ * -EPERM, or a channel that failed): kept, failed with the reason, never
+ * served; a box without an agent (exec and files are refused for a failed
+ * sandbox; delete removes it). The reason goes into its state, so that the
+ * next sandboxd keeps it failed instead of trying again. */
+static int adopt_refused(struct ct_backend *cb, struct sbd_sandbox *sb, const char *why)
+{
+	struct ct_box *box = calloc(1, sizeof(*box));
+	char *st = NULL;
+	if (!box || sbx_attach_agent(-1, 0, &box->s) < 0) {
+		free(box);
+		return -ENOMEM;
+	}
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kstr(&w, "refused", why);
+	jw_obj_end(&w);
+	st = jw_take(&w, NULL);
+	if (st) {
+		free(sb->bstate);
+		sb->bstate = st;
+	}
+	box_init(box, cb);
+	snprintf(box->id, sizeof(box->id), "%s", sb->id);
+	sb->bpriv = box;
+	free(sb->failed_reason);
+	sb->failed_reason = strdup(why);
+	sb->state = SBD_FAILED;
+	log_warn("Sandbox %s not re-adopted: %s", sb->id, why);
+	return 0;
+}
+
 static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct ct_backend *cb = b->priv;
 	if (!cb->rt || !sb->bstate)
 		return -ENODEV;
 	struct json *j = json_parse(sb->bstate, strlen(sb->bstate), NULL, 0);
-	int64_t pid = 0;
+	int64_t pid = 0, start = 0, pidns = 0;
 	bool ok = json_int(json_get(j, "agent_pid"), 1, INT32_MAX, &pid);
-	char slot[64];
+	/* A record of before the agent's identity was kept: unverifiable */
+	bool known = json_int(json_get(j, "agent_start"), 0, INT64_MAX, &start) &&
+		     json_int(json_get(j, "agent_pidns"), 0, INT64_MAX, &pidns);
+	char slot[64], why[256] = "";
 	snprintf(slot, sizeof(slot), "%s", json_cstr(json_get(j, "cgroup")) ?: "");
+	snprintf(why, sizeof(why), "%s", json_cstr(json_get(j, "refused")) ?: "");
 	json_free(j);
+	if (why[0]) /* refused by an earlier sandboxd */
+		return adopt_refused(cb, sb, why);
 	if (!ok)
 		return -EINVAL;
+	if (!known)
+		return adopt_refused(cb, sb,
+				     "its record has no agent identity (made by an older "
+				     "sandboxd): cannot verify who answers");
 	struct ct_box *box = calloc(1, sizeof(*box));
 	if (!box)
 		return -ENOMEM;
+	struct sbx_agent_id id = {
+	    .pid = (pid_t)pid, .start_time = (uint64_t)start, .pidns_ino = (uint64_t)pidns};
 	/* A paused sandbox's agent is frozen: it is connected to at resume. */
 	bool frozen = sb->state == SBD_PAUSED;
-	int r = frozen ? sbx_adopt_frozen(cb->rt, (pid_t)pid, &box->s)
-		       : sbx_adopt(cb->rt, (pid_t)pid, &box->s);
+	int r = frozen ? sbx_adopt_frozen(cb->rt, &id, &box->s) : sbx_adopt(cb->rt, &id, &box->s);
 	if (r < 0) {
 		free(box);
+		/* Whatever the pid is now, what is in the recorded slot is
+		 * this sandbox's (kill_unadoptable looks there only). */
 		if (r != -ESRCH)
 			kill_unadoptable((pid_t)pid, slot, sb->id);
-		return r;
+		if (r == -ESRCH || r == -ESTALE)
+			return r; /* gone, or not this runtime's: its state goes */
+		snprintf(why, sizeof(why), "agent %d could not be verified at re-adoption: %s",
+			 (int)pid,
+			 r == -EPERM ? "the process or its channel is not the recorded agent"
+				     : strerror(-r));
+		return adopt_refused(cb, sb, why);
 	}
 	box_init(box, cb);
 	box->unconnected = frozen;

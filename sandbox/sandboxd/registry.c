@@ -540,6 +540,9 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	sb->last_active_ms = sbd_now_ms();
 	sbd_registry_insert(d, sb);
 	sb->img = sbd_images_adopt(d, sb->rootfs);
+	/* The backend may have found it failed (an agent it could not verify) */
+	if (sb->state == SBD_FAILED)
+		(void)sbd_registry_persist(d, sb);
 	return 0;
 }
 

@@ -22,7 +22,14 @@
  *
  * /dev, which a runtime's sandboxes share read-only: "devshared" tries to
  * change it (exit 0 if every attempt was refused), "devok" checks that the
- * devices, /dev/shm, /dev/mqueue and a pty work (exit 0 if they do). */
+ * devices, /dev/shm, /dev/mqueue and a pty work (exit 0 if they do).
+ *
+ * The control channel (issue 14): "caps" fails if a dangerous capability
+ * is held, "staging" if any route (chroot escape, "..", /proc links, a
+ * named socket) reaches the staging root or the agent's socket, and
+ * "fakeagent" attempts the takeover (a fake agent in the background where
+ * the agent's socket was) and always exits 0: the host's next adoption
+ * shows whether it worked. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +58,8 @@
 #include <sys/ioctl.h>
 #include <linux/fs.h>
 #include <unistd.h>
+
+#include "sandbox/agent/proto.h"
 
 static int refused(const char *what, long r)
 {
@@ -221,6 +230,173 @@ static int probe_hijack(void)
 	ssize_t n = poll(&p, 1, 2000) == 1 ? read(fd, buf, sizeof(buf)) : 0;
 	printf("agent socket from inside: %s\n", n > 0 ? "SERVED" : "closed without a word");
 	return n > 0;
+}
+
+/* ---- the agent's channel (issue 14) -------------------------------------- */
+
+/* Capabilities no sandbox may hold (bounding or effective set): chroot (the
+ * classic escape), admin (mounts), ptrace (pidfd_getfd of the agent's
+ * channel), dac_read_search (open_by_handle_at), module, rawio, mknod,
+ * net_admin, boot, time, bpf, perfmon. */
+static int probe_caps(void)
+{
+	static const int bad_caps[] = {18, 21, 19, 2, 16, 17, 27, 12, 22, 25, 39, 38};
+	static const char *const sets[] = {"CapBnd:", "CapEff:", "CapPrm:"};
+	char line[256];
+	int bad = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return 2;
+	while (fgets(line, sizeof(line), f))
+		for (size_t k = 0; k < sizeof(sets) / sizeof(sets[0]); k++) {
+			if (strncmp(line, sets[k], strlen(sets[k])))
+				continue;
+			unsigned long long m = strtoull(line + strlen(sets[k]), NULL, 16);
+			for (size_t i = 0; i < sizeof(bad_caps) / sizeof(bad_caps[0]); i++)
+				if (m & (1ull << bad_caps[i])) {
+					printf("caps: %s has capability %d\n", sets[k],
+					       bad_caps[i]);
+					bad = 1;
+				}
+			if (!bad)
+				printf("caps: %s %llx\n", sets[k], m);
+		}
+	fclose(f);
+	return bad;
+}
+
+/* Every way a root process inside could reach the staging root (the lower
+ * mount, the upper layer, the agent's socket): a chroot escape, "..", and
+ * /proc links of the agent and of itself; and any named socket of the
+ * agent in the network namespace. Exit 1 if one leads there. */
+static int probe_staging(void)
+{
+	static const char *const from[] = {"/",
+					   "/..",
+					   "/../../..",
+					   "/proc/self/root/..",
+					   "/proc/self/cwd/../..",
+					   "/proc/1/root",
+					   "/proc/1/root/..",
+					   "/proc/1/cwd/.."};
+	static const char *const leaf[] = {"agent.sock",   "lower", "s/lower",
+					   "s/agent.sock", "q/u",   "w/work"};
+	char p[128], line[512];
+	struct stat root, up;
+	int bad = 0;
+	if (escape_chroot() == 0)
+		printf("staging: the chroot escape worked\n");
+	for (size_t i = 0; i < sizeof(from) / sizeof(from[0]); i++)
+		for (size_t j = 0; j < sizeof(leaf) / sizeof(leaf[0]); j++) {
+			snprintf(p, sizeof(p), "%s/%s", from[i], leaf[j]);
+			if (access(p, F_OK) == 0) {
+				printf("staging: %s is reachable\n", p);
+				bad = 1;
+			}
+		}
+	if (stat("/", &root) == 0 && stat("/..", &up) == 0 &&
+	    (root.st_dev != up.st_dev || root.st_ino != up.st_ino)) {
+		printf("staging: / has something above it\n");
+		bad = 1;
+	}
+	FILE *f = fopen("/proc/net/unix", "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "agent.sock")) {
+			printf("staging: a named agent socket: %s", line);
+			bad = 1;
+		}
+	if (f)
+		fclose(f);
+	if (!bad)
+		printf("staging: nothing reachable\n");
+	return bad;
+}
+
+/* A fake agent on listening socket l: HELLO to each host, every EXEC
+ * answered at once with "fake\n" and exit 0, anything else with status 0
+ * (EXECS: none). What a takeover of the control channel would serve. */
+static void fake_serve(int l)
+{
+	for (;;) {
+		int c = accept(l, NULL, NULL);
+		if (c < 0)
+			continue;
+		struct ag_wr w;
+		ag_wr_init(&w);
+		size_t off = ag_wr_begin(&w, AG_T_HELLO, 0);
+		ag_wr_u32(&w, 1);
+		ag_wr_u32(&w, AG_MAX_PAYLOAD);
+		ag_wr_str(&w, "strata-agent 1.3");
+		ag_wr_end(&w, off);
+		uint8_t hdr[AG_HDR_SIZE];
+		static uint8_t body[AG_MAX_PAYLOAD];
+		struct ag_hdr h;
+		while (write(c, w.data, w.len) == (ssize_t)w.len) {
+			w.len = 0;
+			if (recv(c, hdr, sizeof(hdr), MSG_WAITALL) != sizeof(hdr) ||
+			    ag_hdr_decode(hdr, &h) < 0 ||
+			    (h.len && recv(c, body, h.len, MSG_WAITALL) != (ssize_t)h.len))
+				break;
+			off = ag_wr_begin(&w, h.type | AG_T_REPLY, h.id);
+			ag_wr_u32(&w, 0);
+			if (h.type == AG_T_EXECS)
+				ag_wr_u32(&w, 0);
+			if (h.type == AG_T_EXEC)
+				ag_wr_u32(&w, 2);
+			ag_wr_end(&w, off);
+			if (h.type != AG_T_EXEC)
+				continue;
+			off = ag_wr_begin(&w, AG_T_OUTPUT, h.id);
+			ag_wr_u8(&w, 1);
+			ag_wr_blob(&w, "fake\n", 5);
+			ag_wr_end(&w, off);
+			off = ag_wr_begin(&w, AG_T_EXIT, h.id);
+			ag_wr_u32(&w, 0);
+			ag_wr_u32(&w, 0);
+			ag_wr_u32(&w, 0);
+			ag_wr_u64(&w, 5);
+			ag_wr_u64(&w, 0);
+			ag_wr_u64(&w, 1);
+			ag_wr_end(&w, off);
+		}
+		ag_wr_done(&w);
+		close(c);
+	}
+}
+
+/* The takeover of issue 14: escape the chroot, move the agent's socket
+ * aside and listen in its place with a fake agent (in the background), so
+ * that the host's next adoption talks to the fake. Where the socket is out
+ * of reach the fake listens at every place a host could once have looked,
+ * which changes nothing. Prints where it listens; exit 0. */
+static int probe_fakeagent(void)
+{
+	char sock[128], aside[160];
+	bool escaped = escape_chroot() == 0;
+	snprintf(sock, sizeof(sock), "%s/agent.sock", escaped ? staging_root() : "");
+	snprintf(aside, sizeof(aside), "%s.real", sock);
+	if (rename(sock, aside) == 0)
+		printf("fakeagent: moved the agent's socket aside\n");
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	unlink(sock);
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 4) < 0) {
+		printf("fakeagent: cannot listen at %s (%s)\n", sock, strerror(errno));
+		return 0;
+	}
+	printf("fakeagent: a fake agent listens at %s%s\n", sock,
+	       escaped ? " (after a chroot escape)" : "");
+	fflush(stdout);
+	if (fork() == 0) {
+		setsid();
+		int n = open("/dev/null", O_RDWR);
+		dup2(n, 0);
+		dup2(n, 1);
+		dup2(n, 2);
+		fake_serve(l);
+	}
+	return 0;
 }
 
 /* ---- network namespace reuse --------------------------------------------- */
@@ -569,6 +745,12 @@ int main(int argc, char **argv)
 		return probe_hijack();
 	if (!strcmp(w, "chroot"))
 		return probe_chroot();
+	if (!strcmp(w, "caps"))
+		return probe_caps();
+	if (!strcmp(w, "staging"))
+		return probe_staging();
+	if (!strcmp(w, "fakeagent"))
+		return probe_fakeagent();
 	if (!strcmp(w, "agentmem"))
 		return refused("open /proc/1/mem", open("/proc/1/mem", O_RDONLY)) ||
 		       refused("readlink /proc/1/fd/3 (the control stream)",

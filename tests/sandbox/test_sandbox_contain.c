@@ -127,7 +127,7 @@ static void test_probes(struct sbxt_env *e)
 	static const char *const probes[] = {
 	    "mount",	     "raw",	 "packet",  "reboot",	 "module", "sysrq",  "kpagecgroup",
 	    "kcore",	     "userns",	 "bpf",	    "keyctl",	 "mknod",  "sysctl", "net",
-	    "chroot-escape", "agentmem", "devnode", "devshared", "projid"};
+	    "chroot-escape", "agentmem", "devnode", "devshared", "projid", "caps",   "staging"};
 	struct sbx_config cfg = sbxt_config(e);
 	struct sbx *s = NULL;
 	CHECK(sbx_create(e->rt, &cfg, &s) == 0);

@@ -214,7 +214,8 @@ static void test_adopt(struct sbxt_env *e)
 	CHECK(sbxt_sh(s, "dd if=/dev/zero of=/kept bs=1M count=8 2>/dev/null && sync", 10000, &o,
 		      &r) == 0 &&
 	      r.exit_code == 0);
-	pid_t pid = sbx_pid(s);
+	struct sbx_agent_id id;
+	CHECK(sbx_agent_id(s, &id) == 0);
 	sbx_release(s);
 	sbx_runtime_free(e->rt); /* the layer stays: its mount too */
 	e->rt = NULL;
@@ -229,7 +230,7 @@ static void test_adopt(struct sbxt_env *e)
 	if (!e->rt)
 		return;
 	s = NULL;
-	CHECK(sbx_adopt(e->rt, pid, &s) == 0);
+	CHECK(sbx_adopt(e->rt, &id, &s) == 0);
 	if (!s)
 		return;
 	uint64_t bytes = 0, inodes = 0;

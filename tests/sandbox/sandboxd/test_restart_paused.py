@@ -153,19 +153,35 @@ def test_down_kills_what_a_dead_sandboxd_left(d):
 
 
 def test_a_sandbox_that_cannot_be_adopted_is_killed(d):
-    """Its state is dropped, so nothing could reach it again: sandboxd kills
-    it (through the cgroup slot its state names) rather than leave it to run
-    until its orphan timeout, or forever when frozen."""
+    """An agent that cannot be verified (here its record names another start
+    time: the pid would be another process's) is never adopted as running:
+    sandboxd kills what is in the sandbox's cgroup slot (rather than leave it
+    to run until its orphan timeout, or forever when frozen) and keeps the
+    sandbox as failed, with the reason."""
     sid = create(d, backend="container")
     ex, _ = run(d, sid, "sleep 1000 >/dev/null 2>&1 &")
     assert ex["exit_code"] == 0, ex
     pid = agent_pid(d, sid)
     slot = slot_dir(pid)
     d.stop(cleanup=False)
-    os.unlink("/proc/%d/root/../agent.sock" % pid)  # the agent cannot be reached
+    state = os.path.join(d.home, "sandboxd", "sandboxes", sid, "state.json")
+    with open(state) as f:
+        j = json.load(f)
+    j["backend_state"]["agent_start"] += 1
+    with open(state, "w") as f:
+        json.dump(j, f)
     d.start()
-    assert request(d, "GET", "/v1/sandboxes/%s" % sid)[0] == 404
+    st, b = request(d, "GET", "/v1/sandboxes/%s" % sid)
+    assert st == 200 and b["state"] == "failed", b
+    assert "not the recorded agent" in b["failed_reason"], b
     deadline = time.time() + 10
     while alive(pid) and time.time() < deadline:
         time.sleep(0.05)
     assert not alive(pid) and procs(slot) == [], d.log_text()[-2000:]
+    st, b = request(d, "POST", "/v1/sandboxes/%s/exec" % sid, {"cmd": ["true"]})
+    assert st == 409 and b["error"]["code"] == "failed", b
+    d.restart()  # still failed: nothing to adopt again
+    st, b = request(d, "GET", "/v1/sandboxes/%s" % sid)
+    assert st == 200 and b["state"] == "failed", b
+    assert request(d, "DELETE", "/v1/sandboxes/%s" % sid)[0] == 200
+    assert request(d, "GET", "/v1/sandboxes/%s" % sid)[0] == 404
