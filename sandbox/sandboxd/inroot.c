@@ -230,30 +230,28 @@ static int open_tmp(struct sbd_inroot_file *f)
 static int open_append(struct sbd_inroot_file *f, uint32_t mode, bool set_mode,
 		       const struct sbd_owner *o)
 {
+	/* O_NONBLOCK: a FIFO planted by the sandbox must not hang the open */
+	const int flags = O_WRONLY | O_APPEND | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
 	f->tmp[0] = 0;
-	int fd = openat(f->dfd, f->name, O_WRONLY | O_APPEND | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+	bool made = false;
+	int fd = openat(f->dfd, f->name, flags);
 	if (fd < 0 && errno == ENOENT) {
-		fd = openat(f->dfd, f->name,
-			    O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW |
-				O_CLOEXEC,
-			    0600);
-		if (fd >= 0) {
-			give(fd, o);
-			(void)!fchmod(fd, mode);
-			return fd;
-		}
-		if (errno == EEXIST) /* made meanwhile: once more, as existing */
-			fd = openat(f->dfd, f->name,
-				    O_WRONLY | O_APPEND | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+		fd = openat(f->dfd, f->name, flags | O_CREAT | O_EXCL, 0600);
+		made = fd >= 0;
+		if (fd < 0 && errno == EEXIST) /* made meanwhile: once more, as existing */
+			fd = openat(f->dfd, f->name, flags);
 	}
 	if (fd < 0)
-		return errno == ELOOP ? -ELOOP : -errno;
+		return errno == ENXIO ? -EINVAL : -errno;
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return -EINVAL;
 	}
-	if (set_mode && st.st_nlink == 1) /* not through a hard link the sandbox made */
+	(void)!fcntl(fd, F_SETFL, O_APPEND);
+	if (made)
+		give(fd, o);
+	if (made || (set_mode && st.st_nlink == 1)) /* not through a hard link made inside */
 		(void)!fchmod(fd, mode);
 	return fd;
 }

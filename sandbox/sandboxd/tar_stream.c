@@ -458,8 +458,11 @@ static int in_made_parents(struct tar_in *t, const char *path, size_t made)
 	return 0;
 }
 
-static int in_dir(struct tar_in *t, const struct sbd_tar_hdr *h, const char *path)
+/* Makes (or finds) the directory path of a member: an fd of it. */
+static int in_dir_open(struct tar_in *t, const char *path)
 {
+	if (!strcmp(path, "/")) /* "./" unpacked at the root: no parent */
+		return sbd_inroot_open_dir(t->root, path);
 	const char *name;
 	size_t made;
 	_cleanup_close_ int pfd =
@@ -476,9 +479,15 @@ static int in_dir(struct tar_in *t, const struct sbd_tar_hdr *h, const char *pat
 		return -errno;
 	/* opened by its parent's fd with O_NOFOLLOW: a symlink swapped in
 	 * meanwhile is refused, never given the member's owner and mode */
-	_cleanup_close_ int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd >= 0 ? fd : errno == ELOOP ? -ENOTDIR : -errno;
+}
+
+static int in_dir(struct tar_in *t, const struct sbd_tar_hdr *h, const char *path)
+{
+	_cleanup_close_ int fd = in_dir_open(t, path);
 	if (fd < 0)
-		return errno == ELOOP ? -ENOTDIR : -errno;
+		return fd;
 	uid_t uid;
 	gid_t gid;
 	in_owner(t, h, &uid, &gid);

@@ -165,3 +165,16 @@ def test_bad_mode_is_refused(box):
     box._client.call("PUT", box._path("files"), body=b"x", query={"path": "/tmp/m",
                                                                   "mode": "0750"})
     assert sh(box, "/bin/busybox stat -c %a /tmp/m") == "750\n"
+
+
+def test_failed_tar_removes_the_parents_it_made(box):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name in ("a/b/c/f", "../escape"):
+            ti = tarfile.TarInfo(name)
+            ti.size = 1
+            tf.addfile(ti, io.BytesIO(b"1"))
+    sh(box, "mkdir -p /tmp/rb")
+    with pytest.raises(strata.InvalidRequest):
+        box.files.upload_tar(buf.getvalue(), "/tmp/rb")
+    assert sh(box, "ls -A /tmp/rb") == ""  # a, a/b, a/b/c went with a/b/c/f
