@@ -52,6 +52,17 @@ def read_reply(s):
     return out
 
 
+def tar_of(members):
+    """A ustar archive of regular files: members is [(name, data)]."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
 def test_user_upload_over_a_swapped_symlink(box):
     # the user replaces a file it owns by a symlink to a root-only file
     sh(box, "echo 'root:secret' > /etc/secret && chmod 600 /etc/secret && mkdir -p /home/u"
@@ -63,12 +74,7 @@ def test_user_upload_over_a_swapped_symlink(box):
     assert box.files.read("/home/u/.profile") == b"export A=1\n"
     # the same through a tar member
     sh(box, "rm /home/u/.profile && ln -s /etc/secret /home/u/.profile")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        ti = tarfile.TarInfo(".profile")
-        ti.size = 3
-        tf.addfile(ti, io.BytesIO(b"x=1"))
-    box.files.upload_tar(buf.getvalue(), "/home/u")
+    box.files.upload_tar(tar_of([(".profile", b"x=1")]), "/home/u")
     assert sh(box, "cat /etc/secret") == "root:secret\n"
 
 
@@ -168,13 +174,7 @@ def test_bad_mode_is_refused(box):
 
 
 def test_failed_tar_removes_the_parents_it_made(box):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name in ("a/b/c/f", "../escape"):
-            ti = tarfile.TarInfo(name)
-            ti.size = 1
-            tf.addfile(ti, io.BytesIO(b"1"))
     sh(box, "mkdir -p /tmp/rb")
     with pytest.raises(strata.InvalidRequest):
-        box.files.upload_tar(buf.getvalue(), "/tmp/rb")
+        box.files.upload_tar(tar_of([("a/b/c/f", b"1"), ("../escape", b"1")]), "/tmp/rb")
     assert sh(box, "ls -A /tmp/rb") == ""  # a, a/b, a/b/c went with a/b/c/f
