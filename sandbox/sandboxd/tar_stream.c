@@ -202,7 +202,7 @@ static int out_hardlink(struct tar_out *t, const char *rel, const struct stat *s
 	return names_add(&t->links, (struct named){.dev = st->st_dev, .ino = st->st_ino}, rel);
 }
 
-static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth);
+static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth); /* takes dfd */
 
 static int mount_id(int dfd, const char *name, uint64_t *ret)
 {
@@ -231,8 +231,7 @@ static int out_entry(struct tar_out *t, int dfd, const char *name, const char *r
 		int r = out_header(t, d, '5', &st, 0, NULL);
 		if (r < 0)
 			return r;
-		_cleanup_close_ int sub =
-		    openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub < 0)
 			return errno == ENOENT || errno == ELOOP || errno == ENOTDIR ? 0 : -errno;
 		return out_dir(t, sub, rel, depth + 1);
@@ -252,16 +251,19 @@ static int out_entry(struct tar_out *t, int dfd, const char *name, const char *r
 	return r < 0 || linked ? r : out_file(t, dfd, name, rel, &st);
 }
 
+/* Sends the entries of directory dfd, which it takes over: one fd per
+ * level of the walk (a 64-deep tree holds 65, not twice as many). */
 static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth)
 {
-	if (depth > TAR_MAX_DEPTH)
+	if (depth > TAR_MAX_DEPTH) {
+		close(dfd);
 		return -ELOOP;
-	int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-	DIR *dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	}
+	DIR *dp = fdopendir(dfd);
 	if (!dp) {
-		if (dup_fd >= 0)
-			close(dup_fd);
-		return -errno;
+		int r = -errno;
+		close(dfd);
+		return r;
 	}
 	int r = 0;
 	struct dirent *de;
@@ -295,7 +297,7 @@ int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir)
 	if (r == 0)
 		r = sbd_xfer_head(x, 200, "application/x-tar", -1);
 	if (r == 0)
-		r = out_dir(t, fd, "", 0);
+		r = out_dir(t, TAKE_FD(fd), "", 0);
 	static const char zero[2 * TAR_BLOCK];
 	if (r == 0)
 		r = out_put(t, zero, sizeof(zero));
