@@ -66,6 +66,24 @@ static char *clean_path(const char *p, struct strata_err *err)
 	return out;
 }
 
+/* An octal mode of 1 to 4 significant digits ("644", "0755", "4755"). */
+static int parse_mode(const char *s, uint32_t *ret)
+{
+	uint32_t v = 0;
+	size_t n = strlen(s);
+	if (!n || n > 8)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '7')
+			return -EINVAL;
+		v = v * 8 + (uint32_t)(s[i] - '0');
+	}
+	if (v > 07777)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
 static void stat_json(struct jw *w, const struct sbd_stat *st, bool with_name)
 {
 	static const char *const types[] = {"other", "file", "dir", "symlink"};
@@ -214,21 +232,25 @@ static int fx_put(struct sbd_xfer *x)
 	int r = fx_owner(x, f, &o);
 	if (r < 0)
 		return r;
-	_cleanup_close_ int fd = sbd_inroot_open_write(f->root, f->path, f->mode, f->set_mode,
-						       f->parents, f->append, &o);
-	if (fd < 0)
-		return fd;
-	if ((r = sbd_xfer_continue(x)) < 0)
+	struct sbd_inroot_file out;
+	r = sbd_inroot_file_open(f->root, f->path, f->mode, f->set_mode, f->parents, f->append, &o,
+				 &out);
+	if (r < 0)
 		return r;
-	int werr = 0;
-	int64_t n = sbd_xfer_body_to_fd(x, fd, UINT64_MAX, &werr);
-	if (n >= 0) {
-		f->count = n;
-		return 0;
+	if ((r = sbd_xfer_continue(x)) < 0) {
+		sbd_inroot_file_abort(&out);
+		return r;
 	}
-	if (!f->append) /* what was written is given back to the disk */
-		(void)!ftruncate(fd, 0);
-	return n == -EIO ? fx_write_error(x, f, werr, 0) : (int)n;
+	int werr = 0;
+	int64_t n = sbd_xfer_body_to_fd(x, out.fd, UINT64_MAX, &werr);
+	if (n < 0) { /* the old file stays; the partial one is given back */
+		sbd_inroot_file_abort(&out);
+		return n == -EIO ? fx_write_error(x, f, werr, 0) : (int)n;
+	}
+	f->count = n;
+	r = sbd_inroot_file_commit(&out);
+	return r < 0 ? strata_err_set(&x->err, r, "putting %s in place: %s", f->path, strerror(-r))
+		     : 0;
 }
 
 static int fx_tar_get(struct sbd_xfer *x)
@@ -274,8 +296,17 @@ static void fx_done(struct sbd_xfer *x, struct sbd_conn *c)
 		sbd_conn_reply_error(c, 507, "disk_full", "%s",
 				     why ? why : "the sandbox's disk is full");
 	} else if (r == -ETIMEDOUT) {
-		sbd_conn_reply_error(c, 408, "timeout", "%s: the client sent nothing for %d s",
-				     f->path, XFER_IDLE_MS / 1000);
+		if (why)
+			sbd_conn_reply_error(c, 408, "timeout", "%s: %s", f->path, why);
+		else
+			sbd_conn_reply_error(c, 408, "timeout",
+					     "%s: the client sent nothing for %d s", f->path,
+					     XFER_IDLE_MS / 1000);
+	} else if (r == -EAGAIN) {
+		sbd_conn_reply_error(c, 503, "unavailable", "%s: %s; retry", f->path,
+				     why ? why
+					 : "the path kept changing while it was looked up (renames "
+					   "inside the sandbox), or its file is leased");
 	} else if (r == -EPROTO) {
 		sbd_conn_reply_error(c, 400, "bad_request", "%s: bad chunked body", f->path);
 	} else if (r == -EXDEV) {
@@ -379,6 +410,7 @@ static void fx_start(struct sbd_conn *c, struct sbd_sandbox *sb, enum fx_kind ki
 	x->expect_continue = body.expect_continue;
 	x->chunked = body.chunked;
 	x->left = body.length;
+	x->sandbox = sb;
 	sb->last_active_ms = sbd_now_ms();
 	r = sbd_xfer_start(d, c, x);
 	if (r < 0) {
@@ -386,6 +418,10 @@ static void fx_start(struct sbd_conn *c, struct sbd_sandbox *sb, enum fx_kind ki
 		if (r == -EBUSY)
 			sbd_conn_reply_error(c, 429, "too_many_transfers",
 					     "%d file transfers are running; retry", XFER_MAX);
+		else if (r == -EMFILE)
+			sbd_conn_reply_error(c, 429, "too_many_transfers",
+					     "the sandbox has %d file transfers running; retry",
+					     XFER_PER_SANDBOX_MAX);
 		else
 			sbd_api_reply_errno(c, r, path, NULL);
 	}
@@ -407,8 +443,11 @@ void sbd_api_files(struct sbd_conn *c, struct sbd_sandbox *sb, const char *metho
 		return;
 	}
 	struct sbd_file_req f = {.path = path, .mode = 0644, .max = (uint64_t)d->cfg.max_body};
-	if (mode_s)
-		f.mode = (uint32_t)strtoul(mode_s, NULL, 8) & 07777;
+	if (mode_s && parse_mode(mode_s, &f.mode) < 0) {
+		sbd_conn_reply_error(c, 400, "bad_request",
+				     "query parameter 'mode': octal digits, at most 7777");
+		return;
+	}
 	bool get = !strcmp(method, "GET"), put = !strcmp(method, "PUT");
 	if (sb->backend->file_root && (get || put) && (!strcmp(sub, "") || !strcmp(sub, "tar"))) {
 		if (sbd_api_refuse_paused(c, sb))

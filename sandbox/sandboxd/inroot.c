@@ -8,28 +8,55 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/cleanup.h"
+#include "fs/clock.h"
 
 #define INROOT_RESOLVE (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
 #define PASSWD_MAX (4u << 20) /* a larger /etc/passwd is refused, not read */
+/* EAGAIN from openat2: a rename inside the root raced the lookup (a
+ * sandbox can make that happen in a loop), or a lease on the file is being
+ * broken (O_NONBLOCK: up to the kernel's 45 s lease-break-time). The first
+ * retries are at once (a race is over in microseconds), the later ones
+ * INROOT_RETRY_SLEEP_MS apart, for at most INROOT_RETRY_MS in all: then
+ * -EAGAIN (503 busy), the worker free again. */
+#define INROOT_FAST_RETRIES 16
+#define INROOT_RETRY_SLEEP_MS 5
+#define INROOT_RETRY_MS 2000
+#define INROOT_TMP_TRIES 16 /* temporary names tried before giving up */
 
 static int open_in(int root, const char *path, int flags, mode_t mode)
 {
 	struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC),
 			       .mode = (flags & O_CREAT) ? mode : 0,
 			       .resolve = INROOT_RESOLVE};
-	for (;;) {
+	int64_t start = 0;
+	for (unsigned tries = 0;; tries++) {
 		long fd = syscall(SYS_openat2, root, path, &how, sizeof(how));
 		if (fd >= 0)
 			return (int)fd;
-		/* EAGAIN: a rename raced the lookup (RESOLVE_IN_ROOT retries
-		 * are the caller's); EINTR: a signal. Both are transient. */
-		if (errno != EAGAIN && errno != EINTR)
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
 			return -errno;
+		if (tries < INROOT_FAST_RETRIES)
+			continue;
+		int64_t now = strata_mono_ms();
+		if (!start)
+			start = now;
+		else if (now - start >= INROOT_RETRY_MS)
+			return -EAGAIN;
+		nanosleep(&(struct timespec){.tv_nsec = INROOT_RETRY_SLEEP_MS * 1000000L}, NULL);
 	}
+}
+
+int sbd_inroot_open_dir(int root, const char *path)
+{
+	return open_in(root, path, O_RDONLY | O_DIRECTORY, 0);
 }
 
 int sbd_inroot_open_root(pid_t pid, const struct stat *want, struct stat *ret_st)
@@ -103,10 +130,15 @@ static const char *prefix(char *buf, const char *path, size_t n)
 	return buf;
 }
 
-int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sbd_owner *owner)
+/* Makes the missing directories of path (see sbd_inroot_mkdirs); *made:
+ * the offset in path of the '/' before the first one it made (strlen(path)
+ * when none). */
+static int mkdirs(int root, const char *path, uint32_t mode, const struct sbd_owner *owner,
+		  size_t *made)
 {
 	char buf[4096];
 	size_t len = strlen(path);
+	*made = len;
 	if (len >= sizeof(buf))
 		return -ENAMETOOLONG;
 	/* up to the deepest directory that exists (a loop, not recursion: a
@@ -121,7 +153,10 @@ int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sb
 	if (fd < 0 || have == len)
 		return fd;
 	close(fd);
-	/* then down, one component at a time, each made in its parent's fd */
+	/* then down, one component at a time, each made and opened in its
+	 * parent's fd: the new name is never resolved by path again, and
+	 * O_NOFOLLOW refuses a symlink the sandbox put in its place (which
+	 * would otherwise get the owner's fchown) */
 	while (have < len) {
 		size_t next = have + 1;
 		while (next < len && path[next] != '/')
@@ -133,16 +168,19 @@ int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sb
 		memcpy(buf, path + have + 1, next - have - 1);
 		buf[next - have - 1] = 0;
 		bool last = next == len;
-		if (mkdirat(pfd, buf, last ? mode : 0755) < 0 && errno != EEXIST)
+		bool made_it = mkdirat(pfd, buf, last ? mode : 0755) == 0;
+		if (!made_it && errno != EEXIST)
 			return -errno;
-		/* the name is resolved again: the sandbox may have replaced it by
-		 * a symlink meanwhile, which openat2 follows inside the root only */
-		fd = open_in(root, prefix(buf, path, next), O_RDONLY | O_DIRECTORY, 0);
+		if (made_it && *made == len)
+			*made = have;
+		fd = openat(pfd, buf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
-			return fd;
-		give(fd, owner);
-		if (last && mode != 0755)
-			(void)!fchmod(fd, mode);
+			return errno == ELOOP ? -ENOTDIR : -errno;
+		if (made_it) { /* not one the sandbox made meanwhile */
+			give(fd, owner);
+			if (last && mode != 0755)
+				(void)!fchmod(fd, mode);
+		}
 		if (!last)
 			close(fd);
 		have = next;
@@ -150,44 +188,147 @@ int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sb
 	return fd;
 }
 
-int sbd_inroot_open_parent(int root, const char *path, bool parents, const struct sbd_owner *owner,
-			   const char **ret_name)
+int sbd_inroot_mkdirs(int root, const char *path, uint32_t mode, const struct sbd_owner *owner)
 {
-	char parent[4096];
-	int r = split(path, parent, sizeof(parent), ret_name);
-	if (r < 0)
-		return r;
-	return parents ? sbd_inroot_mkdirs(root, parent, 0755, owner)
-		       : open_in(root, parent, O_PATH | O_DIRECTORY, 0);
+	size_t made;
+	return mkdirs(root, path, mode, owner, &made);
 }
 
-int sbd_inroot_open_write(int root, const char *path, uint32_t mode, bool set_mode, bool parents,
-			  bool append, const struct sbd_owner *owner)
+int sbd_inroot_open_parent(int root, const char *path, bool parents, const struct sbd_owner *owner,
+			   const char **ret_name, size_t *ret_made)
 {
-	int flags = O_WRONLY | O_CREAT | O_NOCTTY | O_NONBLOCK | (append ? O_APPEND : O_TRUNC);
-	int fd = open_in(root, path, flags, mode);
-	if (fd == -ENOENT && parents) {
-		const char *name;
-		_cleanup_close_ int pfd = sbd_inroot_open_parent(root, path, true, owner, &name);
-		if (pfd < 0)
-			return pfd;
-		fd = open_in(root, path, flags, mode);
+	char parent[4096];
+	size_t made = strlen(path);
+	int r = split(path, parent, sizeof(parent), ret_name);
+	if (r == 0)
+		r = parents ? mkdirs(root, parent, 0755, owner, &made)
+			    : open_in(root, parent, O_PATH | O_DIRECTORY, 0);
+	if (ret_made)
+		*ret_made = made == strlen(parent) ? strlen(path) : made;
+	return r;
+}
+
+/* A name of its own in dfd for the file's new contents. */
+static int open_tmp(struct sbd_inroot_file *f)
+{
+	for (int i = 0; i < INROOT_TMP_TRIES; i++) {
+		uint64_t rnd = 0;
+		if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) < 0)
+			rnd = (uint64_t)strata_mono_ms() * 2654435761u + (uint64_t)i;
+		snprintf(f->tmp, sizeof(f->tmp), ".strata-upload.%016llx", (unsigned long long)rnd);
+		int fd =
+		    openat(f->dfd, f->tmp,
+			   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd >= 0 ? fd : -errno;
+	}
+	return -EEXIST;
+}
+
+/* Appends to name in place (an upload with append: what it adds stays,
+ * also when it fails). An existing file keeps its owner and mode. */
+static int open_append(struct sbd_inroot_file *f, uint32_t mode, bool set_mode,
+		       const struct sbd_owner *o)
+{
+	/* O_NONBLOCK: a FIFO planted by the sandbox must not hang the open */
+	const int flags = O_WRONLY | O_APPEND | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+	f->tmp[0] = 0;
+	bool made = false;
+	int fd = openat(f->dfd, f->name, flags);
+	if (fd < 0 && errno == ENOENT) {
+		fd = openat(f->dfd, f->name, flags | O_CREAT | O_EXCL, 0600);
+		made = fd >= 0;
+		if (fd < 0 && errno == EEXIST) /* made meanwhile: once more, as existing */
+			fd = openat(f->dfd, f->name, flags);
 	}
 	if (fd < 0)
-		return fd;
+		return errno == ENXIO ? -EINVAL : -errno;
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		int r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 		close(fd);
-		return r;
+		return -EINVAL;
 	}
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	give(fd, owner);
-	if (set_mode || (owner && owner->set)) /* fchown drops set-id bits */
+	(void)!fcntl(fd, F_SETFL, O_APPEND);
+	if (made)
+		give(fd, o);
+	if (made || (set_mode && st.st_nlink == 1)) /* not through a hard link made inside */
 		(void)!fchmod(fd, mode);
 	return fd;
+}
+
+int sbd_inroot_file_at(int dfd, const char *name, uint32_t mode, bool set_mode, bool append,
+		       const struct sbd_owner *o, struct sbd_inroot_file *f)
+{
+	*f = (struct sbd_inroot_file){.fd = -1, .dfd = -1};
+	if (strlen(name) >= sizeof(f->name) || !name[0] || strchr(name, '/'))
+		return -EINVAL;
+	strcpy(f->name, name);
+	if ((f->dfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3)) < 0)
+		return -errno;
+	int fd;
+	if (append) {
+		fd = open_append(f, mode, set_mode, o);
+	} else {
+		/* the new contents under a temporary name, renamed over name by
+		 * commit: a failed upload leaves the old file whole */
+		struct stat st;
+		bool old = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+		if (old && S_ISDIR(st.st_mode))
+			fd = -EISDIR;
+		else if (old && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+			fd = -EINVAL;
+		else if ((fd = open_tmp(f)) >= 0) {
+			bool keep = old && S_ISREG(st.st_mode);
+			if (o && o->set)
+				give(fd, o);
+			else if (keep) /* a replaced file keeps its owner */
+				(void)!fchown(fd, st.st_uid, st.st_gid);
+			/* after fchown, which drops set-id bits */
+			(void)!fchmod(fd, keep && !set_mode ? st.st_mode & 07777 : mode);
+		}
+	}
+	if (fd < 0) {
+		f->tmp[0] = 0;
+		sbd_inroot_file_abort(f);
+		return fd;
+	}
+	f->fd = fd;
+	return 0;
+}
+
+int sbd_inroot_file_open(int root, const char *path, uint32_t mode, bool set_mode, bool parents,
+			 bool append, const struct sbd_owner *o, struct sbd_inroot_file *f)
+{
+	const char *name;
+	_cleanup_close_ int pfd = sbd_inroot_open_parent(root, path, parents, o, &name, NULL);
+	if (pfd < 0) {
+		*f = (struct sbd_inroot_file){.fd = -1, .dfd = -1};
+		return pfd;
+	}
+	return sbd_inroot_file_at(pfd, name, mode, set_mode, append, o, f);
+}
+
+int sbd_inroot_file_commit(struct sbd_inroot_file *f)
+{
+	int r = 0;
+	if (f->tmp[0] && renameat(f->dfd, f->tmp, f->dfd, f->name) < 0)
+		r = -errno;
+	if (r == 0)
+		f->tmp[0] = 0;
+	sbd_inroot_file_abort(f);
+	return r;
+}
+
+void sbd_inroot_file_abort(struct sbd_inroot_file *f)
+{
+	if (f->tmp[0] && f->dfd >= 0)
+		unlinkat(f->dfd, f->tmp, 0);
+	f->tmp[0] = 0;
+	if (f->fd >= 0)
+		close(f->fd);
+	if (f->dfd >= 0)
+		close(f->dfd);
+	f->fd = f->dfd = -1;
 }
 
 /* Parses a decimal id; false if s is not one. */

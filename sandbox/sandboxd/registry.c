@@ -19,6 +19,7 @@
 #include "fs/log.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
+#include "sandbox/sandboxd/xfer.h"
 
 const char *sbd_state_name(enum sbd_state s)
 {
@@ -419,6 +420,11 @@ static void run_destroy_hooks(struct sbd_sandbox *sb, const char *why)
 int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char *why)
 {
 	run_destroy_hooks(sb, why);
+	/* its file transfers end first: none writes on past its quota */
+	int busy = sbd_xfer_cancel(d, sb);
+	if (busy)
+		log_warn("sandbox %s: %d file transfers still running after %d ms", sb->id, busy,
+			 XFER_CANCEL_WAIT_MS);
 	int r = sb->backend ? sb->backend->destroy(sb->backend, sb) : 0;
 	if (r < 0)
 		log_warn_errno(r, "Backend %s failed to destroy sandbox %s", sb->backend_name,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/cleanup.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 struct buf {
@@ -234,6 +235,76 @@ char *sbd_tar_pax_value(const char *p, size_t n, const char *key)
 	return NULL;
 }
 
+/* A pax number: decimal digits (mtime: a sign and a fraction allowed). */
+static bool pax_number(const char *v, bool is_time, uint64_t *ret, bool *neg)
+{
+	*neg = is_time && v[0] == '-';
+	const char *s = v + *neg;
+	uint64_t n = 0;
+	size_t i = 0;
+	for (; s[i] >= '0' && s[i] <= '9'; i++) {
+		if (n > (UINT64_MAX - 9) / 10)
+			return false;
+		n = n * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (!i || (s[i] && !(is_time && s[i] == '.')))
+		return false;
+	*ret = n;
+	return true;
+}
+
+int sbd_tar_pax_parse(const char *p, size_t n, struct sbd_tar_pax *x)
+{
+	static const char *const keys[] = {"size", "uid", "gid", "mtime"};
+	for (size_t k = 0; k < 4; k++) {
+		_cleanup_free_ char *v = sbd_tar_pax_value(p, n, keys[k]);
+		uint64_t num;
+		bool neg;
+		if (!v)
+			continue;
+		if (!pax_number(v, k == 3, &num, &neg) || (k == 3 && num > INT64_MAX))
+			return -EINVAL;
+		if (k == 0)
+			x->has_size = true, x->size = num;
+		else if (k == 1)
+			x->has_uid = true, x->uid = num;
+		else if (k == 2)
+			x->has_gid = true, x->gid = num;
+		else
+			x->has_mtime = true, x->mtime = neg ? -(int64_t)num : (int64_t)num;
+	}
+	char *path = sbd_tar_pax_value(p, n, "path");
+	char *link = sbd_tar_pax_value(p, n, "linkpath");
+	if (path) {
+		free(x->path);
+		x->path = path;
+	}
+	if (link) {
+		free(x->linkpath);
+		x->linkpath = link;
+	}
+	return 0;
+}
+
+void sbd_tar_pax_apply(const struct sbd_tar_pax *x, struct sbd_tar_hdr *h)
+{
+	if (x->has_size)
+		h->size = x->size;
+	if (x->has_uid)
+		h->uid = x->uid;
+	if (x->has_gid)
+		h->gid = x->gid;
+	if (x->has_mtime)
+		h->mtime = x->mtime;
+}
+
+void sbd_tar_pax_clear(struct sbd_tar_pax *x)
+{
+	free(x->path);
+	free(x->linkpath);
+	*x = (struct sbd_tar_pax){0};
+}
+
 char *sbd_tar_join(const char *dir, const char *name)
 {
 	for (const char *s = name; *s;) {
@@ -288,6 +359,7 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 	struct entry *v = NULL;
 	size_t cnt = 0, off = 0;
 	char *longname = NULL;
+	struct sbd_tar_pax pax = {0};
 	int r = 0;
 	while (off + 512 <= n) {
 		const char *blk = (const char *)p + off;
@@ -300,23 +372,37 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 			r = strata_err_set(e, -EINVAL, "archive: a bad header block");
 			break;
 		}
-		uint64_t size = th.size;
 		char type = th.type;
+		bool meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+		if (!meta)
+			sbd_tar_pax_apply(&pax, &th);
+		uint64_t size = th.size;
 		if (size > n - off - 512) {
 			r = strata_err_set(e, -EINVAL, "truncated archive");
 			break;
 		}
 		const uint8_t *data = p + off + 512;
 		off += 512 + (size + 511) / 512 * 512;
-		if (type == 'L' || type == 'x') {
+		if (type == 'L') {
 			free(longname);
-			longname = type == 'L'
-				       ? strndup((const char *)data, size)
-				       : sbd_tar_pax_value((const char *)data, size, "path");
+			longname = strndup((const char *)data, size);
 			continue;
 		}
-		if (type == 'g')
+		if (type == 'x') {
+			if ((r = sbd_tar_pax_parse((const char *)data, size, &pax)) < 0) {
+				strata_err_set(e, r, "archive: a bad pax header");
+				break;
+			}
+			if (pax.path) {
+				free(longname);
+				longname = pax.path;
+				pax.path = NULL;
+			}
 			continue;
+		}
+		if (meta)
+			continue;
+		sbd_tar_pax_clear(&pax);
 		const char *nm = longname ? longname : name;
 		if (cnt >= TAR_MAX_ENTRIES) {
 			r = -E2BIG;
@@ -342,6 +428,7 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 		}
 	}
 	free(longname);
+	sbd_tar_pax_clear(&pax);
 	if (r < 0) {
 		entries_free(v, cnt);
 		return r;

@@ -1,5 +1,6 @@
 /* tar.h — directory trees in and out of a sandbox as tar streams (ustar,
- * plus the pax "path" and GNU long-name records on input), built on a
+ * plus pax extended headers (path, linkpath, size, uid, gid, mtime) and GNU
+ * long-name records on input), built on a
  * backend's file operations so that every backend with files gets them.
  *
  * Limits (each a clear -errno): entries per archive TAR_MAX_ENTRIES
@@ -8,6 +9,7 @@
  * and normalised; absolute names are made relative, and any ".." refuses
  * the whole archive (-EINVAL) before anything is written. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "sandbox/sandboxd/backend.h"
@@ -46,6 +48,25 @@ void sbd_tar_encode(char b[512], const struct sbd_tar_hdr *h);
 int sbd_tar_decode(const char b[512], struct sbd_tar_hdr *h, char *name, char *link);
 /* The value of key in pax extended header data p[0..n), malloc'ed, or NULL. */
 char *sbd_tar_pax_value(const char *p, size_t n, const char *key);
+
+/* What a pax extended header ('x') says of the member that follows it:
+ * the numbers ustar's octal fields cannot hold (Python's tarfile and GNU
+ * tar put a size of 8 GiB or more, uids/gids of 2^21 or more only here,
+ * with 0 in the ustar field), a name or link target of any length. */
+struct sbd_tar_pax {
+	bool has_size, has_uid, has_gid, has_mtime;
+	uint64_t size, uid, gid;
+	int64_t mtime;	       /* whole seconds (a fraction is dropped) */
+	char *path, *linkpath; /* malloc'ed, or NULL */
+};
+/* Parses pax data p[0..n) into *x (keys given again replace earlier ones).
+ * 0, -EINVAL (a malformed size, uid, gid or mtime, which must not be
+ * guessed at: the size places the next header) or -ENOMEM. */
+int sbd_tar_pax_parse(const char *p, size_t n, struct sbd_tar_pax *x);
+/* Gives h the numbers x has (path and linkpath are the caller's). */
+void sbd_tar_pax_apply(const struct sbd_tar_pax *x, struct sbd_tar_hdr *h);
+/* Frees what x holds and zeroes it (for the next member). */
+void sbd_tar_pax_clear(struct sbd_tar_pax *x);
 /* name joined under dir and normalised (malloc'ed), or NULL when it has "..". */
 char *sbd_tar_join(const char *dir, const char *name);
 

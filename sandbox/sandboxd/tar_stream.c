@@ -17,16 +17,18 @@
  * archive (or all are the upload's user), modes and mtimes too; a
  * directory's mtime is set at the end, after its members were written.
  * A member whose name has ".." stops the upload with -EINVAL; a failed
- * upload removes the names it created (a replaced file stays replaced). */
+ * upload removes the names it created, parent directories included (a file
+ * is written under a temporary name and renamed into place once whole, so
+ * the failed member leaves the file it would have replaced as it was;
+ * members before it stay replaced). pax extended headers give the next
+ * member its path, linkpath, size, uid, gid and mtime. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs/cleanup.h"
@@ -200,7 +202,7 @@ static int out_hardlink(struct tar_out *t, const char *rel, const struct stat *s
 	return names_add(&t->links, (struct named){.dev = st->st_dev, .ino = st->st_ino}, rel);
 }
 
-static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth);
+static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth); /* takes dfd */
 
 static int mount_id(int dfd, const char *name, uint64_t *ret)
 {
@@ -229,8 +231,7 @@ static int out_entry(struct tar_out *t, int dfd, const char *name, const char *r
 		int r = out_header(t, d, '5', &st, 0, NULL);
 		if (r < 0)
 			return r;
-		_cleanup_close_ int sub =
-		    openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub < 0)
 			return errno == ENOENT || errno == ELOOP || errno == ENOTDIR ? 0 : -errno;
 		return out_dir(t, sub, rel, depth + 1);
@@ -250,16 +251,19 @@ static int out_entry(struct tar_out *t, int dfd, const char *name, const char *r
 	return r < 0 || linked ? r : out_file(t, dfd, name, rel, &st);
 }
 
+/* Sends the entries of directory dfd, which it takes over: one fd per
+ * level of the walk (a 64-deep tree holds 65, not twice as many). */
 static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth)
 {
-	if (depth > TAR_MAX_DEPTH)
+	if (depth > TAR_MAX_DEPTH) {
+		close(dfd);
 		return -ELOOP;
-	int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-	DIR *dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	}
+	DIR *dp = fdopendir(dfd);
 	if (!dp) {
-		if (dup_fd >= 0)
-			close(dup_fd);
-		return -errno;
+		int r = -errno;
+		close(dfd);
+		return r;
 	}
 	int r = 0;
 	struct dirent *de;
@@ -282,12 +286,9 @@ static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth)
 
 int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir)
 {
-	struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-			       .resolve =
-				   RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
-	_cleanup_close_ int fd = (int)syscall(SYS_openat2, root, dir, &how, sizeof(how));
+	_cleanup_close_ int fd = sbd_inroot_open_dir(root, dir);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	struct tar_out *t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
@@ -296,7 +297,7 @@ int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir)
 	if (r == 0)
 		r = sbd_xfer_head(x, 200, "application/x-tar", -1);
 	if (r == 0)
-		r = out_dir(t, fd, "", 0);
+		r = out_dir(t, TAKE_FD(fd), "", 0);
 	static const char zero[2 * TAR_BLOCK];
 	if (r == 0)
 		r = out_put(t, zero, sizeof(zero));
@@ -324,6 +325,7 @@ struct tar_in {
 	struct names dirs;	   /* made, with the mtime to give them at the end */
 	struct names made;	   /* names this upload created (ino 1: a dir), for a rollback */
 	char *longname, *longlink; /* from 'L'/'K' or a pax header, for the next member */
+	struct sbd_tar_pax pax;	   /* the numbers of a pax header, for the next member */
 };
 
 /* Reads exactly n bytes of the body (the archive may not end early). */
@@ -377,15 +379,20 @@ static int in_meta(struct tar_in *t, const struct sbd_tar_hdr *h)
 	b[h->size] = 0;
 	char **dst = h->type == 'K' ? &t->longlink : &t->longname;
 	if (h->type == 'x') {
-		char *p = sbd_tar_pax_value(b, h->size, "path");
-		char *l = sbd_tar_pax_value(b, h->size, "linkpath");
-		if (p) {
+		r = sbd_tar_pax_parse(b, h->size, &t->pax);
+		if (r < 0)
+			return r == -EINVAL
+				   ? strata_err_set(&t->x->err, r, "archive: a bad pax header")
+				   : r;
+		if (t->pax.path) {
 			free(t->longname);
-			t->longname = p;
+			t->longname = t->pax.path;
+			t->pax.path = NULL;
 		}
-		if (l) {
+		if (t->pax.linkpath) {
 			free(t->longlink);
-			t->longlink = l;
+			t->longlink = t->pax.linkpath;
+			t->pax.linkpath = NULL;
 		}
 		return 0;
 	}
@@ -410,39 +417,77 @@ static void in_clear(int pfd, const char *name)
 
 static int in_file(struct tar_in *t, const struct sbd_tar_hdr *h, int pfd, const char *name)
 {
-	int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
-	int fd = openat(pfd, name, flags, 0600);
-	if (fd < 0 && (errno == ELOOP || errno == ENXIO || errno == EEXIST)) {
-		in_clear(pfd, name);
-		fd = openat(pfd, name, flags, 0600);
-	}
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	int r = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;
-	int64_t n = r < 0 ? r : sbd_xfer_body_to_fd(t->x, fd, h->size, t->werr);
+	/* a temporary name renamed over name at the end: a failed upload
+	 * leaves a file it would have replaced as it was */
+	struct sbd_inroot_file out;
+	int r = sbd_inroot_file_at(pfd, name, 0600, true, false, NULL, &out);
+	if (r < 0)
+		return r;
+	int64_t n = sbd_xfer_body_to_fd(t->x, out.fd, h->size, t->werr);
 	if (n >= 0 && (uint64_t)n < h->size)
 		n = strata_err_set(&t->x->err, -EINVAL, "truncated archive");
 	if (n < 0) {
-		(void)!ftruncate(fd, 0);
-		close(fd);
+		sbd_inroot_file_abort(&out);
 		return (int)n;
 	}
 	uid_t uid;
 	gid_t gid;
 	in_owner(t, h, &uid, &gid);
-	(void)!fchown(fd, uid, gid);
-	(void)!fchmod(fd, h->mode & 07777); /* after fchown, which drops set-id bits */
+	(void)!fchown(out.fd, uid, gid);
+	(void)!fchmod(out.fd, h->mode & 07777); /* after fchown, which drops set-id bits */
 	struct timespec ts[2] = {{h->mtime, 0}, {h->mtime, 0}};
-	futimens(fd, ts);
-	close(fd);
+	futimens(out.fd, ts);
+	if ((r = sbd_inroot_file_commit(&out)) < 0)
+		return r;
 	t->files++;
 	return in_skip(t, padded(h->size) - h->size);
 }
 
+/* Remembers the parents of path that open_parent made, from offset made
+ * on (the shallowest first: the rollback removes the last first). */
+static int in_made_parents(struct tar_in *t, const char *path, size_t made)
+{
+	size_t len = strlen(path);
+	const char *last = strrchr(path, '/');
+	size_t end = last ? (size_t)(last - path) : 0;
+	for (size_t i = made + 1; made < len && i <= end; i++)
+		if (i == end || path[i] == '/') {
+			_cleanup_free_ char *d = strndup(path, i);
+			int r = d ? names_add(&t->made, (struct named){.ino = 1}, d) : -ENOMEM;
+			if (r < 0)
+				return r;
+		}
+	return 0;
+}
+
+/* Makes (or finds) the directory path of a member: an fd of it. */
+static int in_dir_open(struct tar_in *t, const char *path)
+{
+	if (!strcmp(path, "/")) /* "./" unpacked at the root: no parent */
+		return sbd_inroot_open_dir(t->root, path);
+	const char *name;
+	size_t made;
+	_cleanup_close_ int pfd =
+	    sbd_inroot_open_parent(t->root, path, true, t->owner, &name, &made);
+	if (pfd < 0)
+		return pfd;
+	int r = in_made_parents(t, path, made);
+	if (r < 0)
+		return r;
+	struct stat st;
+	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+		unlinkat(pfd, name, 0); /* replaced, as a file member replaces one */
+	if (mkdirat(pfd, name, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	/* opened by its parent's fd with O_NOFOLLOW: a symlink swapped in
+	 * meanwhile is refused, never given the member's owner and mode */
+	int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd >= 0 ? fd : errno == ELOOP ? -ENOTDIR : -errno;
+}
+
 static int in_dir(struct tar_in *t, const struct sbd_tar_hdr *h, const char *path)
 {
-	_cleanup_close_ int fd = sbd_inroot_mkdirs(t->root, path, 0755, t->owner);
+	_cleanup_close_ int fd = in_dir_open(t, path);
 	if (fd < 0)
 		return fd;
 	uid_t uid;
@@ -473,7 +518,7 @@ static int in_link(struct tar_in *t, const struct sbd_tar_hdr *h, int pfd, const
 		return strata_err_set(&t->x->err, -EINVAL,
 				      "archive link '%s' leaves the destination", target);
 	const char *tname;
-	_cleanup_close_ int tfd = sbd_inroot_open_parent(t->root, tpath, false, NULL, &tname);
+	_cleanup_close_ int tfd = sbd_inroot_open_parent(t->root, tpath, false, NULL, &tname, NULL);
 	if (tfd < 0)
 		return tfd;
 	return linkat(tfd, tname, pfd, name, 0) < 0 ? -errno : 0;
@@ -483,7 +528,7 @@ static bool in_exists(struct tar_in *t, const char *path)
 {
 	const char *name;
 	struct stat st;
-	_cleanup_close_ int pfd = sbd_inroot_open_parent(t->root, path, false, NULL, &name);
+	_cleanup_close_ int pfd = sbd_inroot_open_parent(t->root, path, false, NULL, &name, NULL);
 	return pfd >= 0 && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
@@ -494,7 +539,7 @@ static void in_rollback(struct tar_in *t)
 	for (size_t i = t->made.n; i-- > 0;) {
 		const char *name;
 		_cleanup_close_ int pfd =
-		    sbd_inroot_open_parent(t->root, t->made.v[i].name, false, NULL, &name);
+		    sbd_inroot_open_parent(t->root, t->made.v[i].name, false, NULL, &name, NULL);
 		if (pfd >= 0)
 			unlinkat(pfd, name, t->made.v[i].ino ? AT_REMOVEDIR : 0);
 	}
@@ -516,11 +561,11 @@ static int in_member(struct tar_in *t, struct sbd_tar_hdr *h)
 		r = in_dir(t, h, path);
 	} else if (data || h->type == '1' || h->type == '2') {
 		const char *name;
+		size_t made;
 		_cleanup_close_ int pfd =
-		    sbd_inroot_open_parent(t->root, path, true, t->owner, &name);
-		if (pfd < 0)
-			r = pfd;
-		else
+		    sbd_inroot_open_parent(t->root, path, true, t->owner, &name, &made);
+		r = pfd < 0 ? pfd : in_made_parents(t, path, made);
+		if (r == 0)
 			r = data ? in_file(t, h, pfd, name) : in_link(t, h, pfd, name);
 	} else {
 		r = 0; /* devices, FIFOs: not made */
@@ -534,17 +579,15 @@ static int in_member(struct tar_in *t, struct sbd_tar_hdr *h)
 	free(t->longname);
 	free(t->longlink);
 	t->longname = t->longlink = NULL;
+	sbd_tar_pax_clear(&t->pax);
 	return r;
 }
 
 static void in_dir_times(struct tar_in *t)
 {
-	struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-			       .resolve =
-				   RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
 	for (size_t i = t->dirs.n; i-- > 0;) {
 		const struct named *d = &t->dirs.v[i];
-		int fd = (int)syscall(SYS_openat2, t->root, d->name, &how, sizeof(how));
+		int fd = sbd_inroot_open_dir(t->root, d->name);
 		if (fd >= 0) {
 			struct timespec ts[2] = {d->mtime, d->mtime};
 			futimens(fd, ts);
@@ -587,11 +630,14 @@ int64_t sbd_tar_stream_in(struct sbd_xfer *x, int root, const char *dir,
 			r = in_meta(&t, &h);
 		else if (h.type == 'g')
 			r = in_skip(&t, padded(h.size));
-		else
+		else {
+			sbd_tar_pax_apply(&t.pax, &h);
 			r = in_member(&t, &h);
+		}
 	}
 	free(t.longname);
 	free(t.longlink);
+	sbd_tar_pax_clear(&t.pax);
 	in_dir_times(&t);
 	if (r < 0)
 		in_rollback(&t);

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fs/clock.h"
 #include "fs/json.h"
 #include "sandbox/sandboxd/http.h"
 #include "sandbox/sandboxd/sandboxd.h"
@@ -37,15 +38,35 @@ struct sbd_xfers {
 
 /* ---- worker side: the socket ------------------------------------------ */
 
+/* How long the next wait may be: the idle timeout, or less when the
+ * transfer's average rate would fall under XFER_MIN_RATE before it ends
+ * (<= 0: it already has). */
+static int64_t wait_budget(const struct sbd_xfer *x, int64_t now)
+{
+	int64_t due =
+	    x->started_ms + XFER_RATE_GRACE_MS + (int64_t)(x->moved / XFER_MIN_RATE) * 1000;
+	return due - now < XFER_IDLE_MS ? due - now : XFER_IDLE_MS;
+}
+
 static int wait_sock(struct sbd_xfer *x, short events)
 {
 	struct pollfd p = {.fd = x->sock, .events = events};
+	if (!x->started_ms) /* not from sbd_xfer_start (a test's): from now */
+		x->started_ms = strata_mono_ms();
 	for (;;) {
-		int k = poll(&p, 1, XFER_IDLE_MS);
+		int64_t budget = wait_budget(x, strata_mono_ms());
+		int k = budget > 0 ? poll(&p, 1, (int)budget) : 0;
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
 			return -errno;
+		if (k == 0 && budget < XFER_IDLE_MS && !x->err.code)
+			strata_err_set(
+			    &x->err, -ETIMEDOUT,
+			    "the client moved %llu bytes in %lld s, under the %d bytes/s "
+			    "a transfer must average",
+			    (unsigned long long)x->moved,
+			    (long long)((strata_mono_ms() - x->started_ms) / 1000), XFER_MIN_RATE);
 		if (k == 0)
 			return -ETIMEDOUT;
 		if (p.revents & (events | POLLHUP | POLLERR))
@@ -57,8 +78,10 @@ static ssize_t recv_some(struct sbd_xfer *x, void *p, size_t n)
 {
 	for (;;) {
 		ssize_t k = recv(x->sock, p, n, MSG_DONTWAIT);
-		if (k > 0)
+		if (k > 0) {
+			x->moved += (uint64_t)k;
 			return k;
+		}
 		if (k == 0)
 			return -ECONNRESET; /* the client left before the body's end */
 		if (errno == EINTR)
@@ -79,6 +102,7 @@ int sbd_xfer_send(struct sbd_xfer *x, const void *p, size_t n)
 		if (k > 0) {
 			s += k;
 			n -= (size_t)k;
+			x->moved += (uint64_t)k;
 			continue;
 		}
 		if (k < 0 && errno == EINTR)
@@ -124,6 +148,7 @@ int sbd_xfer_sendfile(struct sbd_xfer *x, int fd, uint64_t off, uint64_t n)
 		ssize_t k = sendfile(x->sock, fd, &o, want);
 		if (k > 0) {
 			n -= (uint64_t)k;
+			x->moved += (uint64_t)k;
 			continue;
 		}
 		if (k == 0) {
@@ -291,6 +316,7 @@ static int64_t splice_body(struct sbd_xfer *x, int fd, int pipefd[2], uint64_t m
 			continue;
 		}
 		x->left -= (uint64_t)k;
+		x->moved += (uint64_t)k;
 		for (ssize_t m = k; m > 0;) {
 			ssize_t w = splice(pipefd[0], NULL, fd, NULL, (size_t)m, SPLICE_F_MOVE);
 			if (w < 0 && errno == EINTR)
@@ -358,7 +384,7 @@ static void xfer_finish(struct sbd_xfers *xs, struct sbd_xfer *x)
 			break;
 		}
 	xs->count--;
-	bool keep = x->keep_alive && x->body_done && !x->broken;
+	bool keep = x->keep_alive && x->body_done && !x->broken && !x->cancelled;
 	size_t extra = x->body_done ? x->in_len - x->in_off : 0;
 	sbd_conn_give_back(x->c, x->in + x->in_off, extra, keep);
 	x->done(x, x->c);
@@ -380,20 +406,35 @@ static void xfers_io(void *ctx, uint32_t ev)
 	}
 }
 
-static void xfer_job(struct sbd_job *job)
+/* Hands a finished x to the loop (the wake-up runs xfers_io). */
+static void xfer_post(struct sbd_xfer *x)
 {
-	struct sbd_xfer *x = (struct sbd_xfer *)job;
 	struct sbd_xfers *xs = x->d->xfers;
-	x->r = x->out_pre_len ? sbd_xfer_send(x, x->out_pre, x->out_pre_len) : 0;
-	if (x->r == 0)
-		x->r = x->run(x);
 	uint64_t one = 1;
 	pthread_mutex_lock(&xs->mu);
+	x->finished = true;
 	x->done_next = xs->done;
 	xs->done = x;
 	(void)!write(xs->efd, &one, sizeof(one));
 	pthread_cond_broadcast(&xs->cond);
 	pthread_mutex_unlock(&xs->mu);
+}
+
+static void xfer_job(struct sbd_job *job)
+{
+	struct sbd_xfer *x = (struct sbd_xfer *)job;
+	x->r = x->out_pre_len ? sbd_xfer_send(x, x->out_pre, x->out_pre_len) : 0;
+	if (x->r == 0)
+		x->r = x->run(x);
+	xfer_post(x);
+}
+
+/* Waits on xs->cond (xs->mu held) until the monotonic time until_ms. */
+static void wait_until(struct sbd_xfers *xs, int64_t until_ms)
+{
+	struct timespec ts = {.tv_sec = (time_t)(until_ms / 1000),
+			      .tv_nsec = (long)(until_ms % 1000) * 1000000L};
+	pthread_cond_timedwait(&xs->cond, &xs->mu, &ts);
 }
 
 static struct sbd_xfers *xfers_of(struct sandboxd *d)
@@ -410,7 +451,11 @@ static struct sbd_xfers *xfers_of(struct sandboxd *d)
 		return NULL;
 	}
 	pthread_mutex_init(&xs->mu, NULL);
-	pthread_cond_init(&xs->cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* strata_mono_ms's clock */
+	pthread_cond_init(&xs->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	d->xfers = xs;
 	return xs;
 }
@@ -419,6 +464,11 @@ int sbd_xfer_start(struct sandboxd *d, struct sbd_conn *c, struct sbd_xfer *x)
 {
 	struct sbd_xfers *xs = xfers_of(d);
 	int r = !xs ? -ENOMEM : xs->count >= XFER_MAX ? -EBUSY : 0;
+	unsigned mine = 0;
+	for (struct sbd_xfer *o = xs ? xs->running : NULL; o; o = o->next)
+		mine += x->sandbox && o->sandbox == x->sandbox;
+	if (r == 0 && mine >= XFER_PER_SANDBOX_MAX)
+		r = -EMFILE;
 	struct sbd_conn_body body = {0};
 	const char *pre = NULL;
 	size_t pre_len = 0;
@@ -439,13 +489,48 @@ int sbd_xfer_start(struct sandboxd *d, struct sbd_conn *c, struct sbd_xfer *x)
 	x->c = c;
 	x->body_done = !x->chunked && x->left == 0;
 	x->job.fn = xfer_job;
+	x->started_ms = strata_mono_ms();
 	x->sock = sbd_conn_lend(c, &x->out_pre, &x->out_pre_len);
 	x->next = xs->running;
 	xs->running = x;
 	xs->count++;
-	if (sbd_pool_run(d->pool, &x->job) < 0)
-		xfer_job(&x->job); /* no thread: here (the wake-up finishes it) */
+	if (sbd_pool_run(d->pool, &x->job) < 0) {
+		/* no thread: answered 503 (never run here, which would block the
+		 * loop for the whole transfer); the connection closes after */
+		x->r = strata_err_set(&x->err, -EAGAIN, "no worker thread could be started");
+		x->broken = true;
+		xfer_post(x);
+	}
 	return 0;
+}
+
+int sbd_xfer_cancel(struct sandboxd *d, const void *sandbox)
+{
+	struct sbd_xfers *xs = d->xfers;
+	if (!xs || !sandbox)
+		return 0;
+	bool any = false;
+	for (struct sbd_xfer *x = xs->running; x; x = x->next)
+		if (x->sandbox == sandbox) {
+			x->sandbox = NULL;
+			x->cancelled = any = true;
+			shutdown(x->sock, SHUT_RDWR);
+		}
+	if (!any)
+		return 0;
+	int64_t until = strata_mono_ms() + XFER_CANCEL_WAIT_MS;
+	int left;
+	pthread_mutex_lock(&xs->mu);
+	for (;;) {
+		left = 0;
+		for (struct sbd_xfer *x = xs->running; x; x = x->next)
+			left += x->cancelled && !x->finished;
+		if (!left || strata_mono_ms() >= until)
+			break;
+		wait_until(xs, until);
+	}
+	pthread_mutex_unlock(&xs->mu);
+	return left;
 }
 
 void sbd_xfer_shutdown(struct sandboxd *d)
@@ -456,16 +541,21 @@ void sbd_xfer_shutdown(struct sandboxd *d)
 	/* wake the workers that wait for a client: their I/O fails at once */
 	for (struct sbd_xfer *x = xs->running; x; x = x->next)
 		shutdown(x->sock, SHUT_RDWR);
+	int64_t until = strata_mono_ms() + XFER_SHUTDOWN_WAIT_MS;
+	bool all = false;
 	pthread_mutex_lock(&xs->mu);
 	for (;;) {
 		unsigned n = 0;
 		for (struct sbd_xfer *x = xs->done; x; x = x->done_next)
 			n++;
-		if (n == xs->count)
+		all = n == xs->count;
+		if (all || strata_mono_ms() >= until)
 			break;
-		pthread_cond_wait(&xs->cond, &xs->mu);
+		wait_until(xs, until);
 	}
 	pthread_mutex_unlock(&xs->mu);
+	if (!all)
+		return; /* a worker still holds xs: left to the process's exit */
 	xfers_io(xs, 0);
 	sbd_wakeup_del(d->loop, &xs->w, xs->efd);
 	pthread_mutex_destroy(&xs->mu);

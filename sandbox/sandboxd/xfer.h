@@ -9,8 +9,10 @@
  *
  * Bounded memory: a transfer holds one buffer of XFER_BUF bytes; file
  * bytes go with sendfile (out) and splice (in) where the kernel can. A
- * client that moves no byte for XFER_IDLE_MS is dropped (-ETIMEDOUT); at
- * most XFER_MAX transfers run at once (the next is refused with 429).
+ * client that moves no byte for XFER_IDLE_MS, or averages less than
+ * XFER_MIN_RATE, is dropped (-ETIMEDOUT); at most XFER_MAX transfers run
+ * at once, XFER_PER_SANDBOX_MAX of one sandbox (the next is refused with
+ * 429). A sandbox's transfers end with it (sbd_xfer_cancel).
  *
  * Request bodies come with Content-Length or chunked (RFC 9112 7.1; chunk
  * extensions and trailers are read and ignored; a chunk-size line over
@@ -32,6 +34,22 @@
 #define XFER_IDLE_MS 30000
 #define XFER_MAX 32
 #define XFER_CHUNK_LINE_MAX 1024
+/* A transfer must average XFER_MIN_RATE bytes/s after its first
+ * XFER_RATE_GRACE_MS (its deadline moves by a second for every
+ * XFER_MIN_RATE bytes moved): a client that trickles a byte now and then,
+ * under the idle timeout, would otherwise hold a worker and a slot for
+ * ever. 4 KiB/s is far below any real link, the grace covers a slow start
+ * (a cold image file, a client that computes what it sends). */
+#define XFER_MIN_RATE 4096
+#define XFER_RATE_GRACE_MS 30000
+/* Transfers of one sandbox at once (-EMFILE past it): one tenant cannot
+ * take all XFER_MAX slots of the node. */
+#define XFER_PER_SANDBOX_MAX 8
+/* A destroyed sandbox's transfers have their sockets shut down; its
+ * destroy waits this long for their workers to stop writing into it. */
+#define XFER_CANCEL_WAIT_MS 2000
+/* sandboxd's stop waits this long for the transfers in flight. */
+#define XFER_SHUTDOWN_WAIT_MS 5000
 
 struct sandboxd;
 struct sbd_conn;
@@ -57,9 +75,14 @@ struct sbd_xfer {
 	size_t in_off, in_len;
 	char *out_pre; /* the connection's unsent output: sent first */
 	size_t out_pre_len;
-	bool head_sent; /* a response went out from the worker */
-	bool broken;	/* the stream is off a message boundary: close */
-	int r;		/* the work's result */
+	bool head_sent;	     /* a response went out from the worker */
+	bool broken;	     /* the stream is off a message boundary: close */
+	int r;		     /* the work's result */
+	const void *sandbox; /* whose (the loop's: sbd_xfer_cancel) */
+	bool cancelled;	     /* the loop's: its sandbox was destroyed */
+	bool finished;	     /* the worker is done with it (under the mutex) */
+	int64_t started_ms;
+	uint64_t moved; /* bytes sent and received: the rate */
 	struct strata_err err;
 	sbd_xfer_fn run;
 	sbd_xfer_done_fn done;
@@ -68,18 +91,27 @@ struct sbd_xfer {
 };
 
 /* Starts x->run on a worker with c's socket; x->done answers on the loop
- * afterwards. x is malloc'ed by the caller with run, done and op set and
- * is owned by the transfer from here on. Returns 0, or -EBUSY (XFER_MAX
- * running) / -errno: nothing started, x is freed, c is the caller's. */
+ * afterwards. x is malloc'ed by the caller with run, done, op and sandbox
+ * set and is owned by the transfer from here on. Returns 0, or -EBUSY
+ * (XFER_MAX running), -EMFILE (XFER_PER_SANDBOX_MAX of x->sandbox) /
+ * -errno: nothing started, x is freed, c is the caller's. When no worker
+ * thread can be started, done gets -EAGAIN (answer 503). */
 int sbd_xfer_start(struct sandboxd *d, struct sbd_conn *c, struct sbd_xfer *x);
-/* At shutdown: waits for the transfers in flight (their sockets are closed
- * by the stop), then frees the daemon's transfer state. */
+/* Ends the transfers of sandbox (it is being destroyed): their sockets are
+ * shut down, so that their workers stop at their next I/O, and this waits
+ * up to XFER_CANCEL_WAIT_MS for the workers to be done with its files.
+ * Returns how many still run after that (0 normally). */
+int sbd_xfer_cancel(struct sandboxd *d, const void *sandbox);
+/* At shutdown: waits up to XFER_SHUTDOWN_WAIT_MS for the transfers in
+ * flight (their sockets shut down first), then frees the daemon's transfer
+ * state (left allocated when a worker is still busy: the process exits). */
 void sbd_xfer_shutdown(struct sandboxd *d);
 
 /* ---- on the worker ---------------------------------------------------- */
 
 /* Reads up to n bytes of the request body into p. Returns the count, 0 at
- * its end, or -errno: -ETIMEDOUT (the client was silent XFER_IDLE_MS),
+ * its end, or -errno: -ETIMEDOUT (the client was silent XFER_IDLE_MS or
+ * below XFER_MIN_RATE: then x->err says so),
  * -EPROTO (bad chunked framing), -ECONNRESET (it left). */
 ssize_t sbd_xfer_read(struct sbd_xfer *x, void *p, size_t n);
 /* Copies up to max bytes of the body into fd (splice from the socket when

@@ -99,6 +99,7 @@ _BY_CODE = {
     "disk_full": DiskFull,
     "too_many_transfers": Conflict,
     "too_many_attached": Conflict,
+    "unavailable": Conflict,
     "gone": NotFound,
 }
 

@@ -1,7 +1,8 @@
 /* test_parsers.c — unit tests of strata-sandboxd's HTTP request head
  * parser: valid heads parse, invalid ones are refused with the status and a
- * reason, limits hold. (The JSON codec is tested in tests/fs/test_json.c.)
- * Exit 0 pass, 1 fail. */
+ * reason, limits hold; pax extended headers' numbers (size, uid, gid,
+ * mtime) parse and override a ustar header, malformed ones are refused.
+ * (The JSON codec is tested in tests/fs/test_json.c.) Exit 0 pass, 1 fail. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "sandbox/sandboxd/http.h"
+#include "sandbox/sandboxd/tar.h"
 
 static int failures;
 #define CHECK(c)                                                                                   \
@@ -79,9 +81,37 @@ static void test_http(void)
 	strata_err_clear(&why);
 }
 
+static void test_pax(void)
+{
+	static const char rec[] = "19 size=8589934592\n"
+				  "15 uid=3000000\n"
+				  "12 gid=2097\n"
+				  "30 mtime=1700000000.123456789\n"
+				  "18 path=a/long/nm\n";
+	struct sbd_tar_pax x = {0};
+	CHECK(sbd_tar_pax_parse(rec, strlen(rec), &x) == 0);
+	CHECK(x.has_size && x.size == 8589934592ull && x.has_uid && x.uid == 3000000);
+	CHECK(x.has_gid && x.gid == 2097 && x.has_mtime && x.mtime == 1700000000);
+	CHECK(x.path && !strcmp(x.path, "a/long/nm") && !x.linkpath);
+	struct sbd_tar_hdr h = {.size = 0, .uid = 0, .gid = 0, .mtime = 5};
+	sbd_tar_pax_apply(&x, &h);
+	CHECK(h.size == 8589934592ull && h.uid == 3000000 && h.gid == 2097 &&
+	      h.mtime == 1700000000);
+	sbd_tar_pax_clear(&x);
+	CHECK(!x.has_size && !x.path);
+	static const char *const bad[] = {"11 size=x1\n", "11 size=-1\n", "10 uid=1a\n",
+					  "29 size=99999999999999999999\n"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct sbd_tar_pax y = {0};
+		CHECK(sbd_tar_pax_parse(bad[i], strlen(bad[i]), &y) == -EINVAL);
+		sbd_tar_pax_clear(&y);
+	}
+}
+
 int main(void)
 {
 	test_http();
+	test_pax();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);
 	return failures ? 1 : 0;
