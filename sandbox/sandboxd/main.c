@@ -62,6 +62,9 @@ static void usage(FILE *f)
 	    "  --max-body-mb N        largest buffered request body (default 64; file\n"
 	    "                         uploads of container sandboxes stream: no limit)\n"
 	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
+	    "  --exec-keep-budget-mb N  output kept for background execs without a\n"
+	    "                         client, all sandboxes together (default 256; one\n"
+	    "                         sandbox a quarter); past it dropped (truncated)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
 	    "  --disk-dir DIR         container layers in DIR (XFS or ext4 mounted with\n"
@@ -107,6 +110,7 @@ static void defaults(struct sandboxd_config *c)
 	c->max_body = 64LL << 20;
 	c->default_output_cap = 1LL << 20;
 	c->max_output_cap = 64LL << 20;
+	c->exec_keep_budget = SBD_EXEC_KEEP_BUDGET;
 	c->default_timeout_ms = 60000;
 	c->max_timeout_ms = 24LL * 3600 * 1000;
 	c->fncall_pool = 2;
@@ -241,7 +245,8 @@ enum {
 	O_DISK_DIR,
 	O_DISK_IMAGE,
 	O_DISK_TMPFS,
-	O_DISK_QUOTA
+	O_DISK_QUOTA,
+	O_EXEC_KEEP
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -263,6 +268,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"disk-image", 1, 0, O_DISK_IMAGE},
 				     {"disk-tmpfs", 0, 0, O_DISK_TMPFS},
 				     {"disk-quota", 0, 0, O_DISK_QUOTA},
+				     {"exec-keep-budget-mb", 1, 0, O_EXEC_KEEP},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -345,6 +351,9 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		break;
 	case O_BODY:
 		c->max_body = v << 20;
+		break;
+	case O_EXEC_KEEP:
+		c->exec_keep_budget = v << 20;
 		break;
 	case O_POOL:
 		c->fncall_pool = v > 64 ? 64 : (int)v;

@@ -69,13 +69,14 @@ def _die_with_parent():
 class Daemon:
     """One strata-sandboxd process on a socket in its own directory."""
 
-    def __init__(self, base, images, extra=()):
+    def __init__(self, base, images, extra=(), env=None):
         self.base = base
         self.home = os.path.join(base, "home")
         self.socket = os.path.join(base, "sd.sock")
         self.log = os.path.join(base, "sandboxd.log")
         self.images = images
         self.extra = list(extra)
+        self.env = dict(env or {})  # over the defaults below
         self.proc = None
 
     def start(self, timeout=20):
@@ -85,6 +86,7 @@ class Daemon:
         for name, path in self.images.items():
             args += ["--image", "%s=%s" % (name, path)]
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        env.update(self.env)
         self.proc = subprocess.Popen(args + self.extra, stdout=open(self.log, "ab"),
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                      preexec_fn=_die_with_parent)
