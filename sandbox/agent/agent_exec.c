@@ -480,6 +480,7 @@ int ag_exec_signal(struct agent *a, uint32_t id, const void *p, size_t len)
 		return -ESRCH;
 	if (kill(-e->pid, sig) < 0 && kill(e->pid, sig) < 0)
 		return -errno;
+	e->killed |= sig == SIGKILL; /* its SIGKILL is then not an OOM kill */
 	return 0;
 }
 
@@ -536,7 +537,7 @@ static bool finish(struct agent *a, struct ag_execp *e, int status)
 	bool sigkill = WIFSIGNALED(status)
 			   ? WTERMSIG(status) == SIGKILL
 			   : WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL;
-	bool oom = sigkill && !e->timed_out && oom_kills(a) > e->oom_kills;
+	bool oom = sigkill && !e->timed_out && !e->killed && oom_kills(a) > e->oom_kills;
 	struct ag_exit x = {
 	    .exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1,
 	    .signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0,

@@ -92,6 +92,9 @@
 /* How deep the removal recurses before it moves a subtree up to the top of
  * the layer (so that a hostile deep tree costs no more fds than this). */
 #define LAYER_RM_DEPTH 32
+/* Names .rm<n> tried for one moved subtree before giving up: the sandbox
+ * may have made some of them itself, but not this many in a row cheaply. */
+#define LAYER_RM_TRIES 4096
 #define LAYER_OWNER_XATTR "trusted.strata.owner"
 #define LAYER_LOOP_TRIES 8
 
@@ -296,10 +299,28 @@ static int reopen_dir(int fd)
 	return openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
+/* Moves subtree n of dir_fd up to top as .rm<seq>, the next name free
+ * there. seq counts across the passes of one layer_free: a name of an
+ * earlier pass may still be there (being one of dir_fd's own ancestors),
+ * and so may one the sandbox made itself. */
+static int move_up(int dir_fd, const char *n, int top, unsigned *seq)
+{
+	for (unsigned tries = 0; tries < LAYER_RM_TRIES; tries++) {
+		char up[32];
+		snprintf(up, sizeof(up), ".rm%u", (*seq)++);
+		if (renameat2(dir_fd, n, top, up, RENAME_NOREPLACE) == 0)
+			return 0;
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
 /* Removes what is below dir_fd (the directory itself stays). Subtrees
  * deeper than LAYER_RM_DEPTH are moved up to top (the layer's own
- * directory) and removed from there by the caller's next pass. */
-static int rm_below(int dir_fd, int top, int depth, unsigned *moved)
+ * directory) and removed from there by the caller's next pass; *moved
+ * counts them, *seq names them. */
+static int rm_below(int dir_fd, int top, int depth, unsigned *moved, unsigned *seq)
 {
 	int fd = reopen_dir(dir_fd);
 	if (fd < 0)
@@ -322,10 +343,11 @@ static int rm_below(int dir_fd, int top, int depth, unsigned *moved)
 			continue;
 		}
 		if (depth >= LAYER_RM_DEPTH) {
-			char up[32];
-			snprintf(up, sizeof(up), ".rm%u", (*moved)++);
-			if (renameat(dir_fd, n, top, up) < 0)
-				r = -errno;
+			int e = move_up(dir_fd, n, top, seq);
+			if (e < 0)
+				r = e;
+			else
+				(*moved)++;
 			continue;
 		}
 		int sub = openat(dir_fd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -333,7 +355,7 @@ static int rm_below(int dir_fd, int top, int depth, unsigned *moved)
 			r = -errno;
 			continue;
 		}
-		int e = rm_below(sub, top, depth + 1, moved);
+		int e = rm_below(sub, top, depth + 1, moved, seq);
 		close(sub);
 		if (e < 0)
 			r = e;
@@ -364,12 +386,12 @@ int layer_free(struct layer_fs *L, uint32_t id)
 	int fd = openat(L->dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	unsigned moved = 1;
+	unsigned moved = 1, seq = 0;
 	int r = 0;
 	/* Each pass removes what it can; subtrees moved up get the next one. */
 	for (unsigned pass = 0; moved && pass < 1024; pass++) {
 		moved = 0;
-		r = rm_below(fd, fd, 0, &moved);
+		r = rm_below(fd, fd, 0, &moved, &seq);
 	}
 	close(fd);
 	if (r < 0)

@@ -313,6 +313,8 @@ static void api_node(struct sbd_conn *c)
 	jw_kint(&w, "pids_admitted", d->pids_used);
 	jw_kint(&w, "pids_budget", d->cfg.pids_budget);
 	jw_kint(&w, "sandboxd_rss_kb", self_rss_kb());
+	jw_kint(&w, "exec_kept_bytes", (int64_t)d->exec_kept);
+	jw_kint(&w, "exec_keep_budget_bytes", d->cfg.exec_keep_budget);
 	jw_kint(&w, "connections", d->conns);
 	jw_kint(&w, "uptime_s", (sbd_now_ms() - d->started_ms) / 1000);
 	jw_kint(&w, "creates_total", (int64_t)d->creates_total);

@@ -16,10 +16,17 @@
  * exec is its client's: the client leaving kills it. A background exec
  * (background: true, or one found running after a sandboxd restart)
  * outlives its clients: while none is attached its events are kept (at
- * most keep_cap bytes, past that dropped and the exit says truncated),
+ * most keep_cap bytes, and within the daemon's budget for kept output,
+ * cfg.exec_keep_budget, of which one sandbox may hold EXEC_KEEP_SHARE:
+ * past either the output is dropped and the exit says truncated),
  * and once it ended its record stays, finished, until a client attached
  * and read the exit (at most EXEC_KEEP_FINISHED per sandbox, the oldest
- * dropped first). */
+ * dropped first).
+ *
+ * Exec ids are never given twice in a sandbox, across sandboxd restarts
+ * too: they are reserved in blocks of EXEC_ID_BLOCK, each persisted in the
+ * sandbox's state.json before its first id goes out, and an adopted
+ * sandbox goes on after the last reserved block. */
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
@@ -33,8 +40,14 @@
 
 #define SBD_STDIN_CHUNK_MAX (1u << 20) /* one POST .../stdin body */
 #define EXEC_KEEP_FINISHED 64	       /* finished background execs kept per sandbox */
-#define EXEC_CMD_MAX 1024	       /* bytes of the command line in the list */
-#define EXEC_FOLLOWERS_MAX 8	       /* further clients attached to one exec */
+/* One sandbox keeps at most 1/EXEC_KEEP_SHARE of the daemon's budget for
+ * kept output: one tenant cannot take it all from the others. */
+#define EXEC_KEEP_SHARE 4
+/* Exec ids reserved (and persisted) at a time: one state.json write per
+ * this many execs, and a restart skips at most this many numbers. */
+#define EXEC_ID_BLOCK 1024
+#define EXEC_CMD_MAX 1024    /* bytes of the command line in the list */
+#define EXEC_FOLLOWERS_MAX 8 /* further clients attached to one exec */
 /* Output queued for a follower past which it is detached: a reader gone
  * silent must cost bounded memory, and must not stall the owner. */
 #define EXEC_FOLLOWER_BACKLOG (4u << 20)
@@ -59,7 +72,7 @@ struct exec_ctx {
 	bool reply_wait;    /* background: c waits for the start for its answer */
 	bool stdin_stream;  /* interactive stdin: POST .../execs/{xid}/stdin */
 	bool ended;	    /* exit holds its end, not yet read by a client */
-	uint64_t xid;	    /* the exec's number in its sandbox (sb->execs_total) */
+	uint64_t xid;	    /* the exec's number in its sandbox (sb->exec_id_last) */
 	int64_t pid;	    /* in the sandbox, once started (0: unknown) */
 	int64_t started_at; /* wall seconds */
 	char *cmd;	    /* the command line, for the list */
@@ -173,6 +186,44 @@ static void exec_ended(struct exec_ctx *x)
 	stdin_answer(x, -ESRCH, 0);
 }
 
+/* The bytes x's keep buffer grows by to take n more (jw_append doubles its
+ * capacity): what the budget is charged. */
+static size_t keep_growth(const struct exec_ctx *x, size_t n)
+{
+	const struct jw *k = &x->keep;
+	if (k->len + n + 1 <= k->cap)
+		return 0;
+	size_t cap = k->cap ? k->cap : 256;
+	while (cap < k->len + n + 1)
+		cap *= 2;
+	return cap - k->cap;
+}
+
+/* Keeps event line n of x (no client attached) if it fits its cap, the
+ * daemon's budget and its sandbox's share of it; else drops it. */
+static void keep_event(struct exec_ctx *x, const void *line, size_t n)
+{
+	size_t budget = (size_t)x->d->cfg.exec_keep_budget, grow = keep_growth(x, n);
+	if (x->keep.len + n > x->keep_cap || x->d->exec_kept + grow > budget ||
+	    x->sb->exec_kept + grow > budget / EXEC_KEEP_SHARE) {
+		x->keep_dropped = true;
+		return;
+	}
+	size_t before = x->keep.cap;
+	jw_append(&x->keep, line, n);
+	x->d->exec_kept += x->keep.cap - before;
+	x->sb->exec_kept += x->keep.cap - before;
+}
+
+/* Frees what x kept, and gives it back to the budget. */
+static void keep_release(struct exec_ctx *x)
+{
+	x->d->exec_kept -= x->keep.cap;
+	x->sb->exec_kept -= x->keep.cap;
+	jw_done(&x->keep);
+	jw_init(&x->keep);
+}
+
 /* Removes the record (the exec ended or was cancelled). */
 static void exec_drop(struct exec_ctx *x)
 {
@@ -185,7 +236,7 @@ static void exec_drop(struct exec_ctx *x)
 			break;
 		}
 	sbd_sandbox_hook_del(x->sb, &x->on_destroy);
-	jw_done(&x->keep);
+	keep_release(x);
 	free(x->cmd);
 	free(x);
 }
@@ -230,10 +281,8 @@ static void exec_emit(struct exec_ctx *x, const void *line, size_t n)
 		sbd_conn_stream_chunk(x->c, line, n);
 	} else if (!x->background) {
 		return;
-	} else if (x->keep.len + n > x->keep_cap) {
-		x->keep_dropped = true;
 	} else {
-		jw_append(&x->keep, line, n);
+		keep_event(x, line, n);
 	}
 }
 
@@ -603,13 +652,53 @@ static char *cmd_line(char *const *argv)
 	return s;
 }
 
-/* A new record for the exec of req (running once the backend took it). */
-static struct exec_ctx *exec_new(struct sandboxd *d, struct sbd_conn *c, struct sbd_sandbox *sb,
-				 const struct sbd_exec_req *q, bool background)
+/* The next exec id of sb into *ret: past the reserved block, the next block
+ * is persisted first. Returns 0 or -errno (nothing given). */
+static int exec_id_next(struct sandboxd *d, struct sbd_sandbox *sb, uint64_t *ret)
 {
+	if (sb->exec_id_last >= sb->exec_ids_reserved) {
+		uint64_t old = sb->exec_ids_reserved;
+		sb->exec_ids_reserved = sb->exec_id_last + EXEC_ID_BLOCK;
+		int r = sbd_registry_persist(d, sb);
+		if (r < 0) {
+			sb->exec_ids_reserved = old;
+			return r;
+		}
+	}
+	*ret = ++sb->exec_id_last;
+	return 0;
+}
+
+/* An id from before a restart (an adopted exec's): later ones go past it. */
+static void exec_id_seen(struct sbd_sandbox *sb, uint64_t xid)
+{
+	if (sb->exec_id_last < xid)
+		sb->exec_id_last = xid;
+	if (sb->exec_ids_reserved < xid)
+		sb->exec_ids_reserved = xid;
+	if (sb->execs_total < xid)
+		sb->execs_total = xid;
+}
+
+/* A new record for the exec of req (running once the backend took it),
+ * numbered xid, or the next id when xid is 0. NULL with *err. */
+static struct exec_ctx *exec_new(struct sandboxd *d, struct sbd_conn *c, struct sbd_sandbox *sb,
+				 const struct sbd_exec_req *q, bool background, uint64_t xid,
+				 int *err)
+{
+	*err = -ENOMEM;
 	struct exec_ctx *x = calloc(1, sizeof(*x));
 	if (!x)
 		return NULL;
+	if (xid) {
+		exec_id_seen(sb, xid);
+	} else if ((*err = exec_id_next(d, sb, &xid)) < 0) {
+		free(x);
+		return NULL;
+	} else {
+		sb->execs_total++;
+		d->execs_total++;
+	}
 	char *pyargv[] = {"python3", "-c", "...", NULL};
 	*x = (struct exec_ctx){.c = c,
 			       .d = d,
@@ -621,7 +710,9 @@ static struct exec_ctx *exec_new(struct sandboxd *d, struct sbd_conn *c, struct 
 			       .cmd = cmd_line(q->python ? pyargv : q->argv),
 			       .keep_cap = (size_t)q->output_cap * 2 + 4096}; /* base64, framing */
 	jw_init(&x->keep);
+	x->xid = xid;
 	if (!x->cmd) {
+		*err = -ENOMEM;
 		free(x);
 		return NULL;
 	}
@@ -631,8 +722,6 @@ static struct exec_ctx *exec_new(struct sandboxd *d, struct sbd_conn *c, struct 
 	sbd_sandbox_hook_add(sb, &x->on_destroy);
 	x->running = true;
 	sb->running_execs++;
-	x->xid = ++sb->execs_total;
-	x->d->execs_total++;
 	sb->last_active_ms = sbd_now_ms();
 	return x;
 }
@@ -653,18 +742,13 @@ static void execs_adopt(struct sandboxd *d, struct sbd_sandbox *sb)
 		char *argv[] = {v[i].cmd, NULL};
 		struct sbd_exec_req q = {.argv = argv,
 					 .output_cap = (uint64_t)d->cfg.max_output_cap};
-		struct exec_ctx *x = exec_new(d, NULL, sb, &q, true);
+		int why; /* its number from before the restart, if it has one */
+		struct exec_ctx *x = exec_new(d, NULL, sb, &q, true, v[i].xid, &why);
 		if (!x)
 			break;
 		x->reply_wait = false;
 		x->pid = v[i].pid;
 		x->started_at = v[i].started_at;
-		if (v[i].xid) { /* its number from before the restart */
-			x->xid = v[i].xid;
-			sb->execs_total--;
-			if (sb->execs_total < x->xid)
-				sb->execs_total = x->xid;
-		}
 		struct sbd_exec_sink sink = exec_sink;
 		struct strata_err err = {0};
 		sink.ctx = x;
@@ -709,9 +793,11 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 		goto out;
 	}
 	execs_adopt(d, sb);
-	struct exec_ctx *x = exec_new(d, c, sb, &a.req, background);
+	struct exec_ctx *x = exec_new(d, c, sb, &a.req, background, 0, &r);
 	if (!x) {
-		sbd_conn_reply_error(c, 500, "internal", "out of memory");
+		sbd_api_reply_errno(
+		    c, r, "exec",
+		    r == -ENOMEM ? NULL : "its id could not be reserved in the sandbox's state");
 		goto out;
 	}
 	struct sbd_exec_sink sink = exec_sink;
@@ -747,7 +833,7 @@ static void exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, unsigned long
 	struct exec_ctx *x = sb->execs;
 	while (x && x->xid != xid)
 		x = x->next;
-	if ((!x || !x->running) && xid >= 1 && xid <= sb->execs_total) {
+	if ((!x || !x->running) && xid >= 1 && xid <= sb->exec_id_last) {
 		stdin_reply(c, xid, -ESRCH, -1);
 		return;
 	}
@@ -875,8 +961,7 @@ static void exec_attach(struct sbd_conn *c, struct exec_ctx *x)
 	emit_start(x);
 	if (x->keep.len)
 		sbd_conn_stream_chunk(c, x->keep.buf, x->keep.len);
-	jw_done(&x->keep);
-	jw_init(&x->keep);
+	keep_release(x);
 	if (x->ended) { /* collected: the record goes */
 		emit_exit(c, &x->exit);
 		x->c = NULL;
@@ -988,9 +1073,9 @@ void sbd_api_execs(struct sbd_conn *c, struct sbd_sandbox *sb, const char *metho
 	while (x && x->xid != xid)
 		x = x->next;
 	if (!x) {
-		sbd_conn_reply_error(c, 404, "not_found", "no exec %llu in sandbox %s%s", xid,
-				     sb->id,
-				     xid <= sb->execs_total ? " (it ended and was collected)" : "");
+		sbd_conn_reply_error(
+		    c, 404, "not_found", "no exec %llu in sandbox %s%s", xid, sb->id,
+		    xid <= sb->exec_id_last ? " (it ended and was collected)" : "");
 		return;
 	}
 	if (!sb->backend->exec_signal) {

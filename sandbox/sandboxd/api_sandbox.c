@@ -88,20 +88,32 @@ void sbd_api_update(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body
 		sbd_api_reply_errno(c, r, "update", err.msg);
 		return;
 	}
+	/* Changed in memory for the persist, rolled back if it fails: the
+	 * answer is an error then, and the sandbox must be what it says. */
+	struct sbd_sandbox old = {.expires_at = sb->expires_at,
+				  .ttl_s = sb->ttl_s,
+				  .labels = sb->labels,
+				  .nlabels = sb->nlabels};
 	if (timeout >= 0) {
 		int64_t now = sbd_wall_s();
 		sb->expires_at = timeout ? now + timeout : 0;
 		sb->ttl_s = timeout ? sb->expires_at - sb->created_at : 0;
 	}
 	if (fresh.labels) {
-		sbd_sandbox_labels_free(sb);
 		sb->labels = fresh.labels;
 		sb->nlabels = fresh.nlabels;
 	}
 	r = sbd_registry_persist(sbd_conn_daemon(c), sb);
 	if (r < 0) {
+		sb->expires_at = old.expires_at;
+		sb->ttl_s = old.ttl_s;
+		sb->labels = old.labels;
+		sb->nlabels = old.nlabels;
+		sbd_sandbox_labels_free(&fresh);
 		sbd_api_reply_errno(c, r, "update", "the change could not be persisted");
 		return;
 	}
+	if (fresh.labels)
+		sbd_sandbox_labels_free(&old);
 	sbd_api_reply_sandbox(c, 200, sb);
 }

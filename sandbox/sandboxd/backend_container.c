@@ -175,6 +175,7 @@ struct ct_exec {
 	bool in_has, in_eof;
 	void *in_data;
 	size_t in_len;
+	bool adopted;	  /* followed after a sandboxd restart (ct_exec_attach) */
 	char **argv;	  /* for messages */
 	char *cwd, *user; /* for messages: which one could not be entered */
 	struct ct_exec *next;
@@ -336,6 +337,18 @@ void sbd_exit_cannot_start(struct sbd_exit *e, int r, int step, const char *argv
 	snprintf(e->error, sizeof(e->error), "cannot run '%.60s': %s", argv0, why);
 }
 
+/* The exit of an exec found running at a restart that the agent no longer
+ * has when followed: it ran, but its end was not kept for us. */
+static void exit_lost(struct sbd_exit *e, int r)
+{
+	*e = (struct sbd_exit){.exit_code = -1};
+	snprintf(e->error_code, sizeof(e->error_code), "lost");
+	snprintf(e->error, sizeof(e->error),
+		 "result lost: the exec ran through a sandboxd restart and the agent no "
+		 "longer had it (%.40s)",
+		 strerror(-r));
+}
+
 static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
 {
 	struct ct_exec *x = ud;
@@ -343,7 +356,9 @@ static void ex_exit(void *ud, int r, const struct sbx_exec_result *res)
 	if (x->detached)
 		return;
 	struct sbd_exit e = sbd_exit_of(res);
-	if (r < 0) /* res (when the agent answered) says which step failed */
+	if (r < 0 && x->adopted)
+		exit_lost(&e, r);
+	else if (r < 0) /* res (when the agent answered) says which step failed */
 		sbd_exit_cannot_start(&e, r, res ? (int)res->failed_step : SBX_STEP_UNKNOWN,
 				      x->argv[0], x->cwd ? x->cwd : "/",
 				      x->user && x->user[0] ? x->user : "root");
@@ -635,6 +650,7 @@ static int ct_exec_attach(struct sbd_backend *b, struct sbd_sandbox *sb, uint32_
 	x->box = box;
 	x->sink = *sink;
 	x->deadline_ms = -1;
+	x->adopted = true;
 	int r = sbx_exec_op_attach(box->s, id, &ex_cbs, x, &x->op);
 	if (r == 0)
 		r = ex_add(x);
@@ -1070,6 +1086,10 @@ static int ct_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
 		box->unconnected = r < 0;
 		if (r == 0 && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
 			box->norphans = 0;
+		/* Thawed without its agent: frozen again, so that it does not run
+		 * while the API says paused (the resume fails; it may be retried). */
+		if (r < 0)
+			(void)freeze(b->priv, box, true);
 	}
 	return r;
 }

@@ -74,6 +74,9 @@ static void usage(FILE *f)
 	    "  --body-timeout S       a buffered body within S s + 1 s per 256 KiB (default 10)\n"
 	    "  --idle-conn-timeout S  an idle keep-alive connection is closed (default 60)\n"
 	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
+	    "  --exec-keep-budget-mb N  output kept for background execs without a\n"
+	    "                         client, all sandboxes together (default 256; one\n"
+	    "                         sandbox a quarter); past it dropped (truncated)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
 	    "  --disk-dir DIR         container layers in DIR (XFS or ext4 mounted with\n"
@@ -125,6 +128,7 @@ static void defaults(struct sandboxd_config *c)
 	c->idle_conn_timeout_ms = SBD_IDLE_CONN_TIMEOUT_MS_DEFAULT;
 	c->default_output_cap = 1LL << 20;
 	c->max_output_cap = 64LL << 20;
+	c->exec_keep_budget = SBD_EXEC_KEEP_BUDGET;
 	c->default_timeout_ms = 60000;
 	c->max_timeout_ms = 24LL * 3600 * 1000;
 	c->fncall_pool = 2;
@@ -265,7 +269,8 @@ enum {
 	O_MAX_CONNS_PEER,
 	O_HEAD_TIMEOUT,
 	O_BODY_TIMEOUT,
-	O_IDLE_CONN_TIMEOUT
+	O_IDLE_CONN_TIMEOUT,
+	O_EXEC_KEEP
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -292,7 +297,8 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"max-connections-per-peer", 1, 0, O_MAX_CONNS_PEER},
 				     {"head-timeout", 1, 0, O_HEAD_TIMEOUT},
 				     {"body-timeout", 1, 0, O_BODY_TIMEOUT},
-				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},
+				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},,
+				     {"exec-keep-budget-mb", 1, 0, O_EXEC_KEEP},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -375,6 +381,9 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		break;
 	case O_BODY:
 		c->max_body = v << 20;
+		break;
+	case O_EXEC_KEEP:
+		c->exec_keep_budget = v << 20;
 		break;
 	case O_POOL:
 		c->fncall_pool = v > 64 ? 64 : (int)v;

@@ -231,6 +231,7 @@ int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 	jw_kstr(&w, "rootfs", sb->rootfs);
 	jw_key(&w, "sandbox");
 	sbd_sandbox_to_json(sb, &w);
+	jw_kint(&w, "exec_ids_reserved", (int64_t)sb->exec_ids_reserved);
 	jw_key(&w, "backend_state");
 	if (sb->bstate)
 		jw_raw(&w, sb->bstate, strlen(sb->bstate));
@@ -522,6 +523,10 @@ static int adopt_one(struct sandboxd *d, const char *id)
 		r = -EINVAL;
 	const char *rootfs = json_cstr(json_get(j, "rootfs"));
 	if (r == 0) {
+		int64_t reserved = 0; /* new ids start after every one given before */
+		json_int(json_get(j, "exec_ids_reserved"), 0, INT64_MAX, &reserved);
+		sb->exec_id_last = sb->exec_ids_reserved =
+		    (uint64_t)reserved > sb->execs_total ? (uint64_t)reserved : sb->execs_total;
 		sb->rootfs = rootfs ? strdup(rootfs) : NULL;
 		struct json *bs = json_get(j, "backend_state");
 		if (bs && bs->type != JSON_NULL) {

@@ -38,6 +38,10 @@
 #define SBD_MAX_LABELS 32
 #define SBD_MAX_ENV 256
 #define SBD_NAME_MAX 255
+/* Output kept in sandboxd's heap for background execs no client follows,
+ * all sandboxes together (the default of --exec-keep-budget-mb): outside
+ * every cgroup, so bounded here; a few execs at the largest output cap. */
+#define SBD_EXEC_KEEP_BUDGET (256ll << 20)
 
 /* Connection limits (server.c; API.md "Limits of connections"): what keeps
  * many or slow clients from taking sandboxd's descriptors, memory or loop.
@@ -110,6 +114,9 @@ struct sbd_sandbox {
 	void *execs;			     /* api_exec.c: the exec streams in flight */
 	struct sbd_destroy_hook *on_destroy; /* run by sbd_registry_destroy */
 	uint64_t execs_total;
+	uint64_t exec_id_last;	    /* the highest exec id given (api_exec.c) */
+	uint64_t exec_ids_reserved; /* persisted: ids up to it may have been given */
+	size_t exec_kept;	    /* bytes kept for its execs without a client */
 	struct sbd_sandbox *next;
 };
 
@@ -127,6 +134,7 @@ struct sandboxd_config {
 	int64_t head_timeout_ms, body_timeout_ms, idle_conn_timeout_ms;
 	int64_t default_output_cap, max_output_cap;
 	int64_t default_timeout_ms, max_timeout_ms;
+	int64_t exec_keep_budget; /* --exec-keep-budget-mb, bytes (api_exec.c) */
 	int fncall_pool;
 	bool fresh_netns; /* --fresh-netns: no reuse of network namespaces */
 	/* --disk-dir, --disk-image, --disk-tmpfs/--disk-quota: where the
@@ -159,6 +167,7 @@ struct sandboxd {
 	bool stopping;
 	int64_t started_ms;
 	uint64_t creates_total, deletes_total, execs_total, refused_total, reaped_total;
+	size_t exec_kept; /* api_exec.c: bytes kept for execs without a client */
 	int conns;
 };
 

@@ -204,6 +204,28 @@ static void test_no_leak(struct sbxt_env *e)
 	CHECK(n == 0);
 }
 
+/* A tree deep enough that its removal moves subtrees up in more than one
+ * pass (80 > 2 x LAYER_RM_DEPTH): the names of the second pass must not
+ * fall on those of the first (each then failed, and the layer stayed). */
+static void test_deep_tree(struct sbxt_env *e)
+{
+	CHECK(wait_layers(e, 0) == 0);
+	struct sbx *s = make(e, 64 * MIB, 8 * MIB, 0, false);
+	if (!s)
+		return;
+	struct sbx_exec_result r;
+	static struct sbxt_out o;
+	CHECK(sbxt_sh(s,
+		      "cd / && i=0; while [ $i -lt 80 ]; do mkdir d && cd d; i=$((i+1)); done; "
+		      ": >leaf && echo made",
+		      10000, &o, &r) == 0 &&
+	      !strcmp(o.out, "made\n"));
+	sbx_destroy(s);
+	int n = wait_layers(e, 0);
+	fprintf(stderr, "a tree 80 deep, destroyed: %d layers left\n", n);
+	CHECK(n == 0);
+}
+
 static void test_adopt(struct sbxt_env *e)
 {
 	struct sbx *s = make(e, 64 * MIB, 32 * MIB, 0, true);
@@ -281,6 +303,7 @@ int main(void)
 	test_projid_locked(&e);
 	test_per_sandbox(&e);
 	test_no_leak(&e);
+	test_deep_tree(&e);
 	test_adopt(&e);
 	sbx_runtime_free(e.rt);
 	e.rt = NULL;

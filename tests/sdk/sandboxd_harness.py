@@ -70,13 +70,13 @@ class Daemon:
     """One strata-sandboxd process on a socket in its own directory."""
 
     def __init__(self, base, images, extra=(), env=None):
-        self.env = dict(env or {})  # added to the daemon's environment
         self.base = base
         self.home = os.path.join(base, "home")
         self.socket = os.path.join(base, "sd.sock")
         self.log = os.path.join(base, "sandboxd.log")
         self.images = images
         self.extra = list(extra)
+        self.env = dict(env or {})  # over the defaults below
         self.proc = None
 
     def start(self, timeout=20):

@@ -15,6 +15,7 @@ import os
 import posixpath
 import shutil
 import socket
+import stat
 import tarfile
 import threading
 import time
@@ -772,17 +773,21 @@ def _extract(tf, local_dir):
         dst = os.path.join(parent, os.path.basename(dst))
         if not _inside(base, parent) or ".." in m.name.split("/"):
             raise errors.InvalidRequest("archive member %r leaves %s" % (m.name, local_dir))
+        os.makedirs(parent, exist_ok=True)
+        if os.path.lexists(dst) and not _real_dir(dst):
+            os.unlink(dst)  # a symlink (to a directory too) is replaced, never followed
         if m.isdir():
-            os.makedirs(dst, exist_ok=True)
+            if not os.path.lexists(dst):
+                os.mkdir(dst)
             dirs.append((dst, m))
             continue
-        os.makedirs(parent, exist_ok=True)
-        if os.path.lexists(dst) and not os.path.isdir(dst):
-            os.unlink(dst)  # replaced, never written through
         if m.isfile():
             with tf.extractfile(m) as src, open(dst, "xb") as out:
                 shutil.copyfileobj(src, out, TRANSFER_CHUNK)
+                out.flush()
+                _set_meta_fd(out.fileno(), m)
             count += 1
+            continue
         elif m.issym():
             os.symlink(m.linkname, dst)
         elif m.islnk():
@@ -799,12 +804,32 @@ def _extract(tf, local_dir):
     return count
 
 
+def _real_dir(path):
+    """True when path is a directory itself (not a symlink to one)."""
+    return stat.S_ISDIR(os.lstat(path).st_mode)
+
+
 def _set_meta(path, m):
+    """Owner, mode and times of member m on path, never through a symlink:
+    a directory is opened with O_NOFOLLOW and changed through its fd."""
+    if m.issym():
+        if os.geteuid() == 0:
+            os.chown(path, m.uid, m.gid, follow_symlinks=False)
+        os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC |
+                 (os.O_DIRECTORY if m.isdir() else 0))
+    try:
+        _set_meta_fd(fd, m)
+    finally:
+        os.close(fd)
+
+
+def _set_meta_fd(fd, m):
     if os.geteuid() == 0:
-        os.chown(path, m.uid, m.gid, follow_symlinks=False)
-    if not m.issym():
-        os.chmod(path, m.mode & 0o7777)
-    os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+        os.fchown(fd, m.uid, m.gid)
+    os.fchmod(fd, m.mode & 0o7777)
+    os.utime(fd, (m.mtime, m.mtime))
 
 
 class Sandbox:

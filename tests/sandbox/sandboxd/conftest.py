@@ -14,16 +14,16 @@ sys.path.insert(0, os.path.join(SRC, "tests", "sdk"))
 from sandboxd_harness import Daemon, make_busybox_rootfs, sandboxd_binary  # noqa: E402
 
 
-def daemon_in_tmp(prefix, extra):
+def daemon_in_tmp(prefix, extra, env=None):
     """A fixture body: one sandboxd with image busybox in a temporary
-    directory, stopped and removed afterwards."""
+    directory, stopped and removed afterwards (env: over its environment)."""
     if os.geteuid() != 0:
         pytest.skip("strata-sandboxd needs root (namespaces, mounts)")
     if not sandboxd_binary():
         pytest.skip("strata-sandboxd is not built (set STRATA_BIN)")
     base = tempfile.mkdtemp(prefix=prefix)
     root = make_busybox_rootfs(os.path.join(base, "rootfs"))
-    d = Daemon(os.path.join(base, "d"), {"busybox": root}, extra)
+    d = Daemon(os.path.join(base, "d"), {"busybox": root}, extra, env)
     os.makedirs(d.base)
     d.start()
     yield d

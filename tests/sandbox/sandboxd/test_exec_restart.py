@@ -61,3 +61,37 @@ def test_execs_run_on_through_a_restart(own):
                     {"cmd": ["true"], "background": True})
     assert st == 200 and int(b["exec_id"]) > max(int(quick), int(slow), int(fg)), b
     request(own, "DELETE", "/v1/sandboxes/%s" % sid)
+
+
+def test_exec_ids_are_never_reused_after_a_restart(own):
+    """Finished background execs nobody collected are gone after a restart
+    (their records lived in sandboxd), but their numbers are not given to
+    new execs: a client polling an old number never reads another command's
+    exit. Ids are reserved in blocks, one state.json write per block."""
+    import json
+    import os
+    st, caps = request(own, "GET", "/v1/capabilities")
+    if not caps["backends"]["container"]["available"]:
+        pytest.skip("container backend unavailable: %s" % caps["backends"]["container"]["reason"])
+    sid = create(own, backend="container")
+    old = [background(own, sid, ["sh", "-c", "exit 3"]) for _ in range(3)]
+    state = os.path.join(own.home, "sandboxd", "sandboxes", sid, "state.json")
+    with open(state) as f:
+        reserved = json.load(f)["exec_ids_reserved"]
+    assert reserved >= max(map(int, old)), reserved
+    for _ in range(100):
+        if not any(x["running"] for x in execs(own, sid).values()):
+            break
+        time.sleep(0.1)
+    own.restart()
+    new = background(own, sid, ["sh", "-c", "exit 4"])
+    assert int(new) > reserved >= max(map(int, old)), (new, reserved, old)
+    for xid in old:
+        st, b = request(own, "GET", "/v1/sandboxes/%s/execs/%s" % (sid, xid))
+        assert st == 404, (xid, b)  # lost, not someone else's
+    out, ev = collect(own, sid, new)
+    assert ev["exit_code"] == 4, ev
+    own.restart()
+    newer = background(own, sid, ["true"])
+    assert int(newer) > int(new), (newer, new)
+    request(own, "DELETE", "/v1/sandboxes/%s" % sid)

@@ -4,6 +4,7 @@ directory, no such user, command not found, not executable) in `error` and
 environment has Docker's HOME, USER and HOSTNAME (from the sandbox's
 /etc/passwd), which the caller's env overrides."""
 import base64
+import time
 
 import pytest
 
@@ -61,6 +62,26 @@ def test_oom_killed_and_a_plain_sigkill(daemon, box):
     assert ev["signal"] == 9 and ev["oom_killed"] is False, ev
     out, err, ev = sh(daemon, box, "sh -c 'kill -9 $$'; exit $?")
     assert ev["exit_code"] == 137 and ev["oom_killed"] is False, ev
+
+
+def test_a_sigkill_sent_is_not_an_oom_kill(daemon, box):
+    """An OOM kill of another process during the exec's run does not make
+    the SIGKILL a client sent it an OOM kill."""
+    from test_exec_restart import collect
+    st, b = request(daemon, "POST", "/v1/sandboxes/%s/exec" % box, {
+        "cmd": ["sh", "-c", "rm -f /tmp/hog; sh -c 'x=xxxxxxxx; while :; do x=$x$x; done'; "
+                "echo $? >/tmp/hog; exec sleep 100"], "background": True})
+    assert st == 200, b
+    for _ in range(300):
+        out, err, ev = sh(daemon, box, "cat /tmp/hog 2>/dev/null")
+        if out:
+            break
+        time.sleep(0.1)
+    assert out == b"137\n", (out, err)  # the hog was OOM-killed, the exec runs on
+    st, r = request(daemon, "DELETE", "/v1/sandboxes/%s/execs/%s" % (box, b["exec_id"]))
+    assert st == 200, r
+    out, ev = collect(daemon, box, b["exec_id"])
+    assert ev["signal"] == 9 and ev["oom_killed"] is False, ev
 
 
 def env_of(daemon, sid, **kw):

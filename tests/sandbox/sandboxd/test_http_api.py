@@ -351,3 +351,23 @@ def test_cpu_below_the_smallest_quota_refused(daemon):
     assert st == 201, b
     assert b["cpu"] == 0.01
     assert request(daemon, "DELETE", "/v1/sandboxes/%s" % b["id"])[0] in (200, 204)
+
+
+def test_update_that_cannot_be_persisted_changes_nothing(daemon):
+    """A PATCH whose state.json cannot be written is answered with an error
+    and leaves the TTL and labels as they were (a directory in the way of
+    state.json.tmp makes the write fail, root or not)."""
+    sid = create(daemon, ttl=100, labels={"a": "1"})
+    path = "/v1/sandboxes/%s" % sid
+    before = request(daemon, "GET", path)[1]
+    blocker = os.path.join(daemon.home, "sandboxd", "sandboxes", sid, "state.json.tmp")
+    os.mkdir(blocker)
+    try:
+        st, b = request(daemon, "PATCH", path, {"timeout": 5000, "labels": {"b": "2"}})
+        assert st >= 400 and "persisted" in b["error"]["message"], (st, b)
+        assert request(daemon, "GET", path)[1] == before
+    finally:
+        os.rmdir(blocker)
+    st, b = request(daemon, "PATCH", path, {"labels": {"b": "2"}})
+    assert st == 200 and b["labels"] == {"b": "2"}
+    assert request(daemon, "DELETE", path)[0] == 200
