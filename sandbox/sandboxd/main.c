@@ -297,7 +297,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"max-connections-per-peer", 1, 0, O_MAX_CONNS_PEER},
 				     {"head-timeout", 1, 0, O_HEAD_TIMEOUT},
 				     {"body-timeout", 1, 0, O_BODY_TIMEOUT},
-				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},,
+				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},
 				     {"exec-keep-budget-mb", 1, 0, O_EXEC_KEEP},
 				     {"help", 0, 0, 'h'},
 				     {0}};
