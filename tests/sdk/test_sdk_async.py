@@ -177,6 +177,20 @@ def test_async_background_execs(sock, need_container):
             assert (r.exit_code, r.stdout, r.stderr) == (4, "out\n", "err\n")
             with pytest.raises(ValueError):
                 await sb.exec(["cat"], stdin=strata.PIPE, background=True)
+            # a second client on an ordinary exec: sandboxd either refuses
+            # (Conflict: it belongs to its stream) or follows it live
+            proc = sb.exec_stream(["sh", "-c", "echo a; sleep 1; echo b"])
+            assert (await proc.__anext__()).text == "a\n" and proc.pid
+            follower = sb.exec_connect(proc.exec_id, timeout=10)
+            try:
+                await follower
+            except strata.Conflict:
+                follower = None
+            if follower is not None:
+                r = await follower.wait()
+                assert r.exit_code == 0 and r.stdout.endswith("b\n"), r
+            assert (await proc.wait()).stdout == "b\n"
+            assert threading.active_count() == 1  # (asyncio.run joins worker threads)
             victim = sb
         with pytest.raises(strata.Exited):
             await victim.exec(["true"], background=True)
@@ -260,6 +274,7 @@ def test_async_files_streamed(sock, need_container, tmp_path):
             st = os.stat(back / "run.sh")
             assert st.st_ino == os.stat(back / "hard.sh").st_ino
             assert (st.st_mode & 0o777, st.st_mtime) == (0o750, 1_600_000_000)
+            assert threading.active_count() == 1  # (asyncio.run joins worker threads)
     asyncio.run(main())
     assert threading.active_count() == 1
 
@@ -343,3 +358,34 @@ def test_tar_stream_both_ways_without_a_daemon(tmp_path):
         assert os.stat(out / "hard").st_ino == os.stat(out / ("n" * 150) / "f").st_ino
     with pytest.raises(strata.StrataError, match="ended inside"):
         asyncio.run(unpack(data[:3000], str(tmp_path / "cut")))
+
+
+def test_early_answer_to_an_upload_keeps_its_error(tmp_path):
+    """A server that answers an upload after its head and closes with the
+    body unread (as sandboxd refuses one): the SDK raises that answer's
+    typed error, not the reset of the close, for a body of known length
+    and a chunked one."""
+    path = str(tmp_path / "early.sock")
+    body = b'{"error":{"code":"disk_full","message":"over the 8 MiB disk"}}'
+
+    async def refuse(reader, writer):
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    async def chunks():
+        for _ in range(64):
+            yield bytes(1 << 20)
+
+    async def main():
+        server = await asyncio.start_unix_server(refuse, path)
+        async with server:
+            sb = AsyncSandbox({"id": "sb-x"}, strata._http.Client(socket=path))
+            for data in (bytes(32 << 20), chunks()):
+                with pytest.raises(strata.DiskFull, match="8 MiB") as e:
+                    await sb.files.write("/f", data, timeout=10)
+                assert e.value.status == 413
+    asyncio.run(main())
