@@ -338,15 +338,7 @@ def test_tar_stream_both_ways_without_a_daemon(tmp_path):
             return self.raw[self.at - 1000:self.at]
 
     async def unpack(raw, out):
-        x, tar = aio._Extractor(out), aio._TarReader(Pieces(raw), 5)
-        async for m in tar.members():
-            dst = x.place(m)
-            if dst is not None:
-                with open(dst, "xb") as f:
-                    async for piece in tar.data():
-                        f.write(piece)
-                x.wrote(dst, m)
-        return x.finish()
+        return await aio._unpack(aio._TarReader(Pieces(raw), 5), out)
     for fmt in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:

@@ -394,17 +394,23 @@ class AsyncFiles:
         resp = await http.stream(self._sb._client, "GET", self._sb._path("files/tar"),
                                  query={"path": remote_path}, timeout=timeout)
         try:
-            x, tar = _Extractor(local_path), _TarReader(resp, timeout)
-            async for m in tar.members():
-                dst = x.place(m)
-                if dst is not None:
-                    with open(dst, "xb") as out:
-                        async for piece in tar.data():
-                            out.write(piece)
-                    x.wrote(dst, m)
-            return x.finish()
+            return await _unpack(_TarReader(resp, timeout), local_path)
         finally:
             resp.close()
+
+
+async def _unpack(tar, local_dir):
+    """Unpacks the members of tar (a _TarReader) under local_dir as they
+    arrive; returns the regular files written."""
+    x = _Extractor(local_dir)
+    async for m in tar.members():
+        dst = x.place(m)
+        if dst is not None:
+            with open(dst, "xb") as out:
+                async for piece in tar.data():
+                    out.write(piece)
+            x.wrote(dst, m)
+    return x.finish()
 
 
 async def _tar_pieces(local_dir):
