@@ -29,6 +29,7 @@ from .errors import DiskFull
 from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
                       capabilities, node_metrics, health, BackgroundExec)
 from .aio import AsyncSandbox, AsyncExecProcess
+from .aio import AsyncBackgroundExec
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "ExecProcess", "AsyncExecProcess",
@@ -37,4 +38,5 @@ __all__ = [
     "InvalidRequest", "Conflict", "StdinClosed", "BackgroundExec",
 ]
 __all__ += ["DiskFull"]
+__all__ += ["AsyncBackgroundExec"]
 __version__ = "0.1.0"

@@ -9,8 +9,17 @@ reads the response: its head, then a body framed by Content-Length or
 chunked transfer coding (exec streams), or ended by the close. One
 connection per request, as in the synchronous client
 (``Connection: close``).
+
+Streamed bodies (files of any size, tar streams), both ways a piece at a
+time: :func:`upload` sends a file or the chunks of an (async) iterable on
+a plain non-blocking socket (``loop.sock_sendall``), so that an answer
+sandboxd sends before it took the whole body (a refused upload, a full
+disk) and its close stay readable: asyncio's stream transport would drop
+them at the first EPIPE; :func:`download` writes a body into a file.
 """
 import asyncio
+import contextlib
+import socket
 import urllib.parse
 
 from . import errors
@@ -21,6 +30,9 @@ from ._http import DEFAULT_TIMEOUT, error_of, json_of, unreachable
 LINE_MAX = 1 << 20
 #: The most header lines a response may have.
 HEADERS_MAX = 100
+#: Bytes of a streamed body read or sent at once (the synchronous SDK's
+#: TRANSFER_CHUNK): bounded memory whatever the size.
+PIECE = 1 << 20
 
 
 class Response:
@@ -71,6 +83,13 @@ class Response:
         data, self._buf = bytes(self._buf), bytearray()
         return data
 
+    async def read_piece(self):
+        """The next piece of the body (bytes); b"" at its end."""
+        while not self._buf and not self._eof:
+            await self._fill()
+        data, self._buf = bytes(self._buf), bytearray()
+        return data
+
     async def readline(self):
         """The next line of the body, with its newline; b"" at its end."""
         while True:
@@ -106,34 +125,75 @@ async def _read_head(reader):
     raise errors.StrataError("sandboxd sent a malformed response head")
 
 
-async def _connect(client):
+class _Protocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, but a connection lost with an error (a
+    reset: sandboxd answered an upload early and closed with the body
+    unread, which gives ECONNRESET) ends the reader like a close: the
+    answer already received stays readable, where asyncio would raise the
+    reset in its place. A response cut short is still found by its
+    framing; a write after the loss still fails."""
+
+    def connection_lost(self, exc):
+        super().connection_lost(None)
+
+
+async def _streams(client, sock=None):
+    """(reader, writer) on a new connection to sandboxd, or on sock."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=LINE_MAX, loop=loop)
+    protocol = _Protocol(reader, loop=loop)
     if client.url:
         u = urllib.parse.urlsplit(client.url)
-        return await asyncio.open_connection(u.hostname, u.port or 80, limit=LINE_MAX)
-    return await asyncio.open_unix_connection(client.socket, limit=LINE_MAX)
+        where = {"sock": sock} if sock else {"host": u.hostname, "port": u.port or 80}
+        transport, _ = await loop.create_connection(lambda: protocol, **where)
+    else:
+        where = {"sock": sock} if sock else {"path": client.socket}
+        transport, _ = await loop.create_unix_connection(lambda: protocol, **where)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+def _head(method, target, headers, length):
+    """A request head; length None: the body goes chunked."""
+    head = ["%s %s HTTP/1.1" % (method, target), "Host: localhost", "Connection: close",
+            "Transfer-Encoding: chunked" if length is None else "Content-Length: %d" % length]
+    head += ["%s: %s" % kv for kv in headers.items()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
 
 
 async def _open(client, method, path, body, query, content_type):
     target, body, headers = client.prepare(method, path, body, query, content_type)
     try:
-        reader, writer = await _connect(client)
+        reader, writer = await _streams(client)
     except OSError as e:
         raise unreachable(client, e) from e
-    head = ["%s %s HTTP/1.1" % (method, target), "Host: localhost", "Connection: close",
-            "Content-Length: %d" % (len(body) if body is not None else 0)]
-    head += ["%s: %s" % kv for kv in headers.items()]
-    try:
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+    with _closed_on_error(client, writer):
+        writer.write(_head(method, target, headers, len(body) if body is not None else 0))
         if body:
             writer.write(body)
         await writer.drain()
-        status, rheaders = await _read_head(reader)
+    return await _response(client, reader, writer)
+
+
+@contextlib.contextmanager
+def _closed_on_error(client, conn):
+    """Closes conn (a writer or socket) when the block raises; an OSError
+    becomes the SDK's error for an unreachable sandboxd."""
+    try:
+        yield
     except OSError as e:
-        writer.close()
+        conn.close()
         raise unreachable(client, e) from e
     except BaseException:
-        writer.close()
+        conn.close()
         raise
+
+
+async def _response(client, reader, writer, head_timeout=None):
+    """Reads the response's head (within head_timeout seconds, if given);
+    returns the :class:`Response`, or raises what an error response
+    means. The connection is closed unless a Response is returned."""
+    with _closed_on_error(client, writer):
+        status, rheaders = await asyncio.wait_for(_read_head(reader), head_timeout)
     resp = Response(reader, writer, status, rheaders)
     if status >= 400:
         try:
@@ -155,6 +215,126 @@ async def stream(client, method, path, body=None, query=None, timeout=DEFAULT_TI
                                       timeout)
     except asyncio.TimeoutError as e:
         raise errors.Timeout("no answer from sandboxd within %.1f s" % timeout) from e
+
+
+def _timed(what, timeout):
+    return errors.Timeout("sandboxd did not %s within %.1f s" % (what, timeout))
+
+
+async def _raw_socket(client):
+    """A connected non-blocking socket to sandboxd; the caller closes it."""
+    loop = asyncio.get_running_loop()
+    if client.url:
+        u = urllib.parse.urlsplit(client.url)
+        family, kind, proto, _, addr = (await loop.getaddrinfo(
+            u.hostname, u.port or 80, type=socket.SOCK_STREAM))[0]
+    else:
+        family, kind, proto, addr = socket.AF_UNIX, socket.SOCK_STREAM, 0, client.socket
+    sock = socket.socket(family, kind, proto)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, addr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _pieces(source, length):
+    """The pieces of a body: length bytes of a binary file from its
+    position, or the chunks of an iterable or async iterable (length None)."""
+    if length is not None:
+        left = length
+        while left > 0:
+            piece = source.read(min(left, PIECE))
+            if not piece:
+                raise errors.StrataError("the file shrank while it was sent")
+            left -= len(piece)
+            yield piece
+    elif hasattr(source, "__aiter__"):
+        async for piece in source:
+            yield piece
+    else:
+        for piece in source:
+            yield piece
+
+
+async def _send_body(sock, head, source, length, timeout):
+    """Sends the head and the body, each piece within timeout seconds;
+    returns quietly when sandboxd closed early (its answer says why)."""
+    loop = asyncio.get_running_loop()
+
+    async def send(data):
+        try:
+            await asyncio.wait_for(loop.sock_sendall(sock, data), timeout)
+        except asyncio.TimeoutError as e:
+            raise _timed("take the body", timeout) from e
+    try:
+        await send(head)
+        async for piece in _pieces(source, length):
+            if piece:
+                await send(piece if length is not None else
+                           b"%x\r\n%s\r\n" % (len(piece), bytes(piece)))
+        if length is None:
+            await send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+async def upload(client, method, path, source, length=None, query=None,
+                 timeout=DEFAULT_TIMEOUT):
+    """Streams a request body (a binary file: length bytes from its
+    position; or an iterable or async iterable of bytes, sent chunked) and
+    returns the parsed JSON answer. timeout bounds each piece and the wait
+    for the answer, not the whole transfer (any size)."""
+    target, _, headers = client.prepare(method, path, None, query)
+    headers["Content-Type"] = "application/octet-stream"
+    try:
+        sock = await asyncio.wait_for(_raw_socket(client), timeout)
+    except asyncio.TimeoutError as e:
+        raise _timed("accept the connection", timeout) from e
+    except OSError as e:
+        raise unreachable(client, e) from e
+    with _closed_on_error(client, sock):
+        await _send_body(sock, _head(method, target, headers, length), source, length, timeout)
+        reader, writer = await _streams(client, sock)
+    try:
+        resp = await _response(client, reader, writer, head_timeout=timeout)
+        try:
+            return json_of(await asyncio.wait_for(resp.read(), timeout))
+        finally:
+            resp.close()
+    except asyncio.TimeoutError as e:
+        raise _timed("answer", timeout) from e
+
+
+async def download(client, path, out, query=None, timeout=DEFAULT_TIMEOUT):
+    """GET path and writes its body into out (a binary file object) a
+    piece at a time, each within timeout seconds; returns the bytes."""
+    resp = await stream(client, "GET", path, query=query, timeout=timeout)
+    n = 0
+    try:
+        async for piece in pieces_of(resp, timeout, "the file"):
+            out.write(piece)
+            n += len(piece)
+        return n
+    finally:
+        resp.close()
+
+
+async def pieces_of(resp, timeout, what):
+    """The pieces of resp's body, each within timeout seconds; a body cut
+    short raises StrataError."""
+    while True:
+        try:
+            piece = await asyncio.wait_for(resp.read_piece(), timeout)
+        except asyncio.TimeoutError as e:
+            raise _timed("send " + what, timeout) from e
+        except (OSError, asyncio.IncompleteReadError, errors.Exited) as e:
+            raise errors.StrataError("the stream of %s ended early: %s" % (what, e)) from e
+        if not piece:
+            return
+        yield piece
 
 
 async def call(client, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT, raw=False,

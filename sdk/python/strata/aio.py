@@ -10,19 +10,27 @@ thousand sandboxes and their exec streams at once.
 
 Requests are built and answers read as in the synchronous SDK (the same
 bodies, results and exceptions: :mod:`strata.sandbox`, :mod:`strata._http`).
-Only ``files.upload`` and ``files.download``, which walk or write a local
-directory tree, run in a worker thread.
+Background execs, the execs of a sandbox (list, attach, signal, kill), and
+files of any size both ways, trees included, go on the loop too: a tree
+upload builds its tar a member at a time as it is sent, a tree download
+unpacks the tar as it arrives. The local files of a transfer are read and
+written on the loop's thread, a piece (1 MiB) at a time.
 """
 import asyncio
 import contextlib
+import io
+import os
 import posixpath
+import tarfile
 
 from . import _aio_http as http
 from . import errors
 from ._http import Client, DEFAULT_TIMEOUT
-from .sandbox import (EXEC_GRACE, PIPE, STDIN_CHUNK, FileInfo, Metrics, Sandbox,
-                      _Output, _StdinBackoff, _chunks_of, _create_body, _exec_body, _labels_body,
-                      _list_query, _stream_error, _stream_event, _stream_line, _timeout_body)
+from .sandbox import (EXEC_GRACE, PIPE, STDIN_CHUNK, FileInfo, Metrics, Sandbox, _Extractor,
+                      _Output, _StdinBackoff, _background_body, _capabilities_of, _chunks_of,
+                      _create_body, _exec_body, _labels_body, _list_query,
+                      _stream_error, _stream_event, _stream_line, _tar_entries, _timeout_body,
+                      _write_args)
 
 
 class AsyncExecProcess:
@@ -37,26 +45,34 @@ class AsyncExecProcess:
             ...
 
     ``stdin`` may also be an iterable, a file or an async iterable of
-    chunks: a task feeds it, then closes stdin."""
+    chunks: a task feeds it, then closes stdin. ``await proc`` starts it
+    too and gives the process. One of :meth:`AsyncSandbox.exec_connect`
+    attaches to an exec that runs already: closing it detaches."""
 
-    def __init__(self, sandbox, body, stdin, timeout, raise_timeout=True):
+    def __init__(self, sandbox, body, stdin, timeout, raise_timeout=True, _attach=None):
         self._sb = sandbox
         self._body = body
         self._stdin = stdin
         self._timeout = timeout
         self._raise_timeout = raise_timeout
         self._wait = (timeout or 60.0) + EXEC_GRACE
-        self._stdin_open = bool(body.get("stdin_stream"))
+        self._stdin_open = bool(body and body.get("stdin_stream"))
+        self._attach = _attach
         self._resp = None
         self._starting = None
         self._lock = None  # one stdin chunk in flight; made on the loop
         self._feeder = None
         self._done = False
-        self.exec_id = None
+        self.exec_id = _attach
+        #: The command's pid in the sandbox, once its start event was read.
+        self.pid = None
         #: The :class:`ExecResult` once the exit was read.
         self.result = None
         #: An exception raised by the iterable given as stdin (it was closed).
         self.stdin_error = None
+
+    def __await__(self):
+        return self.start().__await__()
 
     async def start(self):
         """Starts the exec (once); returns self."""
@@ -68,8 +84,12 @@ class AsyncExecProcess:
     async def _start(self):
         self._lock = asyncio.Lock()
         try:
-            self._resp = await http.stream(self._sb._client, "POST", self._sb._path("exec"),
-                                           body=self._body, timeout=self._wait)
+            if self._attach is not None:  # GET .../execs/{n}/stream: closing it detaches
+                self._resp = await http.stream(self._sb._client, "GET", self._sb._path(
+                    "execs/%s/stream" % self._attach), timeout=self._wait)
+            else:
+                self._resp = await http.stream(self._sb._client, "POST", self._sb._path("exec"),
+                                               body=self._body, timeout=self._wait)
         except errors.NotFound as e:
             if self._sb._killed:
                 raise errors.Exited("sandbox %s was killed" % self._sb.id) from e
@@ -80,7 +100,7 @@ class AsyncExecProcess:
         if ev.get("type") != "start":
             self.close()
             raise errors.StrataError("exec stream began without its start event: %r" % ev)
-        self.exec_id = ev["exec_id"]
+        self.exec_id, self.pid = ev["exec_id"], ev.get("pid")
         if self._stdin is not PIPE and self._stdin is not None:
             self._feeder = asyncio.ensure_future(self._feed())
 
@@ -168,8 +188,9 @@ class AsyncExecProcess:
 
     # -- lifetime ------------------------------------------------------------
     def close(self):
-        """Closes the stream; a command still running is killed. (Not a
-        coroutine, but may be awaited: ``await proc.close()``.)"""
+        """Closes the stream; a command still running is killed (one
+        attached to with exec_connect runs on). (Not a coroutine, but may
+        be awaited: ``await proc.close()``.)"""
         self._done = True
         if self._resp is not None:
             self._resp.close()
@@ -192,6 +213,46 @@ class AsyncExecProcess:
     def __repr__(self):
         return "AsyncExecProcess(%s, exec_id=%s%s)" % (self._sb.id, self.exec_id,
                                                         ", done" if self._done else "")
+
+
+class AsyncBackgroundExec:
+    """A command started with ``await sb.exec(..., background=True)``, the
+    asyncio face of :class:`~strata.BackgroundExec`: ``exec_id``, ``pid``;
+    :meth:`connect` attaches to its output, :meth:`wait` collects its
+    exit, :meth:`signal` and :meth:`kill` end it."""
+
+    def __init__(self, sandbox, exec_id, pid):
+        self._sb = sandbox
+        self.exec_id = exec_id
+        self.pid = pid
+
+    def connect(self, timeout=None):
+        """An :class:`AsyncExecProcess` on the command's output (not a
+        coroutine: it attaches at its first use); ``timeout``: seconds to
+        wait for each event (default: an hour)."""
+        return self._sb.exec_connect(self.exec_id, timeout=timeout)
+
+    async def wait(self, timeout=None):
+        """Attaches and reads to the exit; returns the :class:`ExecResult`
+        (its output: what was kept since the start, up to the output cap)."""
+        proc = self.connect(timeout=timeout)
+        try:
+            return await proc.wait()
+        finally:
+            proc.close()
+
+    async def signal(self, sig):
+        """Sends a signal (a number or a name such as "TERM") to its
+        process group."""
+        await self._sb.exec_signal(self.exec_id, sig)
+
+    async def kill(self):
+        """SIGKILL to its process group."""
+        await self._sb.exec_kill(self.exec_id)
+
+    def __repr__(self):
+        return "AsyncBackgroundExec(%s, exec_id=%s, pid=%s)" % (self._sb.id, self.exec_id,
+                                                                 self.pid)
 
 
 async def _aiter_chunks(stdin):
@@ -236,10 +297,45 @@ class AsyncFiles:
     async def read_text(self, path, encoding="utf-8", timeout=DEFAULT_TIMEOUT):
         return (await self.read(path, timeout)).decode(encoding)
 
-    async def write(self, path, data, mode=0o644, timeout=DEFAULT_TIMEOUT):
-        """Creates or replaces a file with data (bytes or str)."""
-        data = bytes(data.encode() if isinstance(data, str) else data)
-        await self._call("PUT", "", path, body=data, timeout=timeout, mode="%o" % mode)
+    async def _upload(self, sub, path, source, length, timeout, **q):
+        query = {"path": path}
+        query.update({k: v for k, v in q.items() if v is not None})
+        return await http.upload(self._sb._client, "PUT", self._sb._path("files" + sub), source,
+                                 length, query=query, timeout=timeout)
+
+    async def write(self, path, data, mode=None, timeout=DEFAULT_TIMEOUT, *, user=None,
+                    parents=True, append=False):
+        """See :meth:`Files.write`: bytes, str, a binary file object or an
+        async iterable of bytes (streamed, any size); returns the bytes
+        written."""
+        source, length, q = _write_args(data, mode, user, parents, append)
+        return (await self._upload("", path, source, length, timeout, **q))["size"]
+
+    async def read_to(self, path, out, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Files.read_to`: streams a file into out (a binary
+        file object) a piece at a time; returns the bytes written."""
+        return await http.download(self._sb._client, self._sb._path("files"), out,
+                                   query={"path": path}, timeout=timeout)
+
+    async def upload_file(self, local_path, remote_path, mode=None, timeout=DEFAULT_TIMEOUT, *,
+                          user=None):
+        """See :meth:`Files.upload_file`."""
+        with open(local_path, "rb") as f:
+            if mode is None:
+                mode = os.fstat(f.fileno()).st_mode & 0o7777
+            return await self.write(remote_path, f, mode=mode, timeout=timeout, user=user)
+
+    async def download_file(self, remote_path, local_path, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Files.download_file`."""
+        tmp = local_path + ".strata-part"
+        try:
+            with open(tmp, "wb") as out:
+                n = await self.read_to(remote_path, out, timeout)
+            os.replace(tmp, local_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return n
 
     async def list(self, path="/", timeout=DEFAULT_TIMEOUT):
         """The entries of a directory (:class:`FileInfo`)."""
@@ -276,15 +372,184 @@ class AsyncFiles:
         """The tree at remote_dir as a tar archive (bytes)."""
         return await self._call("GET", "/tar", remote_dir, timeout=timeout, raw=True)
 
-    async def upload(self, local_dir, remote_dir, timeout=DEFAULT_TIMEOUT):
-        """See :meth:`Files.upload` (walks the local tree in a worker thread)."""
-        return await asyncio.to_thread(self._sb._sync.files.upload, local_dir, remote_dir,
-                                       timeout)
+    async def upload(self, local_path, remote_path, timeout=DEFAULT_TIMEOUT, *, user=None):
+        """See :meth:`Files.upload`: a file, or a tree as one streamed tar
+        built on the loop as it is sent (no thread)."""
+        if not os.path.lexists(local_path):
+            raise FileNotFoundError("upload: no such local file or directory: %r" % local_path)
+        if not os.path.isdir(local_path) or os.path.islink(local_path):
+            await self.upload_file(local_path, remote_path, timeout=timeout, user=user)
+            return 1
+        r = await self._upload("/tar", remote_path, _tar_pieces(local_path), None, timeout,
+                               user=user)
+        return r["files"]
 
-    async def download(self, remote_dir, local_dir, timeout=DEFAULT_TIMEOUT):
-        """See :meth:`Files.download` (writes the local tree in a worker thread)."""
-        return await asyncio.to_thread(self._sb._sync.files.download, remote_dir, local_dir,
-                                       timeout)
+    async def download(self, remote_path, local_path, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Files.download`: a file, or a tree unpacked from the
+        tar stream as it arrives (no thread, bounded memory)."""
+        if (await self.stat(remote_path, timeout)).type != "dir":
+            await self.download_file(remote_path, local_path, timeout)
+            return 1
+        os.makedirs(local_path, exist_ok=True)
+        resp = await http.stream(self._sb._client, "GET", self._sb._path("files/tar"),
+                                 query={"path": remote_path}, timeout=timeout)
+        try:
+            return await _unpack(_TarReader(resp, timeout), local_path)
+        finally:
+            resp.close()
+
+
+async def _unpack(tar, local_dir):
+    """Unpacks the members of tar (a _TarReader) under local_dir as they
+    arrive; returns the regular files written."""
+    x = _Extractor(local_dir)
+    async for m in tar.members():
+        dst = x.place(m)
+        if dst is not None:
+            with open(dst, "xb") as out:
+                async for piece in tar.data():
+                    out.write(piece)
+            x.wrote(dst, m)
+    return x.finish()
+
+
+async def _tar_pieces(local_dir):
+    """The tree at local_dir as a pax tar stream, in pieces of at most
+    http.PIECE (bounded memory): what the synchronous upload's tarfile
+    writes (symlinks kept, a second name of a file a hard link, sockets
+    left out), built here a member at a time as the body is sent."""
+    # A TarFile only for gettarinfo, which detects the hard links.
+    tf = tarfile.TarFile(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT)
+    sent = 0
+    for full, arcname in _tar_entries(local_dir):
+        ti = tf.gettarinfo(full, arcname)
+        if ti is None:
+            continue
+        head = ti.tobuf(tf.format, tf.encoding, tf.errors)
+        sent += len(head)
+        yield head
+        if ti.isreg():
+            with open(full, "rb") as f:
+                left = ti.size
+                while left:
+                    piece = f.read(min(left, http.PIECE))
+                    if not piece:
+                        raise OSError("upload: %s shrank while it was sent" % full)
+                    left -= len(piece)
+                    yield piece
+            pad = -ti.size % tarfile.BLOCKSIZE
+            sent += ti.size + pad
+            yield tarfile.NUL * pad
+    end = 2 * tarfile.BLOCKSIZE
+    yield tarfile.NUL * (end + -(sent + end) % tarfile.RECORDSIZE)
+
+
+#: The largest pax or GNU long-name header of a tar stream read: names
+#: and link targets are at most PATH_MAX; more is a broken stream.
+TAR_META_MAX = 1 << 20
+
+
+class _TarReader:
+    """The members of a tar stream as it arrives (an http Response):
+    tarfile.TarInfo objects from their ustar headers, with what pax and
+    GNU long-name headers said; a regular file's data through
+    :meth:`data`, in pieces (what a member's reader left is skipped)."""
+
+    def __init__(self, resp, timeout):
+        self._pieces = http.pieces_of(resp, timeout, "the tar")
+        self._buf = bytearray()
+        self._left = 0  # data of the current member not read yet
+        self._pad = 0
+
+    async def _some(self, n):
+        """Up to n bytes (at least one)."""
+        if not self._buf:
+            try:
+                self._buf += await self._pieces.__anext__()
+            except StopAsyncIteration:
+                raise errors.StrataError("the tar stream ended inside a member") from None
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    async def _exactly(self, n):
+        parts = []
+        while n > 0:
+            parts.append(await self._some(n))
+            n -= len(parts[-1])
+        return b"".join(parts)
+
+    async def data(self):
+        """The data of the current member, in pieces."""
+        while self._left > 0:
+            piece = await self._some(min(self._left, http.PIECE))
+            self._left -= len(piece)
+            yield piece
+
+    async def members(self):
+        pax, long_name, long_link = {}, None, None
+        while True:
+            async for _ in self.data():
+                pass
+            await self._exactly(self._pad)
+            block = await self._exactly(tarfile.BLOCKSIZE)
+            if block == tarfile.NUL * tarfile.BLOCKSIZE:
+                return
+            try:
+                ti = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+            except tarfile.HeaderError as e:
+                raise errors.StrataError("a broken tar stream: %s" % e) from e
+            self._pad = -ti.size % tarfile.BLOCKSIZE
+            if ti.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME,
+                           tarfile.GNUTYPE_LONGLINK):
+                if ti.size > TAR_META_MAX:
+                    raise errors.StrataError("a tar header of %d bytes" % ti.size)
+                meta, self._left = await self._exactly(ti.size), 0
+                if ti.type == tarfile.XHDTYPE:
+                    pax.update(_pax_records(meta))
+                elif ti.type == tarfile.GNUTYPE_LONGNAME:
+                    long_name = meta.rstrip(b"\0").decode("utf-8", "surrogateescape")
+                elif ti.type == tarfile.GNUTYPE_LONGLINK:
+                    long_link = meta.rstrip(b"\0").decode("utf-8", "surrogateescape")
+                continue  # a global header (XGLTYPE): sandboxd sends none
+            ti.name = long_name or ti.name
+            ti.linkname = long_link or ti.linkname
+            _apply_pax(ti, pax)
+            if ti.isdir():
+                ti.name = ti.name.rstrip("/")
+            if ti.isreg() or ti.type not in tarfile.SUPPORTED_TYPES:
+                self._left, self._pad = ti.size, -ti.size % tarfile.BLOCKSIZE
+            else:
+                self._pad = 0  # links, directories, devices: no data
+            pax, long_name, long_link = {}, None, None
+            yield ti
+
+
+def _pax_records(data):
+    """The records ("%d key=value\n") of a pax extended header."""
+    out, pos = {}, 0
+    while pos < len(data) and data[pos:pos + 1] != b"\0":
+        sp = data.find(b" ", pos)
+        n = int(data[pos:sp]) if sp > pos and data[pos:sp].isdigit() else 0
+        if n <= sp - pos or pos + n > len(data):
+            raise errors.StrataError("a broken pax header in the tar stream")
+        key, _, value = data[sp + 1:pos + n - 1].partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += n
+    return out
+
+
+def _apply_pax(ti, pax):
+    """What a pax header says of the member ti."""
+    try:
+        for key, attr, conv in (("path", "name", str), ("linkpath", "linkname", str),
+                                ("size", "size", int), ("uid", "uid", int),
+                                ("gid", "gid", int), ("mtime", "mtime", float),
+                                ("uname", "uname", str), ("gname", "gname", str)):
+            if key in pax:
+                setattr(ti, attr, conv(pax[key]))
+    except ValueError as e:
+        raise errors.StrataError("a broken pax header in the tar stream: %s" % e) from e
 
 
 class AsyncSandbox:
@@ -392,8 +657,13 @@ class AsyncSandbox:
 
     # -- exec --------------------------------------------------------------
     async def exec(self, cmd=None, *, python=None, env=None, cwd=None, user=None, stdin=None,
-                   timeout=60.0, output_cap=None):
-        """See :meth:`Sandbox.exec`."""
+                   timeout=60.0, output_cap=None, background=False):
+        """See :meth:`Sandbox.exec`; ``background=True`` returns an
+        :class:`AsyncBackgroundExec` as soon as the command started."""
+        if background:
+            r = await self._call("POST", "exec", body=_background_body(
+                cmd, python, env, cwd, user, stdin, timeout, output_cap))
+            return AsyncBackgroundExec(self, r["exec_id"], r.get("pid"))
         if stdin is PIPE:
             raise ValueError("exec() cannot take strata.PIPE: nobody would write it; "
                              "use exec_stream()")
@@ -416,6 +686,26 @@ class AsyncSandbox:
         body = _exec_body(cmd, python, env, cwd, user, PIPE if streamed else stdin, timeout,
                           output_cap)
         return AsyncExecProcess(self, body, stdin, timeout, _raise_timeout)
+
+    async def execs(self, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.execs`: dicts with exec_id, cmd, pid,
+        started_at, running, background, attached, exit_code, signal."""
+        return (await self._call("GET", "execs", timeout=timeout))["execs"]
+
+    def exec_connect(self, exec_id, timeout=None):
+        """See :meth:`Sandbox.exec_connect`: an :class:`AsyncExecProcess`
+        on a running exec's output (not a coroutine: it attaches at its
+        first use, or ``await``); closing it detaches, the command runs on."""
+        return AsyncExecProcess(self, None, None, timeout or 3600.0, raise_timeout=False,
+                                _attach=exec_id)
+
+    async def exec_signal(self, exec_id, sig):
+        """See :meth:`Sandbox.exec_signal`."""
+        await self._call("POST", "execs/%s/signal" % exec_id, body={"signal": sig})
+
+    async def exec_kill(self, exec_id):
+        """See :meth:`Sandbox.exec_kill`."""
+        await self._call("DELETE", "execs/%s" % exec_id)
 
     # -- lifecycle, usage, settings ----------------------------------------
     async def pause(self, timeout=DEFAULT_TIMEOUT):
@@ -457,3 +747,25 @@ class AsyncSandbox:
 
     def __repr__(self):
         return "Async" + repr(self._sync)
+
+
+# -- the node ------------------------------------------------------------------
+async def capabilities(backend=None, *, socket=None, url=None, token=None,
+                       timeout=DEFAULT_TIMEOUT):
+    """See :func:`strata.capabilities`."""
+    r = await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/capabilities",
+                        timeout=timeout)
+    return _capabilities_of(r, backend)
+
+
+async def node_metrics(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """See :func:`strata.node_metrics`."""
+    return await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/node",
+                           timeout=timeout)
+
+
+async def health(*, socket=None, url=None, token=None, timeout=5.0):
+    """See :func:`strata.health`."""
+    r = await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/health",
+                        timeout=timeout)
+    return r.get("status") == "ok"

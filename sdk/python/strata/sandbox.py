@@ -163,6 +163,15 @@ def _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap):
     return body
 
 
+def _background_body(cmd, python, env, cwd, user, stdin, timeout, output_cap):
+    """The body of an exec with background=True (sync and asyncio)."""
+    if stdin is not None and not isinstance(stdin, (bytes, str)):
+        raise ValueError("a background exec takes stdin as bytes or str only")
+    body = _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap)
+    body["background"] = True
+    return body
+
+
 def _result_from_exit(ev, out=b"", err=b""):
     return ExecResult(ev.get("exit_code"), ev.get("signal"), out, err,
                       truncated=bool(ev.get("truncated")), timed_out=bool(ev.get("timed_out")),
@@ -543,15 +552,8 @@ class Files:
         write that does not fit the sandbox's disk raises
         :class:`~strata.errors.DiskFull`. ``append`` adds to the end of the
         file. Returns the bytes written."""
-        if isinstance(data, str):
-            data = data.encode()
-        q = {"mode": None if mode is None else "%o" % mode, "user": user,
-             "parents": None if parents else "0", "append": "1" if append else None}
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            data = bytes(data)
-            return self._upload("", path, _chunks_of_bytes(data), len(data), timeout,
-                                **q)["size"]
-        return self._upload("", path, *_file_source(data), timeout, **q)["size"]
+        source, length, q = _write_args(data, mode, user, parents, append)
+        return self._upload("", path, source, length, timeout, **q)["size"]
 
     def read_to(self, path, out, timeout=DEFAULT_TIMEOUT):
         """Streams a file of the sandbox into out (a binary file object);
@@ -661,6 +663,21 @@ class Files:
 TRANSFER_CHUNK = 1 << 20
 
 
+def _write_args(data, mode, user, parents, append):
+    """(source, length, query) of a Files.write (sync and asyncio; an
+    async iterable of chunks is the asyncio one's: length None)."""
+    if isinstance(data, str):
+        data = data.encode()
+    q = {"mode": None if mode is None else "%o" % mode, "user": user,
+         "parents": None if parents else "0", "append": "1" if append else None}
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data)
+        return _chunks_of_bytes(data), len(data), q
+    if hasattr(data, "__aiter__"):
+        return data, None, q
+    return _file_source(data) + (q,)
+
+
 def _chunks_of_bytes(data):
     """A bytes body as the file-like source Client.upload sends."""
     return io.BytesIO(data)
@@ -714,6 +731,16 @@ class _QueueWriter:
         return len(b)
 
 
+def _tar_entries(local_dir):
+    """(path, name in the archive) of everything under local_dir, in the
+    order its tar lists them (sync and asyncio upload)."""
+    for root, dirs, files in os.walk(local_dir):
+        dirs.sort()
+        for name in dirs + sorted(files):
+            full = os.path.join(root, name)
+            yield full, os.path.relpath(full, local_dir)
+
+
 def _tar_chunks(local_dir):
     """The tree at local_dir as a tar stream, in chunks: a generator fed by
     a thread that runs tarfile, at most a few chunks ahead (bounded
@@ -728,13 +755,10 @@ def _tar_chunks(local_dir):
         try:
             with tarfile.open(fileobj=_QueueWriter(q), mode="w|", format=tarfile.PAX_FORMAT,
                               bufsize=TRANSFER_CHUNK) as tf:
-                for root, dirs, files in os.walk(local_dir):
-                    dirs.sort()
-                    for name in dirs + sorted(files):
-                        if stop.is_set():
-                            return
-                        full = os.path.join(root, name)
-                        tf.add(full, arcname=os.path.relpath(full, local_dir), recursive=False)
+                for full, arcname in _tar_entries(local_dir):
+                    if stop.is_set():
+                        return
+                    tf.add(full, arcname=arcname, recursive=False)
             q.put(done)
         except BaseException as e:  # handed to the consumer
             q.put(e)
@@ -765,43 +789,69 @@ def _inside(base, path):
 def _extract(tf, local_dir):
     """Extracts a stream-mode tarfile under local_dir, member by member,
     never writing through a symlink nor outside local_dir."""
-    base = os.path.realpath(local_dir)
-    count, dirs = 0, []
+    x = _Extractor(local_dir)
     for m in tf:
+        dst = x.place(m)
+        if dst is not None:
+            with tf.extractfile(m) as src, open(dst, "xb") as out:
+                shutil.copyfileobj(src, out, TRANSFER_CHUNK)
+            x.wrote(dst, m)
+    return x.finish()
+
+
+class _Extractor:
+    """Puts the members of a tar stream under local_dir, never through a
+    symlink nor outside it (for the sync and the asyncio download, which
+    write a regular file's data themselves). A symlink already at a
+    member's path (one an earlier member made, to a directory too) is
+    replaced, never followed."""
+
+    def __init__(self, local_dir):
+        self._dir = local_dir
+        self._base = os.path.realpath(local_dir)
+        self._count, self._dirs = 0, []
+
+    def place(self, m):
+        """Makes member m but a regular file's data; returns the path that
+        data goes to (the caller creates it with mode "xb", then calls
+        wrote), or None."""
+        base = self._base
         dst = os.path.join(base, m.name.lstrip("/"))
         parent = os.path.realpath(os.path.dirname(dst))
         dst = os.path.join(parent, os.path.basename(dst))
         if not _inside(base, parent) or ".." in m.name.split("/"):
-            raise errors.InvalidRequest("archive member %r leaves %s" % (m.name, local_dir))
+            raise errors.InvalidRequest("archive member %r leaves %s" % (m.name, self._dir))
         os.makedirs(parent, exist_ok=True)
         if os.path.lexists(dst) and not _real_dir(dst):
             os.unlink(dst)  # a symlink (to a directory too) is replaced, never followed
         if m.isdir():
             if not os.path.lexists(dst):
                 os.mkdir(dst)
-            dirs.append((dst, m))
-            continue
+            self._dirs.append((dst, m))
+            return None
         if m.isfile():
-            with tf.extractfile(m) as src, open(dst, "xb") as out:
-                shutil.copyfileobj(src, out, TRANSFER_CHUNK)
-                out.flush()
-                _set_meta_fd(out.fileno(), m)
-            count += 1
-            continue
-        elif m.issym():
+            return dst
+        if m.issym():
             os.symlink(m.linkname, dst)
+            _set_meta(dst, m)
         elif m.islnk():
             target = os.path.realpath(os.path.join(base, m.linkname))
             if not _inside(base, target) or ".." in m.linkname.split("/"):
-                raise errors.InvalidRequest("archive link %r leaves %s" % (m.linkname, local_dir))
+                raise errors.InvalidRequest("archive link %r leaves %s" % (m.linkname,
+                                                                           self._dir))
             os.link(target, dst, follow_symlinks=False)
-            continue
-        else:
-            continue  # devices, FIFOs
+        return None  # devices, FIFOs: skipped
+
+    def wrote(self, dst, m):
+        """The data of the regular file m is in dst."""
+        self._count += 1
         _set_meta(dst, m)
-    for d, m in reversed(dirs):
-        _set_meta(d, m)
-    return count
+
+    def finish(self):
+        """Sets the directories' modes and times; returns the files written."""
+        for d, m in reversed(self._dirs):
+            _set_meta(d, m)
+        return self._count
 
 
 def _real_dir(path):
@@ -811,7 +861,7 @@ def _real_dir(path):
 
 def _set_meta(path, m):
     """Owner, mode and times of member m on path, never through a symlink:
-    a directory is opened with O_NOFOLLOW and changed through its fd."""
+    a file or directory is opened with O_NOFOLLOW and changed through its fd."""
     if m.issym():
         if os.geteuid() == 0:
             os.chown(path, m.uid, m.gid, follow_symlinks=False)
@@ -955,11 +1005,8 @@ class Sandbox:
         the command started (container backend; ``timeout`` still applies:
         give a long one to a server)."""
         if background:
-            if stdin is not None and not isinstance(stdin, (bytes, str)):
-                raise ValueError("a background exec takes stdin as bytes or str only")
-            body = _exec_body(cmd, python, env, cwd, user, stdin, timeout, output_cap)
-            body["background"] = True
-            r = self._call("POST", "exec", body=body)
+            r = self._call("POST", "exec", body=_background_body(
+                cmd, python, env, cwd, user, stdin, timeout, output_cap))
             return BackgroundExec(self, r["exec_id"], r.get("pid"))
         if stdin is PIPE:
             raise ValueError("exec() cannot take strata.PIPE: nobody would write it; "
@@ -1071,6 +1118,11 @@ def capabilities(backend=None, *, socket=None, url=None, token=None, timeout=DEF
     or the dict of one backend."""
     r = Client(socket=socket, url=url, token=token).call("GET", "/v1/capabilities",
                                                          timeout=timeout)
+    return _capabilities_of(r, backend)
+
+
+def _capabilities_of(r, backend):
+    """What GET /v1/capabilities answered (r) says of backend (None: all)."""
     caps = r["backends"]
     if backend is None:
         return caps
