@@ -756,6 +756,8 @@ int cmd_admin(int argc, char **argv)
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 1;
 	}
+	if (cli_key_setup(VERB, o.key, o.home) < 0)
+		return 1;
 	struct meta_client *mc = meta_client_new(addr, "strata-admin", NULL);
 	if (!mc) {
 		cli_err(VERB, "out of memory");

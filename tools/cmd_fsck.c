@@ -807,6 +807,8 @@ int cmd_fsck(int argc, char **argv)
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 2;
 	}
+	if (cli_key_setup(VERB, o.key, o.home) < 0)
+		return 2;
 	/* a check of a large namespace takes a while: a long per-call timeout */
 	struct rpc_client_opts ro = {.timeout_ms = 600000};
 	k.mc = meta_client_new(addr, "strata-fsck", &ro);

@@ -142,9 +142,11 @@ cluster_load_env() {
 		case "$line" in
 		STRATA_META=*) STRATA_META=${line#STRATA_META=} ;;
 		STRATA_MOUNT=*) MNT=${line#STRATA_MOUNT=} ;;
+		STRATA_KEY=*) STRATA_KEY=${line#STRATA_KEY=} ;;
 		esac
 	done <"$STRATA_HOME/cluster.env"
-	export STRATA_META
+	# daemons a test starts by hand prove the home's key (fs/rpc_auth.h)
+	export STRATA_META STRATA_KEY
 }
 
 # `strata up` (again) on the test's home; ARGS go to strata up.
