@@ -14,8 +14,8 @@
  *  3. A reply is read with as few syscalls as the transport allows: header
  *     and payload in one receive into the caller's buffer when they fit.
  *  4. WIRE_F_DATA frames go only over a connection whose peer answered with
- *     minor >= 1: the first call on a new connection is a plain frame (a
- *     restarted peer may be older).
+ *     minor >= 1 (its handshake challenge already says which minor it
+ *     speaks).
  *  5. A new connection carries no request before the server proved it holds
  *     the cluster key (rpc_auth.h); the first request follows the client's
  *     proof without waiting (the server answers nothing when it holds).
@@ -255,8 +255,9 @@ static int recv_auth_frame(struct rpc_client *c, struct transport_conn *tc, int 
  * HELLO, the server's challenge checked, PROOF sent. Returns 0, -ENOKEY,
  * -EKEYREJECTED (the server does not hold our key), the server's refusal,
  * or a transport error. */
-static int handshake(struct rpc_client *c, struct transport_conn *tc)
+static int handshake(struct rpc_client *c, struct pconn *pc)
 {
+	struct transport_conn *tc = pc->tc;
 	if (!c->opts.cred)
 		return -ENOKEY;
 	struct rpc_auth_client a;
@@ -276,6 +277,8 @@ static int handshake(struct rpc_client *c, struct transport_conn *tc)
 	wbuf_reset(&out);
 	if (r == 0)
 		r = rpc_auth_client_challenge(&a, &h, payload, &out, &why);
+	if (r == 0)
+		pc->minor = h.minor; /* the first request may use what it speaks */
 	if (r == 0) {
 		v = (struct iovec){.iov_base = out.data, .iov_len = out.len};
 		r = out.err ? out.err : c->tops->sendv(tc, &v, 1, timeout);
@@ -295,13 +298,13 @@ static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *io
 	if (!pc) {
 		pc = malloc(sizeof(*pc));
 		r = pc ? c->tops->dial(c->addr, c->opts.connect_timeout_ms, &pc->tc) : -ENOMEM;
-		if (r == 0 && (r = handshake(c, pc->tc)) < 0)
+		if (pc)
+			pc->minor = -1;
+		if (r == 0 && (r = handshake(c, pc)) < 0)
 			c->tops->close(pc->tc);
 		if (r < 0) {
 			free(pc);
 			pc = NULL;
-		} else {
-			pc->minor = -1;
 		}
 	}
 	if (r < 0) {

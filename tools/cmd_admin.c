@@ -55,7 +55,7 @@ static const char *state_name(uint8_t s)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--json] "
+	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--key FILE] [--json] "
 		   "nodes|targets|chains|usage|verify [--deep]\n"
 		   "       strata admin [...] layout get PATH\n"
 		   "       strata admin [...] layout set PATH [--replicas N] [--chunk-size S]\n"

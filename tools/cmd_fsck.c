@@ -91,7 +91,7 @@ struct fsck {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: strata fsck [--home DIR | --meta HOST:PORT] [--repair] [--deep] [--json]\n"
+		"Usage: strata fsck [--home DIR | --meta HOST:PORT] [--key FILE] [--repair] [--deep] [--json]\n"
 		"\n"
 		"Checks a running cluster while it keeps serving:\n"
 		"  the namespace in strata-meta (dentries, inodes, nlink, orphans, sessions,\n"
