@@ -88,8 +88,8 @@ typedef bool (*rpc_may_fn)(uint8_t role, uint16_t type);
  * named constant so that tests can prove it holds. */
 #define RPC_MAX_CONNS 1024	    /* authenticated connections, default max_conns */
 #define RPC_PEER_MAX_CONNS 512	    /* authenticated connections from one address */
-#define RPC_HANDSHAKE_MAX_CONNS 128 /* connections still in their handshake */
-#define RPC_HANDSHAKE_PEER_MAX 32   /* ... from one address */
+#define RPC_HANDSHAKE_MAX_CONNS 512 /* connections still in their handshake */
+#define RPC_HANDSHAKE_PEER_MAX 128  /* ... from one address (a client dials in bursts) */
 #define RPC_HANDSHAKE_TIMEOUT_MS 5000
 #define RPC_FRAME_TIMEOUT_MS 30000    /* a frame begun must be complete within this */
 #define RPC_IDLE_TIMEOUT_MS 300000    /* an authenticated connection with nothing to do */

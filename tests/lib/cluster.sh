@@ -13,7 +13,8 @@
 # KEEP_HOME=1 keeps the temp dir for a post-mortem.
 #
 # Exposes: STRATA_HOME (exported, so `strata` finds the cluster), MNT (the
-# mount), STRATA_META (meta's host:port), CLUSTER_TMP (the temp dir holding
+# mount), STRATA_META (meta's host:port), STRATA_KEY (exported: the home's
+# cluster key, for daemons a test starts by hand), CLUSTER_TMP (the temp dir holding
 # the home), STRATA (path of the strata binary).
 
 set -u
