@@ -1,7 +1,12 @@
 /* main.c — strata-chunkserver: serves the chunks of one or more targets.
  *
  *   strata-chunkserver --listen HOST:PORT --meta HOST:PORT --target DIR [--target DIR]...
- *                      [--addr-file F] [--log-level L] [--workers N] [--fwd-workers N]
+ *                      [--key FILE] [--addr-file F] [--log-level L] [--workers N]
+ *                      [--fwd-workers N]
+ *
+ * Every connection, in and out, proves the cluster key (--key, else
+ * $STRATA_KEY; fs/rpc_auth.h); this daemon's own calls state the role
+ * chunkserver, and requests it serves are checked with rpc_role_may.
  *
  * Start-up: open every target (lock it, clean crash leftovers), start the RPC
  * server, register with strata-meta (retrying while it comes up) under the
@@ -54,7 +59,7 @@ struct dtarget {
 };
 
 struct daemon {
-	const char *listen, *meta, *addr_file;
+	const char *listen, *meta, *addr_file, *key;
 	int ntargets;
 	struct dtarget t[CS_MAX_TARGETS];
 	struct cs_target svc_targets[CS_MAX_TARGETS];
@@ -73,8 +78,10 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: strata-chunkserver --listen HOST:PORT --meta HOST:PORT --target DIR "
 		   "[--target DIR]...\n"
-		   "                          [--addr-file F] [--log-level error|warn|info|debug]\n"
-		   "                          [--workers N] [--fwd-workers N]\n");
+		   "                          [--key FILE] [--addr-file F] "
+		   "[--log-level error|warn|info|debug]\n"
+		   "                          [--workers N] [--fwd-workers N]\n"
+		   "  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n");
 }
 
 /* Returns 0, 1 after --help, or -EINVAL (message printed). */
@@ -89,6 +96,7 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 	    {"help", no_argument, NULL, 'h'},
 	    {"workers", required_argument, NULL, 'w'},
 	    {"fwd-workers", required_argument, NULL, 'f'},
+	    {"key", required_argument, NULL, 'k'},
 	    {0},
 	};
 	int c;
@@ -102,6 +110,9 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 			break;
 		case 'a':
 			d->addr_file = optarg;
+			break;
+		case 'k':
+			d->key = optarg;
 			break;
 		case 't':
 			if (d->ntargets == CS_MAX_TARGETS) {
@@ -340,7 +351,8 @@ static int start(struct daemon *d)
 				     .listen = d->listen,
 				     .workers = d->workers,
 				     .handler = cs_handle,
-				     .ctx = &d->svc};
+				     .ctx = &d->svc,
+				     .may = rpc_role_may};
 	if (d->fwd_workers) { /* invariant of cs_pool_of: no pool waits on itself */
 		so.npools = CS_NPOOLS;
 		so.pool_of = cs_pool_of;
@@ -393,6 +405,8 @@ int main(int argc, char **argv)
 		return r > 0 ? 0 : 2;
 	log_init("strata-chunkserver", level);
 	daemon_raise_fd_limit();
+	if (daemon_load_key(d.key, RPC_ROLE_CHUNKSERVER) < 0)
+		return 1;
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&d.sigs);
 	sigaddset(&d.sigs, SIGTERM);

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include "fs/log.h"
+#include "fs/rpc_auth.h"
 
 void daemon_raise_fd_limit(void)
 {
@@ -16,4 +17,13 @@ void daemon_raise_fd_limit(void)
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
 		log_warn_errno(-errno, "Failed to raise the open file limit to %llu",
 			       (unsigned long long)rl.rlim_max);
+}
+
+int daemon_load_key(const char *path, int role)
+{
+	struct strata_err e = {0};
+	int r = rpc_auth_setup(path, (uint8_t)role, &e);
+	if (r < 0)
+		log_error("%s", strata_err_msg(&e));
+	return r;
 }

@@ -53,4 +53,8 @@ enum strata_msg {
 	MSG_MGMT_REPORT,    /* "target T did not answer": meta probes it, fails its node */
 	MSG_MGMT_SYNC_DONE, /* resync progress / completion of a target on a chain */
 	MSG_MGMT_NODES,	    /* admin: nodes with lease ages, target details */
+
+	/* the handshake that opens every connection (fs/rpc_auth.h) */
+	MSG_AUTH_HELLO = 0x0400, /* role, client nonce; answered by the challenge */
+	MSG_AUTH_PROOF,		 /* the client's MAC */
 };

@@ -17,13 +17,21 @@
  * transport error the connection is dropped; the next call reconnects.
  * Calls marked idempotent are retried once on a fresh connection.
  *
+ * Every connection opens with the handshake of rpc_auth.h: the client and
+ * the server prove that they hold the cluster key, and the client states
+ * its role, which the server checks each request against
+ * (rpc_server_opts.may).
+ *
  * Errors are negative errno: -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -EPROTO,
- * or the status the server's handler returned. */
+ * -ENOKEY (no cluster key configured), -EKEYREJECTED (the peer does not hold
+ * our key), -EPERM (our role may not send this request), or the status the
+ * server's handler returned. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include "fs/rpc_auth.h"
 #include "fs/wire.h"
 
 /* ---- transport interface: room for RDMA beside TCP ---------------------- */
@@ -53,6 +61,7 @@ struct rpc_peer {
 	uint64_t conn_id;
 	char addr[64]; /* remote "ip:port" */
 	uint8_t minor; /* peer's wire minor version */
+	uint8_t role;  /* enum rpc_role the peer proved in the handshake */
 	/* The request being handled, if its frame carried WIRE_F_DATA: where
 	 * its bulk data lies in the payload (data == NULL otherwise), the data
 	 * hash and piece sums computed while verifying it (wire.h). */
@@ -71,12 +80,29 @@ typedef int (*rpc_handler_fn)(void *ctx, uint16_t type, struct rbuf *req, struct
  * on the thread that read the frame, once per request; must not block.
  * Returns 0..npools-1; anything else counts as 0. */
 typedef int (*rpc_pool_fn)(void *ctx, uint16_t type, const uint8_t *payload, size_t len);
+/* Whether a peer of role may send requests of type (rpc_role_may is the
+ * cluster's table). A refused request is answered -EPERM and logged. */
+typedef bool (*rpc_may_fn)(uint8_t role, uint16_t type);
 #define RPC_MAX_POOLS 8
+/* Connection limits and deadlines of the server (rpc_server.c), each a
+ * named constant so that tests can prove it holds. */
+#define RPC_MAX_CONNS 1024	    /* authenticated connections, default max_conns */
+#define RPC_PEER_MAX_CONNS 512	    /* authenticated connections from one address */
+#define RPC_HANDSHAKE_MAX_CONNS 512 /* connections still in their handshake */
+#define RPC_HANDSHAKE_PEER_MAX 128  /* ... from one address (a client dials in bursts) */
+#define RPC_HANDSHAKE_TIMEOUT_MS 5000
+#define RPC_FRAME_TIMEOUT_MS 30000    /* a frame begun must be complete within this */
+#define RPC_IDLE_TIMEOUT_MS 300000    /* an authenticated connection with nothing to do */
+#define RPC_CLIENT_IDLE_MAX_MS 120000 /* a client reuses no connection idle longer */
 struct rpc_server_opts {
 	const char *name;   /* for logs, e.g. "meta" */
 	const char *listen; /* "host:port"; port 0 picks a free one */
 	int workers;	    /* worker threads (one pool); 0 = 4 */
-	int max_conns;	    /* 0 = 1024 */
+	int max_conns;	    /* authenticated connections; 0 = RPC_MAX_CONNS */
+	/* The cluster key clients must prove; NULL: the process credential's
+	 * (rpc_auth_default). Without either the server does not start. */
+	const struct rpc_key *key;
+	rpc_may_fn may; /* NULL: an authenticated peer may send anything */
 	rpc_handler_fn handler;
 	void *ctx;
 	/* Worker pools, if npools > 1 (workers is then ignored): pool i runs at
@@ -93,7 +119,7 @@ struct rpc_server_opts {
 	rpc_pool_fn pool_of;
 };
 /* Binds and starts the workers (rpc_server.c). Returns 0 and *ret (owned by the
- * caller, release with rpc_server_free), or -errno. */
+ * caller, release with rpc_server_free), -ENOKEY without a key, or -errno. */
 int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret);
 /* The bound port (useful with port 0). */
 uint16_t rpc_server_port(const struct rpc_server *s);
@@ -101,6 +127,8 @@ uint16_t rpc_server_port(const struct rpc_server *s);
 void rpc_server_free(struct rpc_server *s);
 /* Counters for tests: frames rejected as malformed since start. */
 uint64_t rpc_server_rejected(const struct rpc_server *s);
+/* Connections now open: authenticated ones and those in the handshake. */
+void rpc_server_conns(struct rpc_server *s, int *ret_authed, int *ret_handshake);
 /* Counters of one pool since start (with npools > 1; a server without
  * pools reports zeros for its pool 0). */
 struct rpc_pool_stats {
@@ -118,6 +146,9 @@ struct rpc_client_opts {
 	int timeout_ms;		/* per call; 0 = 10000 */
 	int connect_timeout_ms; /* 0 = 2000 */
 	int max_conns;		/* pooled connections; 0 = 16 */
+	/* Key and role this client proves; NULL: the process credential
+	 * (rpc_auth_default). Without either every call fails -ENOKEY. */
+	const struct rpc_cred *cred;
 };
 /* Returns a client for addr (no connection is made yet), or NULL on ENOMEM.
  * opts may be NULL. Release with rpc_client_free. */

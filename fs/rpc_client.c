@@ -14,9 +14,17 @@
  *  3. A reply is read with as few syscalls as the transport allows: header
  *     and payload in one receive into the caller's buffer when they fit.
  *  4. WIRE_F_DATA frames go only over a connection whose peer answered with
- *     minor >= 1: the first call on a new connection is a plain frame (a
- *     restarted peer may be older). */
+ *     minor >= 1 (its handshake challenge already says which minor it
+ *     speaks).
+ *  5. A new connection carries no request before the server proved it holds
+ *     the cluster key (rpc_auth.h); the first request follows the client's
+ *     proof without waiting (the server answers nothing when it holds).
+ *  6. A connection idle for RPC_CLIENT_IDLE_MAX_MS is not reused: the server
+ *     closes idle ones after RPC_IDLE_TIMEOUT_MS, and a request must never
+ *     race that close. */
 #include "fs/rpc.h"
+#include "fs/clock.h"
+#include "fs/proto.h"
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -30,7 +38,8 @@
 /* A pooled connection and what its peer told us. */
 struct pconn {
 	struct transport_conn *tc;
-	int minor; /* the peer's wire minor from its last reply; -1: none yet */
+	int minor;	 /* the peer's wire minor from its last reply; -1: none yet */
+	int64_t idle_ms; /* when it went back to the pool (strata_mono_ms) */
 };
 
 struct rpc_client {
@@ -63,6 +72,8 @@ struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts
 		free(c);
 		return NULL;
 	}
+	if (!c->opts.cred)
+		c->opts.cred = rpc_auth_default();
 	c->tops = &transport_tcp;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -98,7 +109,8 @@ static int pool_get(struct rpc_client *c, struct pconn **ret)
 	for (;;) {
 		while (c->nidle > 0) {
 			struct pconn *pc = c->idle[--c->nidle];
-			if (!c->tops->hung_up(pc->tc)) {
+			if (strata_mono_ms() - pc->idle_ms < RPC_CLIENT_IDLE_MAX_MS &&
+			    !c->tops->hung_up(pc->tc)) {
 				pthread_mutex_unlock(&c->lock);
 				*ret = pc;
 				return 0;
@@ -121,6 +133,7 @@ static void pool_put(struct rpc_client *c, struct pconn *pc, bool healthy)
 {
 	pthread_mutex_lock(&c->lock);
 	if (healthy && pc) {
+		pc->idle_ms = strata_mono_ms();
 		c->idle[c->nidle++] = pc;
 	} else {
 		if (pc) {
@@ -181,8 +194,15 @@ static int recv_reply(struct rpc_client *c, struct pconn *pc, uint64_t req_id, u
 		got = (size_t)n - WIRE_HDR_SIZE;
 	if (r < 0)
 		return r;
-	if (wire_hdr_decode(hdr, &h, NULL) < 0 || !(h.flags & WIRE_F_REPLY) || h.req_id != req_id ||
-	    h.type != type || got > h.payload_len)
+	if (wire_hdr_decode(hdr, &h, NULL) < 0 || !(h.flags & WIRE_F_REPLY))
+		return -EPROTO;
+	/* the server refused the handshake's proof (invariant 5): the request
+	 * behind it was not run */
+	if (h.type == MSG_AUTH_PROOF && h.status < 0 && h.payload_len == 0)
+		return h.status == -EKEYREJECTED || h.status == -EAGAIN || h.status == -EPERM
+			   ? h.status
+			   : -EPROTO;
+	if (h.req_id != req_id || h.type != type || got > h.payload_len)
 		return -EPROTO;
 	uint8_t *dst = payload_dst(reply, h.payload_len, iov[1].iov_base, got);
 	if (!dst)
@@ -216,6 +236,57 @@ static void seal(struct pconn *pc, struct wire_hdr *h, const struct iovec *iov, 
 	}
 }
 
+/* Receives one handshake frame (a small reply) into hdr/h/payload. */
+static int recv_auth_frame(struct rpc_client *c, struct transport_conn *tc, int timeout_ms,
+			   struct wire_hdr *h, uint8_t payload[RPC_AUTH_MAX_PAYLOAD])
+{
+	uint8_t hdr[WIRE_HDR_SIZE];
+	int r = c->tops->recv_exact(tc, hdr, sizeof(hdr), timeout_ms);
+	if (r < 0)
+		return r;
+	if (wire_hdr_decode(hdr, h, NULL) < 0 || h->payload_len > RPC_AUTH_MAX_PAYLOAD)
+		return -EPROTO;
+	if ((r = c->tops->recv_exact(tc, payload, h->payload_len, timeout_ms)) < 0)
+		return r;
+	return wire_payload_verify(hdr, h, payload) < 0 ? -EPROTO : 0;
+}
+
+/* The client's half of the handshake on a new connection (rpc_auth.h):
+ * HELLO, the server's challenge checked, PROOF sent. Returns 0, -ENOKEY,
+ * -EKEYREJECTED (the server does not hold our key), the server's refusal,
+ * or a transport error. */
+static int handshake(struct rpc_client *c, struct pconn *pc)
+{
+	struct transport_conn *tc = pc->tc;
+	if (!c->opts.cred)
+		return -ENOKEY;
+	struct rpc_auth_client a;
+	struct wbuf out;
+	wbuf_init(&out);
+	rpc_auth_client_hello(&a, c->opts.cred, &out);
+	int timeout = c->opts.connect_timeout_ms > RPC_HANDSHAKE_TIMEOUT_MS / 2
+			  ? c->opts.connect_timeout_ms
+			  : RPC_HANDSHAKE_TIMEOUT_MS / 2;
+	struct iovec v = {.iov_base = out.data, .iov_len = out.len};
+	int r = out.err ? out.err : c->tops->sendv(tc, &v, 1, timeout);
+	struct wire_hdr h;
+	uint8_t payload[RPC_AUTH_MAX_PAYLOAD];
+	if (r == 0)
+		r = recv_auth_frame(c, tc, timeout, &h, payload);
+	const char *why;
+	wbuf_reset(&out);
+	if (r == 0)
+		r = rpc_auth_client_challenge(&a, &h, payload, &out, &why);
+	if (r == 0)
+		pc->minor = h.minor; /* the first request may use what it speaks */
+	if (r == 0) {
+		v = (struct iovec){.iov_base = out.data, .iov_len = out.len};
+		r = out.err ? out.err : c->tops->sendv(tc, &v, 1, timeout);
+	}
+	wbuf_done(&out);
+	return r;
+}
+
 /* One attempt. *transport_failed tells the caller whether a retry may help.
  * iov[0..iovcnt) is the whole payload; with data, its last entry is the data. */
 static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *iov, int iovcnt,
@@ -227,16 +298,19 @@ static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *io
 	if (!pc) {
 		pc = malloc(sizeof(*pc));
 		r = pc ? c->tops->dial(c->addr, c->opts.connect_timeout_ms, &pc->tc) : -ENOMEM;
+		if (pc)
+			pc->minor = -1;
+		if (r == 0 && (r = handshake(c, pc)) < 0)
+			c->tops->close(pc->tc);
 		if (r < 0) {
 			free(pc);
 			pc = NULL;
-		} else {
-			pc->minor = -1;
 		}
 	}
 	if (r < 0) {
 		pool_put(c, NULL, false);
-		*transport_failed = true;
+		/* a refused key or role is an answer: a retry would get the same */
+		*transport_failed = r != -ENOKEY && r != -EKEYREJECTED && r != -EPERM;
 		return r;
 	}
 	uint64_t req_id = atomic_fetch_add(&c->next_req_id, 1);

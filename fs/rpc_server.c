@@ -38,7 +38,30 @@
  *     pools (on this server or another) therefore never waits for a thread,
  *     whatever the handlers of p itself or of unrelated pools do.
  *  5. A queued request holds its connection un-armed; a pool's queue holds
- *     at most pool_queue requests: the next is answered -EAGAIN (busy). */
+ *     at most pool_queue requests: the next is answered -EAGAIN (busy).
+ *
+ * Authentication and limits (rpc_auth.h, the RPC_* limits of rpc.h):
+ *  6. A connection runs no handler before its handshake is complete; until
+ *     then it may send frames of at most RPC_AUTH_MAX_PAYLOAD bytes, and it
+ *     must finish within RPC_HANDSHAKE_TIMEOUT_MS of its accept.
+ *  7. Connections in their handshake are capped apart from authenticated
+ *     ones (RPC_HANDSHAKE_MAX_CONNS, RPC_HANDSHAKE_PEER_MAX per address): a
+ *     new one beyond a cap closes the oldest handshaking one (of the same
+ *     address for the per-address cap), so that a flood of idle sockets
+ *     never locks out a client who completes its handshake in time.
+ *     Authenticated connections are capped at max_conns and at
+ *     RPC_PEER_MAX_CONNS per address; beyond, the handshake is refused with
+ *     -EAGAIN.
+ *  8. Every connection has a deadline by which it must progress (its
+ *     phase): the handshake's, a begun frame's (RPC_FRAME_TIMEOUT_MS) or
+ *     the idle one (RPC_IDLE_TIMEOUT_MS); none while its request runs. A
+ *     sweep every RPC_SWEEP_MS shuts down the expired ones (their owner sees
+ *     the hang-up and frees them: invariant 1 holds).
+ *  9. A payload's memory grows with the bytes that arrived (at most
+ *     RPC_PAYLOAD_GROWTH times them, from RPC_PAYLOAD_FIRST), not with the
+ *     length a header announces.
+ * 10. A request the peer's role may not send (opts.may) is answered -EPERM
+ *     without running its handler. */
 #include "fs/rpc.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,11 +74,27 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 #include "fs/cleanup.h"
+#include "fs/clock.h"
 #include "fs/log.h"
+#include "fs/proto.h"
 
 #define RPC_SEND_TIMEOUT_MS 30000
+#define RPC_SWEEP_MS 1000	      /* how often deadlines are checked (invariant 8) */
+#define RPC_PAYLOAD_FIRST (64u << 10) /* a payload's first allocation (invariant 9) */
+#define RPC_PAYLOAD_GROWTH 4	      /* then it grows by this factor as bytes arrive */
+#define RPC_LOG_INTERVAL_MS 1000      /* at most one line per interval for floods */
+
+/* What a connection is doing, for its deadline (invariant 8). */
+enum conn_phase { PHASE_HANDSHAKE, PHASE_FRAME, PHASE_BUSY, PHASE_IDLE };
+static const char *const phase_names[] = {
+    [PHASE_HANDSHAKE] = "no handshake within the deadline",
+    [PHASE_FRAME] = "frame not completed within the deadline",
+    [PHASE_BUSY] = "busy",
+    [PHASE_IDLE] = "idle",
+};
 
 int tcp_sendv_fd(int fd, const struct iovec *iov, int iovcnt, int timeout_ms);
 void tcp_tune_socket(int fd);
@@ -64,6 +103,12 @@ struct rpc_conn {
 	int fd;
 	_Atomic int refs;
 	_Atomic bool dead;
+	_Atomic bool doomed; /* shut down by the sweep or an eviction: closes quietly */
+	_Atomic bool authed; /* handshake complete (owner writes, under conns_lock) */
+	_Atomic int phase;   /* enum conn_phase */
+	_Atomic int64_t deadline_ms;
+	struct rpc_auth_server auth;
+	char ip[48]; /* the peer's address without port: per-address caps */
 	struct rpc_peer peer;
 	struct rpc_conn *prev, *next; /* registered connections; conns_lock */
 	pthread_mutex_t write_lock;
@@ -72,7 +117,7 @@ struct rpc_conn {
 	size_t hdr_got;
 	struct wire_hdr h;
 	uint8_t *payload;
-	size_t payload_got;
+	size_t payload_got, payload_cap;
 	uint64_t sums[WIRE_MAX_PIECES]; /* piece sums of a WIRE_F_DATA frame */
 	/* a request waiting in a pool's queue (pool_lock) */
 	struct rpc_conn *qnext;
@@ -89,14 +134,19 @@ struct rpc_pool {
 struct rpc_server {
 	struct rpc_server_opts opts;
 	char name[32];
-	int listen_fd, epoll_fd, wake_fd;
+	int listen_fd, epoll_fd, wake_fd, timer_fd;
+	struct rpc_key key;
+	_Atomic bool accept_paused; /* EMFILE: the listener is out of the epoll set */
+	_Atomic int64_t log_next_ms;
+	_Atomic uint64_t log_suppressed;
 	uint16_t port;
 	pthread_t *workers;
 	int nworkers;
 	_Atomic bool stopping;
 	_Atomic uint64_t rejected;
 	pthread_mutex_t conns_lock;
-	int nconns;		/* conns_lock */
+	int nconns;		/* conns_lock: all listed connections */
+	int nauthed;		/* conns_lock: of those, authenticated */
 	uint64_t next_conn_id;	/* conns_lock */
 	struct rpc_conn *conns; /* registered connections; conns_lock */
 	int npools;		/* > 1: requests run in pools (invariant 4) */
@@ -125,6 +175,8 @@ static void conn_unlist(struct rpc_server *s, struct rpc_conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	s->nconns--;
+	if (c->authed)
+		s->nauthed--;
 	pthread_mutex_unlock(&s->conns_lock);
 }
 
@@ -140,17 +192,45 @@ static void conn_kill(struct rpc_server *s, struct rpc_conn *c)
 	conn_unref(c);
 }
 
+/* True at most once per RPC_LOG_INTERVAL_MS: lines about what peers do are
+ * rate-limited, so that a flood cannot fill the disk with the log. Fills
+ * note with how many lines were dropped before this one ("" if none). */
+static bool log_allowed(struct rpc_server *s, char note[48])
+{
+	int64_t now = strata_mono_ms(), next = s->log_next_ms;
+	if (now < next ||
+	    !atomic_compare_exchange_strong(&s->log_next_ms, &next, now + RPC_LOG_INTERVAL_MS)) {
+		s->log_suppressed++;
+		return false;
+	}
+	uint64_t n = atomic_exchange(&s->log_suppressed, 0);
+	note[0] = 0;
+	if (n)
+		snprintf(note, 48, " (%llu similar lines suppressed)", (unsigned long long)n);
+	return true;
+}
+
 static void conn_reject(struct rpc_server *s, struct rpc_conn *c, const char *why)
 {
 	s->rejected++;
-	log_warn("%s: closing connection %llu from %s: %s", s->name,
-		 (unsigned long long)c->peer.conn_id, c->peer.addr, why);
+	char note[48];
+	if (log_allowed(s, note))
+		log_warn("%s: closing connection %llu from %s: %s%s", s->name,
+			 (unsigned long long)c->peer.conn_id, c->peer.addr, why, note);
 	conn_kill(s, c);
+}
+
+static void conn_set_deadline(struct rpc_conn *c, enum conn_phase phase, int64_t ms)
+{
+	c->phase = phase;
+	c->deadline_ms = ms == INT64_MAX ? INT64_MAX : strata_mono_ms() + ms;
 }
 
 /* Hands the connection back to the epoll set (its owner's last act). */
 static void conn_rearm(struct rpc_server *s, struct rpc_conn *c)
 {
+	if (c->authed && c->hdr_got == 0)
+		conn_set_deadline(c, PHASE_IDLE, RPC_IDLE_TIMEOUT_MS);
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
 	if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
 		conn_kill(s, c);
@@ -175,10 +255,42 @@ static void send_reply(struct rpc_server *s, struct rpc_conn *c, const struct wi
 		shutdown(c->fd, SHUT_RDWR); /* the next wake-up sees the hang-up and drops it */
 }
 
+/* Sends bytes already framed (handshake answers, refusals). */
+static int send_raw(struct rpc_conn *c, const struct wbuf *b)
+{
+	if (b->err)
+		return b->err;
+	if (!b->len)
+		return 0;
+	struct iovec iov = {.iov_base = b->data, .iov_len = b->len};
+	pthread_mutex_lock(&c->write_lock);
+	int r = c->dead ? -ECONNRESET : tcp_sendv_fd(c->fd, &iov, 1, RPC_HANDSHAKE_TIMEOUT_MS);
+	pthread_mutex_unlock(&c->write_lock);
+	return r;
+}
+
+/* Invariant 10: whether the peer's role may send this request. */
+static bool role_may(struct rpc_server *s, struct rpc_conn *c, const struct wire_hdr *h)
+{
+	if (!s->opts.may || s->opts.may(c->peer.role, h->type))
+		return true;
+	char note[48];
+	if (log_allowed(s, note))
+		log_warn("%s: refused request 0x%04x from %s: role %s may not send it%s", s->name,
+			 h->type, c->peer.addr, rpc_role_name(c->peer.role), note);
+	return false;
+}
+
 /* Runs the handler on the frame (payload taken from c) and replies. */
 static void run_frame(struct rpc_server *s, struct rpc_conn *c, const struct wire_hdr *h,
 		      uint8_t *payload, struct wbuf *reply)
 {
+	if (!role_may(s, c, h)) {
+		wbuf_reset(reply);
+		send_reply(s, c, h, -EPERM, reply);
+		free(payload);
+		return;
+	}
 	struct rbuf req;
 	rbuf_init(&req, payload, h->payload_len);
 	wbuf_reset(reply);
@@ -275,6 +387,72 @@ static void pool_drain(struct rpc_server *s, int p, struct wbuf *reply)
 	}
 }
 
+/* Invariant 7 at the end of a handshake: admits c among the authenticated
+ * connections if the caps allow. Returns 0, or -EAGAIN (over a cap). */
+static int conn_admit(struct rpc_server *s, struct rpc_conn *c, const char **why)
+{
+	int r = 0, same = 0;
+	pthread_mutex_lock(&s->conns_lock);
+	for (struct rpc_conn *o = s->conns; o; o = o->next)
+		same += o->authed && !o->doomed && strcmp(o->ip, c->ip) == 0;
+	if (s->nauthed >= s->opts.max_conns) {
+		r = -EAGAIN;
+		*why = "authenticated connections at their limit (max_conns)";
+	} else if (same >= RPC_PEER_MAX_CONNS) {
+		r = -EAGAIN;
+		*why = "authenticated connections of this address at their limit "
+		       "(RPC_PEER_MAX_CONNS)";
+	} else {
+		c->authed = true;
+		s->nauthed++;
+	}
+	pthread_mutex_unlock(&s->conns_lock);
+	return r;
+}
+
+/* A whole handshake frame (invariant 6). Returns 0 (re-arm c) or -1 (c
+ * closed). */
+static int auth_frame(struct rpc_server *s, struct rpc_conn *c, const struct wire_hdr *h,
+		      const uint8_t *payload, struct wbuf *out)
+{
+	const char *why = NULL;
+	wbuf_reset(out);
+	int r = rpc_auth_server_frame(&c->auth, h, payload, out, &why);
+	if (r == 1) {
+		r = conn_admit(s, c, &why);
+		if (r == 0) {
+			c->peer.role = c->auth.role;
+			return 0;
+		}
+		rpc_auth_refusal(h, r, out);
+	}
+	int w = send_raw(c, out);
+	if (r < 0 || w < 0) {
+		conn_reject(s, c, r < 0 ? why : "cannot send the handshake's challenge");
+		return -1;
+	}
+	return 0;
+}
+
+/* A header that wire_hdr_decode refused: an older major gets an answer it
+ * understands before the connection closes. */
+static void header_refused(struct rpc_server *s, struct rpc_conn *c, int r, const char *why)
+{
+	if (r == -EPROTONOSUPPORT && le32_get(c->hdr) == WIRE_MAGIC && c->hdr[4] < WIRE_MAJOR) {
+		struct wbuf out;
+		wbuf_init(&out);
+		int major = rpc_auth_old_major_reply(c->hdr, &out);
+		send_raw(c, &out);
+		wbuf_done(&out);
+		char line[128];
+		snprintf(line, sizeof(line), "peer speaks wire %d, this is wire %d: upgrade it",
+			 major, WIRE_MAJOR);
+		conn_reject(s, c, line);
+		return;
+	}
+	conn_reject(s, c, why);
+}
+
 /* A whole frame has arrived on c: validate the checksum and handle it. A
  * WIRE_F_DATA frame's data hash and piece sums are kept for the handler
  * (rpc_peer.data*). Returns 0 (re-arm c), 1 (queued) or -1 (c closed). */
@@ -295,10 +473,31 @@ static int frame_complete(struct rpc_server *s, struct rpc_conn *c, struct wbuf 
 	c->payload = NULL;
 	c->hdr_got = 0;
 	c->payload_got = 0;
+	c->payload_cap = 0;
 	c->peer.minor = c->h.minor;
+	if (!c->authed) {
+		int r = auth_frame(s, c, &h, payload, reply);
+		free(payload);
+		return r;
+	}
+	conn_set_deadline(c, PHASE_BUSY, INT64_MAX);
 	if (s->npools > 1)
 		return pool_dispatch(s, c, &h, payload, reply, ret_held);
 	run_frame(s, c, &h, payload, reply);
+	return 0;
+}
+
+/* Invariant 9: the payload buffer is full but the frame is not: grow it. */
+static int payload_grow(struct rpc_conn *c)
+{
+	size_t cap = c->payload_cap * RPC_PAYLOAD_GROWTH;
+	if (cap > c->h.payload_len)
+		cap = c->h.payload_len;
+	uint8_t *p = realloc(c->payload, cap);
+	if (!p)
+		return -ENOMEM;
+	c->payload = p;
+	c->payload_cap = cap;
 	return 0;
 }
 
@@ -313,10 +512,12 @@ static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *repl
 			n = recv(c->fd, c->hdr + c->hdr_got, WIRE_HDR_SIZE - c->hdr_got, 0);
 		} else {
 			n = recv(c->fd, c->payload + c->payload_got,
-				 c->h.payload_len - c->payload_got, 0);
+				 c->payload_cap - c->payload_got, 0);
 		}
 		if (n == 0) {
-			if (c->hdr_got > 0)
+			if (c->doomed)
+				conn_kill(s, c); /* the sweep or an eviction, which logged */
+			else if (c->hdr_got > 0)
 				conn_reject(s, c, "connection closed inside a frame (truncated)");
 			else
 				conn_kill(s, c);
@@ -331,21 +532,38 @@ static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *repl
 			return -1;
 		}
 		if (c->hdr_got < WIRE_HDR_SIZE) {
+			if (c->hdr_got == 0 && c->authed)
+				conn_set_deadline(c, PHASE_FRAME, RPC_FRAME_TIMEOUT_MS);
 			c->hdr_got += n;
 			if (c->hdr_got < WIRE_HDR_SIZE)
 				continue;
 			const char *why = NULL;
-			if (wire_hdr_decode(c->hdr, &c->h, &why) < 0) {
-				conn_reject(s, c, why);
+			int r = wire_hdr_decode(c->hdr, &c->h, &why);
+			if (r < 0) {
+				header_refused(s, c, r, why);
 				return -1;
 			}
-			c->payload = malloc(c->h.payload_len ? c->h.payload_len : 1);
+			if (!c->authed && c->h.payload_len > RPC_AUTH_MAX_PAYLOAD) {
+				conn_reject(s, c,
+					    c->h.type == MSG_AUTH_HELLO
+						? "oversized handshake frame"
+						: "request before the handshake");
+				return -1;
+			}
+			c->payload_cap = c->h.payload_len < RPC_PAYLOAD_FIRST ? c->h.payload_len
+									      : RPC_PAYLOAD_FIRST;
+			c->payload = malloc(c->payload_cap ? c->payload_cap : 1);
 			if (!c->payload) {
 				conn_reject(s, c, "out of memory");
 				return -1;
 			}
 		} else {
 			c->payload_got += n;
+			if (c->payload_got == c->payload_cap && c->payload_cap < c->h.payload_len &&
+			    payload_grow(c) < 0) {
+				conn_reject(s, c, "out of memory");
+				return -1;
+			}
 		}
 		/* One frame per wake-up: our clients never pipeline (a call owns its
 		 * connection), so reading on would only earn an EAGAIN; if more is
@@ -355,6 +573,72 @@ static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *repl
 	}
 }
 
+/* Shuts c down for its owner to free (invariants 1, 8): under conns_lock,
+ * so c is still listed. Returns false if it was doomed already. */
+static bool conn_doom(struct rpc_conn *c)
+{
+	if (atomic_exchange(&c->doomed, true))
+		return false;
+	shutdown(c->fd, SHUT_RDWR);
+	return true;
+}
+
+/* Invariant 7 for a new connection from ip: closes the oldest handshaking
+ * connection if the global cap or ip's cap is reached. conns_lock held. */
+static void handshake_make_room(struct rpc_server *s, const char *ip)
+{
+	int all = 0, same = 0;
+	struct rpc_conn *oldest = NULL, *oldest_same = NULL;
+	for (struct rpc_conn *o = s->conns; o; o = o->next) { /* newest first */
+		if (o->authed || o->doomed)
+			continue;
+		all++;
+		oldest = o;
+		if (strcmp(o->ip, ip) == 0) {
+			same++;
+			oldest_same = o;
+		}
+	}
+	struct rpc_conn *victim = same >= RPC_HANDSHAKE_PEER_MAX   ? oldest_same
+				  : all >= RPC_HANDSHAKE_MAX_CONNS ? oldest
+								   : NULL;
+	char note[48];
+	if (victim && conn_doom(victim) && log_allowed(s, note))
+		log_warn("%s: closing connection %llu from %s: %d connections in their handshake "
+			 "(%d from %s; limits %d, %d per address)%s",
+			 s->name, (unsigned long long)victim->peer.conn_id, victim->peer.addr, all,
+			 same, ip, RPC_HANDSHAKE_MAX_CONNS, RPC_HANDSHAKE_PEER_MAX, note);
+}
+
+static void peer_name(const struct sockaddr_storage *ss, char ip[48], char *addr, size_t cap)
+{
+	uint16_t port = 0;
+	snprintf(ip, 48, "?");
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &in->sin_addr, ip, 48);
+		port = ntohs(in->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+		inet_ntop(AF_INET6, &in6->sin6_addr, ip, 48);
+		port = ntohs(in6->sin6_port);
+	}
+	snprintf(addr, cap, "%s:%u", ip, port);
+}
+
+/* Out of descriptors: stop accepting until the next sweep (else the
+ * level-triggered listener would spin a worker at 100% CPU). */
+static void accept_pause(struct rpc_server *s, int err)
+{
+	if (atomic_exchange(&s->accept_paused, true))
+		return;
+	epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+	char note[48];
+	if (log_allowed(s, note))
+		log_warn("%s: cannot accept connections: %s; pausing for %d ms", s->name,
+			 strerror(err), RPC_SWEEP_MS);
+}
+
 static void accept_all(struct rpc_server *s)
 {
 	for (;;) {
@@ -362,17 +646,11 @@ static void accept_all(struct rpc_server *s)
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM)
+				accept_pause(s, errno);
 			return;
-		pthread_mutex_lock(&s->conns_lock);
-		int nconns = s->nconns;
-		uint64_t conn_id = ++s->next_conn_id;
-		pthread_mutex_unlock(&s->conns_lock);
-		if (nconns >= s->opts.max_conns) {
-			log_warn("%s: refusing connection: %d connections open (limit)", s->name,
-				 nconns);
-			close(fd);
-			continue;
 		}
 		tcp_tune_socket(fd);
 		struct rpc_conn *c = calloc(1, sizeof(*c));
@@ -382,22 +660,14 @@ static void accept_all(struct rpc_server *s)
 		}
 		c->fd = fd;
 		c->refs = 1;
-		c->peer.conn_id = conn_id;
 		pthread_mutex_init(&c->write_lock, NULL);
-		char ip[INET6_ADDRSTRLEN] = "?";
-		uint16_t port = 0;
-		if (ss.ss_family == AF_INET) {
-			struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-			inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-			port = ntohs(in->sin_port);
-		} else if (ss.ss_family == AF_INET6) {
-			struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-			inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-			port = ntohs(in6->sin6_port);
-		}
-		snprintf(c->peer.addr, sizeof(c->peer.addr), "%s:%u", ip, port);
+		peer_name(&ss, c->ip, c->peer.addr, sizeof(c->peer.addr));
+		rpc_auth_server_init(&c->auth, &s->key);
+		conn_set_deadline(c, PHASE_HANDSHAKE, RPC_HANDSHAKE_TIMEOUT_MS);
 		/* listed before it is armed: a worker may kill it at once */
 		pthread_mutex_lock(&s->conns_lock);
+		handshake_make_room(s, c->ip);
+		c->peer.conn_id = ++s->next_conn_id;
 		s->nconns++;
 		c->next = s->conns;
 		if (s->conns)
@@ -411,6 +681,37 @@ static void accept_all(struct rpc_server *s)
 			conn_unlist(s, c);
 			conn_unref(c);
 		}
+	}
+}
+
+/* Invariant 8, every RPC_SWEEP_MS: shuts down the connections past their
+ * deadline, and takes the listener back after an EMFILE pause. */
+static void sweep(struct rpc_server *s)
+{
+	uint64_t ticks;
+	if (read(s->timer_fd, &ticks, sizeof(ticks)) != sizeof(ticks))
+		return; /* another worker took this tick */
+	int64_t now = strata_mono_ms();
+	int expired = 0;
+	const char *what = NULL, *addr = NULL;
+	pthread_mutex_lock(&s->conns_lock);
+	for (struct rpc_conn *c = s->conns; c; c = c->next) {
+		if (c->doomed || c->deadline_ms > now)
+			continue;
+		if (conn_doom(c) && c->phase != PHASE_IDLE) {
+			expired++;
+			what = phase_names[c->phase];
+			addr = c->peer.addr;
+		}
+	}
+	char note[48];
+	if (expired && log_allowed(s, note))
+		log_warn("%s: closing %d connections (last %s: %s)%s", s->name, expired, addr, what,
+			 note);
+	pthread_mutex_unlock(&s->conns_lock);
+	if (atomic_exchange(&s->accept_paused, false)) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_fd};
+		epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &ev);
 	}
 }
 
@@ -443,6 +744,8 @@ static void *worker_main(void *arg)
 			continue;
 		if (ev.data.ptr == &s->listen_fd)
 			accept_all(s);
+		else if (ev.data.ptr == &s->timer_fd)
+			sweep(s);
 		else if (ev.data.ptr != &s->wake_fd)
 			conn_event(s, ev.data.ptr, ev.events, &reply);
 	}
@@ -505,9 +808,15 @@ int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret
 		}
 	}
 	if (s->opts.max_conns <= 0)
-		s->opts.max_conns = 1024;
+		s->opts.max_conns = RPC_MAX_CONNS;
+	const struct rpc_cred *dc = rpc_auth_default();
+	if (!opts->key && !dc) {
+		free(s);
+		return -ENOKEY;
+	}
+	s->key = opts->key ? *opts->key : dc->key;
 	snprintf(s->name, sizeof(s->name), "%s", opts->name ? opts->name : "rpc");
-	s->listen_fd = s->epoll_fd = s->wake_fd = -1;
+	s->listen_fd = s->epoll_fd = s->wake_fd = s->timer_fd = -1;
 	pthread_mutex_init(&s->conns_lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 	int r = listen_on(opts->listen, &s->listen_fd, &s->port);
@@ -515,14 +824,22 @@ int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret
 		goto fail;
 	s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (s->epoll_fd < 0 || s->wake_fd < 0) {
+	s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (s->epoll_fd < 0 || s->wake_fd < 0 || s->timer_fd < 0) {
 		r = -errno;
 		goto fail;
 	}
+	struct itimerspec its = {
+	    .it_interval = {.tv_sec = RPC_SWEEP_MS / 1000,
+			    .tv_nsec = RPC_SWEEP_MS % 1000 * 1000000L},
+	    .it_value = {.tv_sec = RPC_SWEEP_MS / 1000, .tv_nsec = RPC_SWEEP_MS % 1000 * 1000000L}};
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_fd};
 	struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wake_fd};
-	if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0 ||
-	    epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->wake_fd, &wev) < 0) {
+	struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &s->timer_fd};
+	if (timerfd_settime(s->timer_fd, 0, &its, NULL) < 0 ||
+	    epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0 ||
+	    epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->wake_fd, &wev) < 0 ||
+	    epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->timer_fd, &tev) < 0) {
 		r = -errno;
 		goto fail;
 	}
@@ -551,6 +868,14 @@ uint16_t rpc_server_port(const struct rpc_server *s)
 uint64_t rpc_server_rejected(const struct rpc_server *s)
 {
 	return s->rejected;
+}
+
+void rpc_server_conns(struct rpc_server *s, int *ret_authed, int *ret_handshake)
+{
+	pthread_mutex_lock(&s->conns_lock);
+	*ret_authed = s->nauthed;
+	*ret_handshake = s->nconns - s->nauthed;
+	pthread_mutex_unlock(&s->conns_lock);
 }
 
 int rpc_server_pool_stats(struct rpc_server *s, int pool, struct rpc_pool_stats *ret)
@@ -599,6 +924,9 @@ void rpc_server_free(struct rpc_server *s)
 		close(s->epoll_fd);
 	if (s->wake_fd >= 0)
 		close(s->wake_fd);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
+	explicit_bzero(&s->key, sizeof(s->key));
 	pthread_mutex_destroy(&s->conns_lock);
 	pthread_mutex_destroy(&s->pool_lock);
 	free(s);

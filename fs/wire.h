@@ -4,7 +4,7 @@
  *
  *   offset size field
  *   0      4    magic        0x41525453 ("STRA" little-endian)
- *   4      1    major        WIRE_MAJOR; a peer with a newer major is refused
+ *   4      1    major        WIRE_MAJOR; a peer with another major is refused
  *   5      1    minor        WIRE_MINOR; newer minors are served
  *   6      2    flags        WIRE_F_REPLY, WIRE_F_DATA
  *   8      2    type         message type (proto.h)
@@ -48,7 +48,9 @@
 #include <sys/types.h>
 
 #define WIRE_MAGIC 0x41525453u
-#define WIRE_MAJOR 1
+/* 2 (2026-12): every connection opens with the handshake of rpc_auth.h;
+ * minor 1's WIRE_F_DATA is kept as it was. */
+#define WIRE_MAJOR 2
 #define WIRE_MINOR 1 /* 1: WIRE_F_DATA */
 #define WIRE_HDR_SIZE 40
 #define WIRE_MAX_PAYLOAD (8u << 20) /* 8 MiB: reads and writes are <= 4 MiB */

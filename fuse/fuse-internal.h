@@ -141,6 +141,7 @@ struct sfs_opts {
 	double attr_timeout, entry_timeout, negative_timeout;
 	int retry_ms;	    /* total time to retry transport failures */
 	const char *holder; /* socket of strata-fuse-holder (takeover.c), or NULL */
+	const char *key;    /* --key: the cluster key file (else $STRATA_KEY) */
 };
 
 struct sfs {

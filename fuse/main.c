@@ -4,7 +4,10 @@
  *               [--foreground] [--log-level L]
  *               [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]
  *               [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]
- *               [--holder SOCKET]
+ *               [--holder SOCKET] [--key FILE]
+ *
+ * Its connections prove the cluster key (--key, else $STRATA_KEY) with the
+ * role fuse (fs/rpc_auth.h): namespace and chunk data, no admin operation.
  *
  * With --holder, the FUSE connection is kept by strata-fuse-holder across a
  * crash of this daemon, and a new strata-fuse takes it over instead of
@@ -45,10 +48,20 @@ static void usage(FILE *f)
 		"                   [--cache-dir DIR] [--foreground] [--log-level L]\n"
 		"                   [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]\n"
 		"                   [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]\n"
-		"                   [--holder SOCKET]\n");
+		"                   [--holder SOCKET] [--key FILE]\n"
+		"  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n");
 }
 
-enum { OPT_ATTR = 256, OPT_ENTRY, OPT_NEG, OPT_NOWB, OPT_RETRY, OPT_CACHE_SIZE, OPT_HOLDER };
+enum {
+	OPT_ATTR = 256,
+	OPT_ENTRY,
+	OPT_NEG,
+	OPT_NOWB,
+	OPT_RETRY,
+	OPT_CACHE_SIZE,
+	OPT_HOLDER,
+	OPT_KEY
+};
 
 static int parse_seconds(const char *s, double *ret)
 {
@@ -90,6 +103,7 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 	    {"retry-ms", required_argument, NULL, OPT_RETRY},
 	    {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
 	    {"holder", required_argument, NULL, OPT_HOLDER},
+	    {"key", required_argument, NULL, OPT_KEY},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -134,6 +148,9 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 			break;
 		case OPT_CACHE_SIZE:
 			bad |= parse_cache_size(optarg, &o->cache_bytes) < 0;
+			break;
+		case OPT_KEY:
+			o->key = optarg;
 			break;
 		case OPT_HOLDER:
 			o->holder = optarg;
@@ -484,6 +501,8 @@ int main(int argc, char **argv)
 		return r > 0 ? 0 : 2;
 	log_init("strata-fuse", (enum log_level)level);
 	daemon_raise_fd_limit();
+	if (daemon_load_key(fs.o.key, RPC_ROLE_FUSE) < 0)
+		return 1;
 	/* Keep freed I/O buffers in the heap: no mmap/munmap per 1 MiB request. */
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);

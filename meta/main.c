@@ -3,7 +3,11 @@
  * serving, runs the WAL sync timer (100 ms), the lease check and the chunk GC
  * (meta/gc.h), and stops cleanly on SIGTERM/SIGINT (WAL synced on close).
  *
- *   strata-meta --listen HOST:PORT --db DIR [--addr-file F] [--log-level L] */
+ *   strata-meta --listen HOST:PORT --db DIR [--key FILE] [--addr-file F] [--log-level L]
+ *
+ * Every connection proves it holds the cluster key (--key, else $STRATA_KEY;
+ * fs/rpc_auth.h) and each request is checked against the role it stated
+ * (rpc_role_may; a layout change is checked in server.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -25,7 +29,7 @@
 #define GC_RETRY_MS 1000 /* failover window of one GC removal */
 
 struct opts {
-	const char *listen, *db, *addr_file;
+	const char *listen, *db, *addr_file, *key;
 	int log_level;
 	uint32_t lease_ms, replicas, expect_nodes;
 };
@@ -43,17 +47,19 @@ struct daemon {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: strata-meta --listen HOST:PORT --db DIR [--addr-file F] "
-		   "[--log-level error|warn|info|debug]\n"
-		   "                   [--lease-ms MS (3000)] [--replicas N (3)] "
-		   "[--expect-nodes N (1)]\n"
-		   "\n"
-		   "  --replicas N      default replication factor (1..5): the root directory's\n"
-		   "                    and so of every directory that sets none; a cluster of\n"
-		   "                    fewer nodes gets their number. Chain tables of every\n"
-		   "                    factor 1..min(5, nodes) are formed; a directory picks\n"
-		   "                    one with `strata admin layout set DIR --replicas N`.\n"
-		   "  --expect-nodes N  form no chain before N nodes registered\n");
+	fprintf(f,
+		"usage: strata-meta --listen HOST:PORT --db DIR [--key FILE] [--addr-file F] "
+		"[--log-level error|warn|info|debug]\n"
+		"                   [--lease-ms MS (3000)] [--replicas N (3)] "
+		"[--expect-nodes N (1)]\n"
+		"\n"
+		"  --replicas N      default replication factor (1..5): the root directory's\n"
+		"                    and so of every directory that sets none; a cluster of\n"
+		"                    fewer nodes gets their number. Chain tables of every\n"
+		"                    factor 1..min(5, nodes) are formed; a directory picks\n"
+		"                    one with `strata admin layout set DIR --replicas N`.\n"
+		"  --expect-nodes N  form no chain before N nodes registered\n"
+		"  --key FILE        the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -67,6 +73,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	    {"lease-ms", required_argument, NULL, 'L'},
 	    {"replicas", required_argument, NULL, 'R'},
 	    {"expect-nodes", required_argument, NULL, 'E'},
+	    {"key", required_argument, NULL, 'k'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -100,6 +107,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'E':
 			o->expect_nodes = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'k':
+			o->key = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -254,8 +264,11 @@ static int start(struct daemon *d, const struct opts *o)
 				       "Bad --lease-ms (>= 200), --replicas (1..%d) or "
 				       "--expect-nodes (>= 1)",
 				       STRATA_MAX_REPLICAS);
-	struct rpc_server_opts so = {
-	    .name = "meta", .listen = o->listen, .handler = meta_handle, .ctx = d->ns};
+	struct rpc_server_opts so = {.name = "meta",
+				     .listen = o->listen,
+				     .handler = meta_handle,
+				     .ctx = d->ns,
+				     .may = rpc_role_may};
 	r = rpc_server_start(&so, &d->srv);
 	if (r < 0)
 		return log_error_errno(r, "Failed to listen on '%s'", o->listen);
@@ -292,6 +305,8 @@ int main(int argc, char **argv)
 		return 2;
 	log_init("strata-meta", (enum log_level)o.log_level);
 	daemon_raise_fd_limit();
+	if (daemon_load_key(o.key, RPC_ROLE_META) < 0)
+		return 1;
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);

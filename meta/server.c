@@ -248,7 +248,17 @@ static const op_fn meta_ops[] = {
     [MSG_META_SET_LENGTH - MSG_META_PING] = op_set_length,
 };
 
-static int handle_meta(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *reply)
+/* A directory's layout (chunk size, replication factor) is the cluster
+ * administrator's to change (rpc_roles.c): the mount may not. A call
+ * without a peer is local. */
+static bool may_setattr(const struct meta_req *q, const struct rpc_peer *peer)
+{
+	return !peer || peer->role == RPC_ROLE_ADMIN ||
+	       !(q->sa.valid & (STRATA_SET_LAYOUT | STRATA_SET_REPLICAS));
+}
+
+static int handle_meta(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *reply,
+		       const struct rpc_peer *peer)
 {
 	_cleanup_free_ struct meta_req *q = malloc(sizeof(*q));
 	unsigned idx = (unsigned)type - MSG_META_PING;
@@ -259,6 +269,11 @@ static int handle_meta(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 		return -ENOMEM;
 	if (meta_req_decode(type, req, q) < 0)
 		return -EBADMSG;
+	if (type == MSG_META_SETATTR && !may_setattr(q, peer)) {
+		log_warn("refused a layout change of inode %llu from %s: role %s is not admin",
+			 (unsigned long long)q->ino, peer->addr, rpc_role_name(peer->role));
+		return -EPERM;
+	}
 	return meta_ops[idx](ns, q, reply);
 }
 
@@ -517,5 +532,5 @@ int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return handle_repl(ns, type, req, reply);
 	if (type == MSG_META_FSCK || type == MSG_META_FSCK_CHUNKS || type == MSG_META_FSCK_RESYNC)
 		return handle_fsck(ns, type, req, reply, peer ? peer->addr : "local");
-	return handle_meta(ns, type, req, reply);
+	return handle_meta(ns, type, req, reply, peer);
 }

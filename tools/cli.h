@@ -92,6 +92,7 @@ struct cli_verb_opts {
 struct cli_opts {
 	const char *home; /* --home DIR, or NULL ($STRATA_HOME, else ./.strata) */
 	const char *meta; /* --meta HOST:PORT, or NULL */
+	const char *key;  /* --key FILE (with --meta), or NULL (cli_key_setup) */
 	bool json;
 	bool help;     /* --help, when cli_verb_opts.usage is NULL */
 	unsigned seen; /* CLI_OPT_* given */
@@ -148,6 +149,12 @@ int cli_home_open(const char *verb, const char *home_opt, struct cli_home *ret);
 int cli_home_save(const struct cli_home *h);
 /* Creates the directory layout (meta/db, cs<N>/t<M>, run, log, mount). */
 int cli_home_create(const struct cli_home *h);
+/* The cluster key in a home (made by cli_home_create, never replaced). */
+#define CLI_KEY_FILE "cluster.key"
+/* Makes the cluster key the credential of this process's calls (role
+ * admin): key_opt (--key), else the home's cluster.key if there is one,
+ * else $STRATA_KEY. Returns 0, or -errno after printing why for verb. */
+int cli_key_setup(const char *verb, const char *key_opt, const char *home_opt);
 /* Path helpers: snprintf into buf[CLI_PATH]; return buf. */
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

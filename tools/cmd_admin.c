@@ -55,7 +55,7 @@ static const char *state_name(uint8_t s)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--json] "
+	fprintf(f, "Usage: strata admin [--home DIR | --meta HOST:PORT] [--key FILE] [--json] "
 		   "nodes|targets|chains|usage|verify [--deep]\n"
 		   "       strata admin [...] layout get PATH\n"
 		   "       strata admin [...] layout set PATH [--replicas N] [--chunk-size S]\n"
@@ -756,6 +756,8 @@ int cmd_admin(int argc, char **argv)
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 1;
 	}
+	if (cli_key_setup(VERB, o.key, o.home) < 0)
+		return 1;
 	struct meta_client *mc = meta_client_new(addr, "strata-admin", NULL);
 	if (!mc) {
 		cli_err(VERB, "out of memory");

@@ -90,25 +90,25 @@ struct fsck {
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: strata fsck [--home DIR | --meta HOST:PORT] [--repair] [--deep] [--json]\n"
-		"\n"
-		"Checks a running cluster while it keeps serving:\n"
-		"  the namespace in strata-meta (dentries, inodes, nlink, orphans, sessions,\n"
-		"  counters), the chunks on every serving target (each must belong to a live\n"
-		"  regular file and lie within its size) and the replicas of every chain\n"
-		"  (equal versions and checksums; --deep reads and checks every block).\n"
-		"\n"
-		"  --repair   fix what can be fixed without losing data: nlink and counters,\n"
-		"             dangling dentries removed, unreachable inodes linked into\n"
-		"             /lost+found as #<ino>, orphan chunks removed; a damaged or\n"
-		"             stale replica is resynced from a good one (its target is out\n"
-		"             of service meanwhile), or reported when there is none.\n"
-		"  --deep     read every block of every chunk (finds damaged chunks)\n"
-		"  --json     one JSON object on stdout\n"
-		"\n"
-		"Exit status: 0 clean, 1 findings (also when all were repaired), 2 error.\n"
-		"The cluster is found through --meta, $STRATA_META, or the home.\n");
+	fprintf(f, "Usage: strata fsck [--home DIR | --meta HOST:PORT] [--key FILE] [--repair] "
+		   "[--deep] [--json]\n"
+		   "\n"
+		   "Checks a running cluster while it keeps serving:\n"
+		   "  the namespace in strata-meta (dentries, inodes, nlink, orphans, sessions,\n"
+		   "  counters), the chunks on every serving target (each must belong to a live\n"
+		   "  regular file and lie within its size) and the replicas of every chain\n"
+		   "  (equal versions and checksums; --deep reads and checks every block).\n"
+		   "\n"
+		   "  --repair   fix what can be fixed without losing data: nlink and counters,\n"
+		   "             dangling dentries removed, unreachable inodes linked into\n"
+		   "             /lost+found as #<ino>, orphan chunks removed; a damaged or\n"
+		   "             stale replica is resynced from a good one (its target is out\n"
+		   "             of service meanwhile), or reported when there is none.\n"
+		   "  --deep     read every block of every chunk (finds damaged chunks)\n"
+		   "  --json     one JSON object on stdout\n"
+		   "\n"
+		   "Exit status: 0 clean, 1 findings (also when all were repaired), 2 error.\n"
+		   "The cluster is found through --meta, $STRATA_META, or the home.\n");
 }
 
 /* ---- chunkserver calls ------------------------------------------------------------ */
@@ -807,6 +807,8 @@ int cmd_fsck(int argc, char **argv)
 		cli_err(VERB, "no cluster found (use --meta HOST:PORT, $STRATA_META or --home)");
 		return 2;
 	}
+	if (cli_key_setup(VERB, o.key, o.home) < 0)
+		return 2;
 	/* a check of a large namespace takes a while: a long per-call timeout */
 	struct rpc_client_opts ro = {.timeout_ms = 600000};
 	k.mc = meta_client_new(addr, "strata-fsck", &ro);

@@ -65,7 +65,9 @@ static void usage(FILE *f)
 	    "  --timeout S     seconds to wait for each daemon (default 60)\n"
 	    "\n"
 	    "Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
-	    "Writes <home>/cluster.env (STRATA_META, STRATA_MOUNT) for clients.\n",
+	    "Writes <home>/cluster.env (STRATA_META, STRATA_MOUNT, STRATA_KEY) for clients;\n"
+	    "the first up makes <home>/cluster.key (0600), the key every daemon and\n"
+	    "client of the cluster proves on each connection.\n",
 	    CLI_MAX_NODES, CLI_MAX_TARGETS);
 }
 
@@ -179,7 +181,7 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 {
 	char bin[CLI_PATH + 32], log[CLI_PATH], addrf[CLI_PATH], db[CLI_PATH];
 	char tdirs[CLI_MAX_TARGETS][CLI_PATH], cache[CLI_PATH], client_id[64];
-	char replicas[16], nodes[16], holder[CLI_PATH];
+	char replicas[16], nodes[16], holder[CLI_PATH], key[CLI_PATH];
 	char *argv[32];
 	int a = 0;
 	pid_t pid;
@@ -194,6 +196,10 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	cli_path(log, &c->h, "log/%s.log", d->name);
 	cli_path(addrf, &c->h, "run/%s.addr", d->name);
 	argv[a++] = bin;
+	if (d->kind != D_SANDBOXD) { /* the ones that talk to the cluster */
+		argv[a++] = "--key";
+		argv[a++] = cli_path(key, &c->h, CLI_KEY_FILE);
+	}
 	switch (d->kind) {
 	case D_META:
 		argv[a++] = "--listen";
@@ -577,10 +583,11 @@ static void drop_unused_net(struct up_ctx *c)
 
 static int write_env(struct up_ctx *c)
 {
-	char path[CLI_PATH], text[3 * CLI_PATH];
+	char path[CLI_PATH], key[CLI_PATH], text[4 * CLI_PATH];
 
-	snprintf(text, sizeof(text), "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\n", c->h.home,
-		 c->meta_addr, c->h.mount);
+	snprintf(text, sizeof(text),
+		 "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\nSTRATA_KEY=%s\n", c->h.home,
+		 c->meta_addr, c->h.mount, cli_path(key, &c->h, CLI_KEY_FILE));
 	return cli_write_file(cli_path(path, &c->h, "cluster.env"), text);
 }
 
@@ -734,6 +741,9 @@ int cmd_up(int argc, char **argv)
 		cli_err(VERB, "cannot write %s/strata.conf: %s", c.h.home, strerror(-r));
 		return 1;
 	}
+	char key[CLI_PATH];
+	if (cli_key_setup(VERB, cli_path(key, &c.h, CLI_KEY_FILE), NULL) < 0)
+		return 1;
 	up_net(&c);
 	if (up_meta(&c) < 0 || up_chunkservers(&c) < 0)
 		return 1;

@@ -4,7 +4,11 @@
  * strata.conf is "key=value" lines: nodes, targets, replicas, mount, netns
  * (1: chunkservers in their own network namespaces, 0: on loopback). It is
  * written by the first `strata up` and read by every later command, so that
- * `strata up` on an existing home brings back the same cluster. */
+ * `strata up` on an existing home brings back the same cluster.
+ *
+ * cluster.key is the cluster's 32-byte key (fs/rpc_auth.h), made by the
+ * first `strata up` (mode 0600, never replaced) and given to every daemon
+ * with --key; the CLI's own calls prove it with the role admin. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "fs/cleanup.h"
+#include "fs/rpc_auth.h"
 #include "tools/cli.h"
 
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
@@ -242,7 +247,26 @@ int cli_home_create(const struct cli_home *h)
 		for (int t = 1; t <= h->targets; t++)
 			if ((r = cli_mkdir_p(cli_path(p, h, "cs%d/t%d", n, t), 0755)) < 0)
 				return r;
+	r = rpc_key_create(cli_path(p, h, CLI_KEY_FILE), NULL);
+	if (r < 0 && r != -EEXIST)
+		return r;
 	return cli_mkdir_p(h->mount, 0755);
+}
+
+int cli_key_setup(const char *verb, const char *key_opt, const char *home_opt)
+{
+	char p[CLI_PATH];
+	const char *path = key_opt;
+	struct cli_home h;
+	if (!path && cli_home_resolve(home_opt, &h) == 0 &&
+	    access(cli_path(p, &h, CLI_KEY_FILE), F_OK) == 0)
+		path = p;
+	struct strata_err e = {0};
+	int r = rpc_auth_setup(path, RPC_ROLE_ADMIN, &e);
+	if (r < 0)
+		cli_err(verb, "%s%s", strata_err_msg(&e),
+			r == -ENOKEY ? " (or run it where the home's cluster.key is)" : "");
+	return r;
 }
 
 int cli_daemon_count(const struct cli_home *h)

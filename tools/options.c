@@ -16,7 +16,7 @@
 
 /* getopt_long values of the shared options: above every character, so
  * that a verb's own options keep theirs. */
-enum { VAL_HOME = 0x100, VAL_META, VAL_JSON };
+enum { VAL_HOME = 0x100, VAL_META, VAL_JSON, VAL_KEY };
 
 void cli_err(const char *verb, const char *fmt, ...)
 {
@@ -75,8 +75,10 @@ static int build_table(const struct cli_verb_opts *v, struct option *t, int cap)
 	    {"home", required_argument, NULL, VAL_HOME},
 	    {"meta", required_argument, NULL, VAL_META},
 	    {"json", no_argument, NULL, VAL_JSON},
+	    {"key", required_argument, NULL, VAL_KEY},
 	};
-	static const unsigned bit[] = {CLI_OPT_HOME, CLI_OPT_META, CLI_OPT_JSON};
+	/* --key goes with --meta: a verb that calls strata-meta proves the key */
+	static const unsigned bit[] = {CLI_OPT_HOME, CLI_OPT_META, CLI_OPT_JSON, CLI_OPT_META};
 	int n = 0;
 
 	for (size_t i = 0; i < sizeof(shared) / sizeof(*shared); i++)
@@ -104,6 +106,9 @@ static int one_option(const struct cli_verb_opts *v, int o, char **argv, struct 
 		return CLI_GO;
 	case VAL_JSON:
 		ret->json = true, ret->seen |= CLI_OPT_JSON;
+		return CLI_GO;
+	case VAL_KEY:
+		ret->key = optarg;
 		return CLI_GO;
 	case 'h':
 		ret->help = true;

@@ -22,6 +22,7 @@
 #include "chunkserver/service.h"
 #include "tests/testutil.h"
 #include "chunkserver/uring_pool.h"
+#include "tests/fs/testkey.h"
 
 #define MiB (1u << 20)
 
@@ -262,6 +263,7 @@ static void test_concurrent(struct world *w)
 
 int main(void)
 {
+	test_key_setup(RPC_ROLE_ADMIN);
 	log_init("test_chunk_rpc", LOG_LVL_WARN);
 	struct world w = {0};
 	world_up(&w);

@@ -19,6 +19,7 @@
 #include "fs/meta_client.h"
 #include "chunkserver/target_id.h"
 #include "tests/testutil.h"
+#include "tests/fs/testkey.h"
 
 #define MiB (1u << 20)
 
@@ -130,6 +131,7 @@ static void corrupt_and_check_log(struct cluster *c, struct chunk_client *cc,
 
 int main(void)
 {
+	test_key_setup(RPC_ROLE_ADMIN);
 	struct cluster c = {0};
 	const char *bin = getenv("STRATA_BIN");
 	snprintf(c.bin, sizeof(c.bin), "%s", bin ? bin : "bin");

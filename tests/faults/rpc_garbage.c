@@ -9,7 +9,9 @@
  * connection must be answered with status 0: a bad peer may lose its own
  * connection, never the server. Frames are built here from the layout
  * documented in fs/wire.h (an independent encoder, so that a bug shared by
- * the codec's two sides cannot hide).
+ * the codec's two sides cannot hide). Every connection but those of the
+ * "without the handshake" cases first proves the cluster key ($STRATA_KEY,
+ * role admin: every type reaches its decoder) with fs/rpc_auth.h.
  *
  * Exit 0 when the server survived every case, 1 otherwise. */
 #include <errno.h>
@@ -28,6 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include "fs/proto.h"
+#include "fs/rpc_auth.h"
 #include "fs/wire.h"
 
 static const char *g_addr;
@@ -54,7 +57,10 @@ static void __attribute__((noreturn, format(printf, 1, 2))) fail(const char *fmt
 	exit(1);
 }
 
-static int dial(void)
+static int recv_exact(int fd, void *p, size_t n, int timeout_ms);
+
+/* A TCP connection, no handshake. */
+static int dial_raw(void)
 {
 	char host[256];
 	const char *colon = strrchr(g_addr, ':');
@@ -111,6 +117,33 @@ static size_t frame(uint8_t *out, uint16_t type, uint8_t major, uint8_t minor, u
 	if (len)
 		memcpy(out + WIRE_HDR_SIZE, payload, len);
 	return WIRE_HDR_SIZE + len;
+}
+
+/* A connection past the handshake (rpc_auth.h) with role admin. */
+static int dial(void)
+{
+	int fd = dial_raw();
+	const struct rpc_cred *cred = rpc_auth_default();
+	struct rpc_auth_client a;
+	struct wbuf out;
+	wbuf_init(&out);
+	rpc_auth_client_hello(&a, cred, &out);
+	send_all(fd, out.data, out.len);
+	uint8_t hdr[WIRE_HDR_SIZE], p[RPC_AUTH_MAX_PAYLOAD];
+	struct wire_hdr h;
+	const char *why = "no challenge";
+	int r = recv_exact(fd, hdr, sizeof(hdr), 5000);
+	if (r == 0 && (r = wire_hdr_decode(hdr, &h, &why)) == 0 &&
+	    h.payload_len <= RPC_AUTH_MAX_PAYLOAD &&
+	    (r = recv_exact(fd, p, h.payload_len, 5000)) == 0) {
+		wbuf_reset(&out);
+		r = rpc_auth_client_challenge(&a, &h, p, &out, &why);
+	}
+	if (r < 0)
+		fail("handshake with %s: %s (%s)", g_addr, strerror(-r), why);
+	send_all(fd, out.data, out.len);
+	wbuf_done(&out);
+	return fd;
 }
 
 /* Reads exactly n bytes with a deadline. Returns 0, -ETIMEDOUT, or -ECONNRESET
@@ -216,6 +249,17 @@ static void expect_closed(int fd)
 	fail("the server kept answering on a connection after a malformed frame");
 }
 
+/* 4 KiB of random bytes on fd: the server must close it and serve others. */
+static void random_bytes(int fd, uint8_t *buf)
+{
+	for (size_t i = 0; i < 4096; i++)
+		buf[i] = (uint8_t)rnd();
+	send_all(fd, buf, 4096);
+	expect_closed(fd);
+	close(fd);
+	ping_fresh();
+}
+
 static void begin(const char *name)
 {
 	g_case = name;
@@ -241,18 +285,26 @@ int main(int argc, char **argv)
 	g_ping = meta ? MSG_META_PING : MSG_CHUNK_PING;
 	g_rng ^= (uint64_t)time(NULL);
 	printf("rpc_garbage: %s (%s)\n", g_addr, argv[2]);
+	struct strata_err e = {0};
+	if (rpc_auth_setup(NULL, RPC_ROLE_ADMIN, &e) < 0)
+		fail("%s", strata_err_msg(&e));
 
 	begin("baseline ping");
 	ping_fresh();
 
-	begin("random bytes (4 KiB) then close");
-	fd = dial();
-	for (size_t i = 0; i < 4096; i++)
-		buf[i] = (uint8_t)rnd();
-	send_all(fd, buf, 4096);
+	begin("a ping without the handshake is refused");
+	fd = dial_raw();
+	n = frame(buf, g_ping, WIRE_MAJOR, WIRE_MINOR, 1, NULL, 0, 0, false);
+	send_all(fd, buf, n);
 	expect_closed(fd);
 	close(fd);
 	ping_fresh();
+
+	begin("random bytes before the handshake");
+	random_bytes(dial_raw(), buf);
+
+	begin("random bytes (4 KiB) then close");
+	random_bytes(dial(), buf);
 
 	begin("bad magic");
 	fd = dial();

@@ -16,6 +16,7 @@
 #include "fs/rpc.h"
 #include "fs/log.h"
 #include "tests/testutil.h"
+#include "tests/fs/testkey.h"
 
 enum {
 	T_ECHO = 1,
@@ -265,8 +266,8 @@ static void test_reconnect(struct rpc_server **s, struct rpc_client *c)
 	rpc_reply_done(&rep);
 }
 
-/* WIRE_F_DATA through the client: the first call on a connection is plain
- * (the peer's minor is not known yet), later ones carry the data hash, which
+/* WIRE_F_DATA through the client: every call carries the data hash (the
+ * handshake's challenge gave the peer's minor), which
  * the server recomputes from the bytes; a caller's wrong hash is caught. */
 static void test_data_frames(const char *addr)
 {
@@ -290,7 +291,7 @@ static void test_data_frames(const char *addr)
 		uint8_t split = rbuf_get_u8(&r);
 		uint64_t h = rbuf_get_u64(&r);
 		CHECK(rbuf_done(&r) == 0);
-		CHECK_EQ(split, call > 0);
+		CHECK_EQ(split, 1); /* the handshake told the client the minor */
 		CHECK(!split || h == want);
 		rpc_reply_done(&rep);
 		d.hashed = call == 1; /* the third call reuses the hash */
@@ -307,41 +308,29 @@ static void test_data_frames(const char *addr)
 	rpc_client_free(c);
 }
 
-/* A peer of minor 0 (before WIRE_F_DATA): answers every frame with a minor-0
- * reply and counts the frames that carried the flag (it would refuse them). */
+/* Wire 1 peers (before the handshake of rpc_auth.h). A wire 1 server
+ * closes a connection whose first frame has a newer major: the client's
+ * call fails at the handshake, nothing is sent to it. */
 struct old_peer {
 	int lfd;
-	int frames, flagged;
+	int frames;
 };
 
 static void *old_peer_main(void *p)
 {
 	struct old_peer *o = p;
 	int fd = accept(o->lfd, NULL, NULL);
-	uint8_t hdr[WIRE_HDR_SIZE], *payload = malloc(WIRE_MAX_PAYLOAD);
-	while (fd >= 0 && payload && recv(fd, hdr, sizeof(hdr), MSG_WAITALL) == sizeof(hdr)) {
-		struct wire_hdr h;
-		if (wire_hdr_decode(hdr, &h, NULL) < 0 ||
-		    recv(fd, payload, h.payload_len, MSG_WAITALL) != (ssize_t)h.payload_len ||
-		    wire_payload_verify(hdr, &h, payload) < 0)
-			break;
+	uint8_t hdr[WIRE_HDR_SIZE];
+	if (fd >= 0 && recv(fd, hdr, sizeof(hdr), MSG_WAITALL) == sizeof(hdr)) {
 		o->frames++;
-		o->flagged += !!(h.flags & WIRE_F_DATA);
-		struct wire_hdr rh = {.flags = WIRE_F_REPLY, .type = h.type, .req_id = h.req_id};
-		uint8_t out[WIRE_HDR_SIZE + 9] = {0};
-		wire_hdr_seal(&rh, out + WIRE_HDR_SIZE, 9, out);
-		out[5] = 0; /* minor 0, checksum as a minor-0 peer computes it */
-		le64_put(out + 32, wire_xxh3_64(out + WIRE_HDR_SIZE, 9, wire_xxh3_64(out, 32, 0)));
-		if (send(fd, out, sizeof(out), MSG_NOSIGNAL) != sizeof(out))
-			break;
+		CHECK_EQ(hdr[4], 2); /* a wire 1 server refuses this major */
 	}
-	free(payload);
 	if (fd >= 0)
 		close(fd);
 	return NULL;
 }
 
-static void test_old_peer(void)
+static void test_old_peer(uint16_t port)
 {
 	struct old_peer o = {.lfd = socket(AF_INET, SOCK_STREAM, 0)};
 	struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -355,21 +344,33 @@ static void test_old_peer(void)
 	struct rpc_client_opts opts = {.max_conns = 1};
 	struct rpc_client *c = rpc_client_new(addr, &opts);
 	CHECK(c);
-	static uint8_t data[100000];
-	uint8_t fields[4] = {0};
-	struct iovec iov = {fields, sizeof(fields)};
-	struct rpc_data d = {.p = data, .len = sizeof(data)};
-	for (int i = 0; i < 3; i++) {
-		struct rpc_reply rep = {0};
-		CHECK_EQ(rpc_callv_data(c, T_DATA, &iov, 1, &d, 0, &rep), 0);
-		CHECK_EQ(rep.len, 9);
-		rpc_reply_done(&rep);
-	}
+	struct rpc_reply rep = {0};
+	int r = rpc_call(c, T_ECHO, NULL, 0, &rep);
+	CHECK(r == -ECONNRESET || r == -EPIPE);
+	rpc_reply_done(&rep);
 	rpc_client_free(c);
 	pthread_join(t, NULL);
 	close(o.lfd);
-	CHECK_EQ(o.frames, 3);
-	CHECK_EQ(o.flagged, 0);
+	CHECK_EQ(o.frames, 1);
+
+	/* a wire 1 client of this server: a wire 1 reply saying
+	 * -EPROTONOSUPPORT for its request, then the connection closes */
+	int fd = raw_connect(port);
+	uint8_t hdr[WIRE_HDR_SIZE];
+	struct wire_hdr h = {.type = T_ECHO, .req_id = 77};
+	wire_hdr_seal(&h, NULL, 0, hdr);
+	hdr[4] = 1;
+	le64_put(hdr + 32, wire_xxh3_64("", 0, wire_xxh3_64(hdr, 32, 0)));
+	CHECK(write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr));
+	uint8_t back[WIRE_HDR_SIZE];
+	CHECK(recv(fd, back, sizeof(back), MSG_WAITALL) == (ssize_t)sizeof(back));
+	CHECK_EQ(back[4], 1);
+	CHECK_EQ((int32_t)le32_get(back + 12), -EPROTONOSUPPORT);
+	CHECK_EQ(le64_get(back + 16), 77);
+	CHECK_EQ(le16_get(back + 8), T_ECHO);
+	CHECK_EQ(le64_get(back + 32), wire_xxh3_64("", 0, wire_xxh3_64(back, 32, 0)));
+	CHECK_EQ(read(fd, back, 1), 0);
+	close(fd);
 }
 
 /* ---- worker pools ---------------------------------------------------------- */
@@ -537,6 +538,7 @@ static void test_pools(void)
 
 int main(void)
 {
+	test_key_setup(RPC_ROLE_ADMIN);
 	log_init("test_rpc", LOG_LVL_WARN);
 	struct rpc_server *s = start(0);
 	char addr[32];
@@ -551,7 +553,7 @@ int main(void)
 	test_reconnect(&s, c);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", rpc_server_port(s));
 	test_data_frames(addr);
-	test_old_peer();
+	test_old_peer(rpc_server_port(s));
 	test_pools();
 	rpc_client_free(c);
 	rpc_server_free(s);

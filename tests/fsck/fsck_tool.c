@@ -22,6 +22,7 @@
 #include "fs/chunk_client.h"
 #include "fs/cleanup.h"
 #include "meta/ns-internal.h"
+#include "tests/fs/testkey.h"
 
 static int die(const char *what, int r)
 {
@@ -142,6 +143,7 @@ static int chunk_cmd(const char *meta, const char *op, const char *what, uint32_
 
 int main(int argc, char **argv)
 {
+	test_key_setup(RPC_ROLE_ADMIN);
 	if (argc >= 5 && !strcmp(argv[1], "db"))
 		return db_cmd(argv[2], argc - 3, argv + 3);
 	if (argc == 5 && (!strcmp(argv[1], "chunk") || !strcmp(argv[1], "chunk-path")))

@@ -13,7 +13,8 @@
 # KEEP_HOME=1 keeps the temp dir for a post-mortem.
 #
 # Exposes: STRATA_HOME (exported, so `strata` finds the cluster), MNT (the
-# mount), STRATA_META (meta's host:port), CLUSTER_TMP (the temp dir holding
+# mount), STRATA_META (meta's host:port), STRATA_KEY (exported: the home's
+# cluster key, for daemons a test starts by hand), CLUSTER_TMP (the temp dir holding
 # the home), STRATA (path of the strata binary).
 
 set -u
@@ -142,9 +143,11 @@ cluster_load_env() {
 		case "$line" in
 		STRATA_META=*) STRATA_META=${line#STRATA_META=} ;;
 		STRATA_MOUNT=*) MNT=${line#STRATA_MOUNT=} ;;
+		STRATA_KEY=*) STRATA_KEY=${line#STRATA_KEY=} ;;
 		esac
 	done <"$STRATA_HOME/cluster.env"
-	export STRATA_META
+	# daemons a test starts by hand prove the home's key (fs/rpc_auth.h)
+	export STRATA_META STRATA_KEY
 }
 
 # `strata up` (again) on the test's home; ARGS go to strata up.

@@ -272,6 +272,12 @@ rc_start() {
 	RC_REPLICAS=${3:-3}
 	RC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/strata-repl.XXXXXX")
 	mkdir -p "$RC_DIR/log"
+	# the cluster key every daemon and client proves (fs/rpc_auth.h): the
+	# suite's ($STRATA_KEY from ctest), else one made for this cluster
+	if [ -z "${STRATA_KEY:-}" ]; then
+		(umask 077 && head -c 32 /dev/urandom >"$RC_DIR/cluster.key")
+		export STRATA_KEY=$RC_DIR/cluster.key
+	fi
 	trap rc_teardown EXIT
 	trap 'exit 130' INT TERM
 	if _rc_net_up; then

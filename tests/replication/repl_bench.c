@@ -27,6 +27,7 @@
 
 #include "fs/chunk_client.h"
 #include "fs/meta_client.h"
+#include "tests/fs/testkey.h"
 
 struct job {
 	struct chunk_client *cc;
@@ -145,6 +146,7 @@ static int bench_parent(struct meta_client *mc, strata_ino_t *ret)
 
 int main(int argc, char **argv)
 {
+	test_key_setup(RPC_ROLE_ADMIN); /* it sets directories' layouts */
 	if (argc < 4) {
 		fprintf(stderr, "usage: repl_bench write|read|failover META ...\n");
 		return 2;

@@ -20,9 +20,11 @@
 #include "fs/chunk_proto.h"
 #include "fs/proto.h"
 #include "fs/rpc.h"
+#include "tests/fs/testkey.h"
 
 int main(int argc, char **argv)
 {
+	test_key_setup(RPC_ROLE_ADMIN);
 	if (argc != 7 && argc != 9) {
 		fprintf(stderr, "usage: repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX "
 				"[CLIENT_ID REQ_ID]\n");
