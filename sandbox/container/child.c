@@ -179,7 +179,7 @@ static void setup_dev(void)
  * to the staging root). mntns_template finds once which of them this kernel has
  * (a fresh proc and sysfs instance show the same entries as a sandbox's),
  * so that staging tries no mount on an absent one. */
-enum { M_PROC_FILES, M_PROC_DIRS, M_PROC_RO, M_SYS_DIRS, M_LISTS };
+enum { M_PROC_FILES, M_PROC_DIRS, M_PROC_RO, M_SYS_DIRS, M_SYS_FILES, M_LISTS };
 static const struct {
 	const char *const *paths;
 	size_t n;
@@ -188,6 +188,7 @@ static const struct {
     [M_PROC_DIRS] = {proc_masked_dirs, ARRAY_SIZE(proc_masked_dirs)},
     [M_PROC_RO] = {proc_ro, ARRAY_SIZE(proc_ro)},
     [M_SYS_DIRS] = {sys_masked, ARRAY_SIZE(sys_masked)},
+    [M_SYS_FILES] = {sys_masked_files, ARRAY_SIZE(sys_masked_files)},
 };
 
 _Static_assert(M_LISTS == ARRAY_SIZE(((struct child_args *)0)->masks_present),
@@ -216,6 +217,10 @@ static void setup_sys(const struct child_args *a)
 	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
 		if (PRESENT(a, M_SYS_DIRS, i))
 			TRY(ST_SYS, mask_dir(sys_masked[i]));
+	for (size_t i = 0; i < ARRAY_SIZE(sys_masked_files); i++)
+		if (PRESENT(a, M_SYS_FILES, i))
+			TRY(ST_SYS,
+			    mount_opt("dev/null", sys_masked_files[i], NULL, MS_BIND, NULL));
 }
 
 /* fd 0-2 /dev/null, 3 socket, 4 seccomp program (inherited by the agent),
@@ -352,7 +357,7 @@ static void template_masks(const char *dir, uint32_t present[M_LISTS])
 				    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 			continue;
 		for (int k = 0; k < M_LISTS; k++) {
-			if ((k == M_SYS_DIRS) != (fs == 1))
+			if ((k == M_SYS_DIRS || k == M_SYS_FILES) != (fs == 1))
 				continue;
 			for (size_t i = 0; i < mask_lists[k].n; i++) {
 				/* "proc/x" or "sys/x": the part after the first '/' */

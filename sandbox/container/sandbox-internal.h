@@ -135,7 +135,7 @@ struct child_args {
 	int procs_fd[CG_NCTRL];	   /* v1 "tasks" files to join, -1 if none */
 	int agent_fd;		   /* memfd with the agent */
 	int seccomp_fd;		   /* memfd with the BPF program */
-	uint32_t masks_present[4]; /* bit i of [k]: entry i of mask list k exists */
+	uint32_t masks_present[5]; /* bit i of [k]: entry i of mask list k exists */
 	int sock_fd;		   /* agent end of the socketpair */
 	int err_fd;		   /* write end of the error pipe (clone3), or -1 */
 	int *status;		   /* or (clone_vm) where a failure's {step, errno} goes */
@@ -272,7 +272,7 @@ struct sbx_runtime {
 	 * thread that made the runtime): where they return after looking into
 	 * a dead sandbox's (netns_recyclable, ipcns_recyclable). */
 	int home_net_fd, home_ipc_fd;
-	uint32_t masks_present[4]; /* which masked paths exist (child.c, mntns_template) */
+	uint32_t masks_present[5]; /* which masked paths exist (child.c, mntns_template) */
 	bool fresh_netns;	   /* never reuse network or IPC namespaces */
 	int mntns_fd;		   /* the template mount namespace (mntns_template) */
 	int agent_fd;		   /* sealed memfd with strata-agent */

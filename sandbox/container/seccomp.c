@@ -660,17 +660,20 @@ int seccomp_build_libseccomp(int *ret_fd)
 
 uint64_t sbx_caps_keep(void)
 {
-	/* Docker's default set minus CAP_MKNOD, CAP_NET_RAW and CAP_SYS_CHROOT.
+	/* Docker's default set minus CAP_MKNOD, CAP_NET_RAW, CAP_SYS_CHROOT
+	 * and CAP_AUDIT_WRITE. audit_write let root in a sandbox send
+	 * AUDIT_USER_MSG records into the host's audit log (the kernel has
+	 * one audit log, of the initial namespaces); without it PAM's audit
+	 * module in an image logs a warning and goes on.
 	 * chroot is what the classic escape needs (mkdir x; chroot x; cd
 	 * ../..; chroot .): with it root reached the staging root, where the
 	 * agent's socket was. The root is a pivot_root now (agent_stage.c),
 	 * but a capability nothing in a sandbox needs is not kept. Never
 	 * kept either: CAP_SYS_ADMIN, CAP_SYS_PTRACE (pidfd_getfd of the
 	 * agent's channel), CAP_DAC_READ_SEARCH (open_by_handle_at). */
-	static const int keep[] = {CAP_CHOWN,	CAP_DAC_OVERRIDE, CAP_FOWNER,
-				   CAP_FSETID,	CAP_KILL,	  CAP_SETGID,
-				   CAP_SETUID,	CAP_SETPCAP,	  CAP_NET_BIND_SERVICE,
-				   CAP_SETFCAP, CAP_AUDIT_WRITE};
+	static const int keep[] = {
+	    CAP_CHOWN,	CAP_DAC_OVERRIDE, CAP_FOWNER,  CAP_FSETID,	     CAP_KILL,
+	    CAP_SETGID, CAP_SETUID,	  CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SETFCAP};
 	uint64_t m = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(keep); i++)
 		m |= 1ull << keep[i];

@@ -667,6 +667,10 @@ static void mount_sys(const char **empty)
 		die("mount /sys");
 	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
 		mask_dir(sys_masked[i], empty);
+	for (size_t i = 0; i < ARRAY_SIZE(sys_masked_files); i++)
+		if (access(sys_masked_files[i], F_OK) == 0 &&
+		    mount("/dev/null", sys_masked_files[i], NULL, MS_BIND, NULL) < 0)
+			die(sys_masked_files[i]);
 }
 
 struct mount_attr_ {

@@ -56,7 +56,9 @@
 #include <sys/un.h>
 #include <sys/sysmacros.h>
 #include <sys/ioctl.h>
+#include <linux/audit.h>
 #include <linux/fs.h>
+#include <linux/netlink.h>
 #include <unistd.h>
 
 #include "sandbox/agent/proto.h"
@@ -84,6 +86,42 @@ static int probe_read(const char *path)
 		return 0;
 	}
 	printf("%s: READ %zd bytes\n", path, n);
+	return 1;
+}
+
+/* A user record (AUDIT_FIRST_USER_MSG: what the host's audit log would show) sent
+ * on an audit netlink socket: exit 1 if the kernel took it. */
+static int probe_audit(void)
+{
+	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_AUDIT);
+	if (s < 0)
+		return refused("socket(NETLINK_AUDIT)", -1);
+	struct {
+		struct nlmsghdr h;
+		char text[32];
+	} m = {.h = {.nlmsg_len = NLMSG_LENGTH(sizeof(m.text)),
+		     .nlmsg_type = AUDIT_FIRST_USER_MSG, /* a user record */
+		     .nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK,
+		     .nlmsg_seq = 1}};
+	snprintf(m.text, sizeof(m.text), "strata probe: sandbox audit");
+	struct sockaddr_nl to = {.nl_family = AF_NETLINK};
+	if (sendto(s, &m, m.h.nlmsg_len, 0, (struct sockaddr *)&to, sizeof(to)) < 0) {
+		close(s);
+		return refused("send AUDIT_USER_MSG", -1);
+	}
+	struct pollfd p = {.fd = s, .events = POLLIN};
+	char buf[512];
+	ssize_t n = poll(&p, 1, 2000) == 1 ? recv(s, buf, sizeof(buf), 0) : -1;
+	close(s);
+	struct nlmsghdr *h = (struct nlmsghdr *)buf;
+	if (n >= (ssize_t)NLMSG_LENGTH(sizeof(struct nlmsgerr)) && h->nlmsg_type == NLMSG_ERROR) {
+		int err = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+		if (err < 0) {
+			printf("AUDIT_USER_MSG: refused (%s)\n", strerror(-err));
+			return 0;
+		}
+	}
+	printf("AUDIT_USER_MSG: ACCEPTED by the host's audit\n");
 	return 1;
 }
 
@@ -237,10 +275,10 @@ static int probe_hijack(void)
 /* Capabilities no sandbox may hold (bounding or effective set): chroot (the
  * classic escape), admin (mounts), ptrace (pidfd_getfd of the agent's
  * channel), dac_read_search (open_by_handle_at), module, rawio, mknod,
- * net_admin, boot, time, bpf, perfmon. */
+ * net_admin, boot, time, bpf, perfmon, audit_write (the host's audit log). */
 static int probe_caps(void)
 {
-	static const int bad_caps[] = {18, 21, 19, 2, 16, 17, 27, 12, 22, 25, 39, 38};
+	static const int bad_caps[] = {18, 21, 19, 2, 16, 17, 27, 12, 22, 25, 39, 38, 29};
 	static const char *const sets[] = {"CapBnd:", "CapEff:", "CapPrm:"};
 	char line[256];
 	int bad = 0;
@@ -727,6 +765,12 @@ int main(int argc, char **argv)
 		return probe_read("/proc/kpagecgroup");
 	if (!strcmp(w, "kcore"))
 		return probe_read("/proc/kcore");
+	if (!strcmp(w, "kconfig"))
+		return probe_read("/proc/config.gz");
+	if (!strcmp(w, "vmcoreinfo"))
+		return probe_read("/sys/kernel/vmcoreinfo");
+	if (!strcmp(w, "audit"))
+		return probe_audit();
 	if (!strcmp(w, "userns"))
 		return refused("unshare(CLONE_NEWUSER)", unshare(CLONE_NEWUSER));
 	if (!strcmp(w, "bpf"))

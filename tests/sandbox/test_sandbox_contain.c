@@ -125,9 +125,10 @@ static void test_disk_fill(struct sbxt_env *e)
 static void test_probes(struct sbxt_env *e)
 {
 	static const char *const probes[] = {
-	    "mount",	     "raw",	 "packet",  "reboot",	 "module", "sysrq",  "kpagecgroup",
-	    "kcore",	     "userns",	 "bpf",	    "keyctl",	 "mknod",  "sysctl", "net",
-	    "chroot-escape", "agentmem", "devnode", "devshared", "projid", "caps",   "staging"};
+	    "mount",	   "raw",   "packet",	     "reboot",	 "module",     "sysrq",
+	    "kpagecgroup", "kcore", "userns",	     "bpf",	 "keyctl",     "mknod",
+	    "sysctl",	   "net",   "chroot-escape", "agentmem", "devnode",    "devshared",
+	    "projid",	   "caps",  "staging",	     "kconfig",	 "vmcoreinfo", "audit"};
 	struct sbx_config cfg = sbxt_config(e);
 	struct sbx *s = NULL;
 	CHECK(sbx_create(e->rt, &cfg, &s) == 0);
