@@ -554,13 +554,17 @@ static bool head_refused(struct sbd_conn *c)
 
 /* A request whose body a transfer streams: dispatched on its head. A route
  * that answers at once (an error) closes the connection after the answer:
- * the unread body cannot be told from a next request. */
+ * the unread body cannot be told from a next request. It lingers: a
+ * client still sending that body would otherwise get EPIPE or a reset in
+ * place of the answer. */
 static void dispatch_streamed(struct sbd_conn *c)
 {
 	c->keep_alive = false;
 	sbd_api_dispatch(c, c->req.method, c->req.path, c->req.query, NULL, c->req.content_length);
-	if (!c->lent)
+	if (!c->lent) {
 		c->close_after = true;
+		c->linger = true;
+	}
 }
 
 void sbd_conn_body(const struct sbd_conn *c, struct sbd_conn_body *ret)
@@ -603,8 +607,10 @@ void sbd_conn_give_back(struct sbd_conn *c, const void *extra, size_t n, bool ke
 	}
 	c->in_len = b ? n : 0;
 	c->keep_alive = keep;
-	if (!keep)
+	if (!keep) { /* the body may be unread: as dispatch_streamed */
 		c->close_after = true;
+		c->linger = true;
+	}
 }
 
 void sbd_conn_answered(struct sbd_conn *c, bool sent)
