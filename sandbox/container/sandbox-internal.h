@@ -154,7 +154,7 @@ int child_main_vm(void *arg);
  * (empty, bound over masked directories), made by a helper process with
  * dir (an empty host directory) as the mount point; an fd of it in *ret_fd.
  * Every staging child starts from a copy of it instead of the host's. */
-int mntns_template(const char *dir, int *ret_fd, uint32_t present[4]);
+int mntns_template(const char *dir, int *ret_fd, uint32_t present[5]);
 /* Names a failing child step for messages. */
 const char *child_step_name(int step);
 
