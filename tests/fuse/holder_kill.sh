@@ -35,15 +35,7 @@ wait_for() { # EXPR VALUE SECONDS
 }
 [ "$(field 'd["mount"]["protected"]')" = True ] || cluster_fail "the fresh mount is not protected"
 
-head -c $((8 << 20)) /dev/urandom >"$CLUSTER_TMP/big"
-cp "$CLUSTER_TMP/big" "$MNT/big"
-want=$(sha256sum <"$CLUSTER_TMP/big" | cut -d' ' -f1)
-python3 "$FUSE_IO" held "$MNT/big" "$CLUSTER_TMP/go" "$CLUSTER_TMP/held" &
-held=$!
-python3 "$FUSE_IO" reader "$MNT/big" "$want" "$CLUSTER_TMP/stop" "$CLUSTER_TMP/reads" &
-reader=$!
-fuse_io_wait_passes 1
-for i in $(seq 100); do grep -q ready "$CLUSTER_TMP/held" 2>/dev/null && break; sleep 0.1; done
+fuse_io_start 8 1
 
 # The holder dies and no new one can start.
 hpid=$(field 'd["fuse_holder"]["pid"]')

@@ -25,18 +25,9 @@ id0=$(mount_id)
 hpid=$(holder_pid)
 [ "$hpid" -gt 0 ] || cluster_fail "no holder keeps the connection"
 
-head -c $((16 << 20)) /dev/urandom >"$CLUSTER_TMP/big"
-cp "$CLUSTER_TMP/big" "$MNT/big"
-want=$(sha256sum <"$CLUSTER_TMP/big" | cut -d' ' -f1)
-
 # A reader (its pauses measured) and a file held open across both restarts,
 # read at the end (tests/lib/fuse_io.py).
-python3 "$FUSE_IO" held "$MNT/big" "$CLUSTER_TMP/go" "$CLUSTER_TMP/held" &
-held=$!
-python3 "$FUSE_IO" reader "$MNT/big" "$want" "$CLUSTER_TMP/stop" "$CLUSTER_TMP/reads" &
-reader=$!
-fuse_io_wait_passes 2
-for i in $(seq 100); do grep -q ready "$CLUSTER_TMP/held" 2>/dev/null && break; sleep 0.1; done
+fuse_io_start 16 2
 
 # The longest pause in the passes after line $1 of the reader's log, up to $2.
 pause() { sed -n "$(($1 + 1)),${2}p" "$CLUSTER_TMP/reads" | awk '$1 == "ok" && $2 > m { m = $2 } END { print m + 0 }'; }

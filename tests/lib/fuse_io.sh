@@ -21,3 +21,20 @@ fuse_io_wait_passes() {
 # True if pid $1 is alive and not a zombie (a daemon is reaped by whoever
 # adopted it, maybe not yet).
 fuse_io_alive() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | grep -q '^Z'; }
+
+# Writes a random file of $1 MiB to $MNT/big and starts, on it, a file held
+# open (pid $held; read at the end) and the verifying reader (pid $reader);
+# returns once the reader made $2 good passes and the held file is open.
+# Sets want (the file's sha256).
+fuse_io_start() {
+	local i
+	head -c $(($1 << 20)) /dev/urandom >"$CLUSTER_TMP/big"
+	cp "$CLUSTER_TMP/big" "$MNT/big"
+	want=$(sha256sum <"$CLUSTER_TMP/big" | cut -d' ' -f1)
+	python3 "$FUSE_IO" held "$MNT/big" "$CLUSTER_TMP/go" "$CLUSTER_TMP/held" &
+	held=$!
+	python3 "$FUSE_IO" reader "$MNT/big" "$want" "$CLUSTER_TMP/stop" "$CLUSTER_TMP/reads" &
+	reader=$!
+	fuse_io_wait_passes "$2"
+	for i in $(seq 100); do grep -q ready "$CLUSTER_TMP/held" 2>/dev/null && break; sleep 0.1; done
+}
