@@ -29,8 +29,8 @@ int repl_routing_copy(struct repl *rp, struct strata_routing *ret);
  * our table (refetched first when the request's chain version is newer),
  * else -ESTALE: only such a target takes a resync's chunks. */
 int repl_check_syncing(struct repl *rp, const struct chunk_route *rt);
-/* Forgets that a chunk was copied here from its successor (replica.c,
- * invariant 8): a resync replaced or removed it. */
+/* Forgets a chunk's copy record (it was copied here from its successor,
+ * replica.c invariant 8): a resync replaced or removed it. */
 void repl_forget_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index);
 /* True once repl_free began stopping the engine. */
 bool repl_stopping(struct repl *rp);

@@ -97,10 +97,21 @@
  *      the tail the mark is dropped: whoever applied more is out of the
  *      chain and resyncs. Reads of an unsure chunk at a non-tail replica
  *      answer -EAGAIN.
- *   8. After such a copy at version V (same chain version), a forward that
- *      the serving successor answers at a version <= V is a retry it
- *      answered from its dedup table: the write is already in the copy and
- *      is not applied here again (exactly once per request id).
+ *   8. After such a copy at version V (its copy record, set_pulled), a
+ *      forward that a serving successor answers at a version <= V is a
+ *      retry it answered from its dedup table: the write is already in the
+ *      copy and is not applied here again (exactly once per request id).
+ *      This holds across chain changes, so the record is not tied to the
+ *      chain version: the chunk here stays at V or above until it is
+ *      removed or replaced, and a serving successor holds every write we
+ *      hold (invariant 1), so a write it applies afresh lands above V. The
+ *      record goes when the chunk is removed here (REMOVE_FILE) or replaced
+ *      by a resync (a PUT, or the last piece of a PUT_PART, resync.c),
+ *      which may put a lower version. Tied to the chain version, a copy
+ *      made before a chain change was forgotten by it, and a retry of the
+ *      lost write under the new chain was applied a second time: the head
+ *      one version ahead of its successors with the same bytes
+ *      (repl_large_receiver once in CI; repl_copy_rechain).
  *
  * Without an engine attached (service.c, repl == NULL) requests are served
  * locally with no chain checks (in-process tests). */
@@ -177,9 +188,8 @@ struct repl {
 	int nunsure, capunsure;
 	struct pulled {
 		struct held_key k;
-		uint64_t version;
-		uint32_t chain_ver;
-	} pulled[PULLED_SLOTS]; /* chunks copied from a successor (invariant 8) */
+		uint64_t version; /* 0: a cleared slot */
+	} pulled[PULLED_SLOTS];	  /* copy records: chunks copied from a successor (invariant 8) */
 	int npulled, pulled_next;
 	pthread_mutex_t dedup_mu;
 	struct dedup_ent *dedup;
@@ -423,26 +433,29 @@ static bool key_eq(const struct held_key *k, uint32_t target, uint64_t ino, uint
 }
 
 /* Invariant 8: the version at which a chunk was last copied from its
- * successor here, by a chain still at chain_ver (0: none since the start,
- * the chunk's last removal or put, or the chain changed since). */
-static uint64_t pulled_version(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index,
-			       uint32_t chain_ver)
+ * successor here (its copy record; 0: none since the start, or the chunk
+ * was removed or put here by a resync since). Not tied to the chain
+ * version: a retry answered from a successor's dedup table after a chain
+ * change is as much in the copy as before it. A chunk has at most one
+ * live slot (set_pulled clears the others first); cleared slots keep
+ * their key and are skipped, wherever the ring put them. */
+static uint64_t pulled_version(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
 {
 	if (!__atomic_load_n(&rp->npulled, __ATOMIC_ACQUIRE))
 		return 0;
 	uint64_t v = 0;
 	pthread_mutex_lock(&rp->unsure_mu);
-	for (int i = 0; i < rp->npulled; i++)
-		if (key_eq(&rp->pulled[i].k, target, ino, index))
-			v = rp->pulled[i].chain_ver == chain_ver ? rp->pulled[i].version : 0;
+	for (int i = 0; i < rp->npulled && !v; i++)
+		if (rp->pulled[i].version && key_eq(&rp->pulled[i].k, target, ino, index))
+			v = rp->pulled[i].version;
 	pthread_mutex_unlock(&rp->unsure_mu);
 	return v;
 }
 
-/* Records a copy at version (0: forgets the chunk's copies; index
+/* Records a copy at version (0: forgets the chunk's copy record; index
  * UINT32_MAX: every chunk of ino). */
 static void set_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index,
-		       uint64_t version, uint32_t chain_ver)
+		       uint64_t version)
 {
 	pthread_mutex_lock(&rp->unsure_mu);
 	for (int i = 0; i < rp->npulled; i++)
@@ -453,7 +466,7 @@ static void set_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t 
 	if (version) {
 		int i = rp->pulled_next;
 		rp->pulled_next = (i + 1) % PULLED_SLOTS;
-		rp->pulled[i] = (struct pulled){{target, index, ino}, version, chain_ver};
+		rp->pulled[i] = (struct pulled){{target, index, ino}, version};
 		if (rp->npulled < PULLED_SLOTS)
 			__atomic_store_n(&rp->npulled, rp->npulled + 1, __ATOMIC_RELEASE);
 	}
@@ -462,7 +475,7 @@ static void set_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t 
 
 void repl_forget_pulled(struct repl *rp, uint32_t target, uint64_t ino, uint32_t index)
 {
-	set_pulled(rp, target, ino, index, 0, 0);
+	set_pulled(rp, target, ino, index, 0);
 }
 
 /* A hash slot may be shared: a false "pending" only sends a read to the tail.
@@ -685,13 +698,12 @@ static int local_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, stru
 /* Invariant 8: after a reconcile copied the successor's chunk here at
  * version V, a write it answers at a version <= V (a retry it answered from
  * its dedup table) is one we already hold: it is not applied again. */
-static bool already_here(struct repl *rp, const struct place *p, const struct chunk_req *r,
-			 const struct fwd *f, const struct chunk_stat *succ)
+static bool already_here(struct repl *rp, const struct chunk_req *r, const struct fwd *f,
+			 const struct chunk_stat *succ)
 {
 	if (!f->serving || !succ->version)
 		return false;
-	return succ->version <=
-	       pulled_version(rp, r->route.target_id, r->ino, r->index, p->c->version);
+	return succ->version <= pulled_version(rp, r->route.target_id, r->ino, r->index);
 }
 
 /* Reads the successor's whole chunk (st: its state, as it answered the
@@ -750,7 +762,7 @@ static int copy_successor(struct repl *rp, struct chunk_store *cs, struct place 
 		 "forward: copied its version %llu (had %llu)",
 		 (unsigned long long)r->ino, r->index, tid, f->tid,
 		 (unsigned long long)succ->version, (unsigned long long)here->version);
-	set_pulled(rp, tid, r->ino, r->index, succ->version, p->c->version);
+	set_pulled(rp, tid, r->ino, r->index, succ->version);
 	return 0;
 }
 
@@ -811,7 +823,7 @@ static int forward_apply(struct repl *rp, struct chunk_store *cs, struct place *
 		int e = forward_write(rp, p, next, type, r, &f, &succ, sent);
 		if (e < 0)
 			return e;
-		if (already_here(rp, p, r, &f, &succ))
+		if (already_here(rp, r, &f, &succ))
 			return local_stat(cs, r->ino, r->index, st);
 	}
 	return cs_write_local(cs, type, r, st);
@@ -883,7 +895,7 @@ static int repl_remove_file(struct repl *rp, struct chunk_store *cs, const struc
 	for (size_t i = 0; e >= 0 && i < n; i++) {
 		repl_order_lock(rp, tid, r->ino, idx[i]);
 		e = chunk_store_remove(cs, r->ino, idx[i]);
-		set_pulled(rp, tid, r->ino, idx[i], 0, 0);
+		set_pulled(rp, tid, r->ino, idx[i], 0);
 		repl_order_unlock(rp, tid, r->ino, idx[i]);
 		removed += e > 0;
 	}

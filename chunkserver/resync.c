@@ -538,8 +538,10 @@ static int put_piece(struct chunk_store *cs, const struct chunk_req *r, struct c
 
 /* PUT or PUT_PART: only a syncing target takes one, at the current chain
  * version; under the chunk's ordering lock, so that a forwarded write to it
- * lands before or after, never during. A whole put also forgets any copy
- * from a successor (replica.c, invariant 8). */
+ * lands before or after, never during. A whole put, and the last piece of
+ * a put in pieces (which publishes it), also forget the chunk's copy record
+ * (replica.c, invariant 8): the chunk now holds the sender's version, which
+ * may be lower than the copy's. */
 static int resync_put(struct repl *rp, struct chunk_store *cs, uint16_t type,
 		      const struct chunk_req *r, struct wbuf *reply)
 {
@@ -549,12 +551,12 @@ static int resync_put(struct repl *rp, struct chunk_store *cs, uint16_t type,
 	struct chunk_meta m = {0};
 	uint32_t tid = r->route.target_id;
 	repl_order_lock(rp, tid, r->ino, r->index);
-	if (type == MSG_CHUNK_PUT) {
+	if (type == MSG_CHUNK_PUT)
 		e = put_whole(cs, r, &m);
-		repl_forget_pulled(rp, tid, r->ino, r->index);
-	} else {
+	else
 		e = put_piece(cs, r, &m);
-	}
+	if (type == MSG_CHUNK_PUT || (r->flags & CHUNK_PP_LAST))
+		repl_forget_pulled(rp, tid, r->ino, r->index);
 	repl_order_unlock(rp, tid, r->ino, r->index);
 	if (e < 0)
 		return e;

@@ -36,6 +36,13 @@
 #        after chunk_client's same-id window (cut to 300 ms) with the same
 #        request id: applied once (the chunk's version moves once on every
 #        replica), replicas equal
+#   copy_rechain  the head's forward of write 2 times out after the
+#        middle and the tail applied it (the middle's answers to the head
+#        dropped); write 3 makes the head reconcile (it copies the middle's
+#        chunk); the tail is killed (the chain changes); write 2 retried
+#        with its request id is answered by the middle's dedup table at a
+#        version the copy holds: not applied again (head and middle stay
+#        equal, version and bytes), replicas equal after the resync
 #   churn       (soak) 12 rounds: kill -9 a random node, the workload goes
 #        on, the node returns and resyncs; replicas equal at the end
 #   torn        the tail is killed, one of its chunk files torn (cut in half)
@@ -110,6 +117,10 @@ node_at() { # position (0 head .. 2 tail) of chain 0 -> node number
 	rc_node_of_target "$t"
 }
 
+chain_version() { # of chain 0, by strata-meta
+	rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])'
+}
+
 restart_and_resync() {
 	local i
 	for i in "$@"; do rc_start_node "$i"; done
@@ -155,7 +166,7 @@ partition() {
 	local n t old_ver probe_out
 	n=$(node_at 1)
 	t=$(rc_chain_targets 0 | awk '{print $2}')
-	old_ver=$(rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])')
+	old_ver=$(chain_version)
 	rc_log "freezing node $n (target $t, chain version $old_ver)"
 	rc_stop_node "$n"
 	# a frozen replica is given up on after the lease or a 5 s call timeout
@@ -174,7 +185,7 @@ thaw_read() {
 	[ "$RC_NETNS" = 1 ] || rc_skip "needs network namespaces (drops the node's packets to strata-meta)"
 	n=$(node_at 1)
 	t=$(rc_chain_targets 0 | awk '{print $2}')
-	old_ver=$(rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])')
+	old_ver=$(chain_version)
 	ns="strn${RC_TAG}_$n"
 	rule=(OUTPUT -p tcp -d "${RC_META%:*}" --dport "${RC_META##*:}" -j DROP)
 	ip netns exec "$ns" iptables -A "${rule[@]}" || rc_skip "no iptables in $ns"
@@ -289,7 +300,7 @@ dedup() {
 	WL_PID=""
 	t=$(rc_chain_targets 0 | awk '{print $1}')
 	n=$(rc_node_of_target "$t")
-	ver=$(rc_admin --json chains | python3 -c 'import json,sys; print(json.load(sys.stdin)["chains"][0]["version"])')
+	ver=$(chain_version)
 	a=$("$probe" "${RC_ADDR[$n]}" "$t" 1 "$ver" 999999 0 4242 7)
 	b=$("$probe" "${RC_ADDR[$n]}" "$t" 1 "$ver" 999999 0 4242 7)
 	c=$("$probe" "${RC_ADDR[$n]}" "$t" 1 "$ver" 999999 0 4242 8)
@@ -299,10 +310,13 @@ dedup() {
 	verify_equal
 }
 
+# The file of chunk 0 of inode $2 on node $1.
+chunk_file() { printf '%s/cs%s/t1/chunks/%02x/%016x/00000000' "$RC_DIR" "$1" $(($2 & 255)) "$2"; }
+
 # The version of chunk 0 of inode $2 on node $1 (read from its header; 0: none).
 chunk_version() {
 	local f
-	f=$(printf '%s/cs%s/t1/chunks/%02x/%016x/00000000' "$RC_DIR" "$1" $(($2 & 255)) "$2")
+	f=$(chunk_file "$1" "$2")
 	python3 -c 'import struct,sys
 try: print(struct.unpack_from("<Q", open(sys.argv[1], "rb").read(40), 32)[0])
 except OSError: print(0)' "$f"
@@ -352,6 +366,67 @@ retry_id() {
 	done
 }
 
+# copy_rechain: the head copies its successor's chunk (the reconcile after
+# a forward whose answer was lost), the chain changes, and the lost write is
+# retried with its request id: the successor answers it from its dedup
+# table at a version the copy holds, so the head must not apply it again.
+# Writes go straight to the head (repl_probe), each 4 KiB at offset 0 of
+# its own fill byte, so the chunk's bytes tell which write it holds.
+copy_rechain() {
+	local h m t th ns ver ver2 a i n rule ino=999998
+	[ "$RC_NETNS" = 1 ] || rc_skip "needs network namespaces (drops the middle's answers to the head)"
+	touch "$RC_MNT/wl.stop"
+	wait "$WL_PID" || rc_fail "workload failed"
+	WL_PID=""
+	h=$(node_at 0) m=$(node_at 1) t=$(node_at 2)
+	th=$(rc_chain_targets 0 | awk '{print $1}')
+	ver=$(chain_version)
+	# put CHAIN_VER REQ_ID FILL: a write of client 4343 at the head
+	put() { "$STRATA_BUILD/tests/repl_probe" "${RC_ADDR[$h]}" "$th" 1 "$1" "$ino" 0 4343 "$2" "$3"; }
+	versions() { for n in "$h" "$m" "$t"; do printf '%s ' "$(chunk_version "$n" "$ino")"; done; }
+	a=$(put "$ver" 1 0x11)
+	[ "$a" = "status 0 version 1" ] || rc_fail "first write: $a"
+	# write 2: applied by the tail and the middle, the middle's answer to
+	# the head lost (its packets with data; bare ACKs pass): the head's
+	# forward times out, it marks the chunk unsure and answers -EAGAIN
+	ns="strn${RC_TAG}_$m"
+	rule=(OUTPUT -p tcp --sport "${RC_ADDR[$m]##*:}" -d "${RC_ADDR[$h]%:*}"
+		-m length --length 100:65535 -j DROP)
+	ip netns exec "$ns" iptables -A "${rule[@]}" || rc_skip "no iptables in $ns"
+	a=$(put "$ver" 2 0x22)
+	ip netns exec "$ns" iptables -D "${rule[@]}"
+	rc_log "write 2, the middle's answer lost: $a; versions head middle tail: $(versions)"
+	case "$a" in "status -11 "*) ;; *) rc_fail "write 2 with its answer lost: $a" ;; esac
+	[ "$(versions)" = "1 2 2 " ] || rc_fail "write 2 not applied below the head only: $(versions)"
+	# the head reported the middle; strata-meta's probe found it alive
+	[ "$(chain_version)" = "$ver" ] || rc_fail "the chain changed after write 2 ($(rc_admin chains | sed -n 2p))"
+	# write 3: the head reconciles (copies the middle's version 2), then applies it
+	a=$(put "$ver" 3 0x33)
+	[ "$a" = "status 0 version 3" ] && [ "$(versions)" = "3 3 3 " ] ||
+		rc_fail "write 3 after the reconcile: $a; versions $(versions)"
+	grep -q "was behind target .*copied its version 2" "$RC_DIR/log/cs$h.log" ||
+		rc_fail "the head did not copy its successor's chunk"
+	# the chain changes: the tail is killed and taken out
+	rc_kill_node "$t"
+	for i in $(seq 1 150); do
+		ver2=$(chain_version)
+		[ "$ver2" != "$ver" ] && break
+		sleep 0.2
+	done
+	[ "$ver2" != "$ver" ] || rc_fail "the chain did not change after the tail was killed"
+	# write 2 again with its request id, by the new chain: the middle
+	# answers it from its dedup table at version 2, which the copy holds
+	a=$(put "$ver2" 2 0x22)
+	rc_log "chain v$ver -> v$ver2; write 2 retried: $a; versions head middle tail (killed): $(versions)"
+	[ "$a" = "status 0 version 3" ] || rc_fail "the retried write 2 was applied again at the head: $a"
+	[ "$(chunk_version "$h" "$ino")" = 3 ] && cmp "$(chunk_file "$h" "$ino")" "$(chunk_file "$m" "$ino")" ||
+		rc_fail "head and middle differ after the retry: versions $(versions)"
+	restart_and_resync "$t"
+	[ "$(versions)" = "3 3 3 " ] && cmp "$(chunk_file "$h" "$ino")" "$(chunk_file "$t" "$ino")" ||
+		rc_fail "replicas differ after the resync: versions $(versions)"
+	verify_equal
+}
+
 churn() {
 	local k n
 	for k in $(seq 1 12); do
@@ -386,6 +461,7 @@ churn) churn ;;
 dedup) dedup ;;
 retry_id) retry_id ;;
 replace) replace ;;
+copy_rechain) copy_rechain ;;
 *) rc_fail "unknown scenario $SCEN" ;;
 esac
 rc_log "PASS: $SCEN"

@@ -5,12 +5,14 @@
  * -EAGAIN, not data, to a client still routing by the old chain version).
  *
  *   repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX
- *   repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX CLIENT_ID REQ_ID
+ *   repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX CLIENT_ID REQ_ID [FILL]
  *
  * The first form READs 64 KiB and prints "status N bytes M"; the second
- * sends a 4 KiB WRITE_EX with that client and request id (the dedup test)
- * and prints "status N version V". Exits 0 if the call completed (any
- * status), 2 on usage errors, 1 on a transport failure. */
+ * sends a 4 KiB WRITE_EX at offset 0 with that client and request id (the
+ * dedup and copy_rechain tests), every byte FILL (0 unless given, so that
+ * a test can tell by the chunk's bytes which write it holds), and prints
+ * "status N version V". Exits 0 if the call completed (any status), 2 on
+ * usage errors, 1 on a transport failure. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,13 +27,15 @@
 int main(int argc, char **argv)
 {
 	test_key_setup(RPC_ROLE_ADMIN);
-	if (argc != 7 && argc != 9) {
+	if (argc != 7 && argc != 9 && argc != 10) {
 		fprintf(stderr, "usage: repl_probe ADDR TARGET CHAIN CHAIN_VER INO INDEX "
-				"[CLIENT_ID REQ_ID]\n");
+				"[CLIENT_ID REQ_ID [FILL]]\n");
 		return 2;
 	}
 	static uint8_t data[4096];
-	bool write = argc == 9;
+	bool write = argc >= 9;
+	if (argc == 10)
+		memset(data, (int)strtoul(argv[9], NULL, 0), sizeof(data));
 	uint16_t type = write ? MSG_CHUNK_WRITE_EX : MSG_CHUNK_READ;
 	struct chunk_req q = {
 	    .route = {(uint32_t)strtoul(argv[2], NULL, 0), (uint32_t)strtoul(argv[3], NULL, 0),
