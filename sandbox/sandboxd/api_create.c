@@ -404,11 +404,24 @@ static int create_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_creat
 	return 0;
 }
 
-/* An idempotent repeat of a create in flight: waits for its answer. */
+void sbd_api_creating_usage(struct sandboxd *d, const char *owner, struct sbd_tenant_usage *u)
+{
+	for (struct create_job *j = d->creates ? d->creates->in_flight : NULL; j; j = j->next)
+		if (!strcmp(j->sb->tenant ?: "", owner ?: "")) {
+			u->sandboxes++;
+			u->cpu += j->sb->cpu;
+			u->memory_mb += j->sb->memory_mb;
+		}
+}
+
+/* An idempotent repeat of a create in flight (of the same tenant: keys are
+ * a tenant's own): waits for its answer. */
 static bool create_join_pending(struct sbd_conn *c, struct sbd_creates *cs, const char *key)
 {
+	const struct sbd_who *who = sbd_conn_who(c);
 	for (struct create_job *j = cs ? cs->in_flight : NULL; j; j = j->next) {
-		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0)
+		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0 ||
+		    !sbd_who_owns(who, j->sb->tenant))
 			continue;
 		struct create_waiter *w = calloc(1, sizeof(*w));
 		if (!w)
@@ -545,6 +558,8 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
+	const struct sbd_who *who = sbd_conn_who(c);
+	const char *owner = who->tenant[0] ? who->tenant : NULL;
 	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
 	bool later = false;
@@ -553,7 +568,16 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 	const char *image = json_cstr(json_get(j, "image"));
 	const char *bname = json_cstr(json_get(j, "backend")) ?: "container";
 	const char *idem = json_cstr(json_get(j, "idempotency_key"));
-	struct sbd_sandbox *prev = idem ? sbd_registry_find_idem(d, idem) : NULL;
+	const char *net = json_cstr(json_get(j, "network"));
+	/* The host's network reaches the cluster's ports: an admin's choice. */
+	if (net && !strcmp(net, "host") && !who->admin) {
+		sbd_conn_reply_error(c, 403, "admin_only",
+				     "network \"host\" is for administrators only (tenant '%s'); "
+				     "\"none\" gives the sandbox its own network with loopback",
+				     who->tenant);
+		goto out;
+	}
+	struct sbd_sandbox *prev = idem ? sbd_registry_find_idem(d, idem, owner) : NULL;
 	struct sbd_image *im = NULL;
 	struct sbd_backend *b = sbd_registry_backend(d, bname);
 	struct sbd_caps caps = {0};
@@ -603,13 +627,18 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 	sb->backend_name = strdup(b->name);
 	sb->backend = b;
 	sb->reserves = caps.persistent;
+	if (owner)
+		sb->tenant = strdup(owner);
 	r = fill_sandbox(d, j, sb, im, &err);
+	if (r == 0 && owner && !sb->tenant)
+		r = -ENOMEM;
 	if (r == 0 && !caps.available)
 		r = strata_err_set(&err, -ENODEV, "backend '%s': %s", bname, caps.why.msg);
 	if (r == 0 && sb->net_host && !caps.network_host)
 		r = strata_err_set(&err, -EOPNOTSUPP,
 				   "backend '%s' does not support network \"host\"", b->name);
-	if (r == 0 && (r = sbd_registry_admit(d, sb, &err)) < 0)
+	if (r == 0 && ((r = sbd_tenant_admit(d, who, sb, &err)) < 0 ||
+		       (r = sbd_registry_admit(d, sb, &err)) < 0))
 		d->refused_total++;
 	later = create_run_or_start(c, d, b, sb, r, &err);
 out:
