@@ -764,6 +764,12 @@ async def node_metrics(*, socket=None, url=None, token=None, timeout=DEFAULT_TIM
                            timeout=timeout)
 
 
+async def tenant_info(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """See :func:`strata.tenant_info`."""
+    return await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/tenant",
+                           timeout=timeout)
+
+
 async def health(*, socket=None, url=None, token=None, timeout=5.0):
     """See :func:`strata.health`."""
     r = await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/health",

@@ -1137,6 +1137,14 @@ def node_metrics(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
     return Client(socket=socket, url=url, token=token).call("GET", "/v1/node", timeout=timeout)
 
 
+def tenant_info(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """Who the caller is to sandboxd, its quotas and what its sandboxes hold
+    (GET /v1/tenant): ``{"tenant": name or None (the operator), "admin":
+    bool, "quotas": {"max_sandboxes", "cpu", "memory_mb"} (None: no limit),
+    "usage": {"sandboxes", "cpu", "memory_mb"}}``."""
+    return Client(socket=socket, url=url, token=token).call("GET", "/v1/tenant", timeout=timeout)
+
+
 def health(*, socket=None, url=None, token=None, timeout=5.0):
     """Returns True when sandboxd answers its health check."""
     r = Client(socket=socket, url=url, token=token).call("GET", "/v1/health", timeout=timeout)
