@@ -221,9 +221,9 @@ int sbd_tenants_parse(const char *buf, size_t len, struct sbd_tenants *ret, stru
 		struct sbd_tenant tn;
 		if ((r = parse_one(o, &tn, e)) < 0)
 			break;
-		if ((r = sbd_tenants_add(ret, &tn)) < 0)
-			strata_err_set(e, r, "tenant '%s': %s", tn.name,
-				       r == -EEXIST ? "listed twice" : strerror(-r));
+		if ((r = sbd_tenants_add(ret, &tn)) < 0) /* a file that says so is malformed */
+			r = strata_err_set(e, r == -ENOMEM ? r : -EINVAL, "tenant '%s': %s",
+					   tn.name, r == -EEXIST ? "listed twice" : strerror(-r));
 	}
 	json_free(j);
 	return r;
@@ -289,30 +289,35 @@ void sbd_tenant_quotas_json(struct jw *w, const struct sbd_tenant *tn)
 	emit_quota(w, "memory_mb", tn ? tn->memory_mb : -1);
 }
 
-int sbd_tenants_save(const char *path, const struct sbd_tenants *t)
+void sbd_tenants_to_json(const struct sbd_tenants *t, struct jw *w)
 {
-	struct jw w;
-	jw_init(&w);
-	jw_obj(&w);
-	jw_kint(&w, "version", 1);
-	jw_key(&w, "tenants");
-	jw_arr(&w);
+	jw_obj(w);
+	jw_kint(w, "version", 1);
+	jw_key(w, "tenants");
+	jw_arr(w);
 	for (size_t i = 0; i < t->n; i++) {
 		const struct sbd_tenant *tn = &t->v[i];
 		char salt[2 * SBD_TENANT_SALT + 1], hash[2 * SBD_TENANT_HASH + 1];
 		hex_encode(tn->salt, sizeof(tn->salt), salt);
 		hex_encode(tn->hash, sizeof(tn->hash), hash);
-		jw_obj(&w);
-		jw_kstr(&w, "name", tn->name);
-		jw_kstr(&w, "salt", salt);
-		jw_kstr(&w, "hash", hash);
-		jw_kbool(&w, "admin", tn->admin);
-		sbd_tenant_quotas_json(&w, tn);
-		jw_kint(&w, "created_at", tn->created_at);
-		jw_obj_end(&w);
+		jw_obj(w);
+		jw_kstr(w, "name", tn->name);
+		jw_kstr(w, "salt", salt);
+		jw_kstr(w, "hash", hash);
+		jw_kbool(w, "admin", tn->admin);
+		sbd_tenant_quotas_json(w, tn);
+		jw_kint(w, "created_at", tn->created_at);
+		jw_obj_end(w);
 	}
-	jw_arr_end(&w);
-	jw_obj_end(&w);
+	jw_arr_end(w);
+	jw_obj_end(w);
+}
+
+int sbd_tenants_save(const char *path, const struct sbd_tenants *t)
+{
+	struct jw w;
+	jw_init(&w);
+	sbd_tenants_to_json(t, &w);
 	jw_append(&w, "\n", 1);
 	char tmp[4200];
 	int r = w.err;
@@ -320,6 +325,7 @@ int sbd_tenants_save(const char *path, const struct sbd_tenants *t)
 	    snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid()) >= (int)sizeof(tmp))
 		r = -ENAMETOOLONG;
 	if (r == 0) {
+		unlink(tmp); /* one a crashed writer of our pid left */
 		int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd < 0)
 			r = -errno;

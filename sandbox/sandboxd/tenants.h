@@ -68,6 +68,9 @@ int sbd_tenants_parse(const char *buf, size_t len, struct sbd_tenants *ret, stru
  * tokens. Returns 0, -ENOENT when there is none, or -errno with e. */
 int sbd_tenants_load(const char *path, struct sbd_tenants *ret, struct stat *ret_st,
 		     struct strata_err *e);
+struct jw;
+/* Emits t as the text of a tenants file (what sbd_tenants_parse reads). */
+void sbd_tenants_to_json(const struct sbd_tenants *t, struct jw *w);
 /* Writes t to path atomically, mode 0600. Returns 0 or -errno. */
 int sbd_tenants_save(const char *path, const struct sbd_tenants *t);
 /* Frees the entries; accepts an empty table. */
@@ -87,7 +90,6 @@ int sbd_tenants_remove(struct sbd_tenants *t, const char *name);
 int sbd_tenant_new_token(struct sbd_tenant *tn, char ret_token[SBD_TENANT_TOKEN_MAX]);
 /* The entry whose token token is, or NULL. */
 const struct sbd_tenant *sbd_tenants_match(const struct sbd_tenants *t, const char *token);
-struct jw;
 /* Emits tn's quotas as members of the object w is in: max_sandboxes, cpu,
  * memory_mb, null where there is no limit (tn NULL: all null). */
 void sbd_tenant_quotas_json(struct jw *w, const struct sbd_tenant *tn);

@@ -637,6 +637,10 @@ class AsyncSandbox:
     def labels(self):
         return self._sync.labels
 
+    @property
+    def tenant(self):
+        return self._sync.tenant
+
     async def _call(self, method, sub, body=None, timeout=DEFAULT_TIMEOUT):
         try:
             return await http.call(self._client, method, self._path(sub), body=body,

@@ -979,6 +979,11 @@ class Sandbox:
     def labels(self):
         return dict(self._info.get("labels") or {})
 
+    @property
+    def tenant(self):
+        """The tenant that created it (None: the operator)."""
+        return self._info.get("tenant")
+
     def refresh(self, timeout=DEFAULT_TIMEOUT):
         """Fetches the current description; returns it."""
         self._info = self._call("GET", "", timeout=timeout)

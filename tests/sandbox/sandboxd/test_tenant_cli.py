@@ -139,7 +139,7 @@ def test_sdk_tenants_see_their_own_and_no_host_network(d):
     ta, tb = add(d, "sdk-a"), add(d, "sdk-b")
     admin = add(d, "sdk-ops", "--admin")
     sa = strata.Sandbox.create("busybox", backend="fncall", url=d.url, token=ta)
-    assert sa.exec(["echo", "a"]).stdout == "a\n"
+    assert sa.tenant == "sdk-a" and sa.exec(["echo", "a"]).stdout == "a\n"
     assert [s.id for s in strata.Sandbox.list(url=d.url, token=tb)] == []
     with pytest.raises(strata.NotFound):
         strata.Sandbox.connect(sa.id, url=d.url, token=tb)
