@@ -46,18 +46,19 @@ int sbd_auth_request(struct sandboxd *d, bool tcp, uint32_t uid, const char *aut
 		return -EACCES;
 	}
 	const char *token = !strncmp(authz, "Bearer ", 7) ? authz + 7 : NULL;
+	/* A tenant's first: one hash, none when no tenant has the name. */
+	const struct sbd_tenant *tn = token ? sbd_tenants_match(&d->tenants, token) : NULL;
+	if (tn) {
+		*ret = (struct sbd_who){.admin = tn->admin};
+		memcpy(ret->tenant, tn->name, sizeof(ret->tenant));
+		return 0;
+	}
 	if (token && d->cfg.token && sbd_secret_equal(token, d->cfg.token)) {
 		who_operator(ret);
 		return 0;
 	}
-	const struct sbd_tenant *tn = token ? sbd_tenants_match(&d->tenants, token) : NULL;
-	if (!tn) {
-		*ret_why = "missing or wrong bearer token";
-		return -EACCES;
-	}
-	*ret = (struct sbd_who){.admin = tn->admin};
-	memcpy(ret->tenant, tn->name, sizeof(ret->tenant));
-	return 0;
+	*ret_why = "missing or wrong bearer token";
+	return -EACCES;
 }
 
 bool sbd_who_owns(const struct sbd_who *w, const char *owner)
