@@ -431,6 +431,10 @@ static int finish_config(struct sandboxd_config *c)
 	}
 	if (!c->token && getenv("STRATA_SANDBOXD_TOKEN"))
 		c->token = strdup(getenv("STRATA_SANDBOXD_TOKEN"));
+	if (c->token && !c->token[0]) { /* an empty token would let "Bearer " in */
+		free(c->token);
+		c->token = NULL;
+	}
 	if (!c->socket_path && asprintf(&c->socket_path, "%s/run/sandboxd.sock", c->home) < 0)
 		return -ENOMEM;
 	if (!c->tenants_path && asprintf(&c->tenants_path, "%s/tenants.json", c->home) < 0)

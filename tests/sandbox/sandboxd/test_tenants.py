@@ -427,3 +427,23 @@ def test_network_none_reaches_no_host_address(t, listener, backend):
     host = t.create("ops", backend=backend, image=image, network="host")
     assert reach(t, "ops", host, addrs[0], listener, python)
     t.call("ops", "DELETE", "/v1/sandboxes/%s" % host)
+
+
+def test_an_empty_operator_token_is_no_token(t):
+    """STRATA_SANDBOXD_TOKEN= (set, empty) made "Authorization: Bearer " the
+    operator's on TCP; it is no token now."""
+    base = tempfile.mkdtemp(prefix="strata-tenants-empty-")
+    port = free_port()
+    d = Daemon(os.path.join(base, "d"), {}, ["--listen-tcp", "127.0.0.1:%d" % port],
+               env={"STRATA_SANDBOXD_TOKEN": ""})
+    os.makedirs(d.home)
+    write_tenants(os.path.join(d.home, "tenants.json"), [])
+    d.start()
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \r\n\r\n")
+        assert b" 401 " in s.recv(4096)
+        s.close()
+    finally:
+        d.stop()
+        shutil.rmtree(base, ignore_errors=True)
