@@ -230,10 +230,11 @@ static void api_list(struct sbd_conn *c, const char *query)
 	_cleanup_free_ char *label = sbd_http_query_get(query, "label", &bad);
 	_cleanup_free_ char *state = sbd_http_query_get(query, "state", &bad);
 	_cleanup_free_ char *backend = sbd_http_query_get(query, "backend", &bad);
+	_cleanup_free_ char *tenant = sbd_http_query_get(query, "tenant", &bad);
 	if (bad || (state && strcmp(state, "running") && strcmp(state, "paused"))) {
 		sbd_conn_reply_error(
 		    c, 400, "bad_request",
-		    "filters: label=k=v[,k=v], state=running|paused, backend=NAME");
+		    "filters: label=k=v[,k=v], state=running|paused, backend=NAME, tenant=NAME");
 		return;
 	}
 	const struct sbd_who *who = sbd_conn_who(c);
@@ -248,6 +249,8 @@ static void api_list(struct sbd_conn *c, const char *query)
 		if (state && strcmp(state, sbd_state_name(sb->state)))
 			continue;
 		if (backend && strcmp(backend, sb->backend_name))
+			continue;
+		if (tenant && strcmp(tenant, sb->tenant ?: "")) /* "": the operator's */
 			continue;
 		if (label && !label_match(sb, label))
 			continue;

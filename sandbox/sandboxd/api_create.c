@@ -63,8 +63,8 @@ static char *new_id(struct sandboxd *d)
 /* ---- create ---------------------------------------------------------------- */
 
 static const char *const create_fields[] = {
-    "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env", "cwd",
-    "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", NULL};
+    "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env",    "cwd",
+    "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", "tenant", NULL};
 
 int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
@@ -414,14 +414,14 @@ void sbd_api_creating_usage(struct sandboxd *d, const char *owner, struct sbd_te
 		}
 }
 
-/* An idempotent repeat of a create in flight (of the same tenant: keys are
- * a tenant's own): waits for its answer. */
-static bool create_join_pending(struct sbd_conn *c, struct sbd_creates *cs, const char *key)
+/* An idempotent repeat of a create in flight for the same tenant owner
+ * (NULL: the operator; keys are a tenant's own): waits for its answer. */
+static bool create_join_pending(struct sbd_conn *c, struct sbd_creates *cs, const char *key,
+				const char *owner)
 {
-	const struct sbd_who *who = sbd_conn_who(c);
 	for (struct create_job *j = cs ? cs->in_flight : NULL; j; j = j->next) {
 		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0 ||
-		    !sbd_who_owns(who, j->sb->tenant))
+		    strcmp(j->sb->tenant ?: "", owner ?: ""))
 			continue;
 		struct create_waiter *w = calloc(1, sizeof(*w));
 		if (!w)
@@ -555,16 +555,47 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 
 /* POST /v1/sandboxes. Returns true when the answer comes later (a create
  * on a worker, or the image's mount), false when it was queued. */
+/* Whom a create is for: the caller, or (an admin's "tenant") the tenant it
+ * names, whose quotas then apply. Returns false after replying. */
+static bool create_for(struct sbd_conn *c, const struct json *j, struct sbd_who *ret)
+{
+	const struct sbd_who *who = sbd_conn_who(c);
+	const struct json *t = json_get(j, "tenant");
+	const char *name = json_cstr(t);
+	*ret = *who;
+	if (!t || t->type == JSON_NULL)
+		return true;
+	if (!name || !sbd_tenant_name_valid(name)) {
+		sbd_conn_reply_error(c, 400, "bad_request",
+				     "tenant must be a tenant's name (1-63 of a-z 0-9 - _)");
+		return false;
+	}
+	if (!who->admin && strcmp(name, who->tenant)) {
+		sbd_conn_reply_error(c, 403, "admin_only",
+				     "a create for another tenant is for administrators only "
+				     "(tenant '%s')",
+				     who->tenant);
+		return false;
+	}
+	snprintf(ret->tenant, sizeof(ret->tenant), "%s", name);
+	return true;
+}
+
 static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
 	const struct sbd_who *who = sbd_conn_who(c);
-	const char *owner = who->tenant[0] ? who->tenant : NULL;
+	struct sbd_who as; /* whom it is for: owner, quotas */
 	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
 	bool later = false;
 	if (!j)
 		return false;
+	if (!create_for(c, j, &as)) {
+		json_free(j);
+		return false;
+	}
+	const char *owner = as.tenant[0] ? as.tenant : NULL;
 	const char *image = json_cstr(json_get(j, "image"));
 	const char *bname = json_cstr(json_get(j, "backend")) ?: "container";
 	const char *idem = json_cstr(json_get(j, "idempotency_key"));
@@ -589,7 +620,7 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 		sbd_api_reply_sandbox(c, 200, prev);
 		goto out;
 	}
-	if (idem && (later = create_join_pending(c, d->creates, idem)))
+	if (idem && (later = create_join_pending(c, d->creates, idem, owner)))
 		goto out;
 	if (!image) {
 		sbd_conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
@@ -637,7 +668,7 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 	if (r == 0 && sb->net_host && !caps.network_host)
 		r = strata_err_set(&err, -EOPNOTSUPP,
 				   "backend '%s' does not support network \"host\"", b->name);
-	if (r == 0 && ((r = sbd_tenant_admit(d, who, sb, &err)) < 0 ||
+	if (r == 0 && ((r = sbd_tenant_admit(d, &as, sb, &err)) < 0 ||
 		       (r = sbd_registry_admit(d, sb, &err)) < 0))
 		d->refused_total++;
 	later = create_run_or_start(c, d, b, sb, r, &err);

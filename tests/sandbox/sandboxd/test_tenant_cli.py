@@ -151,6 +151,12 @@ def test_sdk_tenants_see_their_own_and_no_host_network(d):
         strata.node_metrics(url=d.url, token=tb)
     assert strata.node_metrics(url=d.url, token=admin)["sandboxes"] >= 1
     assert sa.id in [s.id for s in strata.Sandbox.list(url=d.url, token=admin)]
+    assert [s.id for s in strata.Sandbox.list(tenant="sdk-a", url=d.url, token=admin)] == [sa.id]
+    for_b = strata.Sandbox.create("busybox", backend="fncall", tenant="sdk-b", url=d.url,
+                                  token=admin)
+    assert for_b.tenant == "sdk-b"
+    assert [s.id for s in strata.Sandbox.list(url=d.url, token=tb)] == [for_b.id]
+    for_b.kill()
     # The unix socket with a tenant's token is that tenant too.
     assert [s.id for s in strata.Sandbox.list(socket=d.socket, token=tb)] == []
     with pytest.raises(strata.Unauthorized):

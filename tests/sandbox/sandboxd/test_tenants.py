@@ -447,3 +447,27 @@ def test_an_empty_operator_token_is_no_token(t):
     finally:
         d.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_admin_creates_for_a_tenant_within_its_quota(t):
+    sid = t.create("ops", tenant="a")
+    assert t.call("a", "GET", "/v1/sandboxes/%s" % sid)[1]["tenant"] == "a"
+    assert t.call("b", "GET", "/v1/sandboxes/%s" % sid)[0] == 404
+    listed = t.call(None, "GET", "/v1/sandboxes?tenant=a")[1]["sandboxes"]
+    assert [s["id"] for s in listed] == [sid]
+    assert t.call("b", "GET", "/v1/sandboxes?tenant=a")[1]["sandboxes"] == []
+    # b's quota holds for what an admin makes for it too (256 MB).
+    st, e = t.call(None, "POST", "/v1/sandboxes", {"image": "busybox", "backend": "fncall",
+                                                   "tenant": "b", "memory_mb": 512})
+    assert st == 429 and e["error"]["code"] == "quota_exceeded", e
+    # A tenant may name only itself.
+    st, e = t.call("b", "POST", "/v1/sandboxes", {"image": "busybox", "backend": "fncall",
+                                                  "tenant": "a", "memory_mb": 64})
+    assert st == 403 and e["error"]["code"] == "admin_only", e
+    st, own = t.call("b", "POST", "/v1/sandboxes", {"image": "busybox", "backend": "fncall",
+                                                    "tenant": "b", "memory_mb": 64, "cpu": 0.5})
+    assert st == 201 and own["tenant"] == "b", own
+    st, e = t.call(None, "POST", "/v1/sandboxes", {"image": "busybox", "tenant": "Not A Name"})
+    assert st == 400
+    for who, s in (("a", sid), ("b", own["id"])):
+        assert t.call(who, "DELETE", "/v1/sandboxes/%s" % s)[0] == 200
