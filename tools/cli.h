@@ -291,3 +291,4 @@ int cmd_admin(int argc, char **argv);
 int cmd_fsck(int argc, char **argv);
 int cmd_image(int argc, char **argv);
 int cmd_sandbox(int argc, char **argv);
+int cmd_tenant(int argc, char **argv);

@@ -21,6 +21,7 @@ static const struct verb verbs[] = {
     {"status", cmd_status, "show the daemons, their addresses and the mount"},
     {"image", cmd_image, "import, pull, list, remove, prefetch and mount images"},
     {"sandbox", cmd_sandbox, "create, exec in, list and remove sandboxes"},
+    {"tenant", cmd_tenant, "tenants of sandboxd: tokens, quotas, admins"},
 };
 
 static void usage(FILE *f)

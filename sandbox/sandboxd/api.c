@@ -7,9 +7,14 @@
  * api_files.c, api_sandbox.c (metrics, update) (api-internal.h).
  *
  * Error codes at this boundary (the SDK maps each to an exception):
- *   400 bad_request, unknown_field, invalid_path   404 not_found, image_not_found
- *   409 paused, not_paused   413 too_large   501 unsupported
- *   503 no_capacity, backend_unavailable   500 internal */
+ *   400 bad_request, unknown_field, invalid_path   401 unauthorized (server.c)
+ *   403 forbidden, admin_only   404 not_found, image_not_found
+ *   409 paused, not_paused   413 too_large   429 quota_exceeded   501 unsupported
+ *   503 no_capacity, backend_unavailable   500 internal
+ *
+ * A tenant (auth.c) sees only its own sandboxes: the list leaves the others
+ * out, and a route naming one of them answers 404 as for an id that does not
+ * exist. /v1/node (every tenant's counts, the state dir) is an admin's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +41,9 @@ void sbd_api_reply_errno(struct sbd_conn *c, int r, const char *what, const char
 		break;
 	case -ENOSPC:
 		sbd_conn_reply_error(c, 503, "no_capacity", "%s: %s", what, msg);
+		break;
+	case -EDQUOT:
+		sbd_conn_reply_error(c, 429, "quota_exceeded", "%s: %s", what, msg);
 		break;
 	case -EBUSY:
 		sbd_conn_reply_error(
@@ -222,21 +230,27 @@ static void api_list(struct sbd_conn *c, const char *query)
 	_cleanup_free_ char *label = sbd_http_query_get(query, "label", &bad);
 	_cleanup_free_ char *state = sbd_http_query_get(query, "state", &bad);
 	_cleanup_free_ char *backend = sbd_http_query_get(query, "backend", &bad);
+	_cleanup_free_ char *tenant = sbd_http_query_get(query, "tenant", &bad);
 	if (bad || (state && strcmp(state, "running") && strcmp(state, "paused"))) {
 		sbd_conn_reply_error(
 		    c, 400, "bad_request",
-		    "filters: label=k=v[,k=v], state=running|paused, backend=NAME");
+		    "filters: label=k=v[,k=v], state=running|paused, backend=NAME, tenant=NAME");
 		return;
 	}
+	const struct sbd_who *who = sbd_conn_who(c);
 	struct jw w;
 	jw_init(&w);
 	jw_obj(&w);
 	jw_key(&w, "sandboxes");
 	jw_arr(&w);
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next) {
+		if (!sbd_who_sees(who, sb))
+			continue;
 		if (state && strcmp(state, sbd_state_name(sb->state)))
 			continue;
 		if (backend && strcmp(backend, sb->backend_name))
+			continue;
+		if (tenant && strcmp(tenant, sb->tenant ?: "")) /* "": the operator's */
 			continue;
 		if (label && !label_match(sb, label))
 			continue;
@@ -294,10 +308,23 @@ static long self_rss_kb(void)
 	return kb;
 }
 
+/* Answers 403 admin_only and returns true unless the request is an admin's. */
+static bool refuse_non_admin(struct sbd_conn *c, const char *what)
+{
+	const struct sbd_who *who = sbd_conn_who(c);
+	if (who->admin)
+		return false;
+	sbd_conn_reply_error(c, 403, "admin_only", "%s is for administrators only (tenant '%s')",
+			     what, who->tenant);
+	return true;
+}
+
 static void api_node(struct sbd_conn *c)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
 	size_t paused = 0;
+	if (refuse_non_admin(c, "GET /v1/node"))
+		return;
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		paused += sb->state == SBD_PAUSED;
 	struct jw w;
@@ -387,6 +414,36 @@ static void api_images(struct sbd_conn *c)
 	sbd_conn_reply_json(c, 200, &w);
 }
 
+/* GET /v1/tenant: who the caller is, its quotas and what it holds. */
+static void api_tenant(struct sbd_conn *c)
+{
+	struct sandboxd *d = sbd_conn_daemon(c);
+	const struct sbd_who *who = sbd_conn_who(c);
+	const struct sbd_tenant *tn =
+	    who->tenant[0] ? sbd_tenants_find(&d->tenants, who->tenant) : NULL;
+	struct sbd_tenant_usage u;
+	sbd_tenant_usage(d, who, &u);
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_key(&w, "tenant");
+	jw_str(&w, who->tenant[0] ? who->tenant : NULL);
+	jw_kbool(&w, "admin", who->admin);
+	jw_key(&w, "quotas");
+	jw_obj(&w);
+	sbd_tenant_quotas_json(&w, tn);
+	jw_obj_end(&w);
+	jw_key(&w, "usage");
+	jw_obj(&w);
+	jw_kint(&w, "sandboxes", u.sandboxes);
+	jw_key(&w, "cpu");
+	jw_num(&w, u.cpu);
+	jw_kint(&w, "memory_mb", u.memory_mb);
+	jw_obj_end(&w);
+	jw_obj_end(&w);
+	sbd_conn_reply_json(c, 200, &w);
+}
+
 static void api_health(struct sbd_conn *c)
 {
 	struct jw w;
@@ -418,7 +475,8 @@ static void route_sandbox(struct sbd_conn *c, const char *method, const char *re
 	memcpy(id, rest, n);
 	id[n] = 0;
 	struct sbd_sandbox *sb = sbd_registry_find(sbd_conn_daemon(c), id);
-	if (!sb) {
+	/* Another tenant's sandbox is one that does not exist: same answer. */
+	if (!sb || !sbd_who_sees(sbd_conn_who(c), sb)) {
 		sbd_conn_reply_error(c, 404, "not_found", "no sandbox '%s'", id);
 		return;
 	}
@@ -455,6 +513,8 @@ void sbd_api_dispatch(struct sbd_conn *c, const char *method, const char *path, 
 		api_health(c);
 	else if ((!strcmp(path, "/v1/node") || !strcmp(path, "/v1/metrics")) && is(method, "GET"))
 		api_node(c);
+	else if (!strcmp(path, "/v1/tenant") && is(method, "GET"))
+		api_tenant(c);
 	else if (!strcmp(path, "/v1/capabilities") && is(method, "GET"))
 		api_caps(c);
 	else if (!strcmp(path, "/v1/images") && is(method, "GET"))

@@ -63,8 +63,8 @@ static char *new_id(struct sandboxd *d)
 /* ---- create ---------------------------------------------------------------- */
 
 static const char *const create_fields[] = {
-    "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env", "cwd",
-    "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", NULL};
+    "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env",    "cwd",
+    "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", "tenant", NULL};
 
 int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
@@ -404,11 +404,24 @@ static int create_start(struct sbd_conn *c, struct sandboxd *d, struct sbd_creat
 	return 0;
 }
 
-/* An idempotent repeat of a create in flight: waits for its answer. */
-static bool create_join_pending(struct sbd_conn *c, struct sbd_creates *cs, const char *key)
+void sbd_api_creating_usage(struct sandboxd *d, const char *owner, struct sbd_tenant_usage *u)
+{
+	for (struct create_job *j = d->creates ? d->creates->in_flight : NULL; j; j = j->next)
+		if (!strcmp(j->sb->tenant ?: "", owner ?: "")) {
+			u->sandboxes++;
+			u->cpu += j->sb->cpu;
+			u->memory_mb += j->sb->memory_mb;
+		}
+}
+
+/* An idempotent repeat of a create in flight for the same tenant owner
+ * (NULL: the operator; keys are a tenant's own): waits for its answer. */
+static bool create_join_pending(struct sbd_conn *c, struct sbd_creates *cs, const char *key,
+				const char *owner)
 {
 	for (struct create_job *j = cs ? cs->in_flight : NULL; j; j = j->next) {
-		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0)
+		if (!j->sb->idem_key || strcmp(j->sb->idem_key, key) != 0 ||
+		    strcmp(j->sb->tenant ?: "", owner ?: ""))
 			continue;
 		struct create_waiter *w = calloc(1, sizeof(*w));
 		if (!w)
@@ -542,18 +555,60 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 
 /* POST /v1/sandboxes. Returns true when the answer comes later (a create
  * on a worker, or the image's mount), false when it was queued. */
+/* Whom a create is for: the caller, or (an admin's "tenant") the tenant it
+ * names, whose quotas then apply. Returns false after replying. */
+static bool create_for(struct sbd_conn *c, const struct json *j, struct sbd_who *ret)
+{
+	const struct sbd_who *who = sbd_conn_who(c);
+	const struct json *t = json_get(j, "tenant");
+	const char *name = json_cstr(t);
+	*ret = *who;
+	if (!t || t->type == JSON_NULL)
+		return true;
+	if (!name || !sbd_tenant_name_valid(name)) {
+		sbd_conn_reply_error(c, 400, "bad_request",
+				     "tenant must be a tenant's name (1-63 of a-z 0-9 - _)");
+		return false;
+	}
+	if (!who->admin && strcmp(name, who->tenant)) {
+		sbd_conn_reply_error(c, 403, "admin_only",
+				     "a create for another tenant is for administrators only "
+				     "(tenant '%s')",
+				     who->tenant);
+		return false;
+	}
+	snprintf(ret->tenant, sizeof(ret->tenant), "%s", name);
+	return true;
+}
+
 static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
+	const struct sbd_who *who = sbd_conn_who(c);
+	struct sbd_who as; /* whom it is for: owner, quotas */
 	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
 	bool later = false;
 	if (!j)
 		return false;
+	if (!create_for(c, j, &as)) {
+		json_free(j);
+		return false;
+	}
+	const char *owner = as.tenant[0] ? as.tenant : NULL;
 	const char *image = json_cstr(json_get(j, "image"));
 	const char *bname = json_cstr(json_get(j, "backend")) ?: "container";
 	const char *idem = json_cstr(json_get(j, "idempotency_key"));
-	struct sbd_sandbox *prev = idem ? sbd_registry_find_idem(d, idem) : NULL;
+	const char *net = json_cstr(json_get(j, "network"));
+	/* The host's network reaches the cluster's ports: an admin's choice. */
+	if (net && !strcmp(net, "host") && !who->admin) {
+		sbd_conn_reply_error(c, 403, "admin_only",
+				     "network \"host\" is for administrators only (tenant '%s'); "
+				     "\"none\" gives the sandbox its own network with loopback",
+				     who->tenant);
+		goto out;
+	}
+	struct sbd_sandbox *prev = idem ? sbd_registry_find_idem(d, idem, owner) : NULL;
 	struct sbd_image *im = NULL;
 	struct sbd_backend *b = sbd_registry_backend(d, bname);
 	struct sbd_caps caps = {0};
@@ -565,7 +620,7 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 		sbd_api_reply_sandbox(c, 200, prev);
 		goto out;
 	}
-	if (idem && (later = create_join_pending(c, d->creates, idem)))
+	if (idem && (later = create_join_pending(c, d->creates, idem, owner)))
 		goto out;
 	if (!image) {
 		sbd_conn_reply_error(c, 400, "bad_request", "field 'image' (a string) is required");
@@ -603,13 +658,18 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 	sb->backend_name = strdup(b->name);
 	sb->backend = b;
 	sb->reserves = caps.persistent;
+	if (owner)
+		sb->tenant = strdup(owner);
 	r = fill_sandbox(d, j, sb, im, &err);
+	if (r == 0 && owner && !sb->tenant)
+		r = -ENOMEM;
 	if (r == 0 && !caps.available)
 		r = strata_err_set(&err, -ENODEV, "backend '%s': %s", bname, caps.why.msg);
 	if (r == 0 && sb->net_host && !caps.network_host)
 		r = strata_err_set(&err, -EOPNOTSUPP,
 				   "backend '%s' does not support network \"host\"", b->name);
-	if (r == 0 && (r = sbd_registry_admit(d, sb, &err)) < 0)
+	if (r == 0 && ((r = sbd_tenant_admit(d, &as, sb, &err)) < 0 ||
+		       (r = sbd_registry_admit(d, sb, &err)) < 0))
 		d->refused_total++;
 	later = create_run_or_start(c, d, b, sb, r, &err);
 out:

@@ -334,7 +334,8 @@ static void fx_done(struct sbd_xfer *x, struct sbd_conn *c)
 	fx_free(f);
 }
 
-bool sbd_api_body_streamed(struct sandboxd *d, const char *method, const char *path)
+bool sbd_api_body_streamed(struct sandboxd *d, const struct sbd_who *who, const char *method,
+			   const char *path)
 {
 	static const char pre[] = "/v1/sandboxes/";
 	if (strcmp(method, "PUT") || strncmp(path, pre, sizeof(pre) - 1))
@@ -348,7 +349,8 @@ bool sbd_api_body_streamed(struct sandboxd *d, const char *method, const char *p
 	memcpy(buf, id, (size_t)(slash - id));
 	buf[slash - id] = 0;
 	struct sbd_sandbox *sb = sbd_registry_find(d, buf);
-	return sb && sb->backend->file_root;
+	/* Another tenant's is buffered and refused as an unknown id is. */
+	return sb && sbd_who_sees(who, sb) && sb->backend->file_root;
 }
 
 /* Starts a streamed transfer of kind for c. Replies itself on an error. */

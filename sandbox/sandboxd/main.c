@@ -14,7 +14,8 @@
  *
  *   strata-sandboxd [--home DIR] [--socket PATH] [--state-dir DIR]
  *                   [--image NAME=DIR]... [--images-dir DIR]
- *                   [--listen-tcp HOST:PORT --token T] [--max-sandboxes N]
+ *                   [--listen-tcp HOST:PORT --token T] [--tenants FILE]
+ *                   [--max-sandboxes N]
  *                   [--memory-budget-mb N] [--pids-budget N] [--reserve-mb N]
  *                   [--max-body-mb N] [--max-body-total-mb N]
  *                   [--max-connections N] [--max-connections-per-peer N]
@@ -56,8 +57,12 @@ static void usage(FILE *f)
 	    "                         /dev/shm/strata/..., a tmpfs, linked from HOME/sandboxd)\n"
 	    "  --image NAME=DIR       register a root filesystem directory as image NAME\n"
 	    "  --images-dir DIR       register every DIR/*.json {\"name\",\"rootfs\",...}\n"
-	    "  --listen-tcp HOST:PORT also serve TCP (needs --token or $STRATA_SANDBOXD_TOKEN)\n"
-	    "  --token T              bearer token for TCP clients\n"
+	    "  --listen-tcp HOST:PORT also serve TCP (needs --token, $STRATA_SANDBOXD_TOKEN or a\n"
+	    "                         tenants file: every request with a bearer token)\n"
+	    "  --token T              the operator's bearer token (admin), for TCP clients\n"
+	    "  --tenants FILE         tenants and their hashed tokens and quotas (default\n"
+	    "                         HOME/tenants.json, made by `strata tenant add`; read\n"
+	    "                         again within a second of a change)\n"
 	    "  --max-sandboxes N      admission: sandboxes on this node (default 4096)\n"
 	    "  --memory-budget-mb N   admission: sum of memory_mb (default 32 x RAM)\n"
 	    "  --pids-budget N        admission: sum of pids (default 4 x pid_max)\n"
@@ -270,7 +275,8 @@ enum {
 	O_HEAD_TIMEOUT,
 	O_BODY_TIMEOUT,
 	O_IDLE_CONN_TIMEOUT,
-	O_EXEC_KEEP
+	O_EXEC_KEEP,
+	O_TENANTS
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -299,6 +305,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"body-timeout", 1, 0, O_BODY_TIMEOUT},
 				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},
 				     {"exec-keep-budget-mb", 1, 0, O_EXEC_KEEP},
+				     {"tenants", 1, 0, O_TENANTS},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -349,6 +356,10 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 	case O_TOKEN:
 		free(c->token);
 		c->token = strdup(arg);
+		return 0;
+	case O_TENANTS:
+		free(c->tenants_path);
+		c->tenants_path = strdup(arg);
 		return 0;
 	case O_IMAGE: {
 		char **n = realloc(*images, (*nimages + 1) * sizeof(char *));
@@ -420,7 +431,13 @@ static int finish_config(struct sandboxd_config *c)
 	}
 	if (!c->token && getenv("STRATA_SANDBOXD_TOKEN"))
 		c->token = strdup(getenv("STRATA_SANDBOXD_TOKEN"));
+	if (c->token && !c->token[0]) { /* an empty token would let "Bearer " in */
+		free(c->token);
+		c->token = NULL;
+	}
 	if (!c->socket_path && asprintf(&c->socket_path, "%s/run/sandboxd.sock", c->home) < 0)
+		return -ENOMEM;
+	if (!c->tenants_path && asprintf(&c->tenants_path, "%s/tenants.json", c->home) < 0)
 		return -ENOMEM;
 	if (!c->state_dir && !(c->state_dir = default_state_dir(c->home, &c->state_link)))
 		return -ENOMEM;
@@ -478,6 +495,7 @@ static void timer_io(void *ctx, uint32_t ev)
 	if (read(d->timer_fd, &x, sizeof(x)) < 0)
 		return;
 	sbd_registry_reap(d);
+	sbd_tenants_reload(d);
 	sbd_images_tick(d);
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
 		if (d->backends[i] && d->backends[i]->tick)
@@ -569,6 +587,8 @@ static void teardown(struct sandboxd *d)
 	free(c->socket_path);
 	free(c->tcp_listen);
 	free(c->token);
+	free(c->tenants_path);
+	sbd_tenants_done(&d->tenants);
 	free(c->images_dir);
 }
 
@@ -588,6 +608,7 @@ int main(int argc, char **argv)
 		r = setup_backends(&d);
 	if (r == 0) {
 		sbd_registry_adopt_all(&d);
+		sbd_tenants_reload(&d);
 		r = sbd_server_listen(&d);
 	}
 	if (r < 0) {

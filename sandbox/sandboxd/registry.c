@@ -44,10 +44,12 @@ struct sbd_sandbox *sbd_registry_find(struct sandboxd *d, const char *id)
 	return NULL;
 }
 
-struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key)
+struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key, const char *owner)
 {
+	/* Keys are the tenant's: another's same key is another sandbox. */
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
-		if (sb->idem_key && !strcmp(sb->idem_key, key))
+		if (sb->idem_key && !strcmp(sb->idem_key, key) &&
+		    !strcmp(sb->tenant ?: "", owner ?: ""))
 			return sb;
 	return NULL;
 }
@@ -160,6 +162,7 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 	free(sb->user);
 	sbd_sandbox_labels_free(sb);
 	free(sb->idem_key);
+	free(sb->tenant);
 	free(sb->bstate);
 	free(sb->failed_reason);
 	free(sb);
@@ -203,6 +206,8 @@ void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
 	jw_obj_end(w);
 	jw_key(w, "idempotency_key");
 	jw_str(w, sb->idem_key);
+	jw_key(w, "tenant");
+	jw_str(w, sb->tenant);
 	jw_kint(w, "execs", (int64_t)sb->execs_total);
 	jw_kint(w, "running_execs", sb->running_execs);
 	jw_obj_end(w);
@@ -477,6 +482,10 @@ int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 	sb->user = dup_or_null(json_cstr(json_get(j, "user")) ?: "");
 	sb->net_host = !strcmp(json_cstr(json_get(j, "network")) ?: "", "host");
 	sb->idem_key = dup_or_null(json_cstr(json_get(j, "idempotency_key")));
+	/* Its owner: a restart keeps who may see it (auth.c). */
+	const char *tenant = json_cstr(json_get(j, "tenant"));
+	if (tenant && !(sb->tenant = strdup(tenant)))
+		return -ENOMEM;
 	const struct json *env = json_get(j, "env"), *labels = json_get(j, "labels");
 	size_t ne = env && env->type == JSON_OBJ ? env->len : 0;
 	sb->env = calloc(ne + 1, sizeof(char *));

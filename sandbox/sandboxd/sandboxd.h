@@ -33,6 +33,7 @@
 #include "fs/err.h"
 #include "fs/json.h"
 #include "sandbox/sandboxd/loop.h"
+#include "sandbox/sandboxd/tenants.h"
 
 #define SBD_ID_LEN 20
 #define SBD_MAX_LABELS 32
@@ -108,6 +109,7 @@ struct sbd_sandbox {
 	struct sbd_label *labels;
 	size_t nlabels;
 	char *idem_key;
+	char *tenant;	     /* the tenant that created it (tenants.h); NULL: the operator */
 	char *bstate;	     /* the backend's persisted state (JSON text) or NULL */
 	char *failed_reason; /* SBD_FAILED: why, else NULL */
 	int running_execs;
@@ -122,7 +124,8 @@ struct sbd_sandbox {
 
 struct sandboxd_config {
 	char *home, *state_dir, *socket_path, *tcp_listen, *token;
-	char *state_link; /* HOME/sandboxd when state_dir is the default on tmpfs */
+	char *tenants_path; /* --tenants FILE, default HOME/tenants.json (auth.c) */
+	char *state_link;   /* HOME/sandboxd when state_dir is the default on tmpfs */
 	char *images_dir;
 	int64_t max_sandboxes;
 	int64_t memory_budget_mb; /* sum of memory_mb admitted */
@@ -159,6 +162,9 @@ struct sandboxd {
 	struct sbd_xfers *xfers;	   /* xfer.c's file transfers, made at the first */
 	struct sbd_unpersist *unpersist;   /* registry.c's queue of state to remove */
 	struct sbd_server *server;	   /* server.c's connections and their limits */
+	struct sbd_tenants tenants;	   /* auth.c: the tenants file as last read */
+	struct stat tenants_st;		   /* its stat then (a change is reloaded) */
+	bool tenants_file;		   /* it exists (and was read) */
 	uint8_t id_pool[512];		   /* random bytes for ids (api_create.c) */
 	size_t id_left;			   /* bytes of id_pool not used yet */
 	int64_t meminfo_mb, meminfo_at_ms; /* registry.c: MemAvailable and when */
@@ -171,10 +177,46 @@ struct sandboxd {
 	int conns;
 };
 
+/* Who a request is (auth.c): the operator (tenant "", admin: the unix
+ * socket's root, the --token), or a tenant of the tenants file. */
+struct sbd_who {
+	char tenant[SBD_TENANT_NAME_MAX + 1]; /* "": the operator */
+	bool admin;
+};
+
+/* What a tenant's sandboxes hold (auth.c), creates in flight included. */
+struct sbd_tenant_usage {
+	int64_t sandboxes, memory_mb;
+	double cpu;
+};
+
+/* ---- auth.c --------------------------------------------------------------- */
+/* Who sends a request: authz is its Authorization header (or NULL), tcp
+ * whether it came over TCP, uid the unix socket peer's. Returns 0 with
+ * *ret filled, or -EACCES with the reason for the 401 in *ret_why. */
+int sbd_auth_request(struct sandboxd *d, bool tcp, uint32_t uid, const char *authz,
+		     struct sbd_who *ret, const char **ret_why);
+/* Whether w may see and act on sb: an admin every sandbox, a tenant its own. */
+bool sbd_who_sees(const struct sbd_who *w, const struct sbd_sandbox *sb);
+/* Whether sandbox tenant owner (NULL: the operator) is w's tenant. */
+bool sbd_who_owns(const struct sbd_who *w, const char *owner);
+/* Reads the tenants file when it changed since the last read (its inode,
+ * size, mtime or ctime; called at start and every second). A file that
+ * cannot be read or parsed leaves the table as it was (logged); one that
+ * is gone empties it. */
+void sbd_tenants_reload(struct sandboxd *d);
+/* What the sandboxes of tenant (w's) hold now. */
+void sbd_tenant_usage(struct sandboxd *d, const struct sbd_who *w, struct sbd_tenant_usage *ret);
+/* A tenant's quotas: 0 when sb fits what w's tenant may hold, else
+ * -EDQUOT with the limit and the usage in e. */
+int sbd_tenant_admit(struct sandboxd *d, const struct sbd_who *w, const struct sbd_sandbox *sb,
+		     struct strata_err *e);
+
 /* ---- registry.c --------------------------------------------------------- */
 struct sbd_backend *sbd_registry_backend(struct sandboxd *d, const char *name);
 struct sbd_sandbox *sbd_registry_find(struct sandboxd *d, const char *id);
-struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key);
+/* The sandbox of tenant owner (NULL: the operator) with idempotency key key. */
+struct sbd_sandbox *sbd_registry_find_idem(struct sandboxd *d, const char *key, const char *owner);
 /* Admission: 0 if a sandbox of sb's size fits, else -ENOSPC with the
  * reason in e. */
 int sbd_registry_admit(struct sandboxd *d, const struct sbd_sandbox *sb, struct strata_err *e);
@@ -234,6 +276,8 @@ void sbd_conn_stream_end_with(struct sbd_conn *c, const void *p, size_t n);
 /* Called when the peer of a stream goes away: set by the API (api_*.c). */
 void sbd_conn_set_abort(struct sbd_conn *c, void (*fn)(void *ctx), void *ctx);
 struct sandboxd *sbd_conn_daemon(struct sbd_conn *c);
+/* Who sent the connection's current request (auth.c's answer at its head). */
+const struct sbd_who *sbd_conn_who(const struct sbd_conn *c);
 /* Bytes queued on the connection and not yet sent. */
 size_t sbd_conn_pending(const struct sbd_conn *c);
 /* A request's body as a transfer (xfer.h) reads it: the bytes read with the
@@ -263,8 +307,13 @@ void sbd_conn_answered(struct sbd_conn *c, bool sent);
 /* Dispatches one complete request. */
 void sbd_api_dispatch(struct sbd_conn *c, const char *method, const char *path, const char *query,
 		      const char *body, size_t body_len);
-/* Whether the body of this request streams to a transfer (an upload to a
- * sandbox whose backend has file_root) instead of being buffered. */
-bool sbd_api_body_streamed(struct sandboxd *d, const char *method, const char *path);
+/* Whether the body of this request of who streams to a transfer (an upload
+ * to a sandbox of who's whose backend has file_root) instead of being
+ * buffered. */
+bool sbd_api_body_streamed(struct sandboxd *d, const struct sbd_who *who, const char *method,
+			   const char *path);
+/* Adds what the creates in flight of tenant owner (NULL: the operator)
+ * hold to *u (api_create.c). */
+void sbd_api_creating_usage(struct sandboxd *d, const char *owner, struct sbd_tenant_usage *u);
 /* Shutdown: waits for the creates in flight and completes them. */
 void sbd_api_creates_drain(struct sandboxd *d);

@@ -8,7 +8,10 @@
  *  2. While a response streams, no further request on that connection is
  *     read; when the peer hangs up, the abort callback runs exactly once
  *     (cancelling the exec) and the connection is freed after it.
- *  3. Every request on TCP needs "Authorization: Bearer <token>".
+ *  3. Every request head is authenticated before anything else is done for
+ *     it (auth.c: a token, or the unix socket's root): a refused one is
+ *     answered 401 and the connection closed; every request on TCP needs
+ *     "Authorization: Bearer <token>".
  *  4. A lent connection (sbd_conn_lend: a file transfer on a worker owns
  *     the socket) is not watched, read or written by the loop until
  *     sbd_conn_give_back; an upload's body (sbd_api_body_streamed) is never
@@ -120,6 +123,8 @@ struct sbd_conn {
 	bool lingering;
 	int64_t linger_until;
 	bool tcp;
+	uint32_t uid;	    /* the unix socket peer's (SO_PEERCRED) */
+	struct sbd_who who; /* who sent the current request (auth.c) */
 	char *in;
 	size_t in_len, in_cap;
 	struct sbd_http_req req;
@@ -428,12 +433,9 @@ void sbd_conn_set_abort(struct sbd_conn *c, void (*fn)(void *ctx), void *ctx)
 	c->abort_ctx = ctx;
 }
 
-static bool check_auth(struct sbd_conn *c)
+const struct sbd_who *sbd_conn_who(const struct sbd_conn *c)
 {
-	if (!c->tcp)
-		return true;
-	const char *a = c->req.auth;
-	return a && !strncmp(a, "Bearer ", 7) && c->d->cfg.token && !strcmp(a + 7, c->d->cfg.token);
+	return &c->who;
 }
 
 /* A request whose head is complete: refused (401 on TCP without the token,
@@ -445,8 +447,9 @@ static bool head_done(struct sbd_conn *c)
 	c->phase_ms = sbd_now_ms();
 	/* Before anything else, so that a client without the token holds
 	 * nothing: no body read, no reservation, no slot past this answer. */
-	if (!check_auth(c)) {
-		reply_fatal(c, 401, "unauthorized", "missing or wrong bearer token");
+	const char *why = NULL;
+	if (sbd_auth_request(c->d, c->tcp, c->uid, c->req.auth, &c->who, &why) < 0) {
+		reply_fatal(c, 401, "unauthorized", why);
 		return false;
 	}
 	if (head_refused(c))
@@ -522,7 +525,7 @@ static bool head_refused(struct sbd_conn *c)
 	struct sbd_server *s = c->d->server;
 	size_t max = (size_t)c->d->cfg.max_body;
 	char msg[256];
-	c->streamed = sbd_api_body_streamed(c->d, c->req.method, c->req.path);
+	c->streamed = sbd_api_body_streamed(c->d, &c->who, c->req.method, c->req.path);
 	if (c->streamed)
 		return false;
 	if (c->req.chunked) {
@@ -916,13 +919,16 @@ static void conn_new(struct sandboxd *d, int fd, bool tcp)
 	char msg[256], who[INET6_ADDRSTRLEN + 8];
 	struct sbd_peer_key k;
 	bool at_cap = false;
+	int peer_r = sbd_peer_of(fd, tcp, &k);
+	if (peer_r == 0 && !tcp)
+		memcpy(&c->uid, k.addr, sizeof(c->uid)); /* auth.c: root is the operator */
 	if ((size_t)d->conns - s->lingering > (size_t)d->cfg.max_conns && !evict_one(s, now)) {
 		snprintf(msg, sizeof(msg),
 			 "sandboxd serves %lld connections already (--max-connections); "
 			 "retry later",
 			 (long long)d->cfg.max_conns);
 		conn_refuse(c, msg, now);
-	} else if (sbd_peer_of(fd, tcp, &k) < 0) {
+	} else if (peer_r < 0) {
 		conn_close(c); /* the peer left already */
 	} else if (!(c->peer = sbd_peers_take(s->peers, &k, (size_t)d->cfg.max_conns_per_peer,
 					      &at_cap))) {
@@ -1073,9 +1079,12 @@ int sbd_server_listen(struct sandboxd *d)
 		return r;
 	if (!d->cfg.tcp_listen)
 		return 0;
-	if (!d->cfg.token)
+	if (!d->cfg.token && !d->tenants_file)
 		return log_error_errno(-EINVAL,
-				       "--listen-tcp needs --token (or STRATA_SANDBOXD_TOKEN)");
+				       "--listen-tcp needs --token (or "
+				       "STRATA_SANDBOXD_TOKEN) or a tenants file (%s: "
+				       "strata tenant add)",
+				       d->cfg.tenants_path);
 	fd = listen_tcp(d->cfg.tcp_listen);
 	if (fd < 0)
 		return log_error_errno(fd, "Failed to listen on %s", d->cfg.tcp_listen);

@@ -21,13 +21,20 @@ sandboxd is reached through its unix socket: ``socket=`` on every
 constructor, else ``$STRATA_SANDBOXD_SOCKET``, else
 ``$STRATA_HOME/run/sandboxd.sock`` (TCP: ``url=``/``$STRATA_SANDBOXD_URL``
 with a bearer ``token``).
+
+Tenants: ``token=`` (or ``$STRATA_SANDBOXD_TOKEN``) is sent on either
+transport; a tenant's token (``strata tenant add``) makes every call that
+tenant's: it sees its own sandboxes only, within its quotas
+(:class:`QuotaExceeded`; :func:`tenant_info`).
 """
 from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
                      BackendUnavailable, Unsupported, Exited, InvalidRequest, Conflict,
                      StdinClosed)
 from .errors import DiskFull
+from .errors import PermissionDenied, QuotaExceeded, Unauthorized
 from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
                       capabilities, node_metrics, health, BackgroundExec)
+from .sandbox import tenant_info
 from .aio import AsyncSandbox, AsyncExecProcess
 from .aio import AsyncBackgroundExec
 
@@ -39,4 +46,5 @@ __all__ = [
 ]
 __all__ += ["DiskFull"]
 __all__ += ["AsyncBackgroundExec"]
+__all__ += ["PermissionDenied", "QuotaExceeded", "Unauthorized", "tenant_info"]
 __version__ = "0.1.0"

@@ -75,7 +75,7 @@ class Client:
             if not isinstance(body, (bytes, bytearray)):
                 body = json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        if self.token and self.url:
+        if self.token:  # on either transport: a tenant's token is its identity
             headers["Authorization"] = "Bearer " + self.token
         return path, body, headers
 
@@ -123,7 +123,7 @@ class Client:
         try:
             conn.putrequest(method, path)
             conn.putheader("Content-Type", "application/octet-stream")
-            if self.token and self.url:
+            if self.token:
                 conn.putheader("Authorization", "Bearer " + self.token)
             if length is None:
                 conn.putheader("Transfer-Encoding", "chunked")

@@ -572,13 +572,13 @@ class AsyncSandbox:
     @classmethod
     async def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                      disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
-                     idle_timeout=None, labels=None, idempotency_key=None, socket=None,
-                     url=None, token=None, timeout=DEFAULT_TIMEOUT):
+                     idle_timeout=None, labels=None, idempotency_key=None, tenant=None,
+                     socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.create`."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
-            idempotency_key=idempotency_key))
+            idempotency_key=idempotency_key, tenant=tenant))
         client = Client(socket=socket, url=url, token=token)
         return cls(await http.call(client, "POST", "/v1/sandboxes", body=body,
                                    timeout=timeout), client)
@@ -612,12 +612,13 @@ class AsyncSandbox:
                                    timeout=timeout), client)
 
     @classmethod
-    async def list(cls, labels=None, state=None, backend=None, *, socket=None, url=None,
-                   token=None, timeout=DEFAULT_TIMEOUT):
+    async def list(cls, labels=None, state=None, backend=None, *, tenant=None, socket=None,
+                   url=None, token=None, timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.list`."""
         client = Client(socket=socket, url=url, token=token)
         r = await http.call(client, "GET", "/v1/sandboxes",
-                            query=_list_query(labels, state, backend), timeout=timeout)
+                            query=_list_query(labels, state, backend, tenant),
+                            timeout=timeout)
         return [cls(i, client) for i in r["sandboxes"]]
 
     # -- description ------------------------------------------------------
@@ -636,6 +637,10 @@ class AsyncSandbox:
     @property
     def labels(self):
         return self._sync.labels
+
+    @property
+    def tenant(self):
+        return self._sync.tenant
 
     async def _call(self, method, sub, body=None, timeout=DEFAULT_TIMEOUT):
         try:
@@ -761,6 +766,12 @@ async def capabilities(backend=None, *, socket=None, url=None, token=None,
 async def node_metrics(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
     """See :func:`strata.node_metrics`."""
     return await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/node",
+                           timeout=timeout)
+
+
+async def tenant_info(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """See :func:`strata.tenant_info`."""
+    return await http.call(Client(socket=socket, url=url, token=token), "GET", "/v1/tenant",
                            timeout=timeout)
 
 

@@ -78,6 +78,26 @@ class DiskFull(StrataError):
     ``disk_full``, or 413 ``too_large`` when the size was known up front."""
 
 
+class Unauthorized(StrataError):
+    """sandboxd refused the request's token (HTTP 401 ``unauthorized``): none
+    where one is needed (TCP; the unix socket for a user other than root),
+    a wrong one, or a tenant's that was removed or rotated."""
+
+
+class PermissionDenied(StrataError):
+    """Not allowed (HTTP 403): ``code`` "admin_only" for what only an admin
+    may do (``network="host"``, :func:`strata.node_metrics` as a tenant), or
+    "forbidden" for a permission denied inside the sandbox."""
+
+
+class QuotaExceeded(StrataError):
+    """A create past the tenant's quota (HTTP 429 ``quota_exceeded``): of
+    sandboxes at once, total cpu or total memory_mb; the message names the
+    limit and the usage (:func:`strata.tenant_info` has both). Not a
+    :class:`NoCapacity`: another node does not help, deleting a sandbox
+    does."""
+
+
 _BY_CODE = {
     "not_found": NotFound,
     "image_not_found": ImageNotFound,
@@ -101,6 +121,10 @@ _BY_CODE = {
     "too_many_attached": Conflict,
     "unavailable": Conflict,
     "gone": NotFound,
+    "unauthorized": Unauthorized,
+    "forbidden": PermissionDenied,
+    "admin_only": PermissionDenied,
+    "quota_exceeded": QuotaExceeded,
 }
 
 

@@ -297,8 +297,10 @@ def _create_body(image, backend, fields):
     return body
 
 
-def _list_query(labels, state, backend):
+def _list_query(labels, state, backend, tenant=None):
     q = {}
+    if tenant is not None:
+        q["tenant"] = tenant
     if labels:
         q["label"] = ",".join("%s=%s" % (k, v) for k, v in labels.items())
     if state:
@@ -900,18 +902,21 @@ class Sandbox:
     @classmethod
     def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
-               idle_timeout=None, labels=None, idempotency_key=None, socket=None, url=None,
-               token=None, timeout=DEFAULT_TIMEOUT):
+               idle_timeout=None, labels=None, idempotency_key=None, tenant=None, socket=None,
+               url=None, token=None, timeout=DEFAULT_TIMEOUT):
         """Creates a sandbox from ``image`` on ``backend`` ("container" or
         "docker", "fncall", "firecracker", "qemu") and returns it.
 
         Raises ImageNotFound, NoCapacity (with the node's reason),
-        BackendUnavailable, Unsupported, InvalidRequest. With an
-        ``idempotency_key``, creating again returns the same sandbox."""
+        BackendUnavailable, Unsupported, InvalidRequest, QuotaExceeded (the
+        tenant's quota), PermissionDenied (network="host" as a tenant). With
+        an ``idempotency_key``, creating again returns the same sandbox.
+        ``tenant=NAME`` (an admin's token): the sandbox is that tenant's,
+        within its quotas."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
-            idempotency_key=idempotency_key))
+            idempotency_key=idempotency_key, tenant=tenant))
         client = Client(socket=socket, url=url, token=token)
         info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout)
         return cls(info, client)
@@ -949,13 +954,14 @@ class Sandbox:
         return cls(info, client)
 
     @classmethod
-    def list(cls, labels=None, state=None, backend=None, *, socket=None, url=None, token=None,
-             timeout=DEFAULT_TIMEOUT):
-        """Returns the sandboxes of the node, filtered by labels (a dict; all
-        must match), state ("running", "paused") and backend."""
+    def list(cls, labels=None, state=None, backend=None, *, tenant=None, socket=None, url=None,
+             token=None, timeout=DEFAULT_TIMEOUT):
+        """Returns the sandboxes of the node (a tenant's: its own), filtered by
+        labels (a dict; all must match), state ("running", "paused"),
+        backend and tenant (its name; "" the operator's)."""
         client = Client(socket=socket, url=url, token=token)
-        r = client.call("GET", "/v1/sandboxes", query=_list_query(labels, state, backend),
-                        timeout=timeout)
+        r = client.call("GET", "/v1/sandboxes",
+                        query=_list_query(labels, state, backend, tenant), timeout=timeout)
         return [cls(i, client) for i in r["sandboxes"]]
 
     # -- description ------------------------------------------------------
@@ -978,6 +984,11 @@ class Sandbox:
     @property
     def labels(self):
         return dict(self._info.get("labels") or {})
+
+    @property
+    def tenant(self):
+        """The tenant that created it (None: the operator)."""
+        return self._info.get("tenant")
 
     def refresh(self, timeout=DEFAULT_TIMEOUT):
         """Fetches the current description; returns it."""
@@ -1135,6 +1146,14 @@ def _capabilities_of(r, backend):
 def node_metrics(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
     """The node's counters and admission state (a dict)."""
     return Client(socket=socket, url=url, token=token).call("GET", "/v1/node", timeout=timeout)
+
+
+def tenant_info(*, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+    """Who the caller is to sandboxd, its quotas and what its sandboxes hold
+    (GET /v1/tenant): ``{"tenant": name or None (the operator), "admin":
+    bool, "quotas": {"max_sandboxes", "cpu", "memory_mb"} (None: no limit),
+    "usage": {"sandboxes", "cpu", "memory_mb"}}``."""
+    return Client(socket=socket, url=url, token=token).call("GET", "/v1/tenant", timeout=timeout)
 
 
 def health(*, socket=None, url=None, token=None, timeout=5.0):

@@ -42,7 +42,12 @@ def request(daemon, method, path, body=None, headers=None):
         method, path, len(body))
     for k, v in (headers or {}).items():
         h += "%s: %s\r\n" % (k, v)
-    out = raw(daemon, h.encode() + b"\r\n" + body)
+    return response(raw(daemon, h.encode() + b"\r\n" + body))
+
+
+def response(out):
+    """(status, parsed body or bytes) of a whole answer out (a chunked body
+    as it is: stream_events reads it)."""
     head, _, rest = out.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1])
     if b"Transfer-Encoding: chunked" in head:
