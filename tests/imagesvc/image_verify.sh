@@ -15,11 +15,11 @@
 set -euo pipefail
 . "$STRATA_SRC/tests/lib/cluster.sh"
 . "$STRATA_SRC/tests/imagesvc/lib.sh"
-image_have_blobcache || cluster_skip "strata-fuse has no node chunk cache (--cache-size)"
-image_setup
+image_have_blobcache || cluster_skip "strata-fuse checks digest tables only with its chunk cache"
 S=strata_cli
-STORE="$MNT/.strata/images"
+image_setup
 R="$IMG_WORK/r"
+STORE="$MNT/.strata/images"
 mkdir -p "$R"
 
 # mount_fails REF WORD: strata image mount REF fails, says WORD, mounts nothing.
