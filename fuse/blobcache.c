@@ -220,6 +220,11 @@ static void pin_path(const struct sfs_blobcache *bc, uint64_t ino, char *p, size
 int sfs_blobcache_pin(struct sfs_blobcache *bc, uint64_t ino, const uint8_t sha[32])
 {
 	char p[PATH_MAX], tmp[PATH_MAX + 32];
+	uint8_t cur[32];
+	/* The usual case, the same pin again at every mount: no write (ext4
+	 * flushes a file renamed over another, a millisecond each). */
+	if (sfs_blobcache_pinned(bc, ino, cur) && !memcmp(cur, sha, 32))
+		return 0;
 	pin_path(bc, ino, p, sizeof(p));
 	pthread_mutex_lock(&bc->lock);
 	snprintf(tmp, sizeof(tmp), "%s.tmp%" PRIu64, p, bc->tmp_seq++);
