@@ -2,8 +2,9 @@
  * (blobcache.h has the design and the invariants).
  *
  * Data structures, all under bc->lock: a hash table of cache entries by
- * digest with an LRU list (head = most recent), and a hash table of the
- * digest tables attached to inodes. File I/O on cache files happens outside
+ * digest with an LRU list (head = most recent), a hash table of the
+ * digest tables attached to inodes, and one of the pinned table digests
+ * (also kept as DIR/pins/INO, 32 bytes, for a successor). File I/O on cache files happens outside
  * the lock; a file evicted while a reader opens it is simply fetched again. */
 #include "fuse/blobcache.h"
 
@@ -24,6 +25,7 @@
 #include <openssl/sha.h>
 
 #include "fs/cleanup.h"
+#include "fs/fdio.h"
 #include "fs/log.h"
 #include "fs/wire.h"
 
@@ -34,6 +36,7 @@
 struct sfs_blob_table {
 	struct blob_rec *v; /* sorted by offset */
 	size_t n;
+	uint8_t sha[32]; /* of the table's bytes as parsed */
 };
 
 struct cache_entry {
@@ -46,7 +49,15 @@ struct cache_entry {
 struct tab_slot {
 	uint64_t ino;
 	struct sfs_blob_table *t;
+	bool retired; /* replaced (its pin differs): found no more, freed at the end */
 	struct tab_slot *next;
+};
+
+/* A pinned table digest (sfs_blobcache_pin), also in DIR/pins/INO. */
+struct pin_slot {
+	uint64_t ino;
+	uint8_t sha[32];
+	struct pin_slot *next;
 };
 
 struct fetch_claim {
@@ -64,6 +75,7 @@ struct sfs_blobcache {
 	struct cache_entry *head, *tail;
 	struct tab_slot **tabs;
 	size_t n_tabs;
+	struct pin_slot **pins;
 	struct sfs_blobcache_stats st;
 	int stats_fd;
 	uint64_t tmp_seq;
@@ -97,6 +109,7 @@ int sfs_blob_table_parse(const void *buf, size_t len, struct sfs_blob_table **re
 		return -EBADMSG;
 	}
 	t->n = n;
+	SHA256(buf, len, t->sha);
 	if (n)
 		qsort(t->v, n, sizeof(*t->v), rec_cmp);
 	for (size_t i = 1; i < n; i++)
@@ -128,7 +141,7 @@ int sfs_blobcache_attach(struct sfs_blobcache *bc, uint64_t ino, struct sfs_blob
 	int r = 0;
 	pthread_mutex_lock(&bc->lock);
 	for (struct tab_slot *p = bc->tabs[tab_bucket(ino)]; p; p = p->next)
-		if (p->ino == ino)
+		if (p->ino == ino && !p->retired)
 			r = 1;
 	if (r == 0 && !s)
 		r = -ENOMEM;
@@ -152,10 +165,101 @@ const struct sfs_blob_table *sfs_blobcache_table(struct sfs_blobcache *bc, uint6
 	const struct sfs_blob_table *t = NULL;
 	pthread_mutex_lock(&bc->lock);
 	for (struct tab_slot *p = bc->tabs[tab_bucket(ino)]; p && !t; p = p->next)
-		if (p->ino == ino)
+		if (p->ino == ino && !p->retired)
 			t = p->t;
 	pthread_mutex_unlock(&bc->lock);
 	return t;
+}
+
+const uint8_t *sfs_blob_table_sha(const struct sfs_blob_table *t)
+{
+	return t->sha;
+}
+
+void sfs_blobcache_detach(struct sfs_blobcache *bc, uint64_t ino)
+{
+	pthread_mutex_lock(&bc->lock);
+	for (struct tab_slot *p = bc->tabs[tab_bucket(ino)]; p; p = p->next)
+		if (p->ino == ino)
+			p->retired = true; /* still counted in n_tabs: it is still held */
+	pthread_mutex_unlock(&bc->lock);
+}
+
+/* ---- pins ------------------------------------------------------------------------------ */
+static struct pin_slot *pin_find_locked(struct sfs_blobcache *bc, uint64_t ino)
+{
+	for (struct pin_slot *p = bc->pins[tab_bucket(ino)]; p; p = p->next)
+		if (p->ino == ino)
+			return p;
+	return NULL;
+}
+
+/* Sets the pin of ino in memory (false: out of memory). */
+static bool pin_set(struct sfs_blobcache *bc, uint64_t ino, const uint8_t sha[32])
+{
+	struct pin_slot *n = calloc(1, sizeof(*n));
+	pthread_mutex_lock(&bc->lock);
+	struct pin_slot *p = pin_find_locked(bc, ino);
+	if (!p && n) {
+		*n = (struct pin_slot){.ino = ino, .next = bc->pins[tab_bucket(ino)]};
+		bc->pins[tab_bucket(ino)] = p = n;
+		n = NULL;
+	}
+	if (p)
+		memcpy(p->sha, sha, 32);
+	pthread_mutex_unlock(&bc->lock);
+	free(n);
+	return p != NULL;
+}
+
+static void pin_path(const struct sfs_blobcache *bc, uint64_t ino, char *p, size_t cap)
+{
+	snprintf(p, cap, "%s/pins/%016" PRIx64, bc->dir, ino);
+}
+
+int sfs_blobcache_pin(struct sfs_blobcache *bc, uint64_t ino, const uint8_t sha[32])
+{
+	char p[PATH_MAX], tmp[PATH_MAX + 32];
+	uint8_t cur[32];
+	/* The usual case, the same pin again at every mount: no write (ext4
+	 * flushes a file renamed over another, a millisecond each). */
+	if (sfs_blobcache_pinned(bc, ino, cur) && !memcmp(cur, sha, 32))
+		return 0;
+	pin_path(bc, ino, p, sizeof(p));
+	pthread_mutex_lock(&bc->lock);
+	snprintf(tmp, sizeof(tmp), "%s.tmp%" PRIu64, p, bc->tmp_seq++);
+	pthread_mutex_unlock(&bc->lock);
+	/* On local disk first, so that a successor (restart, takeover) that
+	 * loads the table again checks it too. */
+	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int r = fd < 0 ? -errno : strata_write_all(fd, sha, 32);
+	if (r == 0 && rename(tmp, p) < 0)
+		r = -errno;
+	if (r < 0) {
+		unlink(tmp);
+		return r;
+	}
+	return pin_set(bc, ino, sha) ? 0 : -ENOMEM;
+}
+
+bool sfs_blobcache_pinned(struct sfs_blobcache *bc, uint64_t ino, uint8_t ret_sha[32])
+{
+	char p[PATH_MAX];
+	pthread_mutex_lock(&bc->lock);
+	struct pin_slot *s = pin_find_locked(bc, ino);
+	if (s)
+		memcpy(ret_sha, s->sha, 32);
+	pthread_mutex_unlock(&bc->lock);
+	if (s)
+		return true;
+	pin_path(bc, ino, p, sizeof(p));
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	uint8_t sha[32];
+	if (fd < 0 || strata_read_all(fd, sha, 32) != 32)
+		return false;
+	pin_set(bc, ino, sha);
+	memcpy(ret_sha, sha, 32);
+	return true;
 }
 
 /* ---- cache index (caller holds bc->lock) ------------------------------------------ */
@@ -338,9 +442,10 @@ int sfs_blobcache_open(const char *dir, uint64_t max_bytes, struct sfs_blobcache
 	bc->stats_fd = -1;
 	bc->buckets = calloc(CACHE_BUCKETS, sizeof(*bc->buckets));
 	bc->tabs = calloc(CACHE_BUCKETS, sizeof(*bc->tabs));
+	bc->pins = calloc(CACHE_BUCKETS, sizeof(*bc->pins));
 	pthread_mutex_init(&bc->lock, NULL);
 	pthread_cond_init(&bc->done, NULL);
-	if (!bc->dir || !bc->buckets || !bc->tabs) {
+	if (!bc->dir || !bc->buckets || !bc->tabs || !bc->pins) {
 		sfs_blobcache_free(bc);
 		return -ENOMEM;
 	}
@@ -354,6 +459,8 @@ int sfs_blobcache_open(const char *dir, uint64_t max_bytes, struct sfs_blobcache
 		snprintf(p, sizeof(p), "%s/chunks/%02x", dir, i);
 		mkdir(p, 0700);
 	}
+	snprintf(p, sizeof(p), "%s/pins", dir);
+	mkdir(p, 0700);
 	snprintf(p, sizeof(p), "%s/stats", dir);
 	bc->stats_fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	scan(bc);
@@ -374,6 +481,12 @@ struct sfs_blobcache *sfs_blobcache_free(struct sfs_blobcache *bc)
 			sfs_blob_table_free(s->t);
 			free(s);
 		}
+	for (size_t i = 0; bc->pins && i < CACHE_BUCKETS; i++)
+		for (struct pin_slot *s = bc->pins[i], *nx; s; s = nx) {
+			nx = s->next;
+			free(s);
+		}
+	free(bc->pins);
 	if (bc->stats_fd >= 0)
 		close(bc->stats_fd);
 	pthread_mutex_destroy(&bc->lock);

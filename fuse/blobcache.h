@@ -19,6 +19,17 @@
  *    eviction, and kept across restarts (rescanned at open; a chunk found
  *    on disk is re-verified on its first use after a restart).
  *
+ * Pinned tables: the image service, which verified the image's signed
+ * record, tells strata-fuse the SHA-256 of each blob's digest table by
+ * setting the xattr SFS_BLOB_PIN_XATTR on the blob (32 bytes; root only, as
+ * every trusted.* name). The value is kept here, in memory and in
+ * DIR/pins/INO (local disk: a restarted or taking-over strata-fuse checks
+ * the tables it loads again), never in strata-meta; a table whose SHA-256
+ * differs from its pin is refused (-EIO and a log line), so the chain
+ * signed record -> table -> chunk digests is closed. A table attached
+ * before its pin and not matching it is retired (kept for the handles that
+ * hold it, found no more) and loaded again.
+ *
  * DIR/stats holds counters (text, rewritten after each read) for tools and
  * benchmarks: fetched_bytes, fetches, hits, misses, bad, evicted, bytes.
  *
@@ -28,15 +39,20 @@
  *  2. cached bytes <= limit after every insertion (the entry just inserted
  *     is evicted last).
  *  3. Tables attached to an inode are never freed before sfs_blobcache_free, so
- *     a pointer from sfs_blobcache_table() stays valid. */
+ *     a pointer from sfs_blobcache_table() stays valid.
+ *  4. The table sfs_blobcache_table() finds for a pinned inode has the
+ *     pinned SHA-256 (checked before attaching, and when a pin is set). */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fs/blob_format.h"
 
 #define SFS_BLOB_TABLE_MAX (64u << 20) /* bytes of one digest table */
-#define SFS_BLOB_TABLES_MAX 65536      /* blobs attached at once */
+/* imagesvc/image_auth.h IMG_TABLE_PIN_XATTR: the same name. */
+#define SFS_BLOB_PIN_XATTR "trusted.strata.blob_table_sha256"
+#define SFS_BLOB_TABLES_MAX 65536 /* blobs attached at once */
 
 struct sfs_blobcache;
 struct sfs_blob_table;
@@ -57,12 +73,23 @@ struct sfs_blobcache *sfs_blobcache_free(struct sfs_blobcache *bc);
 int sfs_blob_table_parse(const void *buf, size_t len, struct sfs_blob_table **ret);
 /* Frees t; accepts NULL; returns NULL. */
 struct sfs_blob_table *sfs_blob_table_free(struct sfs_blob_table *t);
+/* The SHA-256 of the bytes t was parsed from. */
+const uint8_t *sfs_blob_table_sha(const struct sfs_blob_table *t);
 
 /* Attaches t (ownership passes, also on failure) to inode ino. Returns 0,
  * -ENOSPC (too many tables) or -ENOMEM. An existing table is kept. */
 int sfs_blobcache_attach(struct sfs_blobcache *bc, uint64_t ino, struct sfs_blob_table *t);
 /* The table attached to ino, or NULL. */
 const struct sfs_blob_table *sfs_blobcache_table(struct sfs_blobcache *bc, uint64_t ino);
+/* Retires the table attached to ino: sfs_blobcache_table finds it no more,
+ * pointers to it stay valid until sfs_blobcache_free (invariant 3). */
+void sfs_blobcache_detach(struct sfs_blobcache *bc, uint64_t ino);
+
+/* Pins the SHA-256 of ino's digest table (memory and DIR/pins). Returns 0
+ * or -errno. */
+int sfs_blobcache_pin(struct sfs_blobcache *bc, uint64_t ino, const uint8_t sha[32]);
+/* Whether ino's table is pinned; its digest into ret_sha if so. */
+bool sfs_blobcache_pinned(struct sfs_blobcache *bc, uint64_t ino, uint8_t ret_sha[32]);
 
 /* Reads [off, off+len) of the blob described by t into buf (verified).
  * Returns 0 or -errno (-EIO on a digest mismatch). */

@@ -93,6 +93,11 @@ void sfs_inode_note(struct sfs *fs, struct strata_attr *a, bool lookup, uint64_t
 void sfs_inode_forget(struct sfs *fs, strata_ino_t ino, uint64_t n);
 /* Returns a referenced entry, or NULL if the kernel holds no lookup of ino
  * and create is false. Release with sfs_inode_put. */
+/* Pins the SHA-256 of blob ino's digest table (setxattr of
+ * SFS_BLOB_PIN_XATTR, blobcache.h) and loads and checks the table. Returns
+ * 0, -EIO (the table differs), -EINVAL (not a blob, or not 32 bytes),
+ * -ENOTSUP (no --cache-dir) or -errno. */
+int sfs_blob_pin(struct sfs *fs, fuse_ino_t ino, const void *value, size_t size);
 struct sfs_inode *sfs_inode_get(struct sfs *fs, strata_ino_t ino, bool create);
 void sfs_inode_put(struct sfs *fs, struct sfs_inode *in);
 /* Calls fn on every entry (shutdown: record pending lengths). */

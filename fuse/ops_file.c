@@ -93,6 +93,13 @@ static int blob_load_table(struct sfs *fs, strata_ino_t tino, struct sfs_blob_ta
 	return sfs_blob_table_parse(buf, a.size, ret);
 }
 
+/* Whether t may serve ino: no pin, or the pinned SHA-256 (blobcache.h). */
+static bool blob_table_as_pinned(struct sfs *fs, strata_ino_t ino, const struct sfs_blob_table *t)
+{
+	uint8_t want[32];
+	return !sfs_blobcache_pinned(fs->bc, ino, want) || !memcmp(want, sfs_blob_table_sha(t), 32);
+}
+
 /* Sets *ret to the blob table of in (NULL if in is no blob or the cache is
  * off). A blob whose table cannot be loaded is -EIO: never served
  * unverified. */
@@ -122,6 +129,14 @@ static int blob_table(struct sfs *fs, struct sfs_inode *in, const struct sfs_blo
 		r = blob_xattr_decode(x, (size_t)r, &tino);
 	if (r >= 0)
 		r = blob_load_table(fs, tino, &t);
+	if (r >= 0 && !blob_table_as_pinned(fs, in->ino, t)) {
+		t = sfs_blob_table_free(t);
+		return log_warn_errno(
+		    -EIO,
+		    "Digest table of blob inode %llu does not have the SHA-256 "
+		    "its signed image record names (rewritten?): refusing the blob",
+		    (unsigned long long)in->ino);
+	}
 	if (r >= 0)
 		r = sfs_blobcache_attach(fs->bc, in->ino, t); /* takes t */
 	if (r < 0)
@@ -239,6 +254,37 @@ static int ensure_layout(struct sfs *fs, struct sfs_inode *in)
 		return S_ISDIR(a.mode) ? -EISDIR : -EINVAL;
 	sfs_inode_note(fs, &a, false, stamp);
 	return 0;
+}
+
+int sfs_blob_pin(struct sfs *fs, fuse_ino_t ino, const void *value, size_t size)
+{
+	const struct sfs_blob_table *t;
+	struct sfs_inode *in;
+	int r;
+
+	if (!fs->bc)
+		return -ENOTSUP; /* blobs are plain files: nothing is verified */
+	if (size != 32)
+		return -EINVAL;
+	in = sfs_inode_get(fs, ino, true);
+	if (!in)
+		return -ENOMEM;
+	r = ensure_layout(fs, in);
+	if (r == 0)
+		r = sfs_blobcache_pin(fs->bc, ino, value);
+	t = r == 0 ? sfs_blobcache_table(fs->bc, ino) : NULL;
+	if (t && memcmp(sfs_blob_table_sha(t), value, 32)) {
+		log_warn("Blob inode %llu: the table attached before its pin differs from it: "
+			 "loading it again",
+			 (unsigned long long)ino);
+		sfs_blobcache_detach(fs->bc, ino);
+	}
+	if (r == 0)
+		r = blob_table(fs, in, &t); /* loads and checks it now: the caller learns */
+	if (r == 0 && !t)
+		r = -EINVAL; /* not a blob */
+	sfs_inode_put(fs, in);
+	return r;
 }
 
 static struct sfs_file *file_new(struct sfs *fs, struct sfs_inode *in, uint64_t session,

@@ -575,6 +575,10 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		fuse_reply_err(req, E2BIG);
 		return;
 	}
+	if (strcmp(name, SFS_BLOB_PIN_XATTR) == 0) { /* node-local, never in meta */
+		fuse_reply_err(req, -sfs_blob_pin(fs, ino, value, size));
+		return;
+	}
 	r = SFS_CALL(fs, SFS_IDEM, meta_setxattr(fs->mc, ino, name, value, size, (uint32_t)flags));
 	sfs_attr_changed(fs, ino);
 	if (r == 0)
@@ -609,6 +613,21 @@ static void reply_xattr(fuse_req_t req, int r, size_t size, const char *buf)
 		fuse_reply_buf(req, buf, (size_t)r);
 }
 
+/* The pinned table digest of a blob (blobcache.h): node-local state. */
+static void reply_pin(fuse_req_t req, struct sfs *fs, fuse_ino_t ino, size_t size)
+{
+	uint8_t sha[32];
+
+	if (!fs->bc || !sfs_blobcache_pinned(fs->bc, ino, sha))
+		fuse_reply_err(req, ENODATA);
+	else if (size == 0)
+		fuse_reply_xattr(req, sizeof(sha));
+	else if (size < sizeof(sha))
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, (const char *)sha, sizeof(sha));
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct sfs *fs = FS(req);
@@ -617,6 +636,10 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 	if (strcmp(name, XATTR_CAPS) == 0 && caps_cached(fs, ino) == 0) {
 		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	if (strcmp(name, SFS_BLOB_PIN_XATTR) == 0) {
+		reply_pin(req, fs, ino, size);
 		return;
 	}
 	if (!xattr_buf(req, &size, STRATA_XATTR_SIZE_MAX, &buf))

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,14 +130,40 @@ static int fetch_meta(struct img_store *s, const char *hex, const struct img_rec
 	return 0;
 }
 
+/* Tells strata-fuse the SHA-256 the signed record names for the digest
+ * table of the blob at path (fuse/README.md "Pinned digest tables"): it
+ * loads and checks the table now, and refuses the blob's reads if it
+ * differs, so that the chain record -> table -> chunks is closed. */
+static int pin_table(const char *hex, uint32_t blob, const char *path, const uint8_t sha[32],
+		     struct strata_err *e)
+{
+	if (setxattr(path, IMG_TABLE_PIN_XATTR, sha, 32, 0) == 0)
+		return 0;
+	int r = -errno;
+	if (r == -EIO)
+		return strata_err_set(e, r,
+				      "image %.12s: blob %08u: its digest table does not match the "
+				      "SHA-256 the signed record names (rewritten?); import the "
+				      "image again",
+				      hex, blob);
+	if (r == -ENOTSUP || r == -EOPNOTSUPP)
+		return strata_err_set(e, r,
+				      "image %.12s: the strata mount cannot check digest tables "
+				      "(strata-fuse without --cache-dir, or older than image "
+				      "signatures): refusing to mount unverified blobs",
+				      hex);
+	return strata_err_set(e, r, "image %.12s: blob %08u: pinning its digest table: %s", hex,
+			      blob, strerror(-r));
+}
+
 static int mount_image(struct img_store *s, const char *dir, const char *hex, const char *root,
 		       struct strata_err *e)
 {
 	struct img_record rec;
 	char meta[PATH_MAX];
-	int r = img_store_record(s, hex, &rec);
+	int r = img_store_record(s, hex, &rec, e);
 	if (r < 0)
-		return strata_err_set(e, r, "image %.12s: record: %s", hex, strerror(-r));
+		return r;
 	char **devs = calloc(rec.n_blobs + 1, sizeof(char *));
 	r = devs ? pathf(meta, sizeof(meta), "%s/meta.img", dir) : -ENOMEM;
 	for (uint32_t i = 0; r == 0 && i < rec.n_blobs; i++) {
@@ -148,6 +175,8 @@ static int mount_image(struct img_store *s, const char *dir, const char *hex, co
 		strata_err_set(e, r, "image %.12s: %s", hex, strerror(-r));
 	if (r == 0)
 		r = fetch_meta(s, hex, &rec, meta, e);
+	for (uint32_t i = 0; r == 0 && i < rec.n_blobs; i++)
+		r = pin_table(hex, rec.blobs[i], devs[i], rec.tables[i], e);
 	if (r == 0 && (mkdir(root, 0755) == 0 || errno == EEXIST))
 		r = img_erofs_mount(meta, devs, rec.n_blobs, root, e);
 	for (uint32_t i = 0; devs && i < rec.n_blobs; i++)

@@ -238,7 +238,8 @@ static int list_all(struct img_store *s, const struct img_record *rec, struct pf
 		char idx[PATH_MAX];
 		int r = img_store_blob_path(s, rec->blobs[i], "idx", idx, sizeof(idx));
 		if (r == 0)
-			r = img_blobidx_read(idx, all_one, &(struct all_ctx){l, rec->blobs[i]});
+			r = img_blobidx_read(idx, all_one, &(struct all_ctx){l, rec->blobs[i]},
+					     NULL);
 		if (r < 0)
 			return r;
 	}
@@ -353,9 +354,9 @@ int img_prefetch_run(struct img_store *s, const char *hex, const char *root, boo
 	struct img_record rec;
 	struct pf_list l = {0};
 	double t0 = now_s();
-	int r = img_store_record(s, hex, &rec);
+	int r = img_store_record(s, hex, &rec, e);
 	if (r < 0)
-		return strata_err_set(e, r, "image %.12s: %s", hex, strerror(-r));
+		return r;
 	r = eager ? list_all(s, &rec, &l) : read_list(s, hex, &l);
 	if (r == -ENOENT)
 		strata_err_set(e, r, "image %.12s has no recorded prefetch list", hex);

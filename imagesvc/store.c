@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include "fs/cleanup.h"
 #include "fs/wire.h"
@@ -81,6 +83,9 @@ int img_store_open(const char *root, struct img_store **ret)
 		return -ENOMEM;
 	}
 	s->lock_fd = -1;
+	/* Without a key the store still lists and collects; what signs or
+	 * verifies says why it cannot (store_need_key). */
+	s->has_key = img_auth_default(&s->key, &s->key_err) == 0;
 	*ret = s;
 	return 0;
 }
@@ -90,6 +95,7 @@ struct img_store *img_store_free(struct img_store *s)
 	if (s) {
 		if (s->lock_fd >= 0)
 			close(s->lock_fd);
+		OPENSSL_cleanse(&s->key, sizeof(s->key));
 		free(s->root);
 		free(s);
 	}
@@ -197,7 +203,7 @@ int img_sha256_file(const char *path, uint8_t out[32], uint64_t *ret_size)
 
 /* ---- digest tables ------------------------------------------------------------ */
 int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const struct blob_rec *rec),
-		     void *ctx)
+		     void *ctx, uint8_t *ret_sha)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -213,6 +219,8 @@ int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const stru
 		return -ENOMEM;
 	if (strata_read_all(fd, buf, (size_t)st.st_size) != st.st_size)
 		return -EIO;
+	if (ret_sha)
+		SHA256(buf, (size_t)st.st_size, ret_sha);
 	return blob_table_decode(buf, (size_t)st.st_size, fn, ctx);
 }
 
@@ -237,88 +245,133 @@ int store_write_file(const char *path, const void *data, size_t n)
 }
 
 /* ---- image records ------------------------------------------------------------ */
-size_t store_record_size(const struct img_record *rec)
+int store_need_key(struct img_store *s, struct strata_err *e)
 {
-	return IMG_REC_HDR + 32 + 32 + 5 * 8 + 4 + 4 + 4 * (size_t)rec->n_blobs +
-	       32 * (size_t)rec->n_layers;
+	if (s->has_key)
+		return 0;
+	if (e)
+		*e = s->key_err;
+	return s->key_err.code ? s->key_err.code : -ENOKEY;
 }
 
-void store_record_encode(const struct img_record *rec, uint8_t *b)
+int store_record_write(struct img_store *s, const struct img_record *rec, const char *path,
+		       struct strata_err *e)
 {
-	size_t n = store_record_size(rec), o = IMG_REC_HDR;
-	memset(b, 0, IMG_REC_HDR);
-	le32_put(b, IMG_REC_MAGIC);
-	le16_put(b + 4, IMG_REC_VERSION);
-	le16_put(b + 6, IMG_REC_HDR);
-	le32_put(b + 8, (uint32_t)n);
-	memcpy(b + o, rec->manifest, 32), o += 32;
-	memcpy(b + o, rec->meta_sha, 32), o += 32;
-	const uint64_t v[5] = {rec->meta_size, rec->bytes, rec->created, rec->chunks,
-			       rec->chunks_new};
-	for (int i = 0; i < 5; i++, o += 8)
-		le64_put(b + o, v[i]);
-	le32_put(b + o, rec->n_blobs), o += 4;
-	le32_put(b + o, rec->n_layers), o += 4;
-	for (uint32_t i = 0; i < rec->n_blobs; i++, o += 4)
-		le32_put(b + o, rec->blobs[i]);
-	for (uint32_t i = 0; i < rec->n_layers; i++, o += 32)
-		memcpy(b + o, rec->layers[i], 32);
-}
-
-static int record_decode(const uint8_t *b, size_t n, struct img_record *rec)
-{
-	size_t o = IMG_REC_HDR;
-	if (n < IMG_REC_HDR + 32 + 32 + 48 || le32_get(b) != IMG_REC_MAGIC ||
-	    le16_get(b + 4) != IMG_REC_VERSION || le16_get(b + 6) != IMG_REC_HDR ||
-	    le32_get(b + 8) != n)
-		return -EBADMSG;
-	memset(rec, 0, sizeof(*rec));
-	memcpy(rec->manifest, b + o, 32), o += 32;
-	memcpy(rec->meta_sha, b + o, 32), o += 32;
-	uint64_t *v[5] = {&rec->meta_size, &rec->bytes, &rec->created, &rec->chunks,
-			  &rec->chunks_new};
-	for (int i = 0; i < 5; i++, o += 8)
-		*v[i] = le64_get(b + o);
-	rec->n_blobs = le32_get(b + o), o += 4;
-	rec->n_layers = le32_get(b + o), o += 4;
-	if (rec->n_blobs > IMG_MAX_BLOBS || rec->n_layers > IMG_MAX_LAYERS ||
-	    store_record_size(rec) != n)
-		return -EBADMSG;
-	rec->blobs = calloc(rec->n_blobs + 1, sizeof(*rec->blobs));
-	rec->layers = calloc(rec->n_layers + 1, 32);
-	if (!rec->blobs || !rec->layers) {
-		img_record_done(rec);
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < rec->n_blobs; i++, o += 4)
-		rec->blobs[i] = le32_get(b + o);
-	for (uint32_t i = 0; i < rec->n_layers; i++, o += 32)
-		memcpy(rec->layers[i], b + o, 32);
+	int r = store_need_key(s, e);
+	if (r < 0)
+		return r;
+	size_t n = img_record_size(rec);
+	_cleanup_free_ uint8_t *buf = malloc(n);
+	if (!buf || img_record_encode(rec, &s->key, buf) < 0)
+		return strata_err_set(e, -ENOMEM, "out of memory");
+	if ((r = store_write_file(path, buf, n)) < 0)
+		return strata_err_set(e, r, "writing the image record: %s", strerror(-r));
 	return 0;
 }
 
-void img_record_done(struct img_record *r)
+/* The message of a signature that does not verify (r: -EKEYEXPIRED,
+ * unsigned; -EKEYREJECTED, wrong) of what ("the name 'x'"). Returns r. */
+static int signature_error(struct strata_err *e, int r, const char *what)
 {
-	free(r->blobs);
-	free(r->layers);
-	r->blobs = NULL;
-	r->layers = NULL;
+	if (r == -EKEYEXPIRED)
+		return strata_err_set(e, r,
+				      "%s is unsigned (from before image signatures): run strata "
+				      "image resign",
+				      what);
+	if (r == -EKEYREJECTED)
+		return strata_err_set(e, r,
+				      "%s does not carry a valid signature (rewritten, or signed "
+				      "with another cluster key); import the image again",
+				      what);
+	return r == -ENOMEM ? strata_err_set(e, r, "out of memory") : r;
 }
 
-int img_store_record(struct img_store *s, const char *hex, struct img_record *ret)
+int store_record_load(struct img_store *s, const char *hex, struct img_record *ret, uint8_t *buf,
+		      size_t *ret_n)
 {
 	char p[PATH_MAX];
 	int r = img_store_image_path(s, hex, "image", p, sizeof(p));
 	if (r < 0)
 		return r;
+	_cleanup_free_ uint8_t *own = buf ? NULL : malloc(IMG_REC_MAX + 1);
+	uint8_t *b = buf ? buf : own;
+	if (!b)
+		return -ENOMEM;
 	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	uint8_t buf[IMG_REC_HDR + 120 + 4 * IMG_MAX_BLOBS + 32 * IMG_MAX_LAYERS];
-	ssize_t n = strata_read_all(fd, buf, sizeof(buf));
+	ssize_t n = strata_read_all(fd, b, IMG_REC_MAX + 1);
 	if (n < 0)
 		return (int)n;
-	return record_decode(buf, (size_t)n, ret);
+	if (n > IMG_REC_MAX)
+		return -EBADMSG;
+	if (ret_n)
+		*ret_n = (size_t)n;
+	return img_record_decode(b, (size_t)n, ret);
+}
+
+int img_store_record(struct img_store *s, const char *hex, struct img_record *ret,
+		     struct strata_err *e)
+{
+	_cleanup_free_ uint8_t *buf = malloc(IMG_REC_MAX + 1);
+	struct img_record rec;
+	size_t n = 0;
+	char mine[65];
+	if (!buf)
+		return strata_err_set(e, -ENOMEM, "out of memory");
+	int r = store_record_load(s, hex, &rec, buf, &n);
+	if (r < 0)
+		return strata_err_set(e, r, "image %.12s: record: %s", hex,
+				      r == -EBADMSG ? "corrupt" : strerror(-r));
+	if ((r = store_need_key(s, e)) == 0)
+		r = img_record_check_mac(buf, n, &s->key);
+	img_digest_hex(rec.manifest, mine);
+	if (r == 0 && strcmp(mine, hex))
+		r = -EKEYREJECTED; /* a signed record moved to another image's place */
+	if (r == 0) {
+		*ret = rec;
+		return 0;
+	}
+	img_record_done(&rec);
+	char what[48];
+	snprintf(what, sizeof(what), "image %.12s: its record", hex);
+	return signature_error(e, r, what);
+}
+
+ssize_t img_store_read_doc(struct img_store *s, const struct img_record *rec, const char *file,
+			   size_t max, char **ret, struct strata_err *e)
+{
+	bool config = !strcmp(file, "config.json");
+	char hex[65], p[PATH_MAX];
+	uint8_t sha[32];
+	if (!(rec->flags & (config ? IMG_REC_HAS_CONFIG : IMG_REC_HAS_MANIFEST)))
+		return strata_err_set(e, -ENOENT, "the image has no %s", file);
+	img_digest_hex(rec->manifest, hex);
+	int r = img_store_image_path(s, hex, file, p, sizeof(p));
+	if (r < 0)
+		return strata_err_set(e, r, "path too long");
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	_cleanup_free_ char *buf = fd < 0 ? NULL : malloc(max + 1);
+	if (fd < 0 || !buf)
+		return strata_err_set(e, fd < 0 ? -errno : -ENOMEM, "image %.12s: %s: %m", hex,
+				      file);
+	ssize_t n = strata_read_all(fd, buf, max + 1);
+	if (n < 0)
+		return strata_err_set(e, (int)n, "image %.12s: reading %s: %s", hex, file,
+				      strerror((int)-n));
+	if ((size_t)n > max)
+		return strata_err_set(e, -EFBIG, "image %.12s: %s is larger than %zu bytes", hex,
+				      file, max);
+	SHA256((const uint8_t *)buf, (size_t)n, sha);
+	if (memcmp(sha, config ? rec->config_doc : rec->manifest_doc, 32))
+		return strata_err_set(
+		    e, -EKEYREJECTED,
+		    "image %.12s: %s does not match the SHA-256 its signed record "
+		    "names (rewritten?); import the image again",
+		    hex, file);
+	*ret = buf;
+	buf = NULL;
+	return n;
 }
 
 /* ---- names -------------------------------------------------------------------- */
@@ -350,7 +403,7 @@ int store_ref_file(const char *name, char *out, size_t cap)
 	return (out[0] == '.' || (colon == name)) ? -EINVAL : 0;
 }
 
-static void ref_decode(const char *file, char *out, size_t cap)
+void store_ref_decode(const char *file, char *out, size_t cap)
 {
 	size_t o = 0;
 	for (const char *p = file; *p && o + 1 < cap; p++) {
@@ -365,9 +418,23 @@ static void ref_decode(const char *file, char *out, size_t cap)
 	out[o] = '\0';
 }
 
-static int read_ref(struct img_store *s, const char *file, char hex[65])
+#define REF_MAC_PREFIX "hmac-sha256:"
+
+/* The MAC of the ref in file (an escaped name) naming digest d. */
+static int ref_mac(struct img_store *s, const char *file, const uint8_t d[32], uint8_t out[32])
 {
-	char p[PATH_MAX], buf[128];
+	char name[NAME_MAX + 1];
+	store_ref_decode(file, name, sizeof(name));
+	return img_auth_ref_mac(&s->key, name, d, out);
+}
+
+/* Reads the ref in file: "sha256:HEX\n" then, when signed,
+ * "hmac-sha256:MAC\n". With verify, its MAC is checked: -ENOKEY,
+ * -EKEYEXPIRED (unsigned), -EKEYREJECTED (wrong MAC). Else 0 and hex, or
+ * -EBADMSG / -errno. */
+int store_read_ref(struct img_store *s, const char *file, char hex[65], bool verify)
+{
+	char p[PATH_MAX], buf[192];
 	int r = path_fmt(p, sizeof(p), "%s/refs/%s", s->root, file);
 	if (r < 0)
 		return r;
@@ -378,10 +445,25 @@ static int read_ref(struct img_store *s, const char *file, char hex[65])
 	if (n < 0)
 		return (int)n;
 	buf[n] = '\0';
-	uint8_t d[32];
-	buf[strcspn(buf, "\n")] = '\0';
+	uint8_t d[32], mac[32], want[32];
+	char *sig = buf + strcspn(buf, "\n");
+	if (*sig)
+		*sig++ = '\0';
+	sig[strcspn(sig, "\n")] = '\0';
 	if (img_digest_parse(buf, d) < 0)
 		return -EBADMSG;
+	if (verify) {
+		if ((r = store_need_key(s, NULL)) < 0)
+			return r;
+		if (strncmp(sig, REF_MAC_PREFIX, strlen(REF_MAC_PREFIX)))
+			return *sig ? -EKEYREJECTED : -EKEYEXPIRED;
+		if (img_digest_parse(sig + strlen(REF_MAC_PREFIX), mac) < 0)
+			return -EKEYREJECTED;
+		if ((r = ref_mac(s, file, d, want)) < 0)
+			return r;
+		if (!img_auth_mac_equal(mac, want))
+			return -EKEYREJECTED;
+	}
 	img_digest_hex(d, hex);
 	return 0;
 }
@@ -410,7 +492,10 @@ static int resolve_prefix(struct img_store *s, const char *prefix, char hex[65])
 	return found == 1 ? 0 : found ? -EEXIST : -ENOENT;
 }
 
-int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct strata_err *e)
+/* img_store_resolve; without verify a name's signature is not checked (rm
+ * must be able to remove a rewritten or unsigned name). */
+static int resolve_as(struct img_store *s, const char *ref, bool verify, char hex[65],
+		      struct strata_err *e)
 {
 	uint8_t d[32];
 	if (img_digest_parse(ref, d) == 0) {
@@ -430,27 +515,47 @@ int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct
 	int r = store_ref_file(ref, file, sizeof(file));
 	if (r < 0)
 		return strata_err_set(e, r, "invalid image reference '%s'", ref);
-	r = read_ref(s, file, hex);
+	r = store_read_ref(s, file, hex, verify);
 	if (r == -ENOENT || (r == 0 && !image_exists(s, hex)))
 		return strata_err_set(e, -ENOENT, "no image named '%s' (see strata image ls)", ref);
+	if (r == -EKEYEXPIRED || r == -EKEYREJECTED) {
+		char what[IMG_NAME_MAX + 16];
+		snprintf(what, sizeof(what), "the name '%s'", ref);
+		return signature_error(e, r, what);
+	}
+	if (r == -ENOKEY)
+		return store_need_key(s, e);
 	return r < 0 ? strata_err_set(e, r, "cannot read ref '%s': %s", ref, strerror(-r)) : 0;
+}
+
+int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct strata_err *e)
+{
+	return resolve_as(s, ref, true, hex, e);
 }
 
 int img_store_set_ref(struct img_store *s, const char *name, const char *hex)
 {
-	char file[NAME_MAX + 1], p[PATH_MAX], text[80];
+	char file[NAME_MAX + 1], p[PATH_MAX], text[192], mac[65];
+	uint8_t d[32], m[32];
 	int r = store_ref_file(name, file, sizeof(file));
 	if (r == 0)
 		r = path_fmt(p, sizeof(p), "%s/refs/%s", s->root, file);
+	if (r == 0)
+		r = img_digest_parse(hex, d);
+	if (r == 0)
+		r = store_need_key(s, NULL);
+	if (r == 0)
+		r = ref_mac(s, file, d, m);
 	if (r < 0)
 		return r;
-	snprintf(text, sizeof(text), "sha256:%s\n", hex);
+	img_digest_hex(m, mac);
+	snprintf(text, sizeof(text), "sha256:%s\n" REF_MAC_PREFIX "%s\n", hex, mac);
 	return store_write_file(p, text, strlen(text));
 }
 
 /* Calls fn(ctx, ref file, hex) for every ref. */
-static int for_each_ref(struct img_store *s, int (*fn)(void *, const char *, const char *),
-			void *ctx)
+int store_for_each_ref(struct img_store *s, int (*fn)(void *, const char *, const char *),
+		       void *ctx)
 {
 	char p[PATH_MAX], hex[65];
 	DIR *d;
@@ -460,7 +565,9 @@ static int for_each_ref(struct img_store *s, int (*fn)(void *, const char *, con
 	for (struct dirent *de; r >= 0 && (de = readdir(d));) {
 		if (de->d_name[0] == '.' || strstr(de->d_name, ".tmp."))
 			continue;
-		if (read_ref(s, de->d_name, hex) == 0)
+		/* As stored (a name counts, and lists, signed or not: only
+		 * resolving trusts it). */
+		if (store_read_ref(s, de->d_name, hex, false) == 0)
 			r = fn(ctx, de->d_name, hex);
 	}
 	closedir(d);
@@ -480,7 +587,7 @@ static int list_ref(void *arg, const char *file, const char *hex)
 {
 	struct list_ctx *c = arg;
 	char name[NAME_MAX + 1];
-	ref_decode(file, name, sizeof(name));
+	store_ref_decode(file, name, sizeof(name));
 	return c->fn(c->ctx, name, hex);
 }
 
@@ -492,7 +599,7 @@ static int count_ref(void *arg, const char *file, const char *hex)
 	if (c->buf) {
 		char name[NAME_MAX + 1];
 		size_t o = strlen(c->buf);
-		ref_decode(file, name, sizeof(name));
+		store_ref_decode(file, name, sizeof(name));
 		snprintf(c->buf + o, c->cap - o, "%s%s", o ? ", " : "", name);
 	}
 	c->hits++;
@@ -503,13 +610,13 @@ void img_store_names_of(struct img_store *s, const char *hex, char *buf, size_t 
 {
 	struct list_ctx c = {.want = hex, .buf = buf, .cap = cap};
 	buf[0] = '\0';
-	for_each_ref(s, count_ref, &c);
+	store_for_each_ref(s, count_ref, &c);
 }
 
 static int refs_to(struct img_store *s, const char *hex)
 {
 	struct list_ctx c = {.want = hex};
-	int r = for_each_ref(s, count_ref, &c);
+	int r = store_for_each_ref(s, count_ref, &c);
 	return r < 0 ? r : c.hits;
 }
 
@@ -517,7 +624,7 @@ int img_store_list(struct img_store *s, int (*fn)(void *ctx, const char *name, c
 		   void *ctx)
 {
 	struct list_ctx c = {.fn = fn, .ctx = ctx};
-	int r = for_each_ref(s, list_ref, &c);
+	int r = store_for_each_ref(s, list_ref, &c);
 	char p[PATH_MAX];
 	DIR *d;
 	if (r < 0 || (r = open_sub(s, "images", p, &d)) < 0)
@@ -594,7 +701,8 @@ static int mark_used(struct img_store *s, uint8_t *used, uint32_t max)
 		struct img_record rec;
 		if (strlen(de->d_name) != 64)
 			continue;
-		int k = img_store_record(s, de->d_name, &rec);
+		/* Not verified: the blobs of any record, signed or not, are kept. */
+		int k = store_record_load(s, de->d_name, &rec, NULL, NULL);
 		if (k < 0) { /* an unreadable record keeps everything: never guess */
 			r = k == -ENOENT ? 0 : k;
 			continue;
@@ -710,7 +818,7 @@ int img_store_rm(struct img_store *s, const char *ref, bool force, struct strata
 	int r = store_lock(s);
 	if (r < 0)
 		return strata_err_set(e, r, "cannot lock the store: %s", strerror(-r));
-	r = img_store_resolve(s, ref, hex, e);
+	r = resolve_as(s, ref, false, hex, e);
 	bool by_name = r == 0 && img_digest_parse(ref, (uint8_t[32]){0}) < 0 &&
 		       store_ref_file(ref, file, sizeof(file)) == 0 &&
 		       path_fmt(p, sizeof(p), "%s/refs/%s", s->root, file) == 0 &&
@@ -733,7 +841,7 @@ int img_store_rm(struct img_store *s, const char *ref, bool force, struct strata
 		else
 			r = rm_image_locked(s, hex, force, e);
 		if (r == 0 && left > 0) /* forced: drop the names too */
-			for_each_ref(s, drop_ref, &(struct drop_ctx){s, hex});
+			store_for_each_ref(s, drop_ref, &(struct drop_ctx){s, hex});
 	}
 	store_unlock(s);
 	return r;

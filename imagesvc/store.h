@@ -12,8 +12,9 @@
  *        meta.img             the EROFS metadata image
  *        manifest.json, config.json   as imported
  *        prefetch             the recorded prefetch list (prefetch.h), if any
- *   ROOT/refs/NAME            "sha256:HEX\n"; NAME is name:tag, '/' and '%'
- *                             escaped as %2f / %25
+ *   ROOT/refs/NAME            "sha256:HEX\nhmac-sha256:MAC\n" (MAC of the name
+ *                             and the digest, image_auth.h); NAME is
+ *                             name:tag, '/' and '%' escaped as %2f / %25
  *   ROOT/leases/NODE@HEX      the image is mounted on NODE (rm refuses it)
  *   ROOT/tmp/ID/              an import in progress (removed by the next writer)
  *
@@ -38,32 +39,67 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "imagesvc/blobstore.h"
 
 #define IMG_STORE_SUBDIR ".strata/images"
 #define IMG_REC_MAGIC 0x474d4953u /* "SIMG" */
-#define IMG_REC_VERSION 1
+#define IMG_REC_VERSION 2	  /* 1: unsigned, from before; refused (resign) */
 #define IMG_REC_HDR 16
+#define IMG_REC_HAS_MANIFEST 1u /* flags: manifest.json stored (manifest_doc) */
+#define IMG_REC_HAS_CONFIG 2u	/* config.json stored (config_doc) */
 #define IMG_MAX_LAYERS 256
 #define IMG_MAX_BLOBS 4096
 #define IMG_NAME_MAX 200
+/* The largest record: header, fixed fields, blobs with their table digests,
+ * layers, MAC. */
+#define IMG_REC_MAX (IMG_REC_HDR + 192 + 36 * IMG_MAX_BLOBS + 32 * IMG_MAX_LAYERS + 32)
 
-/* An image record (ROOT/images/HEX/image):
- *   header 16 B: magic "SIMG", u16 version, u16 header len 16, u32 total len, u32 0
- *   body: manifest sha256[32], meta.img sha256[32], u64 meta size, u64 file
- *         bytes, u64 created (unix s), u64 chunks, u64 chunks_new, u32 n_blobs,
- *         u32 n_layers, u32 blob ids[n_blobs] (EROFS device order),
- *         layer sha256[32][n_layers] (as stored, compressed) */
+/* An image record (ROOT/images/HEX/image), format 2, little-endian:
+ *   header 16 B: magic "SIMG", u16 version 2, u16 header len 16, u32 total
+ *                len, u32 flags (IMG_REC_HAS_*)
+ *   body: manifest digest[32] (= HEX), meta.img sha256[32], manifest.json
+ *         sha256[32], config.json sha256[32] (zero when its flag is clear),
+ *         u64 meta size, u64 file bytes, u64 created (unix s), u64 chunks,
+ *         u64 chunks_new, u32 n_blobs, u32 n_layers,
+ *         u32 blob ids[n_blobs] (EROFS device order),
+ *         sha256 of each blob's digest table [32][n_blobs] (same order),
+ *         layer sha256[32][n_layers] (as stored, compressed),
+ *         MAC[32] = HMAC(image key, "strata-image-record" || all bytes before)
+ *                   (image_auth.h)
+ * Format 1 (before signatures) had a zero u32 where the flags are, no
+ * document or table digests and no MAC; it is decoded (gc counts its blobs,
+ * `strata image resign` upgrades it) but never trusted. */
 struct img_record {
+	uint16_t version;
+	uint32_t flags;
 	uint8_t manifest[32];
 	uint8_t meta_sha[32];
+	uint8_t manifest_doc[32], config_doc[32];
 	uint64_t meta_size, bytes, created, chunks, chunks_new;
 	uint32_t *blobs;
+	uint8_t (*tables)[32]; /* [n_blobs]; zero in a format 1 record */
 	uint32_t n_blobs;
 	uint8_t (*layers)[32];
 	uint32_t n_layers;
 };
+
+/* ---- the record codec (record.c) ---- */
+struct img_auth_key;
+/* Bytes of rec encoded (format 2). */
+size_t img_record_size(const struct img_record *rec);
+/* Encodes rec as format 2 into buf[img_record_size(rec)], signed with k.
+ * Returns 0 or -ENOMEM. */
+int img_record_encode(const struct img_record *rec, const struct img_auth_key *k, uint8_t *buf);
+/* Decodes a record of format 1 or 2 from buf[0..n) into *ret (the MAC is
+ * not looked at: img_record_check_mac). Returns 0, -EBADMSG or -ENOMEM. */
+int img_record_decode(const uint8_t *buf, size_t n, struct img_record *ret);
+/* Checks the MAC of the record buf[0..n) under k. Returns 0, -EKEYEXPIRED
+ * (format 1: unsigned), -EKEYREJECTED (wrong MAC) or -ENOMEM. */
+int img_record_check_mac(const uint8_t *buf, size_t n, const struct img_auth_key *k);
+/* Frees the arrays of r. */
+void img_record_done(struct img_record *r);
 
 struct img_store;
 
@@ -100,11 +136,24 @@ int img_store_import(struct img_store *s, const struct img_import_req *req,
 
 /* Resolves REF: "sha256:HEX", a unique HEX prefix (>= 8), or name[:tag]
  * (tag "latest" when absent). Writes the 64-char hex into hex[65].
- * Returns 0, -ENOENT, -EINVAL or -EEXIST (ambiguous prefix). */
+ * A name's signature is checked (image_auth.h): -EKEYEXPIRED for an
+ * unsigned one ("run strata image resign"), -EKEYREJECTED for a wrong one,
+ * -ENOKEY without a key. Returns 0, -ENOENT, -EINVAL or -EEXIST (ambiguous
+ * prefix), each with e saying so. */
 int img_store_resolve(struct img_store *s, const char *ref, char hex[65], struct strata_err *e);
-/* Loads the record of image hex. Returns 0 and *ret (img_record_done it). */
-int img_store_record(struct img_store *s, const char *hex, struct img_record *ret);
-void img_record_done(struct img_record *r);
+/* Loads and verifies the record of image hex: format 2, its MAC under the
+ * store's key, its manifest digest hex. Returns 0 and *ret (img_record_done
+ * it), or -errno with e saying what is wrong: -ENOENT, -EBADMSG (corrupt),
+ * -EKEYEXPIRED (format 1: "run strata image resign"), -EKEYREJECTED (the
+ * signature does not verify: rewritten), -ENOKEY (no key). */
+int img_store_record(struct img_store *s, const char *hex, struct img_record *ret,
+		     struct strata_err *e);
+/* Reads ROOT/images/HEX/file ("manifest.json" or "config.json") into a new
+ * buffer (free it) of at most max bytes, checked against its SHA-256 in rec.
+ * Returns the length, or -ENOENT (the record has none), -EFBIG, -EKEYREJECTED
+ * (digest mismatch) or -errno, with e filled. */
+ssize_t img_store_read_doc(struct img_store *s, const struct img_record *rec, const char *file,
+			   size_t max, char **ret, struct strata_err *e);
 
 /* Path helpers (snprintf into buf[cap]); return 0 or -ENAMETOOLONG. */
 int img_store_blob_path(const struct img_store *s, uint32_t blob, const char *ext, char *buf,
@@ -127,16 +176,31 @@ int img_store_rm(struct img_store *s, const char *ref, bool force, struct strata
  * removed or -errno. Takes the lock. */
 int img_store_gc(struct img_store *s);
 
+/* `strata image resign` (resign.c): checks and signs the records and names
+ * written before image signatures; what is signed is left as it is, what
+ * does not verify is refused (never re-signed). report(ctx, what, e) is
+ * called for each refusal (what: the image's hex or the name). Returns 0
+ * (refusals are counted, not failures) or -errno with e filled. */
+struct img_resign_stats {
+	unsigned images, names;			       /* signed now */
+	unsigned signed_already, names_signed_already; /* left as they were */
+	unsigned refused;
+};
+typedef void (*img_resign_report_fn)(void *ctx, const char *what, const struct strata_err *e);
+int img_store_resign(struct img_store *s, img_resign_report_fn report, void *ctx,
+		     struct img_resign_stats *ret, struct strata_err *e);
+
 /* Leases: the image hex is mounted on node (a host name). */
 int img_store_lease(struct img_store *s, const char *hex, const char *node, bool take);
 /* Number of leases on hex; the first one's node into node[cap] if any. */
 int img_store_leases(struct img_store *s, const char *hex, char *node, size_t cap);
 
 /* Reads a chunk-digest table file (at most 256 MiB). Calls fn(ctx, i, rec)
- * for each record (blob_table_decode). Returns 0, -EBADMSG (corrupt), the
- * first negative value of fn, or -errno. */
+ * for each record (blob_table_decode); with ret_sha, the SHA-256 of the
+ * whole file goes there first (fn may compare it). Returns 0, -EBADMSG
+ * (corrupt), the first negative value of fn, or -errno. */
 int img_blobidx_read(const char *path, int (*fn)(void *ctx, size_t i, const struct blob_rec *rec),
-		     void *ctx);
+		     void *ctx, uint8_t *ret_sha);
 
 /* hex <-> binary SHA-256 helpers. parse accepts "sha256:HEX" or "HEX". */
 int img_digest_parse(const char *s, uint8_t out[32]);

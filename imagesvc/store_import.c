@@ -15,6 +15,7 @@
  * Any failure before step 5 removes tmp/ID, so nothing new is visible. */
 #include "imagesvc/store-internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,30 +47,78 @@ struct import_bs {
 	uint32_t next_id, first_id;
 	struct staged_blob *blobs;
 	size_t n_blobs;
+	/* The SHA-256 of each published table as verified records name it
+	 * (tsha[id], known[id] for id < first_id): only such tables feed the
+	 * dedup index, and a new record names them with these digests. */
+	uint8_t (*tsha)[32];
+	uint8_t *known;
 };
 
 /* ---- dedup index: loaded from the published digest tables ---------------- */
 struct load_ctx {
 	struct import_bs *b;
 	uint32_t blob;
+	uint8_t sha[32]; /* of the table file (img_blobidx_read) */
 };
 
 static int load_rec(void *arg, size_t i, const struct blob_rec *rec)
 {
 	struct load_ctx *c = arg;
+	if (i == 0 && memcmp(c->sha, c->b->tsha[c->blob], 32))
+		return -ESTALE; /* not the table its records signed: not trusted */
 	return digest_index_add(&c->b->index, rec->digest, (struct blob_loc){c->blob, rec->off});
 }
 
-/* Loads every published digest table (the store's digest index). */
+/* Notes the table digests of every verified record (tsha, known). */
+static int note_signed_tables(struct import_bs *b)
+{
+	char p[PATH_MAX];
+	int r = img_store_image_path(b->s, "", NULL, p, sizeof(p));
+	DIR *d = r < 0 ? NULL : opendir(p);
+	b->tsha = calloc(b->first_id + 1, 32);
+	b->known = calloc(b->first_id + 1, 1);
+	if (!b->tsha || !b->known || !d) {
+		if (d)
+			closedir(d);
+		return r < 0 ? r : d ? -ENOMEM : -errno;
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		struct img_record rec;
+		if (strlen(de->d_name) != 64 || img_store_record(b->s, de->d_name, &rec, NULL) < 0)
+			continue; /* unsigned or rewritten: its tables are not trusted */
+		for (uint32_t i = 0; i < rec.n_blobs; i++) {
+			uint32_t id = rec.blobs[i];
+			if (id < b->first_id && !b->known[id]) {
+				memcpy(b->tsha[id], rec.tables[i], 32);
+				b->known[id] = 1;
+			}
+		}
+		img_record_done(&rec);
+	}
+	closedir(d);
+	return 0;
+}
+
+/* Loads every published digest table that a signed record vouches for (the
+ * store's digest index); the others are skipped, so a rewritten table can
+ * never make an import reference bytes it did not check. */
 static int load_index(struct import_bs *b, struct strata_err *e)
 {
+	int r = note_signed_tables(b);
+	if (r < 0)
+		return strata_err_set(e, r, "reading the image records: %s", strerror(-r));
 	for (uint32_t id = 0; id < b->first_id; id++) {
 		char p[PATH_MAX];
-		int r = img_store_blob_path(b->s, id, "idx", p, sizeof(p));
-		if (r == 0)
-			r = img_blobidx_read(p, load_rec, &(struct load_ctx){b, id});
-		if (r == -ENOENT)
+		struct load_ctx c = {b, id, {0}};
+		if (!b->known[id])
 			continue;
+		r = img_store_blob_path(b->s, id, "idx", p, sizeof(p));
+		if (r == 0)
+			r = img_blobidx_read(p, load_rec, &c, c.sha);
+		if (r == -ENOENT || r == -ESTALE) {
+			b->known[id] = 0;
+			continue;
+		}
 		if (r < 0)
 			return strata_err_set(e, r, "digest table %s: %s", p,
 					      r == -EBADMSG ? "corrupt" : strerror(-r));
@@ -152,6 +201,8 @@ static void ib_free(struct blobstore *bs)
 			close(b->blobs[i].f.idx_fd);
 	}
 	free(b->blobs);
+	free(b->tsha);
+	free(b->known);
 	digest_index_done(&b->index);
 	free(b);
 }
@@ -216,6 +267,40 @@ static int copy_file(const char *from, const char *to)
 	return fsync(out) < 0 ? -errno : 0;
 }
 
+/* Copies the document from into dir/name and its SHA-256 into sha. */
+static int copy_doc(const char *from, const char *dir, const char *name, uint8_t sha[32])
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	int r = copy_file(from, p);
+	return r < 0 ? r : img_sha256_file(p, sha, NULL);
+}
+
+/* The SHA-256 of each blob's table into rec->tables: a staged table is
+ * hashed, a published one has the digest its signed records name
+ * (load_index used nothing else). */
+static int note_tables(struct import_bs *b, struct img_record *rec)
+{
+	rec->tables = calloc(rec->n_blobs + 1, 32);
+	if (!rec->tables)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < rec->n_blobs; i++) {
+		uint32_t id = rec->blobs[i];
+		char p[PATH_MAX];
+		int r;
+		if (id >= b->first_id) {
+			if ((r = staged_path(b, id, "idx", p, sizeof(p))) < 0 ||
+			    (r = img_sha256_file(p, rec->tables[i], NULL)) < 0)
+				return r;
+		} else if (b->known[id]) {
+			memcpy(rec->tables[i], b->tsha[id], 32);
+		} else {
+			return -ESTALE; /* cannot be: dedup used only known tables */
+		}
+	}
+	return 0;
+}
+
 /* Writes meta.img, the record and the documents into DIR/image. */
 static int write_image_dir(struct import_bs *b, struct tree *t, const struct img_import_req *req,
 			   const uint8_t manifest[32], struct img_record *rec,
@@ -243,20 +328,18 @@ static int write_image_dir(struct import_bs *b, struct tree *t, const struct img
 	st->n_blobs = rec->n_blobs;
 	if ((r = img_sha256_file(p, rec->meta_sha, NULL)) < 0)
 		return strata_err_set(e, r, "hashing %s: %s", p, strerror(-r));
-	if (req->manifest_path && (snprintf(p, sizeof(p), "%s/manifest.json", dir), 1) &&
-	    (r = copy_file(req->manifest_path, p)) < 0)
+	if (req->manifest_path &&
+	    (r = copy_doc(req->manifest_path, dir, "manifest.json", rec->manifest_doc)) < 0)
 		return strata_err_set(e, r, "copying the manifest: %s", strerror(-r));
-	if (req->config_path && (snprintf(p, sizeof(p), "%s/config.json", dir), 1) &&
-	    (r = copy_file(req->config_path, p)) < 0)
+	if (req->config_path &&
+	    (r = copy_doc(req->config_path, dir, "config.json", rec->config_doc)) < 0)
 		return strata_err_set(e, r, "copying the config: %s", strerror(-r));
-	_cleanup_free_ uint8_t *buf = malloc(store_record_size(rec));
-	if (!buf)
-		return strata_err_set(e, -ENOMEM, "out of memory");
-	store_record_encode(rec, buf);
+	rec->flags = (req->manifest_path ? IMG_REC_HAS_MANIFEST : 0) |
+		     (req->config_path ? IMG_REC_HAS_CONFIG : 0);
+	if ((r = note_tables(b, rec)) < 0)
+		return strata_err_set(e, r, "hashing the digest tables: %s", strerror(-r));
 	snprintf(p, sizeof(p), "%s/image", dir);
-	if ((r = store_write_file(p, buf, store_record_size(rec))) < 0)
-		return strata_err_set(e, r, "writing the image record: %s", strerror(-r));
-	return 0;
+	return store_record_write(b->s, rec, p, e);
 }
 
 /* Marks a staged blob and renames it (data and table) into blobs/. */
@@ -349,6 +432,38 @@ static int convert(struct import_bs *b, const struct img_import_req *req, const 
 	return r;
 }
 
+/* Whether image hex is stored as signed: its record verifies and each of
+ * its digest tables has the SHA-256 the record names. */
+static bool stored_intact(struct img_store *s, const char *hex)
+{
+	struct img_record rec = {0};
+	bool ok = img_store_record(s, hex, &rec, NULL) == 0;
+	for (uint32_t i = 0; ok && i < rec.n_blobs; i++) {
+		char p[PATH_MAX];
+		uint8_t sha[32];
+		ok = img_store_blob_path(s, rec.blobs[i], "idx", p, sizeof(p)) == 0 &&
+		     img_sha256_file(p, sha, NULL) == 0 && !memcmp(sha, rec.tables[i], 32);
+	}
+	img_record_done(&rec);
+	return ok;
+}
+
+/* Removes the image directory of hex (atomically: renamed away first) and
+ * collects the blobs nothing else lists. */
+static int drop_image_locked(struct img_store *s, const char *hex)
+{
+	char p[PATH_MAX], dead[PATH_MAX + 80];
+	int r = img_store_image_path(s, hex, NULL, p, sizeof(p));
+	if (r < 0)
+		return r;
+	snprintf(dead, sizeof(dead), "%s/tmp/damaged-%d-%s", img_store_root(s), (int)getpid(), hex);
+	if (rename(p, dead) < 0)
+		return -errno;
+	store_rm_rf(dead);
+	r = store_gc_locked(s);
+	return r < 0 ? r : 0;
+}
+
 static int import_locked(struct img_store *s, const struct img_import_req *req,
 			 const uint8_t man[32], const char *hex, struct img_import_stats *st,
 			 struct strata_err *e)
@@ -358,9 +473,17 @@ static int import_locked(struct img_store *s, const struct img_import_req *req,
 	if (r < 0)
 		return strata_err_set(e, r, "cleaning the store: %s", strerror(-r));
 	if (img_store_image_path(s, hex, "image", p, sizeof(p)) == 0 && access(p, F_OK) == 0) {
-		st->existed = true;
-		r = req->name ? img_store_set_ref(s, req->name, hex) : 0;
-		return r < 0 ? strata_err_set(e, r, "writing the name: %s", strerror(-r)) : 0;
+		if (stored_intact(s, hex)) {
+			st->existed = true;
+			r = req->name ? img_store_set_ref(s, req->name, hex) : 0;
+			return r < 0 ? strata_err_set(e, r, "writing the name: %s", strerror(-r))
+				     : 0;
+		}
+		/* Unsigned, rewritten, or a table changed under it: converted
+		 * anew, its blobs collected unless another image lists them. */
+		if ((r = drop_image_locked(s, hex)) < 0)
+			return strata_err_set(e, r, "replacing the damaged image %.12s: %s", hex,
+					      strerror(-r));
 	}
 	struct import_bs *b = calloc(1, sizeof(*b));
 	if (!b)
@@ -393,7 +516,10 @@ int img_store_import(struct img_store *s, const struct img_import_req *req,
 	if (req->name && store_ref_file(req->name, file, sizeof(file)) < 0)
 		return strata_err_set(e, -EINVAL, "invalid image name '%s'", req->name);
 	img_digest_hex(man, hex);
-	int r = store_lock(s);
+	int r = store_need_key(s, e); /* nothing is converted that cannot be signed */
+	if (r < 0)
+		return r;
+	r = store_lock(s);
 	if (r < 0)
 		return strata_err_set(e, r, "cannot lock the store: %s", strerror(-r));
 	r = import_locked(s, req, man, hex, &st, e);

@@ -1,5 +1,5 @@
 /* cmd_image.c — `strata image`: import, pull, ls, inspect, rm, prefetch,
- * mount, umount, gc. A thin layer over imagesvc/ (store.h, mount.h,
+ * mount, umount, gc, resign. A thin layer over imagesvc/ (store.h, mount.h,
  * prefetch.h) and imagesvc/pull/ (oci.h, registry.h): it finds the store on
  * the cluster's mount (<mount>/.strata/images) and the node cache
  * (<home>/cache/images), parses options, and prints results (text, or JSON
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tools/cli.h"
+#include "imagesvc/image_auth.h"
 #include "imagesvc/mount.h"
 #include "imagesvc/pull/oci.h"
 #include "imagesvc/prefetch.h"
@@ -233,9 +234,16 @@ static int ls_one(void *arg, const char *name, const char *hex)
 {
 	struct ls_ctx *l = arg;
 	struct img_record rec;
+	struct strata_err e = {0};
 	char node[256] = "";
-	if (img_store_record(l->c->s, hex, &rec) < 0)
+	if (img_store_record(l->c->s, hex, &rec, &e) < 0) {
+		/* Not listed as usable, but not hidden either: say why. */
+		if (name)
+			cli_err(VERB, "ls: %s (named %s)", e.msg, name);
+		else
+			cli_err(VERB, "ls: %s", e.msg);
 		return 0;
+	}
 	int leases = img_store_leases(l->c->s, hex, node, sizeof(node));
 	if (l->c->o.json) {
 		char digest[80];
@@ -326,8 +334,8 @@ static int sub_inspect(struct ctx *c)
 	int r = img_store_resolve(c->s, c->o.pos[0], hex, &e);
 	if (r < 0)
 		return fail("inspect", &e, r);
-	if ((r = img_store_record(c->s, hex, &rec)) < 0)
-		return cli_err(VERB, "inspect: record of %.12s: %s", hex, strerror(-r)), 1;
+	if ((r = img_store_record(c->s, hex, &rec, &e)) < 0)
+		return fail("inspect", &e, r);
 	img_store_names_of(c->s, hex, names, sizeof(names));
 	int leases = img_store_leases(c->s, hex, node, sizeof(node));
 	if (c->o.json) {
@@ -377,6 +385,41 @@ static int sub_gc(struct ctx *c)
 		printf("%d unreferenced blob(s) removed\n", r);
 	}
 	return 0;
+}
+
+/* resign: one error line per refusal, a summary at the end. */
+static void resign_refused(void *arg, const char *what, const struct strata_err *e)
+{
+	if (strlen(what) == 64)
+		cli_err(VERB, "resign: image %.12s not signed: %s", what, e->msg);
+	else
+		cli_err(VERB, "resign: %s", e->msg);
+}
+
+static int sub_resign(struct ctx *c)
+{
+	struct strata_err e = {0};
+	struct img_resign_stats st = {0};
+	int r = img_store_resign(c->s, resign_refused, c, &st, &e);
+	if (r < 0)
+		return fail("resign", &e, r);
+	if (c->o.json) {
+		struct jw w;
+		jw_init(&w);
+		jw_obj(&w);
+		jw_kint(&w, "images_signed", st.images);
+		jw_kint(&w, "names_signed", st.names);
+		jw_kint(&w, "images_already_signed", st.signed_already);
+		jw_kint(&w, "names_already_signed", st.names_signed_already);
+		jw_kint(&w, "refused", st.refused);
+		jw_obj_end(&w);
+		cli_jw_print(&w);
+	} else {
+		printf("signed %u image(s) and %u name(s) (%u and %u were signed already); "
+		       "%u refused\n",
+		       st.images, st.names, st.signed_already, st.names_signed_already, st.refused);
+	}
+	return st.refused ? 1 : 0;
 }
 
 static void print_pf(struct ctx *c, const char *what, const struct img_prefetch_stats *st)
@@ -529,6 +572,10 @@ static const struct sub subs[] = {
      "      read-only, or --writable: an overlay root with a fresh upper directory"},
     {"umount", sub_umount, O_HOME, 1, 1, "umount DIR"},
     {"gc", sub_gc, O_HOME | O_JSON, 0, 0, "gc [--json]   (remove unreferenced blobs)"},
+    {"resign", sub_resign, O_HOME | O_JSON, 0, 0,
+     "resign [--json]\n"
+     "      sign the records and names of a store from before image signatures,\n"
+     "      after checking every chunk against its digest table"},
 };
 
 static void usage(FILE *f)
@@ -636,6 +683,12 @@ static int open_store(struct ctx *c)
 		       -ENOTCONN;
 	snprintf(root, sizeof(root), "%s/" IMG_STORE_SUBDIR, c->h.mount);
 	cli_path(c->cache, &c->h, "cache/images");
+	/* The image key (imagesvc/image_auth.h) from the home's cluster key;
+	 * without one, $STRATA_KEY's, else what signs or verifies says so. */
+	char key[CLI_PATH];
+	struct strata_err ke = {0};
+	if (access(cli_path(key, &c->h, CLI_KEY_FILE), F_OK) == 0 && img_auth_load(key, &ke) < 0)
+		return cli_err(VERB, "%s", ke.msg), ke.code;
 	if ((r = img_store_open(root, &c->s)) < 0)
 		cli_err(VERB, "cannot open the image store at %s: %s", root, strerror(-r));
 	return r;

@@ -8,7 +8,9 @@
  * bind it read-only.
  *
  * The image's OCI config (Env, Entrypoint, Cmd, WorkingDir, User) is read
- * once per image from ROOT/images/HEX/config.json and becomes the sandbox
+ * once per image from ROOT/images/HEX/config.json, checked against the
+ * image's signed record (imagesvc/image_auth.h: a rewritten name, record or
+ * config fails the create with the reason), and becomes the sandbox
  * defaults (env, cwd and user; entrypoint and cmd are published by
  * GET /v1/images).
  *
@@ -40,6 +42,7 @@
 
 #include "fs/cleanup.h"
 #include "fs/log.h"
+#include "imagesvc/image_auth.h"
 #include "imagesvc/mount.h"
 #include "imagesvc/prefetch.h"
 #include "sandbox/sandboxd/images-internal.h"
@@ -146,6 +149,19 @@ static void holder_name(char *buf, size_t cap, const char *state_dir)
 	snprintf(buf, cap, "sandboxd:%016llx", (unsigned long long)h);
 }
 
+/* The image key (imagesvc/image_auth.h) from the home's cluster key, set
+ * once, before any mount worker runs; without it ($STRATA_KEY, else none)
+ * the store says why it cannot verify at the first create. */
+static void load_image_key(const struct sbd_imgstore *g)
+{
+	char p[PATH_MAX];
+	struct strata_err e = {0};
+	if (fmt(p, sizeof(p), "%s/%s", g->home, "cluster.key") < 0 || access(p, F_OK) < 0)
+		return;
+	if (img_auth_load(p, &e) < 0)
+		log_warn("image signatures: %s", e.msg);
+}
+
 static struct sbd_imgstore *st_get(struct sandboxd *d)
 {
 	if (d->imgstore)
@@ -161,6 +177,7 @@ static struct sbd_imgstore *st_get(struct sandboxd *d)
 		return NULL;
 	}
 	holder_name(g->holder, sizeof(g->holder), d->cfg.state_dir);
+	load_image_key(g);
 	const char *l = getenv("STRATA_SANDBOXD_IMAGE_LINGER_S"); /* tests */
 	g->linger_ms = (l && l[0] ? strtoll(l, NULL, 10) : IMAGES_LINGER_S) * 1000;
 	pthread_mutex_init(&g->mu, NULL);
@@ -218,25 +235,30 @@ static int st_open(struct sbd_imgstore *g, struct strata_err *e)
 	return r;
 }
 
-/* Reads the OCI config of the image (Env, Entrypoint, Cmd, WorkingDir, User). */
-static void load_config(struct sbd_imgstore *g, struct sbd_image *im)
+/* Reads the OCI config of the image (Env, Entrypoint, Cmd, WorkingDir,
+ * User), checked against its signed record (a rewritten record or config
+ * is refused: its Env would reach every sandbox). Returns 0 (also for an
+ * image without a usable config: no defaults) or -errno with e filled. */
+static int load_config(struct sbd_imgstore *g, struct sbd_image *im, struct strata_err *e)
 {
-	char p[PATH_MAX];
+	struct img_record rec;
+	_cleanup_free_ char *buf = NULL;
+	int r = img_store_record(g->store, im->hex, &rec, e);
+	if (r < 0)
+		return r;
+	ssize_t n = img_store_read_doc(g->store, &rec, "config.json", IMAGES_CONFIG_MAX, &buf, e);
+	img_record_done(&rec);
+	if (n < 0 && n != -ENOENT && n != -EFBIG)
+		return (int)n;
 	im->config_loaded = true;
-	if (img_store_image_path(g->store, im->hex, "config.json", p, sizeof(p)) < 0)
-		return;
-	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
-	_cleanup_free_ char *buf = fd < 0 ? NULL : malloc(IMAGES_CONFIG_MAX);
-	ssize_t n = 0, k;
-	while (buf && n < IMAGES_CONFIG_MAX && (k = read(fd, buf + n, IMAGES_CONFIG_MAX - n)) > 0)
-		n += k;
-	struct json *j = buf ? json_parse(buf, (size_t)n, NULL, 0) : NULL;
+	struct json *j = n > 0 ? json_parse(buf, (size_t)n, NULL, 0) : NULL;
 	const struct json *c = json_get(j, "config");
 	if (!c) {
-		if (fd >= 0)
-			log_warn("image %.12s: no usable config in %s", im->hex, p);
+		if (n != -ENOENT)
+			log_warn("image %.12s: no usable config (%s)", im->hex,
+				 n < 0 ? e->msg : "no \"config\" object");
 		json_free(j);
-		return;
+		return 0;
 	}
 	im->env = sbd_images_str_array(json_get(c, "Env"), true);
 	im->entrypoint = sbd_images_str_array(json_get(c, "Entrypoint"), false);
@@ -246,6 +268,7 @@ static void load_config(struct sbd_imgstore *g, struct sbd_image *im)
 	im->cwd = wd && wd[0] == '/' ? strdup(wd) : NULL;
 	im->user = user && user[0] && strlen(user) <= 64 ? strdup(user) : NULL;
 	json_free(j);
+	return 0;
 }
 
 /* ---- prefetch recording ------------------------------------------------------ */
@@ -557,9 +580,9 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
 	im = entry_find(g, hex) ?: entry_new(g, hex);
 	if (!im)
 		return -ENOMEM;
+	if (!im->config_loaded && (r = load_config(g, im, e)) < 0)
+		return r;
 	remember(im, ref);
-	if (!im->config_loaded)
-		load_config(g, im);
 	if (im->held && !im->mounting && take_ref(g, im)) {
 		im->users++;
 		*ret = im;
@@ -591,8 +614,9 @@ void sbd_images_release(struct sandboxd *d, struct sbd_image *im)
 void sbd_images_store_config(struct sandboxd *d, struct sbd_image *im)
 {
 	struct sbd_imgstore *g = d->imgstore;
-	if (g && !im->config_loaded && st_open(g, NULL) == 0)
-		load_config(g, im);
+	struct strata_err e = {0};
+	if (g && !im->config_loaded && st_open(g, NULL) == 0 && load_config(g, im, &e) < 0)
+		log_warn("image %.12s: %s", im->hex, e.msg);
 }
 
 /* "<cache>/<hex>/root" -> hex, else false. */

@@ -2,7 +2,8 @@
  * path of image blobs: reads of every shape return the blob's bytes (zeros
  * in padding), repeated reads hit the cache, a chunk altered in the store
  * is -EIO (never wrong bytes), the cache survives a reopen (and re-verifies
- * what it finds on disk), and a small size limit evicts in LRU order. */
+ * what it finds on disk), a small size limit evicts in LRU order, and
+ * pinned table digests persist and retire a table attached before them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include <openssl/sha.h>
 
 #include "fuse/blobcache.h"
+#include "imagesvc/image_auth.h"
 #include "tests/testutil.h"
 #include "fs/wire.h"
 
@@ -119,6 +121,37 @@ static void check_parallel(const char *dir, const uint8_t *tab, size_t tlen, str
 	sfs_blobcache_get_stats(bc, &st);
 	CHECK_EQ(st.misses, NREC);
 	CHECK(st.fetched_bytes <= s->size);
+	sfs_blobcache_free(bc);
+}
+
+/* Pinned table digests (blobcache.h): the table's SHA-256, the pin kept
+ * across a reopen (a successor checks too), and a retired table found no
+ * more while its pointer stays valid. */
+static void check_pins(const char *dir, const uint8_t *tab, size_t tlen)
+{
+	struct sfs_blobcache *bc;
+	struct sfs_blob_table *t;
+	uint8_t sha[32], got[32], other[32];
+	CHECK(!strcmp(SFS_BLOB_PIN_XATTR, IMG_TABLE_PIN_XATTR)); /* one contract */
+	SHA256(tab, tlen, sha);
+	memset(other, 0x11, sizeof(other));
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK_EQ(sfs_blob_table_parse(tab, tlen, &t), 0);
+	CHECK(!memcmp(sfs_blob_table_sha(t), sha, 32));
+	CHECK(!sfs_blobcache_pinned(bc, 77, got));
+	CHECK_EQ(sfs_blobcache_pin(bc, 77, other), 0);
+	CHECK_EQ(sfs_blobcache_pin(bc, 78, sha), 0);
+	CHECK(sfs_blobcache_pinned(bc, 77, got) && !memcmp(got, other, 32));
+	CHECK_EQ(sfs_blobcache_attach(bc, 77, t), 0);
+	sfs_blobcache_detach(bc, 77);
+	CHECK(sfs_blobcache_table(bc, 77) == NULL);
+	CHECK(sfs_blob_table_sha(t)[0] == sha[0]); /* retired, not freed */
+	sfs_blobcache_free(bc);
+	CHECK_EQ(sfs_blobcache_open(dir, 1ull << 30, &bc), 0);
+	CHECK(sfs_blobcache_pinned(bc, 77, got) && !memcmp(got, other, 32));
+	CHECK(sfs_blobcache_pinned(bc, 78, got) && !memcmp(got, sha, 32));
+	CHECK_EQ(sfs_blobcache_pin(bc, 77, sha), 0); /* a new pin replaces the old */
+	CHECK(sfs_blobcache_pinned(bc, 77, got) && !memcmp(got, sha, 32));
 	sfs_blobcache_free(bc);
 }
 
@@ -226,6 +259,7 @@ int main(void)
 
 	free(buf);
 	sfs_blobcache_free(bc);
+	check_pins(dir, tab, tlen);
 	free(tab);
 	free(s.blob);
 	char cmd[128];

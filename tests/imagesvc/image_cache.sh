@@ -18,20 +18,6 @@ S=strata_cli
 STORE="$MNT/.strata/images"
 mkdir -p "$IMG_WORK/r"
 
-restart_fuse() { # [extra strata-fuse options]
-	local pid
-	pid=$(cluster_pid fuse)
-	kill -TERM "$pid"
-	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-	if [ $# -eq 0 ]; then
-		cluster_up >/dev/null 2>&1
-	else
-		"$STRATA_BIN/strata-fuse" --meta "$STRATA_META" --mount "$MNT" \
-			--cache-dir "$STRATA_HOME/cache" "$@" 2>>"$STRATA_HOME/log/fuse.log"
-	fi
-	cluster_wait_mount 30
-}
-
 cluster_log "1. a chunk altered in the store is EIO at read"
 $S image import "$BUSYBOX" --name busybox >/dev/null
 blob=$(find "$STORE/blobs" -name '*.data' | head -1)
@@ -71,7 +57,7 @@ before=$(cache_stat entries)
 [ "$before" -ge 10 ] || cluster_fail "expected cached chunks, have $before"
 # Restart with the image still mounted: its EROFS mount reads through the old
 # FUSE connection and goes stale; the next mount of the image replaces it.
-restart_fuse
+image_restart_fuse
 [ "$(cache_stat fetches)" = 0 ] || cluster_fail "stats not reset by the restart"
 mkdir -p "$IMG_WORK/r2"
 $S image mount big "$IMG_WORK/r2" --record-after 0
@@ -83,7 +69,7 @@ $S image umount "$IMG_WORK/r2"
 $S image umount "$IMG_WORK/r"
 
 cluster_log "3. eviction under a 2 MiB limit"
-restart_fuse --cache-size 2
+image_restart_fuse --cache-size 2
 $S image mount big "$IMG_WORK/r" --record-after 0
 for i in 1 2 3 4 5 6 7 8 1 2 3; do
 	cmp "$IMG_WORK/r/data/f$i" "$IMG_WORK/big/data/f$i" || cluster_fail "f$i differs"

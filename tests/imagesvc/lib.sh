@@ -64,3 +64,20 @@ image_cleanup_mounts() {
 cache_stat() {
 	awk -v k="$1" '$1 == k { print $2 }' "$STRATA_HOME/cache/blobcache/stats" 2>/dev/null | grep . || echo 0
 }
+
+# Stops strata-fuse and starts it again (by strata up, or by hand with the
+# extra strata-fuse options given), so that it holds no digest table in
+# memory; waits for the mount.
+image_restart_fuse() { # [extra strata-fuse options]
+	local pid
+	pid=$(cluster_pid fuse)
+	kill -TERM "$pid"
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	if [ $# -eq 0 ]; then
+		cluster_up >/dev/null 2>&1
+	else
+		"$STRATA_BIN/strata-fuse" --meta "$STRATA_META" --mount "$MNT" \
+			--cache-dir "$STRATA_HOME/cache" "$@" 2>>"$STRATA_HOME/log/fuse.log"
+	fi
+	cluster_wait_mount 30
+}

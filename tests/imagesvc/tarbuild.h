@@ -149,6 +149,21 @@ static inline void tb_free(struct tb *b)
 	*b = (struct tb){0};
 }
 
+/* A layer of one file of size bytes of fill whose 4 KiB blocks (and so
+ * its chunks) all differ. */
+static inline struct tb tb_layer(const char *file, size_t size, char fill)
+{
+	struct tb b = {0};
+	char *data = malloc(size);
+	memset(data, fill, size);
+	for (size_t i = 0; i < size; i += 4096)
+		data[i] = (char)((i >> 12) + (i >> 20) * 7);
+	tb_file(&b, file, data, size);
+	tb_end(&b);
+	free(data);
+	return b;
+}
+
 static inline struct tb tb_gzip(const struct tb *in)
 {
 	struct tb out = {0};

@@ -36,19 +36,6 @@ static void put_file(const char *name, const struct tb *b, char *path, char *dig
 	snprintf(digest, 72, "sha256:%s", hex);
 }
 
-static struct tb layer(const char *file, size_t size, char fill)
-{
-	struct tb b = {0};
-	char *data = malloc(size);
-	memset(data, fill, size);
-	for (size_t i = 0; i < size; i += 4096)
-		data[i] = (char)((i >> 12) + (i >> 20) * 7); /* chunks differ */
-	tb_file(&b, file, data, size);
-	tb_end(&b);
-	free(data);
-	return b;
-}
-
 /* Entries under root/sub (excluding . and ..). */
 static int count(const char *sub)
 {
@@ -88,8 +75,8 @@ int main(void)
 	}
 	CHECK(mkdtemp(dir));
 	snprintf(root, sizeof(root), "%s/store", dir);
-	struct tb b0 = layer("base/big", 3u << 20, 'a'), b1 = layer("app/data", 100000, 'b');
-	struct tb g0 = tb_gzip(&b0), b2 = layer("other/x", 200000, 'c');
+	struct tb b0 = tb_layer("base/big", 3u << 20, 'a'), b1 = tb_layer("app/data", 100000, 'b');
+	struct tb g0 = tb_gzip(&b0), b2 = tb_layer("other/x", 200000, 'c');
 	put_file("l0.tar.gz", &g0, p0, d0);
 	put_file("l1.tar", &b1, p1, d1);
 	put_file("l2.tar", &b2, p2, d2);
@@ -108,7 +95,7 @@ int main(void)
 	CHECK_EQ(img_store_resolve(s, m1, hex, &e), 0);
 	CHECK_EQ(img_store_resolve(s, "nope:1", hex, &(struct strata_err){0}), -ENOENT);
 	struct img_record rec;
-	CHECK_EQ(img_store_record(s, hex, &rec), 0);
+	CHECK_EQ(img_store_record(s, hex, &rec, &e), 0);
 	CHECK_EQ(rec.n_layers, 2);
 	CHECK(rec.meta_size > 0 && rec.bytes == (3u << 20) + 100000);
 	img_record_done(&rec);
@@ -143,7 +130,7 @@ int main(void)
 	CHECK_EQ(img_store_resolve(s, m1, hex2, &(struct strata_err){0}), -ENOENT);
 	/* The blob of layer 0 is still listed by "other": it stays. */
 	CHECK_EQ(img_store_resolve(s, "other", hex2, &e), 0);
-	CHECK_EQ(img_store_record(s, hex2, &rec), 0);
+	CHECK_EQ(img_store_record(s, hex2, &rec, &e), 0);
 	for (uint32_t i = 0; i < rec.n_blobs; i++) {
 		char bp[700];
 		CHECK_EQ(img_store_blob_path(s, rec.blobs[i], "data", bp, sizeof(bp)), 0);

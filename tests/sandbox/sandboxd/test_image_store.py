@@ -11,8 +11,10 @@ Without them (e.g. the pytest run of the whole directory) every test skips.
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -163,6 +165,75 @@ def test_unknown_image():
     assert "no-such-image" in str(ei.value)
     with pytest.raises(strata.ImageNotFound):
         Sandbox.create("sha256:" + "0" * 64, backend="container")
+
+
+def store_dir():
+    """The cluster's image store: STRATA_MOUNT of cluster.env, else HOME/mnt."""
+    mnt = os.path.join(HOME, "mnt")
+    for line in lines_of(os.path.join(HOME, "cluster.env")):
+        if line.startswith("STRATA_MOUNT=") and line[13:]:
+            mnt = line[13:]
+    return os.path.join(mnt, ".strata", "images")
+
+
+def import_other(tmp):
+    """Imports "other:1": the busybox sample's layers and one more layer
+    holding /opt/other. Returns its digest (hex)."""
+    build = os.environ.get("STRATA_BUILD") or os.path.join(os.environ["STRATA_SRC"], "build")
+    src = os.path.join(build, "sample-images", "busybox")
+    blob = lambda d: os.path.join(src, "blobs", *d.split(":"))  # noqa: E731
+    index = json.load(open(os.path.join(src, "index.json")))
+    man = json.load(open(blob(index["manifests"][0]["digest"])))
+    layers = []
+    for i, l in enumerate(man["layers"]):
+        mt = l["mediaType"]
+        ext = ".tar.gz" if "gzip" in mt else ".tar.zst" if "zstd" in mt else ".tar"
+        layers.append(os.path.join(str(tmp), "l%d%s" % (i, ext)))
+        shutil.copyfile(blob(l["digest"]), layers[-1])
+    extra = os.path.join(str(tmp), "extra")
+    os.makedirs(os.path.join(extra, "opt"))
+    with open(os.path.join(extra, "opt", "other"), "w") as f:
+        f.write("the other image\n")
+    layers.append(os.path.join(str(tmp), "extra.tar"))
+    with tarfile.open(layers[-1], "w") as t:
+        t.add(os.path.join(extra, "opt"), arcname="opt")
+    oci = os.path.join(str(tmp), "oci")
+    mkoci = os.path.join(os.environ["STRATA_SRC"], "tests", "imagesvc", "mkoci.py")
+    subprocess.run([sys.executable, mkoci, oci] + layers, check=True, stdout=subprocess.DEVNULL)
+    cli = os.path.join(os.environ["STRATA_BIN"], "strata")
+    out = subprocess.run([cli, "image", "import", oci, "--name", "other:1", "--json",
+                          "--home", HOME], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["digest"][len("sha256:"):]
+
+
+def test_rewritten_ref_is_refused(tmp_path):
+    """Issue 14: a client that could write the store rewrote
+    refs/busybox:latest and new busybox sandboxes booted another image. A
+    rewritten name (unsigned, or another name's signed ref copied over it)
+    now fails the create with the reason, and boots nothing; the good name
+    creates again."""
+    other = import_other(tmp_path)
+    ref = os.path.join(store_dir(), "refs", "busybox:latest")
+    good = open(ref).read()
+    forged = ["sha256:%s\n" % other, open(os.path.join(store_dir(), "refs", "other:1")).read()]
+    try:
+        for text, why in zip(forged, ["unsigned", "valid signature"]):
+            with open(ref, "w") as f:
+                f.write(text)
+            time.sleep(1.2)  # past sandboxd's 1 s cache of what a name resolved to
+            with pytest.raises(strata.StrataError) as ei:
+                sb = Sandbox.create("busybox:latest", backend="container", memory_mb=128,
+                                    ttl=60)
+                sb.kill()  # booted: the test fails below, leaving nothing behind
+            assert why in str(ei.value), str(ei.value)
+            assert "busybox" in str(ei.value), str(ei.value)
+    finally:
+        with open(ref, "w") as f:
+            f.write(good)
+    time.sleep(1.2)
+    with Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=60) as sb:
+        r = sb.exec(["sh", "-c", "test ! -e /opt/other && echo busybox"], timeout=30)
+        assert r.exit_code == 0 and r.stdout.strip() == "busybox", r
 
 
 def drop_caches():
