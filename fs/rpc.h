@@ -73,8 +73,8 @@ int addr_parse(const char *addr, char *host, size_t host_cap, uint16_t *ret_port
 #define RPC_ERR_PEER_PLAIN (-ENOPROTOOPT)
 /* Whether rpc_*_opts.tls asks for TLS. */
 enum rpc_tls_mode { RPC_TLS_DEFAULT = 0, RPC_TLS_ON, RPC_TLS_OFF };
-/* strerror(-r), with words for the RPC layer's own codes (which server or
- * client side to start with or without --tls, a wrong key). */
+/* strerror(-r), thread-safe, with words for RPC_ERR_PEER_TLS and
+ * RPC_ERR_PEER_PLAIN (which side to start with --tls); log.c uses it. */
 const char *rpc_strerror(int r);
 
 /* ---- server ------------------------------------------------------------- */

@@ -403,10 +403,7 @@ const char *rpc_strerror(int r)
 		       "cluster's daemons do)";
 	case RPC_ERR_PEER_PLAIN:
 		return "we speak TLS and the server plain frames (--tls on one side only)";
-	case -EKEYREJECTED:
-		return "the peer does not hold our cluster key";
-	case -ENOKEY:
-		return "no cluster key (--key FILE or $STRATA_KEY)";
 	}
-	return strerror(r < 0 ? -r : r);
+	const char *d = strerrordesc_np(r < 0 ? -r : r); /* static: thread-safe */
+	return d ? d : "Unknown error";
 }
