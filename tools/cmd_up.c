@@ -206,6 +206,9 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		if (c->h.tls)
 			argv[a++] = "--tls";
 	}
+	/* the home decides, not an inherited $STRATA_TLS (a daemon without
+	 * --tls would follow it) */
+	setenv("STRATA_TLS", c->h.tls ? "1" : "0", 1);
 	switch (d->kind) {
 	case D_META:
 		argv[a++] = "--listen";
@@ -745,10 +748,7 @@ int cmd_up(int argc, char **argv)
 		return 1;
 	}
 	c.h.tls |= a.tls;
-	/* the home decides, not an inherited $STRATA_TLS: for this process's
-	 * calls and the daemons it starts */
-	setenv("STRATA_TLS", c.h.tls ? "1" : "0", 1);
-	rpc_tls_set_default(c.h.tls);
+	rpc_tls_set_default(c.h.tls); /* the home decides, not $STRATA_TLS */
 	if (a.replicas)
 		c.h.replicas = a.replicas;
 	else if (!c.h.have_conf)
