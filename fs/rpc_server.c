@@ -245,7 +245,7 @@ static void conn_rearm(struct rpc_server *s, struct rpc_conn *c)
 	if (c->authed && c->hdr_got == 0 && !(c->tls && rpc_tls_partial(c->tls)))
 		conn_set_deadline(c, PHASE_IDLE, RPC_IDLE_TIMEOUT_MS);
 	uint32_t events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
-	if (c->tls && rpc_tls_buffered(c->tls))
+	if (c->tls_up && rpc_tls_buffered(c->tls))
 		events |= EPOLLOUT; /* invariant 11: ready at once */
 	struct epoll_event ev = {.events = events, .data.ptr = c};
 	if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev) < 0)

@@ -27,9 +27,9 @@
  * with timeouts, like transport_tcp). The server side is a set of
  * non-blocking calls that rpc_server.c drives from its epoll workers: a
  * TLS record that arrived in part is the part of a frame (the same
- * deadlines hold), and a record decrypted but not yet read is reported
- * by rpc_tls_buffered so that the connection is served without a new
- * socket event. */
+ * deadlines hold), and a record read ahead or decrypted but not yet read
+ * is reported by rpc_tls_buffered so that the connection is served
+ * without a new socket event. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,9 +71,10 @@ ssize_t rpc_tls_recv(struct rpc_tls_conn *tc, void *buf, size_t n);
 /* True once bytes of a TLS record arrived that have not yet yielded a
  * decrypted byte (a partial record: a frame begun, for the deadlines). */
 bool rpc_tls_partial(const struct rpc_tls_conn *tc);
-/* True if decrypted bytes wait in the TLS buffers (the socket may not be
- * readable though there is a frame to serve). */
-bool rpc_tls_buffered(const struct rpc_tls_conn *tc);
+/* True if decrypted bytes wait in the TLS buffers, or bytes read ahead
+ * make a whole record (decrypted here): the socket may not be readable
+ * though there is a frame to serve. */
+bool rpc_tls_buffered(struct rpc_tls_conn *tc);
 /* Sends all of iov (at most 8 entries) within timeout_ms, waiting in poll()
  * as tcp_sendv_fd does. Returns 0, -ECONNRESET, -ETIMEDOUT or -errno. */
 int rpc_tls_sendv(struct rpc_tls_conn *tc, const struct iovec *iov, int iovcnt, int timeout_ms);

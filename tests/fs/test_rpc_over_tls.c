@@ -11,7 +11,9 @@
  *     server closes on "bad magic", the client sees a reset);
  *  4. the documented PSK (HMAC-SHA256(key, "strata-tls-psk"), identity
  *     "strata") opens a session with a TLS client written here on OpenSSL;
- *     that client authenticates, then sends part of a TLS record and stops:
+ *     that client authenticates, pipelines (two requests in one record, two
+ *     records in one segment: both answered), then sends part of a TLS
+ *     record and stops:
  *     the server closes it after RPC_FRAME_TIMEOUT_MS, as a partial frame
  *     (not after RPC_IDLE_TIMEOUT_MS, as an idle connection);
  *  5. garbage after a TLS record byte, on 200 connections, closes each of
@@ -27,6 +29,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include "fs/clock.h"
@@ -302,6 +305,29 @@ static void test_partial_record(const char *addr, struct rpc_server *s)
 	int authed, hs;
 	rpc_server_conns(s, &authed, &hs);
 	CHECK(authed >= 1);
+	/* pipelined: two requests in one record, then two records in one
+	 * segment; the second of each waits in OpenSSL (decrypted, or read
+	 * ahead), not in the socket, and is still answered */
+	struct wbuf two;
+	wbuf_init(&two);
+	wbuf_put_bytes(&two, req.data, req.len);
+	wbuf_put_bytes(&two, req.data, req.len);
+	ssl_write_all(ssl, &two);
+	for (int i = 0; i < 2; i++) {
+		ssl_read_all(ssl, rhdr, sizeof(rhdr));
+		CHECK(memcmp(rhdr + WIRE_HDR_SIZE, "ok", 2) == 0);
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof(one));
+	ssl_write_all(ssl, &req);
+	ssl_write_all(ssl, &req);
+	one = 0;
+	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof(one));
+	for (int i = 0; i < 2; i++) {
+		ssl_read_all(ssl, rhdr, sizeof(rhdr));
+		CHECK(memcmp(rhdr + WIRE_HDR_SIZE, "ok", 2) == 0);
+	}
+	wbuf_done(&two);
 	/* part of a TLS record: header (application data, 64 bytes) and 10 */
 	static const uint8_t part[15] = {0x17, 0x03, 0x03, 0x00, 0x40, 1, 2, 3, 4, 5, 6, 7, 8, 9};
 	CHECK(send(fd, part, sizeof(part), MSG_NOSIGNAL) == (ssize_t)sizeof(part));
