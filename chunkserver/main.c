@@ -1,7 +1,7 @@
 /* main.c — strata-chunkserver: serves the chunks of one or more targets.
  *
  *   strata-chunkserver --listen HOST:PORT --meta HOST:PORT --target DIR [--target DIR]...
- *                      [--key FILE] [--addr-file F] [--log-level L] [--workers N]
+ *                      [--key FILE] [--tls] [--addr-file F] [--log-level L] [--workers N]
  *                      [--fwd-workers N]
  *
  * Every connection, in and out, proves the cluster key (--key, else
@@ -39,6 +39,7 @@
 #include "fs/log.h"
 #include "fs/meta_client.h"
 #include "fs/rpc.h"
+#include "fs/rpc_tls.h"
 #include "chunkserver/replica.h"
 #include "chunkserver/service.h"
 #include "chunkserver/target_id.h"
@@ -81,7 +82,9 @@ static void usage(FILE *f)
 		   "                          [--key FILE] [--addr-file F] "
 		   "[--log-level error|warn|info|debug]\n"
 		   "                          [--workers N] [--fwd-workers N]\n"
-		   "  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n");
+		   "  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n"
+		   "  --tls       TLS for every connection (fs/rpc_tls.h; all of the cluster or\n"
+		   "              none; default $STRATA_TLS=1)\n");
 }
 
 /* Returns 0, 1 after --help, or -EINVAL (message printed). */
@@ -97,6 +100,7 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 	    {"workers", required_argument, NULL, 'w'},
 	    {"fwd-workers", required_argument, NULL, 'f'},
 	    {"key", required_argument, NULL, 'k'},
+	    {"tls", no_argument, NULL, 'T'},
 	    {0},
 	};
 	int c;
@@ -113,6 +117,9 @@ static int parse_args(struct daemon *d, int argc, char **argv, int *ret_level)
 			break;
 		case 'k':
 			d->key = optarg;
+			break;
+		case 'T':
+			rpc_tls_set_default(true);
 			break;
 		case 't':
 			if (d->ntargets == CS_MAX_TARGETS) {

@@ -6,6 +6,7 @@
 
 #include "fs/log.h"
 #include "fs/rpc_auth.h"
+#include "fs/rpc_tls.h"
 
 void daemon_raise_fd_limit(void)
 {
@@ -25,5 +26,7 @@ int daemon_load_key(const char *path, int role)
 	int r = rpc_auth_setup(path, (uint8_t)role, &e);
 	if (r < 0)
 		log_error("%s", strata_err_msg(&e));
+	else if (rpc_tls_default())
+		log_info("connections use TLS (--tls or $STRATA_TLS=1)");
 	return r;
 }

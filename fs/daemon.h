@@ -12,6 +12,7 @@ void daemon_raise_fd_limit(void);
 
 /* Loads the cluster key (--key path, else $STRATA_KEY) as the process
  * credential with role (rpc_auth_setup); logs the reason and returns
- * -errno if the key is missing, unreadable or malformed. Call after
+ * -errno if the key is missing, unreadable or malformed; notes whether
+ * connections use TLS (rpc_tls_default: --tls, set before). Call after
  * log_init(), before any thread. */
 int daemon_load_key(const char *path, int role);

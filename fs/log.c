@@ -1,6 +1,7 @@
 /* log.c — the daemon logger behind log.h: one line per call on stderr,
  * "2026-11-30T03:34:36.123Z ERROR strata-meta: message: errno text". */
 #include "fs/log.h"
+#include "fs/rpc.h"
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -54,9 +55,7 @@ static void log_vmsg(enum log_level level, int err, const char *fmt, va_list ap)
 	if (n > (int)sizeof(line) - 2)
 		n = sizeof(line) - 2;
 	if (err < 0) {
-		char ebuf[128];
-		n += snprintf(line + n, sizeof(line) - n, ": %s",
-			      strerror_r(-err, ebuf, sizeof(ebuf)));
+		n += snprintf(line + n, sizeof(line) - n, ": %s", rpc_strerror(err));
 		if (n > (int)sizeof(line) - 2)
 			n = sizeof(line) - 2;
 	}

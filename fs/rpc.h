@@ -22,13 +22,20 @@
  * its role, which the server checks each request against
  * (rpc_server_opts.may).
  *
+ * Optionally the frames travel inside TLS 1.3 keyed by the cluster key
+ * (rpc_tls.h): client and server must agree (rpc_*_opts.tls, else the
+ * process default rpc_tls_default()); a mismatch is a clear error on both
+ * sides, never a hang.
+ *
  * Errors are negative errno: -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -EPROTO,
  * -ENOKEY (no cluster key configured), -EKEYREJECTED (the peer does not hold
- * our key), -EPERM (our role may not send this request), or the status the
- * server's handler returned. */
+ * our key), -EPERM (our role may not send this request), RPC_ERR_PEER_TLS,
+ * RPC_ERR_PEER_PLAIN (TLS on one side only), or the status the server's
+ * handler returned. rpc_strerror() words them for messages. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <errno.h>
 #include <stdint.h>
 #include <sys/uio.h>
 #include "fs/rpc_auth.h"
@@ -37,9 +44,11 @@
 /* ---- transport interface: room for RDMA beside TCP ---------------------- */
 struct transport_conn;
 struct transport_ops {
-	const char *name; /* "tcp" */
-	/* addr is "host:port". Returns 0 and a connection, or -errno. */
-	int (*dial)(const char *addr, int timeout_ms, struct transport_conn **ret);
+	const char *name; /* "tcp", "tls" */
+	/* addr is "host:port"; arg is the transport's state for the client
+	 * (tls: its struct rpc_tls; tcp: unused). Returns 0 and a
+	 * connection, or -errno. */
+	int (*dial)(const char *addr, int timeout_ms, void *arg, struct transport_conn **ret);
 	/* Sends all of iov, or fails. Returns 0 or -errno. */
 	int (*sendv)(struct transport_conn *c, const struct iovec *iov, int iovcnt, int timeout_ms);
 	/* Receives exactly n bytes. Returns 0, -ETIMEDOUT, -ECONNRESET on EOF, or -errno. */
@@ -52,8 +61,21 @@ struct transport_ops {
 	void (*close)(struct transport_conn *c);
 };
 extern const struct transport_ops transport_tcp;
+extern const struct transport_ops transport_tls; /* rpc_tls.h */
 /* Splits "host:port" (host may be empty, "[v6]" or a name). Returns 0 or -EINVAL. */
 int addr_parse(const char *addr, char *host, size_t host_cap, uint16_t *ret_port);
+
+/* TLS on one side only (rpc_tls.h): the server requires TLS and we speak
+ * plain frames; the server speaks plain frames and we TLS. A server answers
+ * the mismatch with a plain refusal frame, so neither side waits for a
+ * deadline. (Linux errno values: the first travels as a reply status.) */
+#define RPC_ERR_PEER_TLS (-EPROTOTYPE)
+#define RPC_ERR_PEER_PLAIN (-ENOPROTOOPT)
+/* Whether rpc_*_opts.tls asks for TLS. */
+enum rpc_tls_mode { RPC_TLS_DEFAULT = 0, RPC_TLS_ON, RPC_TLS_OFF };
+/* strerror(-r), thread-safe, with words for RPC_ERR_PEER_TLS and
+ * RPC_ERR_PEER_PLAIN (which side to start with --tls); log.c uses it. */
+const char *rpc_strerror(int r);
 
 /* ---- server ------------------------------------------------------------- */
 struct rpc_server;
@@ -102,7 +124,8 @@ struct rpc_server_opts {
 	/* The cluster key clients must prove; NULL: the process credential's
 	 * (rpc_auth_default). Without either the server does not start. */
 	const struct rpc_key *key;
-	rpc_may_fn may; /* NULL: an authenticated peer may send anything */
+	rpc_may_fn may;	       /* NULL: an authenticated peer may send anything */
+	enum rpc_tls_mode tls; /* RPC_TLS_DEFAULT: rpc_tls_default() */
 	rpc_handler_fn handler;
 	void *ctx;
 	/* Worker pools, if npools > 1 (workers is then ignored): pool i runs at
@@ -149,6 +172,7 @@ struct rpc_client_opts {
 	/* Key and role this client proves; NULL: the process credential
 	 * (rpc_auth_default). Without either every call fails -ENOKEY. */
 	const struct rpc_cred *cred;
+	enum rpc_tls_mode tls; /* RPC_TLS_DEFAULT: rpc_tls_default() */
 };
 /* Returns a client for addr (no connection is made yet), or NULL on ENOMEM.
  * opts may be NULL. Release with rpc_client_free. */

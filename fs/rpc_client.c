@@ -21,10 +21,14 @@
  *     proof without waiting (the server answers nothing when it holds).
  *  6. A connection idle for RPC_CLIENT_IDLE_MAX_MS is not reused: the server
  *     closes idle ones after RPC_IDLE_TIMEOUT_MS, and a request must never
- *     race that close. */
+ *     race that close.
+ *  7. With TLS (opts.tls, rpc_tls.h) every connection is dialled by
+ *     transport_tls, keyed by the credential's cluster key; the rest of
+ *     the client does not know the difference. */
 #include "fs/rpc.h"
 #include "fs/clock.h"
 #include "fs/proto.h"
+#include "fs/rpc_tls.h"
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -46,6 +50,7 @@ struct rpc_client {
 	char addr[128];
 	struct rpc_client_opts opts;
 	const struct transport_ops *tops;
+	struct rpc_tls *tls; /* transport_tls's context; NULL: plain */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct pconn **idle;
@@ -75,6 +80,15 @@ struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts
 	if (!c->opts.cred)
 		c->opts.cred = rpc_auth_default();
 	c->tops = &transport_tcp;
+	if (rpc_tls_wanted(c->opts.tls)) {
+		c->tops = &transport_tls;
+		/* without a credential every call fails -ENOKEY (tls_dial) */
+		if (c->opts.cred && rpc_tls_new(&c->opts.cred->key, false, &c->tls) < 0) {
+			free(c->idle);
+			free(c);
+			return NULL;
+		}
+	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	c->next_req_id = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)(uintptr_t)c;
@@ -92,6 +106,7 @@ void rpc_client_free(struct rpc_client *c)
 		free(c->idle[i]);
 	}
 	free(c->idle);
+	rpc_tls_free(c->tls);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
 	free(c);
@@ -297,7 +312,8 @@ static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *io
 	int r = 0;
 	if (!pc) {
 		pc = malloc(sizeof(*pc));
-		r = pc ? c->tops->dial(c->addr, c->opts.connect_timeout_ms, &pc->tc) : -ENOMEM;
+		r = pc ? c->tops->dial(c->addr, c->opts.connect_timeout_ms, c->tls, &pc->tc)
+		       : -ENOMEM;
 		if (pc)
 			pc->minor = -1;
 		if (r == 0 && (r = handshake(c, pc)) < 0)
@@ -309,8 +325,10 @@ static int call_once(struct rpc_client *c, uint16_t type, const struct iovec *io
 	}
 	if (r < 0) {
 		pool_put(c, NULL, false);
-		/* a refused key or role is an answer: a retry would get the same */
-		*transport_failed = r != -ENOKEY && r != -EKEYREJECTED && r != -EPERM;
+		/* a refused key or role, TLS on one side only: answers, a retry
+		 * would get the same */
+		*transport_failed = r != -ENOKEY && r != -EKEYREJECTED && r != -EPERM &&
+				    r != RPC_ERR_PEER_TLS && r != RPC_ERR_PEER_PLAIN;
 		return r;
 	}
 	uint64_t req_id = atomic_fetch_add(&c->next_req_id, 1);
@@ -375,4 +393,17 @@ int rpc_call(struct rpc_client *c, uint16_t type, const struct wbuf *req, unsign
 		return req->err;
 	struct iovec iov = {.iov_base = req ? req->data : NULL, .iov_len = req ? req->len : 0};
 	return rpc_callv(c, type, &iov, iov.iov_len ? 1 : 0, flags, reply);
+}
+
+const char *rpc_strerror(int r)
+{
+	switch (r) {
+	case RPC_ERR_PEER_TLS:
+		return "the server requires TLS and we speak plain frames (use --tls, as the "
+		       "cluster's daemons do)";
+	case RPC_ERR_PEER_PLAIN:
+		return "we speak TLS and the server plain frames (--tls on one side only)";
+	}
+	const char *d = strerrordesc_np(r < 0 ? -r : r); /* static: thread-safe */
+	return d ? d : "Unknown error";
 }

@@ -61,7 +61,17 @@
  *     RPC_PAYLOAD_GROWTH times them, from RPC_PAYLOAD_FIRST), not with the
  *     length a header announces.
  * 10. A request the peer's role may not send (opts.may) is answered -EPERM
- *     without running its handler. */
+ *     without running its handler.
+ *
+ * TLS (rpc_tls.h, opts.tls): a connection's first byte says whether the peer
+ * speaks TLS; a plain one is refused with a plain frame (RPC_ERR_PEER_TLS),
+ * a TLS one does its TLS handshake, then the handshake of rpc_auth.h inside
+ * it, all within invariant 6's deadline.
+ * 11. The frame reader sees decrypted bytes; a TLS record that arrived in
+ *     part counts as a begun frame (invariant 8), and a connection re-armed
+ *     with decrypted bytes waiting in OpenSSL (a pipelining peer) is armed
+ *     for EPOLLOUT too, so that it is served at once rather than when the
+ *     socket next becomes readable. */
 #include "fs/rpc.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -80,6 +90,8 @@
 #include "fs/clock.h"
 #include "fs/log.h"
 #include "fs/proto.h"
+#include "fs/rpc_tls.h"
+#include "fs/transport_tcp.h"
 
 #define RPC_SEND_TIMEOUT_MS 30000
 #define RPC_SWEEP_MS 1000	      /* how often deadlines are checked (invariant 8) */
@@ -96,9 +108,6 @@ static const char *const phase_names[] = {
     [PHASE_IDLE] = "idle",
 };
 
-int tcp_sendv_fd(int fd, const struct iovec *iov, int iovcnt, int timeout_ms);
-void tcp_tune_socket(int fd);
-
 struct rpc_conn {
 	int fd;
 	_Atomic int refs;
@@ -108,7 +117,9 @@ struct rpc_conn {
 	_Atomic int phase;   /* enum conn_phase */
 	_Atomic int64_t deadline_ms;
 	struct rpc_auth_server auth;
-	char ip[48]; /* the peer's address without port: per-address caps */
+	struct rpc_tls_conn *tls; /* NULL: plain (or TLS not yet begun) */
+	bool tls_up;		  /* the TLS handshake is done */
+	char ip[48];		  /* the peer's address without port: per-address caps */
 	struct rpc_peer peer;
 	struct rpc_conn *prev, *next; /* registered connections; conns_lock */
 	pthread_mutex_t write_lock;
@@ -136,6 +147,7 @@ struct rpc_server {
 	char name[32];
 	int listen_fd, epoll_fd, wake_fd, timer_fd;
 	struct rpc_key key;
+	struct rpc_tls *tls;	    /* NULL: plain frames */
 	_Atomic bool accept_paused; /* EMFILE: the listener is out of the epoll set */
 	_Atomic int64_t log_next_ms;
 	_Atomic uint64_t log_suppressed;
@@ -159,6 +171,7 @@ static void conn_unref(struct rpc_conn *c)
 {
 	if (atomic_fetch_sub(&c->refs, 1) != 1)
 		return;
+	rpc_tls_conn_free(c->tls);
 	close(c->fd);
 	pthread_mutex_destroy(&c->write_lock);
 	free(c->payload);
@@ -229,11 +242,25 @@ static void conn_set_deadline(struct rpc_conn *c, enum conn_phase phase, int64_t
 /* Hands the connection back to the epoll set (its owner's last act). */
 static void conn_rearm(struct rpc_server *s, struct rpc_conn *c)
 {
-	if (c->authed && c->hdr_got == 0)
+	if (c->authed && c->hdr_got == 0 && !(c->tls && rpc_tls_partial(c->tls)))
 		conn_set_deadline(c, PHASE_IDLE, RPC_IDLE_TIMEOUT_MS);
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
+	uint32_t events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+	if (c->tls_up && rpc_tls_buffered(c->tls))
+		events |= EPOLLOUT; /* invariant 11: ready at once */
+	struct epoll_event ev = {.events = events, .data.ptr = c};
 	if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
 		conn_kill(s, c);
+}
+
+/* Sends iov on c, through TLS once it is up. */
+static int conn_send(struct rpc_conn *c, const struct iovec *iov, int iovcnt, int timeout_ms)
+{
+	pthread_mutex_lock(&c->write_lock);
+	int r = c->dead	    ? -ECONNRESET
+		: c->tls_up ? rpc_tls_sendv(c->tls, iov, iovcnt, timeout_ms)
+			    : tcp_sendv_fd(c->fd, iov, iovcnt, timeout_ms);
+	pthread_mutex_unlock(&c->write_lock);
+	return r;
 }
 
 static void send_reply(struct rpc_server *s, struct rpc_conn *c, const struct wire_hdr *req,
@@ -246,9 +273,7 @@ static void send_reply(struct rpc_server *s, struct rpc_conn *c, const struct wi
 	struct iovec iov[2] = {{.iov_base = hdr, .iov_len = WIRE_HDR_SIZE},
 			       {.iov_base = reply->data, .iov_len = len}};
 	wire_hdr_sealv(&h, &iov[1], len ? 1 : 0, hdr);
-	pthread_mutex_lock(&c->write_lock);
-	int r = c->dead ? -ECONNRESET : tcp_sendv_fd(c->fd, iov, len ? 2 : 1, RPC_SEND_TIMEOUT_MS);
-	pthread_mutex_unlock(&c->write_lock);
+	int r = conn_send(c, iov, len ? 2 : 1, RPC_SEND_TIMEOUT_MS);
 	if (r < 0 && r != -ECONNRESET)
 		log_warn_errno(r, "%s: failed to send reply to %s", s->name, c->peer.addr);
 	if (r < 0)
@@ -263,10 +288,7 @@ static int send_raw(struct rpc_conn *c, const struct wbuf *b)
 	if (!b->len)
 		return 0;
 	struct iovec iov = {.iov_base = b->data, .iov_len = b->len};
-	pthread_mutex_lock(&c->write_lock);
-	int r = c->dead ? -ECONNRESET : tcp_sendv_fd(c->fd, &iov, 1, RPC_HANDSHAKE_TIMEOUT_MS);
-	pthread_mutex_unlock(&c->write_lock);
-	return r;
+	return conn_send(c, &iov, 1, RPC_HANDSHAKE_TIMEOUT_MS);
 }
 
 /* Invariant 10: whether the peer's role may send this request. */
@@ -434,10 +456,29 @@ static int auth_frame(struct rpc_server *s, struct rpc_conn *c, const struct wir
 	return 0;
 }
 
+/* Answers a connection whose peer speaks TLS where we do not, or the
+ * reverse, with a plain refusal frame of its hello (rpc_tls.h). */
+static void refuse_plain(struct rpc_conn *c, int status)
+{
+	struct wire_hdr h = {.type = MSG_AUTH_HELLO};
+	struct wbuf out;
+	wbuf_init(&out);
+	rpc_auth_refusal(&h, status, &out);
+	send_raw(c, &out);
+	wbuf_done(&out);
+}
+
 /* A header that wire_hdr_decode refused: an older major gets an answer it
  * understands before the connection closes. */
 static void header_refused(struct rpc_server *s, struct rpc_conn *c, int r, const char *why)
 {
+	if (!c->authed && c->hdr[0] == RPC_TLS_RECORD_HANDSHAKE) {
+		refuse_plain(c, RPC_ERR_PEER_PLAIN);
+		conn_reject(
+		    s, c,
+		    "peer speaks TLS, this server does not (start both with --tls, or neither)");
+		return;
+	}
 	if (r == -EPROTONOSUPPORT && le32_get(c->hdr) == WIRE_MAGIC && c->hdr[4] < WIRE_MAJOR) {
 		struct wbuf out;
 		wbuf_init(&out);
@@ -501,19 +542,79 @@ static int payload_grow(struct rpc_conn *c)
 	return 0;
 }
 
+/* Reads up to n bytes of the stream (decrypted, with TLS). Returns the
+ * bytes read, 0 at EOF or -errno (-EAGAIN: nothing now). */
+static ssize_t conn_recv(struct rpc_conn *c, void *buf, size_t n)
+{
+	if (c->tls_up)
+		return rpc_tls_recv(c->tls, buf, n);
+	ssize_t r = recv(c->fd, buf, n, 0);
+	return r < 0 ? -errno : r;
+}
+
+/* Invariant 11: an idle connection on which a TLS record began is inside a
+ * frame for the deadlines. */
+static void tls_partial_deadline(struct rpc_conn *c)
+{
+	if (c->tls_up && c->authed && c->hdr_got == 0 && c->phase == PHASE_IDLE &&
+	    rpc_tls_partial(c->tls))
+		conn_set_deadline(c, PHASE_FRAME, RPC_FRAME_TIMEOUT_MS);
+}
+
+/* On a TLS server, what a connection does before its first frame: a peer
+ * speaking plain frames is refused (its first byte is no TLS record), a TLS
+ * one advances its TLS handshake. Returns 1 (TLS up: read frames), 0 (wait
+ * for more) or -1 (c closed). */
+static int tls_begin(struct rpc_server *s, struct rpc_conn *c)
+{
+	if (!c->tls) {
+		uint8_t first;
+		ssize_t n = recv(c->fd, &first, 1, MSG_PEEK);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (n <= 0) {
+			conn_kill(s, c);
+			return -1;
+		}
+		if (first != RPC_TLS_RECORD_HANDSHAKE) {
+			refuse_plain(c, RPC_ERR_PEER_TLS);
+			conn_reject(s, c,
+				    "peer speaks plain frames, this server requires TLS (start the "
+				    "client with --tls)");
+			return -1;
+		}
+		if (rpc_tls_accept(s->tls, c->fd, &c->tls) < 0) {
+			conn_reject(s, c, "out of memory");
+			return -1;
+		}
+	}
+	const char *why = NULL;
+	int r = rpc_tls_handshake(c->tls, &why);
+	if (r < 0) {
+		conn_reject(s, c, why);
+		return -1;
+	}
+	c->tls_up = r == 1;
+	return r;
+}
+
 /* Reads what is available on c, up to one whole frame, which it handles.
  * Returns 0 to keep the connection, 1 if its request was queued, -1 once it
  * was closed; *ret_held as pool_dispatch's. */
 static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *reply, int *ret_held)
 {
+	if (s->tls && !c->tls_up) {
+		int r = tls_begin(s, c);
+		if (r <= 0)
+			return r;
+	}
 	for (;;) {
 		ssize_t n;
-		if (c->hdr_got < WIRE_HDR_SIZE) {
-			n = recv(c->fd, c->hdr + c->hdr_got, WIRE_HDR_SIZE - c->hdr_got, 0);
-		} else {
-			n = recv(c->fd, c->payload + c->payload_got,
-				 c->payload_cap - c->payload_got, 0);
-		}
+		if (c->hdr_got < WIRE_HDR_SIZE)
+			n = conn_recv(c, c->hdr + c->hdr_got, WIRE_HDR_SIZE - c->hdr_got);
+		else
+			n = conn_recv(c, c->payload + c->payload_got,
+				      c->payload_cap - c->payload_got);
 		if (n == 0) {
 			if (c->doomed)
 				conn_kill(s, c); /* the sweep or an eviction, which logged */
@@ -524,10 +625,12 @@ static int conn_read(struct rpc_server *s, struct rpc_conn *c, struct wbuf *repl
 			return -1;
 		}
 		if (n < 0) {
-			if (errno == EINTR)
+			if (n == -EINTR)
 				continue;
-			if (errno == EAGAIN)
+			if (n == -EAGAIN) {
+				tls_partial_deadline(c);
 				return 0;
+			}
 			conn_kill(s, c);
 			return -1;
 		}
@@ -815,6 +918,13 @@ int rpc_server_start(const struct rpc_server_opts *opts, struct rpc_server **ret
 		return -ENOKEY;
 	}
 	s->key = opts->key ? *opts->key : dc->key;
+	if (rpc_tls_wanted(opts->tls)) {
+		int r = rpc_tls_new(&s->key, true, &s->tls);
+		if (r < 0) {
+			free(s);
+			return r;
+		}
+	}
 	snprintf(s->name, sizeof(s->name), "%s", opts->name ? opts->name : "rpc");
 	s->listen_fd = s->epoll_fd = s->wake_fd = s->timer_fd = -1;
 	pthread_mutex_init(&s->conns_lock, NULL);
@@ -927,6 +1037,7 @@ void rpc_server_free(struct rpc_server *s)
 	if (s->timer_fd >= 0)
 		close(s->timer_fd);
 	explicit_bzero(&s->key, sizeof(s->key));
+	rpc_tls_free(s->tls);
 	pthread_mutex_destroy(&s->conns_lock);
 	pthread_mutex_destroy(&s->pool_lock);
 	free(s);

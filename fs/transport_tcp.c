@@ -9,6 +9,7 @@
  * (requests are small and latency bound) and socket buffers are enlarged for
  * 1 MiB chunk transfers. */
 #include "fs/rpc.h"
+#include "fs/transport_tcp.h"
 #include "fs/clock.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -55,8 +56,7 @@ int addr_parse(const char *addr, char *host, size_t host_cap, uint16_t *ret_port
 	return 0;
 }
 
-/* Waits for fd to become ready for events; returns 0, -ETIMEDOUT or -errno. */
-static int wait_fd(int fd, short events, int64_t deadline)
+int tcp_wait_fd(int fd, short events, int64_t deadline)
 {
 	for (;;) {
 		int64_t left = deadline - strata_mono_ms();
@@ -91,7 +91,7 @@ static int connect_one(const struct addrinfo *ai, int64_t deadline)
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		if (errno != EINPROGRESS)
 			return -errno;
-		int r = wait_fd(fd, POLLOUT, deadline);
+		int r = tcp_wait_fd(fd, POLLOUT, deadline);
 		if (r < 0)
 			return r;
 		int err = 0;
@@ -104,7 +104,7 @@ static int connect_one(const struct addrinfo *ai, int64_t deadline)
 	return TAKE_FD(fd);
 }
 
-static int tcp_dial(const char *addr, int timeout_ms, struct transport_conn **ret)
+int tcp_connect(const char *addr, int timeout_ms)
 {
 	char host[256], port_s[8];
 	uint16_t port;
@@ -124,11 +124,25 @@ static int tcp_dial(const char *addr, int timeout_ms, struct transport_conn **re
 			break;
 	}
 	freeaddrinfo(res);
+	return fd;
+}
+
+int tcp_set_blocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+static int tcp_dial(const char *addr, int timeout_ms, void *arg, struct transport_conn **ret)
+{
+	(void)arg;
+	int fd = tcp_connect(addr, timeout_ms);
 	if (fd < 0)
 		return fd;
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-		r = -errno;
+	int r = tcp_set_blocking(fd);
+	if (r < 0) {
 		close(fd);
 		return r;
 	}
@@ -143,18 +157,17 @@ static int tcp_dial(const char *addr, int timeout_ms, struct transport_conn **re
 	return 0;
 }
 
-/* Sets the blocking socket's send and receive timeouts to timeout_ms. */
-static int set_timeouts(struct transport_conn *c, int timeout_ms)
+int tcp_set_timeouts(int fd, int *cur_ms, int timeout_ms)
 {
 	if (timeout_ms <= 0)
 		timeout_ms = 1;
-	if (c->timeout_ms == timeout_ms)
+	if (*cur_ms == timeout_ms)
 		return 0;
 	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-	    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
 		return -errno;
-	c->timeout_ms = timeout_ms;
+	*cur_ms = timeout_ms;
 	return 0;
 }
 
@@ -197,7 +210,7 @@ int tcp_sendv_fd(int fd, const struct iovec *iov_in, int iovcnt, int timeout_ms)
 				continue;
 			if (errno != EAGAIN)
 				return errno == EPIPE ? -ECONNRESET : -errno;
-			int r = wait_fd(fd, POLLOUT, deadline);
+			int r = tcp_wait_fd(fd, POLLOUT, deadline);
 			if (r < 0)
 				return r;
 			continue;
@@ -223,7 +236,7 @@ int tcp_recv_exact_fd(int fd, void *buf, size_t len, int timeout_ms)
 			continue;
 		if (errno != EAGAIN)
 			return -errno;
-		int r = wait_fd(fd, POLLIN, deadline);
+		int r = tcp_wait_fd(fd, POLLIN, deadline);
 		if (r < 0)
 			return r;
 	}
@@ -236,7 +249,7 @@ static int tcp_sendv(struct transport_conn *c, const struct iovec *iov_in, int i
 	struct iovec iov[8];
 	if (iovcnt > 8)
 		return -EINVAL;
-	int r = set_timeouts(c, timeout_ms);
+	int r = tcp_set_timeouts(c->fd, &c->timeout_ms, timeout_ms);
 	if (r < 0)
 		return r;
 	memcpy(iov, iov_in, sizeof(*iov) * iovcnt);
@@ -258,7 +271,7 @@ static int tcp_sendv(struct transport_conn *c, const struct iovec *iov_in, int i
 
 static int tcp_recv_exact(struct transport_conn *c, void *buf, size_t len, int timeout_ms)
 {
-	int r = set_timeouts(c, timeout_ms);
+	int r = tcp_set_timeouts(c->fd, &c->timeout_ms, timeout_ms);
 	if (r < 0)
 		return r;
 	size_t got = 0;
@@ -280,7 +293,7 @@ static int tcp_recv_exact(struct transport_conn *c, void *buf, size_t len, int t
 
 static ssize_t tcp_recvv(struct transport_conn *c, struct iovec *iov, int iovcnt, int timeout_ms)
 {
-	int r = set_timeouts(c, timeout_ms);
+	int r = tcp_set_timeouts(c->fd, &c->timeout_ms, timeout_ms);
 	if (r < 0)
 		return r;
 	int64_t deadline = strata_mono_ms() + timeout_ms;

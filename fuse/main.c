@@ -4,7 +4,7 @@
  *               [--foreground] [--log-level L]
  *               [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]
  *               [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]
- *               [--holder SOCKET] [--key FILE]
+ *               [--holder SOCKET] [--key FILE] [--tls]
  *
  * Its connections prove the cluster key (--key, else $STRATA_KEY) with the
  * role fuse (fs/rpc_auth.h): namespace and chunk data, no admin operation.
@@ -38,6 +38,7 @@
 
 #include "fs/cleanup.h"
 #include "fs/daemon.h"
+#include "fs/rpc_tls.h"
 #include "fuse/fuse-internal.h"
 #include "fs/log.h"
 
@@ -48,8 +49,10 @@ static void usage(FILE *f)
 		"                   [--cache-dir DIR] [--foreground] [--log-level L]\n"
 		"                   [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]\n"
 		"                   [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]\n"
-		"                   [--holder SOCKET] [--key FILE]\n"
-		"  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n");
+		"                   [--holder SOCKET] [--key FILE] [--tls]\n"
+		"  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n"
+		"  --tls       TLS for every connection (fs/rpc_tls.h; all of the cluster or\n"
+		"              none; default $STRATA_TLS=1)\n");
 }
 
 enum {
@@ -60,7 +63,8 @@ enum {
 	OPT_RETRY,
 	OPT_CACHE_SIZE,
 	OPT_HOLDER,
-	OPT_KEY
+	OPT_KEY,
+	OPT_TLS
 };
 
 static int parse_seconds(const char *s, double *ret)
@@ -104,6 +108,7 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 	    {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
 	    {"holder", required_argument, NULL, OPT_HOLDER},
 	    {"key", required_argument, NULL, OPT_KEY},
+	    {"tls", no_argument, NULL, OPT_TLS},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -151,6 +156,9 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 			break;
 		case OPT_KEY:
 			o->key = optarg;
+			break;
+		case OPT_TLS:
+			rpc_tls_set_default(true);
 			break;
 		case OPT_HOLDER:
 			o->holder = optarg;

@@ -3,7 +3,7 @@
  * serving, runs the WAL sync timer (100 ms), the lease check and the chunk GC
  * (meta/gc.h), and stops cleanly on SIGTERM/SIGINT (WAL synced on close).
  *
- *   strata-meta --listen HOST:PORT --db DIR [--key FILE] [--addr-file F] [--log-level L]
+ *   strata-meta --listen HOST:PORT --db DIR [--key FILE] [--tls] [--addr-file F] [--log-level L]
  *
  * Every connection proves it holds the cluster key (--key, else $STRATA_KEY;
  * fs/rpc_auth.h) and each request is checked against the role it stated
@@ -18,6 +18,7 @@
 #include "fs/chunk_client.h"
 #include "fs/cleanup.h"
 #include "fs/daemon.h"
+#include "fs/rpc_tls.h"
 #include "meta/gc.h"
 #include "fs/log.h"
 #include "fs/meta_client.h"
@@ -59,7 +60,9 @@ static void usage(FILE *f)
 		"                    factor 1..min(5, nodes) are formed; a directory picks\n"
 		"                    one with `strata admin layout set DIR --replicas N`.\n"
 		"  --expect-nodes N  form no chain before N nodes registered\n"
-		"  --key FILE        the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n");
+		"  --key FILE        the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n"
+		"  --tls             TLS for every connection (fs/rpc_tls.h; all of the cluster\n"
+		"                    or none; default $STRATA_TLS=1)\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -74,6 +77,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	    {"replicas", required_argument, NULL, 'R'},
 	    {"expect-nodes", required_argument, NULL, 'E'},
 	    {"key", required_argument, NULL, 'k'},
+	    {"tls", no_argument, NULL, 'T'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -110,6 +114,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'k':
 			o->key = optarg;
+			break;
+		case 'T':
+			rpc_tls_set_default(true);
 			break;
 		case 'h':
 			usage(stdout);

@@ -3,7 +3,7 @@
  *
  * A home H (CONVENTIONS.md) holds
  *   H/strata.conf        the shape chosen at the first `strata up` (nodes,
- *                        targets per node, replicas, mount point)
+ *                        targets per node, replicas, mount point, tls)
  *   H/meta/db            strata-meta's database
  *   H/cs<N>/t<M>         target directories of chunkserver N (1-based)
  *   H/run/<name>.pid     pid of daemon <name> ("meta", "cs1".., "fuse")
@@ -45,6 +45,9 @@ struct cli_home {
 	/* Chunkservers as separate hosts (own network namespace and address)
 	 * when nodes > 1: 1 yes, 0 loopback ports (--no-netns), -1 not chosen. */
 	int netns;
+	/* Every connection of the cluster in TLS (`strata up --tls`,
+	 * fs/rpc_tls.h): its daemons get --tls, its tools and clients use it. */
+	bool tls;
 	bool have_conf; /* strata.conf existed */
 };
 
@@ -153,7 +156,9 @@ int cli_home_create(const struct cli_home *h);
 #define CLI_KEY_FILE "cluster.key"
 /* Makes the cluster key the credential of this process's calls (role
  * admin): key_opt (--key), else the home's cluster.key if there is one,
- * else $STRATA_KEY. Returns 0, or -errno after printing why for verb. */
+ * else $STRATA_KEY; and TLS the default of its connections if the home
+ * says so (else $STRATA_TLS=1). Returns 0, or -errno after printing why
+ * for verb. */
 int cli_key_setup(const char *verb, const char *key_opt, const char *home_opt);
 /* Path helpers: snprintf into buf[CLI_PATH]; return buf. */
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)

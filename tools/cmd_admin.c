@@ -225,7 +225,7 @@ static int show_usage(struct meta_client *mc, const struct mgmt_cluster *c, bool
 	struct strata_statfs st;
 	int r = meta_statfs(mc, &st);
 	if (r < 0) {
-		cli_err(VERB, "cannot read the cluster's usage: %s", strerror(-r));
+		cli_err(VERB, "cannot read the cluster's usage: %s", rpc_strerror(r));
 		return 1;
 	}
 	if (json) {
@@ -441,7 +441,8 @@ static int do_verify(const struct strata_routing *rt, bool json, bool deep)
 	for (uint32_t i = 0; i < rt->nchains; i++) {
 		int r = verify_chain(rt, &rt->chains[i], json, deep, &chunks, &diffs);
 		if (r < 0) {
-			cli_err(VERB, "verify: chain %u: %s", rt->chains[i].chain_id, strerror(-r));
+			cli_err(VERB, "verify: chain %u: %s", rt->chains[i].chain_id,
+				rpc_strerror(r));
 			return 1;
 		}
 	}
@@ -596,7 +597,7 @@ static int layout_set_err(const struct layout_args *la, const struct strata_rout
 			"without factors per directory?)",
 			la->path);
 	else
-		cli_err(VERB, "%s: cannot set the layout: %s", la->path, strerror(-r));
+		cli_err(VERB, "%s: cannot set the layout: %s", la->path, rpc_strerror(r));
 	return 1;
 }
 
@@ -623,11 +624,11 @@ static int do_layout(struct meta_client *mc, const struct layout_args *la, bool 
 	int r = walk(mc, path, &a);
 	if (r < 0) {
 		cli_err(VERB, "%s: %s", la->path,
-			r == -EINVAL ? "not an absolute path without '..'" : strerror(-r));
+			r == -EINVAL ? "not an absolute path without '..'" : rpc_strerror(r));
 		return 1;
 	}
 	if ((r = mgmt_routing(mc, &rt)) < 0) {
-		cli_err(VERB, "cannot read the routing table: %s", strerror(-r));
+		cli_err(VERB, "cannot read the routing table: %s", rpc_strerror(r));
 		return 1;
 	}
 	if ((r = layout_apply(mc, la, &rt, &a)) < 0)
@@ -661,7 +662,7 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
 		return do_layout(mc, la, json);
 	if (!strcmp(what, "nodes") || !strcmp(what, "targets") || !strcmp(what, "usage")) {
 		if ((r = mgmt_cluster(mc, &c)) < 0) {
-			cli_err(VERB, "cannot read the cluster map: %s", strerror(-r));
+			cli_err(VERB, "cannot read the cluster map: %s", rpc_strerror(r));
 			return 1;
 		}
 		r = !strcmp(what, "nodes")     ? show_nodes(&c, json)
@@ -671,7 +672,7 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
 		return r;
 	}
 	if ((r = mgmt_routing(mc, &rt)) < 0) {
-		cli_err(VERB, "cannot read the routing table: %s", strerror(-r));
+		cli_err(VERB, "cannot read the routing table: %s", rpc_strerror(r));
 		return 1;
 	}
 	r = !strcmp(what, "chains") ? show_chains(&rt, json) : do_verify(&rt, json, deep);

@@ -577,7 +577,7 @@ static void chunk_finding_json(struct jw *w, const struct finding *f, bool repai
 	if (repaired_list && f->done[0])
 		jw_kstr(w, "repair", f->done);
 	if (f->err)
-		jw_kstr(w, "error", strerror(-f->err));
+		jw_kstr(w, "error", rpc_strerror(f->err));
 	jw_obj_end(w);
 }
 
@@ -589,7 +589,7 @@ static void print_chunk_finding(const struct finding *f, bool repaired_list)
 		printf("%s %s: ino %llu, %u chunk(s) from index %u (chain %u target %u): %s%s%s\n",
 		       tag, ck_name[f->kind], (unsigned long long)f->ino, f->count, f->index,
 		       f->chain, f->target, f->action, f->err ? "; removal failed: " : "",
-		       f->err ? strerror(-f->err) : "");
+		       f->err ? rpc_strerror(f->err) : "");
 		break;
 	case CK_CHAIN_DOWN:
 		printf("%s %s: chain %u: %s\n", tag, ck_name[f->kind], f->chain, f->action);
@@ -598,7 +598,7 @@ static void print_chunk_finding(const struct finding *f, bool repaired_list)
 		printf("%s %s: chain %u target %u ino %llu index %u: %s%s%s\n", tag,
 		       ck_name[f->kind], f->chain, f->target, (unsigned long long)f->ino, f->index,
 		       repaired_list && f->done[0] ? f->done : f->action,
-		       f->err ? "; resync refused: " : "", f->err ? strerror(-f->err) : "");
+		       f->err ? "; resync refused: " : "", f->err ? rpc_strerror(f->err) : "");
 	}
 }
 
@@ -741,21 +741,22 @@ static int run(struct fsck *k)
 
 	if (r < 0) {
 		cli_err(VERB, "namespace check: %s",
-			r == -EOPNOTSUPP ? "this strata-meta has no fsck (too old)" : strerror(-r));
+			r == -EOPNOTSUPP ? "this strata-meta has no fsck (too old)"
+					 : rpc_strerror(r));
 		return 2;
 	}
 	if ((r = mgmt_routing(k->mc, &k->rt)) < 0) {
-		cli_err(VERB, "cannot read the routing table: %s", strerror(-r));
+		cli_err(VERB, "cannot read the routing table: %s", rpc_strerror(r));
 		meta_fsck_report_done(&ns);
 		return 2;
 	}
 	for (uint32_t i = 0; i < k->rt.nchains && r == 0; i++) {
 		r = check_chain(k, &k->rt.chains[i]);
 		if (r < 0)
-			cli_err(VERB, "chain %u: %s", k->rt.chains[i].chain_id, strerror(-r));
+			cli_err(VERB, "chain %u: %s", k->rt.chains[i].chain_id, rpc_strerror(r));
 	}
 	if (r == 0 && (r = check_orphans(k)) < 0)
-		cli_err(VERB, "orphan chunks: %s", strerror(-r));
+		cli_err(VERB, "orphan chunks: %s", rpc_strerror(r));
 	if (r == 0 && k->repair)
 		repair_replicas(k);
 	int rc = r < 0 ? 2 : report(k, &ns);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include "tools/cli.h"
 #include "fs/types.h"
+#include "fs/rpc_tls.h"
 
 #define VERB "up"
 /* The port of a chunkserver that has an address of its own. */
@@ -46,7 +47,7 @@ static void usage(FILE *f)
 	fprintf(
 	    f,
 	    "Usage: strata up [--home DIR] [--mount DIR] [--nodes N] [--targets M] [--replicas R]\n"
-	    "                 [--no-netns | --netns] [--timeout S]\n"
+	    "                 [--no-netns | --netns] [--tls] [--timeout S]\n"
 	    "\n"
 	    "Starts a cluster on this machine (strata-meta, N chunkservers with M targets\n"
 	    "each, strata-fuse, strata-sandboxd) from the home DIR, or repairs one whose\n"
@@ -62,6 +63,9 @@ static void usage(FILE *f)
 	    "  --replicas R    replicas per chain, on distinct nodes (default min(3, N))\n"
 	    "  --no-netns      chunkservers on 127.0.0.1 ports, not namespaces (kept in the home)\n"
 	    "  --netns         back to namespaces on a home made with --no-netns\n"
+	    "  --tls           TLS 1.3 for every connection of the cluster, keyed by the\n"
+	    "                  cluster key (kept in the home: its daemons get --tls, its\n"
+	    "                  tools and cluster.env's STRATA_TLS=1 follow)\n"
 	    "  --timeout S     seconds to wait for each daemon (default 60)\n"
 	    "\n"
 	    "Environment: STRATA_LOG_LEVEL (passed to the daemons as --log-level).\n"
@@ -199,7 +203,12 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	if (d->kind != D_SANDBOXD) { /* the ones that talk to the cluster */
 		argv[a++] = "--key";
 		argv[a++] = cli_path(key, &c->h, CLI_KEY_FILE);
+		if (c->h.tls)
+			argv[a++] = "--tls";
 	}
+	/* the home decides, not an inherited $STRATA_TLS (a daemon without
+	 * --tls would follow it) */
+	setenv("STRATA_TLS", c->h.tls ? "1" : "0", 1);
 	switch (d->kind) {
 	case D_META:
 		argv[a++] = "--listen";
@@ -586,8 +595,9 @@ static int write_env(struct up_ctx *c)
 	char path[CLI_PATH], key[CLI_PATH], text[4 * CLI_PATH];
 
 	snprintf(text, sizeof(text),
-		 "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\nSTRATA_KEY=%s\n", c->h.home,
-		 c->meta_addr, c->h.mount, cli_path(key, &c->h, CLI_KEY_FILE));
+		 "STRATA_HOME=%s\nSTRATA_META=%s\nSTRATA_MOUNT=%s\nSTRATA_KEY=%s\n%s", c->h.home,
+		 c->meta_addr, c->h.mount, cli_path(key, &c->h, CLI_KEY_FILE),
+		 c->h.tls ? "STRATA_TLS=1\n" : "");
 	return cli_write_file(cli_path(path, &c->h, "cluster.env"), text);
 }
 
@@ -632,6 +642,7 @@ static void print_summary(struct up_ctx *c)
 struct up_args {
 	const char *mount;
 	int nodes, targets, replicas, timeout_s, netns;
+	bool tls;
 };
 
 /* One of up's own options: a number in its range, or a flag. */
@@ -657,6 +668,10 @@ static int up_option(void *arg, int val, const char *value)
 		a->netns = val == 'S';
 		return 0;
 	}
+	if (val == 'L') {
+		a->tls = true;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(nums) / sizeof(*nums); i++) {
 		if (nums[i].val != val)
 			continue;
@@ -668,13 +683,30 @@ static int up_option(void *arg, int val, const char *value)
 	return 2;
 }
 
+/* True if a daemon of the home runs (TLS cannot be turned on under it). */
+static bool any_daemon_alive(const struct cli_home *h)
+{
+	for (int i = 0; i < cli_daemon_count(h); i++) {
+		struct cli_daemon d;
+		cli_daemon_get(h, i, &d);
+		if (cli_pid_alive(cli_daemon_pid(h, &d), d.binary))
+			return true;
+	}
+	return false;
+}
+
 int cmd_up(int argc, char **argv)
 {
 	static const struct option own[] = {
-	    {"mount", required_argument, NULL, 'm'},   {"nodes", required_argument, NULL, 'n'},
-	    {"targets", required_argument, NULL, 't'}, {"replicas", required_argument, NULL, 'r'},
-	    {"timeout", required_argument, NULL, 'T'}, {"no-netns", no_argument, NULL, 'N'},
-	    {"netns", no_argument, NULL, 'S'},	       {},
+	    {"mount", required_argument, NULL, 'm'},
+	    {"nodes", required_argument, NULL, 'n'},
+	    {"targets", required_argument, NULL, 't'},
+	    {"replicas", required_argument, NULL, 'r'},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"no-netns", no_argument, NULL, 'N'},
+	    {"netns", no_argument, NULL, 'S'},
+	    {"tls", no_argument, NULL, 'L'},
+	    {},
 	};
 	struct up_ctx c;
 	struct up_args a = {.timeout_s = 60, .netns = -1};
@@ -710,6 +742,13 @@ int cmd_up(int argc, char **argv)
 		c.h.netns = a.netns;
 	else if (c.h.netns < 0)
 		c.h.netns = 1; /* nodes as hosts when there are several */
+	if (a.tls && !c.h.tls && any_daemon_alive(&c.h)) {
+		cli_err(VERB, "the cluster at %s runs without TLS: `strata down` it first",
+			c.h.home);
+		return 1;
+	}
+	c.h.tls |= a.tls;
+	rpc_tls_set_default(c.h.tls); /* the home decides, not $STRATA_TLS */
 	if (a.replicas)
 		c.h.replicas = a.replicas;
 	else if (!c.h.have_conf)

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include "fs/cleanup.h"
 #include "fs/rpc_auth.h"
+#include "fs/rpc_tls.h"
 #include "tools/cli.h"
 
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
@@ -210,6 +211,8 @@ int cli_home_resolve(const char *home_opt, struct cli_home *ret)
 			ret->replicas = v;
 		else if (!strcmp(line, "netns") && cli_parse_int(val, 0, 1, &v) == 0)
 			ret->netns = v;
+		else if (!strcmp(line, "tls") && cli_parse_int(val, 0, 1, &v) == 0)
+			ret->tls = v;
 		else if (!strcmp(line, "mount") && val[0] == '/')
 			snprintf(ret->mount, sizeof(ret->mount), "%s", val);
 	}
@@ -226,7 +229,9 @@ int cli_home_save(const struct cli_home *h)
 	n = snprintf(text, sizeof(text), "nodes=%d\ntargets=%d\nreplicas=%d\nmount=%s\n", h->nodes,
 		     h->targets, h->replicas, h->mount);
 	if (h->netns >= 0 && n > 0 && (size_t)n < sizeof(text))
-		snprintf(text + n, sizeof(text) - (size_t)n, "netns=%d\n", h->netns);
+		n += snprintf(text + n, sizeof(text) - (size_t)n, "netns=%d\n", h->netns);
+	if (h->tls && n > 0 && (size_t)n < sizeof(text))
+		snprintf(text + n, sizeof(text) - (size_t)n, "tls=1\n");
 	return cli_write_file(cli_path(path, h, "strata.conf"), text);
 }
 
@@ -258,9 +263,11 @@ int cli_key_setup(const char *verb, const char *key_opt, const char *home_opt)
 	char p[CLI_PATH];
 	const char *path = key_opt;
 	struct cli_home h;
-	if (!path && cli_home_resolve(home_opt, &h) == 0 &&
-	    access(cli_path(p, &h, CLI_KEY_FILE), F_OK) == 0)
+	bool home = cli_home_resolve(home_opt, &h) == 0;
+	if (!path && home && access(cli_path(p, &h, CLI_KEY_FILE), F_OK) == 0)
 		path = p;
+	if (home && h.tls)
+		rpc_tls_set_default(true);
 	struct strata_err e = {0};
 	int r = rpc_auth_setup(path, RPC_ROLE_ADMIN, &e);
 	if (r < 0)

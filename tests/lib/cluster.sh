@@ -14,7 +14,8 @@
 #
 # Exposes: STRATA_HOME (exported, so `strata` finds the cluster), MNT (the
 # mount), STRATA_META (meta's host:port), STRATA_KEY (exported: the home's
-# cluster key, for daemons a test starts by hand), CLUSTER_TMP (the temp dir holding
+# cluster key, for daemons a test starts by hand), STRATA_TLS (exported, if
+# the home was made with --tls), CLUSTER_TMP (the temp dir holding
 # the home), STRATA (path of the strata binary).
 
 set -u
@@ -144,9 +145,11 @@ cluster_load_env() {
 		STRATA_META=*) STRATA_META=${line#STRATA_META=} ;;
 		STRATA_MOUNT=*) MNT=${line#STRATA_MOUNT=} ;;
 		STRATA_KEY=*) STRATA_KEY=${line#STRATA_KEY=} ;;
+		STRATA_TLS=*) export STRATA_TLS=${line#STRATA_TLS=} ;;
 		esac
 	done <"$STRATA_HOME/cluster.env"
-	# daemons a test starts by hand prove the home's key (fs/rpc_auth.h)
+	# daemons a test starts by hand prove the home's key (fs/rpc_auth.h),
+	# and speak TLS if the home does (fs/rpc_tls.h)
 	export STRATA_META STRATA_KEY
 }
 
