@@ -229,12 +229,13 @@ static int op_crun(struct worker *w)
 struct lib_ctx {
 	struct sbx_runtime *rt;
 	const char *rootfs;
+	bool userns; /* STRATA_BENCH_USERNS=1: sandboxes in user namespaces */
 };
 
 static int op_lib(struct worker *w)
 {
 	struct lib_ctx *c = w->b->arg;
-	struct sbx_config cfg = {.rootfs = c->rootfs};
+	struct sbx_config cfg = {.rootfs = c->rootfs, .userns = c->userns};
 	struct sbx *s;
 	uint64_t t0 = now_ns();
 	int r = sbx_create(c->rt, &cfg, &s);
@@ -785,7 +786,8 @@ static int mode_lib(char **a)
 	rc.disk_mode = !disk			? SBX_DISK_AUTO
 		       : !strcmp(disk, "tmpfs") ? SBX_DISK_TMPFS
 						: SBX_DISK_QUOTA;
-	struct lib_ctx c = {.rootfs = a[0]};
+	const char *uns = getenv("STRATA_BENCH_USERNS");
+	struct lib_ctx c = {.rootfs = a[0], .userns = uns && !strcmp(uns, "1")};
 	int r = sbx_runtime_new(&rc, &c.rt);
 	if (r < 0) {
 		fprintf(stderr, "sbx_runtime_new: %s\n", strerror(-r));
@@ -796,7 +798,7 @@ static int mode_lib(char **a)
 	bool quota = sbx_runtime_disk_quota(c.rt, &why);
 	fprintf(stderr, "writable layers: %s%s\n", quota ? "" : "no quota, ", why);
 	char name[32];
-	snprintf(name, sizeof(name), "lib_c%s", a[2]);
+	snprintf(name, sizeof(name), "lib%s_c%s", c.userns ? "_userns" : "", a[2]);
 	struct bench b = {.name = name, .op = op_lib, .arg = &c};
 	r = run_bench(&b, atoi(a[2]), atof(a[3]));
 	sbx_runtime_free(c.rt);

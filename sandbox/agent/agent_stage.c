@@ -26,7 +26,17 @@
  *   5. sets the hostname; a persistent sandbox (AG_START_F_PERSIST) also
  *      makes the channel of a host that re-adopts it after a restart, a
  *      nameless socketpair whose host end is at AG_HOST_FD
- *   6. drops capabilities (bounding, ambient, effective/permitted/inheritable
+ *   6. with AG_START_F_USERNS (the sandbox's user namespace as the last
+ *      fd, uid_base the host id of root inside): before the mounts, owns
+ *      the upper layer's root by uid_base (the lower tree arrives idmapped
+ *      into that namespace); after them, enters the namespace and becomes
+ *      its root (uid and gid 0 inside, uid_base outside, no groups), so
+ *      that every process of the sandbox is an unprivileged id outside
+ *      and its capabilities count only in a namespace that owns nothing
+ *      (its mount, pid, net, ipc, uts and cgroup namespaces stay the
+ *      host's user namespace's: no root inside can mount, change a
+ *      sysctl or configure the network)
+ *   7. drops capabilities (bounding, ambient, effective/permitted/inheritable
  *      to the kept set), sets no_new_privs, loads the seccomp filter
  *
  * pivot_root and a detached staging root rather than a chroot: a chroot
@@ -45,6 +55,7 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +179,29 @@ static int enter_root(struct agent *a, int tree, int layer, const struct ag_star
 	return 0;
 }
 
+/* The upper layer's root (the overlay's root directory) owned by root of
+ * the sandbox's user namespace, as the image's root directory is through
+ * the idmapped lower: files made in / inside get the range's ids. */
+static int own_upper(int layer, uint32_t uid_base)
+{
+	const char *u = layer >= 0 ? "/q/u" : "/u";
+	return chown(u, uid_base, uid_base) < 0 ? -errno : 0;
+}
+
+/* Enters the sandbox's user namespace as its root: setns gives all
+ * capabilities there (none outside) but keeps uid 0 of the host, which is
+ * no id inside; uid and gid 0 inside are uid_base outside. The agent stays
+ * undumpable (a uid change never makes a process dumpable), and its memory
+ * belongs to the host's user namespace (it was exec'd there): root inside
+ * cannot ptrace it. */
+static int enter_userns(int userns)
+{
+	if (setns(userns, CLONE_NEWUSER) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+	    syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
+		return -errno;
+	return 0;
+}
+
 static int drop_privileges(struct agent *a, uint64_t keep)
 {
 	/* Capabilities are numbered 0..CAP_LAST_CAP: the first EINVAL is past
@@ -200,18 +234,26 @@ static int drop_privileges(struct agent *a, uint64_t keep)
 void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len)
 {
 	struct ag_start_req q;
-	int tree = ag_take_fd(a), layer = -1;
+	int tree = ag_take_fd(a), layer = -1, userns = -1;
 	int r = tree < 0 ? -EBADF : ag_start_decode(p, len, &q);
 	if (r == 0 && (q.flags & AG_START_F_LAYER) && (layer = ag_take_fd(a)) < 0)
 		r = -EBADF;
 	if (r == 0 && (q.flags & AG_START_F_OOM_FD))
 		a->oom_fd = ag_take_fd(a); /* kept: read at every exec's start and end */
+	if (r == 0 && (q.flags & AG_START_F_USERNS) && (userns = ag_take_fd(a)) < 0)
+		r = -EBADF;
+	if (r == 0 && userns >= 0)
+		r = own_upper(layer, q.uid_base);
 	if (r == 0)
 		r = enter_root(a, tree, layer, &q);
 	if (tree >= 0)
 		close(tree);
 	if (layer >= 0)
 		close(layer);
+	if (r == 0 && userns >= 0)
+		r = enter_userns(userns);
+	if (userns >= 0)
+		close(userns);
 	if (r == 0)
 		r = drop_privileges(a, q.caps_keep);
 	ag_reply_status(a, AG_T_START, id, r);

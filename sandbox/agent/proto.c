@@ -403,6 +403,7 @@ void ag_start_encode(struct ag_wr *w, const struct ag_start_req *q)
 	ag_wr_u64(w, q->caps_keep);
 	ag_wr_u8(w, q->flags);
 	ag_wr_u32(w, q->orphan_timeout_ms);
+	ag_wr_u32(w, q->uid_base);
 }
 
 int ag_start_decode(const void *p, size_t len, struct ag_start_req *q)
@@ -416,6 +417,7 @@ int ag_start_decode(const void *p, size_t len, struct ag_start_req *q)
 	q->caps_keep = ag_rd_u64(&r);
 	q->flags = r.off < r.len ? ag_rd_u8(&r) : 0;
 	q->orphan_timeout_ms = r.off < r.len ? ag_rd_u32(&r) : 0;
+	q->uid_base = r.off < r.len ? ag_rd_u32(&r) : 0;
 	if (r.err)
 		return r.err;
 	if (memchr(h, 0, n) || n == 0)

@@ -34,8 +34,9 @@
 #define AG_MAGIC 0x54474153u /* "SAGT" */
 #define AG_MAJOR 1
 #define AG_MINOR                                                                                   \
-	4 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag; 1.3: EXECS,    \
-	     ATTACH; 1.4: a new host of a persistent agent takes AG_HOST_FD, writes first */
+	5 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag; 1.3: EXECS,    \
+	     ATTACH; 1.4: a new host of a persistent agent takes AG_HOST_FD, writes first;         \
+	     1.5: START's user namespace (AG_START_F_USERNS) */
 #define AG_HDR_SIZE 16
 /* A persistent container agent holds, at this fd number, the host end of a
  * socketpair for the next host: a host that restarts takes it with
@@ -212,6 +213,10 @@ enum {
 	 * memory.oom_control on v1) */
 	AG_START_F_OOM_FD = 2,
 	AG_START_F_LAYER = 4, /* the layer is the second fd, not the staging tmpfs */
+	/* 1.5: the last fd is the sandbox's user namespace (uid_base..+65535
+	 * outside are 0..65535 inside): the agent owns the upper layer's root
+	 * by uid_base and enters it before dropping its capabilities */
+	AG_START_F_USERNS = 8,
 };
 struct ag_start_req {
 	char hostname[65];
@@ -219,6 +224,7 @@ struct ag_start_req {
 	uint64_t caps_keep;		  /* capability bits the sandbox keeps */
 	uint8_t flags;			  /* AG_START_F_*; absent (0) from older hosts */
 	uint32_t orphan_timeout_ms; /* persistent: exit this long after the host left (0: never) */
+	uint32_t uid_base;	    /* AG_START_F_USERNS: the host uid (and gid) of root inside */
 };
 void ag_start_encode(struct ag_wr *w, const struct ag_start_req *q);
 int ag_start_decode(const void *p, size_t len, struct ag_start_req *ret);

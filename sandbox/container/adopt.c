@@ -15,7 +15,8 @@
  *      CAP_SYS_PTRACE) — and checks its peer (SO_PEERCRED) is the agent;
  *   3. writes PING (the agent takes a new host when it writes first), reads
  *      HELLO and PING's reply;
- *   4. finds the cgroup slot and the writable layer.
+ *   4. finds the cgroup slot, the writable layer and the user namespace
+ *      and its range (userns.c; locked again, recycled when it ends).
  *
  * Nothing in the sandbox can answer in the agent's place: before, the agent
  * listened on a socket in its staging root, which a root process that
@@ -143,7 +144,7 @@ static int take_channel(struct sbx *s)
 		r = -ENOTCONN;
 	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0)
 		r = -errno;
-	else if (uc.pid != s->pid || uc.uid != 0)
+	else if (uc.pid != s->pid || (uc.uid != 0 && uc.uid != userns_base(&s->userns)))
 		r = -EPERM; /* a channel made by another process */
 	if (r < 0) {
 		close(fd);
@@ -203,12 +204,18 @@ static int adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, bool con
 			  .layer = {.tree_fd = -1},
 			  .persist = true};
 	netns_init(&s->netns);
+	userns_init(&s->userns);
 	s->pidfd = id->pid > 0 ? (int)syscall(SYS_pidfd_open, id->pid, 0) : -1;
 	int r = s->pidfd < 0 ? (errno == EINVAL || id->pid <= 0 ? -ESRCH : -errno) : 0;
 	if (r == 0)
 		r = read_id(id->pid, s->pidfd, &now);
 	if (r == 0 && (now.start_time != id->start_time || now.pidns_ino != id->pidns_ino))
 		r = -EPERM; /* the pid is another process's now */
+	if (r == 0) {
+		r = userns_adopt(id->pid, &s->userns);
+		if (r == -ENOENT || r == -ESTALE) /* made without one, or not ours */
+			r = 0;
+	}
 	if (r == 0 && connect)
 		r = sbx_adopt_finish(s);
 	if (r == 0 && rt->cg.version)

@@ -251,6 +251,14 @@ int child_main_vm(void *arg)
 	child_main(arg);
 }
 
+int child_userns_wait(void *arg)
+{
+	char c;
+	(void)!syscall(SYS_read, *(const int *)arg, &c, 1);
+	syscall(SYS_exit, 0);
+	return 0;
+}
+
 _Noreturn void child_main(const struct child_args *a)
 {
 	static char *const argv[] = {"strata-agent", "--stage", NULL};

@@ -70,6 +70,23 @@ int netns_lo_up(void)
 	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
 	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
 		return -errno;
+	/* Root of a sandbox's user namespace has no capability in this
+	 * namespace (the host's user namespace owns it): ports below 1024 and
+	 * ICMP echo sockets are open to every id here, as Docker sets them
+	 * (absent sysctls are skipped). */
+	static const char *const sysctl[][2] = {
+	    {"/proc/sys/net/ipv4/ip_unprivileged_port_start", "0"},
+	    {"/proc/sys/net/ipv4/ping_group_range", "0 2147483647"},
+	};
+	for (size_t i = 0; i < sizeof(sysctl) / sizeof(sysctl[0]); i++) {
+		int fd = open(sysctl[i][0], O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t n = write(fd, sysctl[i][1], strlen(sysctl[i][1]));
+		close(fd);
+		if (n < 0)
+			return -errno;
+	}
 	return 0;
 }
 

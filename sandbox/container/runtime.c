@@ -387,6 +387,8 @@ static void slots_free(struct sbx_runtime *rt)
 		netns_close(&rt->spare_net[--rt->n_spare_net]);
 	while (rt->n_spare_ipc)
 		ipcns_close(&rt->spare_ipc[--rt->n_spare_ipc]);
+	while (rt->n_spare_userns)
+		userns_free(&rt->spare_userns[--rt->n_spare_userns]);
 }
 
 /* ---- spare network namespaces -------------------------------------------- */
@@ -447,6 +449,38 @@ void ipc_recycle(struct sbx_runtime *rt, struct ipcns *ns)
 		}
 	}
 	ipcns_close(ns);
+}
+
+int userns_take(struct sbx_runtime *rt, struct userns *ret)
+{
+	bool got = false;
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_spare_userns) {
+		*ret = rt->spare_userns[--rt->n_spare_userns];
+		got = true;
+	}
+	pthread_mutex_unlock(&rt->pool.lock);
+	return got ? 0 : userns_new(rt, ret);
+}
+
+/* Every process of the sandbox is gone (its pid namespace ended with its
+ * agent), and nothing else can hold ids of the range (userns.c): the
+ * namespace and range serve the next sandbox as they are. */
+void userns_recycle(struct sbx_runtime *rt, struct userns *u)
+{
+	if (u->fd < 0 || u->lock_fd < 0) { /* not a range of ours */
+		userns_free(u);
+		return;
+	}
+	pthread_mutex_lock(&rt->pool.lock);
+	bool kept = !rt->pool.stop && rt->n_spare_userns < SBX_SPARE_USERNS;
+	if (kept)
+		rt->spare_userns[rt->n_spare_userns++] = *u;
+	pthread_mutex_unlock(&rt->pool.lock);
+	if (kept)
+		userns_init(u);
+	else
+		userns_free(u);
 }
 
 /* ---- runtime ------------------------------------------------------------- */

@@ -155,6 +155,10 @@ int child_main_vm(void *arg);
  * dir (an empty host directory) as the mount point; an fd of it in *ret_fd.
  * Every staging child starts from a copy of it instead of the host's. */
 int mntns_template(const char *dir, int *ret_fd, uint32_t present[5]);
+/* The function of the short-lived child that holds a new user namespace
+ * while userns.c writes its maps (clone(CLONE_VM) on a stack of ours, so
+ * in child.c, without ASan): waits until the pipe fd *arg reads EOF. */
+int child_userns_wait(void *arg);
 /* Names a failing child step for messages. */
 const char *child_step_name(int step);
 
@@ -243,6 +247,34 @@ int layer_adopt(const struct layer_fs *L, pid_t pid, struct layer *ret);
 /* Removes layer id's directory and frees the id (0: nothing to do). */
 int layer_free(struct layer_fs *L, uint32_t id);
 
+/* userns.c: a sandbox's user namespace: ids 0..SBX_USERNS_SIZE-1 inside
+ * are SBX_USERNS_BASE + idx * SBX_USERNS_SIZE.. outside; lock_fd holds the
+ * range (an flock on SBX_USERNS_DIR/<idx>, shared by every runtime of the
+ * machine). fd -1: none (made without, or adopted without one). */
+#define SBX_USERNS_BASE 0x10000000u
+#define SBX_USERNS_SIZE 65536u
+#define SBX_USERNS_MAX 4096u /* ranges up to 0x20000000 */
+#define SBX_USERNS_DIR "/run/strata-userns"
+struct userns {
+	int fd, lock_fd;
+	uint32_t idx;
+};
+void userns_init(struct userns *u);
+/* The host uid (and gid) of root inside, 0 without a namespace. */
+uint32_t userns_base(const struct userns *u);
+/* A free range and a new namespace mapping it; -EUSERS when every range
+ * is taken. */
+int userns_new(struct sbx_runtime *rt, struct userns *ret);
+/* Records the range's agent in its file (found by other runtimes). */
+void userns_set_owner(struct userns *u, pid_t pid);
+/* The namespace and range of the running agent pid (locked again):
+ * -ENOENT when it has none, -ESTALE when its map is not one of ours. */
+int userns_adopt(pid_t pid, struct userns *ret);
+/* Closes; the range stays recorded for its agent (released sandboxes). */
+void userns_close(struct userns *u);
+/* Closes and frees the range (its agent is gone). */
+void userns_free(struct userns *u);
+
 /* Empty cgroup slots and network and IPC namespaces of destroyed sandboxes
  * kept for reuse (under pool.lock). At concurrency 64 the number in use
  * swings by more than 64 (exits finish in bursts, after RCU grace periods):
@@ -251,6 +283,7 @@ int layer_free(struct layer_fs *L, uint32_t id);
 #define SBX_SPARE_SLOTS 256
 #define SBX_SPARE_NETNS 256
 #define SBX_SPARE_IPCNS 256
+#define SBX_SPARE_USERNS 256
 
 struct sbx_runtime {
 	char *state_dir, *staging;
@@ -260,6 +293,9 @@ struct sbx_runtime {
 	unsigned n_spare_net;
 	struct ipcns spare_ipc[SBX_SPARE_IPCNS]; /* IPC namespaces holding nothing */
 	unsigned n_spare_ipc;
+	struct userns spare_userns[SBX_SPARE_USERNS]; /* ranges of ended sandboxes */
+	unsigned n_spare_userns;
+	uint32_t userns_next;	       /* the range to try first (atomic) */
 	void *stacks[SBX_STAGING_MAX]; /* stacks of staging children (sandbox.c) */
 	unsigned n_stacks;
 	/* Low fd numbers, reserved at start-up, for the socket ends of
@@ -292,7 +328,8 @@ struct sbx {
 	struct netns netns; /* its network namespace ("none"; fd -1 if unknown), reused after it */
 	struct ipcns ipc;   /* its IPC namespace (-1 if unknown), reused after it */
 	struct cg_slot *cg;
-	struct layer layer; /* its writable layer on disk (id 0: on its tmpfs) */
+	struct layer layer;   /* its writable layer on disk (id 0: on its tmpfs) */
+	struct userns userns; /* fd -1: none (config userns false) */
 	enum sbx_network net;
 	bool persist; /* survives its stream; released, not killed, by sbx_release */
 	uint32_t next_id;
@@ -341,6 +378,12 @@ struct ipcns ipc_take(struct sbx_runtime *rt);
 /* runtime.c: keeps a dead sandbox's IPC namespace (owned) for reuse if
  * ipcns_recyclable, else closes it. */
 void ipc_recycle(struct sbx_runtime *rt, struct ipcns *ns);
+/* runtime.c: a user namespace and range for a new sandbox: a spare one of
+ * an ended sandbox, else a new one (userns_new). */
+int userns_take(struct sbx_runtime *rt, struct userns *ret);
+/* runtime.c: keeps an ended sandbox's user namespace and range for the next
+ * one, else frees them; *u is left empty. Accepts fd -1. */
+void userns_recycle(struct sbx_runtime *rt, struct userns *u);
 /* sandbox.c: SIGKILL and close the stream (no waiting). */
 void sbx_kill(struct sbx *s);
 /* sandbox.c: kill, wait for every process, remove the cgroups, free. */

@@ -320,6 +320,7 @@ int sbx_stage(struct sbx_runtime *rt, enum sbx_network net, struct sbx **ret)
 	s->net = net;
 	s->layer.tree_fd = -1;
 	netns_init(&s->netns);
+	userns_init(&s->userns);
 	/* The writable layer's directory and quota are made here, off the
 	 * create's path; START only changes limits other than the defaults. */
 	if (rt->layers.quota)
@@ -353,19 +354,23 @@ static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint3
 	uint64_t disk = c->disk_bytes ? c->disk_bytes : SBX_DEFAULT_DISK;
 	uint64_t inodes = c->disk_inodes ? c->disk_inodes : STRATA_MAX(disk / 2048, 8192);
 	_cleanup_close_ int oom = s->rt && s->cg ? cg_slot_oom_fd(&s->rt->cg, s->cg) : -1;
-	int fds[3] = {tree};
+	int fds[4] = {tree};
 	int nfds = 1;
 	if (s->layer.id)
 		fds[nfds++] = s->layer.tree_fd;
 	if (oom >= 0)
 		fds[nfds++] = oom;
+	if (s->userns.fd >= 0)
+		fds[nfds++] = s->userns.fd;
 	struct ag_start_req q = {.disk_bytes = disk,
 				 .disk_inodes = inodes,
 				 .caps_keep = sbx_caps_keep(),
 				 .flags = (c->persist ? AG_START_F_PERSIST : 0) |
 					  (s->layer.id ? AG_START_F_LAYER : 0) |
-					  (oom >= 0 ? AG_START_F_OOM_FD : 0),
-				 .orphan_timeout_ms = c->orphan_timeout_ms};
+					  (oom >= 0 ? AG_START_F_OOM_FD : 0) |
+					  (s->userns.fd >= 0 ? AG_START_F_USERNS : 0),
+				 .orphan_timeout_ms = c->orphan_timeout_ms,
+				 .uid_base = userns_base(&s->userns)};
 	if (s->layer.id) {
 		int r = layer_limit(&s->rt->layers, &s->layer, disk, inodes);
 		if (r < 0)
@@ -404,12 +409,20 @@ static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint3
 
 /* The rootfs as a detached, read-only, nosuid, nodev mount tree: the lower
  * layer must never be written, even by a process that escapes the sandbox's
- * chroot into the staging tmpfs (agent_stage.c). */
-static int rootfs_tree(const char *rootfs)
+ * chroot into the staging tmpfs (agent_stage.c). With a user namespace
+ * (userns >= 0) the tree is idmapped into it: the image's files, owned by
+ * host ids 0..65535, are those ids inside (root's are root's). The
+ * filesystem must allow idmapped mounts (ext4, XFS, btrfs, tmpfs, EROFS,
+ * overlayfs do): -EINVAL otherwise, and the sandbox cannot have one. */
+static int rootfs_tree(const char *rootfs, int userns)
 {
 	struct {
 		uint64_t attr_set, attr_clr, propagation, userns_fd;
 	} attr = {.attr_set = 0x1 | 0x2 | 0x4}; /* MOUNT_ATTR_RDONLY | NOSUID | NODEV */
+	if (userns >= 0) {
+		attr.attr_set |= 0x00100000; /* MOUNT_ATTR_IDMAP */
+		attr.userns_fd = (uint64_t)userns;
+	}
 	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, rootfs,
 			      OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
 	if (fd < 0)
@@ -425,7 +438,12 @@ static int rootfs_tree(const char *rootfs)
 
 static int start(struct sbx *s, const struct sbx_config *c)
 {
-	_cleanup_close_ int tree = rootfs_tree(c->rootfs);
+	if (c->userns && s->userns.fd < 0) {
+		int e = userns_take(s->rt, &s->userns);
+		if (e < 0)
+			return e;
+	}
+	_cleanup_close_ int tree = rootfs_tree(c->rootfs, s->userns.fd);
 	if (tree < 0)
 		return tree;
 	uint32_t id = ++s->next_id;
@@ -435,6 +453,8 @@ static int start(struct sbx *s, const struct sbx_config *c)
 		r = sbx_wait_reply(s, AG_T_START, id, START_TIMEOUT_MS, &status);
 	if (r == 0)
 		r = status;
+	if (r == 0 && s->userns.fd >= 0)
+		userns_set_owner(&s->userns, s->pid);
 	/* The agent has mounted it (or failed): the mount lives on in its
 	 * namespace, the fd is not needed any more. */
 	if (s->layer.tree_fd >= 0)
@@ -526,11 +546,18 @@ void sbx_finish(struct sbx *s)
 		slot_recycle(s->rt, s->cg);
 		net_recycle(s->rt, &s->netns);
 		ipc_recycle(s->rt, &s->ipc);
+		userns_recycle(s->rt, &s->userns);
 	} else {
 		netns_close(&s->netns);
 		ipcns_close(&s->ipc);
+		userns_free(&s->userns);
 	}
 	free(s);
+}
+
+uint32_t sbx_uid_base(const struct sbx *s)
+{
+	return userns_base(&s->userns);
 }
 
 pid_t sbx_pid(const struct sbx *s)
@@ -568,6 +595,7 @@ int sbx_attach_agent(int fd, pid_t pid, struct sbx **ret)
 	s->ctl = fd;
 	s->layer.tree_fd = -1;
 	netns_init(&s->netns);
+	userns_init(&s->userns);
 	s->ipc = (struct ipcns){-1, -1};
 	s->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	if (pid > 0 && s->pidfd < 0) {
@@ -596,6 +624,7 @@ void sbx_release(struct sbx *s)
 		close(s->layer.tree_fd); /* its layer stays, for an adopter */
 	netns_close(&s->netns);		 /* still in use: never reused */
 	ipcns_close(&s->ipc);
+	userns_close(&s->userns); /* its range stays recorded for an adopter */
 	cg_slot_close(s->cg);
 	free(s);
 }

@@ -115,7 +115,12 @@ struct sbx_config {
 	uint64_t disk_inodes;  /* its files; 0 = disk_bytes / 2048, at least 8192;
 				  else >= SBX_MIN_DISK_INODES */
 	enum sbx_network network;
-	bool persist;		    /* outlives its host: see sbx_release and sbx_adopt */
+	bool persist; /* outlives its host: see sbx_release and sbx_adopt */
+	/* In a user namespace: ids 0..65535 inside are an unprivileged range
+	 * of host ids (sbx_uid_base), root inside is nobody outside; the
+	 * rootfs must be on a filesystem that allows idmapped mounts. false
+	 * (for now the default): root inside is root outside. */
+	bool userns;
 	uint32_t orphan_timeout_ms; /* persistent: ends after this long without a
 				       host (0 = never) */
 };
@@ -136,7 +141,11 @@ void sbx_destroy(struct sbx *s);
  * quota, or used on its tmpfs. Returns 0, -ESRCH (gone), -errno. */
 int sbx_disk_usage(struct sbx *s, uint64_t *ret_bytes, uint64_t *ret_inodes);
 
-pid_t sbx_pid(const struct sbx *s);    /* host pid of the agent */
+pid_t sbx_pid(const struct sbx *s); /* host pid of the agent */
+/* The host uid (= gid) that is uid 0 inside: ids 0..65535 inside are
+ * base..base+65535 outside. 0: no user namespace (userns false), root
+ * is root. */
+uint32_t sbx_uid_base(const struct sbx *s);
 int sbx_agent_fd(const struct sbx *s); /* host end of the protocol stream */
 /* The sandbox's cgroup directory for controller ctrl ("memory", "pids",
  * "cpu"; on v2 any name gives the one directory), or NULL. */
