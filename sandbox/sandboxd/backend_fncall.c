@@ -105,6 +105,7 @@ struct fn_worker {
 #define PY_READY_MEMORY (16LL << 20)	 /* a ready call process, in the call cgroup */
 #define PY_TEMPLATE_MEMORY (128LL << 20) /* the template's allowance beside */
 #define PY_TEMPLATE_PIDS 8
+#define PY_READY 4 /* call processes a template keeps ready (py_boot) */
 
 /* A call on a warm interpreter (see py_boot). */
 struct py_call {
@@ -119,6 +120,7 @@ struct py_call {
 	int64_t start_us;
 	uint8_t resp[64];
 	size_t resp_len;
+	int ns_fd;	      /* the call process's mount namespace, closed off the loop after */
 	struct py_call *next; /* in fb->calls */
 };
 
@@ -374,10 +376,11 @@ static const char py_boot[] =
     "    socket.send_fds(S,[struct.pack('<I',len(a))+a],[ns] if ns>=0 else [])\n"
     "def start(c):\n"
     "    if os.read(c[2],1)!=b'r': die('a call process did not start')\n"
-    "    c[4]=os.open('/proc/%d/ns/mnt'%c[0],os.O_RDONLY|os.O_CLOEXEC)\n"
+    "    ns=os.open('/proc/%d/ns/mnt'%c[0],os.O_RDONLY|os.O_CLOEXEC)\n"
+    "    socket.send_fds(S,[b'\\0\\0\\0\\0'],[ns]); os.close(ns)\n"
     "cur=None\n"
     "while True:\n"
-    "    if not KEEP and not ready: ready.append(spawn())\n"
+    "    while not KEEP and len(ready)<4: ready.append(spawn())\n"
     "    q=frame(3)\n"
     "    if q is None: os._exit(0)\n"
     "    h=struct.pack('<I',len(q))\n"
@@ -392,10 +395,9 @@ static const char py_boot[] =
     "        c=ready.pop(0); start(c)\n"
     "        os.write(c[1],h+q)\n"
     "    s=os.waitstatus_to_exitcode(os.waitpid(c[0],0)[1])\n"
-    "    ns=c[4]; c[4]=-1; drop(c)\n"
+    "    drop(c)\n"
     "    d={'exit_code':s&255} if s>=0 else {'exit_code':-1,'signal':-s,'oom':ooms()>o}\n"
-    "    answer(d,ns)\n"
-    "    os.close(ns)\n";
+    "    answer(d,-1)\n";
 
 /* ---- cgroups ------------------------------------------------------------------ */
 
@@ -975,7 +977,8 @@ static void __attribute__((noreturn)) worker_main(const struct fn_pool *p, uint6
 	int calls[3] = {cfds[0], cfds[1], cfds[2]};
 	move_fds(in, out, err, ctl, calls);
 	cg_enter(&p->fb->cg, cg_id);
-	int64_t call_pids = p->pids + 1, call_mem = (p->memory_mb << 20) + PY_READY_MEMORY;
+	int64_t call_pids = p->pids + PY_READY,
+		call_mem = (p->memory_mb << 20) + PY_READY * PY_READY_MEMORY;
 	cg_limit_self(&p->fb->cg, call_pids + PY_TEMPLATE_PIDS, call_mem + PY_TEMPLATE_MEMORY);
 	cg_calls(&p->fb->cg, call_pids, call_mem, calls);
 	filter_pass(p->fb);
@@ -1383,6 +1386,7 @@ static void py_unwatch(struct py_call *c)
 static void py_finish(struct py_call *c, bool keep, bool report)
 {
 	py_unwatch(c);
+	ns_release(c->fb, c->ns_fd);
 	struct fn_pool *p = c->pool;
 	struct fn_worker *w = c->w;
 	if (keep && (++w->calls < PY_MAX_CALLS || p->keep[0]) && p->nidle < POOL_MAX) {
@@ -1426,13 +1430,18 @@ static void py_ctl_io(void *ctx, uint32_t ev)
 		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
 			int fd;
 			memcpy(&fd, CMSG_DATA(h), sizeof(fd));
-			ns_release(c->fb, fd); /* the call's mount namespace: see py_boot */
+			ns_release(c->fb, c->ns_fd); /* the call's mount namespace: see py_boot */
+			c->ns_fd = fd;
 		}
 	if (n < 0 && errno == EAGAIN)
 		return;
 	if (n <= 0)
 		return; /* the worker died: the pidfd reports it */
 	c->resp_len += (size_t)n;
+	while (c->resp_len >= 4 && !memcmp(c->resp, "\0\0\0\0", 4)) { /* the ns frame */
+		memmove(c->resp, c->resp + 4, c->resp_len - 4);
+		c->resp_len -= 4;
+	}
 	if (c->resp_len < 4)
 		return;
 	uint32_t len = c->resp[0] | (uint32_t)c->resp[1] << 8 | (uint32_t)c->resp[2] << 16 |
@@ -1558,6 +1567,7 @@ static int py_exec(struct fn_backend *fb, struct fn_pool *p, uint32_t cpu_millis
 			      .cap = req->output_cap,
 			      .start_us = mono_us(),
 			      .timer_fd = -1,
+			      .ns_fd = -1,
 			      .w_out.fd = -1,
 			      .w_err.fd = -1,
 			      .w_ctl.fd = -1,
