@@ -63,8 +63,9 @@ static char *new_id(struct sandboxd *d)
 /* ---- create ---------------------------------------------------------------- */
 
 static const char *const create_fields[] = {
-    "image", "backend", "cpu", "memory_mb",    "pids",	 "disk_mb",	    "env",    "cwd",
-    "user",  "network", "ttl", "idle_timeout", "labels", "idempotency_key", "tenant", NULL};
+    "image",  "backend",    "cpu",     "memory_mb", "pids",	    "disk_mb", "env",
+    "cwd",    "user",	    "network", "ttl",	    "idle_timeout", "labels",  "idempotency_key",
+    "tenant", "keep_state", NULL};
 
 int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
@@ -144,6 +145,12 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 		return -EINVAL;
 	}
 	sb->net_host = net && !strcmp(net, "host");
+	const struct json *keep = json_get(j, "keep_state");
+	if (keep && keep->type != JSON_NULL && keep->type != JSON_BOOL) {
+		strata_err_set(err, -EINVAL, "keep_state must be true or false");
+		return -EINVAL;
+	}
+	sb->keep_state = keep && keep->type == JSON_BOOL && keep->b;
 	struct sbd_image_defaults def = sbd_image_defaults(im);
 	sb->cwd = strdup(cwd ? cwd : def.cwd ? def.cwd : "/");
 	sb->user = strdup(user ? user : def.user ? def.user : "");

@@ -101,9 +101,11 @@ struct fn_worker {
 	struct fn_worker *next;
 };
 
-#define PY_MAX_CALLS 1000 /* a warm interpreter is replaced after this many */
-#define PY_PIDS 256
-#define PY_MEMORY (1LL << 30)
+#define PY_MAX_CALLS 1000		 /* a warm interpreter is replaced after this many */
+#define PY_READY_MEMORY (16LL << 20)	 /* a ready call process, in the call cgroup */
+#define PY_TEMPLATE_MEMORY (128LL << 20) /* the template's allowance beside */
+#define PY_TEMPLATE_PIDS 8
+#define PY_READY 4 /* call processes a template keeps ready (py_boot) */
 
 /* A call on a warm interpreter (see py_boot). */
 struct py_call {
@@ -118,6 +120,7 @@ struct py_call {
 	int64_t start_us;
 	uint8_t resp[64];
 	size_t resp_len;
+	int ns_fd;	      /* the call process's mount namespace, closed off the loop after */
 	struct py_call *next; /* in fb->calls */
 };
 
@@ -126,6 +129,8 @@ struct fn_pool {
 	const struct sbd_image *img; /* the key (images.h), with rootfs when NULL */
 	char *rootfs;
 	bool net_host;
+	int64_t memory_mb, pids;   /* each call's limits (the call cgroup's) */
+	char keep[SBD_ID_LEN + 1]; /* keep_state: the one sandbox it serves, else "" */
 	struct fn_worker *idle;
 	int nidle, target, uses, peak;
 	int64_t last_use_ms;
@@ -204,6 +209,7 @@ struct fn_backend {
 	struct sock_filter *filter;
 	unsigned short filter_len;
 	struct strata_err py_why; /* Python calls as root refused: why */
+	char py_masks[2048];	  /* sbx_masks.h's /proc lists, JSON (the template's argv) */
 	int closer_fd;		  /* write end: fds for the closer thread, or -1 */
 	pthread_t closer;
 	int pool_min;
@@ -220,37 +226,102 @@ struct fn_backend {
 	bool stop;
 };
 
-/* The warm interpreter: serves calls one after another. A call is a frame
- * (u32 LE length, JSON {source, env, cwd, stdin}) on fd 3; its output goes
- * to fds 1 and 2 as it is printed; its answer is a frame {exit_code} on fd 3
- * once its output was flushed. Between calls: fresh globals, the modules it
- * imported dropped, stdio, cwd and environment reset (best effort: the
- * calls of one image share this process, as fncall calls are stateless). */
+/* The template: a warm python3 that has imported nothing of any caller and
+ * never runs a caller's code. It keeps a call process ready: forked into a
+ * new pid namespace (its pid 1), which joins the call cgroups (fds 7 and 8,
+ * v1), unshares its mount and IPC namespaces, mounts a fresh tmpfs on /tmp
+ * and a fresh /proc with the library's masks (argv[2], from sbx_masks.h),
+ * drops the bounding set and every capability, sets no_new_privs, loads the
+ * library's seccomp filter (fd 6), says "r" and waits on a pipe. A call is
+ * a frame (u32 LE length, JSON {source, env, cwd, stdin}) on fd 3; the
+ * template hands it to the ready process, whose output goes to fds 1 and 2
+ * as it is printed. When the call's code is done, its process kills what
+ * else runs in its pid namespace, reaps it and exits with the call's code;
+ * the template answers {exit_code[, signal, oom]} on fd 3 once it reaped it
+ * (nothing of the call can write any more), passing the call's mount
+ * namespace along (SCM_RIGHTS): sandboxd closes it off the loop, so the
+ * exit never waits for the namespace's teardown. argv[1] "1" (keep_state):
+ * one call process serves all the calls of its sandbox, its globals kept;
+ * it answers each by a byte on its result pipe. The memory cgroup's
+ * oom_kill count (fd 9) tells an OOM kill from another SIGKILL. */
 static const char py_boot[] =
-    "import os,sys,json,io,struct,base64,traceback\n"
-    "base=set(sys.modules)\n"
-    "so,se=sys.stdout,sys.stderr\n"
-    "def rd(n):\n"
+    "import os,sys,json,io,struct,base64,traceback,socket,ctypes\n"
+    "L=ctypes.CDLL(None,use_errno=True)\n"
+    "U=ctypes.c_ulong\n"
+    "KEEP=sys.argv[1]=='1'\n"
+    "M=json.loads(sys.argv[2])\n"
+    "def die(m):\n"
+    "    os.write(2,('strata-fncall: %s\\n'%m).encode()); os._exit(126)\n"
+    "def ck(r,m):\n"
+    "    if r<0: die('%s: %s'%(m,os.strerror(ctypes.get_errno())))\n"
+    "def rd(fd,n):\n"
     "    b=b''\n"
     "    while len(b)<n:\n"
-    "        c=os.read(3,n-len(b))\n"
-    "        if not c: os._exit(0)\n"
+    "        c=os.read(fd,n-len(b))\n"
+    "        if not c: return None\n"
     "        b+=c\n"
     "    return b\n"
+    "def frame(fd):\n"
+    "    h=rd(fd,4)\n"
+    "    return h and rd(fd,struct.unpack('<I',h)[0])\n"
+    "def isfd(f):\n"
+    "    try: os.fstat(f); return True\n"
+    "    except OSError: return False\n"
+    "F=b''\n"
     "while True:\n"
-    "    r=json.loads(rd(struct.unpack('<I',rd(4))[0]))\n"
+    "    c=os.read(6,65536)\n"
+    "    if not c: break\n"
+    "    F+=c\n"
+    "os.close(6)\n"
+    "CG=[f for f in (7,8) if isfd(f)]\n"
+    "OOM=9 if isfd(9) else -1\n"
+    "S=socket.socket(fileno=3)\n"
+    "PIDNS=os.open('/proc/self/ns/pid',os.O_RDONLY|os.O_CLOEXEC)\n"
+    "class FP(ctypes.Structure): _fields_=[('n',ctypes.c_ushort),('p',ctypes.c_void_p)]\n"
+    "FB=ctypes.create_string_buffer(F,len(F))\n"
+    "def e(x): return x.encode() if x else None\n"
+    "def mnt(s,d,t,f,o=None): ck(L.mount(e(s),e(d),e(t),U(f),e(o)),'mount '+d)\n"
+    "def ooms():\n"
+    "    if OOM<0: return 0\n"
+    "    for l in os.pread(OOM,4096,0).decode().splitlines():\n"
+    "        k,_,v=l.partition(' ')\n"
+    "        if k=='oom_kill': return int(v)\n"
+    "    return 0\n"
+    "def prep():\n"
+    "    for f in CG: os.write(f,b'0'); os.close(f)\n"
+    "    ck(L.unshare(0x20000|0x08000000),'unshare the mount and IPC namespaces')\n"
+    "    if os.path.isdir('/tmp'): mnt('tmpfs','/tmp','tmpfs',6,'size=64m,mode=1777')\n"
+    "    mnt('proc','/proc','proc',14)\n"
+    "    for f in M[0]:\n"
+    "        if os.path.exists(f): mnt('/dev/null',f,None,4096)\n"
+    "    m=None\n"
+    "    for d in M[1]:\n"
+    "        if os.path.isdir(d):\n"
+    "            if m: mnt(m,d,None,4096)\n"
+    "            else: mnt('tmpfs',d,'tmpfs',15,'mode=555'); m=d\n"
+    "    for d in M[2]:\n"
+    "        if os.path.exists(d): mnt(d,d,None,20480); mnt(None,d,None,4143)\n"
+    "    try: open('/proc/self/oom_score_adj','w').write('0')\n"
+    "    except OSError: pass\n"
+    "    c=0\n"
+    "    while L.prctl(24,U(c),U(0),U(0),U(0))==0: c+=1\n"
+    "    ck(L.capset((ctypes.c_uint32*2)(0x20080522,0),(ctypes.c_uint32*6)()),'drop "
+    "capabilities')\n"
+    "    ck(L.prctl(38,U(1),U(0),U(0),U(0)),'no_new_privs')\n"
+    "    ck(L.prctl(22,U(2),ctypes.byref(FP(len(F)//8,ctypes.addressof(FB))),U(0),U(0)),'load the "
+    "seccomp filter')\n"
+    "def run(r,g):\n"
     "    os.environ.clear()\n"
-    "    os.environ.update(dict(e.split('=',1) for e in r['env']))\n"
+    "    os.environ.update(dict(x.split('=',1) for x in r['env']))\n"
     "    code=0\n"
-    "    sys.stdout,sys.stderr=so,se\n"
     "    sys.stdin=io.TextIOWrapper(io.BytesIO(base64.b64decode(r.get('stdin') or '')))\n"
     "    sys.argv=['-c']\n"
-    "    g={'__name__':'__main__','__builtins__':__builtins__}\n"
+    "    so,se=sys.stdout,sys.stderr\n"
     "    try:\n"
     "        os.chdir(r['cwd'])\n"
     "        exec(compile(r['source'],'<fncall>','exec'),g)\n"
-    "    except SystemExit as e:\n"
-    "        c=e.code\n"
+    "    except SystemExit as x:\n"
+    "        c=x.code\n"
     "        code=0 if c is None else c if isinstance(c,int) else (print(c,file=sys.stderr) or 1)\n"
     "    except BaseException:\n"
     "        traceback.print_exc(); code=1\n"
@@ -258,10 +329,75 @@ static const char py_boot[] =
     "        try: f.flush()\n"
     "        except Exception: pass\n"
     "    sys.stdout,sys.stderr=so,se\n"
-    "    for m in set(sys.modules)-base: sys.modules.pop(m,None)\n"
-    "    del g\n"
-    "    a=json.dumps({'exit_code':code&255}).encode()\n"
-    "    os.write(3,struct.pack('<I',len(a))+a)\n";
+    "    return code&255\n"
+    "def reap():\n"
+    "    try: os.kill(-1,9)\n"
+    "    except OSError: pass\n"
+    "    while True:\n"
+    "        try: os.waitpid(-1,0)\n"
+    "        except ChildProcessError: return\n"
+    "        except OSError: pass\n"
+    "def child(r,w,x):\n"
+    "    prep()\n"
+    "    os.write(w,b'r'); os.close(w)\n"
+    "    g={'__name__':'__main__','__builtins__':__builtins__}\n"
+    "    while True:\n"
+    "        q=frame(r)\n"
+    "        if q is None: os._exit(0)\n"
+    "        code=run(json.loads(q),g)\n"
+    "        reap()\n"
+    "        if not KEEP: os._exit(code)\n"
+    "        os.write(x,bytes([code]))\n"
+    "ready=[]\n"
+    "def spawn():\n"
+    "    r,w=os.pipe(); rr,rw=os.pipe(); xr,xw=os.pipe()\n"
+    "    ck(L.setns(PIDNS,0x20000000),'setns'); ck(L.unshare(0x20000000),'unshare the pid "
+    "namespace')\n"
+    "    pid=os.fork()\n"
+    "    if pid==0:\n"
+    "        try:\n"
+    "            keep=sorted({0,1,2,r,rw,xw,*CG}); lo=0\n"
+    "            for k in keep:\n"
+    "                if k>lo: os.closerange(lo,k)\n"
+    "                lo=k+1\n"
+    "            os.closerange(lo,1<<20)\n"
+    "            child(r,rw,xw)\n"
+    "        except BaseException as x: die('prepare a call: %r'%x)\n"
+    "        os._exit(126)\n"
+    "    for f in (r,rw,xw): os.close(f)\n"
+    "    c=[pid,w,rr,xr,-1]\n"
+    "    return c\n"
+    "def drop(c):\n"
+    "    for f in c[1:]:\n"
+    "        if f>=0:\n"
+    "            os.close(f)\n"
+    "def answer(d,ns):\n"
+    "    a=json.dumps(d).encode()\n"
+    "    socket.send_fds(S,[struct.pack('<I',len(a))+a],[ns] if ns>=0 else [])\n"
+    "def start(c):\n"
+    "    if os.read(c[2],1)!=b'r': die('a call process did not start')\n"
+    "    ns=os.open('/proc/%d/ns/mnt'%c[0],os.O_RDONLY|os.O_CLOEXEC)\n"
+    "    socket.send_fds(S,[b'\\0\\0\\0\\0'],[ns]); os.close(ns)\n"
+    "cur=None\n"
+    "while True:\n"
+    "    while not KEEP and len(ready)<4: ready.append(spawn())\n"
+    "    q=frame(3)\n"
+    "    if q is None: os._exit(0)\n"
+    "    h=struct.pack('<I',len(q))\n"
+    "    o=ooms()\n"
+    "    if KEEP:\n"
+    "        if cur is None: cur=spawn(); start(cur)\n"
+    "        os.write(cur[1],h+q)\n"
+    "        b=os.read(cur[3],1)\n"
+    "        if b: answer({'exit_code':b[0]},-1); continue\n"
+    "        c=cur; cur=None\n"
+    "    else:\n"
+    "        c=ready.pop(0); start(c)\n"
+    "        os.write(c[1],h+q)\n"
+    "    s=os.waitstatus_to_exitcode(os.waitpid(c[0],0)[1])\n"
+    "    drop(c)\n"
+    "    d={'exit_code':s&255} if s>=0 else {'exit_code':-1,'signal':-s,'oom':ooms()>o}\n"
+    "    answer(d,-1)\n";
 
 /* ---- cgroups ------------------------------------------------------------------ */
 
@@ -338,7 +474,9 @@ static void cg_sweep(const struct fn_cg *cg)
 			    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 				continue;
 			char p[PATH_MAX + 300];
-			snprintf(p, sizeof(p), "%s/%s", cg->base[i], e->d_name);
+			snprintf(p, sizeof(p), "%s/%s/c", cg->base[i], e->d_name);
+			rmdir(p); /* its call cgroup first */
+			p[strlen(p) - 2] = 0;
 			rmdir(p);
 		}
 		if (d)
@@ -545,6 +683,8 @@ static bool cg_try_remove(struct fn_cg *cg, uint64_t id)
 	char p[PATH_MAX + 64];
 	bool done = true;
 	for (int i = 0; i < cg_count(cg); i++) {
+		cg_path(cg, i, id, "c", p, sizeof(p)); /* the call cgroup (v1 pids, memory) */
+		rmdir(p);
 		cg_path(cg, i, id, NULL, p, sizeof(p));
 		if (rmdir(p) < 0 && errno != ENOENT)
 			done = false;
@@ -580,40 +720,58 @@ static void __attribute__((noreturn)) die(const char *what)
 	_exit(126);
 }
 
-static void move_fds(int in, int out, int err, int ctl)
+/* stdio and the control socket at 0-3, calls (the call cgroup files, -1:
+ * none) at 10-12 (see cg_calls), everything else closed. */
+static void move_fds(int in, int out, int err, int ctl, int calls[3])
 {
-	int src[4] = {in, out, err, ctl};
-	for (int i = 0; i < 4; i++)
-		if ((src[i] = fcntl(src[i], F_DUPFD, 64)) < 0)
+	int src[7] = {in, out, err, ctl, calls[0], calls[1], calls[2]};
+	for (int i = 0; i < 7; i++)
+		if (src[i] >= 0 && (src[i] = fcntl(src[i], F_DUPFD, 64)) < 0)
 			_exit(126);
-	for (int i = 0; i < 4; i++)
-		if (dup2(src[i], i) < 0)
+	for (int i = 0; i < 7; i++)
+		if (src[i] >= 0 && dup2(src[i], i < 4 ? i : 6 + i) < 0)
 			_exit(126);
-	syscall(SYS_close_range, 4U, ~0U, 0U);
+	syscall(SYS_close_range, 4U, 9U, 0U);
+	syscall(SYS_close_range, 13U, ~0U, 0U);
+	for (int i = 0; i < 3; i++)
+		calls[i] = calls[i] < 0 ? -1 : 10 + i;
 }
 
 static void mount_dev(void)
 {
 	static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
+	int src_fd[ARRAY_SIZE(devs)];
 	if (access("dev", F_OK) < 0)
 		return;
+	/* the host's nodes, opened before the tmpfs hides them (with the host's
+	 * root as the image, "/dev/null" is below it after) */
+	for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
+		char src[32];
+		snprintf(src, sizeof(src), "/dev/%s", devs[i]);
+		src_fd[i] = open(src, O_PATH | O_CLOEXEC);
+	}
 	if (mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") < 0)
 		die("mount /dev");
 	for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
 		char src[32], dst[32];
-		snprintf(src, sizeof(src), "/dev/%s", devs[i]);
+		snprintf(src, sizeof(src), "/proc/self/fd/%d", src_fd[i]);
 		snprintf(dst, sizeof(dst), "dev/%s", devs[i]);
 		int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
 		if (fd >= 0)
 			close(fd);
-		if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+		if (src_fd[i] < 0 || mount(src, dst, NULL, MS_BIND, NULL) < 0)
 			unlink(dst);
+		if (src_fd[i] >= 0)
+			close(src_fd[i]);
 	}
 	symlink("/proc/self/fd", "dev/fd");
 	symlink("/proc/self/fd/0", "dev/stdin");
 	symlink("/proc/self/fd/1", "dev/stdout");
 	symlink("/proc/self/fd/2", "dev/stderr");
 	mkdir("dev/shm", 01777);
+	/* shared by the template's calls: nothing written there may outlive one */
+	if (mount(NULL, "dev", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+		die("make /dev read-only");
 }
 
 /* What is masked or made read-only in /proc and /sys (relative to the new
@@ -726,37 +884,104 @@ static void loopback_up(void)
 		close(s);
 }
 
-static void drop_bounding(void)
+/* Moves fd (a temporary one, >= FD_HIGH) to target, inherited across the
+ * exec; a failure ends the worker. */
+#define FD_HIGH 100
+static int fd_high(int fd, const char *what)
 {
-	for (int c = 0; c < 64; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno == EINVAL)
-			break;
+	int h = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, FD_HIGH);
+	if (h < 0)
+		die(what);
+	close(fd);
+	return h;
 }
 
-/* Drops every capability, sets no_new_privs and loads the seccomp filter
- * (the last step before the exec, which the filter allows). */
-static void drop_privileges(const struct fn_backend *fb)
+static void fd_place(int fd, int target)
 {
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[2] = {{0}};
-	if (syscall(SYS_capset, &h, d) < 0)
-		die("drop capabilities");
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		die("no_new_privs");
-	struct sock_fprog prog = {.len = fb->filter_len, .filter = fb->filter};
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
-		die("load the seccomp filter");
+	if (dup2(fd, target) < 0)
+		die("place a descriptor");
+	close(fd);
+}
+
+/* The seccomp program (fb->filter) in a memfd at fd 6, for the template's
+ * call processes. */
+static void filter_pass(const struct fn_backend *fb)
+{
+	int fd = fd_high((int)syscall(SYS_memfd_create, "strata-seccomp", 1U /* CLOEXEC */),
+			 "memfd_create");
+	size_t n = (size_t)fb->filter_len * sizeof(*fb->filter);
+	if (pwrite(fd, fb->filter, n, 0) != (ssize_t)n)
+		die("write the seccomp program");
+	fd_place(fd, 6);
+}
+
+/* On the loop, before the clone (v1): makes the worker's pids and memory
+ * cgroups and their "c" children, where its call processes go, and opens
+ * c's tasks files and memory.oom_control into fds[0..2]. Opened here, in
+ * sandboxd's mount namespace: a file the worker held open for writing on a
+ * mount of its own namespace would make the image root's read-only
+ * mount_setattr fail (EBUSY), and after it they are read-only. */
+static int cg_prepare_calls(const struct fn_cg *cg, uint64_t id, int fds[3])
+{
+	static const char *const files[] = {"c/tasks", "c/tasks", "c/memory.oom_control"};
+	char p[PATH_MAX + 64];
+	if (cg->version != 1)
+		return 0;
+	for (int i = 0; i < 3; i++) {
+		int h = i ? CG_MEMORY : CG_PIDS, r;
+		if (i < 2) {
+			if ((r = cg_mkdir(cg, h, id)) < 0)
+				return r;
+			cg_path(cg, h, id, "c", p, sizeof(p));
+			if (mkdir(p, 0755) < 0 && errno != EEXIST)
+				return -errno;
+		}
+		cg_path(cg, h, id, files[i], p, sizeof(p));
+		if ((fds[i] = open(p, (i < 2 ? O_WRONLY : O_RDONLY) | O_CLOEXEC)) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+/* In the worker: the call cgroups' limits (v1: c below its pids and
+ * memory cgroups, fds 4 and 5; a ready call process counts too: pids + 1,
+ * 16 MiB) and the files cg_prepare_calls opened (fds) at 7, 8 (the tasks
+ * files a call process writes "0" to) and 9 (memory.oom_control). On v2 a
+ * cgroup with processes cannot delegate to children: the call processes
+ * stay in the template's cgroup (its limits are then the sandbox's plus the
+ * template's allowance) and fd 9 is its memory.events. */
+static void cg_calls(const struct fn_cg *cg, int64_t pids, int64_t mem, const int fds[3])
+{
+	if (cg->version == 2) {
+		fd_place(fd_high(openat(4, "memory.events", O_RDONLY | O_CLOEXEC), "memory.events"),
+			 9);
+		return;
+	}
+	int pd = fd_high(openat(4, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open pids/c");
+	int md = fd_high(openat(5, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open memory/c");
+	limit_at(pd, "pids.max", pids, false);
+	limit_at(md, "memory.limit_in_bytes", mem, false);
+	limit_at(md, "memory.memsw.limit_in_bytes", mem, true);
+	close(pd);
+	close(md);
+	for (int i = 0; i < 3; i++)
+		fd_place(fd_high(fds[i], "a call cgroup file"), 7 + i);
 }
 
 /* In the child of a raw clone3 of a multi-threaded sandboxd: no malloc
  * (another thread may have held an allocator lock at the clone). */
-static void __attribute__((noreturn))
-worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, int ctl)
+static void __attribute__((noreturn)) worker_main(const struct fn_pool *p, uint64_t cg_id, int in,
+						  int out, int err, int ctl, const int cfds[3])
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	move_fds(in, out, err, ctl);
+	int calls[3] = {cfds[0], cfds[1], cfds[2]};
+	move_fds(in, out, err, ctl, calls);
 	cg_enter(&p->fb->cg, cg_id);
-	cg_limit_self(&p->fb->cg, PY_PIDS, PY_MEMORY); /* shared by its calls */
+	int64_t call_pids = p->pids + PY_READY,
+		call_mem = (p->memory_mb << 20) + PY_READY * PY_READY_MEMORY;
+	cg_limit_self(&p->fb->cg, call_pids + PY_TEMPLATE_PIDS, call_mem + PY_TEMPLATE_MEMORY);
+	cg_calls(&p->fb->cg, call_pids, call_mem, calls);
+	filter_pass(p->fb);
 	cg_hide();
 	signal(SIGPIPE, SIG_DFL);
 	sigset_t none;
@@ -768,10 +993,18 @@ worker_main(const struct fn_pool *p, uint64_t cg_id, int in, int out, int err, i
 	if (!p->net_host)
 		loopback_up();
 	sbx_sandbox_fd_limit();
-	drop_bounding();
-	drop_privileges(p->fb);
+	/* On v2 the template shares its memory cgroup with its calls: it is not
+	 * the OOM killer's choice (best effort: CAP_SYS_RESOURCE; on v1 the
+	 * calls' own cgroup is where the OOM happens). */
+	int oa = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (oa >= 0 && write(oa, "-1000", 5) != 5)
+		errno = 0;
+	if (oa >= 0)
+		close(oa);
 	char *env[] = {"PATH=" DEFAULT_PATH, "LANG=C.UTF-8", NULL};
-	char *argv[] = {"python3", "-I", "-c", (char *)py_boot, NULL};
+	char *argv[] = {
+	    "python3", "-I", "-c", (char *)py_boot, p->keep[0] ? "1" : "0", (char *)p->fb->py_masks,
+	    NULL};
 	execve("/usr/bin/python3", argv, env);
 	die("exec /usr/bin/python3");
 }
@@ -865,12 +1098,17 @@ static int worker_spawn(struct fn_pool *p, struct fn_worker **ret)
 	    .exit_signal = SIGCHLD,
 	};
 	uint64_t cg_id = ++p->fb->cg.next_id;
-	int cpu_fd = -1;
+	int cpu_fd = -1, cfds[3] = {-1, -1, -1};
 	if (r == 0)
 		r = cg_prepare_cpu(&p->fb->cg, cg_id, &cpu_fd);
+	if (r == 0)
+		r = cg_prepare_calls(&p->fb->cg, cg_id, cfds);
 	pid_t pid = r < 0 ? -1 : (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
 	if (pid == 0)
-		worker_main(p, cg_id, in[0], out[1], err[1], ctl[0]);
+		worker_main(p, cg_id, in[0], out[1], err[1], ctl[0], cfds);
+	for (int i = 0; i < 3; i++)
+		if (cfds[i] >= 0)
+			close(cfds[i]);
 	if (r == 0 && pid < 0)
 		r = -errno;
 	int child_ends[] = {in[0], out[1], err[1], ctl[0]};
@@ -919,10 +1157,14 @@ static bool same_image(const struct sbd_image *img, const char *rootfs,
 	return img == sb->img && (img || !strcmp(rootfs, sb->rootfs));
 }
 
+/* The pool of sb's image, network and limits; a keep_state sandbox has one
+ * of its own. */
 static struct fn_pool *pool_get(struct fn_backend *fb, const struct sbd_sandbox *sb)
 {
+	const char *keep = sb->keep_state ? sb->id : "";
 	for (struct fn_pool *p = fb->pools; p; p = p->next)
-		if (p->net_host == sb->net_host && same_image(p->img, p->rootfs, sb))
+		if (p->net_host == sb->net_host && same_image(p->img, p->rootfs, sb) &&
+		    p->memory_mb == sb->memory_mb && p->pids == sb->pids && !strcmp(p->keep, keep))
 			return p;
 	struct fn_pool *p = calloc(1, sizeof(*p));
 	if (!p || !(p->rootfs = strdup(sb->rootfs))) {
@@ -931,7 +1173,10 @@ static struct fn_pool *pool_get(struct fn_backend *fb, const struct sbd_sandbox 
 	}
 	p->img = sb->img;
 	p->net_host = sb->net_host;
-	p->target = fb->pool_min;
+	p->memory_mb = sb->memory_mb;
+	p->pids = sb->pids;
+	snprintf(p->keep, sizeof(p->keep), "%s", keep);
+	p->target = p->keep[0] ? 1 : fb->pool_min;
 	p->fb = fb;
 	p->last_use_ms = sbd_now_ms();
 	p->next = fb->pools;
@@ -987,9 +1232,13 @@ static void pool_trim(struct fn_pool *p, int keep)
 /* Takes an idle live worker or spawns one. */
 static int pool_take(struct fn_pool *p, struct fn_worker **ret)
 {
+	if (p->keep[0] && !p->idle)
+		for (struct py_call *c = p->fb->calls; c; c = c->next)
+			if (c->pool == p)
+				return -EBUSY; /* its one interpreter is in a call */
 	p->uses++;
 	p->last_use_ms = sbd_now_ms();
-	if (!p->idle && p->target < POOL_MAX)
+	if (!p->idle && p->target < POOL_MAX && !p->keep[0])
 		p->target++;
 	while (p->idle) {
 		struct fn_worker *w = p->idle;
@@ -1137,9 +1386,10 @@ static void py_unwatch(struct py_call *c)
 static void py_finish(struct py_call *c, bool keep, bool report)
 {
 	py_unwatch(c);
+	ns_release(c->fb, c->ns_fd);
 	struct fn_pool *p = c->pool;
 	struct fn_worker *w = c->w;
-	if (keep && ++w->calls < PY_MAX_CALLS && p->nidle < POOL_MAX) {
+	if (keep && (++w->calls < PY_MAX_CALLS || p->keep[0]) && p->nidle < POOL_MAX) {
 		w->next = p->idle;
 		p->idle = w;
 		p->nidle++;
@@ -1168,12 +1418,30 @@ static void py_err_io(void *ctx, uint32_t ev)
 static void py_ctl_io(void *ctx, uint32_t ev)
 {
 	struct py_call *c = ctx;
-	ssize_t n = read(c->w->ctl, c->resp + c->resp_len, sizeof(c->resp) - c->resp_len);
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov = {c->resp + c->resp_len, sizeof(c->resp) - c->resp_len};
+	struct msghdr mh = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &cm, .msg_controllen = sizeof(cm)};
+	ssize_t n = recvmsg(c->w->ctl, &mh, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *h = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; h; h = CMSG_NXTHDR(&mh, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(h), sizeof(fd));
+			ns_release(c->fb, c->ns_fd); /* the call's mount namespace: see py_boot */
+			c->ns_fd = fd;
+		}
 	if (n < 0 && errno == EAGAIN)
 		return;
 	if (n <= 0)
 		return; /* the worker died: the pidfd reports it */
 	c->resp_len += (size_t)n;
+	while (c->resp_len >= 4 && !memcmp(c->resp, "\0\0\0\0", 4)) { /* the ns frame */
+		memmove(c->resp, c->resp + 4, c->resp_len - 4);
+		c->resp_len -= 4;
+	}
 	if (c->resp_len < 4)
 		return;
 	uint32_t len = c->resp[0] | (uint32_t)c->resp[1] << 8 | (uint32_t)c->resp[2] << 16 |
@@ -1185,10 +1453,14 @@ static void py_ctl_io(void *ctx, uint32_t ev)
 	if (c->resp_len < 4 + len)
 		return;
 	struct json *j = json_parse((char *)c->resp + 4, len, NULL, 0);
-	int64_t code = 1;
-	json_int(json_get(j, "exit_code"), 0, 255, &code);
-	json_free(j);
+	int64_t code = 1, signo = 0;
+	json_int(json_get(j, "exit_code"), -1, 255, &code);
+	json_int(json_get(j, "signal"), 0, 64, &signo);
+	const struct json *oom = json_get(j, "oom");
 	c->ex.exit_code = (int)code;
+	c->ex.signo = (int)signo;
+	c->ex.oom_killed = oom && oom->type == JSON_BOOL && oom->b;
+	json_free(j);
 	/* Output printed before the answer is in the pipes already. */
 	py_forward(c, 1, true);
 	py_forward(c, 2, true);
@@ -1295,6 +1567,7 @@ static int py_exec(struct fn_backend *fb, struct fn_pool *p, uint32_t cpu_millis
 			      .cap = req->output_cap,
 			      .start_us = mono_us(),
 			      .timer_fd = -1,
+			      .ns_fd = -1,
 			      .w_out.fd = -1,
 			      .w_err.fd = -1,
 			      .w_ctl.fd = -1,
@@ -1960,6 +2233,11 @@ static int fn_exec(struct sbd_backend *b, struct sbd_sandbox *sb, const struct s
 			struct fn_pool *p = pool_get(fb, sb);
 			int r =
 			    p ? py_exec(fb, p, cpu_millis_of(sb), &q, sink, ret_handle) : -ENOMEM;
+			if (r == -EBUSY)
+				return strata_err_set(
+				    e, r,
+				    "a keep_state sandbox runs one Python call at "
+				    "a time: another is running");
 			if (r < 0)
 				strata_err_set(e, r, "cannot run the call: %s", strerror(-r));
 			return r;
@@ -2019,9 +2297,26 @@ static int fn_file(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_fil
 	return -EOPNOTSUPP;
 }
 
+/* A keep_state sandbox's pool goes with it (its interpreter, its state);
+ * one with a call still running is emptied and freed by fn_tick after. */
 static int fn_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
+	struct fn_backend *fb = b->priv;
+	for (struct fn_pool *p = fb->pools; p; p = p->next)
+		if (sb->keep_state && !strcmp(p->keep, sb->id)) {
+			strcpy(p->keep, "-"); /* matches no sandbox */
+			p->target = 0;
+			pool_trim(p, 0);
+		}
 	return 0;
+}
+
+static bool pool_in_use(const struct fn_pool *p)
+{
+	for (struct py_call *c = p->fb->calls; c; c = c->next)
+		if (c->pool == p)
+			return true;
+	return false;
 }
 
 static void fn_tick(struct sbd_backend *b)
@@ -2030,7 +2325,22 @@ static void fn_tick(struct sbd_backend *b)
 	cg_retry(&fb->cg);
 	int64_t now = sbd_now_ms();
 	cmd_tick(fb, now);
+	for (struct fn_pool **pp = &fb->pools; *pp;) {
+		struct fn_pool *d = *pp;
+		if (strcmp(d->keep, "-") || pool_in_use(d) || d->refill_queued) {
+			pp = &d->next;
+			continue;
+		}
+		pool_trim(d, 0);
+		*pp = d->next;
+		free(d->rootfs);
+		free(d);
+	}
 	for (struct fn_pool *p = fb->pools; p; p = p->next) {
+		if (p->keep[0]) { /* one interpreter, kept while its sandbox is */
+			pool_trim(p, p->target);
+			continue;
+		}
 		/* interpreters: the peak of concurrent calls, plus one */
 		int busy = 0;
 		for (struct py_call *c = fb->calls; c; c = c->next)
@@ -2080,6 +2390,33 @@ static void fn_free(struct sbd_backend *b)
 	free(fb);
 }
 
+/* The /proc lists of sbx_masks.h as JSON [[files], [dirs], [read-only]],
+ * absolute: what each call process masks on its fresh /proc (py_boot). */
+static void masks_init(struct fn_backend *fb)
+{
+#ifdef STRATA_HAVE_CONTAINER
+	const char *const *lists[] = {proc_masked, proc_masked_dirs, proc_ro};
+	size_t lens[] = {ARRAY_SIZE(proc_masked), ARRAY_SIZE(proc_masked_dirs),
+			 ARRAY_SIZE(proc_ro)};
+	size_t at = 0, cap = sizeof(fb->py_masks);
+	at += (size_t)snprintf(fb->py_masks, cap, "[");
+	for (size_t l = 0; l < 3 && at < cap; l++) {
+		at += (size_t)snprintf(fb->py_masks + at, cap - at, "%s[", l ? "," : "");
+		for (size_t i = 0; i < lens[l] && at < cap; i++)
+			at += (size_t)snprintf(fb->py_masks + at, cap - at, "%s\"/%s\"",
+					       i ? "," : "", lists[l][i]);
+		if (at < cap)
+			at += (size_t)snprintf(fb->py_masks + at, cap - at, "]");
+	}
+	if (at < cap)
+		at += (size_t)snprintf(fb->py_masks + at, cap - at, "]");
+	if (at >= cap)
+		strata_err_set(&fb->py_why, -ENOSPC, "the mask lists do not fit");
+#else
+	snprintf(fb->py_masks, sizeof(fb->py_masks), "[[],[],[]]");
+#endif
+}
+
 /* Reads the container library's seccomp program into fb->filter (the
  * Python workers load it from there: the cloned child does not allocate). */
 static void filter_init(struct fn_backend *fb)
@@ -2121,6 +2458,7 @@ struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
 	pthread_cond_init(&fb->fill, NULL);
 	cg_init(&fb->cg);
 	filter_init(fb);
+	masks_init(fb);
 	if (!fb->cg.version)
 		strata_err_set(&fb->py_why, -ENODEV,
 			       "no pids and memory cgroups for the Python workers");

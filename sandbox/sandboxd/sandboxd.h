@@ -100,8 +100,9 @@ struct sbd_sandbox {
 	char **env; /* NULL-terminated "K=V" */
 	char *cwd, *user;
 	bool net_host;
-	bool reserves; /* counts against the memory/pids budgets (not fncall:
-			* an idle fncall sandbox holds nothing) */
+	bool keep_state; /* fncall: its Python calls share one interpreter of its own */
+	bool reserves;	 /* counts against the memory/pids budgets (not fncall:
+			  * an idle fncall sandbox holds nothing) */
 	int64_t ttl_s, idle_s;
 	int64_t created_at;	/* wall seconds */
 	int64_t expires_at;	/* wall seconds, 0 = never */

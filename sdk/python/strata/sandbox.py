@@ -902,8 +902,8 @@ class Sandbox:
     @classmethod
     def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
-               idle_timeout=None, labels=None, idempotency_key=None, tenant=None, socket=None,
-               url=None, token=None, timeout=DEFAULT_TIMEOUT):
+               idle_timeout=None, labels=None, idempotency_key=None, tenant=None, keep_state=None,
+               socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
         """Creates a sandbox from ``image`` on ``backend`` ("container" or
         "docker", "fncall", "firecracker", "qemu") and returns it.
 
@@ -916,7 +916,7 @@ class Sandbox:
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
-            idempotency_key=idempotency_key, tenant=tenant))
+            idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state))
         client = Client(socket=socket, url=url, token=token)
         info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout)
         return cls(info, client)
