@@ -8,43 +8,12 @@ created with keep_state, whose calls share one interpreter of its own.
 memory_mb and pids are each sandbox's. The image is the host's root ("/"),
 which has /usr/bin/python3 (else these skip)."""
 import os
-import shutil
-import sys
-import tempfile
 
 import pytest
 
-from conftest import SRC
-from sandboxd_harness import Daemon, sandboxd_binary
-
-sys.path.insert(0, os.path.join(SRC, "sdk", "python"))
-import strata  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def sock():
-    if os.geteuid() != 0:
-        pytest.skip("strata-sandboxd needs root (namespaces, mounts)")
-    if not sandboxd_binary():
-        pytest.skip("strata-sandboxd is not built (set STRATA_BIN)")
-    if not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("no /usr/bin/python3 for the image")
-    base = tempfile.mkdtemp(prefix="strata-fniso-")
-    d = Daemon(os.path.join(base, "d"), {"hostroot": "/"})
-    os.makedirs(d.base)
-    d.start()
-    yield d.socket
-    d.stop()
-    shutil.rmtree(base, ignore_errors=True)
-
-# On cgroup v2 the calls share the template's cgroup: the pids limit there
-# is the sandbox's plus the ready processes' and the template's allowance
-# (a known gap, sandbox/sandboxd/README.md).
-V2_CALL_SLACK = 0 if os.path.isdir("/sys/fs/cgroup/pids") else 12
-
-
-def create(sock, **kw):
-    return strata.Sandbox.create("hostroot", backend="fncall", socket=sock, **kw)
+# The module's sandboxd (a fixture), its fncall create and the cgroup v2
+# allowance are test_fncall_python's.
+from test_fncall_python import V2_CALL_SLACK, create, sock  # noqa: F401
 
 
 def run(sb, src):
