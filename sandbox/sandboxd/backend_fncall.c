@@ -106,6 +106,9 @@ struct fn_worker {
 #define PY_TEMPLATE_MEMORY (128LL << 20) /* the template's allowance beside */
 #define PY_TEMPLATE_PIDS 8
 #define PY_READY 4 /* call processes a template keeps ready (py_boot) */
+/* What a ready call process copies ahead at most (py_boot's prefault): 8 MiB,
+ * within its PY_READY_MEMORY. */
+#define PY_PREFAULT_MAX_S "8388608"
 
 /* A call on a warm interpreter (see py_boot). */
 struct py_call {
@@ -245,7 +248,7 @@ struct fn_backend {
  * it answers each by a byte on its result pipe. The memory cgroup's
  * oom_kill count (fd 9) tells an OOM kill from another SIGKILL. */
 static const char py_boot[] =
-    "import os,sys,json,io,struct,base64,traceback,socket,ctypes\n"
+    "import os,sys,json,io,struct,base64,traceback,socket,ctypes,gc\n"
     "L=ctypes.CDLL(None,use_errno=True)\n"
     "U=ctypes.c_ulong\n"
     "KEEP=sys.argv[1]=='1'\n"
@@ -289,6 +292,7 @@ static const char py_boot[] =
     "    return 0\n"
     "def prep():\n"
     "    for f in CG: os.write(f,b'0'); os.close(f)\n"
+    "    for a,n in PF: L.madvise(U(a),U(n),23)\n"
     "    ck(L.unshare(0x20000|0x08000000),'unshare the mount and IPC namespaces')\n"
     "    if os.path.isdir('/tmp'): mnt('tmpfs','/tmp','tmpfs',6,'size=64m,mode=1777')\n"
     "    mnt('proc','/proc','proc',14)\n"
@@ -310,6 +314,21 @@ static const char py_boot[] =
     "    ck(L.prctl(38,U(1),U(0),U(0),U(0)),'no_new_privs')\n"
     "    ck(L.prctl(22,U(2),ctypes.byref(FP(len(F)//8,ctypes.addressof(FB))),U(0),U(0)),'load the "
     "seccomp filter')\n"
+    "def written():\n"
+    "    w=[]; t=0\n"
+    "    pm=os.open('/proc/self/pagemap',os.O_RDONLY|os.O_CLOEXEC)\n"
+    "    for l in open('/proc/self/maps').read().splitlines():\n"
+    "        a=l.split()\n"
+    "        if a[1][:2]!='rw' or a[1][3]!='p' or len(a)>5 and a[5][:2]=='[v': continue\n"
+    "        lo,hi=(int(x,16) for x in a[0].split('-'))\n"
+    "        b=os.pread(pm,(hi-lo)>>9,lo>>9)\n"
+    "        for i,(v,) in enumerate(struct.iter_unpack('<Q',b)):\n"
+    "            if v>>56&0x81!=0x81 or t>=PF_MAX: continue\n"
+    "            x=lo+(i<<12); t+=4096\n"
+    "            if w and w[-1][0]+w[-1][1]==x: w[-1][1]+=4096\n"
+    "            else: w.append([x,4096])\n"
+    "    os.close(pm)\n"
+    "    return w\n"
     "def run(r,g):\n"
     "    os.environ.clear()\n"
     "    os.environ.update(dict(x.split('=',1) for x in r['env']))\n"
@@ -337,7 +356,7 @@ static const char py_boot[] =
     "        try: os.waitpid(-1,0)\n"
     "        except ChildProcessError: return\n"
     "        except OSError: pass\n"
-    "def child(r,w,x):\n"
+    "def child(r,w,x,P):\n"
     "    prep()\n"
     "    os.write(w,b'r'); os.close(w)\n"
     "    g={'__name__':'__main__','__builtins__':__builtins__}\n"
@@ -345,11 +364,13 @@ static const char py_boot[] =
     "        q=frame(r)\n"
     "        if q is None: os._exit(0)\n"
     "        code=run(json.loads(q),g)\n"
+    "        if P: os.write(x,json.dumps(written()).encode()); os._exit(0)\n"
     "        reap()\n"
     "        if not KEEP: os._exit(code)\n"
     "        os.write(x,bytes([code]))\n"
     "ready=[]\n"
-    "def spawn():\n"
+    "def spawn(P=False):\n"
+    "    gc.freeze()\n"
     "    r,w=os.pipe(); rr,rw=os.pipe(); xr,xw=os.pipe()\n"
     "    ck(L.setns(PIDNS,0x20000000),'setns'); ck(L.unshare(0x20000000),'unshare the pid "
     "namespace')\n"
@@ -361,7 +382,7 @@ static const char py_boot[] =
     "                if k>lo: os.closerange(lo,k)\n"
     "                lo=k+1\n"
     "            os.closerange(lo,1<<20)\n"
-    "            child(r,rw,xw)\n"
+    "            child(r,rw,xw,P)\n"
     "        except BaseException as x: die('prepare a call: %r'%x)\n"
     "        os._exit(126)\n"
     "    for f in (r,rw,xw): os.close(f)\n"
@@ -378,7 +399,24 @@ static const char py_boot[] =
     "    if os.read(c[2],1)!=b'r': die('a call process did not start')\n"
     "    ns=os.open('/proc/%d/ns/mnt'%c[0],os.O_RDONLY|os.O_CLOEXEC)\n"
     "    socket.send_fds(S,[b'\\0\\0\\0\\0'],[ns]); os.close(ns)\n"
+    "def probe():\n"
+    "    c=spawn(True)\n"
+    "    if os.read(c[2],1)!=b'r': die('a call process did not start')\n"
+    "    "
+    "q=json.dumps({'source':'pass','env':['PATH=/usr/bin:/bin'],'cwd':'/','stdin':''}).encode()\n"
+    "    os.write(c[1],struct.pack('<I',len(q))+q)\n"
+    "    b=b''\n"
+    "    while True:\n"
+    "        k=os.read(c[3],65536)\n"
+    "        if not k: break\n"
+    "        b+=k\n"
+    "    os.waitpid(c[0],0); drop(c)\n"
+    "    try: return [(int(a),int(n)) for a,n in json.loads(b)]\n"
+    "    except Exception: return []\n"
     "cur=None\n"
+    "PF=[]; PF_MAX=" PY_PREFAULT_MAX_S "\n"
+    "gc.collect(); gc.freeze()\n"
+    "if not KEEP: PF=probe()\n"
     "while True:\n"
     "    while not KEEP and len(ready)<4: ready.append(spawn())\n"
     "    q=frame(3)\n"
@@ -816,12 +854,18 @@ static void mask_proc(const char **empty)
 
 /* /sys: a read-only sysfs of the worker's network namespace (hiding, for
  * an image that is the host's root, the host's /sys and what is mounted
- * below it), with the masked directories. */
+ * below it), with the masked directories. With network "host" and the
+ * host's root as the image, that sysfs is the one already mounted there,
+ * and the kernel refuses a filesystem on a mount point of its own (EBUSY):
+ * the host's /sys tree is detached from our private mount namespace first. */
 static void mount_sys(const char **empty)
 {
+	const unsigned long fl = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	if (access("sys", F_OK) < 0)
 		return;
-	if (mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+	if (mount("sysfs", "sys", "sysfs", fl, NULL) < 0 &&
+	    (errno != EBUSY || umount2("sys", MNT_DETACH) < 0 ||
+	     mount("sysfs", "sys", "sysfs", fl, NULL) < 0))
 		die("mount /sys");
 	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
 		mask_dir(sys_masked[i], empty);
@@ -1184,11 +1228,26 @@ static struct fn_pool *pool_get(struct fn_backend *fb, const struct sbd_sandbox 
 	return p;
 }
 
+/* The interpreters of p in calls. A pool's target counts them with the
+ * idle ones: a call takes its interpreter for its duration and gives it
+ * back, so booting a replacement when one is taken (what an idle-only
+ * count did at every call that left fewer idle than the target: a python3
+ * start, ~100 ms of CPU on this VM, and one killed again at the next tick)
+ * is only needed when all are busy. */
+static int pool_busy(const struct fn_pool *p)
+{
+	int n = 0;
+	for (struct py_call *c = p->fb->calls; c; c = c->next)
+		n += c->pool == p;
+	return n;
+}
+
 static void pool_refill(void *ctx)
 {
 	struct fn_pool *p = ctx;
 	p->refill_queued = false;
-	for (int i = 0; i < 4 && p->nidle < p->target; i++) {
+	int busy = pool_busy(p);
+	for (int i = 0; i < 4 && p->nidle + busy < p->target; i++) {
 		struct fn_worker *w;
 		if (worker_spawn(p, &w) < 0)
 			return;
@@ -1196,13 +1255,13 @@ static void pool_refill(void *ctx)
 		p->idle = w;
 		p->nidle++;
 	}
-	if (p->nidle < p->target && sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
+	if (p->nidle + busy < p->target && sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
 		p->refill_queued = true;
 }
 
 static void pool_kick(struct fn_pool *p)
 {
-	if (!p->refill_queued && p->nidle < p->target &&
+	if (!p->refill_queued && p->nidle + pool_busy(p) < p->target &&
 	    sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
 		p->refill_queued = true;
 }
@@ -1575,9 +1634,7 @@ static int py_exec(struct fn_backend *fb, struct fn_pool *p, uint32_t cpu_millis
 			      .w_timer.fd = -1};
 	c->next = fb->calls;
 	fb->calls = c;
-	int busy = 0;
-	for (struct py_call *k = fb->calls; k; k = k->next)
-		busy += k->pool == p;
+	int busy = pool_busy(p);
 	if (busy > p->peak)
 		p->peak = busy;
 	if (w->in >= 0) { /* stdin travels in the request */
@@ -2311,14 +2368,6 @@ static int fn_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 	return 0;
 }
 
-static bool pool_in_use(const struct fn_pool *p)
-{
-	for (struct py_call *c = p->fb->calls; c; c = c->next)
-		if (c->pool == p)
-			return true;
-	return false;
-}
-
 static void fn_tick(struct sbd_backend *b)
 {
 	struct fn_backend *fb = b->priv;
@@ -2327,7 +2376,7 @@ static void fn_tick(struct sbd_backend *b)
 	cmd_tick(fb, now);
 	for (struct fn_pool **pp = &fb->pools; *pp;) {
 		struct fn_pool *d = *pp;
-		if (strcmp(d->keep, "-") || pool_in_use(d) || d->refill_queued) {
+		if (strcmp(d->keep, "-") || pool_busy(d) || d->refill_queued) {
 			pp = &d->next;
 			continue;
 		}
@@ -2342,9 +2391,7 @@ static void fn_tick(struct sbd_backend *b)
 			continue;
 		}
 		/* interpreters: the peak of concurrent calls, plus one */
-		int busy = 0;
-		for (struct py_call *c = fb->calls; c; c = c->next)
-			busy += c->pool == p;
+		int busy = pool_busy(p);
 		if (busy > p->peak)
 			p->peak = busy;
 		int want = p->peak + 1;
@@ -2356,7 +2403,7 @@ static void fn_tick(struct sbd_backend *b)
 			want = POOL_MAX;
 		if (want >= p->target || now - p->last_use_ms > 10000)
 			p->target = want;
-		pool_trim(p, p->target);
+		pool_trim(p, p->target > busy ? p->target - busy : 0);
 		pool_kick(p);
 	}
 }

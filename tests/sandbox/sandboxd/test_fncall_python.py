@@ -336,3 +336,30 @@ def test_masked_paths_match_the_container_backend(sock):
         assert py["/sys/firmware"] in ("empty", "absent"), py
         r = sb.exec(python="open('/proc/sys/kernel/hostname', 'w').write('evil')", timeout=30)
         assert r.exit_code != 0 and "Read-only file system" in r.stderr, r.stderr
+
+
+def test_host_network_python_calls_run(sock):
+    """network "host" (an admin's option: root on the unix socket is the
+    operator): the template stays in the host's network namespace, whose
+    sysfs is the one already on the host root's /sys, and mounting the same
+    filesystem on the same mount point is EBUSY: every call failed with
+    `mount /sys: Device or resource busy` before. Its /sys is still a
+    read-only sysfs, masked as a call of network "none" sees it."""
+    src = ("import json, os, socket\n"
+           "names = sorted(n for _, n in socket.if_nameindex())\n"
+           "ro = os.statvfs('/sys').f_flag & os.ST_RDONLY\n"
+           "fw = os.listdir('/sys/firmware') if os.path.isdir('/sys/firmware') else None\n"
+           "t = [l.split()[2] for l in open('/proc/self/mounts') if l.split()[1] == '/sys']\n"
+           "print(json.dumps([names, bool(ro), fw, t]))\n")
+    with create(sock, network="host") as sb:
+        r = sb.exec(python=src, timeout=30)
+        assert r.exit_code == 0, r.stderr
+        names, ro, fw, types = json.loads(r.stdout)
+        host = sorted(n for _, n in __import__("socket").if_nameindex())
+        assert names == host, (names, host)
+        assert ro and types and types[-1] == "sysfs", (ro, types)
+        assert fw in (None, []), fw
+    with create(sock) as sb:  # network "none": lo only
+        r = sb.exec(python=src, timeout=30)
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.stdout)[0] == ["lo"]
