@@ -160,7 +160,8 @@ struct fn_pool {
  * 0.23-0.32 ms on this VM (calls/s -20 %), and raising that directory's
  * cpu.shares did not help. On v2 a cgroup with processes (ours) cannot
  * delegate controllers to children, so there it is strata-fncall/w<pid>-<id>
- * (not measured: no v2 controllers here). */
+ * (not measured: no v2 controllers here), with the template in its "t" and
+ * the template's calls in its "c" (cg_prepare_calls). */
 enum { CG_PIDS, CG_MEMORY, CG_CPU, CG_N }; /* v1 hierarchies (v2: [0] only) */
 struct fn_cg {
 	int version;		   /* 0: none (Python calls refused), 1, 2 */
@@ -513,7 +514,9 @@ static void cg_sweep(const struct fn_cg *cg)
 				continue;
 			char p[PATH_MAX + 300];
 			snprintf(p, sizeof(p), "%s/%s/c", cg->base[i], e->d_name);
-			rmdir(p); /* its call cgroup first */
+			rmdir(p); /* its call cgroup first, and on v2 the template's */
+			p[strlen(p) - 1] = 't';
+			rmdir(p);
 			p[strlen(p) - 2] = 0;
 			rmdir(p);
 		}
@@ -641,7 +644,8 @@ static int cpu_set(const struct fn_cg *cg, struct fn_worker *w, uint32_t millis)
 /* In the worker, before it pivots: creates its cgroups (the cpu one
  * exists already), moves itself in (the slow part of cgroups v1, kept off
  * sandboxd's loop) and keeps the pids and memory directories open at fds 4
- * (v2: the one directory) and 5, close-on-exec, for its limits. On v1 it
+ * (v2: the one directory, the worker joining its "t") and 5,
+ * close-on-exec, for its limits. On v1 it
  * joins through "tasks", which moves only the writing thread (all of this
  * single-threaded process) without the cgroup_threadgroup_rwsem that a
  * cgroup.procs write takes (sandbox/README.md). A failure ends it: a worker
@@ -656,7 +660,7 @@ static void cg_enter(const struct fn_cg *cg, uint64_t id)
 			errno = -r;
 			die("make its cgroup");
 		}
-		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "cgroup.procs", p, sizeof(p));
+		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "t/cgroup.procs", p, sizeof(p));
 		r = sbd_kfile_write(p, "0");
 		if (r < 0) {
 			errno = -r;
@@ -721,7 +725,9 @@ static bool cg_try_remove(struct fn_cg *cg, uint64_t id)
 	char p[PATH_MAX + 64];
 	bool done = true;
 	for (int i = 0; i < cg_count(cg); i++) {
-		cg_path(cg, i, id, "c", p, sizeof(p)); /* the call cgroup (v1 pids, memory) */
+		cg_path(cg, i, id, "c", p, sizeof(p)); /* the call cgroup (pids, memory) */
+		rmdir(p);
+		cg_path(cg, i, id, "t", p, sizeof(p)); /* v2: the template's */
 		rmdir(p);
 		cg_path(cg, i, id, NULL, p, sizeof(p));
 		if (rmdir(p) < 0 && errno != ENOENT)
@@ -959,57 +965,86 @@ static void filter_pass(const struct fn_backend *fb)
 	fd_place(fd, 6);
 }
 
-/* On the loop, before the clone (v1): makes the worker's pids and memory
- * cgroups and their "c" children, where its call processes go, and opens
- * c's tasks files and memory.oom_control into fds[0..2]. Opened here, in
- * sandboxd's mount namespace: a file the worker held open for writing on a
- * mount of its own namespace would make the image root's read-only
- * mount_setattr fail (EBUSY), and after it they are read-only. */
+/* On the loop, before the clone: makes the cgroups where the worker's call
+ * processes go and opens the files they join through (fds[0], fds[1]: the
+ * tasks or cgroup.procs files a call process writes "0" to, -1 when none)
+ * and the one that counts OOM kills (fds[2]). v1: "c" below the worker's
+ * pids and memory cgroups, its tasks files and memory.oom_control. v2 (a
+ * cgroup with processes cannot delegate controllers to children): the
+ * worker's directory W gets the pids and memory controllers for its
+ * children, "t" (the template: cg_enter) and "c" (its calls) below it, and
+ * the fds are c's cgroup.procs and memory.events. Opened here, in
+ * sandboxd's mount and cgroup namespaces: a file the worker held open for
+ * writing on a mount of its own namespace would make the image root's
+ * read-only mount_setattr fail (EBUSY), after it they are read-only, and a
+ * cgroup2 mounted with nsdelegate checks a migration against the cgroup
+ * namespace of the file's opener (the call processes' has t as its root,
+ * where c is out of sight). */
 static int cg_prepare_calls(const struct fn_cg *cg, uint64_t id, int fds[3])
 {
-	static const char *const files[] = {"c/tasks", "c/tasks", "c/memory.oom_control"};
+	static const char *const v1[] = {"c/tasks", "c/tasks", "c/memory.oom_control"};
+	static const char *const v2[] = {"c/cgroup.procs", NULL, "c/memory.events"};
 	char p[PATH_MAX + 64];
-	if (cg->version != 1)
+	int r;
+	if (cg->version == 2) {
+		if ((r = cg_mkdir(cg, 0, id)) < 0)
+			return r;
+		cg_path(cg, 0, id, "cgroup.subtree_control", p, sizeof(p));
+		if ((r = sbd_kfile_write(p, "+pids +memory")) < 0)
+			return r;
+		for (const char *const *d = (const char *const[]){"t", "c", NULL}; *d; d++) {
+			cg_path(cg, 0, id, *d, p, sizeof(p));
+			if (mkdir(p, 0755) < 0 && errno != EEXIST)
+				return -errno;
+		}
+	}
+	if (cg->version != 1 && cg->version != 2)
 		return 0;
 	for (int i = 0; i < 3; i++) {
-		int h = i ? CG_MEMORY : CG_PIDS, r;
-		if (i < 2) {
+		const char *f = cg->version == 1 ? v1[i] : v2[i];
+		int h = cg->version == 2 ? 0 : i ? CG_MEMORY : CG_PIDS;
+		if (!f)
+			continue;
+		if (cg->version == 1 && i < 2) {
 			if ((r = cg_mkdir(cg, h, id)) < 0)
 				return r;
 			cg_path(cg, h, id, "c", p, sizeof(p));
 			if (mkdir(p, 0755) < 0 && errno != EEXIST)
 				return -errno;
 		}
-		cg_path(cg, h, id, files[i], p, sizeof(p));
+		cg_path(cg, h, id, f, p, sizeof(p));
 		if ((fds[i] = open(p, (i < 2 ? O_WRONLY : O_RDONLY) | O_CLOEXEC)) < 0)
 			return -errno;
 	}
 	return 0;
 }
 
-/* In the worker: the call cgroups' limits (v1: c below its pids and
- * memory cgroups, fds 4 and 5; a ready call process counts too: pids + 1,
- * 16 MiB) and the files cg_prepare_calls opened (fds) at 7, 8 (the tasks
- * files a call process writes "0" to) and 9 (memory.oom_control). On v2 a
- * cgroup with processes cannot delegate to children: the call processes
- * stay in the template's cgroup (its limits are then the sandbox's plus the
- * template's allowance) and fd 9 is its memory.events. */
+/* In the worker: the call cgroup's limits (c below its pids and memory
+ * cgroups, fds 4 and 5 on v1, below its one directory, fd 4, on v2; a
+ * ready call process counts too: pids + 1, 16 MiB) and the files
+ * cg_prepare_calls opened (fds) at 7, 8 (the files a call process writes
+ * "0" to) and 9 (memory.oom_control, v2 memory.events). */
 static void cg_calls(const struct fn_cg *cg, int64_t pids, int64_t mem, const int fds[3])
 {
-	if (cg->version == 2) {
-		fd_place(fd_high(openat(4, "memory.events", O_RDONLY | O_CLOEXEC), "memory.events"),
-			 9);
+	if (!cg->version)
 		return;
-	}
 	int pd = fd_high(openat(4, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open pids/c");
-	int md = fd_high(openat(5, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open memory/c");
+	int md = cg->version == 2
+		     ? pd
+		     : fd_high(openat(5, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open memory/c");
 	limit_at(pd, "pids.max", pids, false);
-	limit_at(md, "memory.limit_in_bytes", mem, false);
-	limit_at(md, "memory.memsw.limit_in_bytes", mem, true);
+	if (cg->version == 2) {
+		limit_at(md, "memory.max", mem, false);
+		limit_at(md, "memory.swap.max", 0, true);
+	} else {
+		limit_at(md, "memory.limit_in_bytes", mem, false);
+		limit_at(md, "memory.memsw.limit_in_bytes", mem, true);
+		close(md);
+	}
 	close(pd);
-	close(md);
 	for (int i = 0; i < 3; i++)
-		fd_place(fd_high(fds[i], "a call cgroup file"), 7 + i);
+		if (fds[i] >= 0)
+			fd_place(fd_high(fds[i], "a call cgroup file"), 7 + i);
 }
 
 /* In the child of a raw clone3 of a multi-threaded sandboxd: no malloc
@@ -1037,9 +1072,10 @@ static void __attribute__((noreturn)) worker_main(const struct fn_pool *p, uint6
 	if (!p->net_host)
 		loopback_up();
 	sbx_sandbox_fd_limit();
-	/* On v2 the template shares its memory cgroup with its calls: it is not
-	 * the OOM killer's choice (best effort: CAP_SYS_RESOURCE; on v1 the
-	 * calls' own cgroup is where the OOM happens). */
+	/* The worker's memory limit covers the template and its calls' cgroup:
+	 * the template is not the OOM killer's choice there (best effort:
+	 * CAP_SYS_RESOURCE; the calls' own cgroup is where an OOM of a call
+	 * happens). */
 	int oa = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (oa >= 0 && write(oa, "-1000", 5) != 5)
 		errno = 0;
