@@ -15,51 +15,13 @@
 #                 cpu/op MS threads/op US loop/op US load L
 set -euo pipefail
 
-[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
-[ "$(id -u)" -eq 0 ] || { echo "bench/sandbox/ab_api.sh: needs root" >&2; exit 77; }
-OLD=$(cd "$1" && pwd)
-NEW=$(cd "$2" && pwd)
-ROUNDS=${3:-2}
-SECS=${4:-3}
-shift $(($# < 4 ? $# : 4))
-CONCS=${*:-"1 8"}
-BENCH=${BENCH:-$OLD/sandbox_bench}
-for d in "$OLD" "$NEW"; do
-  for f in strata-sandboxd strata-agent; do
-    [ -x "$d/$f" ] || { echo "bench/sandbox/ab_api.sh: $d/$f missing" >&2; exit 1; }
-  done
-done
-[ -x "$BENCH" ] || { echo "bench/sandbox/ab_api.sh: $BENCH missing" >&2; exit 1; }
-
-work=$(mktemp -d /var/tmp/strata-sbabapi.XXXXXX)
-state=$(mktemp -d /dev/shm/strata-sbabapi.XXXXXX)
-declare -A pid
-cleanup() {
-  for v in OLD NEW; do
-    if [ -n "${pid[$v]:-}" ] && kill -0 "${pid[$v]}" 2>/dev/null; then
-      "$BENCH" purge "$work/$v.sock" >/dev/null 2>&1 || true
-      kill -TERM "${pid[$v]}" 2>/dev/null || true
-      wait "${pid[$v]}" 2>/dev/null || true
-    fi
-  done
-  rm -rf "$work" "$state"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+NAME=bench/sandbox/ab_api.sh DEF_CONCS="1 8"
+. "$(dirname "$0")/ab_daemons.sh"
 
 . "$(dirname "$0")/busybox_root.sh"
 r=$work/rootfs
 busybox_root "$r"
-
-for v in OLD NEW; do
-  d=${!v}
-  mkdir -p "$state/$v"
-  "$d/strata-sandboxd" --home "$work/home-$v" --socket "$work/$v.sock" \
-    --state-dir "$state/$v" --image "bb=$r" --log-level warn >"$work/$v.log" 2>&1 &
-  pid[$v]=$!
-  for _ in $(seq 200); do [ -S "$work/$v.sock" ] && break; sleep 0.05; done
-  [ -S "$work/$v.sock" ] || { cat "$work/$v.log" >&2; exit 1; }
-done
+ab_start --image "bb=$r"
 
 tck=$(getconf CLK_TCK)
 cpu() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat"; }

@@ -60,18 +60,9 @@ fi
 . "$SRC/bench/sandbox/busybox_root.sh"
 busybox_root "$work/rootfs"
 
-# Python image: the host's python3, its libraries and its stdlib (hard links
-# where the file system allows: no copy, no network).
-py=$(readlink -f /usr/bin/python3)
-pyver=$(basename "$py")
-busybox_root "$work/pyroot"
-cp "$py" "$work/pyroot/usr/bin/python3"
-for lib in $(ldd "$py" | grep -o '/[^ ]*'); do
-  mkdir -p "$work/pyroot$(dirname "$lib")"
-  cp -L "$lib" "$work/pyroot$lib"
-done
-mkdir -p "$work/pyroot/usr/lib"
-cp -al "/usr/lib/$pyver" "$work/pyroot/usr/lib/" 2>/dev/null || cp -a "/usr/lib/$pyver" "$work/pyroot/usr/lib/"
+# Python image: the host's python3, its libraries and its stdlib.
+. "$SRC/bench/sandbox/python_root.sh"
+python_root "$work/pyroot"
 
 # crun's bundle: the same busybox rootfs, read-only, running /bin/true.
 mkdir -p "$work/bundle"

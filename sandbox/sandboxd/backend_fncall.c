@@ -106,6 +106,9 @@ struct fn_worker {
 #define PY_TEMPLATE_MEMORY (128LL << 20) /* the template's allowance beside */
 #define PY_TEMPLATE_PIDS 8
 #define PY_READY 4 /* call processes a template keeps ready (py_boot) */
+/* What a ready call process copies ahead at most (py_boot's prefault): 8 MiB,
+ * within its PY_READY_MEMORY. */
+#define PY_PREFAULT_MAX_S "8388608"
 
 /* A call on a warm interpreter (see py_boot). */
 struct py_call {
@@ -157,7 +160,8 @@ struct fn_pool {
  * 0.23-0.32 ms on this VM (calls/s -20 %), and raising that directory's
  * cpu.shares did not help. On v2 a cgroup with processes (ours) cannot
  * delegate controllers to children, so there it is strata-fncall/w<pid>-<id>
- * (not measured: no v2 controllers here). */
+ * (not measured: no v2 controllers here), with the template in its "t" and
+ * the template's calls in its "c" (cg_prepare_calls). */
 enum { CG_PIDS, CG_MEMORY, CG_CPU, CG_N }; /* v1 hierarchies (v2: [0] only) */
 struct fn_cg {
 	int version;		   /* 0: none (Python calls refused), 1, 2 */
@@ -245,7 +249,7 @@ struct fn_backend {
  * it answers each by a byte on its result pipe. The memory cgroup's
  * oom_kill count (fd 9) tells an OOM kill from another SIGKILL. */
 static const char py_boot[] =
-    "import os,sys,json,io,struct,base64,traceback,socket,ctypes\n"
+    "import os,sys,json,io,struct,base64,traceback,socket,ctypes,gc\n"
     "L=ctypes.CDLL(None,use_errno=True)\n"
     "U=ctypes.c_ulong\n"
     "KEEP=sys.argv[1]=='1'\n"
@@ -289,6 +293,7 @@ static const char py_boot[] =
     "    return 0\n"
     "def prep():\n"
     "    for f in CG: os.write(f,b'0'); os.close(f)\n"
+    "    for a,n in PF: L.madvise(U(a),U(n),23)\n"
     "    ck(L.unshare(0x20000|0x08000000),'unshare the mount and IPC namespaces')\n"
     "    if os.path.isdir('/tmp'): mnt('tmpfs','/tmp','tmpfs',6,'size=64m,mode=1777')\n"
     "    mnt('proc','/proc','proc',14)\n"
@@ -310,6 +315,21 @@ static const char py_boot[] =
     "    ck(L.prctl(38,U(1),U(0),U(0),U(0)),'no_new_privs')\n"
     "    ck(L.prctl(22,U(2),ctypes.byref(FP(len(F)//8,ctypes.addressof(FB))),U(0),U(0)),'load the "
     "seccomp filter')\n"
+    "def written():\n"
+    "    w=[]; t=0\n"
+    "    pm=os.open('/proc/self/pagemap',os.O_RDONLY|os.O_CLOEXEC)\n"
+    "    for l in open('/proc/self/maps').read().splitlines():\n"
+    "        a=l.split()\n"
+    "        if a[1][:2]!='rw' or a[1][3]!='p' or len(a)>5 and a[5][:2]=='[v': continue\n"
+    "        lo,hi=(int(x,16) for x in a[0].split('-'))\n"
+    "        b=os.pread(pm,(hi-lo)>>9,lo>>9)\n"
+    "        for i,(v,) in enumerate(struct.iter_unpack('<Q',b)):\n"
+    "            if v>>56&0x81!=0x81 or t>=PF_MAX: continue\n"
+    "            x=lo+(i<<12); t+=4096\n"
+    "            if w and w[-1][0]+w[-1][1]==x: w[-1][1]+=4096\n"
+    "            else: w.append([x,4096])\n"
+    "    os.close(pm)\n"
+    "    return w\n"
     "def run(r,g):\n"
     "    os.environ.clear()\n"
     "    os.environ.update(dict(x.split('=',1) for x in r['env']))\n"
@@ -337,7 +357,7 @@ static const char py_boot[] =
     "        try: os.waitpid(-1,0)\n"
     "        except ChildProcessError: return\n"
     "        except OSError: pass\n"
-    "def child(r,w,x):\n"
+    "def child(r,w,x,P):\n"
     "    prep()\n"
     "    os.write(w,b'r'); os.close(w)\n"
     "    g={'__name__':'__main__','__builtins__':__builtins__}\n"
@@ -345,11 +365,13 @@ static const char py_boot[] =
     "        q=frame(r)\n"
     "        if q is None: os._exit(0)\n"
     "        code=run(json.loads(q),g)\n"
+    "        if P: os.write(x,json.dumps(written()).encode()); os._exit(0)\n"
     "        reap()\n"
     "        if not KEEP: os._exit(code)\n"
     "        os.write(x,bytes([code]))\n"
     "ready=[]\n"
-    "def spawn():\n"
+    "def spawn(P=False):\n"
+    "    gc.freeze()\n"
     "    r,w=os.pipe(); rr,rw=os.pipe(); xr,xw=os.pipe()\n"
     "    ck(L.setns(PIDNS,0x20000000),'setns'); ck(L.unshare(0x20000000),'unshare the pid "
     "namespace')\n"
@@ -361,7 +383,7 @@ static const char py_boot[] =
     "                if k>lo: os.closerange(lo,k)\n"
     "                lo=k+1\n"
     "            os.closerange(lo,1<<20)\n"
-    "            child(r,rw,xw)\n"
+    "            child(r,rw,xw,P)\n"
     "        except BaseException as x: die('prepare a call: %r'%x)\n"
     "        os._exit(126)\n"
     "    for f in (r,rw,xw): os.close(f)\n"
@@ -378,7 +400,24 @@ static const char py_boot[] =
     "    if os.read(c[2],1)!=b'r': die('a call process did not start')\n"
     "    ns=os.open('/proc/%d/ns/mnt'%c[0],os.O_RDONLY|os.O_CLOEXEC)\n"
     "    socket.send_fds(S,[b'\\0\\0\\0\\0'],[ns]); os.close(ns)\n"
+    "def probe():\n"
+    "    c=spawn(True)\n"
+    "    if os.read(c[2],1)!=b'r': die('a call process did not start')\n"
+    "    "
+    "q=json.dumps({'source':'pass','env':['PATH=/usr/bin:/bin'],'cwd':'/','stdin':''}).encode()\n"
+    "    os.write(c[1],struct.pack('<I',len(q))+q)\n"
+    "    b=b''\n"
+    "    while True:\n"
+    "        k=os.read(c[3],65536)\n"
+    "        if not k: break\n"
+    "        b+=k\n"
+    "    os.waitpid(c[0],0); drop(c)\n"
+    "    try: return [(int(a),int(n)) for a,n in json.loads(b)]\n"
+    "    except Exception: return []\n"
     "cur=None\n"
+    "PF=[]; PF_MAX=" PY_PREFAULT_MAX_S "\n"
+    "gc.collect(); gc.freeze()\n"
+    "if not KEEP: PF=probe()\n"
     "while True:\n"
     "    while not KEEP and len(ready)<4: ready.append(spawn())\n"
     "    q=frame(3)\n"
@@ -475,7 +514,9 @@ static void cg_sweep(const struct fn_cg *cg)
 				continue;
 			char p[PATH_MAX + 300];
 			snprintf(p, sizeof(p), "%s/%s/c", cg->base[i], e->d_name);
-			rmdir(p); /* its call cgroup first */
+			rmdir(p); /* its call cgroup first, and on v2 the template's */
+			p[strlen(p) - 1] = 't';
+			rmdir(p);
 			p[strlen(p) - 2] = 0;
 			rmdir(p);
 		}
@@ -603,7 +644,8 @@ static int cpu_set(const struct fn_cg *cg, struct fn_worker *w, uint32_t millis)
 /* In the worker, before it pivots: creates its cgroups (the cpu one
  * exists already), moves itself in (the slow part of cgroups v1, kept off
  * sandboxd's loop) and keeps the pids and memory directories open at fds 4
- * (v2: the one directory) and 5, close-on-exec, for its limits. On v1 it
+ * (v2: the one directory, the worker joining its "t") and 5,
+ * close-on-exec, for its limits. On v1 it
  * joins through "tasks", which moves only the writing thread (all of this
  * single-threaded process) without the cgroup_threadgroup_rwsem that a
  * cgroup.procs write takes (sandbox/README.md). A failure ends it: a worker
@@ -618,7 +660,7 @@ static void cg_enter(const struct fn_cg *cg, uint64_t id)
 			errno = -r;
 			die("make its cgroup");
 		}
-		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "cgroup.procs", p, sizeof(p));
+		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "t/cgroup.procs", p, sizeof(p));
 		r = sbd_kfile_write(p, "0");
 		if (r < 0) {
 			errno = -r;
@@ -683,7 +725,9 @@ static bool cg_try_remove(struct fn_cg *cg, uint64_t id)
 	char p[PATH_MAX + 64];
 	bool done = true;
 	for (int i = 0; i < cg_count(cg); i++) {
-		cg_path(cg, i, id, "c", p, sizeof(p)); /* the call cgroup (v1 pids, memory) */
+		cg_path(cg, i, id, "c", p, sizeof(p)); /* the call cgroup (pids, memory) */
+		rmdir(p);
+		cg_path(cg, i, id, "t", p, sizeof(p)); /* v2: the template's */
 		rmdir(p);
 		cg_path(cg, i, id, NULL, p, sizeof(p));
 		if (rmdir(p) < 0 && errno != ENOENT)
@@ -816,12 +860,18 @@ static void mask_proc(const char **empty)
 
 /* /sys: a read-only sysfs of the worker's network namespace (hiding, for
  * an image that is the host's root, the host's /sys and what is mounted
- * below it), with the masked directories. */
+ * below it), with the masked directories. With network "host" and the
+ * host's root as the image, that sysfs is the one already mounted there,
+ * and the kernel refuses a filesystem on a mount point of its own (EBUSY):
+ * the host's /sys tree is detached from our private mount namespace first. */
 static void mount_sys(const char **empty)
 {
+	const unsigned long fl = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	if (access("sys", F_OK) < 0)
 		return;
-	if (mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+	if (mount("sysfs", "sys", "sysfs", fl, NULL) < 0 &&
+	    (errno != EBUSY || umount2("sys", MNT_DETACH) < 0 ||
+	     mount("sysfs", "sys", "sysfs", fl, NULL) < 0))
 		die("mount /sys");
 	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
 		mask_dir(sys_masked[i], empty);
@@ -915,57 +965,86 @@ static void filter_pass(const struct fn_backend *fb)
 	fd_place(fd, 6);
 }
 
-/* On the loop, before the clone (v1): makes the worker's pids and memory
- * cgroups and their "c" children, where its call processes go, and opens
- * c's tasks files and memory.oom_control into fds[0..2]. Opened here, in
- * sandboxd's mount namespace: a file the worker held open for writing on a
- * mount of its own namespace would make the image root's read-only
- * mount_setattr fail (EBUSY), and after it they are read-only. */
+/* On the loop, before the clone: makes the cgroups where the worker's call
+ * processes go and opens the files they join through (fds[0], fds[1]: the
+ * tasks or cgroup.procs files a call process writes "0" to, -1 when none)
+ * and the one that counts OOM kills (fds[2]). v1: "c" below the worker's
+ * pids and memory cgroups, its tasks files and memory.oom_control. v2 (a
+ * cgroup with processes cannot delegate controllers to children): the
+ * worker's directory W gets the pids and memory controllers for its
+ * children, "t" (the template: cg_enter) and "c" (its calls) below it, and
+ * the fds are c's cgroup.procs and memory.events. Opened here, in
+ * sandboxd's mount and cgroup namespaces: a file the worker held open for
+ * writing on a mount of its own namespace would make the image root's
+ * read-only mount_setattr fail (EBUSY), after it they are read-only, and a
+ * cgroup2 mounted with nsdelegate checks a migration against the cgroup
+ * namespace of the file's opener (the call processes' has t as its root,
+ * where c is out of sight). */
 static int cg_prepare_calls(const struct fn_cg *cg, uint64_t id, int fds[3])
 {
-	static const char *const files[] = {"c/tasks", "c/tasks", "c/memory.oom_control"};
+	static const char *const v1[] = {"c/tasks", "c/tasks", "c/memory.oom_control"};
+	static const char *const v2[] = {"c/cgroup.procs", NULL, "c/memory.events"};
 	char p[PATH_MAX + 64];
-	if (cg->version != 1)
+	int r;
+	if (cg->version == 2) {
+		if ((r = cg_mkdir(cg, 0, id)) < 0)
+			return r;
+		cg_path(cg, 0, id, "cgroup.subtree_control", p, sizeof(p));
+		if ((r = sbd_kfile_write(p, "+pids +memory")) < 0)
+			return r;
+		for (const char *const *d = (const char *const[]){"t", "c", NULL}; *d; d++) {
+			cg_path(cg, 0, id, *d, p, sizeof(p));
+			if (mkdir(p, 0755) < 0 && errno != EEXIST)
+				return -errno;
+		}
+	}
+	if (cg->version != 1 && cg->version != 2)
 		return 0;
 	for (int i = 0; i < 3; i++) {
-		int h = i ? CG_MEMORY : CG_PIDS, r;
-		if (i < 2) {
+		const char *f = cg->version == 1 ? v1[i] : v2[i];
+		int h = cg->version == 2 ? 0 : i ? CG_MEMORY : CG_PIDS;
+		if (!f)
+			continue;
+		if (cg->version == 1 && i < 2) {
 			if ((r = cg_mkdir(cg, h, id)) < 0)
 				return r;
 			cg_path(cg, h, id, "c", p, sizeof(p));
 			if (mkdir(p, 0755) < 0 && errno != EEXIST)
 				return -errno;
 		}
-		cg_path(cg, h, id, files[i], p, sizeof(p));
+		cg_path(cg, h, id, f, p, sizeof(p));
 		if ((fds[i] = open(p, (i < 2 ? O_WRONLY : O_RDONLY) | O_CLOEXEC)) < 0)
 			return -errno;
 	}
 	return 0;
 }
 
-/* In the worker: the call cgroups' limits (v1: c below its pids and
- * memory cgroups, fds 4 and 5; a ready call process counts too: pids + 1,
- * 16 MiB) and the files cg_prepare_calls opened (fds) at 7, 8 (the tasks
- * files a call process writes "0" to) and 9 (memory.oom_control). On v2 a
- * cgroup with processes cannot delegate to children: the call processes
- * stay in the template's cgroup (its limits are then the sandbox's plus the
- * template's allowance) and fd 9 is its memory.events. */
+/* In the worker: the call cgroup's limits (c below its pids and memory
+ * cgroups, fds 4 and 5 on v1, below its one directory, fd 4, on v2; a
+ * ready call process counts too: pids + 1, 16 MiB) and the files
+ * cg_prepare_calls opened (fds) at 7, 8 (the files a call process writes
+ * "0" to) and 9 (memory.oom_control, v2 memory.events). */
 static void cg_calls(const struct fn_cg *cg, int64_t pids, int64_t mem, const int fds[3])
 {
-	if (cg->version == 2) {
-		fd_place(fd_high(openat(4, "memory.events", O_RDONLY | O_CLOEXEC), "memory.events"),
-			 9);
+	if (!cg->version)
 		return;
-	}
 	int pd = fd_high(openat(4, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open pids/c");
-	int md = fd_high(openat(5, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open memory/c");
+	int md = cg->version == 2
+		     ? pd
+		     : fd_high(openat(5, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open memory/c");
 	limit_at(pd, "pids.max", pids, false);
-	limit_at(md, "memory.limit_in_bytes", mem, false);
-	limit_at(md, "memory.memsw.limit_in_bytes", mem, true);
+	if (cg->version == 2) {
+		limit_at(md, "memory.max", mem, false);
+		limit_at(md, "memory.swap.max", 0, true);
+	} else {
+		limit_at(md, "memory.limit_in_bytes", mem, false);
+		limit_at(md, "memory.memsw.limit_in_bytes", mem, true);
+		close(md);
+	}
 	close(pd);
-	close(md);
 	for (int i = 0; i < 3; i++)
-		fd_place(fd_high(fds[i], "a call cgroup file"), 7 + i);
+		if (fds[i] >= 0)
+			fd_place(fd_high(fds[i], "a call cgroup file"), 7 + i);
 }
 
 /* In the child of a raw clone3 of a multi-threaded sandboxd: no malloc
@@ -993,9 +1072,10 @@ static void __attribute__((noreturn)) worker_main(const struct fn_pool *p, uint6
 	if (!p->net_host)
 		loopback_up();
 	sbx_sandbox_fd_limit();
-	/* On v2 the template shares its memory cgroup with its calls: it is not
-	 * the OOM killer's choice (best effort: CAP_SYS_RESOURCE; on v1 the
-	 * calls' own cgroup is where the OOM happens). */
+	/* The worker's memory limit covers the template and its calls' cgroup:
+	 * the template is not the OOM killer's choice there (best effort:
+	 * CAP_SYS_RESOURCE; the calls' own cgroup is where an OOM of a call
+	 * happens). */
 	int oa = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (oa >= 0 && write(oa, "-1000", 5) != 5)
 		errno = 0;
@@ -1184,11 +1264,26 @@ static struct fn_pool *pool_get(struct fn_backend *fb, const struct sbd_sandbox 
 	return p;
 }
 
+/* The interpreters of p in calls. A pool's target counts them with the
+ * idle ones: a call takes its interpreter for its duration and gives it
+ * back, so booting a replacement when one is taken (what an idle-only
+ * count did at every call that left fewer idle than the target: a python3
+ * start, ~100 ms of CPU on this VM, and one killed again at the next tick)
+ * is only needed when all are busy. */
+static int pool_busy(const struct fn_pool *p)
+{
+	int n = 0;
+	for (struct py_call *c = p->fb->calls; c; c = c->next)
+		n += c->pool == p;
+	return n;
+}
+
 static void pool_refill(void *ctx)
 {
 	struct fn_pool *p = ctx;
 	p->refill_queued = false;
-	for (int i = 0; i < 4 && p->nidle < p->target; i++) {
+	int busy = pool_busy(p);
+	for (int i = 0; i < 4 && p->nidle + busy < p->target; i++) {
 		struct fn_worker *w;
 		if (worker_spawn(p, &w) < 0)
 			return;
@@ -1196,13 +1291,13 @@ static void pool_refill(void *ctx)
 		p->idle = w;
 		p->nidle++;
 	}
-	if (p->nidle < p->target && sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
+	if (p->nidle + busy < p->target && sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
 		p->refill_queued = true;
 }
 
 static void pool_kick(struct fn_pool *p)
 {
-	if (!p->refill_queued && p->nidle < p->target &&
+	if (!p->refill_queued && p->nidle + pool_busy(p) < p->target &&
 	    sbd_defer(p->fb->b.loop, pool_refill, p) == 0)
 		p->refill_queued = true;
 }
@@ -1214,9 +1309,9 @@ static void discard_pending(int fd)
 		;
 }
 
-/* Kills idle workers beyond keep, those idle the longest first: the list's
- * head is the worker a call just gave back, whose interpreter has that
- * call's imports warm (and which a caller may still be looking at). */
+/* Kills idle workers beyond keep, those idle the longest first (the list's
+ * tail): the head is the worker a call just gave back, which a caller may
+ * still be looking at. */
 static void pool_trim(struct fn_pool *p, int keep)
 {
 	while (p->nidle > keep && p->idle) {
@@ -1241,8 +1336,15 @@ static int pool_take(struct fn_pool *p, struct fn_worker **ret)
 	if (!p->idle && p->target < POOL_MAX && !p->keep[0])
 		p->target++;
 	while (p->idle) {
-		struct fn_worker *w = p->idle;
-		p->idle = w->next;
+		/* The one idle the longest (the list's tail): a template forks the
+		 * replacement of the call process a call used after answering it
+		 * (~10 ms on this VM), and the one a call just gave back, the head,
+		 * would make the next call wait for that fork. */
+		struct fn_worker **pp = &p->idle;
+		while (!p->keep[0] && (*pp)->next)
+			pp = &(*pp)->next;
+		struct fn_worker *w = *pp;
+		*pp = w->next;
 		p->nidle--;
 		if (worker_alive(w)) {
 			if (w->calls) { /* a warm interpreter: drop stray output */
@@ -1575,9 +1677,7 @@ static int py_exec(struct fn_backend *fb, struct fn_pool *p, uint32_t cpu_millis
 			      .w_timer.fd = -1};
 	c->next = fb->calls;
 	fb->calls = c;
-	int busy = 0;
-	for (struct py_call *k = fb->calls; k; k = k->next)
-		busy += k->pool == p;
+	int busy = pool_busy(p);
 	if (busy > p->peak)
 		p->peak = busy;
 	if (w->in >= 0) { /* stdin travels in the request */
@@ -2311,14 +2411,6 @@ static int fn_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 	return 0;
 }
 
-static bool pool_in_use(const struct fn_pool *p)
-{
-	for (struct py_call *c = p->fb->calls; c; c = c->next)
-		if (c->pool == p)
-			return true;
-	return false;
-}
-
 static void fn_tick(struct sbd_backend *b)
 {
 	struct fn_backend *fb = b->priv;
@@ -2327,7 +2419,7 @@ static void fn_tick(struct sbd_backend *b)
 	cmd_tick(fb, now);
 	for (struct fn_pool **pp = &fb->pools; *pp;) {
 		struct fn_pool *d = *pp;
-		if (strcmp(d->keep, "-") || pool_in_use(d) || d->refill_queued) {
+		if (strcmp(d->keep, "-") || pool_busy(d) || d->refill_queued) {
 			pp = &d->next;
 			continue;
 		}
@@ -2342,9 +2434,7 @@ static void fn_tick(struct sbd_backend *b)
 			continue;
 		}
 		/* interpreters: the peak of concurrent calls, plus one */
-		int busy = 0;
-		for (struct py_call *c = fb->calls; c; c = c->next)
-			busy += c->pool == p;
+		int busy = pool_busy(p);
 		if (busy > p->peak)
 			p->peak = busy;
 		int want = p->peak + 1;
@@ -2356,7 +2446,7 @@ static void fn_tick(struct sbd_backend *b)
 			want = POOL_MAX;
 		if (want >= p->target || now - p->last_use_ms > 10000)
 			p->target = want;
-		pool_trim(p, p->target);
+		pool_trim(p, p->target > busy ? p->target - busy : 0);
 		pool_kick(p);
 	}
 }
