@@ -40,6 +40,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -434,6 +435,94 @@ static int rootfs_tree(const char *rootfs, int userns)
 		return r;
 	}
 	return fd;
+}
+
+/* The name of a filesystem type for messages ("0x..." when unknown). */
+static const char *fs_name(long t, char *buf, size_t cap)
+{
+	static const struct {
+		long t;
+		const char *name;
+	} names[] = {{0xEF53, "ext4"},	       {0x58465342, "XFS"},   {0x9123683E, "btrfs"},
+		     {0x01021994, "tmpfs"},    {0xE0F5E1E2, "EROFS"}, {0x794C7630, "overlayfs"},
+		     {0x01021997, "9p"},       {0x65735546, "FUSE"},  {0x6969, "NFS"},
+		     {0x73717368, "squashfs"}, {0x2FC12FC1, "ZFS"},   {0x858458F6, "ramfs"},
+		     {0xFF534D42, "CIFS"},     {0x5346544E, "NTFS"},  {0x4D44, "FAT"}};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].t == t)
+			return names[i].name;
+	snprintf(buf, cap, "0x%lx", (unsigned long)t);
+	return buf;
+}
+
+/* Whether this kernel's overlayfs takes idmapped lower layers (5.19). */
+static int overlay_takes_idmap(char *why, size_t cap)
+{
+	struct utsname u;
+	unsigned major = 0, minor = 0;
+	if (uname(&u) < 0 || sscanf(u.release, "%u.%u", &major, &minor) != 2)
+		return 0; /* unknown: let the first create tell */
+	if (major > 5 || (major == 5 && minor >= 19))
+		return 0;
+	snprintf(why, cap, "Linux %s: overlayfs takes idmapped lower layers from 5.19 on",
+		 u.release);
+	return -EOPNOTSUPP;
+}
+
+int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *why, size_t cap)
+{
+	struct statfs sf;
+	char tname[24];
+	if (cap)
+		why[0] = 0;
+	int r = overlay_takes_idmap(why, cap);
+	if (r < 0)
+		return r;
+	if (!rootfs || statfs(rootfs, &sf) < 0) {
+		r = rootfs ? -errno : -EINVAL;
+		snprintf(why, cap, "%s: %s", rootfs ? rootfs : "no rootfs", strerror(-r));
+		return r;
+	}
+	pthread_mutex_lock(&rt->pool.lock);
+	for (unsigned i = 0; i < rt->n_userns_fs; i++)
+		if (rt->userns_fs[i].f_type == (long)sf.f_type) {
+			r = rt->userns_fs[i].r;
+			snprintf(why, cap, "%s", rt->userns_fs[i].why);
+			pthread_mutex_unlock(&rt->pool.lock);
+			return r;
+		}
+	pthread_mutex_unlock(&rt->pool.lock);
+	struct userns u;
+	userns_init(&u);
+	r = userns_take(rt, &u);
+	if (r < 0) { /* not cached: a machine out of ranges may have one later */
+		snprintf(why, cap, "no user namespace for the sandbox: %s", strerror(-r));
+		return r;
+	}
+	int tree = rootfs_tree(rootfs, u.fd);
+	userns_recycle(rt, &u); /* it served nobody: nothing of a sandbox in it */
+	r = tree < 0 ? tree : 0;
+	if (tree >= 0)
+		close(tree);
+	const char *fs = fs_name((long)sf.f_type, tname, sizeof(tname));
+	if (r == -ENOSYS)
+		snprintf(why, cap, "the kernel has no mount_setattr (idmapped mounts: Linux 5.12)");
+	else if (r == -EINVAL || r == -EPERM || r == -EOPNOTSUPP)
+		snprintf(why, cap, "the image's %s filesystem does not support idmapped mounts",
+			 fs);
+	else if (r < 0)
+		snprintf(why, cap, "idmapping %s (%s): %s", rootfs, fs, strerror(-r));
+	if (r < 0 && r != -ENOSYS && r != -EINVAL && r != -EPERM && r != -EOPNOTSUPP)
+		return r; /* something else (ENOENT, EMFILE): not the filesystem's answer */
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_userns_fs < SBX_USERNS_FS_TYPES) {
+		struct userns_fs *f = &rt->userns_fs[rt->n_userns_fs++];
+		f->f_type = (long)sf.f_type;
+		f->r = r;
+		snprintf(f->why, sizeof(f->why), "%s", why);
+	}
+	pthread_mutex_unlock(&rt->pool.lock);
+	return r;
 }
 
 static int start(struct sbx *s, const struct sbx_config *c)
