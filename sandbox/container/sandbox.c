@@ -443,11 +443,14 @@ static const char *fs_name(long t, char *buf, size_t cap)
 	static const struct {
 		long t;
 		const char *name;
-	} names[] = {{0xEF53, "ext4"},	       {0x58465342, "XFS"},   {0x9123683E, "btrfs"},
-		     {0x01021994, "tmpfs"},    {0xE0F5E1E2, "EROFS"}, {0x794C7630, "overlayfs"},
-		     {0x01021997, "9p"},       {0x65735546, "FUSE"},  {0x6969, "NFS"},
-		     {0x73717368, "squashfs"}, {0x2FC12FC1, "ZFS"},   {0x858458F6, "ramfs"},
-		     {0xFF534D42, "CIFS"},     {0x5346544E, "NTFS"},  {0x4D44, "FAT"}};
+	} names[] = {{0xEF53, "ext4"},		{0x58465342, "XFS"},
+		     {0x9123683E, "btrfs"},	{0x01021994, "tmpfs"},
+		     {0x9FA0, "proc"},		{0xE0F5E1E2, "EROFS"},
+		     {0x794C7630, "overlayfs"}, {0x01021997, "9p"},
+		     {0x65735546, "FUSE"},	{0x6969, "NFS"},
+		     {0x73717368, "squashfs"},	{0x2FC12FC1, "ZFS"},
+		     {0x858458F6, "ramfs"},	{0xFF534D42, "CIFS"},
+		     {0x5346544E, "NTFS"},	{0x4D44, "FAT"}};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (names[i].t == t)
 			return names[i].name;

@@ -16,9 +16,10 @@
  * Likewise for IPC namespaces: "ipcdirty [chmod]" leaves a SysV shared
  * memory segment (with data), message queue (with a message) and
  * semaphore set, and a POSIX message queue with a message (with "chmod"
- * also a changed mode of /dev/mqueue); "ipcclean" checks that none of it
- * is visible, then makes and removes a segment and prints its id (0 in a
- * fresh namespace, more in one an earlier sandbox used).
+ * also a changed mode of /dev/mqueue, which in a user namespace must be
+ * refused: the host's root owns it); "ipcclean" checks that none of it
+ * is visible (/dev/mqueue 01777, owned by the host's root as seen here), then makes and removes a
+ * segment and prints its id (0 in a fresh namespace, more in one an earlier sandbox used).
  *
  * /dev, which a runtime's sandboxes share read-only: "devshared" tries to
  * change it (exit 0 if every attempt was refused), "devok" checks that the

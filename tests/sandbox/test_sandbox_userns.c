@@ -4,7 +4,7 @@
  * from here: a simulated escape of every other isolation) can neither write
  * a root-owned host file nor read /etc/shadow. The sandbox still works:
  * exec as root, image files read, files made inside are the range's
- * outside. A sandbox without (userns false, the default for now) is root as
+ * outside. A sandbox without (userns false, the library's default) is root as
  * before. Needs root; 77 otherwise. */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +72,19 @@ int main(void)
 	struct sbx_config cfg = sbxt_config(&e);
 	cfg.userns = true;
 	struct sbx *s = NULL, *old = NULL;
+	/* What sandboxd asks before it gives a sandbox a user namespace: yes
+	 * for the test's rootfs (ext4, XFS or tmpfs), no with the reason for a
+	 * filesystem without idmapped mounts (proc), twice (cached). */
+	char why[200];
+	r = sbx_runtime_userns_check(e.rt, e.rootfs, why, sizeof(why));
+	if (r < 0)
+		fprintf(stderr, "sbx_runtime_userns_check(%s): %s\n", e.rootfs, why);
+	CHECK(r == 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK(sbx_runtime_userns_check(e.rt, "/proc", why, sizeof(why)) < 0);
+		CHECK(strstr(why, "does not support idmapped mounts") != NULL);
+	}
+	fprintf(stderr, "/proc: %s\n", why);
 	r = sbx_create(e.rt, &cfg, &s);
 	if (r < 0) {
 		fprintf(stderr, "sbx_create: %s\n", strerror(-r));
