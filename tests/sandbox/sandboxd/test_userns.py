@@ -289,3 +289,17 @@ def test_no_userns_flag(no_userns):
         assert agent_of(no_userns, sb["id"])[1] >= BASE0
     finally:
         delete(no_userns, sb["id"])
+
+
+def test_cli_flags(userns):
+    from test_cli import strata
+    import json
+    for flag, want in (("--no-userns", False), ("--userns", True), (None, True)):
+        r = strata(userns, "create", "busybox", "--backend", "container", "--json",
+                   *([flag] if flag else []))
+        assert r.returncode == 0, r.stderr
+        sb = json.loads(r.stdout)
+        try:
+            assert sb["userns"] is want, (flag, sb)
+        finally:
+            delete(userns, sb["id"])
