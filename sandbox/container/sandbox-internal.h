@@ -305,6 +305,10 @@ struct sbx_runtime {
 		char why[160];
 	} userns_fs[SBX_USERNS_FS_TYPES];
 	unsigned n_userns_fs;
+	/* The kernel refused to make a user namespace (not a passing
+	 * shortage): every later check says so at once. */
+	int userns_make_r;
+	char userns_make_why[160];
 	void *stacks[SBX_STAGING_MAX]; /* stacks of staging children (sandbox.c) */
 	unsigned n_stacks;
 	/* Low fd numbers, reserved at start-up, for the socket ends of

@@ -487,6 +487,12 @@ int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *w
 		return r;
 	}
 	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->userns_make_r < 0) {
+		r = rt->userns_make_r;
+		snprintf(why, cap, "%s", rt->userns_make_why);
+		pthread_mutex_unlock(&rt->pool.lock);
+		return r;
+	}
 	for (unsigned i = 0; i < rt->n_userns_fs; i++)
 		if (rt->userns_fs[i].f_type == (long)sf.f_type) {
 			r = rt->userns_fs[i].r;
@@ -498,8 +504,17 @@ int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *w
 	struct userns u;
 	userns_init(&u);
 	r = userns_take(rt, &u);
-	if (r < 0) { /* not cached: a machine out of ranges may have one later */
+	if (r < 0) {
 		snprintf(why, cap, "no user namespace for the sandbox: %s", strerror(-r));
+		/* A shortage (every range taken, no fd or memory) may pass; the
+		 * kernel's refusal (EPERM, EINVAL, ENOSPC: max_user_namespaces)
+		 * does not. */
+		if (r != -EUSERS && r != -EMFILE && r != -ENFILE && r != -ENOMEM && r != -EAGAIN) {
+			pthread_mutex_lock(&rt->pool.lock);
+			rt->userns_make_r = r;
+			snprintf(rt->userns_make_why, sizeof(rt->userns_make_why), "%s", why);
+			pthread_mutex_unlock(&rt->pool.lock);
+		}
 		return r;
 	}
 	int tree = rootfs_tree(rootfs, u.fd);

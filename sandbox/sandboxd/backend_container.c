@@ -765,7 +765,7 @@ static int want_userns(struct ct_backend *cb, struct sbd_sandbox *sb, struct str
 {
 	char why[200];
 	sb->userns = false;
-	if (sb->userns_req == 0)
+	if (sb->userns_req == 0 || !cb->rt)
 		return 0;
 	int r = sbx_runtime_userns_check(cb->rt, sb->rootfs, why, sizeof(why));
 	if (r == 0)
