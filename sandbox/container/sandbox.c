@@ -415,7 +415,7 @@ static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint3
  * host ids 0..65535, are those ids inside (root's are root's). The
  * filesystem must allow idmapped mounts (ext4, XFS, btrfs, tmpfs, EROFS,
  * overlayfs do): -EINVAL otherwise, and the sandbox cannot have one. */
-static int rootfs_tree(const char *rootfs, int userns)
+static int rootfs_tree_of(const char *rootfs, int userns, unsigned recursive)
 {
 	struct {
 		uint64_t attr_set, attr_clr, propagation, userns_fd;
@@ -424,17 +424,22 @@ static int rootfs_tree(const char *rootfs, int userns)
 		attr.attr_set |= 0x00100000; /* MOUNT_ATTR_IDMAP */
 		attr.userns_fd = (uint64_t)userns;
 	}
-	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, rootfs,
-			      OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+	int fd =
+	    (int)syscall(SYS_open_tree, AT_FDCWD, rootfs, OPEN_TREE_CLONE | O_CLOEXEC | recursive);
 	if (fd < 0)
 		return -errno;
-	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) <
+	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | recursive, &attr, sizeof(attr)) <
 	    0) {
 		int r = -errno;
 		close(fd);
 		return r;
 	}
 	return fd;
+}
+
+static int rootfs_tree(const char *rootfs, int userns)
+{
+	return rootfs_tree_of(rootfs, userns, AT_RECURSIVE);
 }
 
 /* The name of a filesystem type for messages ("0x..." when unknown). */
@@ -481,9 +486,9 @@ int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *w
 	int r = overlay_takes_idmap(why, cap);
 	if (r < 0)
 		return r;
-	if (!rootfs || statfs(rootfs, &sf) < 0) {
-		r = rootfs ? -errno : -EINVAL;
-		snprintf(why, cap, "%s: %s", rootfs ? rootfs : "no rootfs", strerror(-r));
+	if (rootfs && statfs(rootfs, &sf) < 0) {
+		r = -errno;
+		snprintf(why, cap, "%s: %s", rootfs, strerror(-r));
 		return r;
 	}
 	pthread_mutex_lock(&rt->pool.lock);
@@ -493,7 +498,7 @@ int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *w
 		pthread_mutex_unlock(&rt->pool.lock);
 		return r;
 	}
-	for (unsigned i = 0; i < rt->n_userns_fs; i++)
+	for (unsigned i = 0; rootfs && i < rt->n_userns_fs; i++)
 		if (rt->userns_fs[i].f_type == (long)sf.f_type) {
 			r = rt->userns_fs[i].r;
 			snprintf(why, cap, "%s", rt->userns_fs[i].why);
@@ -517,11 +522,23 @@ int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *w
 		}
 		return r;
 	}
+	if (!rootfs) { /* the kernel's part only */
+		userns_recycle(rt, &u);
+		return 0;
+	}
 	int tree = rootfs_tree(rootfs, u.fd);
+	/* A mount below rootfs that refuses (the image's own filesystem
+	 * takes it): that rootfs's answer, not its filesystem type's. */
+	int top = tree < 0 ? rootfs_tree_of(rootfs, u.fd, 0) : -1;
 	userns_recycle(rt, &u); /* it served nobody: nothing of a sandbox in it */
 	r = tree < 0 ? tree : 0;
 	if (tree >= 0)
 		close(tree);
+	if (top >= 0) {
+		close(top);
+		snprintf(why, cap, "a mount below %s does not support idmapped mounts", rootfs);
+		return r;
+	}
 	const char *fs = fs_name((long)sf.f_type, tname, sizeof(tname));
 	if (r == -ENOSYS)
 		snprintf(why, cap, "the kernel has no mount_setattr (idmapped mounts: Linux 5.12)");

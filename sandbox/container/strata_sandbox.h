@@ -76,6 +76,7 @@ bool sbx_runtime_disk_quota(const struct sbx_runtime *rt, const char **ret_reaso
  * (sbx_config.userns): the runtime can make one, and rootfs's filesystem
  * can be idmapped into it (tried once per filesystem type, then cached),
  * on a kernel whose overlayfs takes idmapped lower layers (5.19).
+ * rootfs NULL: only whether user namespaces can be made at all.
  * Returns 0, or -errno with the reason in why[0..cap) (e.g. "the image's
  * 9p filesystem does not support idmapped mounts"). Thread-safe. */
 int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *why, size_t cap);

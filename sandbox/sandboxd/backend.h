@@ -229,8 +229,9 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
  * when it is unavailable. */
 struct sbx_runtime;
 struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *container);
-/* Whether sandboxes over images in dir (sandboxd's images directory) can
- * have user namespaces: what the container backend's capabilities say. */
+/* Whether sandboxes over images in dir (an image's root directory; NULL:
+ * none, only whether the kernel can) can have user namespaces: what the
+ * container backend's capabilities say. */
 void sbd_backend_container_userns_probe(struct sbd_backend *container, const char *dir);
 struct sbx_exec_result;
 /* The exit of a library exec as the API reports it (res NULL: all zero). */

@@ -796,6 +796,12 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 			       .userns = sb->userns,
 			       .orphan_timeout_ms = ORPHAN_TIMEOUT_MS};
 	r = sbx_create(cb->rt, &c, &box->s);
+	if (r == -EINVAL && sb->userns && sb->userns_req < 0) {
+		/* The image refused the idmapped mount after all (a mount below
+		 * its root that cannot take one): the default makes it without. */
+		sb->userns = c.userns = false;
+		r = sbx_create(cb->rt, &c, &box->s);
+	}
 	if (r < 0) {
 		strata_err_set(e, r, "container create failed: %s", strerror(-r));
 		free(box);

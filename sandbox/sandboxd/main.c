@@ -553,11 +553,10 @@ static int setup_backends(struct sandboxd *d)
 			log_info("container writable layers: %s%s",
 				 k.limits_disk ? "" : "no disk limit, ", k.disk_reason);
 		/* The images registered here show what user namespaces need:
-		 * an idmapped mount of their filesystem. */
-		const char *dir = d->images	      ? sbd_image_rootfs(d->images)
-				  : d->cfg.images_dir ? d->cfg.images_dir
-						      : d->cfg.home;
-		sbd_backend_container_userns_probe(d->backends[0], dir);
+		 * an idmapped mount of their filesystem; without one (images of
+		 * the store only, checked at each create), the kernel's part. */
+		sbd_backend_container_userns_probe(d->backends[0],
+						   d->images ? sbd_image_rootfs(d->images) : NULL);
 		d->backends[0]->caps(d->backends[0], &k);
 		if (k.available)
 			log_info("container user namespaces: %s%s",
