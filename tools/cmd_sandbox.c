@@ -4,7 +4,8 @@
  * $STRATA_SANDBOXD_SOCKET, else <home>/run/sandboxd.sock.
  *
  *   strata sandbox create IMAGE [--backend B] [--cpu N] [--memory MB] [--ttl S]
- *                         [--label k=v]... [--json]      prints the id
+ *                         [--label k=v]... [--userns|--no-userns] [--json]
+ *                                                      prints the id
  *   strata sandbox exec ID [--timeout S] -- CMD...      streams the output;
  *                         exits with the command's status (128+N for signal N)
  *   strata sandbox ls [--json]
@@ -31,6 +32,8 @@ static void usage(FILE *f)
 		"Usage: strata sandbox create IMAGE [--backend fncall|container|firecracker|qemu]\n"
 		"                             [--cpu N] [--memory MB] [--ttl S] [--label k=v]... "
 		"[--json]\n"
+		"                             [--userns|--no-userns] (a user namespace: the "
+		"node's default)\n"
 		"       strata sandbox exec ID [--timeout S] -- CMD...\n"
 		"       strata sandbox ls [--json]\n"
 		"       strata sandbox rm ID...\n"
@@ -176,13 +179,10 @@ static int api_call(const char *sock, const char *method, const char *path, cons
 
 static int cmd_create(const char *sock, int argc, char **argv)
 {
-	static const struct option o[] = {{"backend", 1, 0, 'b'},
-					  {"cpu", 1, 0, 'c'},
-					  {"memory", 1, 0, 'm'},
-					  {"ttl", 1, 0, 't'},
-					  {"label", 1, 0, 'l'},
-					  {"json", 0, 0, 'j'},
-					  {0}};
+	static const struct option o[] = {
+	    {"backend", 1, 0, 'b'}, {"cpu", 1, 0, 'c'},	      {"memory", 1, 0, 'm'},
+	    {"ttl", 1, 0, 't'},	    {"label", 1, 0, 'l'},     {"json", 0, 0, 'j'},
+	    {"userns", 0, 0, 'u'},  {"no-userns", 0, 0, 'U'}, {0}};
 	struct jw w, labels;
 	jw_init(&w);
 	jw_init(&labels);
@@ -218,6 +218,10 @@ static int cmd_create(const char *sock, int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 'u':
+		case 'U':
+			jw_kbool(&w, "userns", c == 'u');
 			break;
 		default:
 			usage(stderr);

@@ -181,11 +181,14 @@ static int enter_root(struct agent *a, int tree, int layer, const struct ag_star
 
 /* The upper layer's root (the overlay's root directory) owned by root of
  * the sandbox's user namespace, as the image's root directory is through
- * the idmapped lower: files made in / inside get the range's ids. */
+ * the idmapped lower: files made in / inside get the range's ids. A layer
+ * on disk is not attached yet (enter_root puts it at /q): its "u" is
+ * reached through the layer's tree. */
 static int own_upper(int layer, uint32_t uid_base)
 {
-	const char *u = layer >= 0 ? "/q/u" : "/u";
-	return chown(u, uid_base, uid_base) < 0 ? -errno : 0;
+	int r = layer >= 0 ? fchownat(layer, "u", uid_base, uid_base, AT_SYMLINK_NOFOLLOW)
+			   : chown("/u", uid_base, uid_base);
+	return r < 0 ? -errno : 0;
 }
 
 /* Enters the sandbox's user namespace as its root: setns gives all

@@ -284,6 +284,7 @@ void userns_free(struct userns *u);
 #define SBX_SPARE_NETNS 256
 #define SBX_SPARE_IPCNS 256
 #define SBX_SPARE_USERNS 256
+#define SBX_USERNS_FS_TYPES 16
 
 struct sbx_runtime {
 	char *state_dir, *staging;
@@ -295,7 +296,19 @@ struct sbx_runtime {
 	unsigned n_spare_ipc;
 	struct userns spare_userns[SBX_SPARE_USERNS]; /* ranges of ended sandboxes */
 	unsigned n_spare_userns;
-	uint32_t userns_next;	       /* the range to try first (atomic) */
+	uint32_t userns_next; /* the range to try first (atomic) */
+	/* sbx_runtime_userns_check's answers, per filesystem type (statfs
+	 * f_type), under pool.lock. */
+	struct userns_fs {
+		long f_type;
+		int r;
+		char why[160];
+	} userns_fs[SBX_USERNS_FS_TYPES];
+	unsigned n_userns_fs;
+	/* The kernel refused to make a user namespace (not a passing
+	 * shortage): every later check says so at once. */
+	int userns_make_r;
+	char userns_make_why[160];
 	void *stacks[SBX_STAGING_MAX]; /* stacks of staging children (sandbox.c) */
 	unsigned n_stacks;
 	/* Low fd numbers, reserved at start-up, for the socket ends of

@@ -40,6 +40,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -414,7 +415,7 @@ static int send_start(struct sbx *s, const struct sbx_config *c, int tree, uint3
  * host ids 0..65535, are those ids inside (root's are root's). The
  * filesystem must allow idmapped mounts (ext4, XFS, btrfs, tmpfs, EROFS,
  * overlayfs do): -EINVAL otherwise, and the sandbox cannot have one. */
-static int rootfs_tree(const char *rootfs, int userns)
+static int rootfs_tree_of(const char *rootfs, int userns, unsigned recursive)
 {
 	struct {
 		uint64_t attr_set, attr_clr, propagation, userns_fd;
@@ -423,17 +424,140 @@ static int rootfs_tree(const char *rootfs, int userns)
 		attr.attr_set |= 0x00100000; /* MOUNT_ATTR_IDMAP */
 		attr.userns_fd = (uint64_t)userns;
 	}
-	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, rootfs,
-			      OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+	int fd =
+	    (int)syscall(SYS_open_tree, AT_FDCWD, rootfs, OPEN_TREE_CLONE | O_CLOEXEC | recursive);
 	if (fd < 0)
 		return -errno;
-	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) <
+	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | recursive, &attr, sizeof(attr)) <
 	    0) {
 		int r = -errno;
 		close(fd);
 		return r;
 	}
 	return fd;
+}
+
+static int rootfs_tree(const char *rootfs, int userns)
+{
+	return rootfs_tree_of(rootfs, userns, AT_RECURSIVE);
+}
+
+/* The name of a filesystem type for messages ("0x..." when unknown). */
+static const char *fs_name(long t, char *buf, size_t cap)
+{
+	static const struct {
+		long t;
+		const char *name;
+	} names[] = {{0xEF53, "ext4"},		{0x58465342, "XFS"},
+		     {0x9123683E, "btrfs"},	{0x01021994, "tmpfs"},
+		     {0x9FA0, "proc"},		{0xE0F5E1E2, "EROFS"},
+		     {0x794C7630, "overlayfs"}, {0x01021997, "9p"},
+		     {0x65735546, "FUSE"},	{0x6969, "NFS"},
+		     {0x73717368, "squashfs"},	{0x2FC12FC1, "ZFS"},
+		     {0x858458F6, "ramfs"},	{0xFF534D42, "CIFS"},
+		     {0x5346544E, "NTFS"},	{0x4D44, "FAT"}};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].t == t)
+			return names[i].name;
+	snprintf(buf, cap, "0x%lx", (unsigned long)t);
+	return buf;
+}
+
+/* Whether this kernel's overlayfs takes idmapped lower layers (5.19). */
+static int overlay_takes_idmap(char *why, size_t cap)
+{
+	struct utsname u;
+	unsigned major = 0, minor = 0;
+	if (uname(&u) < 0 || sscanf(u.release, "%u.%u", &major, &minor) != 2)
+		return 0; /* unknown: let the first create tell */
+	if (major > 5 || (major == 5 && minor >= 19))
+		return 0;
+	snprintf(why, cap, "Linux %s: overlayfs takes idmapped lower layers from 5.19 on",
+		 u.release);
+	return -EOPNOTSUPP;
+}
+
+int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *why, size_t cap)
+{
+	struct statfs sf;
+	char tname[24];
+	if (cap)
+		why[0] = 0;
+	int r = overlay_takes_idmap(why, cap);
+	if (r < 0)
+		return r;
+	if (rootfs && statfs(rootfs, &sf) < 0) {
+		r = -errno;
+		snprintf(why, cap, "%s: %s", rootfs, strerror(-r));
+		return r;
+	}
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->userns_make_r < 0) {
+		r = rt->userns_make_r;
+		snprintf(why, cap, "%s", rt->userns_make_why);
+		pthread_mutex_unlock(&rt->pool.lock);
+		return r;
+	}
+	for (unsigned i = 0; rootfs && i < rt->n_userns_fs; i++)
+		if (rt->userns_fs[i].f_type == (long)sf.f_type) {
+			r = rt->userns_fs[i].r;
+			snprintf(why, cap, "%s", rt->userns_fs[i].why);
+			pthread_mutex_unlock(&rt->pool.lock);
+			return r;
+		}
+	pthread_mutex_unlock(&rt->pool.lock);
+	struct userns u;
+	userns_init(&u);
+	r = userns_take(rt, &u);
+	if (r < 0) {
+		snprintf(why, cap, "no user namespace for the sandbox: %s", strerror(-r));
+		/* A shortage (every range taken, no fd or memory) may pass; the
+		 * kernel's refusal (EPERM, EINVAL, ENOSPC: max_user_namespaces)
+		 * does not. */
+		if (r != -EUSERS && r != -EMFILE && r != -ENFILE && r != -ENOMEM && r != -EAGAIN) {
+			pthread_mutex_lock(&rt->pool.lock);
+			rt->userns_make_r = r;
+			snprintf(rt->userns_make_why, sizeof(rt->userns_make_why), "%s", why);
+			pthread_mutex_unlock(&rt->pool.lock);
+		}
+		return r;
+	}
+	if (!rootfs) { /* the kernel's part only */
+		userns_recycle(rt, &u);
+		return 0;
+	}
+	int tree = rootfs_tree(rootfs, u.fd);
+	/* A mount below rootfs that refuses (the image's own filesystem
+	 * takes it): that rootfs's answer, not its filesystem type's. */
+	int top = tree < 0 ? rootfs_tree_of(rootfs, u.fd, 0) : -1;
+	userns_recycle(rt, &u); /* it served nobody: nothing of a sandbox in it */
+	r = tree < 0 ? tree : 0;
+	if (tree >= 0)
+		close(tree);
+	if (top >= 0) {
+		close(top);
+		snprintf(why, cap, "a mount below %s does not support idmapped mounts", rootfs);
+		return r;
+	}
+	const char *fs = fs_name((long)sf.f_type, tname, sizeof(tname));
+	if (r == -ENOSYS)
+		snprintf(why, cap, "the kernel has no mount_setattr (idmapped mounts: Linux 5.12)");
+	else if (r == -EINVAL || r == -EPERM || r == -EOPNOTSUPP)
+		snprintf(why, cap, "the image's %s filesystem does not support idmapped mounts",
+			 fs);
+	else if (r < 0)
+		snprintf(why, cap, "idmapping %s (%s): %s", rootfs, fs, strerror(-r));
+	if (r < 0 && r != -ENOSYS && r != -EINVAL && r != -EPERM && r != -EOPNOTSUPP)
+		return r; /* something else (ENOENT, EMFILE): not the filesystem's answer */
+	pthread_mutex_lock(&rt->pool.lock);
+	if (rt->n_userns_fs < SBX_USERNS_FS_TYPES) {
+		struct userns_fs *f = &rt->userns_fs[rt->n_userns_fs++];
+		f->f_type = (long)sf.f_type;
+		f->r = r;
+		snprintf(f->why, sizeof(f->why), "%s", why);
+	}
+	pthread_mutex_unlock(&rt->pool.lock);
+	return r;
 }
 
 static int start(struct sbx *s, const struct sbx_config *c)

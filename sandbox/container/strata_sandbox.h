@@ -72,6 +72,15 @@ int sbx_runtime_cgroup_version(const struct sbx_runtime *rt);
  * which filesystem, or why not; it lives as long as rt. */
 bool sbx_runtime_disk_quota(const struct sbx_runtime *rt, const char **ret_reason);
 
+/* Whether sandboxes over rootfs can have a user namespace here
+ * (sbx_config.userns): the runtime can make one, and rootfs's filesystem
+ * can be idmapped into it (tried once per filesystem type, then cached),
+ * on a kernel whose overlayfs takes idmapped lower layers (5.19).
+ * rootfs NULL: only whether user namespaces can be made at all.
+ * Returns 0, or -errno with the reason in why[0..cap) (e.g. "the image's
+ * 9p filesystem does not support idmapped mounts"). Thread-safe. */
+int sbx_runtime_userns_check(struct sbx_runtime *rt, const char *rootfs, char *why, size_t cap);
+
 /* The sandboxes' seccomp filter, for processes sandboxed elsewhere (sandboxd's
  * fncall Python workers). Returns 0 and *ret_fd, a sealed close-on-exec memfd
  * holding the raw BPF program (struct sock_filter[], at most 64 KiB; load it

@@ -377,6 +377,10 @@ static void caps_json(struct jw *w, const struct sbd_caps *k)
 	jw_kbool(w, "metrics", k->metrics);
 	if (k->disk_reason)
 		jw_kstr(w, "disk_reason", k->disk_reason);
+	jw_kbool(w, "userns", k->userns);
+	if (!k->userns)
+		jw_kstr(w, "userns_reason",
+			k->userns_reason ?: "sandboxes of this backend have no user namespace");
 	jw_obj_end(w);
 }
 

@@ -65,7 +65,7 @@ static char *new_id(struct sandboxd *d)
 static const char *const create_fields[] = {
     "image",  "backend",    "cpu",     "memory_mb", "pids",	    "disk_mb", "env",
     "cwd",    "user",	    "network", "ttl",	    "idle_timeout", "labels",  "idempotency_key",
-    "tenant", "keep_state", NULL};
+    "tenant", "keep_state", "userns",  NULL};
 
 int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
@@ -151,6 +151,12 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 		return -EINVAL;
 	}
 	sb->keep_state = keep && keep->type == JSON_BOOL && keep->b;
+	const struct json *uns = json_get(j, "userns");
+	if (uns && uns->type != JSON_NULL && uns->type != JSON_BOOL) {
+		strata_err_set(err, -EINVAL, "userns must be true or false");
+		return -EINVAL;
+	}
+	sb->userns_req = uns && uns->type == JSON_BOOL ? uns->b : d->cfg.no_userns ? 0 : -1;
 	struct sbd_image_defaults def = sbd_image_defaults(im);
 	sb->cwd = strdup(cwd ? cwd : def.cwd ? def.cwd : "/");
 	sb->user = strdup(user ? user : def.user ? def.user : "");
@@ -672,6 +678,10 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 		r = -ENOMEM;
 	if (r == 0 && !caps.available)
 		r = strata_err_set(&err, -ENODEV, "backend '%s': %s", bname, caps.why.msg);
+	if (r == 0 && sb->userns_req == 1 && !caps.userns)
+		r = strata_err_set(&err, -EOPNOTSUPP,
+				   "backend '%s' has no user namespaces here: %s", b->name,
+				   caps.userns_reason ?: "not supported by this backend");
 	if (r == 0 && sb->net_host && !caps.network_host)
 		r = strata_err_set(&err, -EOPNOTSUPP,
 				   "backend '%s' does not support network \"host\"", b->name);

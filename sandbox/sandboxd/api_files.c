@@ -186,6 +186,7 @@ struct file_xfer {
 	uint32_t mode;
 	bool set_mode, parents, append;
 	uint64_t disk_bytes; /* the sandbox's disk limit, for the message */
+	uint32_t base;	     /* the host id of its id 0 (user namespace), or 0 */
 	int64_t count;	     /* bytes written, or tar members */
 };
 
@@ -200,17 +201,35 @@ static int fx_get(struct sbd_xfer *x)
 	return r < 0 ? r : sbd_xfer_sendfile(x, fd, 0, (uint64_t)st.st_size);
 }
 
-/* The owner of what an upload creates: user= looked up in the sandbox. */
+/* The owner of what an upload creates, in host ids: user= looked up in
+ * the sandbox; without one its root (in a user namespace: the host id of
+ * its root, given to what is new; else whoever sandboxd is). */
 static int fx_owner(struct sbd_xfer *x, struct file_xfer *f, struct sbd_owner *o)
 {
-	*o = (struct sbd_owner){0};
-	if (!f->user)
+	*o = (struct sbd_owner){.base = f->base};
+	if (!f->user) {
+		if (f->base)
+			*o = (struct sbd_owner){.set = true,
+						.only_new = true,
+						.uid = f->base,
+						.gid = f->base,
+						.base = f->base};
 		return 0;
+	}
 	int r = sbd_inroot_user(f->root, f->user, o);
 	if (r == -ENOENT)
 		return strata_err_set(&x->err, -EINVAL, "no user '%s' in the sandbox's /etc/passwd",
 				      f->user);
-	return r;
+	if (r < 0)
+		return r;
+	if (f->base && (o->uid >= SBD_IDS || o->gid >= SBD_IDS))
+		return strata_err_set(&x->err, -EINVAL,
+				      "user '%s' (%u:%u): the sandbox has the ids 0 to %u only",
+				      f->user, (unsigned)o->uid, (unsigned)o->gid, SBD_IDS - 1);
+	o->uid = sbd_id_to_host(f->base, o->uid);
+	o->gid = sbd_id_to_host(f->base, o->gid);
+	o->base = f->base;
+	return 0;
 }
 
 /* A write of the sandbox's disk failed: ENOSPC/EDQUOT named as the limit. */
@@ -256,7 +275,7 @@ static int fx_put(struct sbd_xfer *x)
 static int fx_tar_get(struct sbd_xfer *x)
 {
 	struct file_xfer *f = x->op;
-	int64_t n = sbd_tar_stream_out(x, f->root, f->path);
+	int64_t n = sbd_tar_stream_out(x, f->root, f->path, f->base);
 	f->count = n > 0 ? n : 0;
 	return n < 0 ? (int)n : 0;
 }
@@ -384,15 +403,17 @@ static void fx_start(struct sbd_conn *c, struct sbd_sandbox *sb, enum fx_kind ki
 	struct file_xfer *f = calloc(1, sizeof(*f));
 	struct sbd_xfer *x = calloc(1, sizeof(*x));
 	if (f) {
-		*f = (struct file_xfer){.kind = kind,
-					.root = root,
-					.path = strdup(path),
-					.user = user ? strdup(user) : NULL,
-					.mode = mode,
-					.set_mode = set_mode,
-					.parents = !query_false(query, "parents"),
-					.append = sbd_api_query_bool(query, "append"),
-					.disk_bytes = disk};
+		*f = (struct file_xfer){
+		    .kind = kind,
+		    .root = root,
+		    .path = strdup(path),
+		    .user = user ? strdup(user) : NULL,
+		    .mode = mode,
+		    .set_mode = set_mode,
+		    .parents = !query_false(query, "parents"),
+		    .append = sbd_api_query_bool(query, "append"),
+		    .disk_bytes = disk,
+		    .base = sb->backend->id_base ? sb->backend->id_base(sb->backend, sb) : 0};
 		root = -1;
 	}
 	if (!f || !x || !f->path || (user && !f->user)) {

@@ -36,6 +36,10 @@ struct sbd_caps {
 	/* What holds the writable layers (limits_disk: a quota on disk), or
 	 * why disk_mb is no disk limit (the layer is in memory); or NULL. */
 	const char *disk_reason;
+	/* Sandboxes in user namespaces (root inside is an unprivileged range
+	 * outside): possible for this backend's images; when not, why. */
+	bool userns;
+	const char *userns_reason;
 };
 
 /* One exec request, validated by the core. */
@@ -185,6 +189,10 @@ struct sbd_backend {
 	 * stream of READ at an offset and WRITE with append would take its
 	 * place); such backends get `file`, whole files in one buffer. */
 	int (*file_root)(struct sbd_backend *b, struct sbd_sandbox *sb, int *ret_fd);
+	/* With file_root: the host id that is id 0 in the sandbox (ids
+	 * 0..65535 inside are ret_base.. on the host: its user namespace), 0
+	 * when the ids are the host's. NULL: always 0. */
+	uint32_t (*id_base)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	int (*pause)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	int (*resume)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	/* Destroys the sandbox and everything it holds; 0 or -errno. */
@@ -221,6 +229,10 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
  * when it is unavailable. */
 struct sbx_runtime;
 struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *container);
+/* Whether sandboxes over images in dir (an image's root directory; NULL:
+ * none, only whether the kernel can) can have user namespaces: what the
+ * container backend's capabilities say. */
+void sbd_backend_container_userns_probe(struct sbd_backend *container, const char *dir);
 struct sbx_exec_result;
 /* The exit of a library exec as the API reports it (res NULL: all zero). */
 struct sbd_exit sbd_exit_of(const struct sbx_exec_result *res);

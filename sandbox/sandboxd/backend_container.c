@@ -84,6 +84,10 @@ struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *b)
 	return NULL;
 }
 
+void sbd_backend_container_userns_probe(struct sbd_backend *b, const char *dir)
+{
+}
+
 struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char *state_dir,
 					      bool fresh_netns, const struct sbd_disk_opts *disk)
 {
@@ -139,6 +143,8 @@ struct ct_backend {
 	unsigned ticks;
 	struct ct_box *busy;   /* boxes with execs: their deadlines, checked at tick */
 	struct strata_err why; /* unavailable: the reason */
+	bool userns;	       /* sbd_backend_container_userns_probe's answer */
+	char userns_why[200];  /* and when false, why */
 };
 
 struct ct_box {
@@ -712,6 +718,8 @@ static void ct_caps(struct sbd_backend *b, struct sbd_caps *k)
 	 * limit, so it is no disk limit. */
 	if (cb->rt)
 		k->limits_disk = sbx_runtime_disk_quota(cb->rt, &k->disk_reason);
+	k->userns = cb->userns;
+	k->userns_reason = cb->userns ? NULL : cb->userns_why;
 	k->why = cb->why;
 }
 
@@ -745,9 +753,35 @@ static int ct_file_root(struct sbd_backend *b, struct sbd_sandbox *sb, int *ret_
 	return 0;
 }
 
+static uint32_t ct_id_base(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	struct ct_box *box = sb->bpriv;
+	return box && box->s ? sbx_uid_base(box->s) : 0;
+}
+
+/* Whether sb gets a user namespace: asked for, or by default where its
+ * image's filesystem allows one (sbx_runtime_userns_check). */
+static int want_userns(struct ct_backend *cb, struct sbd_sandbox *sb, struct strata_err *e)
+{
+	char why[200];
+	sb->userns = false;
+	if (sb->userns_req == 0 || !cb->rt)
+		return 0;
+	int r = sbx_runtime_userns_check(cb->rt, sb->rootfs, why, sizeof(why));
+	if (r == 0)
+		sb->userns = true;
+	else if (sb->userns_req == 1)
+		return strata_err_set(e, -EOPNOTSUPP, "no user namespace for image '%s': %s",
+				      sb->image, why);
+	return 0;
+}
+
 static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
 	struct ct_backend *cb = b->priv;
+	int r = want_userns(cb, sb, e);
+	if (r < 0)
+		return r;
 	struct ct_box *box = calloc(1, sizeof(*box));
 	if (!box)
 		return -ENOMEM;
@@ -759,8 +793,15 @@ static int ct_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 			       .disk_bytes = (uint64_t)sb->disk_mb << 20,
 			       .network = sb->net_host ? SBX_NET_HOST : SBX_NET_NONE,
 			       .persist = true,
+			       .userns = sb->userns,
 			       .orphan_timeout_ms = ORPHAN_TIMEOUT_MS};
-	int r = sbx_create(cb->rt, &c, &box->s);
+	r = sbx_create(cb->rt, &c, &box->s);
+	if (r == -EINVAL && sb->userns && sb->userns_req < 0) {
+		/* The image refused the idmapped mount after all (a mount below
+		 * its root that cannot take one): the default makes it without. */
+		sb->userns = c.userns = false;
+		r = sbx_create(cb->rt, &c, &box->s);
+	}
 	if (r < 0) {
 		strata_err_set(e, r, "container create failed: %s", strerror(-r));
 		free(box);
@@ -1141,6 +1182,15 @@ struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *b)
 	return ((struct ct_backend *)b->priv)->rt;
 }
 
+void sbd_backend_container_userns_probe(struct sbd_backend *b, const char *dir)
+{
+	struct ct_backend *cb = b->priv;
+	cb->userns = cb->rt && sbx_runtime_userns_check(cb->rt, dir, cb->userns_why,
+							sizeof(cb->userns_why)) == 0;
+	if (!cb->rt)
+		snprintf(cb->userns_why, sizeof(cb->userns_why), "%s", cb->why.msg);
+}
+
 static int agent_path(char *buf, size_t cap)
 {
 	const char *env = getenv("STRATA_AGENT");
@@ -1180,6 +1230,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .exec_attach = ct_exec_attach,
 	    .file = ct_file,
 	    .file_root = ct_file_root,
+	    .id_base = ct_id_base,
 	    .pause = ct_pause,
 	    .resume = ct_resume,
 	    .destroy = ct_destroy,

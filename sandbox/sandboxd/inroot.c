@@ -96,6 +96,20 @@ int sbd_inroot_open_read(int root, const char *path, struct stat *ret_st)
 	return TAKE_FD(fd);
 }
 
+uint32_t sbd_id_to_host(uint32_t base, uint64_t id)
+{
+	if (!base)
+		return (uint32_t)id;
+	return base + (uint32_t)(id < SBD_IDS ? id : SBD_ID_NOBODY);
+}
+
+uint32_t sbd_id_from_host(uint32_t base, uint32_t id)
+{
+	if (!base)
+		return id;
+	return id >= base && id - base < SBD_IDS ? id - base : SBD_ID_NOBODY;
+}
+
 static void give(int fd, const struct sbd_owner *o)
 {
 	if (o && o->set)
@@ -279,7 +293,7 @@ int sbd_inroot_file_at(int dfd, const char *name, uint32_t mode, bool set_mode, 
 			fd = -EINVAL;
 		else if ((fd = open_tmp(f)) >= 0) {
 			bool keep = old && S_ISREG(st.st_mode);
-			if (o && o->set)
+			if (o && o->set && !(keep && o->only_new))
 				give(fd, o);
 			else if (keep) /* a replaced file keeps its owner */
 				(void)!fchown(fd, st.st_uid, st.st_gid);

@@ -25,12 +25,29 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-/* Who owns what a write creates: the caller's (root) unless set. */
+/* Who owns what a write creates, in host ids: the caller's (root) unless
+ * set. only_new: the owner is only the default of what is new (a replaced
+ * file keeps its own, a tar member gets the archive's). base: the host id
+ * that is id 0 in the sandbox (its user namespace maps ids 0..SBD_IDS-1
+ * to base..), 0 when its ids are the host's; a tar member's owner is
+ * shifted by it. */
 struct sbd_owner {
-	bool set;
+	bool set, only_new;
 	uid_t uid;
 	gid_t gid;
+	uint32_t base;
 };
+
+#define SBD_IDS 65536u	    /* the ids of a sandbox in a user namespace */
+#define SBD_ID_NOBODY 65534 /* what it sees of the ids it does not have */
+
+/* Id id of a sandbox (as its processes see it) on the host: base + id;
+ * one it does not have (>= SBD_IDS) is its nobody. Without a user
+ * namespace (base 0) the same id. */
+uint32_t sbd_id_to_host(uint32_t base, uint64_t id);
+/* Host id id as the sandbox sees it: id - base, SBD_ID_NOBODY for an id
+ * outside its range (as the kernel shows it inside). base 0: the same. */
+uint32_t sbd_id_from_host(uint32_t base, uint32_t id);
 
 /* Opens the root directory of process pid as that process sees it (an
  * O_PATH fd). When want (dev and ino of an earlier call, may be NULL) is

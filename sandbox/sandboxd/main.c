@@ -84,6 +84,9 @@ static void usage(FILE *f)
 	    "                         sandbox a quarter); past it dropped (truncated)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
+	    "  --no-userns            container sandboxes without a user namespace unless a\n"
+	    "                         create asks (\"userns\": true); default: one wherever\n"
+	    "                         the kernel and the image's filesystem allow\n"
 	    "  --disk-dir DIR         container layers in DIR (XFS or ext4 mounted with\n"
 	    "                         prjquota), a project quota each (default: a sparse XFS\n"
 	    "                         image, loop-mounted, made on first use)\n"
@@ -265,6 +268,7 @@ enum {
 	O_POOL,
 	O_LOG,
 	O_FRESH_NETNS,
+	O_NO_USERNS,
 	O_DISK_DIR,
 	O_DISK_IMAGE,
 	O_DISK_TMPFS,
@@ -294,6 +298,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"fncall-pool", 1, 0, O_POOL},
 				     {"log-level", 1, 0, O_LOG},
 				     {"fresh-netns", 0, 0, O_FRESH_NETNS},
+				     {"no-userns", 0, 0, O_NO_USERNS},
 				     {"disk-dir", 1, 0, O_DISK_DIR},
 				     {"disk-image", 1, 0, O_DISK_IMAGE},
 				     {"disk-tmpfs", 0, 0, O_DISK_TMPFS},
@@ -324,6 +329,9 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		return 0;
 	case O_FRESH_NETNS:
 		c->fresh_netns = true;
+		return 0;
+	case O_NO_USERNS:
+		c->no_userns = true;
 		return 0;
 	case O_DISK_DIR:
 		free(c->disk_dir);
@@ -544,6 +552,18 @@ static int setup_backends(struct sandboxd *d)
 		if (k.available && k.disk_reason)
 			log_info("container writable layers: %s%s",
 				 k.limits_disk ? "" : "no disk limit, ", k.disk_reason);
+		/* The images registered here show what user namespaces need:
+		 * an idmapped mount of their filesystem; without one (images of
+		 * the store only, checked at each create), the kernel's part. */
+		sbd_backend_container_userns_probe(d->backends[0],
+						   d->images ? sbd_image_rootfs(d->images) : NULL);
+		d->backends[0]->caps(d->backends[0], &k);
+		if (k.available)
+			log_info("container user namespaces: %s%s",
+				 !k.userns	    ? "no, "
+				 : d->cfg.no_userns ? "on request"
+						    : "on",
+				 k.userns ? "" : k.userns_reason);
 	}
 	d->backends[1] = sbd_backend_fncall_new(d->loop, d->cfg.fncall_pool, d->backends[0]);
 	d->backends[2] = sbd_backend_vm_new(d->loop, "firecracker");

@@ -195,6 +195,7 @@ void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
 	jw_kstr(w, "cwd", sb->cwd);
 	jw_kstr(w, "user", sb->user);
 	jw_kstr(w, "network", sb->net_host ? "host" : "none");
+	jw_kbool(w, "userns", sb->userns);
 	jw_kint(w, "ttl", sb->ttl_s);
 	jw_kint(w, "idle_timeout", sb->idle_s);
 	jw_kint(w, "created_at", sb->created_at);
@@ -481,6 +482,8 @@ int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 	sb->cwd = dup_or_null(json_cstr(json_get(j, "cwd")) ?: "/");
 	sb->user = dup_or_null(json_cstr(json_get(j, "user")) ?: "");
 	sb->net_host = !strcmp(json_cstr(json_get(j, "network")) ?: "", "host");
+	const struct json *uns = json_get(j, "userns");
+	sb->userns = uns && uns->type == JSON_BOOL && uns->b;
 	sb->idem_key = dup_or_null(json_cstr(json_get(j, "idempotency_key")));
 	/* Its owner: a restart keeps who may see it (auth.c). */
 	const char *tenant = json_cstr(json_get(j, "tenant"));

@@ -100,6 +100,10 @@ struct sbd_sandbox {
 	char **env; /* NULL-terminated "K=V" */
 	char *cwd, *user;
 	bool net_host;
+	/* User namespace: asked for (1), refused (0), or the daemon's default
+	 * (-1: one where the backend and the image allow); userns what it got. */
+	int userns_req;
+	bool userns;
 	bool keep_state; /* fncall: its Python calls share one interpreter of its own */
 	bool reserves;	 /* counts against the memory/pids budgets (not fncall:
 			  * an idle fncall sandbox holds nothing) */
@@ -141,6 +145,7 @@ struct sandboxd_config {
 	int64_t exec_keep_budget; /* --exec-keep-budget-mb, bytes (api_exec.c) */
 	int fncall_pool;
 	bool fresh_netns; /* --fresh-netns: no reuse of network namespaces */
+	bool no_userns;	  /* --no-userns: no user namespace unless a create asks */
 	/* --disk-dir, --disk-image, --disk-tmpfs/--disk-quota: where the
 	 * container sandboxes' writable layers go (sbd_disk_opts). */
 	char *disk_dir, *disk_image;

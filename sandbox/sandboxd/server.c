@@ -1070,26 +1070,28 @@ int sbd_server_listen(struct sandboxd *d)
 	int r = server_new(d);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the server");
+	/* TCP first: a client that waits for the unix socket (a supervisor,
+	 * the tests' harness) may use the TCP port as soon as that answers. */
+	if (d->cfg.tcp_listen) {
+		if (!d->cfg.token && !d->tenants_file)
+			return log_error_errno(-EINVAL,
+					       "--listen-tcp needs --token (or "
+					       "STRATA_SANDBOXD_TOKEN) or a tenants file (%s: "
+					       "strata tenant add)",
+					       d->cfg.tenants_path);
+		int fd = listen_tcp(d->cfg.tcp_listen);
+		if (fd < 0)
+			return log_error_errno(fd, "Failed to listen on %s", d->cfg.tcp_listen);
+		d->tcp_fd = fd;
+		r = sbd_watch_add(d->loop, &d->w_tcp, fd, EPOLLIN, tcp_io, d);
+		if (r < 0)
+			return r;
+	}
 	int fd = listen_unix(d->cfg.socket_path);
 	if (fd < 0)
 		return log_error_errno(fd, "Failed to listen on %s", d->cfg.socket_path);
 	d->listen_fd = fd;
-	r = sbd_watch_add(d->loop, &d->w_listen, fd, EPOLLIN, listen_io, d);
-	if (r < 0)
-		return r;
-	if (!d->cfg.tcp_listen)
-		return 0;
-	if (!d->cfg.token && !d->tenants_file)
-		return log_error_errno(-EINVAL,
-				       "--listen-tcp needs --token (or "
-				       "STRATA_SANDBOXD_TOKEN) or a tenants file (%s: "
-				       "strata tenant add)",
-				       d->cfg.tenants_path);
-	fd = listen_tcp(d->cfg.tcp_listen);
-	if (fd < 0)
-		return log_error_errno(fd, "Failed to listen on %s", d->cfg.tcp_listen);
-	d->tcp_fd = fd;
-	return sbd_watch_add(d->loop, &d->w_tcp, fd, EPOLLIN, tcp_io, d);
+	return sbd_watch_add(d->loop, &d->w_listen, fd, EPOLLIN, listen_io, d);
 }
 
 void sbd_server_close(struct sandboxd *d)

@@ -73,11 +73,13 @@ char *sbd_tar_join(const char *dir, const char *name);
 /* ---- streamed, on a transfer's worker (tar_stream.c) ------------------- */
 struct sbd_xfer;
 /* Sends the tree at dir under root as a chunked tar response (head
- * included). Returns the number of members, or -errno (after the head: the
- * stream is cut, x->broken). */
-int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir);
+ * included), its owners as the sandbox sees them (base: the host id of
+ * its id 0, sbd_id_from_host). Returns the number of members, or -errno
+ * (after the head: the stream is cut, x->broken). */
+int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir, uint32_t base);
 /* Unpacks the request body under dir (created), owned by owner when it is
- * set, else as the archive says. Returns the number of files written, or
+ * set (and not only_new), else as the archive says (its ids the sandbox's,
+ * shifted by owner->base). Returns the number of files written, or
  * -errno with the reason in x->err (-EIO: a write failed, errno in
  * *ret_werr). */
 int64_t sbd_tar_stream_in(struct sbd_xfer *x, int root, const char *dir,

@@ -88,6 +88,7 @@ struct tar_out {
 			  * files the st_dev of the layer they are on) */
 	size_t entries;
 	struct names links; /* inodes with more than one name, as sent */
+	uint32_t base;	    /* the sandbox's id 0 on the host (inroot.h) */
 };
 
 /* Sends what is gathered as one chunk. */
@@ -156,8 +157,8 @@ static int out_header(struct tar_out *t, const char *name, char type, const stru
 				.link = link,
 				.type = type,
 				.mode = st->st_mode & 07777,
-				.uid = st->st_uid,
-				.gid = st->st_gid,
+				.uid = sbd_id_from_host(t->base, st->st_uid),
+				.gid = sbd_id_from_host(t->base, st->st_gid),
 				.size = size,
 				.mtime = st->st_mtime};
 	char b[TAR_BLOCK];
@@ -284,7 +285,7 @@ static int out_dir(struct tar_out *t, int dfd, const char *rel, int depth)
 	return r;
 }
 
-int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir)
+int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir, uint32_t base)
 {
 	_cleanup_close_ int fd = sbd_inroot_open_dir(root, dir);
 	if (fd < 0)
@@ -293,6 +294,7 @@ int64_t sbd_tar_stream_out(struct sbd_xfer *x, int root, const char *dir)
 	if (!t)
 		return -ENOMEM;
 	t->x = x;
+	t->base = base;
 	int r = mount_id(fd, "", &t->mnt_id);
 	if (r == 0)
 		r = sbd_xfer_head(x, 200, "application/x-tar", -1);
@@ -319,7 +321,7 @@ struct tar_in {
 	struct sbd_xfer *x;
 	int root;
 	const char *dir;
-	const struct sbd_owner *owner; /* the upload's user, or NULL: the archive's */
+	const struct sbd_owner *owner; /* the upload's user (unless only_new), else the archive's */
 	int *werr;
 	int64_t files;
 	struct names dirs;	   /* made, with the mtime to give them at the end */
@@ -403,8 +405,11 @@ static int in_meta(struct tar_in *t, const struct sbd_tar_hdr *h)
 
 static void in_owner(struct tar_in *t, const struct sbd_tar_hdr *h, uid_t *uid, gid_t *gid)
 {
-	*uid = t->owner && t->owner->set ? t->owner->uid : (uid_t)h->uid;
-	*gid = t->owner && t->owner->set ? t->owner->gid : (gid_t)h->gid;
+	const struct sbd_owner *o = t->owner;
+	bool user = o && o->set && !o->only_new;
+	uint32_t base = o ? o->base : 0;
+	*uid = user ? o->uid : (uid_t)sbd_id_to_host(base, h->uid);
+	*gid = user ? o->gid : (gid_t)sbd_id_to_host(base, h->gid);
 }
 
 /* Makes room for a new non-directory at name: an existing one goes. */

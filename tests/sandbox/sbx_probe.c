@@ -16,9 +16,10 @@
  * Likewise for IPC namespaces: "ipcdirty [chmod]" leaves a SysV shared
  * memory segment (with data), message queue (with a message) and
  * semaphore set, and a POSIX message queue with a message (with "chmod"
- * also a changed mode of /dev/mqueue); "ipcclean" checks that none of it
- * is visible, then makes and removes a segment and prints its id (0 in a
- * fresh namespace, more in one an earlier sandbox used).
+ * also a changed mode of /dev/mqueue, which in a user namespace must be
+ * refused: the host's root owns it); "ipcclean" checks that none of it
+ * is visible (/dev/mqueue 01777, owned by the host's root as seen here), then makes and removes a
+ * segment and prints its id (0 in a fresh namespace, more in one an earlier sandbox used).
  *
  * /dev, which a runtime's sandboxes share read-only: "devshared" tries to
  * change it (exit 0 if every attempt was refused), "devok" checks that the
@@ -626,6 +627,21 @@ static int probe_netclean(void)
 	return bad;
 }
 
+/* The uid that the host's root has here: 0, or in a user namespace that
+ * does not map it, the kernel's overflow uid (what stat shows of it). */
+static long host_root_uid(void)
+{
+	FILE *f = fopen("/proc/self/uid_map", "re");
+	unsigned long in, out, len;
+	long uid = -1;
+	while (f && uid < 0 && fscanf(f, "%lu %lu %lu", &in, &out, &len) == 3)
+		if (out == 0 && len > 0)
+			uid = (long)in;
+	if (f)
+		fclose(f);
+	return uid >= 0 ? uid : read_num("/proc/sys/kernel/overflowuid", 10);
+}
+
 static int probe_ipcdirty(bool chmod_mq)
 {
 	int shm = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
@@ -645,12 +661,18 @@ static int probe_ipcdirty(bool chmod_mq)
 	}
 	strcpy(p, "probe-secret");
 	shmdt(p);
-	if (chmod_mq && chmod("/dev/mqueue", 0700) < 0) {
-		printf("ipcdirty: chmod /dev/mqueue failed (%s)\n", strerror(errno));
+	/* In a user namespace root inside does not own /dev/mqueue (the
+	 * host's root made it): the chmod must be refused. */
+	bool own = host_root_uid() == 0;
+	if (chmod_mq && (chmod("/dev/mqueue", 0700) < 0) == own) {
+		printf("ipcdirty: chmod /dev/mqueue %s (%s)\n", own ? "failed" : "was allowed",
+		       strerror(errno));
 		return 1;
 	}
 	printf("ipcdirty: left shm %d, msg %d, sem %d, mqueue /probe-mark%s\n", shm, msg, sem,
-	       chmod_mq ? ", /dev/mqueue 0700" : "");
+	       !chmod_mq ? ""
+	       : own	 ? ", /dev/mqueue 0700"
+			 : ", chmod /dev/mqueue refused");
 	return 0; /* all of it outlives us */
 }
 
@@ -676,7 +698,8 @@ static int probe_ipcclean(void)
 	if (d)
 		closedir(d);
 	struct stat st;
-	if (!d || stat("/dev/mqueue", &st) < 0 || (st.st_mode & 07777) != 01777 || st.st_uid) {
+	if (!d || stat("/dev/mqueue", &st) < 0 || (st.st_mode & 07777) != 01777 ||
+	    st.st_uid != host_root_uid()) {
 		printf("ipcclean: /dev/mqueue missing or not as made\n");
 		bad = 1;
 	}

@@ -16,10 +16,10 @@
  * segments, message queues, semaphores and POSIX message queues left by a
  * sandbox, or a changed /dev/mqueue, are never seen by a later one, and at
  * least one sandbox runs in a reused IPC namespace (its first SysV id is
- * not 0). Also: a reused cgroup slot has the new sandbox's limits, and a
- * runtime freed leaves alone the slots of another one of the process
- * under the same cgroup name.
- * Needs root; exits 77 with a reason otherwise. */
+ * not 0). Both also with user namespaces (sandboxes of different id
+ * ranges in the reused namespaces; root inside cannot chmod /dev/mqueue). Also: a reused cgroup
+ * slot has the new sandbox's limits, and a runtime freed leaves alone the slots of another one of
+ * the process under the same cgroup name. Needs root; exits 77 with a reason otherwise. */
 #include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -51,9 +51,10 @@ static struct sbx *create_clean(struct sbxt_env *e, const struct sbx_config *cfg
 	return s;
 }
 
-static void test_netns_reuse(struct sbxt_env *e)
+static void test_netns_reuse(struct sbxt_env *e, bool userns)
 {
 	struct sbx_config cfg = sbxt_config(e);
+	cfg.userns = userns;
 	static struct sbxt_out o;
 	struct sbx_exec_result r;
 	int reused = 0, rounds = 0;
@@ -72,8 +73,8 @@ static void test_netns_reuse(struct sbxt_env *e)
 		sbx_destroy(s);
 		usleep(20000); /* teardown is asynchronous */
 	}
-	fprintf(stderr, "netns reuse: %d of %d sandboxes ran in a reused namespace\n", reused,
-		rounds);
+	fprintf(stderr, "netns reuse%s: %d of %d sandboxes ran in a reused namespace\n",
+		userns ? " (user namespaces)" : "", reused, rounds);
 	CHECK(reused >= 1);
 
 	/* Leftovers that outlive the processes: the namespace must not be reused. */
@@ -116,9 +117,10 @@ static int ipc_clean(struct sbx *s)
 /* Every other sandbox leaves SysV objects and a POSIX queue (every fourth
  * also chmods /dev/mqueue): its IPC namespace must not be reused, and no
  * later sandbox may see any of it. Clean ones are reused. */
-static void test_ipcns_reuse(struct sbxt_env *e)
+static void test_ipcns_reuse(struct sbxt_env *e, bool userns)
 {
 	struct sbx_config cfg = sbxt_config(e);
+	cfg.userns = userns;
 	static struct sbxt_out o;
 	struct sbx_exec_result r;
 	int reused = 0, rounds = 0;
@@ -140,8 +142,8 @@ static void test_ipcns_reuse(struct sbxt_env *e)
 		sbx_destroy(s);
 		usleep(20000); /* teardown is asynchronous */
 	}
-	fprintf(stderr, "ipcns reuse: %d of %d sandboxes ran in a reused namespace\n", reused,
-		rounds);
+	fprintf(stderr, "ipcns reuse%s: %d of %d sandboxes ran in a reused namespace\n",
+		userns ? " (user namespaces)" : "", reused, rounds);
 	CHECK(reused >= 1);
 }
 
@@ -313,8 +315,18 @@ int main(void)
 	int r = sbxt_setup(&e, 2);
 	if (r)
 		return r;
-	test_netns_reuse(&e);
-	test_ipcns_reuse(&e);
+	test_netns_reuse(&e, false);
+	test_ipcns_reuse(&e, false);
+	/* The same with user namespaces: root inside is not the owner of
+	 * what the host made (/dev/mqueue), and sandboxes of different id
+	 * ranges share the recycled namespaces. */
+	char why[200];
+	if (sbx_runtime_userns_check(e.rt, e.rootfs, why, sizeof(why)) == 0) {
+		test_netns_reuse(&e, true);
+		test_ipcns_reuse(&e, true);
+	} else {
+		fprintf(stderr, "no user namespaces here (%s): reuse with them not tested\n", why);
+	}
 	test_fresh_netns(&e);
 	test_shared_subtree(&e);
 	if (sbx_runtime_cgroup_version(e.rt) == 1)

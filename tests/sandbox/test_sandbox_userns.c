@@ -4,7 +4,7 @@
  * from here: a simulated escape of every other isolation) can neither write
  * a root-owned host file nor read /etc/shadow. The sandbox still works:
  * exec as root, image files read, files made inside are the range's
- * outside. A sandbox without (userns false, the default for now) is root as
+ * outside. A sandbox without (userns false, the library's default) is root as
  * before. Needs root; 77 otherwise. */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -72,6 +73,31 @@ int main(void)
 	struct sbx_config cfg = sbxt_config(&e);
 	cfg.userns = true;
 	struct sbx *s = NULL, *old = NULL;
+	/* First (before its filesystem type's answer is cached): a tree with
+	 * a mount below that refuses is refused, as that tree's answer. */
+	char why[200], sub[600], in[700];
+	snprintf(sub, sizeof(sub), "%s/withproc", e.dir);
+	snprintf(in, sizeof(in), "%s/proc", sub);
+	if (mkdir(sub, 0755) == 0 && mkdir(in, 0755) == 0 &&
+	    mount("proc", in, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0) {
+		CHECK(sbx_runtime_userns_check(e.rt, sub, why, sizeof(why)) < 0);
+		CHECK(strstr(why, "a mount below") != NULL);
+		fprintf(stderr, "%s: %s\n", sub, why);
+		umount2(in, MNT_DETACH);
+	}
+	/* What sandboxd asks before it gives a sandbox a user namespace: yes
+	 * for the test's rootfs (ext4, XFS or tmpfs), no with the reason for a
+	 * filesystem without idmapped mounts (proc), twice (cached). */
+	r = sbx_runtime_userns_check(e.rt, e.rootfs, why, sizeof(why));
+	if (r < 0)
+		fprintf(stderr, "sbx_runtime_userns_check(%s): %s\n", e.rootfs, why);
+	CHECK(r == 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK(sbx_runtime_userns_check(e.rt, "/proc", why, sizeof(why)) < 0);
+		CHECK(strstr(why, "does not support idmapped mounts") != NULL);
+	}
+	fprintf(stderr, "/proc: %s\n", why);
+	CHECK(sbx_runtime_userns_check(e.rt, NULL, why, sizeof(why)) == 0);
 	r = sbx_create(e.rt, &cfg, &s);
 	if (r < 0) {
 		fprintf(stderr, "sbx_create: %s\n", strerror(-r));

@@ -573,12 +573,14 @@ class AsyncSandbox:
     async def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                      disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
                      idle_timeout=None, labels=None, idempotency_key=None, tenant=None,
-                     keep_state=None, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+                     keep_state=None, userns=None, socket=None, url=None, token=None,
+                     timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.create`."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
-            idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state))
+            idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state,
+            userns=userns))
         client = Client(socket=socket, url=url, token=token)
         return cls(await http.call(client, "POST", "/v1/sandboxes", body=body,
                                    timeout=timeout), client)

@@ -903,7 +903,7 @@ class Sandbox:
     def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
                idle_timeout=None, labels=None, idempotency_key=None, tenant=None, keep_state=None,
-               socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+               userns=None, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
         """Creates a sandbox from ``image`` on ``backend`` ("container" or
         "docker", "fncall", "firecracker", "qemu") and returns it.
 
@@ -912,11 +912,16 @@ class Sandbox:
         tenant's quota), PermissionDenied (network="host" as a tenant). With
         an ``idempotency_key``, creating again returns the same sandbox.
         ``tenant=NAME`` (an admin's token): the sandbox is that tenant's,
-        within its quotas."""
+        within its quotas. ``userns`` (container): True runs it in a user
+        namespace (root inside is an unprivileged uid on the host; Unsupported
+        where the node or the image cannot), False without one; None (the
+        default) is the node's choice, one wherever possible
+        (``sandbox.info["userns"]`` says which)."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
-            idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state))
+            idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state,
+            userns=userns))
         client = Client(socket=socket, url=url, token=token)
         info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout)
         return cls(info, client)

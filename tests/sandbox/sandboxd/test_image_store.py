@@ -107,6 +107,12 @@ def test_create_exec_from_store_ref():
         assert sb.info["env"].get("STRATA_SAMPLE") == "busybox"
         sb.files.write("/tmp/x", b"data")
         assert sb.files.read("/tmp/x") == b"data"
+        # In a user namespace (sandboxd's default, where the kernel's EROFS
+        # takes idmapped mounts) the image's files and what root wrote
+        # through the files API are root's inside all the same.
+        r = sb.exec(["sh", "-c", "busybox stat -c %u:%g /app /tmp/x"], timeout=30)
+        assert r.stdout.split() == ["0:0", "0:0"], (sb.info["userns"], r.stdout)
+        print("EROFS image in a user namespace: %s" % sb.info["userns"])
 
 
 def test_exec_image_command():
