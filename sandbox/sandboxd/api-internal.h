@@ -14,6 +14,11 @@
 /* Replies the HTTP error that negative errno r maps to: "what: why", else
  * "what: strerror(r)" when why is NULL or empty. */
 void sbd_api_reply_errno(struct sbd_conn *c, int r, const char *what, const char *why);
+/* Replies the error of an image look-up (images.h): 404 image_not_found
+ * for -ENOENT, 503 store_unavailable when the image store did not answer
+ * in time (-ETIMEDOUT), has too many calls waiting (-EAGAIN) or its mount
+ * is not connected (-ENOTCONN), else as sbd_api_reply_errno. */
+void sbd_api_reply_image_error(struct sbd_conn *c, int r, const char *what, const char *why);
 /* Parses a JSON object body, refusing fields not in allowed (NULL-
  * terminated). Returns the tree (caller frees), or NULL after replying 400. */
 struct json *sbd_api_parse_body(struct sbd_conn *c, const char *body, size_t len,

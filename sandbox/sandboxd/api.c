@@ -16,6 +16,7 @@
  * out, and a route naming one of them answers 404 as for an id that does not
  * exist. /v1/node (every tenant's counts, the state dir) is an admin's. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,17 @@ void sbd_api_reply_errno(struct sbd_conn *c, int r, const char *what, const char
 	default:
 		sbd_conn_reply_error(c, 500, "internal", "%s: %s", what, msg);
 	}
+}
+
+void sbd_api_reply_image_error(struct sbd_conn *c, int r, const char *what, const char *why)
+{
+	const char *msg = why && why[0] ? why : strerror(-r);
+	if (r == -ENOENT)
+		sbd_conn_reply_error(c, 404, "image_not_found", "%s", msg);
+	else if (r == -ETIMEDOUT || r == -EAGAIN || r == -ENOTCONN)
+		sbd_conn_reply_error(c, 503, "store_unavailable", "%s: %s", what, msg);
+	else
+		sbd_api_reply_errno(c, r, what, why);
 }
 
 /* Parses a JSON object body; replies 400 itself and returns NULL on error. */
@@ -410,12 +422,51 @@ static void api_caps(struct sbd_conn *c)
 	sbd_conn_reply_json(c, 200, &w);
 }
 
+/* GET /v1/images: the store is listed on a worker (images.h). */
+struct images_req {
+	struct sbd_images_listing l;
+	struct sbd_conn *c; /* NULL once its client left */
+};
+
+static void images_abort(void *ctx)
+{
+	((struct images_req *)ctx)->c = NULL;
+}
+
+static void images_listed(struct sbd_images_listing *l, int r, const struct strata_err *e)
+{
+	struct images_req *q = (struct images_req *)((char *)l - offsetof(struct images_req, l));
+	struct sbd_conn *c = q->c;
+	if (c) {
+		sbd_conn_set_abort(c, NULL, NULL);
+		if (r < 0)
+			sbd_api_reply_image_error(c, r, "images", e->msg);
+		else
+			sbd_conn_reply_json(c, 200, &q->l.w); /* takes the buffer */
+		sbd_conn_hold_done(c);
+	} else if (r == 0) {
+		jw_done(&q->l.w);
+	}
+	free(q);
+}
+
 static void api_images(struct sbd_conn *c)
 {
-	struct jw w;
-	jw_init(&w);
-	sbd_images_to_json(sbd_conn_daemon(c), &w);
-	sbd_conn_reply_json(c, 200, &w);
+	struct strata_err e = {0};
+	struct images_req *q = calloc(1, sizeof(*q));
+	if (!q) {
+		sbd_conn_reply_error(c, 500, "internal", "out of memory");
+		return;
+	}
+	*q = (struct images_req){.l = {.fn = images_listed}, .c = c};
+	int r = sbd_images_list(sbd_conn_daemon(c), &q->l, &e);
+	if (r != -EINPROGRESS) {
+		free(q);
+		sbd_api_reply_image_error(c, r, "images", e.msg);
+		return;
+	}
+	sbd_conn_hold(c, true);
+	sbd_conn_set_abort(c, images_abort, q);
 }
 
 /* GET /v1/tenant: who the caller is, its quotas and what it holds. */

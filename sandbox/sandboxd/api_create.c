@@ -505,24 +505,19 @@ static bool create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct s
 	return false;
 }
 
-static void reply_image_error(struct sbd_conn *c, int r, const char *msg)
-{
-	if (r == -ENOENT)
-		sbd_conn_reply_error(c, 404, "image_not_found", "%s", msg);
-	else
-		sbd_api_reply_errno(c, r, "create", msg);
-}
-
-/* A create waiting for a worker to mount its image (images.h): the
- * request is taken up again from the start when the image is ready. */
+/* A create waiting for its image (images.h): resolved, and its node
+ * reference taken, on a worker; the request is taken up again from the
+ * start with the image then. */
 struct image_wait {
 	struct sbd_image_waiter w;
+	struct sandboxd *d;
 	struct sbd_conn *c; /* NULL once its client left */
 	size_t len;
 	char body[]; /* a copy: the connection's buffer moves on */
 };
 
-static bool create_request(struct sbd_conn *c, const char *body, size_t len);
+static bool create_request(struct sbd_conn *c, const char *body, size_t len,
+			   struct sbd_image *ready);
 
 static void image_wait_abort(void *ctx)
 {
@@ -530,32 +525,43 @@ static void image_wait_abort(void *ctx)
 	iw->c = NULL;
 }
 
-static void image_ready(struct sbd_image_waiter *w, int r, const struct strata_err *e)
+static void image_ready(struct sbd_image_waiter *w, int r, struct sbd_image *im,
+			const struct strata_err *e)
 {
 	struct image_wait *iw = (struct image_wait *)((char *)w - offsetof(struct image_wait, w));
 	struct sbd_conn *c = iw->c;
+	if (!c && r == 0)
+		sbd_images_release(iw->d, im); /* the create never came */
 	if (c) {
 		sbd_conn_set_abort(c, NULL, NULL);
 		bool later = false;
 		if (r < 0)
-			reply_image_error(c, r, e->msg);
+			sbd_api_reply_image_error(c, r, "create", e->msg);
 		else
-			later = create_request(c, iw->body, iw->len);
+			later = create_request(c, iw->body, iw->len, im);
 		if (!later)
 			sbd_conn_hold_done(c);
 	}
 	free(iw);
 }
 
-/* Holds c until im is mounted. Returns 0 or -ENOMEM. */
-static int image_wait(struct sbd_conn *c, struct sbd_image *im, const char *body, size_t len)
+/* Starts the look-up of image on a worker and holds c until it ended.
+ * Returns 0 or -errno with e (nothing started). */
+static int image_wait(struct sbd_conn *c, const char *image, const char *body, size_t len,
+		      struct strata_err *e)
 {
+	struct sandboxd *d = sbd_conn_daemon(c);
+	struct sbd_image *im = NULL;
 	struct image_wait *iw = malloc(sizeof(*iw) + len);
 	if (!iw)
-		return -ENOMEM;
-	*iw = (struct image_wait){.w = {.fn = image_ready}, .c = c, .len = len};
+		return strata_err_set(e, -ENOMEM, "out of memory");
+	*iw = (struct image_wait){.w = {.fn = image_ready}, .d = d, .c = c, .len = len};
 	memcpy(iw->body, body, len);
-	sbd_images_wait(im, &iw->w);
+	int r = sbd_images_acquire(d, image, &im, &iw->w, e);
+	if (r != -EINPROGRESS) { /* a registered image is never waited for */
+		free(iw);
+		return r < 0 ? r : strata_err_set(e, -EINVAL, "image '%s' was not waited for", image);
+	}
 	sbd_conn_hold(c, true);
 	sbd_conn_set_abort(c, image_wait_abort, iw);
 	return 0;
@@ -563,7 +569,7 @@ static int image_wait(struct sbd_conn *c, struct sbd_image *im, const char *body
 
 void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
 {
-	create_request(c, body, len);
+	create_request(c, body, len, NULL);
 }
 
 /* POST /v1/sandboxes. Returns true when the answer comes later (a create
@@ -594,7 +600,10 @@ static bool create_for(struct sbd_conn *c, const struct json *j, struct sbd_who 
 	return true;
 }
 
-static bool create_request(struct sbd_conn *c, const char *body, size_t len)
+/* ready: the image, when its look-up ended (a reference the create takes
+ * over, or gives back when it answers otherwise). */
+static bool create_request(struct sbd_conn *c, const char *body, size_t len,
+			   struct sbd_image *ready)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
 	const struct sbd_who *who = sbd_conn_who(c);
@@ -645,13 +654,16 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 		    "unknown backend '%s' (container, docker, fncall, firecracker, qemu)", bname);
 		goto out;
 	}
-	r = sbd_images_acquire(d, image, &im, &err);
-	if (r == -EINPROGRESS && (r = image_wait(c, im, body, len)) == 0) {
-		later = true;
-		goto out;
-	}
-	if (r < 0) {
-		reply_image_error(c, r, err.msg);
+	if (ready) {
+		im = ready;
+		ready = NULL;
+	} else if (sbd_images_find(d, image)) {
+		im = sbd_images_find(d, image); /* registered: no store, no wait */
+	} else {
+		if ((r = image_wait(c, image, body, len, &err)) == 0)
+			later = true;
+		else
+			sbd_api_reply_image_error(c, r, "create", err.msg);
 		goto out;
 	}
 	sb = calloc(1, sizeof(*sb));
@@ -690,6 +702,8 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len)
 		d->refused_total++;
 	later = create_run_or_start(c, d, b, sb, r, &err);
 out:
+	if (ready) /* answered before the create: its reference goes */
+		sbd_images_release(d, ready);
 	json_free(j);
 	return later;
 }

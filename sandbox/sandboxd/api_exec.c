@@ -758,6 +758,70 @@ static void execs_adopt(struct sandboxd *d, struct sbd_sandbox *sb)
 	free(v);
 }
 
+/* An exec of the image's own command (neither cmd nor python) in a sandbox
+ * whose store image's config is not read yet (re-adopted after a restart):
+ * the config is read on a worker (images.h) and the request taken up again
+ * from the start then, the sandbox found again by its id. */
+struct config_wait {
+	struct sbd_image_waiter w;
+	struct sbd_conn *c; /* NULL once its client left */
+	char id[SBD_ID_LEN + 1];
+	size_t len;
+	char body[]; /* a copy: the connection's buffer moves on */
+};
+
+static void config_wait_abort(void *ctx)
+{
+	((struct config_wait *)ctx)->c = NULL;
+}
+
+static void config_ready(struct sbd_image_waiter *w, int r, struct sbd_image *im,
+			 const struct strata_err *e)
+{
+	struct config_wait *cw = (struct config_wait *)((char *)w - offsetof(struct config_wait, w));
+	struct sbd_conn *c = cw->c;
+	if (c) {
+		sbd_conn_set_abort(c, NULL, NULL);
+		sbd_conn_hold(c, false);
+		struct sbd_sandbox *sb = sbd_registry_find(sbd_conn_daemon(c), cw->id);
+		if (r < 0)
+			sbd_api_reply_image_error(c, r, "exec", e->msg);
+		else if (!sb || !sbd_who_sees(sbd_conn_who(c), sb))
+			sbd_conn_reply_error(c, 404, "not_found", "no sandbox '%s'", cw->id);
+		else
+			sbd_api_exec(c, sb, cw->body, cw->len);
+		if (!sbd_conn_held(c)) /* answered, not streaming */
+			sbd_conn_hold_done(c);
+	}
+	free(cw);
+}
+
+/* Holds c while the config of sb's image is read, when it must be. True
+ * when c was held or answered. */
+static bool exec_wait_config(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body,
+			     size_t len)
+{
+	struct strata_err e = {0};
+	struct config_wait *cw = malloc(sizeof(*cw) + len);
+	if (!cw) {
+		sbd_conn_reply_error(c, 500, "internal", "out of memory");
+		return true;
+	}
+	*cw = (struct config_wait){.w = {.fn = config_ready}, .c = c, .len = len};
+	snprintf(cw->id, sizeof(cw->id), "%s", sb->id);
+	memcpy(cw->body, body, len);
+	int r = sbd_images_config(sbd_conn_daemon(c), sb->img, &cw->w, &e);
+	if (r == -EINPROGRESS) {
+		sbd_conn_hold(c, true);
+		sbd_conn_set_abort(c, config_wait_abort, cw);
+		return true;
+	}
+	free(cw);
+	if (r < 0)
+		sbd_api_reply_image_error(c, r, "exec", e.msg);
+	return r < 0;
+}
+
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
@@ -767,6 +831,10 @@ void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, 
 		return;
 	struct exec_args a = {0};
 	bool background = false;
+	if (!json_get(j, "cmd") && !json_get(j, "python") && exec_wait_config(c, sb, body, len)) {
+		json_free(j);
+		return;
+	}
 	int r = parse_exec(d, sb, j, &a, &err);
 	if (r == 0)
 		r = opt_bool(j, "background", &background, &err);

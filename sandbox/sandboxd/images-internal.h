@@ -18,10 +18,8 @@ struct sbd_image {
 	char *last_ref;	     /* the reference last resolved to it ... */
 	int64_t last_ref_ms; /* ... and when (names are cached briefly) */
 	bool config_loaded;
-	bool held;			  /* seen mounted: a create takes img_node_ref, no mount */
-	bool mounting;			  /* a worker mounts it (image_store.c) */
-	struct sbd_image_waiter *waiters; /* creates waiting for that mount */
-	int64_t users;			  /* its sandboxes here, each with its own node reference */
+	bool held;	    /* seen mounted: a create takes img_node_ref, no mount */
+	int64_t users;	    /* its sandboxes here, each with its own node reference */
 	struct sbd_image *next;
 };
 
@@ -30,8 +28,11 @@ void sbd_image_free(struct sbd_image *im);
 /* A NULL-terminated copy of a JSON array of strings (env entries must hold
  * '='), or NULL. */
 char **sbd_images_str_array(const struct json *a, bool env);
+/* Frees a NULL-terminated string array; accepts NULL. */
+void sbd_images_strv_free(char **v);
+/* Frees im's config (env, entrypoint, cmd, cwd, user): it has none then. */
+void sbd_image_config_clear(struct sbd_image *im);
+/* Replaces im's config with from's (from has none then). */
+void sbd_image_config_move(struct sbd_image *im, struct sbd_image *from);
 /* The store's part of sbd_images_free. */
 void sbd_images_store_free(struct sandboxd *d);
-/* Reads a store image's config if it was not yet (an image known from
- * re-adoption only). */
-void sbd_images_store_config(struct sandboxd *d, struct sbd_image *im);

@@ -31,11 +31,34 @@ static bool valid_name(const char *n)
 	return true;
 }
 
-static void strv_free(char **v)
+void sbd_images_strv_free(char **v)
 {
 	for (char **e = v; e && *e; e++)
 		free(*e);
 	free(v);
+}
+
+void sbd_image_config_clear(struct sbd_image *im)
+{
+	sbd_images_strv_free(im->env);
+	sbd_images_strv_free(im->entrypoint);
+	sbd_images_strv_free(im->cmd);
+	free(im->cwd);
+	free(im->user);
+	im->env = im->entrypoint = im->cmd = NULL;
+	im->cwd = im->user = NULL;
+}
+
+void sbd_image_config_move(struct sbd_image *im, struct sbd_image *from)
+{
+	sbd_image_config_clear(im);
+	im->env = from->env;
+	im->entrypoint = from->entrypoint;
+	im->cmd = from->cmd;
+	im->cwd = from->cwd;
+	im->user = from->user;
+	from->env = from->entrypoint = from->cmd = NULL;
+	from->cwd = from->user = NULL;
 }
 
 void sbd_image_free(struct sbd_image *im)
@@ -44,11 +67,7 @@ void sbd_image_free(struct sbd_image *im)
 		return;
 	free(im->name);
 	free(im->rootfs);
-	strv_free(im->env);
-	strv_free(im->entrypoint);
-	strv_free(im->cmd);
-	free(im->cwd);
-	free(im->user);
+	sbd_image_config_clear(im);
 	free(im->last_ref);
 	free(im);
 }
@@ -103,7 +122,7 @@ char **sbd_images_str_array(const struct json *a, bool env)
 	for (struct json *c = a->child; v && c; c = c->next) {
 		const char *s = json_cstr(c);
 		if (!s || (env && !strchr(s, '=')) || !(v[i++] = strdup(s))) {
-			strv_free(v);
+			sbd_images_strv_free(v);
 			return NULL;
 		}
 	}
@@ -184,13 +203,13 @@ struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im)
 
 char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im)
 {
-	if (im && im->hex[0])
-		sbd_images_store_config(d, im);
+	/* A store image's config was read at its acquire, or on a worker
+	 * before the request came here (sbd_images_config). */
 	size_t ne = im ? strv_len(im->entrypoint) : 0, nc = im ? strv_len(im->cmd) : 0, k = 0;
 	char **v = ne + nc ? calloc(ne + nc + 1, sizeof(char *)) : NULL;
 	for (size_t i = 0; v && i < ne + nc; i++)
 		if (!(v[k++] = strdup(i < ne ? im->entrypoint[i] : im->cmd[i - ne]))) {
-			strv_free(v);
+			sbd_images_strv_free(v);
 			return NULL;
 		}
 	return v;

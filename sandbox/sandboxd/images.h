@@ -25,15 +25,28 @@
  * and gives it back when it goes. The last one leaves the mount in place;
  * the tick sweeps mounts unused for IMAGES_LINGER_S (so create/delete loops
  * do not mount and unmount the image each time). A restarted sandboxd
- * re-adopts its sandboxes with their references, and at its first tick
+ * re-adopts its sandboxes with their references, and before it serves
  * gives back the references of sandboxes that vanished meanwhile.
  *
+ * Nothing here touches the store on the loop thread: the store is on the
+ * FUSE mount, where a stopped or dead strata-fuse makes every call wait.
+ * Resolving a name, reading an image's record and config, taking a node
+ * reference (its lock, the stat of the mount), mounting, sweeping and
+ * listing are store calls on worker threads with a deadline
+ * (store_call.h, --store-timeout): the functions that need them answer
+ * -EINPROGRESS and call back on the loop; past the deadline with
+ * -ETIMEDOUT (503 store_unavailable), and past SBD_STORE_CALLS_MAX calls
+ * waiting with -EAGAIN. A node reference given back goes to a worker too
+ * (its lock may be held by a call stuck in the store).
+ *
  * Invariants:
- *  1. Once reconciled, the references named by this sandboxd on hex are
- *     users: its sandboxes on the image (and creates in flight), plus one
- *     per mount in flight on a worker (dropped when its waiters took theirs).
- *  2. held only says the image was mounted when last seen (the hot path
- *     takes img_node_ref instead of mounting); it is no reference.
+ *  1. Once reconciled (sbd_images_reconcile, before the loop serves), the
+ *     references named by this sandboxd on hex are its sandboxes on the
+ *     image (users), plus one per acquire call that took one and whose
+ *     result the loop has not taken yet, minus the releases queued.
+ *  2. held only says the image was mounted when last seen (a create then
+ *     takes img_node_ref instead of resolving and mounting); it is no
+ *     reference, and a worker that finds it wrong mounts.
  *
  * images.c (registered directories) and image_store.c (the store) are one
  * module: this header is its interface, images-internal.h what its two
@@ -69,8 +82,9 @@ int sbd_images_add_spec(struct sandboxd *d, const char *spec);
 int sbd_images_load_dir(struct sandboxd *d, const char *dir);
 /* Finds a registered image by name; "x" also matches "x:latest". */
 struct sbd_image *sbd_images_find(struct sandboxd *d, const char *name);
-/* Frees the registered images and the store state (dropping node references
- * no sandbox uses; those of live sandboxes stay for the next sandboxd). */
+/* Frees the registered images and the store state (the references of live
+ * sandboxes stay for the next sandboxd; sbd_images_drain swept the unused
+ * mounts). What a call stuck in the store still uses stays allocated. */
 void sbd_images_free(struct sandboxd *d);
 
 /* ---- a handle ------------------------------------------------------------- */
@@ -86,36 +100,59 @@ struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im);
 char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im);
 
 /* ---- references (image_store.c) ----------------------------------------- */
-/* Resolves ref (registered first, then the store) and, for a store image,
- * takes a reference for one sandbox (mounting the image on first use).
- * Returns 0 and *ret, -EINPROGRESS and *ret when a worker mounts the image
- * first (no reference taken: sbd_images_wait, then acquire again), -ENOENT
- * (no such image; e says where it looked), -EINVAL (malformed reference)
- * or -errno, with e. */
-int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
-		       struct strata_err *e);
-/* Waiting for an image that a worker mounts (sbd_images_acquire answered
- * -EINPROGRESS): fn is called once on the loop, when the mount ended (r 0:
- * acquire again, it is ready; r < 0: the mount failed, why in e). w stays
- * the caller's. */
+/* The answer of a store call: r 0 and im (sbd_images_acquire: with a node
+ * reference for the caller, to give back with sbd_images_release), or r < 0
+ * and why in e (-ETIMEDOUT / -EAGAIN / -ENOTCONN: the store is unavailable;
+ * -ENOENT: no such image). Called once, on the loop; w stays the caller's
+ * and must live until then. */
 struct sbd_image_waiter {
-	void (*fn)(struct sbd_image_waiter *w, int r, const struct strata_err *e);
-	struct sbd_image_waiter *next;
+	void (*fn)(struct sbd_image_waiter *w, int r, struct sbd_image *im,
+		   const struct strata_err *e);
 };
-void sbd_images_wait(struct sbd_image *im, struct sbd_image_waiter *w);
-/* Shutdown: waits for the mounts in flight and wakes their waiters (whose
- * creates may go on: before sbd_api_creates_drain). */
-void sbd_images_drain(struct sandboxd *d);
-/* Gives back a sandbox's reference (a no-op for a registered directory and
- * for NULL). */
+/* Resolves ref: a registered directory at once (returns 0 and *ret, no
+ * reference), else in the store on a worker, taking a reference for one
+ * sandbox (mounting the image on first use): returns -EINPROGRESS and
+ * w->fn follows. Returns -EAGAIN (too many store calls waiting), -ENOMEM
+ * or -EOPNOTSUPP (no loop) with e when nothing was started. */
+int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **ret,
+		       struct sbd_image_waiter *w, struct strata_err *e);
+/* A store image's config (sbd_image_defaults, sbd_image_default_cmd) is read
+ * at its first acquire; an image known from re-adoption only has none yet.
+ * Returns 0 when im's config is there (or im is a registered directory),
+ * -EINPROGRESS when a worker reads it (w->fn follows, with im) or -errno
+ * with e. */
+int sbd_images_config(struct sandboxd *d, struct sbd_image *im, struct sbd_image_waiter *w,
+		      struct strata_err *e);
+/* Shutdown, before sbd_api_creates_drain: waits (bounded) for the store
+ * calls in flight and hands their results on (the creates that waited may
+ * go on), abandons those that are stuck, then unmounts the images no
+ * sandbox uses (a store call too). Returns the number of calls still
+ * running (stuck in the store: the daemon cannot free their state). */
+unsigned sbd_images_drain(struct sandboxd *d);
+/* Gives back a sandbox's reference, on a worker (a no-op for a registered
+ * directory and for NULL). */
 void sbd_images_release(struct sandboxd *d, struct sbd_image *im);
 /* The handle of a re-adopted sandbox whose root is rootfs, counted as one
  * of its users (it keeps the node reference it took); NULL when no image
  * has that root. */
 struct sbd_image *sbd_images_adopt(struct sandboxd *d, const char *rootfs);
-/* Once a second: at the first, gives back the references of sandboxes that
- * vanished while sandboxd was down; then unmounts the images unused for
- * IMAGES_LINGER_S. */
+/* Once, after the re-adoption and before the loop serves: the references
+ * of this holder on each image are made as many as its sandboxes, giving
+ * back those of sandboxes that vanished while sandboxd was down (the node
+ * cache's files only; an earlier sandboxd's anonymous reference goes on a
+ * worker). */
+void sbd_images_reconcile(struct sandboxd *d);
+/* Once a second: starts the sweep of the images unused for IMAGES_LINGER_S
+ * (on a worker, one at a time) and fails the sandboxes whose image mounts
+ * lost the strata mount. */
 void sbd_images_tick(struct sandboxd *d);
-/* Writes {"images": [...]}: registered directories and stored images. */
-void sbd_images_to_json(struct sandboxd *d, struct jw *w);
+/* GET /v1/images, {"images": [...]}: the registered directories and the
+ * images of the store, listed on a worker. */
+struct sbd_images_listing {
+	/* r 0: w holds the answer (the caller's to send or free); r < 0: why
+	 * in e (as sbd_image_waiter). Once, on the loop. */
+	void (*fn)(struct sbd_images_listing *l, int r, const struct strata_err *e);
+	struct jw w;
+};
+/* Returns -EINPROGRESS (l->fn follows) or -errno with e. */
+int sbd_images_list(struct sandboxd *d, struct sbd_images_listing *l, struct strata_err *e);

@@ -20,7 +20,7 @@
  *                   [--max-body-mb N] [--max-body-total-mb N]
  *                   [--max-connections N] [--max-connections-per-peer N]
  *                   [--head-timeout S] [--body-timeout S] [--idle-conn-timeout S]
- *                   [--fncall-pool N] [--log-level L]
+ *                   [--fncall-pool N] [--store-timeout S] [--log-level L]
  */
 #include <dirent.h>
 #include <errno.h>
@@ -44,6 +44,7 @@
 #include "sandbox/container/strata_sandbox.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
+#include "sandbox/sandboxd/store_call.h"
 #include "sandbox/sandboxd/xfer.h"
 
 static void usage(FILE *f)
@@ -79,6 +80,10 @@ static void usage(FILE *f)
 	    "  --body-timeout S       a buffered body within S s + 1 s per 256 KiB (default 10)\n"
 	    "  --idle-conn-timeout S  an idle keep-alive connection is closed (default 60)\n"
 	    "  --fncall-pool N        warm fncall workers per image (default 2)\n"
+	    "  --store-timeout S      a call into the cluster's image store (a name looked\n"
+	    "                         up, a config read, an image mounted) may take S s\n"
+	    "                         (default 5, 0.1-3600); past it the request answers\n"
+	    "                         503 store_unavailable (strata-fuse stopped or hung)\n"
 	    "  --exec-keep-budget-mb N  output kept for background execs without a\n"
 	    "                         client, all sandboxes together (default 256; one\n"
 	    "                         sandbox a quarter); past it dropped (truncated)\n"
@@ -140,6 +145,7 @@ static void defaults(struct sandboxd_config *c)
 	c->default_timeout_ms = 60000;
 	c->max_timeout_ms = 24LL * 3600 * 1000;
 	c->fncall_pool = 2;
+	c->store_timeout_ms = SBD_STORE_TIMEOUT_MS_DEFAULT;
 }
 
 static int mkdir_p(const char *path)
@@ -280,7 +286,8 @@ enum {
 	O_BODY_TIMEOUT,
 	O_IDLE_CONN_TIMEOUT,
 	O_EXEC_KEEP,
-	O_TENANTS
+	O_TENANTS,
+	O_STORE_TIMEOUT
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -311,6 +318,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"idle-conn-timeout", 1, 0, O_IDLE_CONN_TIMEOUT},
 				     {"exec-keep-budget-mb", 1, 0, O_EXEC_KEEP},
 				     {"tenants", 1, 0, O_TENANTS},
+				     {"store-timeout", 1, 0, O_STORE_TIMEOUT},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -375,6 +383,14 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 			return -ENOMEM;
 		*images = n;
 		n[(*nimages)++] = (char *)arg;
+		return 0;
+	}
+	case O_STORE_TIMEOUT: {
+		char *end;
+		double sec = strtod(arg, &end);
+		if (end == arg || *end || !(sec >= 0.1 && sec <= 3600))
+			return -EINVAL;
+		c->store_timeout_ms = (int64_t)(sec * 1000);
 		return 0;
 	}
 	case O_LOG:
@@ -581,10 +597,15 @@ static int setup_backends(struct sandboxd *d)
 	return 0;
 }
 
-static void teardown(struct sandboxd *d)
+/* Returns false when threads are stuck in the image store: what they use
+ * is left allocated, and the process must end without waiting for them
+ * (main). */
+static bool teardown(struct sandboxd *d)
 {
 	sbd_server_close(d);
-	sbd_images_drain(d);		/* image mounts in flight: their creates go on */
+	/* Image store calls in flight (bounded: stuck ones are abandoned);
+	 * the creates that waited for their images go on. */
+	bool stuck = sbd_images_drain(d) > 0;
 	sbd_api_creates_drain(d);	/* creates in flight: finished, kept for adoption */
 	sbd_xfer_shutdown(d);		/* file transfers in flight: cut, answered */
 	sbd_registry_free_all(d);	/* the sandboxes keep running: only our memory */
@@ -610,6 +631,19 @@ static void teardown(struct sandboxd *d)
 	free(c->tenants_path);
 	sbd_tenants_done(&d->tenants);
 	free(c->images_dir);
+	return !stuck;
+}
+
+/* The end of the process. A thread stuck in the image store (a request to
+ * a stopped strata-fuse) cannot be joined, and exit()'s handlers (the
+ * sanitizers' leak check stops every thread first) would wait for it:
+ * _exit, whose exit_group ends it. */
+static int finish(bool clean, int rc)
+{
+	if (clean)
+		return rc;
+	fflush(NULL);
+	_exit(rc);
 }
 
 int main(int argc, char **argv)
@@ -628,19 +662,16 @@ int main(int argc, char **argv)
 		r = setup_backends(&d);
 	if (r == 0) {
 		sbd_registry_adopt_all(&d);
+		sbd_images_reconcile(&d); /* before the loop serves (images.h) */
 		sbd_tenants_reload(&d);
 		r = sbd_server_listen(&d);
 	}
-	if (r < 0) {
-		if (d.loop)
-			teardown(&d);
-		return 1;
-	}
+	if (r < 0)
+		return d.loop ? finish(teardown(&d), 1) : 1;
 	log_info("serving on %s (%zu sandboxes adopted, state in %s)", d.cfg.socket_path, d.count,
 		 d.cfg.state_dir);
 	while (!d.stopping && (r = sbd_loop_run_once(d.loop, 1000)) == 0)
 		;
 	log_info("stopping; %zu sandboxes left running", d.count);
-	teardown(&d);
-	return r < 0 ? 1 : 0;
+	return finish(teardown(&d), r < 0 ? 1 : 0);
 }

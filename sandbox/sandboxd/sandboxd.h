@@ -143,6 +143,7 @@ struct sandboxd_config {
 	int64_t default_output_cap, max_output_cap;
 	int64_t default_timeout_ms, max_timeout_ms;
 	int64_t exec_keep_budget; /* --exec-keep-budget-mb, bytes (api_exec.c) */
+	int64_t store_timeout_ms; /* --store-timeout: a call into the image store (store_call.h) */
 	int fncall_pool;
 	bool fresh_netns; /* --fresh-netns: no reuse of network namespaces */
 	bool no_userns;	  /* --no-userns: no user namespace unless a create asks */
@@ -269,6 +270,8 @@ void sbd_conn_reply_raw(struct sbd_conn *c, int status, const char *ctype, const
 /* Marks the connection as owned by an asynchronous response (no further
  * request is read from it) before anything is sent, or releases it. */
 void sbd_conn_hold(struct sbd_conn *c, bool hold);
+/* Whether the connection is held (an asynchronous response or a stream). */
+bool sbd_conn_held(const struct sbd_conn *c);
 /* A held connection's response was queued (conn_reply_*): sends it and
  * carries on with the connection's next request (after this round). */
 void sbd_conn_hold_done(struct sbd_conn *c);

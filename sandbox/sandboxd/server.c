@@ -363,6 +363,11 @@ void sbd_conn_hold(struct sbd_conn *c, bool hold)
 	c->streaming = hold;
 }
 
+bool sbd_conn_held(const struct sbd_conn *c)
+{
+	return c->streaming;
+}
+
 /* The head waits for the first chunk (which follows at once): one send,
  * one wake-up of the client, instead of two. */
 void sbd_conn_stream_begin(struct sbd_conn *c, int status, const char *ctype)

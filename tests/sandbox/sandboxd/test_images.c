@@ -2,9 +2,10 @@
  * cluster (images.h): registered directories (--image NAME=DIR and
  * --images-dir JSON with env, cwd, user, entrypoint, cmd), the "x" / "x:latest"
  * alias, the image's own command, references that are neither registered nor
- * reachable in a store (-ENOENT with a reason naming the store), and the
- * GET /v1/images listing. The store path itself runs against a real cluster
- * in test_image_store.sh. Exit 0 pass, 1 fail. */
+ * reachable in a store (-ENOENT with a reason naming the store, answered on
+ * the loop after a worker looked), and the GET /v1/images listing. The
+ * store path itself runs against a real cluster in test_image_store.sh.
+ * Exit 0 pass, 1 fail. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,8 +16,48 @@
 #include <unistd.h>
 
 #include "sandbox/sandboxd/images-internal.h"
+#include "sandbox/sandboxd/loop.h"
+#include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "tests/testutil.h"
+
+/* What a store call answered (images.h), once the loop ran it. */
+struct answer {
+	struct sbd_image_waiter w;
+	struct sbd_images_listing l;
+	bool called;
+	int r;
+	struct sbd_image *im;
+	struct strata_err e;
+};
+
+static void answered(struct sbd_image_waiter *w, int r, struct sbd_image *im,
+		     const struct strata_err *e)
+{
+	struct answer *a = (struct answer *)w;
+	a->called = true;
+	a->r = r;
+	a->im = im;
+	if (e)
+		a->e = *e;
+}
+
+static void listed(struct sbd_images_listing *l, int r, const struct strata_err *e)
+{
+	struct answer *a = (struct answer *)((char *)l - offsetof(struct answer, l));
+	a->called = true;
+	a->r = r;
+	if (e)
+		a->e = *e;
+}
+
+/* Runs d's loop until a was answered (10 s at most). */
+static void run_until(struct sandboxd *d, struct answer *a)
+{
+	for (int i = 0; i < 1000 && !a->called; i++)
+		CHECK_EQ(sbd_loop_run_once(d->loop, 10), 0);
+	CHECK(a->called);
+}
 
 static void write_file(const char *path, const char *text)
 {
@@ -67,7 +108,7 @@ static void test_registered(struct sandboxd *d, const char *tmp)
 	/* Acquiring a registered image takes no reference and needs no store. */
 	struct strata_err why = {0};
 	struct sbd_image *got = NULL;
-	CHECK_EQ(sbd_images_acquire(d, "bb", &got, &why), 0);
+	CHECK_EQ(sbd_images_acquire(d, "bb", &got, NULL, &why), 0);
 	CHECK(got == sbd_images_find(d, "bb"));
 	sbd_images_release(d, got); /* a no-op for a directory */
 
@@ -90,17 +131,25 @@ static void test_unknown_without_store(struct sandboxd *d)
 {
 	struct strata_err why = {0};
 	struct sbd_image *got = NULL;
-	/* The home has no cluster.env and no mount: the store cannot be found. */
-	CHECK_EQ(sbd_images_acquire(d, "nope:latest", &got, &why), -ENOENT);
-	CHECK(got == NULL);
-	CHECK(strstr(why.msg, "nope:latest") && strstr(why.msg, "no image store"));
+	struct answer a = {.w = {.fn = answered}};
+	/* The home has no cluster.env and no mount: the store cannot be found,
+	 * which a worker finds out (the loop never looks itself). */
+	CHECK_EQ(sbd_images_acquire(d, "nope:latest", &got, &a.w, &why), -EINPROGRESS);
+	CHECK(got == NULL && !a.called);
+	run_until(d, &a);
+	CHECK_EQ(a.r, -ENOENT);
+	CHECK(a.im == NULL);
+	CHECK(strstr(a.e.msg, "nope:latest") && strstr(a.e.msg, "no image store"));
 }
 
 static void test_listing(struct sandboxd *d)
 {
-	struct jw w;
-	jw_init(&w);
-	sbd_images_to_json(d, &w);
+	struct answer a = {.l = {.fn = listed}};
+	struct strata_err why = {0};
+	CHECK_EQ(sbd_images_list(d, &a.l, &why), -EINPROGRESS);
+	run_until(d, &a);
+	CHECK_EQ(a.r, 0);
+	struct jw w = a.l.w;
 	CHECK(w.err == 0);
 	struct json *j = json_parse(w.buf, w.len, NULL, 0);
 	struct json *list = json_get(j, "images");
@@ -121,13 +170,20 @@ int main(void)
 	struct sandboxd d = {.listen_fd = -1, .tcp_fd = -1, .timer_fd = -1, .signal_fd = -1};
 	d.cfg.home = home;
 	d.cfg.state_dir = state;
+	d.cfg.store_timeout_ms = 5000;
+	d.loop = sbd_loop_new();
+	d.pool = sbd_pool_new();
+	CHECK(d.loop && d.pool);
 
 	test_registered(&d, tmp);
 	test_unknown_without_store(&d);
 	test_listing(&d);
 	sbd_images_tick(&d);
+	CHECK_EQ(sbd_images_drain(&d), 0);
 	sbd_images_free(&d);
 	CHECK(d.images == NULL && d.imgstore == NULL);
+	sbd_pool_free(d.pool);
+	sbd_loop_free(d.loop);
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
 	CHECK(system(cmd) == 0);
