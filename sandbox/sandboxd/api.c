@@ -335,8 +335,11 @@ static void api_node(struct sbd_conn *c)
 {
 	struct sandboxd *d = sbd_conn_daemon(c);
 	size_t paused = 0;
+	unsigned store_calls;
+	uint64_t store_timeouts;
 	if (refuse_non_admin(c, "GET /v1/node"))
 		return;
+	sbd_images_store_stats(d, &store_calls, &store_timeouts);
 	for (struct sbd_sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		paused += sb->state == SBD_PAUSED;
 	struct jw w;
@@ -361,6 +364,9 @@ static void api_node(struct sbd_conn *c)
 	jw_kint(&w, "execs_total", (int64_t)d->execs_total);
 	jw_kint(&w, "refused_total", (int64_t)d->refused_total);
 	jw_kint(&w, "reaped_total", (int64_t)d->reaped_total);
+	jw_kint(&w, "store_calls", (int64_t)store_calls);
+	jw_kint(&w, "store_timeouts_total", (int64_t)store_timeouts);
+	jw_kint(&w, "store_timeout_ms", d->cfg.store_timeout_ms);
 	jw_kstr(&w, "state_dir", d->cfg.state_dir);
 	jw_obj_end(&w);
 	sbd_conn_reply_json(c, 200, &w);

@@ -1161,6 +1161,13 @@ int sbd_images_list(struct sandboxd *d, struct sbd_images_listing *l, struct str
 	return -EINPROGRESS;
 }
 
+void sbd_images_store_stats(struct sandboxd *d, unsigned *ret_in_flight, uint64_t *ret_timeouts)
+{
+	struct sbd_imgstore *g = d->imgstore;
+	*ret_in_flight = g ? sbd_store_calls_in_flight(g->calls) : 0;
+	*ret_timeouts = g ? sbd_store_calls_timeouts(g->calls) : 0;
+}
+
 /* ---- shutdown ------------------------------------------------------------------ */
 
 /* Waits up to until_ms for the release queue's worker. True when it is done. */

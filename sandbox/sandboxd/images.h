@@ -123,6 +123,9 @@ int sbd_images_acquire(struct sandboxd *d, const char *ref, struct sbd_image **r
  * with e. */
 int sbd_images_config(struct sandboxd *d, struct sbd_image *im, struct sbd_image_waiter *w,
 		      struct strata_err *e);
+/* The store calls in flight now (stuck ones included) and those that ran
+ * past their deadline since the start (GET /v1/node). */
+void sbd_images_store_stats(struct sandboxd *d, unsigned *ret_in_flight, uint64_t *ret_timeouts);
 /* Shutdown, before sbd_api_creates_drain: waits (bounded) for the store
  * calls in flight and hands their results on (the creates that waited may
  * go on), abandons those that are stuck, then unmounts the images no

@@ -36,6 +36,7 @@ struct sbd_store_calls {
 	int efd, tfd;
 	struct sbd_watch w_wake, w_timer;
 	int64_t armed_ms; /* the timer's expiry, 0: disarmed */
+	uint64_t timeouts; /* calls abandoned (the loop's) */
 };
 
 static struct sbd_store_call *call_of(struct sbd_job *job)
@@ -148,6 +149,7 @@ static void expire(struct sbd_store_calls *sc, int64_t before)
 		*p = c->wait_next;
 		c->wait_next = gone;
 		gone = c;
+		sc->timeouts++;
 	}
 	/* After the walk: done() may start calls (into sc->waiting). */
 	while (gone) {
@@ -240,6 +242,11 @@ unsigned sbd_store_calls_in_flight(struct sbd_store_calls *sc)
 	unsigned n = sc->in_flight;
 	pthread_mutex_unlock(&sc->mu);
 	return n;
+}
+
+uint64_t sbd_store_calls_timeouts(const struct sbd_store_calls *sc)
+{
+	return sc->timeouts;
 }
 
 int64_t sbd_store_calls_timeout_ms(const struct sbd_store_calls *sc)

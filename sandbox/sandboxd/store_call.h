@@ -75,6 +75,8 @@ struct sbd_store_calls *sbd_store_calls_new(struct sbd_loop *l, struct sbd_pool 
 int sbd_store_call_start(struct sbd_store_calls *sc, struct sbd_store_call *call);
 /* Calls in flight, abandoned ones included. */
 unsigned sbd_store_calls_in_flight(struct sbd_store_calls *sc);
+/* Calls abandoned at their deadline since sc was made. */
+uint64_t sbd_store_calls_timeouts(const struct sbd_store_calls *sc);
 /* The deadline of each call, in ms. */
 int64_t sbd_store_calls_timeout_ms(const struct sbd_store_calls *sc);
 /* Shutdown: waits up to wait_ms for the calls in flight (their done(0) runs

@@ -32,6 +32,7 @@ from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
                      StdinClosed)
 from .errors import DiskFull
 from .errors import PermissionDenied, QuotaExceeded, Unauthorized
+from .errors import StoreUnavailable
 from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
                       capabilities, node_metrics, health, BackgroundExec)
 from .sandbox import tenant_info
@@ -47,4 +48,5 @@ __all__ = [
 __all__ += ["DiskFull"]
 __all__ += ["AsyncBackgroundExec"]
 __all__ += ["PermissionDenied", "QuotaExceeded", "Unauthorized", "tenant_info"]
+__all__ += ["StoreUnavailable"]
 __version__ = "0.1.0"

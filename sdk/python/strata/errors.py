@@ -98,6 +98,17 @@ class QuotaExceeded(StrataError):
     does."""
 
 
+class StoreUnavailable(StrataError):
+    """The cluster's image store did not answer (HTTP 503
+    ``store_unavailable``): sandboxd looks images up on the store, and
+    strata-fuse is stopped, hung or restarting (``strata status``,
+    ``strata up``), so the create (or image listing) that needed it gave up
+    after sandboxd's ``--store-timeout`` (5 s by default); or too many
+    look-ups are already waiting for it. Nothing was created; running
+    sandboxes are not affected. Retry once the store is back: it is not a
+    :class:`NoCapacity` (another node's store is the same store)."""
+
+
 _BY_CODE = {
     "not_found": NotFound,
     "image_not_found": ImageNotFound,
@@ -125,6 +136,7 @@ _BY_CODE = {
     "forbidden": PermissionDenied,
     "admin_only": PermissionDenied,
     "quota_exceeded": QuotaExceeded,
+    "store_unavailable": StoreUnavailable,
 }
 
 

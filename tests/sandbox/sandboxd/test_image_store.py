@@ -12,9 +12,11 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 import pytest
@@ -31,6 +33,7 @@ HOME = os.environ.get("STRATA_HOME", "")
 HEX = os.environ.get("STRATA_IMAGE_HEX", "")
 IMG_ROOT = os.path.join(HOME, "cache", "images", HEX, "root")
 LINGER_S = int(os.environ.get("STRATA_SANDBOXD_IMAGE_LINGER_S", "30"))
+STORE_TIMEOUT_S = 5  # sandboxd's default --store-timeout
 
 
 def agent_pid(sb):
@@ -343,6 +346,72 @@ def test_fuse_and_holder_killed_fails_sandbox():
             r = b.exec(["md5sum", "/bin/busybox"], timeout=30)
             assert r.exit_code == 0, r
     finally:
+        a.kill()
+    wait_unmounted()
+
+
+def test_fuse_stopped_sandboxd_serves():
+    """strata-fuse stopped (SIGSTOP: every request to the strata mount waits,
+    as after a kill -9 while its holder keeps the connection, until `strata
+    up`): sandboxd looks the store up on workers only, so health, lists and
+    an exec in a running sandbox answer at once, and a create that needs the
+    store answers 503 store_unavailable (StoreUnavailable) within
+    --store-timeout plus slack. After SIGCONT creates work again, and the
+    node reference the abandoned look-up took when the store answered at
+    last is given back. (On a sandboxd that looked up on its loop, the
+    create froze the whole daemon until SIGCONT.)"""
+    a = Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120)
+    pid = fuse_pid()
+    stopped = False
+    try:
+        # The sandbox's files are read once: its exec below needs no FUSE.
+        assert a.exec(["echo", "warm"], timeout=30).stdout == "warm\n"
+        os.kill(pid, signal.SIGSTOP)
+        stopped = True
+        time.sleep(1.2)  # past sandboxd's 1 s cache of what a name resolved to
+        got = {}
+
+        def create():
+            t0 = time.monotonic()
+            try:
+                Sandbox.create("busybox:latest", backend="container", memory_mb=128,
+                               timeout=STORE_TIMEOUT_S + 30).kill()
+                got["r"] = "created"
+            except strata.StrataError as e:
+                got["r"] = e
+            got["took"] = time.monotonic() - t0
+
+        th = threading.Thread(target=create)
+        th.start()
+        time.sleep(0.5)  # its look-up waits in the stopped mount now
+        t0 = time.monotonic()
+        assert strata.health(timeout=5)
+        assert a.id in [sb.id for sb in Sandbox.list(timeout=5)]
+        assert Sandbox.connect(a.id, timeout=5).info["state"] == "running"
+        r = a.exec(["echo", "alive"], timeout=5)
+        took = time.monotonic() - t0
+        assert r.exit_code == 0 and r.stdout == "alive\n", r
+        assert took < 2, "health, list, get and exec took %.2f s" % took
+        th.join(STORE_TIMEOUT_S + 40)
+        assert isinstance(got.get("r"), strata.StoreUnavailable), got
+        assert got["r"].status == 503 and "busybox:latest" in str(got["r"]), str(got["r"])
+        assert STORE_TIMEOUT_S - 0.2 <= got["took"] < STORE_TIMEOUT_S + 3, got["took"]
+        m = strata.node_metrics(timeout=5)
+        assert m["store_calls"] >= 1 and m["store_timeouts_total"] >= 1, m
+        os.kill(pid, signal.SIGCONT)
+        stopped = False
+        with Sandbox.create("busybox:latest", backend="container", memory_mb=128) as b:
+            r = b.exec(["md5sum", "/bin/busybox"], timeout=30)
+            assert r.exit_code == 0, r
+            assert wait_users(2) == 2  # a and b: the late one was given back
+        deadline = time.monotonic() + 10
+        while strata.node_metrics(timeout=5)["store_calls"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert strata.node_metrics(timeout=5)["store_calls"] == 0
+        assert wait_users(1) == 1, holder_lines()
+    finally:
+        if stopped:
+            os.kill(pid, signal.SIGCONT)
         a.kill()
     wait_unmounted()
 

@@ -6,7 +6,10 @@
 # Python checks of test_image_store.py through the SDK (container sandboxes
 # from store references, one shared image mount, an upper dir each, the image
 # config as defaults, ImageNotFound, the node reference dropped after use,
-# re-adoption by a restarted sandboxd).
+# re-adoption by a restarted sandboxd, a stopped strata-fuse: the daemon
+# serves on and store look-ups answer 503 store_unavailable), and a SIGTERM
+# of sandboxd while a look-up is stuck in a stopped strata-fuse (it ends
+# within a bound).
 #
 # The trap deletes every sandbox through the API, stops sandboxd, kills any
 # agent left (by the pids in the state files), unmounts image mounts and then
@@ -130,6 +133,45 @@ kill -KILL "$pid"
 sandboxd_start
 STRATA_SANDBOX_ID=$sbid $PY -m pytest -q -p no:cacheprovider -rs -k "readopts" \
 	"$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py"
+
+# True when process $1 is gone (or a zombie: it ended, nobody reaped it yet).
+pid_gone() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 0
+	[ -z "$st" ] || [ "$st" = Z ]
+}
+
+# SIGTERM while a create's look-up waits in a stopped strata-fuse: the stuck
+# worker is abandoned, not joined, so sandboxd ends within its 2 s drain
+# (a sandboxd that looked up on its loop never even read the signal).
+cluster_log "SIGTERM of strata-sandboxd with a look-up stuck in a stopped strata-fuse"
+FUSE_PID=$(cat "$STRATA_HOME/run/fuse.pid")
+kill -STOP "$FUSE_PID"
+$PY -c 'import strata, sys
+try:
+    strata.Sandbox.create(sys.argv[1], backend="container", timeout=60).kill()
+except strata.StrataError as e:
+    print(e)' "sha256:$HEX" >/dev/null 2>&1 &
+CREATE_PID=$!
+sleep 1.5
+t0=$(date +%s%N)
+kill -TERM "$SBD_PID"
+for _ in $(seq 150); do pid_gone "$SBD_PID" && break; sleep 0.1; done
+ms=$((($(date +%s%N) - t0) / 1000000))
+gone=0
+pid_gone "$SBD_PID" && gone=1
+kill -CONT "$FUSE_PID"
+wait "$CREATE_PID" 2>/dev/null || true
+[ "$gone" = 1 ] || cluster_fail "strata-sandboxd still runs 15 s after SIGTERM with a look-up stuck in the store"
+cluster_log "strata-sandboxd ended $ms ms after SIGTERM"
+[ "$ms" -lt 6000 ] || cluster_fail "strata-sandboxd took $ms ms to end (a stuck look-up must not be waited for)"
+grep -q "image store calls are stuck" "$STRATA_HOME"/log/sandboxd*.log ||
+	cluster_fail "sandboxd did not say that a store call was stuck"
+wait "$SBD_PID" 2>/dev/null || true
+SBD_PID=""
+sandboxd_start
+sbid=$($PY "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py" --create busybox)
+$PY -c 'import strata, sys; strata.Sandbox.connect(sys.argv[1]).kill()' "$sbid"
 
 if cli_runs_sandboxd; then
 	cluster_log "strata down with a live sandbox and image mounts: nothing left"
