@@ -53,13 +53,25 @@ def procs(slot):
         return []
 
 
-def frozen(pid):
+def frozen_now(pid):
     fz = cgroup_dir(pid, "freezer")
     if fz and os.path.exists(os.path.join(fz, "freezer.state")):
         return open(os.path.join(fz, "freezer.state")).read().strip() == "FROZEN"
     v2 = cgroup_dir(pid, "")
     with open(os.path.join(v2, "cgroup.events")) as f:
         return "frozen 1" in f.read()
+
+
+def frozen(pid, want=True, secs=5.0):
+    """Whether pid's cgroup is frozen, waiting up to secs for it to become
+    want: v1's freezer passes through FREEZING, which takes longer on a
+    loaded machine than the answer to the pause does to arrive."""
+    deadline = time.monotonic() + secs
+    while True:
+        state = frozen_now(pid)
+        if state == want or time.monotonic() >= deadline:
+            return state
+        time.sleep(0.05)
 
 
 def kill_sandbox_of(pid):
@@ -113,7 +125,7 @@ def test_paused_sandbox_readopted_after_restart(d):
     assert st == 409 and b["error"]["code"] == "paused", b
     st, b = request(d, "POST", "/v1/sandboxes/%s/resume" % sid)
     assert st == 200 and b["state"] == "running", b
-    assert not frozen(pid)
+    assert not frozen(pid, want=False)
     ex, out = run(d, sid, "cat /tmp/f; ps")
     assert ex["exit_code"] == 0, ex
     assert out.startswith("before\n") and "sleep 1000" in out, out
