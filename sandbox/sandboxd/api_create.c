@@ -560,7 +560,8 @@ static int image_wait(struct sbd_conn *c, const char *image, const char *body, s
 	int r = sbd_images_acquire(d, image, &im, &iw->w, e);
 	if (r != -EINPROGRESS) { /* a registered image is never waited for */
 		free(iw);
-		return r < 0 ? r : strata_err_set(e, -EINVAL, "image '%s' was not waited for", image);
+		return r < 0 ? r
+			     : strata_err_set(e, -EINVAL, "image '%s' was not waited for", image);
 	}
 	sbd_conn_hold(c, true);
 	sbd_conn_set_abort(c, image_wait_abort, iw);

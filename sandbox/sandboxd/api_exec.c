@@ -778,7 +778,8 @@ static void config_wait_abort(void *ctx)
 static void config_ready(struct sbd_image_waiter *w, int r, struct sbd_image *im,
 			 const struct strata_err *e)
 {
-	struct config_wait *cw = (struct config_wait *)((char *)w - offsetof(struct config_wait, w));
+	struct config_wait *cw =
+	    (struct config_wait *)((char *)w - offsetof(struct config_wait, w));
 	struct sbd_conn *c = cw->c;
 	if (c) {
 		sbd_conn_set_abort(c, NULL, NULL);

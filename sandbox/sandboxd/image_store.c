@@ -73,7 +73,7 @@ struct release {
 
 struct sbd_imgstore {
 	char home[PATH_MAX], cache[PATH_MAX];
-	char holder[48]; /* names this sandboxd's node references (mount.h) */
+	char holder[48];	/* names this sandboxd's node references (mount.h) */
 	struct sbd_image *list; /* store images this sandboxd knows (the loop's) */
 	int64_t linger_ms;
 	struct sbd_store_calls *calls;
@@ -435,7 +435,7 @@ struct acquire_call {
 	bool ref_taken, fresh, record;
 	uint64_t prefetched;
 	int64_t took_ms;
-	struct strata_err pf; /* the prefetch's failure (a warning) */
+	struct strata_err pf;  /* the prefetch's failure (a warning) */
 	struct sbd_image conf; /* the config read (conf.config_loaded), or none */
 };
 
@@ -523,8 +523,7 @@ static void acquire_late(struct sbd_store_call *call)
 	log_warn("image '%s': the image store answered %lld ms after the deadline%s", a->ref,
 		 (long long)(sbd_now_ms() - call->deadline_ms),
 		 a->ref_taken ? ": its node reference given back" : "");
-	if (a->ref_taken &&
-	    img_node_release_as(NULL, a->g->cache, a->hex, a->g->holder, &e) < 0)
+	if (a->ref_taken && img_node_release_as(NULL, a->g->cache, a->hex, a->g->holder, &e) < 0)
 		log_warn("image %.12s: releasing a node reference: %s", a->hex, e.msg);
 	struct img_store *s = store_of(a->g);
 	if (a->record && s)
@@ -748,8 +747,8 @@ int sbd_images_config(struct sandboxd *d, struct sbd_image *im, struct sbd_image
 	if (!c)
 		return strata_err_set(e, -ENOMEM, "out of memory");
 	*c = (struct config_call){.g = g, .im = im, .w = w};
-	c->call = (struct sbd_store_call){
-	    .run = config_run, .done = config_done, .free = config_free};
+	c->call =
+	    (struct sbd_store_call){.run = config_run, .done = config_done, .free = config_free};
 	snprintf(c->hex, sizeof(c->hex), "%s", im->hex);
 	int r = call_start(g, &c->call, e);
 	if (r < 0) {
@@ -814,8 +813,7 @@ static void markers_run(struct sbd_store_call *call)
 	char p[PATH_MAX];
 	store_open(m->g, &s, NULL); /* for the lease, when it is reachable */
 	for (size_t i = 0; i < m->n; i++) {
-		if (fmt(p, sizeof(p), "%s/images/%s", m->state_dir, m->hex[i]) < 0 ||
-		    unlink(p) < 0)
+		if (fmt(p, sizeof(p), "%s/images/%s", m->state_dir, m->hex[i]) < 0 || unlink(p) < 0)
 			continue;
 		if (img_node_release(s, m->g->cache, m->hex[i], NULL) < 0)
 			log_warn("image %.12s: giving back the earlier sandboxd's reference failed",
@@ -981,8 +979,8 @@ static int sweep_start(struct sbd_imgstore *g, int64_t idle_ms)
 		return -ENOMEM;
 	sw->g = g;
 	sw->idle_ms = idle_ms;
-	sw->call = (struct sbd_store_call){
-	    .run = sweep_run, .done = sweep_done, .free = sweep_free};
+	sw->call =
+	    (struct sbd_store_call){.run = sweep_run, .done = sweep_done, .free = sweep_free};
 	/* Not only the held ones: a mount renewed away from is swept too. */
 	for (struct sbd_image *im = g->list; im; im = im->next)
 		if (im->users == 0)
@@ -1028,7 +1026,7 @@ struct list_call {
 	struct listed {
 		char *name; /* NULL: an image without a name */
 		char hex[65];
-	} *v;
+	} * v;
 	bool oom;
 };
 
@@ -1151,8 +1149,7 @@ int sbd_images_list(struct sandboxd *d, struct sbd_images_listing *l, struct str
 		return strata_err_set(e, -ENOMEM, "out of memory");
 	lc->g = g;
 	lc->l = l;
-	lc->call = (struct sbd_store_call){
-	    .run = list_run, .done = list_done, .free = list_free};
+	lc->call = (struct sbd_store_call){.run = list_run, .done = list_done, .free = list_free};
 	int r = call_start(g, &lc->call, e);
 	if (r < 0) {
 		free(lc);

@@ -18,8 +18,8 @@ struct sbd_image {
 	char *last_ref;	     /* the reference last resolved to it ... */
 	int64_t last_ref_ms; /* ... and when (names are cached briefly) */
 	bool config_loaded;
-	bool held;	    /* seen mounted: a create takes img_node_ref, no mount */
-	int64_t users;	    /* its sandboxes here, each with its own node reference */
+	bool held;     /* seen mounted: a create takes img_node_ref, no mount */
+	int64_t users; /* its sandboxes here, each with its own node reference */
 	struct sbd_image *next;
 };
 

@@ -35,7 +35,7 @@ struct sbd_store_calls {
 	struct sbd_store_call *waiting;	 /* the loop's: started, done() not run yet */
 	int efd, tfd;
 	struct sbd_watch w_wake, w_timer;
-	int64_t armed_ms; /* the timer's expiry, 0: disarmed */
+	int64_t armed_ms;  /* the timer's expiry, 0: disarmed */
 	uint64_t timeouts; /* calls abandoned (the loop's) */
 };
 
@@ -176,7 +176,7 @@ static void timer_io(void *ctx, uint32_t ev)
 	uint64_t x;
 	if (read(sc->tfd, &x, sizeof(x)) < 0 && errno != EAGAIN)
 		return;
-	sc->armed_ms = 0; /* a one-shot: arm() sets it again */
+	sc->armed_ms = 0;  /* a one-shot: arm() sets it again */
 	take_finished(sc); /* a result that came with its deadline counts */
 	expire(sc, sbd_now_ms());
 }

@@ -41,9 +41,9 @@
 
 #include "sandbox/sandboxd/pool.h"
 
-#define SBD_STORE_CALLS_MAX 16		/* calls in flight, abandoned ones included */
+#define SBD_STORE_CALLS_MAX 16		  /* calls in flight, abandoned ones included */
 #define SBD_STORE_TIMEOUT_MS_DEFAULT 5000 /* --store-timeout */
-#define SBD_STORE_STOP_WAIT_MS 2000	/* what shutdown waits for calls in flight */
+#define SBD_STORE_STOP_WAIT_MS 2000	  /* what shutdown waits for calls in flight */
 
 struct sbd_loop;
 struct sbd_store_calls;

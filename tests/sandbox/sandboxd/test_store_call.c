@@ -57,8 +57,8 @@ static void t_free(struct sbd_store_call *c)
 static void init(struct tcall *t, bool block)
 {
 	*t = (struct tcall){.block = block, .done_r = 1};
-	t->call = (struct sbd_store_call){.run = t_run, .done = t_done, .late = t_late,
-					  .free = t_free};
+	t->call =
+	    (struct sbd_store_call){.run = t_run, .done = t_done, .late = t_late, .free = t_free};
 }
 
 static void run_loop(struct sbd_loop *l, int64_t ms)
