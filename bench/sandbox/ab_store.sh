@@ -105,6 +105,6 @@ for c in $CONCS; do
     op=$(med OLD 7) np=$(med NEW 7) oo=$(med OLD 6) no=$(med NEW 6)
     awk -v img="$img" -v c="$c" -v op="$op" -v np="$np" -v oo="$oo" -v no="$no" \
       'BEGIN { printf "%-15s c%-3s p50 OLD %.3f NEW %.3f ms (%.2fx)   creations/s OLD %.1f NEW %.1f (%.2fx)\n",
-               img, c, op, np, op > 0 ? np / op : 0, oo, no, oo > 0 ? no / oo : 0 }'
+               img, c, op, np, (op > 0 ? np / op : 0), oo, no, (oo > 0 ? no / oo : 0) }'
   done
 done
