@@ -11,14 +11,16 @@
 # (no store at all: the baseline of the hop). `sandbox_bench api SOCK IMAGE C
 # SECS` (create + exec `true` + delete; p50/p99 of the create step alone)
 # alternates between the builds, the order swapped every round (the machine is
-# shared and its load moves). The summary gives the median p50 per build,
-# image and concurrency and NEW/OLD.
+# shared and its load moves). CPU per creation from /proc, as ab_api.sh: the
+# daemon's threads (utime + stime) and its loop (main) thread alone. The
+# summary gives the median p50 per build, image and concurrency and NEW/OLD.
 #
 # usage: bench/sandbox/ab_store.sh OLD_BIN_DIR NEW_BIN_DIR [ROUNDS [SECS [CONCS...]]]
 #        (BIN_DIRs hold strata-sandboxd and strata-agent; OLD's sandbox_bench
 #        drives both; NEW's strata, strata-meta, ... run the cluster; defaults
 #        3 rounds, 3 s, concurrency 1 and 8; root, FUSE, EROFS)
 # prints per run: OLD|NEW IMAGE cCONC RESULT api_cN ops/s p50 p99 ops errors
+#                 threads/op US loop/op US load L
 set -euo pipefail
 
 [ $# -ge 2 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
@@ -78,6 +80,9 @@ for v in OLD NEW; do
   "$BENCH" api "$IMG_WORK/$v.sock" busybox:latest 1 0.5 >/dev/null 2>&1 || true
 done
 
+tck=$(getconf CLK_TCK)
+own() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+loop() { awk '{ print $14 + $15 }' "/proc/$1/task/$1/stat"; }
 out=$IMG_WORK/results
 : >"$out"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -87,8 +92,14 @@ for i in $(seq "$ROUNDS"); do
       order="OLD NEW"
       [ $((i % 2)) -eq 0 ] && order="NEW OLD"
       for v in $order; do
+        p=${pid[$v]}
+        o0=$(own "$p") l0=$(loop "$p")
         r=$("$BENCH" api "$IMG_WORK/$v.sock" "$img" "$c" "$SECS" 2>&1 | grep RESULT || true)
-        echo "$v $img c$c ${r:-failed}  load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$out"
+        o1=$(own "$p") l1=$(loop "$p")
+        awk -v h="$v $img c$c ${r:-failed}" -v n="$(echo "$r" | awk '{ print $5 }')" \
+          -v o="$((o1 - o0))" -v l="$((l1 - l0))" -v t="$tck" -v ld="$(cut -d' ' -f1 /proc/loadavg)" \
+          'BEGIN { printf "%s  threads/op %.0f us  loop/op %.0f us  load %s\n", h,
+                   n ? o * 1e6 / t / n : 0, n ? l * 1e6 / t / n : 0, ld }' | tee -a "$out"
       done
     done
   done
@@ -103,8 +114,10 @@ for c in $CONCS; do
         awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print 0 }'
     }
     op=$(med OLD 7) np=$(med NEW 7) oo=$(med OLD 6) no=$(med NEW 6)
+    ot=$(med OLD 12) nt=$(med NEW 12) ol=$(med OLD 15) nl=$(med NEW 15)
     awk -v img="$img" -v c="$c" -v op="$op" -v np="$np" -v oo="$oo" -v no="$no" \
-      'BEGIN { printf "%-15s c%-3s p50 OLD %.3f NEW %.3f ms (%.2fx)   creations/s OLD %.1f NEW %.1f (%.2fx)\n",
-               img, c, op, np, (op > 0 ? np / op : 0), oo, no, (oo > 0 ? no / oo : 0) }'
+      -v ot="$ot" -v nt="$nt" -v ol="$ol" -v nl="$nl" \
+      'BEGIN { printf "%-15s c%-3s p50 OLD %.3f NEW %.3f ms (%.2fx)  creations/s OLD %.1f NEW %.1f (%.2fx)  threads/op %d -> %d us  loop/op %d -> %d us\n",
+               img, c, op, np, (op > 0 ? np / op : 0), oo, no, (oo > 0 ? no / oo : 0), ot, nt, ol, nl }'
   done
 done
