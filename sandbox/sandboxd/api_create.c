@@ -612,9 +612,8 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len,
 	struct strata_err err = {0};
 	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
 	bool later = false;
-	if (!j)
-		return false;
-	if (!create_for(c, j, &as)) {
+	if (!j || !create_for(c, j, &as)) { /* answered */
+		sbd_images_release(d, ready);
 		json_free(j);
 		return false;
 	}

@@ -927,7 +927,9 @@ static struct sweep_call *sweep_of(struct sbd_store_call *call)
 static void sweep_run(struct sbd_store_call *call)
 {
 	struct sweep_call *sw = sweep_of(call);
-	struct img_store *s = store_of(sw->g);
+	struct img_store *s = NULL;
+	/* No store, no sweep: unmounting drops the image's lease there. */
+	store_open(sw->g, &s, NULL);
 	for (size_t i = 0; s && i < sw->n; i++) {
 		struct strata_err e = {0};
 		int r = img_node_sweep_one(s, sw->g->cache, sw->v[i].hex, sw->idle_ms, &e);
@@ -970,9 +972,9 @@ static int sweep_start(struct sbd_imgstore *g, int64_t idle_ms)
 	for (struct sbd_image *im = g->list; im; im = im->next)
 		n += im->users == 0;
 	pthread_mutex_lock(&g->mu);
-	bool busy = g->sweeping, none = !n || !g->store;
+	bool busy = g->sweeping;
 	pthread_mutex_unlock(&g->mu);
-	if (busy || none)
+	if (busy || !n)
 		return busy ? -EBUSY : -ENOENT;
 	struct sweep_call *sw = calloc(1, sizeof(*sw) + n * sizeof(sw->v[0]));
 	if (!sw)
@@ -1006,13 +1008,13 @@ void sbd_images_tick(struct sandboxd *d)
 		return;
 	releases_kick(g); /* one that could not start a thread before */
 	struct img_store *s = store_of(g);
-	if (!g->list || !s)
+	if (!g->list)
 		return;
 	for (struct sbd_image *im = g->list; im; im = im->next)
 		any |= im->held;
-	if (any)
+	if (any && s)
 		check_fuse(g, s);
-	sweep_start(g, g->linger_ms);
+	sweep_start(g, g->linger_ms); /* its worker opens the store if need be */
 }
 
 /* ---- GET /v1/images (a store call) ------------------------------------------ */
