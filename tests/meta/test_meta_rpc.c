@@ -86,38 +86,38 @@ static void test_namespace(struct meta_client *mc)
 	CHECK_EQ(meta_ping(mc), 0);
 	CHECK_EQ(meta_getattr(mc, ROOT, &a), 0);
 	CHECK_EQ(a.mode, S_IFDIR | 0755);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "d", 0750, 10, 20, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "d", 0750, 10, 20, &a), 0);
 	strata_ino_t d = a.ino;
 	CHECK_EQ(a.uid, 10);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "d", 0750, 10, 20, &a), -EEXIST);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "..", 0750, 10, 20, &a), -EINVAL);
-	CHECK_EQ(meta_create(mc, d, "f", 0644, 1, 1, O_CREAT | O_EXCL | O_RDWR, &f, &sid), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "d", 0750, 10, 20, &a), -EEXIST);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "..", 0750, 10, 20, &a), -EINVAL);
+	CHECK_EQ(meta_create(mc, NULL, d, "f", 0644, 1, 1, O_CREAT | O_EXCL | O_RDWR, &f, &sid), 0);
 	CHECK_EQ(meta_set_length(mc, f.ino, 9000, 12345), 0);
 	CHECK_EQ(meta_close(mc, f.ino, sid, 10000, -1), 0);
 	CHECK_EQ(meta_close(mc, f.ino, sid, -1, -1), -EBADF);
 	CHECK_EQ(meta_lookup(mc, d, "f", &a), 0);
 	CHECK_EQ(a.size, 10000);
 	CHECK_EQ(a.mtime_ns, 12345);
-	CHECK_EQ(meta_mknod(mc, d, "fifo", S_IFIFO | 0600, 0, 0, 0, &a), 0);
-	CHECK_EQ(meta_symlink(mc, d, "s", "/some/where", 0, 0, &a), 0);
+	CHECK_EQ(meta_mknod(mc, NULL, d, "fifo", S_IFIFO | 0600, 0, 0, 0, &a), 0);
+	CHECK_EQ(meta_symlink(mc, NULL, d, "s", "/some/where", 0, 0, &a), 0);
 	CHECK_EQ(meta_readlink(mc, a.ino, buf, sizeof(buf)), 11);
 	CHECK(strcmp(buf, "/some/where") == 0);
 	CHECK_EQ(meta_readlink(mc, a.ino, buf, 4), -ERANGE);
-	CHECK_EQ(meta_link(mc, f.ino, ROOT, "hard", &a), 0);
+	CHECK_EQ(meta_link(mc, NULL, f.ino, ROOT, "hard", &a), 0);
 	CHECK_EQ(a.nlink, 2);
-	CHECK_EQ(meta_link(mc, d, ROOT, "dlink", &a), -EPERM);
-	CHECK_EQ(meta_rename(mc, ROOT, "hard", d, "hard2", 0), 0);
-	CHECK_EQ(meta_rename(mc, ROOT, "d", d, "x", 0), -EINVAL);
-	CHECK_EQ(meta_rmdir(mc, ROOT, "d"), -ENOTEMPTY);
-	CHECK_EQ(meta_unlink(mc, d, "hard2"), 0);
+	CHECK_EQ(meta_link(mc, NULL, d, ROOT, "dlink", &a), -EPERM);
+	CHECK_EQ(meta_rename(mc, NULL, ROOT, "hard", d, "hard2", 0), 0);
+	CHECK_EQ(meta_rename(mc, NULL, ROOT, "d", d, "x", 0), -EINVAL);
+	CHECK_EQ(meta_rmdir(mc, NULL, ROOT, "d"), -ENOTEMPTY);
+	CHECK_EQ(meta_unlink(mc, NULL, d, "hard2"), 0);
 	struct strata_setattr sa = {.valid = STRATA_SET_MODE | STRATA_SET_MTIME_NOW, .mode = 0600};
 	CHECK_EQ(meta_setattr(mc, f.ino, &sa, &a), 0);
 	CHECK_EQ(a.mode, S_IFREG | 0600);
 	CHECK(a.mtime_ns > 12345);
 	sa = (struct strata_setattr){.valid = STRATA_SET_LAYOUT, .chunk_size = 1000};
 	CHECK_EQ(meta_setattr(mc, d, &sa, &a), -EINVAL);
-	CHECK_EQ(meta_open(mc, d, O_RDONLY, &sid), -EISDIR);
-	CHECK_EQ(meta_open(mc, f.ino, O_RDWR, &sid), 0);
+	CHECK_EQ(meta_open(mc, NULL, d, O_RDONLY, &sid), -EISDIR);
+	CHECK_EQ(meta_open(mc, NULL, f.ino, O_RDWR, &sid), 0);
 	CHECK_EQ(meta_clear_sessions(mc), 1);
 	CHECK_EQ(meta_sync(mc), 0);
 }
@@ -129,11 +129,11 @@ static void test_xattr_readdir(struct meta_client *mc)
 	char buf[64], name[32], after[256] = "";
 	int more = 1, total = 0;
 
-	CHECK_EQ(meta_mkdir(mc, ROOT, "many", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "many", 0755, 0, 0, &a), 0);
 	strata_ino_t d = a.ino;
 	for (int i = 0; i < 25; i++) {
 		snprintf(name, sizeof(name), "n%02d", i);
-		CHECK_EQ(meta_mknod(mc, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
+		CHECK_EQ(meta_mknod(mc, NULL, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
 	}
 	while (more) {
 		int n = meta_readdir(mc, d, after, total % 2 == 0, ents, 10, &more);
@@ -146,8 +146,8 @@ static void test_xattr_readdir(struct meta_client *mc)
 		total += n;
 	}
 	CHECK_EQ(total, 25);
-	CHECK_EQ(meta_setxattr(mc, d, "user.k", "hello", 5, XATTR_CREATE), 0);
-	CHECK_EQ(meta_setxattr(mc, d, "user.k", "hello", 5, XATTR_CREATE), -EEXIST);
+	CHECK_EQ(meta_setxattr(mc, NULL, d, "user.k", "hello", 5, XATTR_CREATE), 0);
+	CHECK_EQ(meta_setxattr(mc, NULL, d, "user.k", "hello", 5, XATTR_CREATE), -EEXIST);
 	CHECK_EQ(meta_getxattr(mc, d, "user.k", NULL, 0), 5);
 	CHECK_EQ(meta_getxattr(mc, d, "user.k", buf, 3), -ERANGE);
 	CHECK_EQ(meta_getxattr(mc, d, "user.k", buf, sizeof(buf)), 5);
@@ -156,8 +156,8 @@ static void test_xattr_readdir(struct meta_client *mc)
 	CHECK_EQ(meta_listxattr(mc, d, NULL, 0), 7);
 	CHECK_EQ(meta_listxattr(mc, d, buf, sizeof(buf)), 7);
 	CHECK(memcmp(buf, "user.k", 7) == 0);
-	CHECK_EQ(meta_removexattr(mc, d, "user.k"), 0);
-	CHECK_EQ(meta_removexattr(mc, d, "user.k"), -ENODATA);
+	CHECK_EQ(meta_removexattr(mc, NULL, d, "user.k"), 0);
+	CHECK_EQ(meta_removexattr(mc, NULL, d, "user.k"), -ENODATA);
 }
 
 static void test_mgmt(struct meta_client *mc)
@@ -182,7 +182,7 @@ static void test_mgmt(struct meta_client *mc)
 	strata_routing_done(&rt);
 	/* a directory's replication factor */
 	struct strata_attr a;
-	CHECK_EQ(meta_mkdir(mc, ROOT, "repl", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "repl", 0755, 0, 0, &a), 0);
 	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS, .replicas = 1};
 	CHECK_EQ(meta_setattr(mc, a.ino, &sa, &a), 0);
 	CHECK_EQ(a.layout.table_id, table);
@@ -230,7 +230,7 @@ static void *bench_main(void *p)
 
 	for (int i = 0; i < b->n; i++) {
 		snprintf(name, sizeof(name), "t%d-%05d", b->id, i);
-		CHECK_EQ(meta_create(b->mc, b->dir, name, 0644, 0, 0, O_CREAT | O_EXCL | O_RDWR, &a,
+		CHECK_EQ(meta_create(b->mc, NULL, b->dir, name, 0644, 0, 0, O_CREAT | O_EXCL | O_RDWR, &a,
 				     &sid),
 			 0);
 	}
@@ -245,7 +245,7 @@ static void bench_create(struct meta_client *mc)
 	struct timespec t0, t1;
 	struct strata_attr a;
 
-	CHECK_EQ(meta_mkdir(mc, ROOT, "bench", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "bench", 0755, 0, 0, &a), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < 4; i++) {
 		b[i] = (struct bench_arg){mc, a.ino, i, 1000};
@@ -266,14 +266,14 @@ static void write_before_kill(struct meta_client *mc, strata_ino_t *ret_dir)
 	struct strata_attr a;
 	char name[32];
 
-	CHECK_EQ(meta_mkdir(mc, ROOT, "crash", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "crash", 0755, 0, 0, &a), 0);
 	*ret_dir = a.ino;
 	for (int i = 0; i < 200; i++) {
 		snprintf(name, sizeof(name), "c%03d", i);
-		CHECK_EQ(meta_mknod(mc, a.ino, name, S_IFREG | 0644, 0, 0, 0, NULL), 0);
+		CHECK_EQ(meta_mknod(mc, NULL, a.ino, name, S_IFREG | 0644, 0, 0, 0, NULL), 0);
 	}
-	CHECK_EQ(meta_rename(mc, a.ino, "c000", ROOT, "renamed", 0), 0);
-	CHECK_EQ(meta_setxattr(mc, a.ino, "user.last", "1", 1, 0), 0);
+	CHECK_EQ(meta_rename(mc, NULL, a.ino, "c000", ROOT, "renamed", 0), 0);
+	CHECK_EQ(meta_setxattr(mc, NULL, a.ino, "user.last", "1", 1, 0), 0);
 }
 
 static void check_after_restart(struct meta_client *mc, strata_ino_t dir)
@@ -288,7 +288,7 @@ static void check_after_restart(struct meta_client *mc, strata_ino_t dir)
 	CHECK_EQ(meta_lookup(mc, ROOT, "renamed", &a), 0);
 	CHECK_EQ(meta_getxattr(mc, dir, "user.last", NULL, 0), 1);
 	CHECK_EQ(meta_lookup(mc, ROOT, "many", &a), 0);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "after", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "after", 0755, 0, 0, &a), 0);
 	CHECK(a.ino > dir);
 }
 

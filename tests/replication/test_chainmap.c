@@ -294,14 +294,14 @@ static unsigned check_tables(const struct strata_routing *rt)
 static strata_ino_t mkdir_in(struct ns *ns, strata_ino_t parent, const char *name)
 {
 	struct strata_attr a;
-	CHECK_EQ(ns_mkdir(ns, parent, name, 040755, 0, 0, &a), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, parent, name, 040755, 0, 0, &a), 0);
 	return a.ino;
 }
 
 static struct strata_layout file_layout(struct ns *ns, strata_ino_t parent, const char *name)
 {
 	struct strata_attr a;
-	CHECK_EQ(ns_mknod(ns, parent, name, 0100644, 0, 0, 0, &a), 0);
+	CHECK_EQ(ns_mknod(ns, NULL, parent, name, 0100644, 0, 0, 0, &a), 0);
 	return a.layout;
 }
 
