@@ -24,11 +24,13 @@
  * random id of this process's life and a counter. Retries of the call are
  * still deduplicated; a resend after a crash is not. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fs/log.h"
 #include "fuse/fuse-internal.h"
 
 #define FUSE_UNIQUE_RESEND (1ull << 63) /* include/uapi/linux/fuse.h, Linux >= 6.9 */
@@ -99,6 +101,10 @@ void sfs_op_of(struct sfs *fs, fuse_req_t req, struct sfs_op *ret)
 		ret->resent = (t_last.unique & FUSE_UNIQUE_RESEND) != 0;
 		return;
 	}
+	static atomic_bool warned;
+	if (fs->conn_id && !atomic_exchange(&warned, true))
+		log_warn("A FUSE request's header was not where it was read: its operation id is "
+			 "local, so a resend of it after a crash would be carried out again");
 	ret->id.conn = fs->life_id;
 	ret->id.unique = atomic_fetch_add(&fs->life_ops, 1);
 }

@@ -39,6 +39,7 @@ struct daemon {
 	struct ns *ns;
 	struct rpc_server *srv;
 	struct ticker *sync_t, *lease_t, *opid_t;
+	uint64_t opid_answered; /* ns_opid_answered at the last tick */
 	struct gc *gc;
 	struct meta_client *mc; /* to ourselves: routing for the chunk client */
 	struct chunk_client *cc;
@@ -220,9 +221,16 @@ static int opid_tick(void *ctx)
 {
 	struct daemon *d = ctx;
 	int n = ns_opid_expire(d->ns);
+	uint64_t answered = ns_opid_answered(d->ns);
 
 	if (n < 0)
 		log_error_errno(n, "Failed to expire operation records");
+	if (answered != d->opid_answered)
+		log_info("%llu mutation(s) asked for again (a resend after a crash of strata-fuse, "
+			 "a retry) answered from their records; %llu since start",
+			 (unsigned long long)(answered - d->opid_answered),
+			 (unsigned long long)answered);
+	d->opid_answered = answered;
 	return -1;
 }
 

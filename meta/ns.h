@@ -46,6 +46,8 @@ int ns_set_opid_limits(struct ns *ns, uint32_t max, int64_t ttl_ms);
 int ns_opid_expire(struct ns *ns);
 /* Records kept now. */
 uint64_t ns_opid_count(struct ns *ns);
+/* Mutations answered from their record since the engine opened. */
+uint64_t ns_opid_answered(struct ns *ns);
 
 /* Opens the engine on the store in directory dir (created if missing; the
  * root directory, inode 1, is created on first open). why[why_cap] gets a

@@ -62,11 +62,17 @@ uint64_t ns_opid_count(struct ns *ns)
 	return ns->opids;
 }
 
+uint64_t ns_opid_answered(struct ns *ns)
+{
+	return atomic_load(&ns->opid_answered);
+}
+
 /* Under mu: 1 and *ret if op was carried out as a mutation of type, 0 if
  * not, or -errno. A record of another type (a client that reused an id) is
- * not an answer: the mutation is done and its record replaces it. */
+ * not an answer: the mutation is done and its record replaces that one,
+ * whose time goes to *ret_stale_ns (else -1) so that its age entry goes too. */
 static int opid_find(struct ns *ns, const struct meta_opid *op, uint16_t type,
-		     struct ns_answer *ret)
+		     struct ns_answer *ret, int64_t *ret_stale_ns)
 {
 	_cleanup_free_ uint8_t *v = NULL;
 	struct opid_rec o;
@@ -74,21 +80,28 @@ static int opid_find(struct ns *ns, const struct meta_opid *op, uint16_t type,
 	size_t n;
 	int r;
 
+	*ret_stale_ns = -1;
 	key_opid(&k, op);
 	r = kv_get(ns->kv, k.b, k.len, (void **)&v, &n);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0)
 		return r;
-	if (opid_decode(v, n, &o) < 0 || o.type != type)
+	if (opid_decode(v, n, &o) < 0)
+		return 0; /* unreadable: done again, and the record rewritten */
+	if (o.type != type) {
+		*ret_stale_ns = o.done_ns;
 		return 0;
+	}
 	*ret = o.a;
+	ns->opid_answered++;
 	return 1;
 }
 
-/* Adds op's record of a (and its age entry, and the count) to b. */
+/* Adds op's record of a (and its age entry, and the count) to b; a record
+ * of the same id done at stale_ns (>= 0) is replaced. */
 static int opid_add(struct ns *ns, struct kv_batch *b, const struct meta_opid *op, uint16_t type,
-		    const struct ns_answer *a)
+		    const struct ns_answer *a, int64_t stale_ns)
 {
 	/* never older than the last: the expiry's cursor stays behind every
 	 * record even if the clock steps back */
@@ -106,7 +119,12 @@ static int opid_add(struct ns *ns, struct kv_batch *b, const struct meta_opid *o
 		kv_batch_put(b, k.b, k.len, w.data, w.len);
 		key_opage(&k, o.done_ns, op);
 		kv_batch_put(b, k.b, k.len, "", 0);
-		ns->opids++;
+		if (stale_ns >= 0) {
+			key_opage(&k, stale_ns, op);
+			kv_batch_del(b, k.b, k.len);
+		} else {
+			ns->opids++;
+		}
 		ns->opid_last_ns = o.done_ns;
 		ns_put_counter(b, "opids", ns->opids);
 	}
@@ -120,18 +138,21 @@ int ns_mutate(struct ns *ns, const struct meta_opid *op, uint16_t type, ns_build
 	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
 	struct ns_answer a = {0};
 	bool with_id = op && op->conn;
+	int64_t stale_ns = -1;
+	uint64_t opids;
 	int r;
 
 	if (!b)
 		return -ENOMEM;
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	r = with_id ? opid_find(ns, op, type, &a) : 0;
+	opids = ns->opids;
+	r = with_id ? opid_find(ns, op, type, &a, &stale_ns) : 0;
 	if (r == 0) {
 		r = build(ns, b, arg, &a);
 		if (r == 0 && with_id)
-			r = opid_add(ns, b, op, type, &a);
-		if (r == 0 && kv_batch_count(b) > 0 && (r = ns_commit(ns, b)) < 0 && with_id)
-			ns->opids--; /* the record was not written */
+			r = opid_add(ns, b, op, type, &a, stale_ns);
+		if (r == 0 && kv_batch_count(b) > 0 && (r = ns_commit(ns, b)) < 0)
+			ns->opids = opids; /* the record was not written */
 	}
 	if (r < 0)
 		return r;

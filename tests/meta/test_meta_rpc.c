@@ -276,6 +276,50 @@ static void write_before_kill(struct meta_client *mc, strata_ino_t *ret_dir)
 	CHECK_EQ(meta_setxattr(mc, NULL, a.ino, "user.last", "1", 1, 0), 0);
 }
 
+/* Operation ids over the wire (meta/ns_opid.c): the same id twice is one
+ * mutation with one answer; the record survives kill -9 of strata-meta. */
+static const struct meta_opid g_op_mkdir = {0xfeedf00d, 7}, g_op_create = {0xfeedf00d, 9};
+static struct strata_attr g_op_attr;
+static uint64_t g_op_session;
+
+static void test_opids(struct meta_client *mc)
+{
+	const struct meta_opid other = {0xfeedf00d, 8}, unl = {0xfeedf00d, 10};
+	struct strata_attr a, b;
+	uint64_t s;
+
+	CHECK_EQ(meta_keeps_opids(mc), 1);
+	CHECK_EQ(meta_mkdir(mc, &g_op_mkdir, ROOT, "opdir", 0755, 0, 0, &g_op_attr), 0);
+	CHECK_EQ(meta_mkdir(mc, &g_op_mkdir, ROOT, "opdir", 0755, 0, 0, &a), 0);
+	CHECK_EQ(a.ino, g_op_attr.ino);
+	CHECK_EQ(meta_mkdir(mc, &other, ROOT, "opdir", 0755, 0, 0, &a), -EEXIST);
+	CHECK_EQ(meta_create(mc, &g_op_create, g_op_attr.ino, "f", 0644, 0, 0,
+			     O_CREAT | O_EXCL | O_RDWR, &b, &g_op_session),
+		 0);
+	CHECK_EQ(meta_create(mc, &g_op_create, g_op_attr.ino, "f", 0644, 0, 0,
+			     O_CREAT | O_EXCL | O_RDWR, &a, &s),
+		 0);
+	CHECK_EQ(a.ino, b.ino);
+	CHECK_EQ(s, g_op_session);
+	CHECK_EQ(meta_unlink(mc, &unl, g_op_attr.ino, "f"), 0);
+	CHECK_EQ(meta_unlink(mc, &unl, g_op_attr.ino, "f"), 0);
+	CHECK_EQ(meta_lookup(mc, g_op_attr.ino, "f", &a), -ENOENT);
+}
+
+static void check_opids_after_restart(struct meta_client *mc)
+{
+	struct strata_attr a;
+	uint64_t s;
+
+	CHECK_EQ(meta_mkdir(mc, &g_op_mkdir, ROOT, "opdir", 0755, 0, 0, &a), 0);
+	CHECK_EQ(a.ino, g_op_attr.ino);
+	CHECK_EQ(meta_create(mc, &g_op_create, g_op_attr.ino, "f", 0644, 0, 0,
+			     O_CREAT | O_EXCL | O_RDWR, &a, &s),
+		 0);
+	CHECK_EQ(s, g_op_session);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "opdir", 0755, 0, 0, &a), -EEXIST);
+}
+
 static void check_after_restart(struct meta_client *mc, strata_ino_t dir)
 {
 	struct meta_dirent ents[300];
@@ -314,6 +358,7 @@ int main(void)
 	test_malformed(d.addr);
 	bench_create(mc);
 	write_before_kill(mc, &crash_dir);
+	test_opids(mc);
 	meta_client_free(mc);
 	int st = stop_meta(&d, SIGKILL);
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
@@ -321,6 +366,7 @@ int main(void)
 	start_meta(bin, dir, &d);
 	mc = meta_client_new(d.addr, "rpc-test", NULL);
 	check_after_restart(mc, crash_dir);
+	check_opids_after_restart(mc);
 	meta_client_free(mc);
 	st = stop_meta(&d, SIGTERM);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
