@@ -475,8 +475,9 @@ static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 		fuse_session_destroy(fs->se);
 		return log_error_errno(-EIO, "Failed to install signal handlers");
 	}
-	log_info("%s strata (meta %s) at %s as client %s", fs->taken_over ? "Serving" : "Mounted",
-		 fs->o.meta_addr, fs->o.mountpoint, fs->o.client_id);
+	log_info("%s strata (meta %s) at %s as client %s, connection %016llx",
+		 fs->taken_over ? "Serving" : "Mounted", fs->o.meta_addr, fs->o.mountpoint,
+		 fs->o.client_id, (unsigned long long)fs->conn_id);
 	if (fs->tk && (r = sfs_restart_arm(fs)) < 0)
 		log_warn_errno(r, "Failed to install the SIGUSR2 handler (no planned restart)");
 	sfs_takeover_hold(fs);

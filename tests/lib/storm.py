@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""mutate_storm.py — one worker of tests/fuse/replay.sh: a loop of namespace
+"""storm.py — one worker of tests/lib/storm.sh: a loop of namespace
 mutations whose every call must succeed, in a directory of its own.
 
-    mutate_storm.py DIR STOP OUT
+    storm.py DIR STOP OUT
 
 Iteration i: create f<i> with O_CREAT|O_EXCL, mkdir d<i>, symlink s<i>,
 link f<i> to h<i>, rename f<i> to r<i> (renameat2 RENAME_NOREPLACE when the
