@@ -19,9 +19,9 @@
  *     them, so ids are never reused across restarts.
  *  6. Mutations hold ns->mu from their first read to kv_write.
  *  7. Every operation record R(conn,unique) has its age entry
- *     Q(time,conn,unique) and the reverse; the counter `opids` is their
- *     number. A record is written in the batch of the mutation it answers
- *     and only for a success (ns_opid.c). */
+ *     Q(time,conn,unique) and the reverse (ns->opids, counted at open, is
+ *     their number). A record is written in the batch of the mutation it
+ *     answers and only for a success (ns_opid.c). */
 #pragma once
 #include <pthread.h>
 #include <stdatomic.h>
@@ -154,8 +154,8 @@ struct ns {
 	struct ns_prog *prog; /* target -> resync progress */
 	uint32_t nprog, capprog;
 	struct ns_live probes[NS_PROBE_SLOTS]; /* target -> last probe (ms); see ns_probe_due */
-	/* operation records (ns_opid.c), under mu: how many (counter
-	 * `opids`), their limits, and the age key the last expiry stopped
+	/* operation records (ns_opid.c), under mu: how many (counted at
+	 * open), their limits, and the age key the last expiry stopped
 	 * after (so it does not walk the deleted keys again) */
 	uint64_t opids;
 	uint32_t opid_max;
