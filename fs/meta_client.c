@@ -156,19 +156,23 @@ int meta_setattr(struct meta_client *mc, strata_ino_t ino, const struct strata_s
 	return call_attr(mc, MSG_META_SETATTR, &q, 0, ret_attr);
 }
 
-int meta_mknod(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode,
-	       uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_mknod(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name, uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid,
+	       struct strata_attr *ret_attr)
 {
-	struct meta_req q = {.op = opid(op), .parent = parent, .mode = mode, .rdev = rdev, .uid = uid, .gid = gid};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .mode = mode, .rdev = rdev, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
 
 	return r ?: call_attr(mc, MSG_META_MKNOD, &q, 0, ret_attr);
 }
 
-int meta_mkdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_mkdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+	       struct strata_attr *ret_attr)
 {
-	struct meta_req q = {.op = opid(op), .parent = parent, .mode = mode, .uid = uid, .gid = gid};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .mode = mode, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
 
 	return r ?: call_attr(mc, MSG_META_MKDIR, &q, 0, ret_attr);
@@ -193,13 +197,13 @@ static int attr_session_get(const struct rpc_reply *rep, struct strata_attr *ret
 	return 0;
 }
 
-int meta_create(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode,
-		uint32_t uid, uint32_t gid, uint32_t flags, struct strata_attr *ret_attr,
-		uint64_t *ret_session)
+int meta_create(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags,
+		struct strata_attr *ret_attr, uint64_t *ret_session)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
-	struct meta_req q = {.op = opid(op), 
-	    .parent = parent, .mode = mode, .uid = uid, .gid = gid, .flags = flags};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .mode = mode, .uid = uid, .gid = gid, .flags = flags};
 	int r = set_name(q.name, name);
 
 	if (r < 0)
@@ -209,7 +213,8 @@ int meta_create(struct meta_client *mc, const struct meta_opid *op, strata_ino_t
 	return r ?: attr_session_get(&rep, ret_attr, ret_session);
 }
 
-int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name)
+int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name)
 {
 	struct meta_req q = {.op = opid(op), .parent = parent};
 	int r = set_name(q.name, name);
@@ -217,7 +222,8 @@ int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t
 	return r ?: call_empty(mc, MSG_META_UNLINK, &q, 0);
 }
 
-int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name)
+int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name)
 {
 	struct meta_req q = {.op = opid(op), .parent = parent};
 	int r = set_name(q.name, name);
@@ -225,17 +231,18 @@ int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t 
 	return r ?: call_empty(mc, MSG_META_RMDIR, &q, 0);
 }
 
-int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name,
-		strata_ino_t newparent, const char *newname, uint32_t flags)
+int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, strata_ino_t newparent, const char *newname, uint32_t flags)
 {
-	struct meta_req q = {.op = opid(op), .parent = parent, .newparent = newparent, .flags = flags};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .newparent = newparent, .flags = flags};
 	int r = set_name(q.name, name) ?: set_name(q.newname, newname);
 
 	return r ?: call_empty(mc, MSG_META_RENAME, &q, 0);
 }
 
-int meta_link(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, strata_ino_t newparent, const char *newname,
-	      struct strata_attr *ret_attr)
+int meta_link(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+	      strata_ino_t newparent, const char *newname, struct strata_attr *ret_attr)
 {
 	struct meta_req q = {.op = opid(op), .ino = ino, .newparent = newparent};
 	int r = set_name(q.newname, newname);
@@ -243,8 +250,9 @@ int meta_link(struct meta_client *mc, const struct meta_opid *op, strata_ino_t i
 	return r ?: call_attr(mc, MSG_META_LINK, &q, 0, ret_attr);
 }
 
-int meta_symlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent, const char *name, const char *target,
-		 uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_symlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		 const char *name, const char *target, uint32_t uid, uint32_t gid,
+		 struct strata_attr *ret_attr)
 {
 	struct meta_req q = {.op = opid(op), .parent = parent, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
@@ -324,8 +332,8 @@ static int xattr_name(char *dst, const char *name)
 	return 0;
 }
 
-int meta_setxattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, const char *name, const void *value,
-		  size_t size, uint32_t flags)
+int meta_setxattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+		  const char *name, const void *value, size_t size, uint32_t flags)
 {
 	struct meta_req q = {.op = opid(op), .ino = ino, .flags = flags, .value = value};
 	int r = xattr_name(q.name, name);
@@ -378,7 +386,8 @@ int meta_listxattr(struct meta_client *mc, strata_ino_t ino, char *buf, size_t c
 	return r ?: blob_reply(&rep, buf, cap);
 }
 
-int meta_removexattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, const char *name)
+int meta_removexattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+		     const char *name)
 {
 	struct meta_req q = {.op = opid(op), .ino = ino};
 	int r = xattr_name(q.name, name);
@@ -398,10 +407,12 @@ static int session_reply(const struct rpc_reply *rep, uint64_t *ret)
 	return 0;
 }
 
-int meta_open(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, uint32_t flags, uint64_t *ret_session)
+int meta_open(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
+	      uint64_t *ret_session)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
-	struct meta_req q = {.op = opid(op), .ino = ino, .flags = flags & ~META_OPEN_CLEAR_SESSIONS};
+	struct meta_req q = {
+	    .op = opid(op), .ino = ino, .flags = flags & ~META_OPEN_CLEAR_SESSIONS};
 	int r;
 
 	if (ino == 0)

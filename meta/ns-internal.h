@@ -160,7 +160,7 @@ struct ns {
 	uint64_t opids;
 	uint32_t opid_max;
 	int64_t opid_ttl_ns;
-	int64_t opid_last_ns; /* the newest record's time */
+	int64_t opid_last_ns;		/* the newest record's time */
 	_Atomic uint64_t opid_answered; /* mutations answered from their record */
 	struct key opid_cursor;
 };

@@ -63,22 +63,22 @@ int ns_lookup(struct ns *ns, strata_ino_t parent, const char *name, struct strat
 int ns_getattr(struct ns *ns, strata_ino_t ino, struct strata_attr *ret);
 int ns_setattr(struct ns *ns, strata_ino_t ino, const struct strata_setattr *sa,
 	       struct strata_attr *ret);
-int ns_mknod(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode, uint64_t rdev,
-	     uint32_t uid, uint32_t gid, struct strata_attr *ret);
-int ns_mkdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
-	     uint32_t gid, struct strata_attr *ret);
-int ns_symlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, const char *target,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_mknod(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_mkdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_symlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	       const char *target, uint32_t uid, uint32_t gid, struct strata_attr *ret);
 /* create + open in one batch (see meta_create). */
-int ns_create(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
-	      uint32_t gid, uint32_t flags, const char *client_id, struct strata_attr *ret,
-	      uint64_t *ret_session);
+int ns_create(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags, const char *client_id,
+	      struct strata_attr *ret, uint64_t *ret_session);
 int ns_unlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
 int ns_rmdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
-int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, strata_ino_t newparent,
-	      const char *newname, uint32_t flags);
-int ns_link(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, strata_ino_t newparent, const char *newname,
-	    struct strata_attr *ret);
+int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      strata_ino_t newparent, const char *newname, uint32_t flags);
+int ns_link(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, strata_ino_t newparent,
+	    const char *newname, struct strata_attr *ret);
 /* Copies the target NUL-terminated into buf[cap]; returns its length or
  * -ERANGE. */
 int ns_readlink(struct ns *ns, strata_ino_t ino, char *buf, size_t cap);
@@ -91,8 +91,8 @@ int ns_readdir(struct ns *ns, strata_ino_t ino, const char *after, bool want_att
 	       ns_dirent_fn fn, void *ctx, int *ret_more);
 int ns_statfs(struct ns *ns, struct strata_statfs *ret);
 
-int ns_setxattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name, const void *value, size_t size,
-		uint32_t flags);
+int ns_setxattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name,
+		const void *value, size_t size, uint32_t flags);
 /* Returns 0 and a malloc'd value (owned by the caller). */
 int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val, size_t *ret_len);
 /* Returns 0 and a malloc'd NUL-separated name list (owned by the caller). */
@@ -100,8 +100,8 @@ int ns_listxattr(struct ns *ns, strata_ino_t ino, char **ret_list, size_t *ret_l
 int ns_removexattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name);
 
 /* Sessions: see README.md, "Sessions". */
-int ns_open_file(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, uint32_t flags, const char *client_id,
-		 uint64_t *ret_session);
+int ns_open_file(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
+		 const char *client_id, uint64_t *ret_session);
 int ns_close_file(struct ns *ns, strata_ino_t ino, uint64_t session, int64_t length,
 		  int64_t mtime_ns);
 /* Closes every session of client_id; returns how many. */

@@ -160,8 +160,8 @@ static int entry_create(struct ns *ns, const struct meta_opid *op, uint16_t type
 	return r;
 }
 
-int ns_mknod(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, uint32_t mode, uint64_t rdev,
-	     uint32_t uid, uint32_t gid, struct strata_attr *ret)
+int ns_mknod(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret)
 {
 	struct new_entry e = {mode, rdev, uid, gid, NULL};
 
@@ -191,8 +191,8 @@ int ns_mkdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, con
 	return entry_create(ns, op, MSG_META_MKDIR, parent, name, &e, ret);
 }
 
-int ns_symlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name, const char *target,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret)
+int ns_symlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	       const char *target, uint32_t uid, uint32_t gid, struct strata_attr *ret)
 {
 	struct new_entry e = {S_IFLNK | 0777, 0, uid, gid, target};
 

@@ -65,15 +65,16 @@ static int op_mkdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
 
-	return attr_reply(ns_mkdir(ns, &q->op, q->parent, q->name, q->mode, q->uid, q->gid, &a), &a, w);
+	return attr_reply(ns_mkdir(ns, &q->op, q->parent, q->name, q->mode, q->uid, q->gid, &a), &a,
+			  w);
 }
 
 static int op_create(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
 	uint64_t sid;
-	int r = ns_create(ns, &q->op, q->parent, q->name, q->mode, q->uid, q->gid, q->flags, q->client_id,
-			  &a, &sid);
+	int r = ns_create(ns, &q->op, q->parent, q->name, q->mode, q->uid, q->gid, q->flags,
+			  q->client_id, &a, &sid);
 
 	if (r == 0) {
 		meta_attr_put(w, &a);

@@ -146,7 +146,8 @@ static void test_no_key(struct rpc_cred *admin)
 	struct meta_client *mc = client_as(admin);
 	struct strata_attr a;
 	uint64_t sid;
-	CHECK_EQ(meta_create(mc, NULL, STRATA_ROOT_INO, "secret", 0600, 0, 0, O_CREAT | O_RDWR, &a, &sid),
+	CHECK_EQ(meta_create(mc, NULL, STRATA_ROOT_INO, "secret", 0600, 0, 0, O_CREAT | O_RDWR, &a,
+			     &sid),
 		 0);
 	CHECK_EQ(meta_close(mc, a.ino, sid, 5, -1), 0);
 	strata_ino_t ino = a.ino;

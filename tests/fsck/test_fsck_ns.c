@@ -51,7 +51,8 @@ static uint64_t mkfile(struct ns *ns, uint64_t parent, const char *name, uint64_
 	struct strata_attr a;
 	uint64_t sid;
 
-	CHECK_EQ(ns_create(ns, NULL, parent, name, 0644, 0, 0, O_CREAT | O_EXCL, "c1", &a, &sid), 0);
+	CHECK_EQ(ns_create(ns, NULL, parent, name, 0644, 0, 0, O_CREAT | O_EXCL, "c1", &a, &sid),
+		 0);
 	CHECK_EQ(ns_close_file(ns, a.ino, sid, (int64_t)size, -1), 0);
 	return a.ino;
 }

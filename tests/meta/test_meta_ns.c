@@ -185,14 +185,17 @@ static void test_create_remove(struct ns *ns)
 	CHECK_EQ(ns_mknod(ns, NULL, 12345678, "x", S_IFREG | 0644, 0, 0, 0, &a), -ENOENT);
 
 	/* create: O_EXCL, existing open, O_TRUNC */
-	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &a, &sid), 0);
+	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &a, &sid),
+		 0);
 	strata_ino_t c = a.ino;
 	CHECK_EQ(a.mode, S_IFREG | 0600);
-	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_EXCL, "cl", &a, &sid), -EEXIST);
+	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_EXCL, "cl", &a, &sid),
+		 -EEXIST);
 	CHECK_EQ(ns_set_length(ns, c, 5000, -1), 0);
 	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_RDWR, "cl", &a, &sid), 0);
 	CHECK_EQ(a.size, 5000);
-	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_TRUNC | O_RDWR, "cl", &a, &sid), 0);
+	CHECK_EQ(
+	    ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_TRUNC | O_RDWR, "cl", &a, &sid), 0);
 	CHECK_EQ(a.size, 0);
 	CHECK_EQ(a.ino, c);
 	CHECK_EQ(ns_session_count(ns, c), 3);
@@ -497,7 +500,8 @@ static void test_sessions_gc(struct ns *ns)
 	CHECK_EQ(gc_count(ns, g), 1);
 	CHECK_EQ(ns_gc_done(ns, g), 0);
 	/* rename over an open file orphans it */
-	CHECK_EQ(ns_create(ns, NULL, ROOT, "victim", 0644, 0, 0, O_CREAT | O_RDWR, "A", &a, &s1), 0);
+	CHECK_EQ(ns_create(ns, NULL, ROOT, "victim", 0644, 0, 0, O_CREAT | O_RDWR, "A", &a, &s1),
+		 0);
 	strata_ino_t v = a.ino;
 	file_ok(ns, ROOT, "winner");
 	CHECK_EQ(ns_rename(ns, NULL, ROOT, "winner", ROOT, "victim", 0), 0);
@@ -707,9 +711,9 @@ static void *worker_main(void *arg)
 
 	for (int i = 0; i < w->n; i++) {
 		snprintf(name, sizeof(name), "w%d-%05d", w->id, i);
-		CHECK_EQ(
-		    ns_create(w->ns, NULL, w->dir, name, 0644, 0, 0, O_CREAT | O_EXCL, "conc", &a, &sid),
-		    0);
+		CHECK_EQ(ns_create(w->ns, NULL, w->dir, name, 0644, 0, 0, O_CREAT | O_EXCL, "conc",
+				   &a, &sid),
+			 0);
 		CHECK_EQ(ns_close_file(w->ns, a.ino, sid, 10, -1), 0);
 		if (i % 10 == 0) {
 			snprintf(to, sizeof(to), "m%d-%05d", w->id, i);

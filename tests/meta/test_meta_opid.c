@@ -68,8 +68,8 @@ static void test_entries(struct ns *ns, strata_ino_t d)
 	same_attr(&x, &y);
 	CHECK_EQ(used_inodes(ns), used);
 	CHECK_EQ(ns_getattr(ns, d, &p1), 0);
-	CHECK_EQ(p1.nlink, p0.nlink);		   /* one subdirectory, not two */
-	CHECK_EQ(p1.mtime_ns, p0.mtime_ns);	   /* the parent was not touched again */
+	CHECK_EQ(p1.nlink, p0.nlink);	    /* one subdirectory, not two */
+	CHECK_EQ(p1.mtime_ns, p0.mtime_ns); /* the parent was not touched again */
 	CHECK_EQ(ns_mkdir(ns, &b, d, "dir", 0755, 1, 2, &y), -EEXIST); /* another request */
 
 	CHECK_EQ(ns_mknod(ns, &c, d, "node", S_IFIFO | 0600, 0, 1, 2, &x), 0);
@@ -80,11 +80,11 @@ static void test_entries(struct ns *ns, strata_ino_t d)
 	same_attr(&x, &y);
 
 	struct meta_opid cr = id(15);
-	CHECK_EQ(ns_create(ns, &cr, d, "file", 0644, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &x, &s1),
-		 0);
+	CHECK_EQ(
+	    ns_create(ns, &cr, d, "file", 0644, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &x, &s1), 0);
 	used = used_inodes(ns);
-	CHECK_EQ(ns_create(ns, &cr, d, "file", 0644, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &y, &s2),
-		 0);
+	CHECK_EQ(
+	    ns_create(ns, &cr, d, "file", 0644, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &y, &s2), 0);
 	same_attr(&x, &y);
 	CHECK_EQ(s1, s2); /* the same session: no second one left open */
 	CHECK_EQ(ns_session_count(ns, x.ino), 1);
@@ -195,9 +195,9 @@ static void test_reopen(const char *dir)
 
 	CHECK(n > 0);
 	CHECK_EQ(ns_lookup(ns, ROOT, "op", &d), 0);
-	CHECK_EQ(ns_create(ns, &cr, d.ino, "file", 0644, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &x,
-			   &s),
-		 0);
+	CHECK_EQ(
+	    ns_create(ns, &cr, d.ino, "file", 0644, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &x, &s),
+	    0);
 	CHECK_EQ(ns_mkdir(ns, &a, d.ino, "dir", 0755, 1, 2, &x), 0); /* removed since: the answer */
 	CHECK_EQ(ns_opid_count(ns), n);
 	ns_close(ns);
@@ -249,13 +249,17 @@ static void bench_ids(struct ns *ns, strata_ino_t d)
 			for (int i = 0; i < 1000; i++) {
 				struct meta_opid o = id(u++);
 				snprintf(name, sizeof(name), "b%d-%d-%d", round, with, i);
-				CHECK_EQ(ns_mknod(ns, with ? &o : NULL, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
+				CHECK_EQ(ns_mknod(ns, with ? &o : NULL, d, name, S_IFREG | 0644, 0,
+						  0, 0, &a),
+					 0);
 			}
 			clock_gettime(CLOCK_MONOTONIC, &t1);
-			t[with] += (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+			t[with] +=
+			    (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
 		}
-	fprintf(stderr, "bench: mknod without ids %.0f/s, with ids %.0f/s (ratio %.3f; 10000 each, "
-			"alternating rounds of 1000)\n",
+	fprintf(stderr,
+		"bench: mknod without ids %.0f/s, with ids %.0f/s (ratio %.3f; 10000 each, "
+		"alternating rounds of 1000)\n",
 		10000 / t[0], 10000 / t[1], t[0] / t[1]);
 }
 

@@ -230,8 +230,8 @@ static void *bench_main(void *p)
 
 	for (int i = 0; i < b->n; i++) {
 		snprintf(name, sizeof(name), "t%d-%05d", b->id, i);
-		CHECK_EQ(meta_create(b->mc, NULL, b->dir, name, 0644, 0, 0, O_CREAT | O_EXCL | O_RDWR, &a,
-				     &sid),
+		CHECK_EQ(meta_create(b->mc, NULL, b->dir, name, 0644, 0, 0,
+				     O_CREAT | O_EXCL | O_RDWR, &a, &sid),
 			 0);
 	}
 	return NULL;

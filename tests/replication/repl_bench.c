@@ -167,8 +167,9 @@ int main(int argc, char **argv)
 			getenv("REPL_BENCH_REPLICAS"), strerror(-r));
 		return 1;
 	}
-	r = strcmp(argv[1], "read") ? meta_create(mc, NULL, parent, name, 0100644, 0, 0, 0, &j.a, &sid)
-				    : meta_lookup(mc, parent, name, &j.a);
+	r = strcmp(argv[1], "read")
+		? meta_create(mc, NULL, parent, name, 0100644, 0, 0, 0, &j.a, &sid)
+		: meta_lookup(mc, parent, name, &j.a);
 	if (r < 0) {
 		fprintf(stderr, "repl_bench: %s: %s\n", name, strerror(-r));
 		return 1;
