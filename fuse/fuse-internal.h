@@ -286,7 +286,9 @@ bool sfs_retry_again(struct sfs *fs, struct sfs_retry *rt, long r, bool idempote
 /* Maps a final error for the kernel: transport failures become -EIO. */
 long sfs_final_err(long r);
 
-#define SFS_CALL(fs, idem, expr)                                                                   \
+/* Calls expr until it succeeds or sfs_retry_again says stop; on_retry runs
+ * before each repeat. */
+#define SFS_RETRYING(fs, idem, on_retry, expr)                                                     \
 	({                                                                                         \
 		struct sfs_retry _rt = {0};                                                        \
 		__typeof__(expr) _r;                                                               \
@@ -294,9 +296,11 @@ long sfs_final_err(long r);
 			_r = (expr);                                                               \
 			if (!sfs_retry_again((fs), &_rt, (long)_r, (idem)))                        \
 				break;                                                             \
+			on_retry;                                                                  \
 		}                                                                                  \
 		(__typeof__(expr))sfs_final_err((long)_r);                                         \
 	})
+#define SFS_CALL(fs, idem, expr) SFS_RETRYING(fs, idem, (void)0, expr)
 #define SFS_IDEM true
 #define SFS_ONCE false
 
@@ -305,18 +309,7 @@ long sfs_final_err(long r);
  * not done again), like SFS_ONCE by an older one; op->resent is set from
  * the first retry on. */
 #define SFS_MUTATE(fs, op, expr)                                                                   \
-	({                                                                                         \
-		struct sfs_retry _rt = {0};                                                        \
-		__typeof__(expr) _r;                                                               \
-		for (;;) {                                                                         \
-			_r = (expr);                                                               \
-			if (!sfs_retry_again((fs), &_rt, (long)_r,                                 \
-					     meta_keeps_opids((fs)->mc) == 1))                     \
-				break;                                                             \
-			(op)->resent = true;                                                       \
-		}                                                                                  \
-		(__typeof__(expr))sfs_final_err((long)_r);                                         \
-	})
+	SFS_RETRYING(fs, meta_keeps_opids((fs)->mc) == 1, (op)->resent = true, expr)
 
 /* Starts a helper thread with every signal blocked. Returns 0 or -errno. */
 int sfs_thread_start(pthread_t *ret, void *(*fn)(void *), void *arg);

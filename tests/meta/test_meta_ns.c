@@ -19,24 +19,13 @@
 #include "meta/gc.h"
 #include "meta/ns.h"
 #include "tests/testutil.h"
+#include "tests/meta/ns_testutil.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 #define ROOT STRATA_ROOT_INO
-
-static struct ns *open_ns(const char *dir)
-{
-	char why[256];
-	struct ns *ns = NULL;
-	int r = ns_open(dir, &ns, why, sizeof(why));
-
-	if (r < 0)
-		fprintf(stderr, "ns_open %s: %s\n", dir, why);
-	CHECK(r == 0);
-	return ns;
-}
 
 static strata_ino_t mkdir_ok(struct ns *ns, strata_ino_t p, const char *name)
 {
@@ -768,7 +757,7 @@ static void bench_create(struct ns *ns)
 
 static void test_persistence(const char *dir)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	struct strata_attr a, b;
 	struct strata_routing rt;
 
@@ -779,7 +768,7 @@ static void test_persistence(const char *dir)
 	CHECK_EQ(ns_statfs(ns, &sf), 0);
 	used = sf.used_inodes;
 	ns_close(ns);
-	ns = open_ns(dir);
+	ns = test_ns_open(dir);
 	CHECK_EQ(ns_lookup(ns, ROOT, "persist", &a), 0);
 	CHECK_EQ(a.ino, d);
 	CHECK_EQ(ns_lookup(ns, ROOT, "striped", &b), 0);
@@ -802,7 +791,7 @@ int main(void)
 	char cmd[256];
 
 	CHECK(mkdtemp(dir) != NULL);
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	test_root_and_names(ns);
 	test_create_remove(ns);
 	test_links(ns);

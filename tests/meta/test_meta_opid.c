@@ -16,20 +16,9 @@
 #include <unistd.h>
 #include "meta/ns.h"
 #include "tests/testutil.h"
+#include "tests/meta/ns_testutil.h"
 
 #define ROOT STRATA_ROOT_INO
-
-static struct ns *open_ns(const char *dir)
-{
-	char why[256];
-	struct ns *ns = NULL;
-	int r = ns_open(dir, &ns, why, sizeof(why));
-
-	if (r < 0)
-		fprintf(stderr, "ns_open %s: %s\n", dir, why);
-	CHECK(r == 0);
-	return ns;
-}
 
 static uint64_t used_inodes(struct ns *ns)
 {
@@ -188,7 +177,7 @@ static void test_race(struct ns *ns, strata_ino_t d)
 /* Records are in the store: a replay after a restart is still answered. */
 static void test_reopen(const char *dir)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	struct meta_opid a = id(10), cr = id(15);
 	struct strata_attr d, x;
 	uint64_t n = ns_opid_count(ns), s;
@@ -270,7 +259,7 @@ int main(void)
 	struct strata_attr a;
 
 	CHECK(mkdtemp(dir) != NULL);
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	CHECK_EQ(ns_opid_count(ns), 0);
 	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "op", 0755, 0, 0, &a), 0);
 	test_entries(ns, a.ino);
@@ -279,7 +268,7 @@ int main(void)
 	test_race(ns, a.ino);
 	ns_close(ns);
 	test_reopen(dir);
-	ns = open_ns(dir);
+	ns = test_ns_open(dir);
 	CHECK_EQ(ns_lookup(ns, ROOT, "op", &a), 0);
 	test_expiry(ns, a.ino);
 	CHECK_EQ(ns_set_opid_limits(ns, NS_OPID_MAX, NS_OPID_TTL_MS), 0);
