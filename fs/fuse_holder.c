@@ -41,6 +41,8 @@ int fuse_holder_encode(uint16_t type, const struct fuse_holder_info *info, uint8
 		n += info->init_len;
 		memcpy(buf + n, info->mount, ml);
 		n += ml;
+		le64_put(buf + n, info->conn_id);
+		n += 8;
 	}
 	le32_put(buf + 8, (uint32_t)(n - FUSE_HOLDER_HDR));
 	return (int)n;
@@ -77,6 +79,8 @@ int fuse_holder_decode(const uint8_t *buf, size_t n, uint16_t *ret_type,
 	memcpy(i.mount, buf + 20 + il, ml);
 	if (memchr(i.mount, '\0', ml))
 		return -EBADMSG;
+	if (len >= 20 + il + ml + 8)
+		i.conn_id = le64_get(buf + 20 + il + ml);
 	if (ret_info)
 		*ret_info = i;
 	return 0;

@@ -15,7 +15,7 @@
  *   header   u32 magic FUSE_HOLDER_MAGIC, u16 version, u16 type, u32 payload length
  *   payload  (DEPOSIT, and the replies TAKE/STATUS)  u32 holder pid, u32 flags,
  *            u32 takeovers, u32 init length, u32 mount length, init bytes,
- *            mount bytes
+ *            mount bytes, then (appended in 2026-12; absent: 0) u64 conn id
  * DEPOSIT carries the fd; the reply to TAKE carries a duplicate of it. A
  * newer minor version may append fields; a newer major is refused. The
  * functions return negative errno; they never log. */
@@ -29,7 +29,8 @@
 #define FUSE_HOLDER_INIT_MAX 512   /* bytes of the saved FUSE_INIT request */
 #define FUSE_HOLDER_MOUNT_MAX 4095 /* bytes of the mount point */
 #define FUSE_HOLDER_HDR 12
-#define FUSE_HOLDER_MSG_MAX (FUSE_HOLDER_HDR + 20 + FUSE_HOLDER_INIT_MAX + FUSE_HOLDER_MOUNT_MAX)
+#define FUSE_HOLDER_MSG_MAX                                                                        \
+	(FUSE_HOLDER_HDR + 20 + FUSE_HOLDER_INIT_MAX + FUSE_HOLDER_MOUNT_MAX + 8)
 #define FUSE_HOLDER_TIMEOUT_MS 5000 /* a reply of the holder */
 
 enum fuse_holder_type {
@@ -55,6 +56,10 @@ struct fuse_holder_info {
 	size_t init_len;
 	uint8_t init[FUSE_HOLDER_INIT_MAX];
 	char mount[FUSE_HOLDER_MOUNT_MAX + 1];
+	/* The connection's operation-id namespace (fuse/opid.c), made by the
+	 * strata-fuse that mounted it and handed to every successor; 0 from a
+	 * holder that predates it (the successor makes a new one). */
+	uint64_t conn_id;
 };
 
 /* Encodes a message into buf[FUSE_HOLDER_MSG_MAX] (info only for the types

@@ -22,8 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
 	if (n <= FUSE_HOLDER_HDR || type != FUSE_HOLDER_DEPOSIT)
 		return 0;
 	int m = fuse_holder_encode(type, &info, out);
-	if (m < 0 || (size_t)m > n || memcmp(out, data, 8) != 0 ||
-	    memcmp(out + FUSE_HOLDER_HDR, data + FUSE_HOLDER_HDR, (size_t)m - FUSE_HOLDER_HDR) != 0)
+	/* an input without the appended conn id comes back 8 bytes longer */
+	size_t same = m >= 8 && (size_t)m > n ? (size_t)m - 8 : (size_t)m;
+	if (m < 0 || same > n || memcmp(out, data, 8) != 0 ||
+	    memcmp(out + FUSE_HOLDER_HDR, data + FUSE_HOLDER_HDR, same - FUSE_HOLDER_HDR) != 0)
 		abort();
 	return 0;
 }

@@ -21,7 +21,8 @@ static void roundtrip(uint16_t type, const struct meta_req *q)
 		if (meta_req_decode(type, &r, q2) != 0)
 			__builtin_trap();
 		if (q2->ino != q->ino || q2->parent != q->parent || strcmp(q2->name, q->name) ||
-		    q2->value_len != q->value_len || strcmp(q2->target, q->target))
+		    q2->value_len != q->value_len || strcmp(q2->target, q->target) ||
+		    q2->op.conn != q->op.conn || q2->op.unique != q->op.unique)
 			__builtin_trap();
 	}
 	wbuf_done(&w);

@@ -58,13 +58,24 @@ static void reply_donep(struct rpc_reply *r)
 }
 #define _cleanup_reply_ __attribute__((cleanup(reply_donep)))
 
-/* Encodes req for type and calls; *rep must be released by the caller. */
+int meta_keeps_opids(struct meta_client *mc)
+{
+	int minor = rpc_client_peer_minor(mc->rpc);
+
+	return minor < 0 ? -1 : minor >= 2;
+}
+
+/* Encodes req for type and calls; *rep must be released by the caller. A
+ * mutation with an operation id is as safe to resend as a read once the
+ * server keeps ids. */
 static int call(struct meta_client *mc, uint16_t type, const struct meta_req *req, unsigned flags,
 		struct rpc_reply *rep)
 {
 	struct wbuf w;
 	int r;
 
+	if (req->op.conn && meta_keeps_opids(mc) == 1)
+		flags |= RPC_IDEMPOTENT;
 	wbuf_init(&w);
 	r = meta_req_encode(type, req, &w);
 	if (r == 0)
@@ -108,6 +119,12 @@ static int set_name(char *dst, const char *name)
 	return r;
 }
 
+/* A request's operation id: op's, or none. */
+static struct meta_opid opid(const struct meta_opid *op)
+{
+	return op && op->conn ? *op : (struct meta_opid){0};
+}
+
 int meta_ping(struct meta_client *mc)
 {
 	struct meta_req q = {0};
@@ -139,19 +156,23 @@ int meta_setattr(struct meta_client *mc, strata_ino_t ino, const struct strata_s
 	return call_attr(mc, MSG_META_SETATTR, &q, 0, ret_attr);
 }
 
-int meta_mknod(struct meta_client *mc, strata_ino_t parent, const char *name, uint32_t mode,
-	       uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_mknod(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name, uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid,
+	       struct strata_attr *ret_attr)
 {
-	struct meta_req q = {.parent = parent, .mode = mode, .rdev = rdev, .uid = uid, .gid = gid};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .mode = mode, .rdev = rdev, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
 
 	return r ?: call_attr(mc, MSG_META_MKNOD, &q, 0, ret_attr);
 }
 
-int meta_mkdir(struct meta_client *mc, strata_ino_t parent, const char *name, uint32_t mode,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_mkdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+	       struct strata_attr *ret_attr)
 {
-	struct meta_req q = {.parent = parent, .mode = mode, .uid = uid, .gid = gid};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .mode = mode, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
 
 	return r ?: call_attr(mc, MSG_META_MKDIR, &q, 0, ret_attr);
@@ -176,13 +197,13 @@ static int attr_session_get(const struct rpc_reply *rep, struct strata_attr *ret
 	return 0;
 }
 
-int meta_create(struct meta_client *mc, strata_ino_t parent, const char *name, uint32_t mode,
-		uint32_t uid, uint32_t gid, uint32_t flags, struct strata_attr *ret_attr,
-		uint64_t *ret_session)
+int meta_create(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags,
+		struct strata_attr *ret_attr, uint64_t *ret_session)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
 	struct meta_req q = {
-	    .parent = parent, .mode = mode, .uid = uid, .gid = gid, .flags = flags};
+	    .op = opid(op), .parent = parent, .mode = mode, .uid = uid, .gid = gid, .flags = flags};
 	int r = set_name(q.name, name);
 
 	if (r < 0)
@@ -192,44 +213,48 @@ int meta_create(struct meta_client *mc, strata_ino_t parent, const char *name, u
 	return r ?: attr_session_get(&rep, ret_attr, ret_session);
 }
 
-int meta_unlink(struct meta_client *mc, strata_ino_t parent, const char *name)
+int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name)
 {
-	struct meta_req q = {.parent = parent};
+	struct meta_req q = {.op = opid(op), .parent = parent};
 	int r = set_name(q.name, name);
 
 	return r ?: call_empty(mc, MSG_META_UNLINK, &q, 0);
 }
 
-int meta_rmdir(struct meta_client *mc, strata_ino_t parent, const char *name)
+int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name)
 {
-	struct meta_req q = {.parent = parent};
+	struct meta_req q = {.op = opid(op), .parent = parent};
 	int r = set_name(q.name, name);
 
 	return r ?: call_empty(mc, MSG_META_RMDIR, &q, 0);
 }
 
-int meta_rename(struct meta_client *mc, strata_ino_t parent, const char *name,
-		strata_ino_t newparent, const char *newname, uint32_t flags)
+int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, strata_ino_t newparent, const char *newname, uint32_t flags)
 {
-	struct meta_req q = {.parent = parent, .newparent = newparent, .flags = flags};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .newparent = newparent, .flags = flags};
 	int r = set_name(q.name, name) ?: set_name(q.newname, newname);
 
 	return r ?: call_empty(mc, MSG_META_RENAME, &q, 0);
 }
 
-int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent, const char *newname,
-	      struct strata_attr *ret_attr)
+int meta_link(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+	      strata_ino_t newparent, const char *newname, struct strata_attr *ret_attr)
 {
-	struct meta_req q = {.ino = ino, .newparent = newparent};
+	struct meta_req q = {.op = opid(op), .ino = ino, .newparent = newparent};
 	int r = set_name(q.newname, newname);
 
 	return r ?: call_attr(mc, MSG_META_LINK, &q, 0, ret_attr);
 }
 
-int meta_symlink(struct meta_client *mc, strata_ino_t parent, const char *name, const char *target,
-		 uint32_t uid, uint32_t gid, struct strata_attr *ret_attr)
+int meta_symlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		 const char *name, const char *target, uint32_t uid, uint32_t gid,
+		 struct strata_attr *ret_attr)
 {
-	struct meta_req q = {.parent = parent, .uid = uid, .gid = gid};
+	struct meta_req q = {.op = opid(op), .parent = parent, .uid = uid, .gid = gid};
 	int r = set_name(q.name, name);
 
 	if (r < 0)
@@ -307,10 +332,10 @@ static int xattr_name(char *dst, const char *name)
 	return 0;
 }
 
-int meta_setxattr(struct meta_client *mc, strata_ino_t ino, const char *name, const void *value,
-		  size_t size, uint32_t flags)
+int meta_setxattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+		  const char *name, const void *value, size_t size, uint32_t flags)
 {
-	struct meta_req q = {.ino = ino, .flags = flags, .value = value};
+	struct meta_req q = {.op = opid(op), .ino = ino, .flags = flags, .value = value};
 	int r = xattr_name(q.name, name);
 
 	if (r < 0)
@@ -361,9 +386,10 @@ int meta_listxattr(struct meta_client *mc, strata_ino_t ino, char *buf, size_t c
 	return r ?: blob_reply(&rep, buf, cap);
 }
 
-int meta_removexattr(struct meta_client *mc, strata_ino_t ino, const char *name)
+int meta_removexattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+		     const char *name)
 {
-	struct meta_req q = {.ino = ino};
+	struct meta_req q = {.op = opid(op), .ino = ino};
 	int r = xattr_name(q.name, name);
 
 	return r ?: call_empty(mc, MSG_META_REMOVEXATTR, &q, 0);
@@ -381,10 +407,12 @@ static int session_reply(const struct rpc_reply *rep, uint64_t *ret)
 	return 0;
 }
 
-int meta_open(struct meta_client *mc, strata_ino_t ino, uint32_t flags, uint64_t *ret_session)
+int meta_open(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
+	      uint64_t *ret_session)
 {
 	_cleanup_reply_ struct rpc_reply rep = {0};
-	struct meta_req q = {.ino = ino, .flags = flags & ~META_OPEN_CLEAR_SESSIONS};
+	struct meta_req q = {
+	    .op = opid(op), .ino = ino, .flags = flags & ~META_OPEN_CLEAR_SESSIONS};
 	int r;
 
 	if (ino == 0)

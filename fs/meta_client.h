@@ -17,6 +17,19 @@
 
 struct meta_client;
 
+/* The id of one mutation, the same on every attempt at it: the caller's own
+ * retries and, for strata-fuse, the kernel's resend of a FUSE request after
+ * a crash (fuse/README.md "Replayed requests"). A strata-meta of wire minor
+ * >= 2 that carried out an id already answers it from its record instead
+ * of doing it again (meta/README.md "Operation ids"), so a mutation whose
+ * first answer was lost does not come back -EEXIST or -ENOENT. conn names
+ * the issuer's connection (random, never reused; a FUSE connection keeps
+ * its id across restarts of strata-fuse), unique the request within it.
+ * The mutations below take one as `op`; NULL (or conn 0) means none. */
+struct meta_opid {
+	uint64_t conn, unique;
+};
+
 /* Returns a client for the strata-meta at addr ("host:port"); no connection is
  * made until the first call. client_id names this client's open-file
  * sessions (stable across restarts of the same mount, so stale sessions
@@ -39,25 +52,30 @@ int meta_getattr(struct meta_client *mc, strata_ino_t ino, struct strata_attr *r
 int meta_setattr(struct meta_client *mc, strata_ino_t ino, const struct strata_setattr *sa,
 		 struct strata_attr *ret_attr);
 /* Regular files (S_IFREG), fifos, sockets, character and block devices. */
-int meta_mknod(struct meta_client *mc, strata_ino_t parent, const char *name, uint32_t mode,
-	       uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret_attr);
-int meta_mkdir(struct meta_client *mc, strata_ino_t parent, const char *name, uint32_t mode,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret_attr);
+int meta_mknod(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name, uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid,
+	       struct strata_attr *ret_attr);
+int meta_mkdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name, uint32_t mode, uint32_t uid, uint32_t gid,
+	       struct strata_attr *ret_attr);
 /* Creates a regular file and opens it (a session) in one step. With
  * O_EXCL in flags an existing name is -EEXIST; otherwise an existing regular
  * file is opened (and truncated to 0 with O_TRUNC). */
-int meta_create(struct meta_client *mc, strata_ino_t parent, const char *name, uint32_t mode,
-		uint32_t uid, uint32_t gid, uint32_t flags, struct strata_attr *ret_attr,
-		uint64_t *ret_session);
-int meta_unlink(struct meta_client *mc, strata_ino_t parent, const char *name);
-int meta_rmdir(struct meta_client *mc, strata_ino_t parent, const char *name);
+int meta_create(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags,
+		struct strata_attr *ret_attr, uint64_t *ret_session);
+int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name);
+int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+	       const char *name);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
-int meta_rename(struct meta_client *mc, strata_ino_t parent, const char *name,
-		strata_ino_t newparent, const char *newname, uint32_t flags);
-int meta_link(struct meta_client *mc, strata_ino_t ino, strata_ino_t newparent, const char *newname,
-	      struct strata_attr *ret_attr);
-int meta_symlink(struct meta_client *mc, strata_ino_t parent, const char *name, const char *target,
-		 uint32_t uid, uint32_t gid, struct strata_attr *ret_attr);
+int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, strata_ino_t newparent, const char *newname, uint32_t flags);
+int meta_link(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+	      strata_ino_t newparent, const char *newname, struct strata_attr *ret_attr);
+int meta_symlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		 const char *name, const char *target, uint32_t uid, uint32_t gid,
+		 struct strata_attr *ret_attr);
 /* Copies the target, NUL-terminated, into buf[cap]. Returns its length, or
  * -ERANGE if it does not fit. */
 int meta_readlink(struct meta_client *mc, strata_ino_t ino, char *buf, size_t cap);
@@ -76,20 +94,22 @@ int meta_readdir(struct meta_client *mc, strata_ino_t ino, const char *after, bo
 int meta_statfs(struct meta_client *mc, struct strata_statfs *ret);
 
 /* flags: XATTR_CREATE, XATTR_REPLACE or 0. */
-int meta_setxattr(struct meta_client *mc, strata_ino_t ino, const char *name, const void *value,
-		  size_t size, uint32_t flags);
+int meta_setxattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+		  const char *name, const void *value, size_t size, uint32_t flags);
 /* With cap == 0 returns the value size; otherwise copies it and returns its
  * size, or -ERANGE if cap is too small; -ENODATA if absent. */
 int meta_getxattr(struct meta_client *mc, strata_ino_t ino, const char *name, void *buf,
 		  size_t cap);
 /* NUL-separated names, same size convention as getxattr. */
 int meta_listxattr(struct meta_client *mc, strata_ino_t ino, char *buf, size_t cap);
-int meta_removexattr(struct meta_client *mc, strata_ino_t ino, const char *name);
+int meta_removexattr(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,
+		     const char *name);
 
 /* Opens a session on a regular file (flags as open(2); O_TRUNC truncates the
  * recorded length to 0). An unlinked file keeps its data while a session is
  * open. */
-int meta_open(struct meta_client *mc, strata_ino_t ino, uint32_t flags, uint64_t *ret_session);
+int meta_open(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
+	      uint64_t *ret_session);
 /* Closes a session; if length >= 0 it is first recorded as with
  * meta_set_length. */
 int meta_close(struct meta_client *mc, strata_ino_t ino, uint64_t session, int64_t length,
@@ -105,6 +125,10 @@ int meta_sync(struct meta_client *mc);
 int meta_clear_sessions(struct meta_client *mc);
 /* The client id sessions are recorded under (generated when none was given). */
 const char *meta_client_id(const struct meta_client *mc);
+/* Whether the strata-meta answering this client keeps operation ids (wire
+ * minor >= 2): 1, 0 (an older one: it ignores them), or -1 before its first
+ * answer. */
+int meta_keeps_opids(struct meta_client *mc);
 
 /* ---- cluster management ------------------------------------------------- */
 struct mgmt_target_info {

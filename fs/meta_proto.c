@@ -4,7 +4,9 @@
  * message uses (req_fields below), always written in the order of the
  * F_* bits. So both sides agree from one table, and a field added later gets
  * the next bit and is appended at the end (older peers ignore trailing
- * bytes, see rbuf_done). Every decoder checks rbuf_done once at the end. */
+ * bytes, see rbuf_done). Every decoder checks rbuf_done once at the end.
+ * The optional trailing fields (F_REPLICAS, F_OPID) are read only when the
+ * request carries them, so requests of older peers decode as before. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@ enum {
 	F_MTIME = 1 << 16,
 	F_READDIR = 1 << 17,  /* want_attrs, max */
 	F_REPLICAS = 1 << 18, /* sa.replicas: optional, older peers omit it */
+	F_OPID = 1 << 19,     /* op (conn, unique; 0: none): minor 2, older peers omit it */
 	F_BAD = 1u << 31,
 };
 
@@ -42,9 +45,10 @@ static uint32_t req_fields(uint16_t type)
 	case MSG_META_SYNC:
 		return 0;
 	case MSG_META_LOOKUP:
+		return F_PARENT | F_NAME;
 	case MSG_META_UNLINK:
 	case MSG_META_RMDIR:
-		return F_PARENT | F_NAME;
+		return F_PARENT | F_NAME | F_OPID;
 	case MSG_META_GETATTR:
 	case MSG_META_READLINK:
 	case MSG_META_LISTXATTR:
@@ -52,26 +56,27 @@ static uint32_t req_fields(uint16_t type)
 	case MSG_META_SETATTR:
 		return F_INO | F_SA | F_REPLICAS;
 	case MSG_META_MKNOD:
-		return F_PARENT | F_NAME | F_MODE | F_RDEV | F_OWNER;
+		return F_PARENT | F_NAME | F_MODE | F_RDEV | F_OWNER | F_OPID;
 	case MSG_META_MKDIR:
-		return F_PARENT | F_NAME | F_MODE | F_OWNER;
+		return F_PARENT | F_NAME | F_MODE | F_OWNER | F_OPID;
 	case MSG_META_CREATE:
-		return F_PARENT | F_NAME | F_MODE | F_OWNER | F_FLAGS | F_CLIENT;
+		return F_PARENT | F_NAME | F_MODE | F_OWNER | F_FLAGS | F_CLIENT | F_OPID;
 	case MSG_META_RENAME:
-		return F_PARENT | F_NAME | F_NEWPARENT | F_NEWNAME | F_FLAGS;
+		return F_PARENT | F_NAME | F_NEWPARENT | F_NEWNAME | F_FLAGS | F_OPID;
 	case MSG_META_LINK:
-		return F_INO | F_NEWPARENT | F_NEWNAME;
+		return F_INO | F_NEWPARENT | F_NEWNAME | F_OPID;
 	case MSG_META_SYMLINK:
-		return F_PARENT | F_NAME | F_OWNER | F_TARGET;
+		return F_PARENT | F_NAME | F_OWNER | F_TARGET | F_OPID;
 	case MSG_META_READDIR:
 		return F_INO | F_TARGET | F_READDIR;
 	case MSG_META_SETXATTR:
-		return F_INO | F_NAME | F_FLAGS | F_VALUE;
+		return F_INO | F_NAME | F_FLAGS | F_VALUE | F_OPID;
 	case MSG_META_GETXATTR:
-	case MSG_META_REMOVEXATTR:
 		return F_INO | F_NAME;
+	case MSG_META_REMOVEXATTR:
+		return F_INO | F_NAME | F_OPID;
 	case MSG_META_OPEN:
-		return F_INO | F_FLAGS | F_CLIENT;
+		return F_INO | F_FLAGS | F_CLIENT | F_OPID;
 	case MSG_META_CLOSE:
 		return F_INO | F_SESSION | F_SLENGTH | F_MTIME;
 	case MSG_META_SET_LENGTH:
@@ -155,6 +160,10 @@ static void req_put_rest(struct wbuf *b, uint32_t f, const struct meta_req *r)
 	}
 	if (f & F_REPLICAS)
 		wbuf_put_u32(b, r->sa.replicas);
+	if (f & F_OPID) { /* always, zeros for none: a later field goes after it */
+		wbuf_put_u64(b, r->op.conn);
+		wbuf_put_u64(b, r->op.conn ? r->op.unique : 0);
+	}
 }
 
 int meta_req_encode(uint16_t type, const struct meta_req *r, struct wbuf *b)
@@ -217,6 +226,13 @@ static void req_get_rest(struct rbuf *b, uint32_t f, struct meta_req *r)
 	/* the last field, and optional: a request of an older peer ends before it */
 	if ((f & F_REPLICAS) && !b->err && rbuf_remaining(b) >= 4)
 		r->sa.replicas = rbuf_get_u32(b);
+	/* optional too: an older client, or a mutation without an id */
+	if ((f & F_OPID) && !b->err && rbuf_remaining(b) >= 16) {
+		r->op.conn = rbuf_get_u64(b);
+		r->op.unique = rbuf_get_u64(b);
+		if (r->op.conn == 0)
+			r->op.unique = 0; /* conn 0 is "none" */
+	}
 }
 
 int meta_req_decode(uint16_t type, struct rbuf *b, struct meta_req *ret)

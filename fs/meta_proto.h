@@ -33,6 +33,7 @@ struct meta_req {
 	struct strata_setattr sa;
 	const void *value; /* setxattr: points into the request buffer */
 	uint32_t value_len;
+	struct meta_opid op; /* mutations: the operation id (conn 0: none) */
 };
 
 /* Returns 0, -EINVAL for a type that is not a namespace message, or the

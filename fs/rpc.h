@@ -179,6 +179,10 @@ struct rpc_client_opts {
 struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts *opts);
 void rpc_client_free(struct rpc_client *c);
 const char *rpc_client_addr(const struct rpc_client *c);
+/* The wire minor version the server stated in its last answer (any
+ * connection), or -1 before the first: what it understands of the fields
+ * a newer minor appended (wire.h). */
+int rpc_client_peer_minor(struct rpc_client *c);
 
 #define RPC_IDEMPOTENT 0x1 /* safe to resend after a transport failure */
 

@@ -56,6 +56,7 @@ struct rpc_client {
 	struct pconn **idle;
 	int nidle, nopen;
 	_Atomic uint64_t next_req_id;
+	_Atomic int peer_minor; /* the wire minor of the server's last answer; -1: none yet */
 };
 
 struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts *opts)
@@ -92,6 +93,7 @@ struct rpc_client *rpc_client_new(const char *addr, const struct rpc_client_opts
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	c->next_req_id = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)(uintptr_t)c;
+	c->peer_minor = -1;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	return c;
@@ -115,6 +117,11 @@ void rpc_client_free(struct rpc_client *c)
 const char *rpc_client_addr(const struct rpc_client *c)
 {
 	return c->addr;
+}
+
+int rpc_client_peer_minor(struct rpc_client *c)
+{
+	return atomic_load(&c->peer_minor);
 }
 
 /* Takes a connection: an idle one, or a slot to dial a new one (*ret = NULL). */
@@ -228,6 +235,7 @@ static int recv_reply(struct rpc_client *c, struct pconn *pc, uint64_t req_id, u
 	if (wire_payload_verify(hdr, &h, dst) < 0)
 		return -EPROTO;
 	pc->minor = h.minor;
+	atomic_store(&c->peer_minor, h.minor);
 	reply->data = dst;
 	reply->len = h.payload_len;
 	/* the status is the handler's answer; the connection itself is fine */
@@ -294,6 +302,8 @@ static int handshake(struct rpc_client *c, struct pconn *pc)
 		r = rpc_auth_client_challenge(&a, &h, payload, &out, &why);
 	if (r == 0)
 		pc->minor = h.minor; /* the first request may use what it speaks */
+	if (r == 0)
+		atomic_store(&c->peer_minor, h.minor);
 	if (r == 0) {
 		v = (struct iovec){.iov_base = out.data, .iov_len = out.len};
 		r = out.err ? out.err : c->tops->sendv(tc, &v, 1, timeout);

@@ -51,7 +51,9 @@
 /* 2 (2026-12): every connection opens with the handshake of rpc_auth.h;
  * minor 1's WIRE_F_DATA is kept as it was. */
 #define WIRE_MAJOR 2
-#define WIRE_MINOR 1 /* 1: WIRE_F_DATA */
+/* 1: WIRE_F_DATA. 2: operation ids on strata-meta's mutations (meta_proto.c
+ * F_OPID; a server below 2 ignores them and does not deduplicate). */
+#define WIRE_MINOR 2
 #define WIRE_HDR_SIZE 40
 #define WIRE_MAX_PAYLOAD (8u << 20) /* 8 MiB: reads and writes are <= 4 MiB */
 #define WIRE_F_REPLY 0x0001

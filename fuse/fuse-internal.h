@@ -170,6 +170,11 @@ struct sfs {
 	bool writeback;			/* negotiated with the kernel */
 	_Atomic uint64_t attr_clock;	/* attrcache.c: ticks at every change */
 	_Atomic uint64_t ns_changed_at; /* attr_clock at the last unlink/rename/... */
+	/* operation ids (opid.c): the FUSE connection's id (kept by the
+	 * holder across restarts), and this process's own for requests
+	 * whose unique it could not read, with their counter */
+	uint64_t conn_id, life_id;
+	_Atomic uint64_t life_ops;
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
@@ -225,6 +230,24 @@ bool sfs_restart_requested(void);
  * connection to a successor; the caller exits without unmounting. */
 void sfs_restart_handover(struct sfs *fs);
 
+/* ---- operation ids (opid.c) ------------------------------------------------
+ * Every mutation strata-meta may have carried out before its answer was
+ * lost (create, mknod, mkdir, symlink, link, unlink, rmdir, rename, open,
+ * setxattr, removexattr) is sent with the id of its FUSE request, so that
+ * the kernel's resend after a crash and our own retries are answered, not
+ * done again (README.md "Replayed requests"). */
+struct sfs_op {
+	struct meta_opid id;
+	bool resent; /* the kernel resent it, or we retried: it may be done already */
+};
+/* Reads the FUSE device through opid.c (after the session's fd is set):
+ * notes each request's header for sfs_op_of. Returns 0 or -errno. */
+int sfs_opid_attach(struct sfs *fs);
+/* A random connection id (never 0). */
+uint64_t sfs_opid_new_conn(void);
+/* The operation id of req (call in the request's handler). */
+void sfs_op_of(struct sfs *fs, fuse_req_t req, struct sfs_op *ret);
+
 /* ---- attribute cache (attrcache.c) ---------------------------------------
  * GETATTR answered from the attributes meta returned less than attr_timeout
  * ago, unless this mount changed the inode since the call that fetched them
@@ -263,7 +286,9 @@ bool sfs_retry_again(struct sfs *fs, struct sfs_retry *rt, long r, bool idempote
 /* Maps a final error for the kernel: transport failures become -EIO. */
 long sfs_final_err(long r);
 
-#define SFS_CALL(fs, idem, expr)                                                                   \
+/* Calls expr until it succeeds or sfs_retry_again says stop; on_retry runs
+ * before each repeat. */
+#define SFS_RETRYING(fs, idem, on_retry, expr)                                                     \
 	({                                                                                         \
 		struct sfs_retry _rt = {0};                                                        \
 		__typeof__(expr) _r;                                                               \
@@ -271,11 +296,20 @@ long sfs_final_err(long r);
 			_r = (expr);                                                               \
 			if (!sfs_retry_again((fs), &_rt, (long)_r, (idem)))                        \
 				break;                                                             \
+			on_retry;                                                                  \
 		}                                                                                  \
 		(__typeof__(expr))sfs_final_err((long)_r);                                         \
 	})
+#define SFS_CALL(fs, idem, expr) SFS_RETRYING(fs, idem, (void)0, expr)
 #define SFS_IDEM true
 #define SFS_ONCE false
+
+/* SFS_CALL for a mutation sent with the operation id op (struct sfs_op *):
+ * retried like a read while strata-meta keeps ids (the retry is answered,
+ * not done again), like SFS_ONCE by an older one; op->resent is set from
+ * the first retry on. */
+#define SFS_MUTATE(fs, op, expr)                                                                   \
+	SFS_RETRYING(fs, meta_keeps_opids((fs)->mc) == 1, (op)->resent = true, expr)
 
 /* Starts a helper thread with every signal blocked. Returns 0 or -errno. */
 int sfs_thread_start(pthread_t *ret, void *(*fn)(void *), void *arg);

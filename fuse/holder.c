@@ -72,6 +72,7 @@ static void drop_fd(struct holder *h)
 	h->info.flags = 0;
 	h->info.init_len = 0;
 	h->info.mount[0] = '\0';
+	h->info.conn_id = 0;
 }
 
 static void fill_status(struct holder *h, struct fuse_holder_info *out)
@@ -104,6 +105,7 @@ static bool serve_one(struct holder *h, int c)
 		h->info.init_len = in.init_len;
 		memcpy(h->info.init, in.init, in.init_len);
 		snprintf(h->info.mount, sizeof(h->info.mount), "%s", in.mount);
+		h->info.conn_id = in.conn_id;
 		h->owner = c;
 		log_info("Holding the FUSE connection of %s", h->info.mount);
 		return fuse_holder_send(c, FUSE_HOLDER_OK, NULL, -1) == 0;

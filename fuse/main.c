@@ -365,6 +365,11 @@ static int open_clients(struct sfs *fs)
 	if (r > 0)
 		log_info("Closed %d sessions left by a previous mount as %s", r, fs->o.client_id);
 	sfs_inode_note(fs, &root, true, 0); /* the root is never forgotten */
+	if (meta_keeps_opids(fs->mc) == 0)
+		log_warn("strata-meta at %s is older than wire 2.2 and keeps no operation ids: a "
+			 "create, mkdir, unlink, rename ... resent after a crash of strata-fuse or "
+			 "retried after a lost answer may fail with EEXIST or ENOENT; upgrade it",
+			 fs->o.meta_addr);
 	return 0;
 }
 
@@ -391,6 +396,8 @@ static int start_session(struct sfs *fs, int held_fd)
 		r = sfs_takeover_start(fs, held_fd);
 	else
 		r = fuse_session_mount(fs->se, fs->o.mountpoint) != 0 ? -EIO : 0;
+	if (r == 0 && (r = sfs_opid_attach(fs)) < 0)
+		log_error_errno(r, "Failed to read the FUSE device through opid.c");
 	if (r == 0 && held_fd < 0)
 		r = sfs_takeover_first_request(fs);
 	if (r < 0) {
@@ -468,8 +475,9 @@ static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 		fuse_session_destroy(fs->se);
 		return log_error_errno(-EIO, "Failed to install signal handlers");
 	}
-	log_info("%s strata (meta %s) at %s as client %s", fs->taken_over ? "Serving" : "Mounted",
-		 fs->o.meta_addr, fs->o.mountpoint, fs->o.client_id);
+	log_info("%s strata (meta %s) at %s as client %s, connection %016llx",
+		 fs->taken_over ? "Serving" : "Mounted", fs->o.meta_addr, fs->o.mountpoint,
+		 fs->o.client_id, (unsigned long long)fs->conn_id);
 	if (fs->tk && (r = sfs_restart_arm(fs)) < 0)
 		log_warn_errno(r, "Failed to install the SIGUSR2 handler (no planned restart)");
 	sfs_takeover_hold(fs);
@@ -528,6 +536,10 @@ int main(int argc, char **argv)
 			return 1;
 		fs.taken_over = r > 0;
 	}
+	/* operation ids (opid.c): the connection's goes on across a takeover */
+	if (!fs.conn_id)
+		fs.conn_id = sfs_opid_new_conn();
+	fs.life_id = sfs_opid_new_conn();
 	if (!fs.taken_over) {
 		clear_stale_mount(fs.o.mountpoint);
 		if (!realpath(fs.o.mountpoint, mnt)) {

@@ -412,6 +412,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	uint32_t flags = (uint32_t)fi->flags & ~(uint32_t)(O_TRUNC | O_CREAT | O_EXCL);
 	const struct sfs_blob_table *blob = NULL;
 	struct sfs_file *f;
+	struct sfs_op op;
 	uint64_t session;
 	int r;
 
@@ -419,11 +420,14 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	sfs_op_of(fs, req, &op);
 	r = ensure_layout(fs, in);
 	if (r == 0)
 		r = blob_table(fs, in, &blob);
+	/* reads never depend on it, so retried as before even by an older meta
+	 * (which then may open a second session: kept until the next fresh mount) */
 	if (r == 0)
-		r = SFS_CALL(fs, SFS_IDEM, meta_open(fs->mc, ino, flags, &session));
+		r = SFS_CALL(fs, SFS_IDEM, meta_open(fs->mc, &op.id, ino, flags, &session));
 	if (r < 0) {
 		sfs_inode_put(fs, in);
 		fuse_reply_err(req, -r);
@@ -477,16 +481,20 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	struct sfs_file *f;
 	struct strata_attr a, raw;
 	uint64_t session, stamp;
+	struct sfs_op op;
 	int r;
 
+	sfs_op_of(fs, req, &op);
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
-	r = SFS_CALL(fs, SFS_ONCE,
-		     meta_create(fs->mc, parent, name, m, uid, gid, flags, &a, &session));
-	if (r == 0)
+	r = SFS_MUTATE(fs, &op,
+		       meta_create(fs->mc, &op.id, parent, name, m, uid, gid, flags, &a, &session));
+	if (r == 0 && !op.resent)
 		sfs_attr_created(fs, parent, &a, stamp);
 	else
 		sfs_attr_changed(fs, parent);
+	if (op.resent)
+		stamp = 0; /* the record's attributes (ns_opid.c): not cached */
 	if (r == 0 && (fi->flags & O_TRUNC) && a.size > 0) {
 		r = create_truncate(fs, &a);
 		if (r < 0)

@@ -380,13 +380,20 @@ void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode
 
 /* Replies to mknod, mkdir or symlink in parent, whose meta call returned r
  * (and *a, asked for at stamp): a failure may still have changed the parent,
- * so its cached attributes go; a success patches them (sfs_attr_created). */
+ * so its cached attributes go; a success patches them (sfs_attr_created),
+ * unless the answer may be the record of an earlier attempt (op->resent):
+ * the parent we cached may already count that change. */
 static void reply_created(fuse_req_t req, struct sfs *fs, fuse_ino_t parent, int r,
-			  struct strata_attr *a, uint64_t stamp)
+			  struct strata_attr *a, uint64_t stamp, const struct sfs_op *op)
 {
 	if (r < 0) {
 		sfs_attr_changed(fs, parent);
 		fuse_reply_err(req, -r);
+		return;
+	}
+	if (op->resent) {
+		sfs_attr_changed(fs, parent);
+		reply_entry(req, a, 0); /* the record's attributes: not cached */
 		return;
 	}
 	sfs_attr_created(fs, parent, a, stamp);
@@ -398,13 +405,15 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct sfs *fs = FS(req);
 	uint32_t m = mode, uid, gid;
 	struct strata_attr a;
+	struct sfs_op op;
 	uint64_t stamp;
 	int r;
 
+	sfs_op_of(fs, req, &op);
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
-	r = SFS_CALL(fs, SFS_ONCE, meta_mknod(fs->mc, parent, name, m, rdev, uid, gid, &a));
-	reply_created(req, fs, parent, r, &a, stamp);
+	r = SFS_MUTATE(fs, &op, meta_mknod(fs->mc, &op.id, parent, name, m, rdev, uid, gid, &a));
+	reply_created(req, fs, parent, r, &a, stamp, &op);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -412,19 +421,24 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct sfs *fs = FS(req);
 	uint32_t m = S_IFDIR | (mode & 07777), uid, gid;
 	struct strata_attr a;
+	struct sfs_op op;
 	uint64_t stamp;
 	int r;
 
+	sfs_op_of(fs, req, &op);
 	sfs_new_owner(req, parent, true, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
-	r = SFS_CALL(fs, SFS_ONCE, meta_mkdir(fs->mc, parent, name, m, uid, gid, &a));
-	reply_created(req, fs, parent, r, &a, stamp);
+	r = SFS_MUTATE(fs, &op, meta_mkdir(fs->mc, &op.id, parent, name, m, uid, gid, &a));
+	reply_created(req, fs, parent, r, &a, stamp, &op);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = FS(req);
-	int r = SFS_CALL(fs, SFS_ONCE, meta_unlink(fs->mc, parent, name));
+	struct sfs_op op;
+
+	sfs_op_of(fs, req, &op);
+	int r = SFS_MUTATE(fs, &op, meta_unlink(fs->mc, &op.id, parent, name));
 
 	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
@@ -433,7 +447,10 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = FS(req);
-	int r = SFS_CALL(fs, SFS_ONCE, meta_rmdir(fs->mc, parent, name));
+	struct sfs_op op;
+
+	sfs_op_of(fs, req, &op);
+	int r = SFS_MUTATE(fs, &op, meta_rmdir(fs->mc, &op.id, parent, name));
 
 	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
@@ -444,6 +461,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	struct sfs *fs = FS(req);
 	const struct fuse_ctx *c = fuse_req_ctx(req);
 	struct strata_attr a;
+	struct sfs_op op;
 	uint64_t stamp;
 	int r;
 
@@ -451,9 +469,11 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 		fuse_reply_err(req, ENAMETOOLONG);
 		return;
 	}
+	sfs_op_of(fs, req, &op);
 	stamp = sfs_attr_stamp(fs);
-	r = SFS_CALL(fs, SFS_ONCE, meta_symlink(fs->mc, parent, name, link, c->uid, c->gid, &a));
-	reply_created(req, fs, parent, r, &a, stamp);
+	r = SFS_MUTATE(fs, &op,
+		       meta_symlink(fs->mc, &op.id, parent, name, link, c->uid, c->gid, &a));
+	reply_created(req, fs, parent, r, &a, stamp, &op);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -478,13 +498,16 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		      const char *newname, unsigned int flags)
 {
 	struct sfs *fs = FS(req);
+	struct sfs_op op;
 	int r;
 
 	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	r = SFS_CALL(fs, SFS_ONCE, meta_rename(fs->mc, parent, name, newparent, newname, flags));
+	sfs_op_of(fs, req, &op);
+	r = SFS_MUTATE(fs, &op,
+		       meta_rename(fs->mc, &op.id, parent, name, newparent, newname, flags));
 	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
 }
@@ -493,7 +516,10 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 {
 	struct sfs *fs = FS(req);
 	struct strata_attr a;
-	int r = SFS_CALL(fs, SFS_ONCE, meta_link(fs->mc, ino, newparent, newname, &a));
+	struct sfs_op op;
+
+	sfs_op_of(fs, req, &op);
+	int r = SFS_MUTATE(fs, &op, meta_link(fs->mc, &op.id, ino, newparent, newname, &a));
 
 	sfs_attr_changed_all(fs);
 	if (r < 0) {
@@ -565,6 +591,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			size_t size, int flags)
 {
 	struct sfs *fs = FS(req);
+	struct sfs_op op;
 	int r;
 
 	if (strlen(name) > STRATA_XATTR_NAME_MAX) {
@@ -579,7 +606,9 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		fuse_reply_err(req, -sfs_blob_pin(fs, ino, value, size));
 		return;
 	}
-	r = SFS_CALL(fs, SFS_IDEM, meta_setxattr(fs->mc, ino, name, value, size, (uint32_t)flags));
+	sfs_op_of(fs, req, &op);
+	r = SFS_MUTATE(fs, &op,
+		       meta_setxattr(fs->mc, &op.id, ino, name, value, size, (uint32_t)flags));
 	sfs_attr_changed(fs, ino);
 	if (r == 0)
 		caps_set(fs, ino, name, 1);
@@ -665,7 +694,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct sfs *fs = FS(req);
-	int r = SFS_CALL(fs, SFS_IDEM, meta_removexattr(fs->mc, ino, name));
+	struct sfs_op op;
+
+	sfs_op_of(fs, req, &op);
+	int r = SFS_MUTATE(fs, &op, meta_removexattr(fs->mc, &op.id, ino, name));
 
 	sfs_attr_changed(fs, ino);
 	if (r == 0 || r == -ENODATA)

@@ -26,9 +26,11 @@
  * would be aborted by the kernel instead of kept for the resend.
  *
  * A resent request that had been carried out before the death is carried
- * out again: reads, lookups and writes (same bytes at the same offset) are
- * idempotent; a create or mkdir may answer EEXIST, an unlink ENOENT, as
- * after a lost reply. */
+ * out again unless strata-meta answers it from its record: reads, lookups
+ * and writes (same bytes at the same offset) are idempotent, and the
+ * mutations go with the operation id of their request (opid.c; the
+ * connection's id travels with the fd through the holder), so a create,
+ * mkdir, unlink, rename ... the dead daemon had done answers as it did. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -109,6 +111,13 @@ int sfs_takeover_take(struct sfs *fs, int *ret_fd)
 	}
 	fs->tk->info.init_len = info.init_len;
 	memcpy(fs->tk->info.init, info.init, info.init_len);
+	/* the connection's operation ids go on (opid.c); a holder too old to
+	 * keep one gives 0: new ids, so a request resent now is done again */
+	fs->conn_id = info.conn_id;
+	if (!fs->conn_id)
+		log_warn("The holder at %s keeps no connection id: requests resent after the "
+			 "crash are carried out again (EEXIST/ENOENT possible)",
+			 fs->o.holder);
 	*ret_fd = fd;
 	return 1;
 }
@@ -317,6 +326,7 @@ int sfs_takeover_hold(struct sfs *fs)
 
 	if (!tk || tk->info.init_len == 0)
 		return 0;
+	tk->info.conn_id = fs->conn_id;
 	r = deposit(fs);
 	atomic_store(&fs->held, r == 0);
 	if (r < 0)

@@ -693,7 +693,7 @@ static int repair_rounds(struct ns *ns, uint64_t lf, struct meta_fsck_report *re
 static int lost_found(struct ns *ns, uint64_t *ret)
 {
 	struct strata_attr a;
-	int r = ns_mkdir(ns, STRATA_ROOT_INO, LOST_FOUND, 0040700, 0, 0, &a);
+	int r = ns_mkdir(ns, NULL, STRATA_ROOT_INO, LOST_FOUND, 0040700, 0, 0, &a);
 
 	if (r == -EEXIST)
 		r = ns_lookup(ns, STRATA_ROOT_INO, LOST_FOUND, &a);

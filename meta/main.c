@@ -38,7 +38,8 @@ struct opts {
 struct daemon {
 	struct ns *ns;
 	struct rpc_server *srv;
-	struct ticker *sync_t, *lease_t;
+	struct ticker *sync_t, *lease_t, *opid_t;
+	uint64_t opid_answered; /* ns_opid_answered at the last tick */
 	struct gc *gc;
 	struct meta_client *mc; /* to ourselves: routing for the chunk client */
 	struct chunk_client *cc;
@@ -214,6 +215,25 @@ static int lease_tick(void *ctx)
 	return -1;
 }
 
+/* Operation records past their time or beyond the limit (ns_opid.c). */
+#define OPID_EXPIRE_MS 1000
+static int opid_tick(void *ctx)
+{
+	struct daemon *d = ctx;
+	int n = ns_opid_expire(d->ns);
+	uint64_t answered = ns_opid_answered(d->ns);
+
+	if (n < 0)
+		log_error_errno(n, "Failed to expire operation records");
+	if (answered != d->opid_answered)
+		log_info("%llu mutation(s) asked for again (a resend after a crash of strata-fuse, "
+			 "a retry) answered from their records; %llu since start",
+			 (unsigned long long)(answered - d->opid_answered),
+			 (unsigned long long)answered);
+	d->opid_answered = answered;
+	return -1;
+}
+
 static int start_background(struct daemon *d, uint32_t lease_ms)
 {
 	int r;
@@ -231,6 +251,8 @@ static int start_background(struct daemon *d, uint32_t lease_ms)
 		r = gc_start(d->ns, &go, &d->gc);
 	if (r == 0)
 		r = ticker_start((int)STRATA_MAX(lease_ms / 6, 50u), lease_tick, d, &d->lease_t);
+	if (r == 0)
+		r = ticker_start(OPID_EXPIRE_MS, opid_tick, d, &d->opid_t);
 	if (r < 0)
 		return log_error_errno(r, "Failed to start background threads");
 	return 0;
@@ -293,6 +315,7 @@ static int start(struct daemon *d, const struct opts *o)
 static void stop(struct daemon *d)
 {
 	rpc_server_free(d->srv);
+	ticker_stop(d->opid_t);
 	ticker_stop(d->lease_t);
 	gc_stop(d->gc);
 	ticker_stop(d->sync_t);

@@ -17,7 +17,11 @@
  *     reverse.
  *  5. Counters M(*) are updated in the batch of the mutation that consumes
  *     them, so ids are never reused across restarts.
- *  6. Mutations hold ns->mu from their first read to kv_write. */
+ *  6. Mutations hold ns->mu from their first read to kv_write.
+ *  7. Every operation record R(conn,unique) has its age entry
+ *     Q(time,conn,unique) and the reverse (ns->opids, counted at open, is
+ *     their number). A record is written in the batch of the mutation it
+ *     answers and only for a success (ns_opid.c). */
 #pragma once
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +51,8 @@ enum {
 	K_TARGET = 'T',	 /* T target(be32)             -> target record */
 	K_CHAIN = 'H',	 /* H chain(be32)              -> chain record */
 	K_TABLE = 'B',	 /* B table(be32)              -> table record */
+	K_OPID = 'R',	 /* R conn(be64) unique(be64)  -> operation record */
+	K_OPAGE = 'Q',	 /* Q time(be64) conn unique   -> empty: records oldest first */
 };
 #define REC_VERSION 1
 
@@ -101,6 +107,19 @@ struct session_rec {
 void session_encode(uint32_t flags, int64_t opened_ns, const char *client, struct wbuf *b);
 /* May fill *ret partly on failure. */
 int session_decode(const uint8_t *p, size_t len, struct session_rec *ret);
+/* An operation record R(conn, unique): which mutation (its MSG_META_*
+ * type), when, and what it answered: the attributes of the inode it made
+ * or linked (type mknod, mkdir, symlink, link, create) and the session it
+ * opened (create, open). */
+struct opid_rec {
+	uint16_t type;
+	int64_t done_ns;
+	struct ns_answer a;
+};
+void opid_encode(const struct opid_rec *o, struct wbuf *b);
+int opid_decode(const uint8_t *p, size_t len, struct opid_rec *ret);
+void key_opid(struct key *k, const struct meta_opid *op);
+void key_opage(struct key *k, int64_t done_ns, const struct meta_opid *op);
 /* A GC queue entry G(ino): what the collector needs once the inode is gone. */
 #define GC_REC_LEN 21
 void gc_encode(const struct inode *in, uint8_t ret[GC_REC_LEN]);
@@ -135,6 +154,15 @@ struct ns {
 	struct ns_prog *prog; /* target -> resync progress */
 	uint32_t nprog, capprog;
 	struct ns_live probes[NS_PROBE_SLOTS]; /* target -> last probe (ms); see ns_probe_due */
+	/* operation records (ns_opid.c), under mu: how many (counted at
+	 * open), their limits, and the age key the last expiry stopped
+	 * after (so it does not walk the deleted keys again) */
+	uint64_t opids;
+	uint32_t opid_max;
+	int64_t opid_ttl_ns;
+	int64_t opid_last_ns;		/* the newest record's time */
+	_Atomic uint64_t opid_answered; /* mutations answered from their record */
+	struct key opid_cursor;
 };
 
 struct ns_prog {
@@ -169,6 +197,15 @@ void ns_put_counter(struct kv_batch *b, const char *name, uint64_t v);
 int ns_get_counter(struct ns *ns, const char *name, uint64_t *ret);
 /* kv_write and bookkeeping (dirty count). */
 int ns_commit(struct ns *ns, struct kv_batch *b);
+/* One mutation (ns_opid.c): under mu, answers op from its record if it was
+ * carried out already; else build adds the mutation to b and fills *ret
+ * (returning 0 or -errno), op's record of *ret is added, and b is
+ * committed. ret may be NULL. */
+typedef int (*ns_build_fn)(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret);
+int ns_mutate(struct ns *ns, const struct meta_opid *op, uint16_t type, ns_build_fn build,
+	      void *arg, struct ns_answer *ret);
+/* Loads the record count and limits (ns_open). */
+int ns_opid_load(struct ns *ns);
 /* Adds deletes for every key under prefix. */
 int ns_batch_del_prefix(struct ns *ns, struct kv_batch *b, const struct key *prefix);
 /* True if any key starts with prefix (0/1 or -errno). */

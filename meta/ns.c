@@ -315,6 +315,8 @@ int ns_open(const char *dir, struct ns **ret, char *why, size_t why_cap)
 	if (r == 0)
 		r = load_counters(ns);
 	if (r == 0)
+		r = ns_opid_load(ns);
+	if (r == 0)
 		r = cluster_load_tables(ns);
 	if (r == 0) {
 		r = ns_get_inode(ns, STRATA_ROOT_INO, &root);

@@ -21,6 +21,34 @@ struct ns;
 #define NS_MAX_TARGETS 64      /* targets per registering node */
 #define NS_TOTAL_INODES (1ull << 40)
 
+/* ---- operation ids (ns_opid.c; README.md "Operation ids") ----------------
+ * The mutations below take the client's id of the operation (`op`, NULL or
+ * conn 0: none). One that carries an id strata-meta has carried out already
+ * is answered from its record instead of being done again: the same
+ * attributes, session and success as the first time. The record is written
+ * in the batch of the mutation (so it is exactly as durable), only for a
+ * success (a failure changed nothing: doing it again is a valid answer to
+ * a request whose first answer was never seen), and kept NS_OPID_TTL_MS,
+ * at most NS_OPID_MAX of them (the oldest go first; ns_opid_expire). */
+#define NS_OPID_TTL_MS (3600ll * 1000) /* an hour: a takeover long after a crash */
+#define NS_OPID_MAX (1u << 20)	       /* records kept, ~100 bytes each */
+/* What a mutation answered (ns_mutate): the new or linked inode's
+ * attributes, the session it opened. */
+struct ns_answer {
+	struct strata_attr attr;
+	uint64_t session;
+};
+/* Limits of the records (tests): at most max, for ttl_ms. Returns 0 or -EINVAL. */
+int ns_set_opid_limits(struct ns *ns, uint32_t max, int64_t ttl_ms);
+/* Removes the records past their time or beyond the limit, the oldest
+ * first, in batches that each hold the mutation lock briefly. Returns how
+ * many went, or -errno. */
+int ns_opid_expire(struct ns *ns);
+/* Records kept now. */
+uint64_t ns_opid_count(struct ns *ns);
+/* Mutations answered from their record since the engine opened. */
+uint64_t ns_opid_answered(struct ns *ns);
+
 /* Opens the engine on the store in directory dir (created if missing; the
  * root directory, inode 1, is created on first open). why[why_cap] gets a
  * text on failure. Owned by the caller; free with ns_close. */
@@ -35,22 +63,22 @@ int ns_lookup(struct ns *ns, strata_ino_t parent, const char *name, struct strat
 int ns_getattr(struct ns *ns, strata_ino_t ino, struct strata_attr *ret);
 int ns_setattr(struct ns *ns, strata_ino_t ino, const struct strata_setattr *sa,
 	       struct strata_attr *ret);
-int ns_mknod(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint64_t rdev,
-	     uint32_t uid, uint32_t gid, struct strata_attr *ret);
-int ns_mkdir(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
-	     uint32_t gid, struct strata_attr *ret);
-int ns_symlink(struct ns *ns, strata_ino_t parent, const char *name, const char *target,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_mknod(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_mkdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint32_t uid, uint32_t gid, struct strata_attr *ret);
+int ns_symlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	       const char *target, uint32_t uid, uint32_t gid, struct strata_attr *ret);
 /* create + open in one batch (see meta_create). */
-int ns_create(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
-	      uint32_t gid, uint32_t flags, const char *client_id, struct strata_attr *ret,
-	      uint64_t *ret_session);
-int ns_unlink(struct ns *ns, strata_ino_t parent, const char *name);
-int ns_rmdir(struct ns *ns, strata_ino_t parent, const char *name);
-int ns_rename(struct ns *ns, strata_ino_t parent, const char *name, strata_ino_t newparent,
-	      const char *newname, uint32_t flags);
-int ns_link(struct ns *ns, strata_ino_t ino, strata_ino_t newparent, const char *newname,
-	    struct strata_attr *ret);
+int ns_create(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags, const char *client_id,
+	      struct strata_attr *ret, uint64_t *ret_session);
+int ns_unlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
+int ns_rmdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
+int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      strata_ino_t newparent, const char *newname, uint32_t flags);
+int ns_link(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, strata_ino_t newparent,
+	    const char *newname, struct strata_attr *ret);
 /* Copies the target NUL-terminated into buf[cap]; returns its length or
  * -ERANGE. */
 int ns_readlink(struct ns *ns, strata_ino_t ino, char *buf, size_t cap);
@@ -63,17 +91,17 @@ int ns_readdir(struct ns *ns, strata_ino_t ino, const char *after, bool want_att
 	       ns_dirent_fn fn, void *ctx, int *ret_more);
 int ns_statfs(struct ns *ns, struct strata_statfs *ret);
 
-int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value, size_t size,
-		uint32_t flags);
+int ns_setxattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name,
+		const void *value, size_t size, uint32_t flags);
 /* Returns 0 and a malloc'd value (owned by the caller). */
 int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val, size_t *ret_len);
 /* Returns 0 and a malloc'd NUL-separated name list (owned by the caller). */
 int ns_listxattr(struct ns *ns, strata_ino_t ino, char **ret_list, size_t *ret_len);
-int ns_removexattr(struct ns *ns, strata_ino_t ino, const char *name);
+int ns_removexattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name);
 
 /* Sessions: see README.md, "Sessions". */
-int ns_open_file(struct ns *ns, strata_ino_t ino, uint32_t flags, const char *client_id,
-		 uint64_t *ret_session);
+int ns_open_file(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
+		 const char *client_id, uint64_t *ret_session);
 int ns_close_file(struct ns *ns, strata_ino_t ino, uint64_t session, int64_t length,
 		  int64_t mtime_ns);
 /* Closes every session of client_id; returns how many. */

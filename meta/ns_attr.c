@@ -17,6 +17,7 @@
 #include <sys/xattr.h>
 #include "fs/cleanup.h"
 #include "fs/meta_proto.h"
+#include "fs/proto.h"
 #include "meta/ns-internal.h"
 
 int ns_getattr(struct ns *ns, strata_ino_t ino, struct strata_attr *ret)
@@ -292,23 +293,34 @@ static int setxattr_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, cons
 	return 0;
 }
 
-int ns_setxattr(struct ns *ns, strata_ino_t ino, const char *name, const void *value, size_t size,
-		uint32_t flags)
+struct setxattr_args {
+	uint64_t ino;
+	const char *name;
+	const void *value;
+	size_t size;
+	uint32_t flags;
+};
+
+static int setxattr_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
 {
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	const struct setxattr_args *x = arg;
+
+	return setxattr_locked(ns, b, x->ino, x->name, x->value, x->size, x->flags);
+}
+
+int ns_setxattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name,
+		const void *value, size_t size, uint32_t flags)
+{
+	struct setxattr_args x = {ino, name, value, size, flags};
 	int r = xattr_name_check(name);
 
 	if (r < 0)
 		return r;
-	if (!b)
-		return -ENOMEM;
 	if (size > STRATA_XATTR_SIZE_MAX)
 		return -E2BIG;
 	if (flags & ~(uint32_t)(XATTR_CREATE | XATTR_REPLACE))
 		return -EINVAL;
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	r = setxattr_locked(ns, b, ino, name, value, size, flags);
-	return r ?: ns_commit(ns, b);
+	return ns_mutate(ns, op, MSG_META_SETXATTR, setxattr_build, &x, NULL);
 }
 
 int ns_getxattr(struct ns *ns, strata_ino_t ino, const char *name, void **ret_val, size_t *ret_len)
@@ -361,26 +373,34 @@ int ns_listxattr(struct ns *ns, strata_ino_t ino, char **ret_list, size_t *ret_l
 	return 0;
 }
 
-int ns_removexattr(struct ns *ns, strata_ino_t ino, const char *name)
+struct removexattr_args {
+	uint64_t ino;
+	const char *name;
+};
+
+static int removexattr_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
 {
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
+	const struct removexattr_args *x = arg;
 	struct inode in;
 	struct key k;
-	int r = xattr_name_check(name);
+	int r = ns_get_inode(ns, x->ino, &in);
 
 	if (r < 0)
 		return r;
-	if (!b)
-		return -ENOMEM;
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	if ((r = ns_get_inode(ns, ino, &in)) < 0)
-		return r;
-	key_named(&k, K_XATTR, ino, name);
+	key_named(&k, K_XATTR, x->ino, x->name);
 	r = kv_exists(ns->kv, k.b, k.len);
 	if (r < 0)
 		return r == -ENOENT ? -ENODATA : r;
 	kv_batch_del(b, k.b, k.len);
 	in.a.ctime_ns = ns_now();
 	ns_put_inode(b, &in);
-	return ns_commit(ns, b);
+	return 0;
+}
+
+int ns_removexattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, const char *name)
+{
+	struct removexattr_args x = {ino, name};
+	int r = xattr_name_check(name);
+
+	return r ?: ns_mutate(ns, op, MSG_META_REMOVEXATTR, removexattr_build, &x, NULL);
 }

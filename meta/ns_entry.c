@@ -1,8 +1,9 @@
 /* ns_entry.c — operations that add or remove one directory entry: lookup,
  * mknod, mkdir, symlink, create, link, unlink, rmdir.
  *
- * Each mutation runs under ns->mu from its first read to its kv_write and
- * writes one batch: the new or changed inode, the dentry, the parent
+ * Each mutation runs under ns->mu from its first read to its kv_write
+ * (ns_mutate, which also answers an operation id carried out before from
+ * its record: ns_opid.c) and writes one batch: the new or changed inode, the dentry, the parent
  * directory (nlink for subdirectories, mtime/ctime = now) and the counters
  * it consumed. Layouts: a new file or directory takes its parent's
  * chunk_size and replication factor: the newest chain table of the factor
@@ -14,6 +15,7 @@
 #include <fcntl.h>
 #include "fs/cleanup.h"
 #include "fs/meta_proto.h"
+#include "fs/proto.h"
 #include "meta/ns-internal.h"
 
 struct new_entry {
@@ -129,26 +131,37 @@ static int entry_create_locked(struct ns *ns, struct kv_batch *b, uint64_t paren
 	return 0;
 }
 
-static int entry_create(struct ns *ns, uint64_t parent, const char *name, const struct new_entry *e,
-			struct strata_attr *ret)
-{
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	struct inode in;
-	int r;
+struct entry_args {
+	uint64_t parent;
+	const char *name;
+	const struct new_entry *e;
+};
 
-	if (!b)
-		return -ENOMEM;
-	r = entry_create_locked(ns, b, parent, name, e, &in);
+static int entry_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
+{
+	const struct entry_args *x = arg;
+	struct inode in;
+	int r = entry_create_locked(ns, b, x->parent, x->name, x->e, &in);
+
 	if (r == 0)
-		r = ns_commit(ns, b);
-	if (r == 0 && ret)
-		*ret = in.a;
+		ret->attr = in.a;
 	return r;
 }
 
-int ns_mknod(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint64_t rdev,
-	     uint32_t uid, uint32_t gid, struct strata_attr *ret)
+static int entry_create(struct ns *ns, const struct meta_opid *op, uint16_t type, uint64_t parent,
+			const char *name, const struct new_entry *e, struct strata_attr *ret)
+{
+	struct entry_args x = {parent, name, e};
+	struct ns_answer a;
+	int r = ns_mutate(ns, op, type, entry_build, &x, &a);
+
+	if (r == 0 && ret)
+		*ret = a.attr;
+	return r;
+}
+
+int ns_mknod(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint64_t rdev, uint32_t uid, uint32_t gid, struct strata_attr *ret)
 {
 	struct new_entry e = {mode, rdev, uid, gid, NULL};
 
@@ -167,19 +180,19 @@ int ns_mknod(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode
 		return -EINVAL;
 	}
 	e.mode &= S_IFMT | 07777;
-	return entry_create(ns, parent, name, &e, ret);
+	return entry_create(ns, op, MSG_META_MKNOD, parent, name, &e, ret);
 }
 
-int ns_mkdir(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
-	     uint32_t gid, struct strata_attr *ret)
+int ns_mkdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	     uint32_t mode, uint32_t uid, uint32_t gid, struct strata_attr *ret)
 {
 	struct new_entry e = {S_IFDIR | (mode & 07777), 0, uid, gid, NULL};
 
-	return entry_create(ns, parent, name, &e, ret);
+	return entry_create(ns, op, MSG_META_MKDIR, parent, name, &e, ret);
 }
 
-int ns_symlink(struct ns *ns, strata_ino_t parent, const char *name, const char *target,
-	       uint32_t uid, uint32_t gid, struct strata_attr *ret)
+int ns_symlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	       const char *target, uint32_t uid, uint32_t gid, struct strata_attr *ret)
 {
 	struct new_entry e = {S_IFLNK | 0777, 0, uid, gid, target};
 
@@ -187,7 +200,7 @@ int ns_symlink(struct ns *ns, strata_ino_t parent, const char *name, const char 
 		return -ENOENT; /* symlink(2) with an empty target */
 	if (strlen(target) >= STRATA_PATH_MAX)
 		return -ENAMETOOLONG;
-	return entry_create(ns, parent, name, &e, ret);
+	return entry_create(ns, op, MSG_META_SYMLINK, parent, name, &e, ret);
 }
 
 /* create on an existing name: open it (O_TRUNC: length 0). */
@@ -229,30 +242,43 @@ static int create_locked(struct ns *ns, struct kv_batch *b, uint64_t parent, con
 	return entry_create_locked(ns, b, parent, name, e, in);
 }
 
-int ns_create(struct ns *ns, strata_ino_t parent, const char *name, uint32_t mode, uint32_t uid,
-	      uint32_t gid, uint32_t flags, const char *client_id, struct strata_attr *ret,
-	      uint64_t *ret_session)
+struct create_args {
+	uint64_t parent;
+	const char *name;
+	struct new_entry e;
+	uint32_t flags;
+	const char *client;
+};
+
+static int create_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
 {
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	struct new_entry e = {S_IFREG | (mode & 07777), 0, uid, gid, NULL};
+	const struct create_args *x = arg;
 	struct inode in;
-	uint64_t sid;
+	int r = create_locked(ns, b, x->parent, x->name, &x->e, x->flags, &in);
+
+	if (r < 0)
+		return r;
+	ns_add_session(ns, b, in.a.ino, x->flags, x->client, &ret->session);
+	ret->attr = in.a;
+	return 0;
+}
+
+int ns_create(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags, const char *client_id,
+	      struct strata_attr *ret, uint64_t *ret_session)
+{
+	struct create_args x = {
+	    parent, name, {S_IFREG | (mode & 07777), 0, uid, gid, NULL}, flags, client_id};
+	struct ns_answer a;
 	int r;
 
-	if (!b)
-		return -ENOMEM;
 	if (strlen(client_id) > NS_CLIENT_ID_MAX)
 		return -EINVAL;
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	r = create_locked(ns, b, parent, name, &e, flags, &in);
+	r = ns_mutate(ns, op, MSG_META_CREATE, create_build, &x, &a);
 	if (r < 0)
 		return r;
-	ns_add_session(ns, b, in.a.ino, flags, client_id, &sid);
-	r = ns_commit(ns, b);
-	if (r < 0)
-		return r;
-	*ret = in.a;
-	*ret_session = sid;
+	*ret = a.attr;
+	*ret_session = a.session;
 	return 0;
 }
 
@@ -299,37 +325,42 @@ int ns_dir_empty(struct ns *ns, uint64_t ino)
 	return r < 0 ? r : r ? -ENOTEMPTY : 0;
 }
 
-static int remove_name(struct ns *ns, uint64_t parent, const char *name, bool dir)
+struct remove_args {
+	uint64_t parent;
+	const char *name;
+	bool dir;
+};
+
+static int remove_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
 {
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	const struct remove_args *x = arg;
 	struct inode pdir, in;
 	struct dentry d;
-	int r;
+	int r = entry_load(ns, x->parent, x->name, &pdir, &d, &in);
 
-	if (!b)
-		return -ENOMEM;
-	r = entry_load(ns, parent, name, &pdir, &d, &in);
 	if (r < 0)
 		return r;
-	if (!dir && mode_is_dir(in.a.mode))
+	if (!x->dir && mode_is_dir(in.a.mode))
 		return -EISDIR;
-	if (dir && !mode_is_dir(in.a.mode))
+	if (x->dir && !mode_is_dir(in.a.mode))
 		return -ENOTDIR;
-	if (dir && (r = ns_dir_empty(ns, in.a.ino)) < 0)
+	if (x->dir && (r = ns_dir_empty(ns, in.a.ino)) < 0)
 		return r;
-	r = entry_remove(ns, b, &pdir, name, &in);
-	return r ?: ns_commit(ns, b);
+	return entry_remove(ns, b, &pdir, x->name, &in);
 }
 
-int ns_unlink(struct ns *ns, strata_ino_t parent, const char *name)
+int ns_unlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name)
 {
-	return remove_name(ns, parent, name, false);
+	struct remove_args x = {parent, name, false};
+
+	return ns_mutate(ns, op, MSG_META_UNLINK, remove_build, &x, NULL);
 }
 
-int ns_rmdir(struct ns *ns, strata_ino_t parent, const char *name)
+int ns_rmdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name)
 {
-	return remove_name(ns, parent, name, true);
+	struct remove_args x = {parent, name, true};
+
+	return ns_mutate(ns, op, MSG_META_RMDIR, remove_build, &x, NULL);
 }
 
 static int link_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, uint64_t newparent,
@@ -357,21 +388,31 @@ static int link_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, uint64_t
 	return 0;
 }
 
-int ns_link(struct ns *ns, strata_ino_t ino, strata_ino_t newparent, const char *newname,
-	    struct strata_attr *ret)
-{
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	struct inode in;
-	int r;
+struct link_args {
+	uint64_t ino, newparent;
+	const char *newname;
+};
 
-	if (!b)
-		return -ENOMEM;
-	r = link_locked(ns, b, ino, newparent, newname, &in);
+static int link_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
+{
+	const struct link_args *x = arg;
+	struct inode in;
+	int r = link_locked(ns, b, x->ino, x->newparent, x->newname, &in);
+
 	if (r == 0)
-		r = ns_commit(ns, b);
+		ret->attr = in.a;
+	return r;
+}
+
+int ns_link(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, strata_ino_t newparent,
+	    const char *newname, struct strata_attr *ret)
+{
+	struct link_args x = {ino, newparent, newname};
+	struct ns_answer a;
+	int r = ns_mutate(ns, op, MSG_META_LINK, link_build, &x, &a);
+
 	if (r == 0 && ret)
-		*ret = in.a;
+		*ret = a.attr;
 	return r;
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 #include "fs/cleanup.h"
 #include "fs/meta_proto.h"
+#include "fs/proto.h"
 #include "meta/ns-internal.h"
 
 #ifndef RENAME_NOREPLACE
@@ -183,21 +184,28 @@ static int rename_locked(struct ns *ns, struct kv_batch *b, struct rn *x, uint64
 	return rn_apply_move(ns, b, x, ns_now());
 }
 
-int ns_rename(struct ns *ns, strata_ino_t parent, const char *name, strata_ino_t newparent,
-	      const char *newname, uint32_t flags)
-{
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	struct rn x = {.name = name, .newname = newname, .flags = flags};
-	int r;
+struct rename_args {
+	struct rn x;
+	uint64_t parent, newparent;
+};
 
-	if (!b)
-		return -ENOMEM;
+static int rename_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
+{
+	struct rename_args *a = arg;
+	int r = rename_locked(ns, b, &a->x, a->parent, a->newparent);
+
+	return r > 0 ? 0 : r; /* same inode: nothing to write */
+}
+
+int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      strata_ino_t newparent, const char *newname, uint32_t flags)
+{
+	struct rename_args a = {.x = {.name = name, .newname = newname, .flags = flags},
+				.parent = parent,
+				.newparent = newparent};
+
 	if ((flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
 	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
 		return -EINVAL;
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	r = rename_locked(ns, b, &x, parent, newparent);
-	if (r != 0)
-		return r > 0 ? 0 : r;
-	return ns_commit(ns, b);
+	return ns_mutate(ns, op, MSG_META_RENAME, rename_build, &a, NULL);
 }

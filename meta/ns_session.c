@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include "fs/cleanup.h"
+#include "fs/proto.h"
 #include "meta/ns-internal.h"
 
 void ns_add_session(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t flags,
@@ -52,23 +53,31 @@ static int open_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, uint32_t
 	return 0;
 }
 
-int ns_open_file(struct ns *ns, strata_ino_t ino, uint32_t flags, const char *client_id,
-		 uint64_t *ret_session)
+struct open_args {
+	uint64_t ino;
+	uint32_t flags;
+	const char *client;
+};
+
+static int open_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_answer *ret)
 {
-	_cleanup_batch_ struct kv_batch *b = kv_batch_new();
-	uint64_t sid;
+	const struct open_args *x = arg;
+
+	return open_locked(ns, b, x->ino, x->flags, x->client, &ret->session);
+}
+
+int ns_open_file(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
+		 const char *client_id, uint64_t *ret_session)
+{
+	struct open_args x = {ino, flags, client_id};
+	struct ns_answer a;
 	int r;
 
-	if (!b)
-		return -ENOMEM;
 	if (strlen(client_id) > NS_CLIENT_ID_MAX)
 		return -EINVAL;
-	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
-	r = open_locked(ns, b, ino, flags, client_id, &sid);
+	r = ns_mutate(ns, op, MSG_META_OPEN, open_build, &x, &a);
 	if (r == 0)
-		r = ns_commit(ns, b);
-	if (r == 0)
-		*ret_session = sid;
+		*ret_session = a.session;
 	return r;
 }
 

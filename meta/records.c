@@ -12,6 +12,10 @@
  *   M counter: u64
  *   S session: flags u32, opened i64, client str
  *   G gc     : size u64, chunk_size u32, table_id u32, stripe_seed u32
+ *   R opid   : type u16, done i64, parts u8 (1: inode, 2: session), then
+ *              ino u64 and the inode record as a blob (u32 length), and
+ *              session u64, each if its part is set
+ *   Q opage  : empty (the key says it all)
  * and the cluster map's (cluster.c, chainmap.c, tables.c), keyed by tag and
  * a be32 id (key_id):
  *   N node   : addr str, last_seen i64
@@ -23,6 +27,7 @@
  *              smallest want of its chains, tables.c) */
 #include <errno.h>
 #include <string.h>
+#include "fs/proto.h"
 #include "meta/ns-internal.h"
 
 void key_init(struct key *k, uint8_t tag)
@@ -115,6 +120,21 @@ void key_counter(struct key *k, const char *name)
 	key_str(k, name);
 }
 
+void key_opid(struct key *k, const struct meta_opid *op)
+{
+	key_init(k, K_OPID);
+	key_u64(k, op->conn);
+	key_u64(k, op->unique);
+}
+
+void key_opage(struct key *k, int64_t done_ns, const struct meta_opid *op)
+{
+	key_init(k, K_OPAGE);
+	key_u64(k, done_ns < 0 ? 0 : (uint64_t)done_ns);
+	key_u64(k, op->conn);
+	key_u64(k, op->unique);
+}
+
 void inode_encode(const struct inode *in, struct wbuf *b)
 {
 	const struct strata_attr *a = &in->a;
@@ -166,6 +186,82 @@ int inode_decode(const uint8_t *p, size_t len, struct inode *ret)
 }
 
 /* ---- the namespace's other records --------------------------------------- */
+
+enum { OPID_INODE = 1, OPID_SESSION = 2 };
+
+/* Which parts of an answer a mutation of type has (what it replies). */
+static uint8_t opid_parts(uint16_t type)
+{
+	switch (type) {
+	case MSG_META_MKNOD:
+	case MSG_META_MKDIR:
+	case MSG_META_SYMLINK:
+	case MSG_META_LINK:
+		return OPID_INODE;
+	case MSG_META_CREATE:
+		return OPID_INODE | OPID_SESSION;
+	case MSG_META_OPEN:
+		return OPID_SESSION;
+	default:
+		return 0;
+	}
+}
+
+void opid_encode(const struct opid_rec *o, struct wbuf *b)
+{
+	uint8_t parts = opid_parts(o->type);
+
+	wbuf_put_u8(b, REC_VERSION);
+	wbuf_put_u16(b, o->type);
+	wbuf_put_i64(b, o->done_ns);
+	wbuf_put_u8(b, parts);
+	if (parts & OPID_INODE) {
+		struct inode in = {.a = o->a.attr};
+		struct wbuf ib;
+
+		wbuf_init(&ib);
+		inode_encode(&in, &ib);
+		wbuf_put_u64(b, o->a.attr.ino);
+		if (ib.err)
+			b->err = ib.err;
+		else
+			wbuf_put_blob(b, ib.data, (uint32_t)ib.len);
+		wbuf_done(&ib);
+	}
+	if (parts & OPID_SESSION)
+		wbuf_put_u64(b, o->a.session);
+}
+
+int opid_decode(const uint8_t *p, size_t len, struct opid_rec *ret)
+{
+	struct opid_rec o = {0};
+	struct inode in;
+	struct rbuf b;
+	uint8_t parts;
+
+	rbuf_init(&b, p, len);
+	if (rbuf_get_u8(&b) != REC_VERSION)
+		return -EIO;
+	o.type = rbuf_get_u16(&b);
+	o.done_ns = rbuf_get_i64(&b);
+	parts = rbuf_get_u8(&b);
+	if (parts & OPID_INODE) {
+		uint64_t ino = rbuf_get_u64(&b);
+		uint32_t n;
+		const void *v = rbuf_get_blob(&b, &n);
+
+		if (b.err || inode_decode(v, n, &in) < 0)
+			return -EIO;
+		o.a.attr = in.a;
+		o.a.attr.ino = ino;
+	}
+	if (parts & OPID_SESSION)
+		o.a.session = rbuf_get_u64(&b);
+	if (rbuf_done(&b) < 0 || parts & ~(OPID_INODE | OPID_SESSION))
+		return -EIO;
+	*ret = o;
+	return 0;
+}
 
 void dentry_encode(const struct dentry *d, uint8_t ret[DENTRY_REC_LEN])
 {

@@ -56,7 +56,7 @@ static int op_setattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 static int op_mknod(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
-	int r = ns_mknod(ns, q->parent, q->name, q->mode, q->rdev, q->uid, q->gid, &a);
+	int r = ns_mknod(ns, &q->op, q->parent, q->name, q->mode, q->rdev, q->uid, q->gid, &a);
 
 	return attr_reply(r, &a, w);
 }
@@ -65,15 +65,16 @@ static int op_mkdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
 
-	return attr_reply(ns_mkdir(ns, q->parent, q->name, q->mode, q->uid, q->gid, &a), &a, w);
+	return attr_reply(ns_mkdir(ns, &q->op, q->parent, q->name, q->mode, q->uid, q->gid, &a), &a,
+			  w);
 }
 
 static int op_create(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
 	uint64_t sid;
-	int r = ns_create(ns, q->parent, q->name, q->mode, q->uid, q->gid, q->flags, q->client_id,
-			  &a, &sid);
+	int r = ns_create(ns, &q->op, q->parent, q->name, q->mode, q->uid, q->gid, q->flags,
+			  q->client_id, &a, &sid);
 
 	if (r == 0) {
 		meta_attr_put(w, &a);
@@ -84,30 +85,30 @@ static int op_create(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 
 static int op_unlink(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_unlink(ns, q->parent, q->name);
+	return ns_unlink(ns, &q->op, q->parent, q->name);
 }
 
 static int op_rmdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_rmdir(ns, q->parent, q->name);
+	return ns_rmdir(ns, &q->op, q->parent, q->name);
 }
 
 static int op_rename(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_rename(ns, q->parent, q->name, q->newparent, q->newname, q->flags);
+	return ns_rename(ns, &q->op, q->parent, q->name, q->newparent, q->newname, q->flags);
 }
 
 static int op_link(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
 
-	return attr_reply(ns_link(ns, q->ino, q->newparent, q->newname, &a), &a, w);
+	return attr_reply(ns_link(ns, &q->op, q->ino, q->newparent, q->newname, &a), &a, w);
 }
 
 static int op_symlink(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
 	struct strata_attr a;
-	int r = ns_symlink(ns, q->parent, q->name, q->target, q->uid, q->gid, &a);
+	int r = ns_symlink(ns, &q->op, q->parent, q->name, q->target, q->uid, q->gid, &a);
 
 	return attr_reply(r, &a, w);
 }
@@ -161,7 +162,7 @@ static int op_statfs(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 
 static int op_setxattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_setxattr(ns, q->ino, q->name, q->value, q->value_len, q->flags);
+	return ns_setxattr(ns, &q->op, q->ino, q->name, q->value, q->value_len, q->flags);
 }
 
 static int op_getxattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
@@ -188,7 +189,7 @@ static int op_listxattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 
 static int op_removexattr(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_removexattr(ns, q->ino, q->name);
+	return ns_removexattr(ns, &q->op, q->ino, q->name);
 }
 
 static int op_open(struct ns *ns, const struct meta_req *q, struct wbuf *w)
@@ -200,7 +201,7 @@ static int op_open(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 		r = ns_clear_sessions(ns, q->client_id);
 		sid = r < 0 ? 0 : (uint64_t)r;
 	} else {
-		r = ns_open_file(ns, q->ino, q->flags, q->client_id, &sid);
+		r = ns_open_file(ns, &q->op, q->ino, q->flags, q->client_id, &sid);
 	}
 	if (r >= 0)
 		wbuf_put_u64(w, sid);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fs/fuse_holder.h"
+#include "fs/wire.h"
 #include "tests/testutil.h"
 
 static void test_roundtrip(void)
@@ -22,13 +23,21 @@ static void test_roundtrip(void)
 	in.init_len = 104;
 	memset(in.init, 0xab, in.init_len);
 	strcpy(in.mount, "/tmp/x/mnt");
+	in.conn_id = 0x0123456789abcdefull;
 	int n = fuse_holder_encode(FUSE_HOLDER_DEPOSIT, &in, buf);
-	EXPECT(n == FUSE_HOLDER_HDR + 20 + 104 + 10);
+	EXPECT(n == FUSE_HOLDER_HDR + 20 + 104 + 10 + 8);
 	memset(&out, 0, sizeof(out));
 	EXPECT(fuse_holder_decode(buf, (size_t)n, &type, &out) == 0);
 	EXPECT(type == FUSE_HOLDER_DEPOSIT && out.pid == 42 && out.takeovers == 3);
 	EXPECT(out.init_len == 104 && memcmp(out.init, in.init, 104) == 0);
 	EXPECT(strcmp(out.mount, "/tmp/x/mnt") == 0);
+	EXPECT(out.conn_id == 0x0123456789abcdefull);
+	/* a holder from before the conn id (the message ends after the mount):
+	 * decoded, with conn id 0 */
+	le32_put(buf + 8, (uint32_t)(n - 8 - FUSE_HOLDER_HDR));
+	EXPECT(fuse_holder_decode(buf, (size_t)n - 8, &type, &out) == 0);
+	EXPECT(out.conn_id == 0 && strcmp(out.mount, "/tmp/x/mnt") == 0);
+	le32_put(buf + 8, (uint32_t)(n - FUSE_HOLDER_HDR));
 	/* truncated, a wrong length, another major version */
 	EXPECT(fuse_holder_decode(buf, (size_t)n - 1, &type, &out) == -EBADMSG);
 	buf[4] = 2;

@@ -146,7 +146,8 @@ static void test_no_key(struct rpc_cred *admin)
 	struct meta_client *mc = client_as(admin);
 	struct strata_attr a;
 	uint64_t sid;
-	CHECK_EQ(meta_create(mc, STRATA_ROOT_INO, "secret", 0600, 0, 0, O_CREAT | O_RDWR, &a, &sid),
+	CHECK_EQ(meta_create(mc, NULL, STRATA_ROOT_INO, "secret", 0600, 0, 0, O_CREAT | O_RDWR, &a,
+			     &sid),
 		 0);
 	CHECK_EQ(meta_close(mc, a.ino, sid, 5, -1), 0);
 	strata_ino_t ino = a.ino;
@@ -202,7 +203,7 @@ static void test_roles(struct rpc_cred *admin)
 	struct mgmt_target_info ti = {.target_id = 0};
 	CHECK_EQ(mgmt_register(mf, &node, "127.0.0.1:1", &ti, 1), -EPERM);
 	struct strata_attr a;
-	CHECK_EQ(meta_mkdir(mf, STRATA_ROOT_INO, "dir", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mf, NULL, STRATA_ROOT_INO, "dir", 0755, 0, 0, &a), 0);
 	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS, .replicas = 1};
 	CHECK_EQ(meta_setattr(mf, a.ino, &sa, &a), -EPERM);
 	/* admin passes the role check (no chain table of factor 1 yet: -ERANGE) */

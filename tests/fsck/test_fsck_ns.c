@@ -51,7 +51,8 @@ static uint64_t mkfile(struct ns *ns, uint64_t parent, const char *name, uint64_
 	struct strata_attr a;
 	uint64_t sid;
 
-	CHECK_EQ(ns_create(ns, parent, name, 0644, 0, 0, O_CREAT | O_EXCL, "c1", &a, &sid), 0);
+	CHECK_EQ(ns_create(ns, NULL, parent, name, 0644, 0, 0, O_CREAT | O_EXCL, "c1", &a, &sid),
+		 0);
 	CHECK_EQ(ns_close_file(ns, a.ino, sid, (int64_t)size, -1), 0);
 	return a.ino;
 }
@@ -116,21 +117,21 @@ int main(void)
 	CHECK_EQ(ns_open(dir, &ns, why, sizeof(why)), 0);
 
 	/* a healthy tree */
-	CHECK_EQ(ns_mkdir(ns, ROOT, "d", 0755, 0, 0, &d), 0);
-	CHECK_EQ(ns_mkdir(ns, d.ino, "d2", 0755, 0, 0, &d2), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "d", 0755, 0, 0, &d), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, d.ino, "d2", 0755, 0, 0, &d2), 0);
 	uint64_t f1 = mkfile(ns, ROOT, "f1", 3 << 20);
 	uint64_t f2 = mkfile(ns, d.ino, "f2", 100);
 	uint64_t f3 = mkfile(ns, d2.ino, "f3", 0);
-	CHECK_EQ(ns_link(ns, f1, d.ino, "f1-link", &a), 0);
-	CHECK_EQ(ns_symlink(ns, ROOT, "sl", "f1", 0, 0, &a), 0);
+	CHECK_EQ(ns_link(ns, NULL, f1, d.ino, "f1-link", &a), 0);
+	CHECK_EQ(ns_symlink(ns, NULL, ROOT, "sl", "f1", 0, 0, &a), 0);
 	/* an open orphan: unlinked, a session still open (legitimate) */
 	uint64_t orph;
-	CHECK_EQ(ns_create(ns, ROOT, "orph", 0644, 0, 0, O_CREAT, "c2", &a, &sid), 0);
+	CHECK_EQ(ns_create(ns, NULL, ROOT, "orph", 0644, 0, 0, O_CREAT, "c2", &a, &sid), 0);
 	orph = a.ino;
-	CHECK_EQ(ns_unlink(ns, ROOT, "orph"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "orph"), 0);
 	/* a deleted file queued for GC */
 	uint64_t gone = mkfile(ns, ROOT, "gone", 10);
-	CHECK_EQ(ns_unlink(ns, ROOT, "gone"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "gone"), 0);
 	check(ns, 0, &r);
 	CHECK_EQ(total(&r, false), 0);
 	CHECK_EQ(r.orphans, 1);
@@ -262,13 +263,13 @@ int main(void)
 	CHECK_EQ(gi[0].ino, gone);
 	CHECK(lf.ino > f3); /* lost+found got a fresh number (next_ino repaired first) */
 	struct strata_attr nf;
-	CHECK_EQ(ns_mkdir(ns, ROOT, "new", 0755, 0, 0, &nf), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "new", 0755, 0, 0, &nf), 0);
 	CHECK(nf.ino > lf.ino);
 	clean(ns);
 	/* a cycle cut off from the root: x/y becomes y/x */
 	struct strata_attr x, y;
-	CHECK_EQ(ns_mkdir(ns, ROOT, "x", 0755, 0, 0, &x), 0);
-	CHECK_EQ(ns_mkdir(ns, x.ino, "y", 0755, 0, 0, &y), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "x", 0755, 0, 0, &x), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, x.ino, "y", 0755, 0, 0, &y), 0);
 	mkfile(ns, y.ino, "deep", 5);
 	key_dentry(&k, ROOT, "x");
 	del(ns, &k);

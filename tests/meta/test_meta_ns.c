@@ -19,6 +19,7 @@
 #include "meta/gc.h"
 #include "meta/ns.h"
 #include "tests/testutil.h"
+#include "tests/meta/ns_testutil.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -26,23 +27,11 @@
 #endif
 #define ROOT STRATA_ROOT_INO
 
-static struct ns *open_ns(const char *dir)
-{
-	char why[256];
-	struct ns *ns = NULL;
-	int r = ns_open(dir, &ns, why, sizeof(why));
-
-	if (r < 0)
-		fprintf(stderr, "ns_open %s: %s\n", dir, why);
-	CHECK(r == 0);
-	return ns;
-}
-
 static strata_ino_t mkdir_ok(struct ns *ns, strata_ino_t p, const char *name)
 {
 	struct strata_attr a;
 
-	CHECK_EQ(ns_mkdir(ns, p, name, 0755, 1000, 1000, &a), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, p, name, 0755, 1000, 1000, &a), 0);
 	return a.ino;
 }
 
@@ -50,7 +39,7 @@ static strata_ino_t file_ok(struct ns *ns, strata_ino_t p, const char *name)
 {
 	struct strata_attr a;
 
-	CHECK_EQ(ns_mknod(ns, p, name, S_IFREG | 0644, 0, 1000, 1000, &a), 0);
+	CHECK_EQ(ns_mknod(ns, NULL, p, name, S_IFREG | 0644, 0, 1000, 1000, &a), 0);
 	return a.ino;
 }
 
@@ -146,16 +135,16 @@ static void test_root_and_names(struct ns *ns)
 	CHECK_EQ(a.uid, 0);
 	CHECK_EQ(a.nlink, 2);
 	CHECK_EQ(ns_getattr(ns, 999999, &a), -ENOENT);
-	CHECK_EQ(ns_mkdir(ns, ROOT, "", 0755, 0, 0, &a), -EINVAL);
-	CHECK_EQ(ns_mkdir(ns, ROOT, ".", 0755, 0, 0, &a), -EINVAL);
-	CHECK_EQ(ns_mkdir(ns, ROOT, "..", 0755, 0, 0, &a), -EINVAL);
-	CHECK_EQ(ns_mkdir(ns, ROOT, "a/b", 0755, 0, 0, &a), -EINVAL);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "", 0755, 0, 0, &a), -EINVAL);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, ".", 0755, 0, 0, &a), -EINVAL);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "..", 0755, 0, 0, &a), -EINVAL);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, "a/b", 0755, 0, 0, &a), -EINVAL);
 	memset(long_name, 'x', 256);
 	long_name[256] = 0;
-	CHECK_EQ(ns_mkdir(ns, ROOT, long_name, 0755, 0, 0, &a), -ENAMETOOLONG);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, long_name, 0755, 0, 0, &a), -ENAMETOOLONG);
 	long_name[255] = 0;
-	CHECK_EQ(ns_mkdir(ns, ROOT, long_name, 0755, 0, 0, &a), 0);
-	CHECK_EQ(ns_rmdir(ns, ROOT, long_name), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, ROOT, long_name, 0755, 0, 0, &a), 0);
+	CHECK_EQ(ns_rmdir(ns, NULL, ROOT, long_name), 0);
 	CHECK_EQ(ns_lookup(ns, ROOT, "nope", &a), -ENOENT);
 }
 
@@ -175,42 +164,45 @@ static void test_create_remove(struct ns *ns)
 	CHECK_EQ(a.ino, f);
 	CHECK_EQ(a.nlink, 1);
 	CHECK_EQ(a.layout.chunk_size, STRATA_DEFAULT_CHUNK_SIZE);
-	CHECK_EQ(ns_mkdir(ns, d, "f", 0755, 0, 0, &a), -EEXIST);
-	CHECK_EQ(ns_mknod(ns, f, "x", S_IFREG | 0644, 0, 0, 0, &a), -ENOTDIR);
+	CHECK_EQ(ns_mkdir(ns, NULL, d, "f", 0755, 0, 0, &a), -EEXIST);
+	CHECK_EQ(ns_mknod(ns, NULL, f, "x", S_IFREG | 0644, 0, 0, 0, &a), -ENOTDIR);
 	CHECK_EQ(ns_lookup(ns, f, "x", &a), -ENOTDIR);
-	CHECK_EQ(ns_mknod(ns, d, "dir", S_IFDIR | 0755, 0, 0, 0, &a), -EINVAL);
-	CHECK_EQ(ns_mknod(ns, d, "fifo", S_IFIFO | 0644, 0, 0, 0, &a), 0);
-	CHECK_EQ(ns_mknod(ns, d, "chr", S_IFCHR | 0644, 0x0501, 0, 0, &a), 0);
+	CHECK_EQ(ns_mknod(ns, NULL, d, "dir", S_IFDIR | 0755, 0, 0, 0, &a), -EINVAL);
+	CHECK_EQ(ns_mknod(ns, NULL, d, "fifo", S_IFIFO | 0644, 0, 0, 0, &a), 0);
+	CHECK_EQ(ns_mknod(ns, NULL, d, "chr", S_IFCHR | 0644, 0x0501, 0, 0, &a), 0);
 	CHECK_EQ(a.rdev, 0x0501);
-	CHECK_EQ(ns_mknod(ns, 12345678, "x", S_IFREG | 0644, 0, 0, 0, &a), -ENOENT);
+	CHECK_EQ(ns_mknod(ns, NULL, 12345678, "x", S_IFREG | 0644, 0, 0, 0, &a), -ENOENT);
 
 	/* create: O_EXCL, existing open, O_TRUNC */
-	CHECK_EQ(ns_create(ns, d, "c", 0600, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &a, &sid), 0);
+	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_EXCL | O_RDWR, "cl", &a, &sid),
+		 0);
 	strata_ino_t c = a.ino;
 	CHECK_EQ(a.mode, S_IFREG | 0600);
-	CHECK_EQ(ns_create(ns, d, "c", 0600, 1, 2, O_CREAT | O_EXCL, "cl", &a, &sid), -EEXIST);
+	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_EXCL, "cl", &a, &sid),
+		 -EEXIST);
 	CHECK_EQ(ns_set_length(ns, c, 5000, -1), 0);
-	CHECK_EQ(ns_create(ns, d, "c", 0600, 1, 2, O_CREAT | O_RDWR, "cl", &a, &sid), 0);
+	CHECK_EQ(ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_RDWR, "cl", &a, &sid), 0);
 	CHECK_EQ(a.size, 5000);
-	CHECK_EQ(ns_create(ns, d, "c", 0600, 1, 2, O_CREAT | O_TRUNC | O_RDWR, "cl", &a, &sid), 0);
+	CHECK_EQ(
+	    ns_create(ns, NULL, d, "c", 0600, 1, 2, O_CREAT | O_TRUNC | O_RDWR, "cl", &a, &sid), 0);
 	CHECK_EQ(a.size, 0);
 	CHECK_EQ(a.ino, c);
 	CHECK_EQ(ns_session_count(ns, c), 3);
-	CHECK_EQ(ns_create(ns, ROOT, "d", 0600, 1, 2, O_CREAT, "cl", &a, &sid), -EISDIR);
+	CHECK_EQ(ns_create(ns, NULL, ROOT, "d", 0600, 1, 2, O_CREAT, "cl", &a, &sid), -EISDIR);
 	CHECK_EQ(ns_clear_sessions(ns, "cl"), 3);
 	CHECK_EQ(ns_session_count(ns, c), 0);
 
 	/* unlink / rmdir rules */
-	CHECK_EQ(ns_unlink(ns, ROOT, "d"), -EISDIR);
-	CHECK_EQ(ns_rmdir(ns, d, "f"), -ENOTDIR);
-	CHECK_EQ(ns_rmdir(ns, ROOT, "d"), -ENOTEMPTY);
-	CHECK_EQ(ns_unlink(ns, d, "missing"), -ENOENT);
-	CHECK_EQ(ns_unlink(ns, d, "f"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "d"), -EISDIR);
+	CHECK_EQ(ns_rmdir(ns, NULL, d, "f"), -ENOTDIR);
+	CHECK_EQ(ns_rmdir(ns, NULL, ROOT, "d"), -ENOTEMPTY);
+	CHECK_EQ(ns_unlink(ns, NULL, d, "missing"), -ENOENT);
+	CHECK_EQ(ns_unlink(ns, NULL, d, "f"), 0);
 	CHECK_EQ(ns_getattr(ns, f, &a), -ENOENT);
-	CHECK_EQ(ns_unlink(ns, d, "fifo"), 0);
-	CHECK_EQ(ns_unlink(ns, d, "chr"), 0);
-	CHECK_EQ(ns_unlink(ns, d, "c"), 0);
-	CHECK_EQ(ns_rmdir(ns, ROOT, "d"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, d, "fifo"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, d, "chr"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, d, "c"), 0);
+	CHECK_EQ(ns_rmdir(ns, NULL, ROOT, "d"), 0);
 	CHECK_EQ(nlink_of(ns, ROOT), 2);
 	CHECK_EQ(ns_getattr(ns, d, &a), -ENOENT);
 }
@@ -222,20 +214,20 @@ static void test_links(struct ns *ns)
 
 	strata_ino_t d = mkdir_ok(ns, ROOT, "ln");
 	strata_ino_t f = file_ok(ns, d, "f");
-	CHECK_EQ(ns_link(ns, f, d, "g", &a), 0);
+	CHECK_EQ(ns_link(ns, NULL, f, d, "g", &a), 0);
 	CHECK_EQ(a.nlink, 2);
-	CHECK_EQ(ns_link(ns, f, d, "g", &a), -EEXIST);
-	CHECK_EQ(ns_link(ns, d, ROOT, "dd", &a), -EPERM);
-	CHECK_EQ(ns_unlink(ns, d, "f"), 0);
+	CHECK_EQ(ns_link(ns, NULL, f, d, "g", &a), -EEXIST);
+	CHECK_EQ(ns_link(ns, NULL, d, ROOT, "dd", &a), -EPERM);
+	CHECK_EQ(ns_unlink(ns, NULL, d, "f"), 0);
 	CHECK_EQ(nlink_of(ns, f), 1);
-	CHECK_EQ(ns_symlink(ns, d, "s", "target/path", 3, 4, &a), 0);
+	CHECK_EQ(ns_symlink(ns, NULL, d, "s", "target/path", 3, 4, &a), 0);
 	CHECK_EQ(a.mode, S_IFLNK | 0777);
 	CHECK_EQ(a.size, 11);
 	CHECK_EQ(ns_readlink(ns, a.ino, buf, sizeof(buf)), 11);
 	CHECK(strcmp(buf, "target/path") == 0);
 	CHECK_EQ(ns_readlink(ns, a.ino, buf, 5), -ERANGE);
 	CHECK_EQ(ns_readlink(ns, f, buf, sizeof(buf)), -EINVAL);
-	CHECK_EQ(ns_symlink(ns, d, "s2", "", 0, 0, &a), -ENOENT);
+	CHECK_EQ(ns_symlink(ns, NULL, d, "s2", "", 0, 0, &a), -ENOENT);
 	check_invariants(ns);
 }
 
@@ -288,20 +280,20 @@ static void test_rename(struct ns *ns)
 	strata_ino_t f = file_ok(ns, x, "f");
 	file_ok(ns, x, "g");
 	/* same dir, cross dir */
-	CHECK_EQ(ns_rename(ns, x, "f", x, "f2", 0), 0);
+	CHECK_EQ(ns_rename(ns, NULL, x, "f", x, "f2", 0), 0);
 	CHECK_EQ(ns_lookup(ns, x, "f", &a), -ENOENT);
-	CHECK_EQ(ns_rename(ns, x, "f2", y, "f", 0), 0);
+	CHECK_EQ(ns_rename(ns, NULL, x, "f2", y, "f", 0), 0);
 	CHECK_EQ(ns_lookup(ns, y, "f", &a), 0);
 	CHECK_EQ(a.ino, f);
 	/* replace a file (the old one goes) */
 	strata_ino_t g = file_ok(ns, y, "g");
-	CHECK_EQ(ns_rename(ns, y, "f", y, "g", 0), 0);
+	CHECK_EQ(ns_rename(ns, NULL, y, "f", y, "g", 0), 0);
 	CHECK_EQ(ns_getattr(ns, g, &a), -ENOENT);
-	CHECK_EQ(ns_rename(ns, y, "missing", y, "z", 0), -ENOENT);
+	CHECK_EQ(ns_rename(ns, NULL, y, "missing", y, "z", 0), -ENOENT);
 	/* dir moves: nlink follows */
 	strata_ino_t sub = mkdir_ok(ns, x, "sub");
 	CHECK_EQ(nlink_of(ns, x), 3);
-	CHECK_EQ(ns_rename(ns, x, "sub", y, "sub", 0), 0);
+	CHECK_EQ(ns_rename(ns, NULL, x, "sub", y, "sub", 0), 0);
 	CHECK_EQ(nlink_of(ns, x), 2);
 	CHECK_EQ(nlink_of(ns, y), 3);
 	/* loops */
@@ -309,25 +301,25 @@ static void test_rename(struct ns *ns)
 	strata_ino_t deep;
 	CHECK_EQ(ns_lookup(ns, sub, "deep", &a), 0);
 	deep = a.ino;
-	CHECK_EQ(ns_rename(ns, r, "y", deep, "y", 0), -EINVAL);
-	CHECK_EQ(ns_rename(ns, y, "sub", sub, "self", 0), -EINVAL);
-	CHECK_EQ(ns_rename(ns, r, "y", deep, "y", RENAME_EXCHANGE), -ENOENT);
+	CHECK_EQ(ns_rename(ns, NULL, r, "y", deep, "y", 0), -EINVAL);
+	CHECK_EQ(ns_rename(ns, NULL, y, "sub", sub, "self", 0), -EINVAL);
+	CHECK_EQ(ns_rename(ns, NULL, r, "y", deep, "y", RENAME_EXCHANGE), -ENOENT);
 	/* type rules */
 	mkdir_ok(ns, y, "emptydir");
-	CHECK_EQ(ns_rename(ns, y, "g", y, "emptydir", 0), -EISDIR);
-	CHECK_EQ(ns_rename(ns, y, "emptydir", y, "g", 0), -ENOTDIR);
-	CHECK_EQ(ns_rename(ns, x, "g", y, "g", RENAME_NOREPLACE), -EEXIST);
-	CHECK_EQ(ns_rename(ns, r, "x", y, "sub", 0), -ENOTEMPTY);
-	CHECK_EQ(ns_rename(ns, x, "g", y, "g", RENAME_NOREPLACE | RENAME_EXCHANGE), -EINVAL);
+	CHECK_EQ(ns_rename(ns, NULL, y, "g", y, "emptydir", 0), -EISDIR);
+	CHECK_EQ(ns_rename(ns, NULL, y, "emptydir", y, "g", 0), -ENOTDIR);
+	CHECK_EQ(ns_rename(ns, NULL, x, "g", y, "g", RENAME_NOREPLACE), -EEXIST);
+	CHECK_EQ(ns_rename(ns, NULL, r, "x", y, "sub", 0), -ENOTEMPTY);
+	CHECK_EQ(ns_rename(ns, NULL, x, "g", y, "g", RENAME_NOREPLACE | RENAME_EXCHANGE), -EINVAL);
 	/* replace an empty dir with a dir from another parent */
 	uint32_t ny = nlink_of(ns, y);
 	mkdir_ok(ns, x, "mv");
-	CHECK_EQ(ns_rename(ns, x, "mv", y, "emptydir", 0), 0);
+	CHECK_EQ(ns_rename(ns, NULL, x, "mv", y, "emptydir", 0), 0);
 	CHECK_EQ(nlink_of(ns, y), ny);
 	CHECK_EQ(nlink_of(ns, x), 2);
 	/* exchange a file and a dir across directories */
 	CHECK_EQ(ns_lookup(ns, x, "g", &a), 0);
-	CHECK_EQ(ns_rename(ns, x, "g", y, "sub", RENAME_EXCHANGE), 0);
+	CHECK_EQ(ns_rename(ns, NULL, x, "g", y, "sub", RENAME_EXCHANGE), 0);
 	CHECK_EQ(ns_lookup(ns, x, "g", &b), 0);
 	CHECK_EQ(b.ino, sub);
 	CHECK_EQ(ns_lookup(ns, y, "sub", &b), 0);
@@ -335,8 +327,8 @@ static void test_rename(struct ns *ns)
 	CHECK_EQ(nlink_of(ns, x), 3);
 	CHECK_EQ(nlink_of(ns, y), ny - 1);
 	/* hard links to the same inode: no-op */
-	CHECK_EQ(ns_link(ns, a.ino, y, "alias", &b), 0);
-	CHECK_EQ(ns_rename(ns, y, "sub", y, "alias", 0), 0);
+	CHECK_EQ(ns_link(ns, NULL, a.ino, y, "alias", &b), 0);
+	CHECK_EQ(ns_rename(ns, NULL, y, "sub", y, "alias", 0), 0);
 	CHECK_EQ(ns_lookup(ns, y, "sub", &b), 0);
 	CHECK_EQ(nlink_of(ns, a.ino), 2);
 	check_invariants(ns);
@@ -411,11 +403,11 @@ static void test_xattr(struct ns *ns)
 
 	strata_ino_t f = file_ok(ns, ROOT, "xa");
 	CHECK_EQ(ns_getxattr(ns, f, "user.a", &v, &n), -ENODATA);
-	CHECK_EQ(ns_setxattr(ns, f, "user.a", "1", 1, XATTR_REPLACE), -ENODATA);
-	CHECK_EQ(ns_setxattr(ns, f, "user.a", "1", 1, XATTR_CREATE), 0);
-	CHECK_EQ(ns_setxattr(ns, f, "user.a", "2", 1, XATTR_CREATE), -EEXIST);
-	CHECK_EQ(ns_setxattr(ns, f, "user.a", "22", 2, XATTR_REPLACE), 0);
-	CHECK_EQ(ns_setxattr(ns, f, "user.b", "", 0, 0), 0);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.a", "1", 1, XATTR_REPLACE), -ENODATA);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.a", "1", 1, XATTR_CREATE), 0);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.a", "2", 1, XATTR_CREATE), -EEXIST);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.a", "22", 2, XATTR_REPLACE), 0);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.b", "", 0, 0), 0);
 	CHECK_EQ(ns_getxattr(ns, f, "user.a", &v, &n), 0);
 	CHECK(n == 2 && memcmp(v, "22", 2) == 0);
 	free(v);
@@ -426,21 +418,21 @@ static void test_xattr(struct ns *ns)
 	CHECK_EQ(ns_listxattr(ns, f, &list, &n), 0);
 	CHECK(n == 14 && memcmp(list, "user.a\0user.b\0", 14) == 0);
 	free(list);
-	CHECK_EQ(ns_setxattr(ns, f, "user.big", big, sizeof(big), 0), -E2BIG);
-	CHECK_EQ(ns_setxattr(ns, f, "user.big", big, sizeof(big) - 1, 0), 0);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.big", big, sizeof(big), 0), -E2BIG);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "user.big", big, sizeof(big) - 1, 0), 0);
 	memset(name, 'n', 256);
 	name[256] = 0;
-	CHECK_EQ(ns_setxattr(ns, f, name, "1", 1, 0), -ERANGE);
-	CHECK_EQ(ns_setxattr(ns, f, "", "1", 1, 0), -EINVAL);
-	CHECK_EQ(ns_removexattr(ns, f, "user.a"), 0);
-	CHECK_EQ(ns_removexattr(ns, f, "user.a"), -ENODATA);
-	CHECK_EQ(ns_setxattr(ns, 777777, "user.a", "1", 1, 0), -ENOENT);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, name, "1", 1, 0), -ERANGE);
+	CHECK_EQ(ns_setxattr(ns, NULL, f, "", "1", 1, 0), -EINVAL);
+	CHECK_EQ(ns_removexattr(ns, NULL, f, "user.a"), 0);
+	CHECK_EQ(ns_removexattr(ns, NULL, f, "user.a"), -ENODATA);
+	CHECK_EQ(ns_setxattr(ns, NULL, 777777, "user.a", "1", 1, 0), -ENOENT);
 	for (int i = 0; i < NS_XATTR_COUNT_MAX; i++) {
 		snprintf(name, sizeof(name), "user.n%d", i);
-		int r = ns_setxattr(ns, f, name, "v", 1, 0);
+		int r = ns_setxattr(ns, NULL, f, name, "v", 1, 0);
 		CHECK(r == 0 || (r == -ENOSPC && i >= NS_XATTR_COUNT_MAX - 2));
 	}
-	CHECK_EQ(ns_unlink(ns, ROOT, "xa"), 0); /* xattrs go with the inode */
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "xa"), 0); /* xattrs go with the inode */
 	CHECK_EQ(ns_getxattr(ns, f, "user.b", &v, &n), -ENOENT);
 }
 
@@ -466,15 +458,15 @@ static void test_sessions_gc(struct ns *ns)
 	uint64_t s1, s2, s3;
 	int fail = -EIO, ok = 0;
 
-	CHECK_EQ(ns_create(ns, ROOT, "open", 0644, 0, 0, O_CREAT | O_RDWR, "A", &a, &s1), 0);
+	CHECK_EQ(ns_create(ns, NULL, ROOT, "open", 0644, 0, 0, O_CREAT | O_RDWR, "A", &a, &s1), 0);
 	strata_ino_t f = a.ino;
-	CHECK_EQ(ns_open_file(ns, f, O_RDONLY, "B", &s2), 0);
+	CHECK_EQ(ns_open_file(ns, NULL, f, O_RDONLY, "B", &s2), 0);
 	CHECK(s1 != s2);
-	CHECK_EQ(ns_open_file(ns, ROOT, O_RDONLY, "B", &s3), -EISDIR);
-	CHECK_EQ(ns_unlink(ns, ROOT, "open"), 0);
+	CHECK_EQ(ns_open_file(ns, NULL, ROOT, O_RDONLY, "B", &s3), -EISDIR);
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "open"), 0);
 	CHECK_EQ(ns_getattr(ns, f, &a), 0); /* orphan */
 	CHECK_EQ(a.nlink, 0);
-	CHECK_EQ(ns_link(ns, f, ROOT, "back", &a), -ENOENT);
+	CHECK_EQ(ns_link(ns, NULL, f, ROOT, "back", &a), -ENOENT);
 	CHECK_EQ(gc_count(ns, f), 0);
 	CHECK_EQ(ns_close_file(ns, f, s1, 4096, 77), 0);
 	CHECK_EQ(ns_close_file(ns, f, s1, -1, -1), -EBADF);
@@ -493,21 +485,22 @@ static void test_sessions_gc(struct ns *ns)
 	CHECK_EQ(gc_count(ns, f), 0);
 	/* unlink with no session: straight to the queue */
 	strata_ino_t g = file_ok(ns, ROOT, "plain");
-	CHECK_EQ(ns_unlink(ns, ROOT, "plain"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "plain"), 0);
 	CHECK_EQ(gc_count(ns, g), 1);
 	CHECK_EQ(ns_gc_done(ns, g), 0);
 	/* rename over an open file orphans it */
-	CHECK_EQ(ns_create(ns, ROOT, "victim", 0644, 0, 0, O_CREAT | O_RDWR, "A", &a, &s1), 0);
+	CHECK_EQ(ns_create(ns, NULL, ROOT, "victim", 0644, 0, 0, O_CREAT | O_RDWR, "A", &a, &s1),
+		 0);
 	strata_ino_t v = a.ino;
 	file_ok(ns, ROOT, "winner");
-	CHECK_EQ(ns_rename(ns, ROOT, "winner", ROOT, "victim", 0), 0);
+	CHECK_EQ(ns_rename(ns, NULL, ROOT, "winner", ROOT, "victim", 0), 0);
 	CHECK_EQ(ns_getattr(ns, v, &a), 0);
 	CHECK_EQ(a.nlink, 0);
 	CHECK_EQ(ns_close_file(ns, v, s1, -1, -1), 0);
 	CHECK_EQ(ns_getattr(ns, v, &a), -ENOENT);
 	CHECK_EQ(gc_count(ns, v), 1);
 	CHECK_EQ(ns_gc_done(ns, v), 0);
-	CHECK_EQ(ns_unlink(ns, ROOT, "victim"), 0);
+	CHECK_EQ(ns_unlink(ns, NULL, ROOT, "victim"), 0);
 	while (ns_gc_list(ns, (struct ns_gc_item[4]){}, 4) > 0) {
 		CHECK_EQ(gc_pass(ns, 0, GC_BATCH, GC_WORKERS, fake_remove, &ok, NULL, &st), 0);
 		CHECK(st.done > 0);
@@ -563,7 +556,7 @@ static void test_gc_throughput(struct ns *ns)
 	for (int i = 0; i < NFILES; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
 		inos[i] = file_ok(ns, d, name);
-		CHECK_EQ(ns_unlink(ns, d, name), 0);
+		CHECK_EQ(ns_unlink(ns, NULL, d, name), 0);
 	}
 	CHECK_EQ(gc_queued(ns), NFILES);
 	sr.fail_ino = inos[NFILES / 2];
@@ -592,7 +585,7 @@ static void test_gc_throughput(struct ns *ns)
 		usleep(10000);
 	CHECK_EQ(gc_queued(ns), 0);
 	gc_stop(g);
-	CHECK_EQ(ns_rmdir(ns, ROOT, "gcd"), 0);
+	CHECK_EQ(ns_rmdir(ns, NULL, ROOT, "gcd"), 0);
 }
 
 /* Two targets of one node on one filesystem (same fsid) count once; the same
@@ -707,14 +700,14 @@ static void *worker_main(void *arg)
 
 	for (int i = 0; i < w->n; i++) {
 		snprintf(name, sizeof(name), "w%d-%05d", w->id, i);
-		CHECK_EQ(
-		    ns_create(w->ns, w->dir, name, 0644, 0, 0, O_CREAT | O_EXCL, "conc", &a, &sid),
-		    0);
+		CHECK_EQ(ns_create(w->ns, NULL, w->dir, name, 0644, 0, 0, O_CREAT | O_EXCL, "conc",
+				   &a, &sid),
+			 0);
 		CHECK_EQ(ns_close_file(w->ns, a.ino, sid, 10, -1), 0);
 		if (i % 10 == 0) {
 			snprintf(to, sizeof(to), "m%d-%05d", w->id, i);
-			CHECK_EQ(ns_mkdir(w->ns, w->dir, to, 0755, 0, 0, &a), 0);
-			CHECK_EQ(ns_rename(w->ns, w->dir, name, a.ino, "moved", 0), 0);
+			CHECK_EQ(ns_mkdir(w->ns, NULL, w->dir, to, 0755, 0, 0, &a), 0);
+			CHECK_EQ(ns_rename(w->ns, NULL, w->dir, name, a.ino, "moved", 0), 0);
 		}
 	}
 	return NULL;
@@ -754,7 +747,7 @@ static void bench_create(struct ns *ns)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "b%06d", i);
-		CHECK_EQ(ns_mknod(ns, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
+		CHECK_EQ(ns_mknod(ns, NULL, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -764,18 +757,18 @@ static void bench_create(struct ns *ns)
 
 static void test_persistence(const char *dir)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	struct strata_attr a, b;
 	struct strata_routing rt;
 
 	strata_ino_t d = mkdir_ok(ns, ROOT, "persist");
-	CHECK_EQ(ns_setxattr(ns, d, "user.k", "v", 1, 0), 0);
+	CHECK_EQ(ns_setxattr(ns, NULL, d, "user.k", "v", 1, 0), 0);
 	uint64_t used = 0;
 	struct strata_statfs sf;
 	CHECK_EQ(ns_statfs(ns, &sf), 0);
 	used = sf.used_inodes;
 	ns_close(ns);
-	ns = open_ns(dir);
+	ns = test_ns_open(dir);
 	CHECK_EQ(ns_lookup(ns, ROOT, "persist", &a), 0);
 	CHECK_EQ(a.ino, d);
 	CHECK_EQ(ns_lookup(ns, ROOT, "striped", &b), 0);
@@ -798,7 +791,7 @@ int main(void)
 	char cmd[256];
 
 	CHECK(mkdtemp(dir) != NULL);
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	test_root_and_names(ns);
 	test_create_remove(ns);
 	test_links(ns);

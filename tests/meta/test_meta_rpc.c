@@ -86,38 +86,38 @@ static void test_namespace(struct meta_client *mc)
 	CHECK_EQ(meta_ping(mc), 0);
 	CHECK_EQ(meta_getattr(mc, ROOT, &a), 0);
 	CHECK_EQ(a.mode, S_IFDIR | 0755);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "d", 0750, 10, 20, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "d", 0750, 10, 20, &a), 0);
 	strata_ino_t d = a.ino;
 	CHECK_EQ(a.uid, 10);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "d", 0750, 10, 20, &a), -EEXIST);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "..", 0750, 10, 20, &a), -EINVAL);
-	CHECK_EQ(meta_create(mc, d, "f", 0644, 1, 1, O_CREAT | O_EXCL | O_RDWR, &f, &sid), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "d", 0750, 10, 20, &a), -EEXIST);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "..", 0750, 10, 20, &a), -EINVAL);
+	CHECK_EQ(meta_create(mc, NULL, d, "f", 0644, 1, 1, O_CREAT | O_EXCL | O_RDWR, &f, &sid), 0);
 	CHECK_EQ(meta_set_length(mc, f.ino, 9000, 12345), 0);
 	CHECK_EQ(meta_close(mc, f.ino, sid, 10000, -1), 0);
 	CHECK_EQ(meta_close(mc, f.ino, sid, -1, -1), -EBADF);
 	CHECK_EQ(meta_lookup(mc, d, "f", &a), 0);
 	CHECK_EQ(a.size, 10000);
 	CHECK_EQ(a.mtime_ns, 12345);
-	CHECK_EQ(meta_mknod(mc, d, "fifo", S_IFIFO | 0600, 0, 0, 0, &a), 0);
-	CHECK_EQ(meta_symlink(mc, d, "s", "/some/where", 0, 0, &a), 0);
+	CHECK_EQ(meta_mknod(mc, NULL, d, "fifo", S_IFIFO | 0600, 0, 0, 0, &a), 0);
+	CHECK_EQ(meta_symlink(mc, NULL, d, "s", "/some/where", 0, 0, &a), 0);
 	CHECK_EQ(meta_readlink(mc, a.ino, buf, sizeof(buf)), 11);
 	CHECK(strcmp(buf, "/some/where") == 0);
 	CHECK_EQ(meta_readlink(mc, a.ino, buf, 4), -ERANGE);
-	CHECK_EQ(meta_link(mc, f.ino, ROOT, "hard", &a), 0);
+	CHECK_EQ(meta_link(mc, NULL, f.ino, ROOT, "hard", &a), 0);
 	CHECK_EQ(a.nlink, 2);
-	CHECK_EQ(meta_link(mc, d, ROOT, "dlink", &a), -EPERM);
-	CHECK_EQ(meta_rename(mc, ROOT, "hard", d, "hard2", 0), 0);
-	CHECK_EQ(meta_rename(mc, ROOT, "d", d, "x", 0), -EINVAL);
-	CHECK_EQ(meta_rmdir(mc, ROOT, "d"), -ENOTEMPTY);
-	CHECK_EQ(meta_unlink(mc, d, "hard2"), 0);
+	CHECK_EQ(meta_link(mc, NULL, d, ROOT, "dlink", &a), -EPERM);
+	CHECK_EQ(meta_rename(mc, NULL, ROOT, "hard", d, "hard2", 0), 0);
+	CHECK_EQ(meta_rename(mc, NULL, ROOT, "d", d, "x", 0), -EINVAL);
+	CHECK_EQ(meta_rmdir(mc, NULL, ROOT, "d"), -ENOTEMPTY);
+	CHECK_EQ(meta_unlink(mc, NULL, d, "hard2"), 0);
 	struct strata_setattr sa = {.valid = STRATA_SET_MODE | STRATA_SET_MTIME_NOW, .mode = 0600};
 	CHECK_EQ(meta_setattr(mc, f.ino, &sa, &a), 0);
 	CHECK_EQ(a.mode, S_IFREG | 0600);
 	CHECK(a.mtime_ns > 12345);
 	sa = (struct strata_setattr){.valid = STRATA_SET_LAYOUT, .chunk_size = 1000};
 	CHECK_EQ(meta_setattr(mc, d, &sa, &a), -EINVAL);
-	CHECK_EQ(meta_open(mc, d, O_RDONLY, &sid), -EISDIR);
-	CHECK_EQ(meta_open(mc, f.ino, O_RDWR, &sid), 0);
+	CHECK_EQ(meta_open(mc, NULL, d, O_RDONLY, &sid), -EISDIR);
+	CHECK_EQ(meta_open(mc, NULL, f.ino, O_RDWR, &sid), 0);
 	CHECK_EQ(meta_clear_sessions(mc), 1);
 	CHECK_EQ(meta_sync(mc), 0);
 }
@@ -129,11 +129,11 @@ static void test_xattr_readdir(struct meta_client *mc)
 	char buf[64], name[32], after[256] = "";
 	int more = 1, total = 0;
 
-	CHECK_EQ(meta_mkdir(mc, ROOT, "many", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "many", 0755, 0, 0, &a), 0);
 	strata_ino_t d = a.ino;
 	for (int i = 0; i < 25; i++) {
 		snprintf(name, sizeof(name), "n%02d", i);
-		CHECK_EQ(meta_mknod(mc, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
+		CHECK_EQ(meta_mknod(mc, NULL, d, name, S_IFREG | 0644, 0, 0, 0, &a), 0);
 	}
 	while (more) {
 		int n = meta_readdir(mc, d, after, total % 2 == 0, ents, 10, &more);
@@ -146,8 +146,8 @@ static void test_xattr_readdir(struct meta_client *mc)
 		total += n;
 	}
 	CHECK_EQ(total, 25);
-	CHECK_EQ(meta_setxattr(mc, d, "user.k", "hello", 5, XATTR_CREATE), 0);
-	CHECK_EQ(meta_setxattr(mc, d, "user.k", "hello", 5, XATTR_CREATE), -EEXIST);
+	CHECK_EQ(meta_setxattr(mc, NULL, d, "user.k", "hello", 5, XATTR_CREATE), 0);
+	CHECK_EQ(meta_setxattr(mc, NULL, d, "user.k", "hello", 5, XATTR_CREATE), -EEXIST);
 	CHECK_EQ(meta_getxattr(mc, d, "user.k", NULL, 0), 5);
 	CHECK_EQ(meta_getxattr(mc, d, "user.k", buf, 3), -ERANGE);
 	CHECK_EQ(meta_getxattr(mc, d, "user.k", buf, sizeof(buf)), 5);
@@ -156,8 +156,8 @@ static void test_xattr_readdir(struct meta_client *mc)
 	CHECK_EQ(meta_listxattr(mc, d, NULL, 0), 7);
 	CHECK_EQ(meta_listxattr(mc, d, buf, sizeof(buf)), 7);
 	CHECK(memcmp(buf, "user.k", 7) == 0);
-	CHECK_EQ(meta_removexattr(mc, d, "user.k"), 0);
-	CHECK_EQ(meta_removexattr(mc, d, "user.k"), -ENODATA);
+	CHECK_EQ(meta_removexattr(mc, NULL, d, "user.k"), 0);
+	CHECK_EQ(meta_removexattr(mc, NULL, d, "user.k"), -ENODATA);
 }
 
 static void test_mgmt(struct meta_client *mc)
@@ -182,7 +182,7 @@ static void test_mgmt(struct meta_client *mc)
 	strata_routing_done(&rt);
 	/* a directory's replication factor */
 	struct strata_attr a;
-	CHECK_EQ(meta_mkdir(mc, ROOT, "repl", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "repl", 0755, 0, 0, &a), 0);
 	struct strata_setattr sa = {.valid = STRATA_SET_REPLICAS, .replicas = 1};
 	CHECK_EQ(meta_setattr(mc, a.ino, &sa, &a), 0);
 	CHECK_EQ(a.layout.table_id, table);
@@ -230,8 +230,8 @@ static void *bench_main(void *p)
 
 	for (int i = 0; i < b->n; i++) {
 		snprintf(name, sizeof(name), "t%d-%05d", b->id, i);
-		CHECK_EQ(meta_create(b->mc, b->dir, name, 0644, 0, 0, O_CREAT | O_EXCL | O_RDWR, &a,
-				     &sid),
+		CHECK_EQ(meta_create(b->mc, NULL, b->dir, name, 0644, 0, 0,
+				     O_CREAT | O_EXCL | O_RDWR, &a, &sid),
 			 0);
 	}
 	return NULL;
@@ -245,7 +245,7 @@ static void bench_create(struct meta_client *mc)
 	struct timespec t0, t1;
 	struct strata_attr a;
 
-	CHECK_EQ(meta_mkdir(mc, ROOT, "bench", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "bench", 0755, 0, 0, &a), 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < 4; i++) {
 		b[i] = (struct bench_arg){mc, a.ino, i, 1000};
@@ -266,14 +266,58 @@ static void write_before_kill(struct meta_client *mc, strata_ino_t *ret_dir)
 	struct strata_attr a;
 	char name[32];
 
-	CHECK_EQ(meta_mkdir(mc, ROOT, "crash", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "crash", 0755, 0, 0, &a), 0);
 	*ret_dir = a.ino;
 	for (int i = 0; i < 200; i++) {
 		snprintf(name, sizeof(name), "c%03d", i);
-		CHECK_EQ(meta_mknod(mc, a.ino, name, S_IFREG | 0644, 0, 0, 0, NULL), 0);
+		CHECK_EQ(meta_mknod(mc, NULL, a.ino, name, S_IFREG | 0644, 0, 0, 0, NULL), 0);
 	}
-	CHECK_EQ(meta_rename(mc, a.ino, "c000", ROOT, "renamed", 0), 0);
-	CHECK_EQ(meta_setxattr(mc, a.ino, "user.last", "1", 1, 0), 0);
+	CHECK_EQ(meta_rename(mc, NULL, a.ino, "c000", ROOT, "renamed", 0), 0);
+	CHECK_EQ(meta_setxattr(mc, NULL, a.ino, "user.last", "1", 1, 0), 0);
+}
+
+/* Operation ids over the wire (meta/ns_opid.c): the same id twice is one
+ * mutation with one answer; the record survives kill -9 of strata-meta. */
+static const struct meta_opid g_op_mkdir = {0xfeedf00d, 7}, g_op_create = {0xfeedf00d, 9};
+static struct strata_attr g_op_attr;
+static uint64_t g_op_session;
+
+static void test_opids(struct meta_client *mc)
+{
+	const struct meta_opid other = {0xfeedf00d, 8}, unl = {0xfeedf00d, 10};
+	struct strata_attr a, b;
+	uint64_t s;
+
+	CHECK_EQ(meta_keeps_opids(mc), 1);
+	CHECK_EQ(meta_mkdir(mc, &g_op_mkdir, ROOT, "opdir", 0755, 0, 0, &g_op_attr), 0);
+	CHECK_EQ(meta_mkdir(mc, &g_op_mkdir, ROOT, "opdir", 0755, 0, 0, &a), 0);
+	CHECK_EQ(a.ino, g_op_attr.ino);
+	CHECK_EQ(meta_mkdir(mc, &other, ROOT, "opdir", 0755, 0, 0, &a), -EEXIST);
+	CHECK_EQ(meta_create(mc, &g_op_create, g_op_attr.ino, "f", 0644, 0, 0,
+			     O_CREAT | O_EXCL | O_RDWR, &b, &g_op_session),
+		 0);
+	CHECK_EQ(meta_create(mc, &g_op_create, g_op_attr.ino, "f", 0644, 0, 0,
+			     O_CREAT | O_EXCL | O_RDWR, &a, &s),
+		 0);
+	CHECK_EQ(a.ino, b.ino);
+	CHECK_EQ(s, g_op_session);
+	CHECK_EQ(meta_unlink(mc, &unl, g_op_attr.ino, "f"), 0);
+	CHECK_EQ(meta_unlink(mc, &unl, g_op_attr.ino, "f"), 0);
+	CHECK_EQ(meta_lookup(mc, g_op_attr.ino, "f", &a), -ENOENT);
+}
+
+static void check_opids_after_restart(struct meta_client *mc)
+{
+	struct strata_attr a;
+	uint64_t s;
+
+	CHECK_EQ(meta_mkdir(mc, &g_op_mkdir, ROOT, "opdir", 0755, 0, 0, &a), 0);
+	CHECK_EQ(a.ino, g_op_attr.ino);
+	CHECK_EQ(meta_create(mc, &g_op_create, g_op_attr.ino, "f", 0644, 0, 0,
+			     O_CREAT | O_EXCL | O_RDWR, &a, &s),
+		 0);
+	CHECK_EQ(s, g_op_session);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "opdir", 0755, 0, 0, &a), -EEXIST);
 }
 
 static void check_after_restart(struct meta_client *mc, strata_ino_t dir)
@@ -288,7 +332,7 @@ static void check_after_restart(struct meta_client *mc, strata_ino_t dir)
 	CHECK_EQ(meta_lookup(mc, ROOT, "renamed", &a), 0);
 	CHECK_EQ(meta_getxattr(mc, dir, "user.last", NULL, 0), 1);
 	CHECK_EQ(meta_lookup(mc, ROOT, "many", &a), 0);
-	CHECK_EQ(meta_mkdir(mc, ROOT, "after", 0755, 0, 0, &a), 0);
+	CHECK_EQ(meta_mkdir(mc, NULL, ROOT, "after", 0755, 0, 0, &a), 0);
 	CHECK(a.ino > dir);
 }
 
@@ -314,6 +358,7 @@ int main(void)
 	test_malformed(d.addr);
 	bench_create(mc);
 	write_before_kill(mc, &crash_dir);
+	test_opids(mc);
 	meta_client_free(mc);
 	int st = stop_meta(&d, SIGKILL);
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
@@ -321,6 +366,7 @@ int main(void)
 	start_meta(bin, dir, &d);
 	mc = meta_client_new(d.addr, "rpc-test", NULL);
 	check_after_restart(mc, crash_dir);
+	check_opids_after_restart(mc);
 	meta_client_free(mc);
 	st = stop_meta(&d, SIGTERM);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);

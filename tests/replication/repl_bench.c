@@ -133,7 +133,7 @@ static int bench_parent(struct meta_client *mc, strata_ino_t *ret)
 	if (!env || !*env)
 		return 0;
 	snprintf(name, sizeof(name), "r%s", env);
-	int r = meta_mkdir(mc, STRATA_ROOT_INO, name, 040755, 0, 0, &a);
+	int r = meta_mkdir(mc, NULL, STRATA_ROOT_INO, name, 040755, 0, 0, &a);
 	if (r == -EEXIST)
 		r = meta_lookup(mc, STRATA_ROOT_INO, name, &a);
 	if (r < 0)
@@ -167,8 +167,9 @@ int main(int argc, char **argv)
 			getenv("REPL_BENCH_REPLICAS"), strerror(-r));
 		return 1;
 	}
-	r = strcmp(argv[1], "read") ? meta_create(mc, parent, name, 0100644, 0, 0, 0, &j.a, &sid)
-				    : meta_lookup(mc, parent, name, &j.a);
+	r = strcmp(argv[1], "read")
+		? meta_create(mc, NULL, parent, name, 0100644, 0, 0, 0, &j.a, &sid)
+		: meta_lookup(mc, parent, name, &j.a);
 	if (r < 0) {
 		fprintf(stderr, "repl_bench: %s: %s\n", name, strerror(-r));
 		return 1;

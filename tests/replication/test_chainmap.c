@@ -31,23 +31,13 @@
 #include "fs/layout.h"
 #include "meta/ns-internal.h"
 #include "tests/testutil.h"
+#include "tests/meta/ns_testutil.h"
 
 #define ROOT STRATA_ROOT_INO
 
-static struct ns *open_ns(const char *dir)
-{
-	char why[256];
-	struct ns *ns = NULL;
-	int r = ns_open(dir, &ns, why, sizeof(why));
-	if (r < 0)
-		fprintf(stderr, "ns_open %s: %s\n", dir, why);
-	CHECK(r == 0);
-	return ns;
-}
-
 static struct ns *open_opts(const char *dir, uint32_t replicas, uint32_t expect)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	CHECK_EQ(ns_set_cluster_opts(ns, 3000, replicas, expect), 0);
 	return ns;
 }
@@ -86,7 +76,7 @@ static const struct strata_chain *chain_with(const struct strata_routing *rt, ui
 
 static void test_form_and_fail(const char *dir)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	struct strata_routing rt = {0};
 	uint32_t t1[3] = {0}, t2[3] = {0}, t3[3] = {0};
 	CHECK_EQ(ns_set_cluster_opts(ns, 3000, 3, 3), 0);
@@ -167,7 +157,7 @@ static void test_form_and_fail(const char *dir)
 /* Every replica fails; only the last server may serve again directly. */
 static void test_all_down(const char *dir)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	struct strata_routing rt = {0};
 	uint32_t t[3][1] = {{0}}, n[3];
 	CHECK_EQ(ns_set_cluster_opts(ns, 3000, 3, 3), 0);
@@ -213,7 +203,7 @@ static void test_all_down(const char *dir)
  * a node that stops heartbeating loses its lease. */
 static void test_replace_and_lease(const char *dir)
 {
-	struct ns *ns = open_ns(dir);
+	struct ns *ns = test_ns_open(dir);
 	struct strata_routing rt = {0};
 	uint32_t t[3][1] = {{0}}, n[3];
 	CHECK_EQ(ns_set_cluster_opts(ns, 300, 3, 3), 0);
@@ -294,14 +284,14 @@ static unsigned check_tables(const struct strata_routing *rt)
 static strata_ino_t mkdir_in(struct ns *ns, strata_ino_t parent, const char *name)
 {
 	struct strata_attr a;
-	CHECK_EQ(ns_mkdir(ns, parent, name, 040755, 0, 0, &a), 0);
+	CHECK_EQ(ns_mkdir(ns, NULL, parent, name, 040755, 0, 0, &a), 0);
 	return a.ino;
 }
 
 static struct strata_layout file_layout(struct ns *ns, strata_ino_t parent, const char *name)
 {
 	struct strata_attr a;
-	CHECK_EQ(ns_mknod(ns, parent, name, 0100644, 0, 0, 0, &a), 0);
+	CHECK_EQ(ns_mknod(ns, NULL, parent, name, 0100644, 0, 0, 0, &a), 0);
 	return a.layout;
 }
 
