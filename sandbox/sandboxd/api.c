@@ -283,6 +283,14 @@ static void api_pause(struct sbd_conn *c, struct sbd_sandbox *sb, bool pause)
 		return;
 	}
 	int r = pause ? sb->backend->pause(sb->backend, sb) : sb->backend->resume(sb->backend, sb);
+	if (r == -ETIMEDOUT && pause) {
+		sbd_conn_reply_error(c, 409, "busy",
+				     "pause: sandbox %s did not freeze within %u ms (a process "
+				     "in a sleep the freezer cannot interrupt, e.g. a slow "
+				     "filesystem read); it runs on, retry",
+				     sb->id, SBD_PAUSE_TIMEOUT_MS);
+		return;
+	}
 	if (r < 0) {
 		sbd_api_reply_errno(c, r, pause ? "pause" : "resume", NULL);
 		return;

@@ -1,0 +1,170 @@
+/* freezer.c — pausing a sandbox: every one of its processes stopped by the
+ * kernel's cgroup freezer, and let go again (sbx_pause, sbx_resume).
+ *
+ * Where: on cgroup v1 the freezer hierarchy, in which a slot has a
+ * directory like its memory, pids and cpu ones (cgroup.c), joined by the
+ * staging child with the others, so that every process of the sandbox is
+ * in it from the start and none can be left out by a fork racing the
+ * pause (sandboxd used to move the processes in at the first pause). On v2
+ * the slot's one cgroup (cgroup.freeze).
+ *
+ * A freeze is asynchronous: the write asks, each task stops at its next
+ * return to user space or freezable sleep, and the kernel then reports the
+ * cgroup frozen (v1 freezer.state FROZEN, v2 cgroup.events "frozen 1"). A
+ * task in an uninterruptible sleep that is not freezable (a FUSE request
+ * whose server does not answer: a lazy image read through strata-fuse)
+ * holds it off for as long as that lasts. sbx_pause polls for the state up
+ * to its deadline, then thaws what froze and answers -ETIMEDOUT: a sandbox
+ * is paused whole or not at all.
+ *
+ * States. s->paused is the library's; the kernel's request flag (v1
+ * freezer.self_freezing, v2 cgroup.freeze) is what outlives the host:
+ *
+ *   RUNNING --sbx_pause: ask, wait until frozen--> PAUSED
+ *      ^  \___ past the deadline: thaw, -ETIMEDOUT __/ |
+ *      +------------------ sbx_resume: thaw ----------+
+ *   PAUSED --sbx_release; the host restarts; sbx_adopt finds the flag set-->
+ *      PAUSED without a channel (the frozen agent cannot answer);
+ *      sbx_resume thaws it and takes the channel (sbx_adopt_finish): on
+ *      failure the sandbox is frozen again and stays PAUSED.
+ *   PAUSED --sbx_destroy: SIGKILL first, then thaw (sbx_thaw_killed)--> gone.
+ *      On v1 a frozen task dies only once thawed; killed first, it runs
+ *      none of its own code again. v2 lets SIGKILL through, and the thaw
+ *      keeps the slot from starting its next sandbox frozen. */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs/clock.h"
+#include "sandbox/container/sandbox-internal.h"
+
+/* Back-off of the polls for the frozen state: a busy sandbox freezes in
+ * tens of microseconds (an IPI per running task), a large one in a few
+ * milliseconds. */
+#define POLL_FIRST_US 20
+#define POLL_MAX_US 2000
+
+static int freezer_fd(const struct sbx *s)
+{
+	if (!s->rt || !s->cg || !s->rt->cg.version)
+		return -1;
+	return s->cg->dir_fd[s->rt->cg.version == 2 ? 0 : CG_FREEZER];
+}
+
+static int ask(int version, int fd, bool freeze)
+{
+	if (version == 2)
+		return cg_write_at(fd, "cgroup.freeze", freeze ? "1" : "0");
+	return cg_write_at(fd, "freezer.state", freeze ? "FROZEN" : "THAWED");
+}
+
+/* 1 when the kernel says every task of the cgroup is frozen, 0 while some
+ * are not (v1 FREEZING), or -errno. */
+static int frozen(int version, int fd)
+{
+	char buf[256];
+	ssize_t n =
+	    cg_read_at(fd, version == 2 ? "cgroup.events" : "freezer.state", buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	return version == 2 ? strstr(buf, "frozen 1") != NULL : !strncmp(buf, "FROZEN", 6);
+}
+
+static int wait_frozen(int version, int fd, int64_t deadline_ms)
+{
+	long wait_us = POLL_FIRST_US;
+	for (;;) {
+		int r = frozen(version, fd);
+		if (r != 0)
+			return r < 0 ? r : 0;
+		int64_t left_ms = deadline_ms - strata_mono_ms();
+		if (left_ms <= 0)
+			return -ETIMEDOUT;
+		long us = left_ms * 1000 < wait_us ? (long)left_ms * 1000 : wait_us;
+		nanosleep(&(struct timespec){.tv_nsec = us * 1000}, NULL);
+		wait_us = wait_us * 2 > POLL_MAX_US ? POLL_MAX_US : wait_us * 2;
+	}
+}
+
+/* Whether the sandbox's agent has exited (its pidfd is readable). */
+static bool agent_exited(const struct sbx *s)
+{
+	return s->pidfd >= 0 && poll(&(struct pollfd){.fd = s->pidfd, .events = POLLIN}, 1, 0) > 0;
+}
+
+int cg_freeze_requested(const struct cg_driver *d, const struct cg_slot *cg)
+{
+	int fd = cg ? cg->dir_fd[d->version == 2 ? 0 : CG_FREEZER] : -1;
+	if (!d->version || fd < 0)
+		return -EOPNOTSUPP;
+	char buf[16];
+	ssize_t n = cg_read_at(fd, d->version == 2 ? "cgroup.freeze" : "freezer.self_freezing", buf,
+			       sizeof(buf));
+	return n < 0 ? (int)n : buf[0] == '1';
+}
+
+int cg_thaw(const struct cg_driver *d, const struct cg_slot *cg)
+{
+	int fd = cg && d->version ? cg->dir_fd[d->version == 2 ? 0 : CG_FREEZER] : -1;
+	return fd < 0 ? 0 : ask(d->version, fd, false);
+}
+
+void sbx_thaw_killed(struct sbx *s)
+{
+	if (!s->paused)
+		return;
+	(void)cg_thaw(&s->rt->cg, s->cg);
+	s->paused = false;
+}
+
+int sbx_pause(struct sbx *s, uint32_t timeout_ms)
+{
+	int fd = freezer_fd(s);
+	if (fd < 0)
+		return -EOPNOTSUPP;
+	if (s->paused)
+		return -EALREADY;
+	if (agent_exited(s))
+		return -ESRCH;
+	int v = s->rt->cg.version;
+	int64_t deadline = strata_mono_ms() + (timeout_ms ? timeout_ms : SBX_PAUSE_TIMEOUT_MS);
+	int r = ask(v, fd, true);
+	if (r == 0)
+		r = wait_frozen(v, fd, deadline);
+	if (r < 0) {
+		(void)ask(v, fd, false); /* whole or not at all */
+		return r;
+	}
+	s->paused = true;
+	return 0;
+}
+
+int sbx_resume(struct sbx *s)
+{
+	int fd = freezer_fd(s);
+	if (fd < 0)
+		return -EOPNOTSUPP;
+	if (!s->paused)
+		return -EALREADY;
+	int v = s->rt->cg.version;
+	int r = ask(v, fd, false);
+	if (r == 0 && s->ctl < 0) { /* adopted paused: its agent answers now */
+		r = sbx_adopt_finish(s);
+		if (r < 0) {
+			/* Not to run while its host says paused; retried by the
+			 * next sbx_resume. */
+			if (ask(v, fd, true) == 0)
+				(void)wait_frozen(v, fd, strata_mono_ms() + SBX_PAUSE_TIMEOUT_MS);
+			return r;
+		}
+	}
+	if (r == 0)
+		s->paused = false;
+	return r;
+}
+
+bool sbx_paused(const struct sbx *s)
+{
+	return s->paused;
+}
