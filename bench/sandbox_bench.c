@@ -16,6 +16,9 @@
  *   fncall SOCK IMAGE cmd|python CONC SECS   calls on fncall sandboxes
  *   exec   SOCK IMAGE CONC SECS     exec `true` in live container sandboxes (one
  *                                   per thread, made before): the exec's latency
+ *   pause  SOCK IMAGE CONC SECS     pause + resume of live container sandboxes
+ *                                   (one per thread, a `sleep` running in each):
+ *                                   the latency of the pair
  *   ttfb   SOCK IMAGE N             exec_stream of `sleep 3; echo x` N times:
  *                                   the time to the stream's first event
  *   mem    SOCK IMAGE N SANDBOXD_PID    N idle container sandboxes: memory per
@@ -535,6 +538,44 @@ static int op_fncall(struct worker *w)
 	return r;
 }
 
+/* pause: each thread's sandbox runs a background sleep (a second process
+ * to freeze); an op is POST pause then POST resume. */
+static int pause_init(struct worker *w)
+{
+	int r = fn_init(w);
+	struct fn_priv *p = w->priv;
+	if (r == 0)
+		r = api_exec(&p->h, p->id,
+			     "{\"cmd\":[\"sh\",\"-c\",\"sleep 1000 >/dev/null 2>&1 &\"]}");
+	return r;
+}
+
+static int api_post(struct hc *h, const char *id, const char *action)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/%s", id, action);
+	int st = hc_req(h, "POST", path, NULL);
+	if (st < 0)
+		return st;
+	if (st != 200) {
+		fprintf(stderr, "%s: %d %s\n", action, st, h->body);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int op_pause(struct worker *w)
+{
+	struct fn_priv *p = w->priv;
+	uint64_t t0 = now_ns();
+	int r = api_post(&p->h, p->id, "pause");
+	if (r == 0)
+		r = api_post(&p->h, p->id, "resume");
+	if (r == 0)
+		samples_add(&w->lat, now_ns() - t0);
+	return r;
+}
+
 /* ttfb: one sandbox, one new connection per sample (closing it cancels the
  * exec); the time from the request to the first event of the stream. */
 static int mode_ttfb(const struct api_ctx *c, int n)
@@ -854,6 +895,13 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "exec_c%s", argv[4]);
 		struct bench b = {
 		    .name = name, .op = op_fncall, .init = fn_init, .done = fn_done, .arg = &c};
+		return run_bench(&b, atoi(argv[4]), atof(argv[5]));
+	}
+	if (!strcmp(m, "pause") && argc == 6) {
+		struct api_ctx c = {.sock = argv[2], .image = argv[3], .backend = "container"};
+		snprintf(name, sizeof(name), "pause_c%s", argv[4]);
+		struct bench b = {
+		    .name = name, .op = op_pause, .init = pause_init, .done = fn_done, .arg = &c};
 		return run_bench(&b, atoi(argv[4]), atof(argv[5]));
 	}
 	if (!strcmp(m, "ttfb") && argc == 5) {

@@ -219,13 +219,14 @@ int sbx_adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx 
 		if (r == -ENOENT || r == -ESTALE) /* made without one, or not ours */
 			r = 0;
 	}
-	if (r == 0 && rt->cg.version)
-		r = cg_slot_adopt(&rt->cg, id->pid, &s->cg);
+	int cg_r = r == 0 && rt->cg.version ? cg_slot_adopt(&rt->cg, id->pid, &s->cg) : 0;
 	/* Paused by a host before us: its frozen agent answers at sbx_resume. */
-	if (r == 0 && rt->cg.version)
-		s->paused = cg_freeze_requested(&rt->cg, s->cg) == 1;
+	s->paused = r == 0 && cg_r == 0 && s->cg && cg_freeze_requested(&rt->cg, s->cg) == 1;
+	/* Who answers is checked first: an impostor is -EPERM, wherever it is */
 	if (r == 0 && !s->paused)
 		r = sbx_adopt_finish(s);
+	if (r == 0)
+		r = cg_r;
 	if (r == 0) {
 		/* Its layer on disk, with the quota it had (-ENOENT: tmpfs). */
 		r = layer_adopt(&rt->layers, id->pid, &s->layer);
