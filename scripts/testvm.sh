@@ -39,10 +39,11 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 # Modules the initramfs loads, in dependency order: virtio over PCI, 9p over
 # virtio, and overlayfs for the guest's writable root; the scratch disk
 # (virtio-blk, XFS), and XFS and loop devices for the
-# sandboxes' writable layers (sandbox/container/layer.c).
+# sandboxes' writable layers (sandbox/container/layer.c); FUSE for the
+# pause tests' filesystem that never answers (test_sandbox_pause.c).
 MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
 	 9pnet 9pnet_virtio netfs fscache 9p overlay virtio_blk crc32c_generic libcrc32c xfs
-	 loop)
+	 loop fuse)
 # The guest's scratch disk (a sparse file, XFS, on /scratch; TMPDIR there):
 # what the tests write to disk there is not guest memory.
 SCRATCH_SIZE=16G

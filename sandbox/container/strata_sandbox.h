@@ -15,7 +15,8 @@
  * other end of a socketpair. sbx_exec and sbx_file_* are a
  * synchronous client of the agent protocol; sbx_exec_op_* is the same exec
  * driven by the caller's event loop (no thread, nothing blocks), many at
- * once on the sandbox's channel.
+ * once on the sandbox's channel. sbx_pause/sbx_resume freeze and thaw
+ * every process of a sandbox (freezer.c).
  *
  * All functions return 0 or a negative errno; output parameters are ret_*,
  * last, untouched on failure. Thread safety: a runtime may be used from many
