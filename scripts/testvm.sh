@@ -137,6 +137,10 @@ cmd_prepare() {
 why_not() {
 	command -v qemu-system-x86_64 >/dev/null || { echo "qemu-system-x86_64 missing (apt-get install qemu-system-x86)"; return; }
 	[ -s "$VMDIR/vmlinuz" ] && [ -s "$VMDIR/initrd.gz" ] || { echo "no kernel in $VMDIR (scripts/testvm.sh prepare)"; return; }
+	local m
+	for m in "${MODULES[@]}"; do # a cache made before a module was added
+		[ -s "$VMDIR/modules/$m.ko" ] || { echo "no module $m in $VMDIR (scripts/testvm.sh prepare)"; return; }
+	done
 	[ "$(id -u)" -eq 0 ] || echo "needs root (the guest's files are the host's, read as root)"
 }
 
