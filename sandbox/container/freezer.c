@@ -15,19 +15,23 @@
  * whose server does not answer: a lazy image read through strata-fuse)
  * holds it off for as long as that lasts. sbx_pause polls for the state up
  * to its deadline, then thaws what froze and answers -ETIMEDOUT: a sandbox
- * is paused whole or not at all.
+ * is paused whole or not at all. sbx_pause_start and sbx_pause_poll are
+ * its two halves, for a caller with an event loop that must not wait
+ * (sandboxd), which polls on its own timer and gives up at its deadline.
  *
  * States. s->paused is the library's; the kernel's request flag (v1
  * freezer.self_freezing, v2 cgroup.freeze) is what outlives the host:
  *
- *   RUNNING --sbx_pause: ask, wait until frozen--> PAUSED
- *      ^  \___ past the deadline: thaw, -ETIMEDOUT __/ |
- *      +------------------ sbx_resume: thaw ----------+
+ *   RUNNING --sbx_pause_start: ask--> FREEZING --sbx_pause_poll: frozen--> PAUSED
+ *      ^  ^___ sbx_pause_poll(give_up): thaw, -ETIMEDOUT ___/ |        |
+ *      |  \___ sbx_resume: thaw (the freeze is given up) ____/        |
+ *      +--------------------------- sbx_resume: thaw ------------------+
+ *   (sbx_pause: start, then poll with a back-off until the deadline)
  *   PAUSED --sbx_release; the host restarts; sbx_adopt finds the flag set-->
  *      PAUSED without a channel (the frozen agent cannot answer);
  *      sbx_resume thaws it and takes the channel (sbx_adopt_finish): on
  *      failure the sandbox is frozen again and stays PAUSED.
- *   PAUSED --sbx_destroy: SIGKILL first, then thaw (sbx_thaw_killed)--> gone.
+ *   PAUSED or FREEZING --sbx_destroy: SIGKILL, then thaw (sbx_thaw_killed).
  *      On v1 a frozen task dies only once thawed; killed first, it runs
  *      none of its own code again. v2 lets SIGKILL through, and the thaw
  *      keeps the slot from starting its next sandbox frozen. */
@@ -71,22 +75,6 @@ static int frozen(int version, int fd)
 	return version == 2 ? strstr(buf, "frozen 1") != NULL : !strncmp(buf, "FROZEN", 6);
 }
 
-static int wait_frozen(int version, int fd, int64_t deadline_ms)
-{
-	long wait_us = POLL_FIRST_US;
-	for (;;) {
-		int r = frozen(version, fd);
-		if (r != 0)
-			return r < 0 ? r : 0;
-		int64_t left_ms = deadline_ms - strata_mono_ms();
-		if (left_ms <= 0)
-			return -ETIMEDOUT;
-		long us = left_ms * 1000 < wait_us ? (long)left_ms * 1000 : wait_us;
-		nanosleep(&(struct timespec){.tv_nsec = us * 1000}, NULL);
-		wait_us = wait_us * 2 > POLL_MAX_US ? POLL_MAX_US : wait_us * 2;
-	}
-}
-
 /* Whether the sandbox's agent has exited (its pidfd is readable). */
 static bool agent_exited(const struct sbx *s)
 {
@@ -112,32 +100,62 @@ int cg_thaw(const struct cg_driver *d, const struct cg_slot *cg)
 
 void sbx_thaw_killed(struct sbx *s)
 {
-	if (!s->paused)
+	if (!s->paused && !s->freezing)
 		return;
 	(void)cg_thaw(&s->rt->cg, s->cg);
-	s->paused = false;
+	s->paused = s->freezing = false;
 }
 
-int sbx_pause(struct sbx *s, uint32_t timeout_ms)
+int sbx_pause_start(struct sbx *s)
 {
 	int fd = freezer_fd(s);
 	if (fd < 0)
 		return -EOPNOTSUPP;
 	if (s->paused)
 		return -EALREADY;
+	if (s->freezing)
+		return -EBUSY;
 	if (agent_exited(s))
 		return -ESRCH;
-	int v = s->rt->cg.version;
-	int64_t deadline = strata_mono_ms() + (timeout_ms ? timeout_ms : SBX_PAUSE_TIMEOUT_MS);
-	int r = ask(v, fd, true);
-	if (r == 0)
-		r = wait_frozen(v, fd, deadline);
-	if (r < 0) {
-		(void)ask(v, fd, false); /* whole or not at all */
+	int r = ask(s->rt->cg.version, fd, true);
+	if (r < 0)
 		return r;
+	s->freezing = true;
+	return sbx_pause_poll(s, false);
+}
+
+int sbx_pause_poll(struct sbx *s, bool give_up)
+{
+	if (!s->freezing)
+		return s->paused ? 0 : -EINVAL;
+	int v = s->rt->cg.version, fd = freezer_fd(s);
+	int r = frozen(v, fd);
+	if (r == 1) {
+		s->freezing = false;
+		s->paused = true;
+		return 0;
 	}
-	s->paused = true;
-	return 0;
+	if (r == 0 && !give_up)
+		return -EINPROGRESS;
+	(void)ask(v, fd, false); /* whole or not at all */
+	s->freezing = false;
+	return r < 0 ? r : -ETIMEDOUT;
+}
+
+int sbx_pause(struct sbx *s, uint32_t timeout_ms)
+{
+	int64_t deadline = strata_mono_ms() + (timeout_ms ? timeout_ms : SBX_PAUSE_TIMEOUT_MS);
+	long wait_us = POLL_FIRST_US;
+	int r = sbx_pause_start(s);
+	while (r == -EINPROGRESS) {
+		int64_t left_ms = deadline - strata_mono_ms();
+		long us =
+		    left_ms * 1000 < wait_us ? (long)(left_ms > 0 ? left_ms : 0) * 1000 : wait_us;
+		nanosleep(&(struct timespec){.tv_nsec = us * 1000}, NULL);
+		wait_us = wait_us * 2 > POLL_MAX_US ? POLL_MAX_US : wait_us * 2;
+		r = sbx_pause_poll(s, strata_mono_ms() >= deadline);
+	}
+	return r;
 }
 
 int sbx_resume(struct sbx *s)
@@ -145,6 +163,10 @@ int sbx_resume(struct sbx *s)
 	int fd = freezer_fd(s);
 	if (fd < 0)
 		return -EOPNOTSUPP;
+	if (s->freezing) { /* a freeze under way is given up */
+		s->freezing = false;
+		return ask(s->rt->cg.version, fd, false);
+	}
 	if (!s->paused)
 		return -EALREADY;
 	int v = s->rt->cg.version;
@@ -154,8 +176,8 @@ int sbx_resume(struct sbx *s)
 		if (r < 0) {
 			/* Not to run while its host says paused; retried by the
 			 * next sbx_resume. */
-			if (ask(v, fd, true) == 0)
-				(void)wait_frozen(v, fd, strata_mono_ms() + SBX_PAUSE_TIMEOUT_MS);
+			s->paused = false;
+			(void)sbx_pause(s, 0); /* paused again if it froze */
 			return r;
 		}
 	}

@@ -380,6 +380,7 @@ struct sbx {
 	 * to freeze at adoption). An adopted paused sandbox has no channel
 	 * (ctl -1) until sbx_resume takes it: its agent cannot answer. */
 	bool paused;
+	bool freezing; /* freezer.c: asked to freeze, not frozen yet (sbx_pause_start) */
 	char cg_path[PATH_MAX];
 };
 

@@ -429,6 +429,17 @@ int sbx_adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx 
  * exited), -ETIMEDOUT, -errno. Execs in flight stop with it (their agent
  * does not answer until sbx_resume: their deadlines are the caller's). */
 int sbx_pause(struct sbx *s, uint32_t timeout_ms);
+/* sbx_pause in two halves, for a caller's event loop (nothing waits):
+ * sbx_pause_start asks the kernel and returns 0 (frozen already: paused),
+ * -EINPROGRESS (freezing: call sbx_pause_poll until it answers otherwise),
+ * -EBUSY (a freeze is under way already), or as sbx_pause. sbx_pause_poll
+ * returns 0 once frozen (paused), -EINPROGRESS while not, and with
+ * give_up (the caller's deadline passed) thaws the sandbox again and
+ * returns -ETIMEDOUT; -EINVAL when no freeze is under way. Until then the
+ * sandbox may be used as a running one, and sbx_resume gives the freeze
+ * up (returns 0). */
+int sbx_pause_start(struct sbx *s);
+int sbx_pause_poll(struct sbx *s, bool give_up);
 /* Thaws a paused sandbox; an adopted one (sbx_adopt of a paused sandbox)
  * then has its channel taken (sbx_adopt's checks, HELLO within 10 s): if
  * that fails it is frozen again, stays paused and the error is returned.

@@ -25,7 +25,8 @@
 struct sbd_loop;
 struct sbd_sandbox;
 
-/* How long a pause may wait for the sandbox to freeze (the loop waits too). */
+/* How long a pause may wait for the sandbox to freeze (on a timer: the
+ * loop goes on meanwhile, api_pause.c). */
 #define SBD_PAUSE_TIMEOUT_MS 1000u
 
 /* What a backend can do; published by GET /v1/capabilities and the SDK. */
@@ -197,9 +198,13 @@ struct sbd_backend {
 	 * 0..65535 inside are ret_base.. on the host: its user namespace), 0
 	 * when the ids are the host's. NULL: always 0. */
 	uint32_t (*id_base)(struct sbd_backend *b, struct sbd_sandbox *sb);
-	/* Stops every process of sb, whole or not at all: -ETIMEDOUT when it
-	 * did not stop within SBD_PAUSE_TIMEOUT_MS (it runs on). */
+	/* Stops every process of sb, whole or not at all. 0 when stopped;
+	 * with pause_poll it may return -EINPROGRESS (stopping), and the core
+	 * calls pause_poll on a timer of its own until it answers 0 (stopped)
+	 * or, with give_up (SBD_PAUSE_TIMEOUT_MS passed), -ETIMEDOUT (it runs
+	 * on). */
 	int (*pause)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	int (*pause_poll)(struct sbd_backend *b, struct sbd_sandbox *sb, bool give_up);
 	int (*resume)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	/* Destroys the sandbox and everything it holds; 0 or -errno. */
 	int (*destroy)(struct sbd_backend *b, struct sbd_sandbox *sb);

@@ -1042,13 +1042,18 @@ static void ct_tick(struct sbd_backend *b)
 	ct_deadlines(b->priv);
 }
 
-/* The library freezes it whole or not at all, within SBD_PAUSE_TIMEOUT_MS
- * (the loop waits meanwhile; a sandbox freezes in well under a millisecond
- * unless a process sleeps where the freezer cannot stop it). */
+/* The library freezes it whole or not at all; the core polls (pause_poll)
+ * until it is frozen or its deadline passed. */
 static int ct_pause(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct ct_box *box = sb->bpriv;
-	return sbx_pause(box->s, SBD_PAUSE_TIMEOUT_MS);
+	return sbx_pause_start(box->s);
+}
+
+static int ct_pause_poll(struct sbd_backend *b, struct sbd_sandbox *sb, bool give_up)
+{
+	struct ct_box *box = sb->bpriv;
+	return sbx_pause_poll(box->s, give_up);
 }
 
 static int ct_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
@@ -1168,6 +1173,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .file_root = ct_file_root,
 	    .id_base = ct_id_base,
 	    .pause = ct_pause,
+	    .pause_poll = ct_pause_poll,
 	    .resume = ct_resume,
 	    .destroy = ct_destroy,
 	    .release = ct_release,

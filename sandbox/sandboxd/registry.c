@@ -151,6 +151,7 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 {
 	if (!sb)
 		return;
+	sbd_pause_wait_free(sb->pause_wait);
 	free(sb->image);
 	free(sb->rootfs);
 	free(sb->backend_name);

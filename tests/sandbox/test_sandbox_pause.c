@@ -203,6 +203,15 @@ static void test_pause_resume(struct sbxt_env *e)
 	CHECK(sbxt_sh(s, "echo ok", 5000, &o, &r) == 0 && !strcmp(o.out, "ok\n"));
 	CHECK(sbx_resume(s) == -EALREADY);
 
+	/* In halves: start, poll until frozen. */
+	int p = sbx_pause_start(s);
+	for (int i = 0; p == -EINPROGRESS && i < 2000; i++) {
+		sleep_ms(1);
+		p = sbx_pause_poll(s, false);
+	}
+	CHECK(p == 0 && sbx_paused(s) && cgroup_frozen(e, s));
+	CHECK(sbx_resume(s) == 0 && counter_moves(s, 2000));
+
 	/* Paused, then destroyed: killed although frozen. */
 	pid_t agent = sbx_pid(s);
 	CHECK(sbx_pause(s, 0) == 0);
@@ -367,6 +376,19 @@ static void test_pause_deadline(struct sbxt_env *e)
 	CHECK(took >= 300 && took < 2000);
 	CHECK(!sbx_paused(s) && !cgroup_frozen(e, s));
 	CHECK(counter_moves(s, 2000)); /* thawed: whole or not at all */
+
+	/* The same in halves, as an event loop does it: still freezing, a
+	 * second start is refused, giving up thaws; a resume gives it up too. */
+	CHECK(sbx_pause_start(s) == -EINPROGRESS);
+	sleep_ms(50);
+	CHECK(sbx_pause_poll(s, false) == -EINPROGRESS && !sbx_paused(s));
+	CHECK(sbx_pause_start(s) == -EBUSY);
+	CHECK(sbx_pause_poll(s, true) == -ETIMEDOUT && !sbx_paused(s));
+	CHECK(sbx_pause_poll(s, false) == -EINVAL);
+	CHECK(counter_moves(s, 2000));
+	CHECK(sbx_pause_start(s) == -EINPROGRESS);
+	CHECK(sbx_resume(s) == 0 && !sbx_paused(s) && !cgroup_frozen(e, s));
+	CHECK(counter_moves(s, 2000));
 
 	close(fd); /* the connection aborts: the stat fails, and nothing holds it off */
 	sleep_ms(100);

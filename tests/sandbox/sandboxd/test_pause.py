@@ -1,15 +1,17 @@
-"""Pause through the API, on the container library's sbx_pause/sbx_resume
+"""Pause through the API, on the container library's sbx_pause_start/poll
 (issue 14: the freezer lives in sandbox/container/ alone). A pause that
 cannot complete (a process of the sandbox waits in a FUSE request that this
 test, the filesystem's server, never answers: what a lazy image read from a
 slow cluster looks like) is answered 409 busy at the deadline, and the
-sandbox runs on; a sandbox whose record says running but which is frozen (a
-sandboxd that died between the freeze and the record) is re-adopted paused,
-and resumes."""
+sandbox runs on; meanwhile sandboxd serves everyone else at once (the wait
+is on a timer, not on the loop) and the sandbox refuses execs; a sandbox
+whose record says running but which is frozen (a sandboxd that died
+between the freeze and the record) is re-adopted paused, and resumes."""
 import ctypes
 import json
 import os
 import struct
+import threading
 import time
 
 import pytest
@@ -70,9 +72,25 @@ def test_pause_that_cannot_freeze_is_refused_and_runs_on(d):  # noqa: F811
         ex, _ = run(d, sid, "stat /root/x >/dev/null 2>&1 &")
         assert ex["exit_code"] == 0, ex
         assert fuse_next(fd) != FUSE_INIT  # the stat's LOOKUP, never answered
+        answer = {}
+
+        def pause():
+            t = time.monotonic()
+            answer["r"] = request(d, "POST", "/v1/sandboxes/%s/pause" % sid)
+            answer["took"] = time.monotonic() - t
+
+        th = threading.Thread(target=pause)
+        th.start()
+        time.sleep(0.2)  # the pause waits for the freeze; the daemon serves on
         t = time.monotonic()
+        assert request(d, "GET", "/v1/health")[0] == 200
+        st, b = request(d, "POST", "/v1/sandboxes/%s/exec" % sid, {"cmd": ["true"]})
+        assert st == 409 and "being paused" in b["error"]["message"], b
         st, b = request(d, "POST", "/v1/sandboxes/%s/pause" % sid)
-        took = time.monotonic() - t
+        assert st == 409 and b["error"]["code"] == "busy", b
+        assert time.monotonic() - t < 0.5
+        th.join()
+        (st, b), took = answer["r"], answer["took"]
         assert st == 409 and b["error"]["code"] == "busy", b
         assert "did not freeze within 1000 ms" in b["error"]["message"], b
         assert 0.9 < took < 5, took
