@@ -49,11 +49,15 @@
 #define POLL_FIRST_US 20
 #define POLL_MAX_US 2000
 
+/* The slot's freezer directory (v2: its one cgroup), or -1. */
+static int slot_freezer_fd(const struct cg_driver *d, const struct cg_slot *cg)
+{
+	return cg && d->version ? cg->dir_fd[d->version == 2 ? 0 : CG_FREEZER] : -1;
+}
+
 static int freezer_fd(const struct sbx *s)
 {
-	if (!s->rt || !s->cg || !s->rt->cg.version)
-		return -1;
-	return s->cg->dir_fd[s->rt->cg.version == 2 ? 0 : CG_FREEZER];
+	return s->rt ? slot_freezer_fd(&s->rt->cg, s->cg) : -1;
 }
 
 static int ask(int version, int fd, bool freeze)
@@ -83,8 +87,8 @@ static bool agent_exited(const struct sbx *s)
 
 int cg_freeze_requested(const struct cg_driver *d, const struct cg_slot *cg)
 {
-	int fd = cg ? cg->dir_fd[d->version == 2 ? 0 : CG_FREEZER] : -1;
-	if (!d->version || fd < 0)
+	int fd = slot_freezer_fd(d, cg);
+	if (fd < 0)
 		return -EOPNOTSUPP;
 	char buf[16];
 	ssize_t n = cg_read_at(fd, d->version == 2 ? "cgroup.freeze" : "freezer.self_freezing", buf,
@@ -94,7 +98,7 @@ int cg_freeze_requested(const struct cg_driver *d, const struct cg_slot *cg)
 
 int cg_thaw(const struct cg_driver *d, const struct cg_slot *cg)
 {
-	int fd = cg && d->version ? cg->dir_fd[d->version == 2 ? 0 : CG_FREEZER] : -1;
+	int fd = slot_freezer_fd(d, cg);
 	return fd < 0 ? 0 : ask(d->version, fd, false);
 }
 
