@@ -11,11 +11,16 @@
  *   spawn  CONC SECS [ARGV...]          posix_spawn + wait of ARGV (/bin/true)
  *   crun   BUNDLE CONC SECS             crun run (call inside a mount namespace
  *                                       without /sys/fs/cgroup/unified)
- *   lib    ROOTFS AGENT CONC SECS POOL  libstrata_sandbox directly
+ *   lib    ROOTFS AGENT CONC SECS POOL  libstrata_sandbox directly (STRATA_BENCH_OP=pause:
+ *                                       sbx_pause + sbx_resume of live sandboxes, one
+ *                                       per thread; the latency of sbx_pause)
  *   api    SOCK IMAGE CONC SECS         strata-sandboxd's HTTP API (keep-alive)
  *   fncall SOCK IMAGE cmd|python CONC SECS   calls on fncall sandboxes
  *   exec   SOCK IMAGE CONC SECS     exec `true` in live container sandboxes (one
  *                                   per thread, made before): the exec's latency
+ *   pause  SOCK IMAGE CONC SECS     pause + resume of live container sandboxes
+ *                                   (one per thread, a `sleep` running in each):
+ *                                   the latency of the pair
  *   ttfb   SOCK IMAGE N             exec_stream of `sleep 3; echo x` N times:
  *                                   the time to the stream's first event
  *   mem    SOCK IMAGE N SANDBOXD_PID    N idle container sandboxes: memory per
@@ -250,6 +255,38 @@ static int op_lib(struct worker *w)
 		r = -ECHILD;
 	sbx_destroy(s);
 	return r;
+}
+
+/* lib with STRATA_BENCH_OP=pause: each thread's sandbox (a `sleep` in it)
+ * is paused and resumed; the latency of sbx_pause alone is recorded. */
+static int libpause_init(struct worker *w)
+{
+	struct lib_ctx *c = w->b->arg;
+	struct sbx_config cfg = {.rootfs = c->rootfs, .userns = c->userns};
+	struct sbx *s;
+	int r = sbx_create(c->rt, &cfg, &s);
+	if (r < 0)
+		return r;
+	w->priv = s;
+	const char *argv[] = {"/bin/sh", "-c", "sleep 1000 >/dev/null 2>&1 &", NULL};
+	struct sbx_exec_opts o = {.argv = argv, .timeout_ms = 10000};
+	struct sbx_exec_result res;
+	return sbx_exec(s, &o, NULL, NULL, &res);
+}
+
+static void libpause_done(struct worker *w)
+{
+	sbx_destroy(w->priv);
+}
+
+static int op_libpause(struct worker *w)
+{
+	uint64_t t0 = now_ns();
+	int r = sbx_pause(w->priv, 0);
+	if (r < 0)
+		return r;
+	samples_add(&w->lat, now_ns() - t0);
+	return sbx_resume(w->priv);
 }
 
 /* ---- a minimal HTTP/1.1 client on a unix socket -------------------------- */
@@ -535,6 +572,44 @@ static int op_fncall(struct worker *w)
 	return r;
 }
 
+/* pause: each thread's sandbox runs a background sleep (a second process
+ * to freeze); an op is POST pause then POST resume. */
+static int pause_init(struct worker *w)
+{
+	int r = fn_init(w);
+	struct fn_priv *p = w->priv;
+	if (r == 0)
+		r = api_exec(&p->h, p->id,
+			     "{\"cmd\":[\"sh\",\"-c\",\"sleep 1000 >/dev/null 2>&1 &\"]}");
+	return r;
+}
+
+static int api_post(struct hc *h, const char *id, const char *action)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/%s", id, action);
+	int st = hc_req(h, "POST", path, NULL);
+	if (st < 0)
+		return st;
+	if (st != 200) {
+		fprintf(stderr, "%s: %d %s\n", action, st, h->body);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int op_pause(struct worker *w)
+{
+	struct fn_priv *p = w->priv;
+	uint64_t t0 = now_ns();
+	int r = api_post(&p->h, p->id, "pause");
+	if (r == 0)
+		r = api_post(&p->h, p->id, "resume");
+	if (r == 0)
+		samples_add(&w->lat, now_ns() - t0);
+	return r;
+}
+
 /* ttfb: one sandbox, one new connection per sample (closing it cancels the
  * exec); the time from the request to the first event of the stream. */
 static int mode_ttfb(const struct api_ctx *c, int n)
@@ -798,8 +873,17 @@ static int mode_lib(char **a)
 	bool quota = sbx_runtime_disk_quota(c.rt, &why);
 	fprintf(stderr, "writable layers: %s%s\n", quota ? "" : "no quota, ", why);
 	char name[32];
-	snprintf(name, sizeof(name), "lib%s_c%s", c.userns ? "_userns" : "", a[2]);
+	const char *op = getenv("STRATA_BENCH_OP");
+	bool pause = op && !strcmp(op, "pause");
+	snprintf(name, sizeof(name), "lib%s%s_c%s", pause ? "pause" : "", c.userns ? "_userns" : "",
+		 a[2]);
 	struct bench b = {.name = name, .op = op_lib, .arg = &c};
+	if (pause)
+		b = (struct bench){.name = name,
+				   .op = op_libpause,
+				   .init = libpause_init,
+				   .done = libpause_done,
+				   .arg = &c};
 	r = run_bench(&b, atoi(a[2]), atof(a[3]));
 	sbx_runtime_free(c.rt);
 	char img[sizeof(state) + 16];
@@ -854,6 +938,13 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "exec_c%s", argv[4]);
 		struct bench b = {
 		    .name = name, .op = op_fncall, .init = fn_init, .done = fn_done, .arg = &c};
+		return run_bench(&b, atoi(argv[4]), atof(argv[5]));
+	}
+	if (!strcmp(m, "pause") && argc == 6) {
+		struct api_ctx c = {.sock = argv[2], .image = argv[3], .backend = "container"};
+		snprintf(name, sizeof(name), "pause_c%s", argv[4]);
+		struct bench b = {
+		    .name = name, .op = op_pause, .init = pause_init, .done = fn_done, .arg = &c};
 		return run_bench(&b, atoi(argv[4]), atof(argv[5]));
 	}
 	if (!strcmp(m, "ttfb") && argc == 5) {

@@ -39,10 +39,11 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 # Modules the initramfs loads, in dependency order: virtio over PCI, 9p over
 # virtio, and overlayfs for the guest's writable root; the scratch disk
 # (virtio-blk, XFS), and XFS and loop devices for the
-# sandboxes' writable layers (sandbox/container/layer.c).
+# sandboxes' writable layers (sandbox/container/layer.c); FUSE for the
+# pause tests' filesystem that never answers (test_sandbox_pause.c).
 MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
 	 9pnet 9pnet_virtio netfs fscache 9p overlay virtio_blk crc32c_generic libcrc32c xfs
-	 loop)
+	 loop fuse)
 # The guest's scratch disk (a sparse file, XFS, on /scratch; TMPDIR there):
 # what the tests write to disk there is not guest memory.
 SCRATCH_SIZE=16G
@@ -136,6 +137,10 @@ cmd_prepare() {
 why_not() {
 	command -v qemu-system-x86_64 >/dev/null || { echo "qemu-system-x86_64 missing (apt-get install qemu-system-x86)"; return; }
 	[ -s "$VMDIR/vmlinuz" ] && [ -s "$VMDIR/initrd.gz" ] || { echo "no kernel in $VMDIR (scripts/testvm.sh prepare)"; return; }
+	local m
+	for m in "${MODULES[@]}"; do # a cache made before a module was added
+		[ -s "$VMDIR/modules/$m.ko" ] || { echo "no module $m in $VMDIR (scripts/testvm.sh prepare)"; return; }
+	done
 	[ "$(id -u)" -eq 0 ] || echo "needs root (the guest's files are the host's, read as root)"
 }
 

@@ -18,6 +18,10 @@
  *   4. finds the cgroup slot, the writable layer and the user namespace
  *      and its range (userns.c; locked again, recycled when it ends).
  *
+ * Steps 2 and 3 wait for a paused sandbox (its cgroup asked to freeze, the
+ * record the kernel keeps across hosts): its frozen agent cannot answer,
+ * and sbx_resume takes the channel after the thaw (freezer.c).
+ *
  * Nothing in the sandbox can answer in the agent's place: before, the agent
  * listened on a socket in its staging root, which a root process that
  * escaped its chroot could rename and replace by its own (issue 14). */
@@ -188,10 +192,9 @@ int sbx_adopt_finish(struct sbx *s)
 	return r;
 }
 
-/* Checks the agent (and with connect takes its channel), then finds its
- * cgroups and layer. */
-static int adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, bool connect,
-		 struct sbx **ret)
+/* Checks the agent, finds its cgroups, takes its channel unless it is
+ * paused (freezer.c), then finds its layer. */
+int sbx_adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret)
 {
 	struct sbx *s = calloc(1, sizeof(*s));
 	struct sbx_agent_id now;
@@ -216,10 +219,14 @@ static int adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, bool con
 		if (r == -ENOENT || r == -ESTALE) /* made without one, or not ours */
 			r = 0;
 	}
-	if (r == 0 && connect)
+	int cg_r = r == 0 && rt->cg.version ? cg_slot_adopt(&rt->cg, id->pid, &s->cg) : 0;
+	/* Paused by a host before us: its frozen agent answers at sbx_resume. */
+	s->paused = r == 0 && cg_r == 0 && s->cg && cg_freeze_requested(&rt->cg, s->cg) == 1;
+	/* Who answers is checked first: an impostor is -EPERM, wherever it is */
+	if (r == 0 && !s->paused)
 		r = sbx_adopt_finish(s);
-	if (r == 0 && rt->cg.version)
-		r = cg_slot_adopt(&rt->cg, id->pid, &s->cg);
+	if (r == 0)
+		r = cg_r;
 	if (r == 0) {
 		/* Its layer on disk, with the quota it had (-ENOENT: tmpfs). */
 		r = layer_adopt(&rt->layers, id->pid, &s->layer);
@@ -232,14 +239,4 @@ static int adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, bool con
 	}
 	*ret = s;
 	return 0;
-}
-
-int sbx_adopt_frozen(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret)
-{
-	return adopt(rt, id, false, ret);
-}
-
-int sbx_adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret)
-{
-	return adopt(rt, id, true, ret);
 }

@@ -1,4 +1,5 @@
-/* cgroup.c — per-sandbox cgroups for memory, cpu, pids (and devices on v1).
+/* cgroup.c — per-sandbox cgroups for memory, cpu, pids (and devices and
+ * the freezer on v1: freezer.c pauses through it).
  *
  * Version detection: if cgroup v1 hierarchies carry the memory and pids
  * controllers we use v1 (this is what a machine with v1 controllers mounted
@@ -45,7 +46,7 @@
 
 #include "sandbox/container/sandbox-internal.h"
 
-static const char *const ctrl_names[CG_NCTRL] = {"memory", "cpu", "pids", "devices"};
+static const char *const ctrl_names[CG_NCTRL] = {"memory", "cpu", "pids", "devices", "freezer"};
 
 int cg_ctrl_index(const char *name)
 {
@@ -118,7 +119,7 @@ static int find_mount(const char *ctrl, char *mnt, size_t cap, char *root, size_
 	return -ENOENT;
 }
 
-static int write_at(int dirfd, const char *file, const char *val)
+int cg_write_at(int dirfd, const char *file, const char *val)
 {
 	_cleanup_close_ int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -169,7 +170,8 @@ static int init_v1(struct cg_driver *d, const char *name)
 		d->base_fd[i] =
 		    open_base(ctrl_names[i], name, false, d->base[i], sizeof(d->base[i]));
 		d->has[i] = d->base_fd[i] >= 0;
-		if (!d->has[i] && i != CG_DEVICES && i != CG_CPU)
+		/* optional: without them no cpu limit, no device list, no pause */
+		if (!d->has[i] && i != CG_DEVICES && i != CG_CPU && i != CG_FREEZER)
 			return d->base_fd[i];
 	}
 	d->memsw = faccessat(d->base_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", F_OK, 0) == 0;
@@ -182,7 +184,7 @@ static void enable_controllers(int dirfd)
 {
 	static const char *const want[] = {"+memory", "+pids", "+cpu"};
 	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
-		write_at(dirfd, "cgroup.subtree_control", want[i]);
+		cg_write_at(dirfd, "cgroup.subtree_control", want[i]);
 }
 
 /* Whether the cgroup dirfd has memory and pids enabled for its children
@@ -216,7 +218,7 @@ static int move_self_to_leaf(const char *dir)
 	if (mkdir(p, 0755) < 0 && errno != EEXIST)
 		return -errno;
 	_cleanup_close_ int fd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-	return fd < 0 ? -errno : write_at(fd, "cgroup.procs", "0");
+	return fd < 0 ? -errno : cg_write_at(fd, "cgroup.procs", "0");
 }
 
 int sbx_cgroup_v2_base(char *buf, size_t cap)
@@ -377,9 +379,9 @@ static const char *const dev_allow[] = {
 
 static int setup_devices(int fd)
 {
-	int r = write_at(fd, "devices.deny", "a");
+	int r = cg_write_at(fd, "devices.deny", "a");
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(dev_allow); i++)
-		r = write_at(fd, "devices.allow", dev_allow[i]);
+		r = cg_write_at(fd, "devices.allow", dev_allow[i]);
 	return r;
 }
 
@@ -428,19 +430,22 @@ static int apply_v1(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 	int r = 0;
 	/* memsw >= limit at every step: lift the previous sandbox's memsw first. */
 	if (s->reused && d->memsw)
-		r = write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", "-1");
+		r = cg_write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", "-1");
 	snprintf(v, sizeof(v), "%" PRIu64, mem);
 	if (r == 0)
-		r = write_at(s->dir_fd[CG_MEMORY], "memory.limit_in_bytes", v);
+		r = cg_write_at(s->dir_fd[CG_MEMORY], "memory.limit_in_bytes", v);
 	if (r == 0 && d->memsw)
-		r = write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
+		r = cg_write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
 	snprintf(v, sizeof(v), "%" PRIu32, pids);
 	if (r == 0)
-		r = write_at(s->dir_fd[CG_PIDS], "pids.max", v);
+		r = cg_write_at(s->dir_fd[CG_PIDS], "pids.max", v);
 	if (r == 0 && (cpu || s->reused) && d->has[CG_CPU]) {
 		snprintf(v, sizeof(v), "%" PRId64, cpu ? (int64_t)cpu * 100 : -1);
-		r = write_at(s->dir_fd[CG_CPU], "cpu.cfs_quota_us", v);
+		r = cg_write_at(s->dir_fd[CG_CPU], "cpu.cfs_quota_us", v);
 	}
+	/* As on v2: whoever had the path may have frozen it. */
+	if (r == 0 && s->reused && s->exposed && s->dir_fd[CG_FREEZER] >= 0)
+		r = cg_write_at(s->dir_fd[CG_FREEZER], "freezer.state", "THAWED");
 	return r;
 }
 
@@ -449,22 +454,22 @@ static int apply_v2(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 {
 	char v[48];
 	snprintf(v, sizeof(v), "%" PRIu64, mem);
-	int r = write_at(s->dir_fd[0], "memory.max", v);
+	int r = cg_write_at(s->dir_fd[0], "memory.max", v);
 	if (r == 0)
-		write_at(s->dir_fd[0], "memory.swap.max", "0"); /* absent without swap */
+		cg_write_at(s->dir_fd[0], "memory.swap.max", "0"); /* absent without swap */
 	snprintf(v, sizeof(v), "%" PRIu32, pids);
 	if (r == 0)
-		r = write_at(s->dir_fd[0], "pids.max", v);
+		r = cg_write_at(s->dir_fd[0], "pids.max", v);
 	if (r == 0 && cpu && d->has[CG_CPU]) {
 		snprintf(v, sizeof(v), "%" PRIu32 " 100000", cpu * 100);
-		r = write_at(s->dir_fd[0], "cpu.max", v);
+		r = cg_write_at(s->dir_fd[0], "cpu.max", v);
 	} else if (r == 0 && s->reused && d->has[CG_CPU]) {
-		r = write_at(s->dir_fd[0], "cpu.max", "max 100000");
+		r = cg_write_at(s->dir_fd[0], "cpu.max", "max 100000");
 	}
-	/* A host may have frozen the previous sandbox (sandboxd does, through
-	 * the path sbx_cgroup_path gave it): never start one frozen. */
+	/* Whoever had the path (sbx_cgroup_path) may have frozen the previous
+	 * sandbox: never start one frozen. */
 	if (r == 0 && s->reused && s->exposed) {
-		int f = write_at(s->dir_fd[0], "cgroup.freeze", "0");
+		int f = cg_write_at(s->dir_fd[0], "cgroup.freeze", "0");
 		r = f == -ENOENT ? 0 : f;
 	}
 	return r;
@@ -489,7 +494,7 @@ int cg_slot_apply(struct cg_driver *d, struct cg_slot *s, const struct sbx_confi
 
 /* Reads a small cgroup file into buf (NUL-terminated). Returns its length
  * or -errno. */
-static ssize_t read_at(int dirfd, const char *file, char *buf, size_t cap)
+ssize_t cg_read_at(int dirfd, const char *file, char *buf, size_t cap)
 {
 	_cleanup_close_ int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -520,12 +525,12 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 			continue;
 		if (d->version == 1 && s->procs_fd[i] < 0)
 			return false;
-		if (read_at(s->dir_fd[i], "cgroup.procs", buf, sizeof(buf)) != 0)
+		if (cg_read_at(s->dir_fd[i], "cgroup.procs", buf, sizeof(buf)) != 0)
 			return false; /* a process left, or unreadable */
 	}
 	int mfd = s->dir_fd[d->version == 2 ? 0 : CG_MEMORY];
 	const char *usage = d->version == 2 ? "memory.current" : "memory.usage_in_bytes";
-	if (mfd < 0 || read_at(mfd, usage, buf, sizeof(buf)) <= 0)
+	if (mfd < 0 || cg_read_at(mfd, usage, buf, sizeof(buf)) <= 0)
 		return false;
 	if (strtoull(buf, NULL, 10) >= SLOT_REUSE_MAX_CHARGE)
 		return false;
@@ -534,8 +539,8 @@ bool cg_slot_recyclable(const struct cg_driver *d, const struct cg_slot *s)
 	 * cannot be reset for other readers (a write resets it for the writer's
 	 * fd alone, 6.12+), so a slot that peaked high is not reused. */
 	if (d->version == 1)
-		return write_at(mfd, "memory.max_usage_in_bytes", "0") == 0;
-	if (read_at(mfd, "memory.peak", buf, sizeof(buf)) > 0 &&
+		return cg_write_at(mfd, "memory.max_usage_in_bytes", "0") == 0;
+	if (cg_read_at(mfd, "memory.peak", buf, sizeof(buf)) > 0 &&
 	    strtoull(buf, NULL, 10) >= SLOT_REUSE_MAX_CHARGE)
 		return false;
 	return true;
@@ -601,6 +606,11 @@ int cg_slot_adopt(struct cg_driver *d, pid_t pid, struct cg_slot **ret)
 			continue;
 		s->dir_fd[i] = openat(d->base_fd[i], name, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
 		r = s->dir_fd[i] < 0 ? (errno == ENOENT ? -ESTALE : -errno) : 0;
+		/* A slot made before the freezer was one of its hierarchies */
+		if (r == -ESTALE && i == CG_FREEZER) {
+			r = cg_slot_adopt_freezer(d, pid, s);
+			r = r == -ENOENT ? 0 : r;
+		}
 	}
 	if (r < 0) {
 		cg_slot_close(s);
@@ -624,8 +634,80 @@ int cg_slot_path(const struct cg_driver *d, const struct cg_slot *s, int ctrl, c
 		 size_t cap)
 {
 	int i = d->version == 2 ? 0 : ctrl;
-	if (i < 0 || i >= CG_NCTRL || s->dir_fd[i] < 0)
+	if (i < 0 || i >= CG_NCTRL || s->dir_fd[i] < 0 || (i == CG_FREEZER && s->foreign_freezer))
 		return -ENOENT;
 	int n = snprintf(buf, cap, "%s/%s", d->base[i], s->name);
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* The pids listed in the cgroup file dirfd/file (cgroup.procs), sorted, in
+ * *ret (malloc'ed) and *ret_n. */
+static int read_pids(int dirfd, const char *file, pid_t **ret, size_t *ret_n)
+{
+	_cleanup_(fclosep) FILE *f = NULL;
+	int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || !(f = fdopen(fd, "re"))) {
+		int r = -errno;
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	pid_t *v = NULL;
+	size_t n = 0, cap = 0;
+	int pid;
+	while (fscanf(f, "%d", &pid) == 1) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			pid_t *nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n++] = pid;
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+static bool has_pid(const pid_t *v, size_t n, pid_t pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == pid)
+			return true;
+	return false;
+}
+
+int cg_slot_adopt_freezer(struct cg_driver *d, pid_t pid, struct cg_slot *s)
+{
+	char file[64], own[PATH_MAX], mnt[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
+	snprintf(file, sizeof(file), "/proc/%d/cgroup", (int)pid);
+	int r = proc_cgroup(file, "freezer", own, sizeof(own));
+	if (r == 0)
+		r = find_mount("freezer", mnt, sizeof(mnt), mroot, sizeof(mroot));
+	if (r == 0)
+		r = cgroup_dir(mnt, mroot, own, dir, sizeof(dir));
+	if (r < 0)
+		return r;
+	if (!strcmp(dir, mnt) || s->dir_fd[CG_PIDS] < 0)
+		return -ENOENT; /* in the root: never frozen by anyone */
+	_cleanup_close_ int fd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	_cleanup_free_ pid_t *in = NULL;
+	_cleanup_free_ pid_t *ours = NULL;
+	size_t n_in = 0, n_ours = 0;
+	r = read_pids(fd, "cgroup.procs", &in, &n_in);
+	if (r == 0)
+		r = read_pids(s->dir_fd[CG_PIDS], "cgroup.procs", &ours, &n_ours);
+	for (size_t i = 0; r == 0 && i < n_in; i++)
+		if (!has_pid(ours, n_ours, in[i]))
+			r = -ENOENT; /* shared with others: not the sandbox's to freeze */
+	if (r < 0)
+		return r;
+	s->dir_fd[CG_FREEZER] = TAKE_FD(fd);
+	s->foreign_freezer = true;
+	return 0;
 }

@@ -5,7 +5,8 @@
  * reused), seccomp.c (the filter, compiled
  * once to BPF), child.c (everything the new sandbox process does between
  * clone3 and exec of the agent), sandbox.c (create/destroy), runtime.c (the
- * runtime and its pools), client.c (the synchronous agent client). */
+ * runtime and its pools), client.c (the synchronous agent client),
+ * freezer.c (pause and resume). */
 #pragma once
 #include <limits.h>
 #include <linux/filter.h>
@@ -23,7 +24,9 @@ static inline void fclosep(FILE **f)
 		fclose(*f);
 }
 
-enum { CG_MEMORY, CG_CPU, CG_PIDS, CG_DEVICES, CG_NCTRL };
+/* CG_FREEZER: v1's freezer hierarchy, where it is mounted (v2 freezes the
+ * sandbox's one cgroup: cgroup.freeze). */
+enum { CG_MEMORY, CG_CPU, CG_PIDS, CG_DEVICES, CG_FREEZER, CG_NCTRL };
 
 struct cg_driver {
 	int version;		       /* 0 none, 1, 2 */
@@ -49,6 +52,10 @@ struct cg_slot {
 	bool applied, exposed;
 	uint64_t mem;
 	uint32_t cpu, pids;
+	/* v1, adopted: the freezer cgroup the sandbox was found in, when it
+	 * is not the slot's own (an older host froze it there; freezer.c).
+	 * Its dir_fd[CG_FREEZER] is that directory, never removed by us. */
+	bool foreign_freezer;
 };
 
 /* version: 0 detect, 1 or 2 insist. Returns 0 or -ENOTSUP (no usable
@@ -73,7 +80,29 @@ int cg_slot_adopt(struct cg_driver *d, pid_t pid, struct cg_slot **ret);
 int cg_slot_oom_fd(const struct cg_driver *d, const struct cg_slot *s);
 int cg_slot_path(const struct cg_driver *d, const struct cg_slot *s, int ctrl, char *buf,
 		 size_t cap);
+/* v1, adopting pid whose slot has no freezer directory of its own (made by
+ * an older host, which froze sandboxes in a freezer cgroup of its own): the
+ * freezer cgroup pid is in, if that is not the hierarchy's root and holds
+ * nothing but processes of the slot (so that freezing it freezes nobody
+ * else). Opens it into s->dir_fd[CG_FREEZER]; -ENOENT when there is none. */
+int cg_slot_adopt_freezer(struct cg_driver *d, pid_t pid, struct cg_slot *s);
+
+/* freezer.c: what the kernel was asked of the slot's freezer (v1
+ * freezer.self_freezing, v2 cgroup.freeze): 1 freeze, 0 not, or -errno
+ * (-EOPNOTSUPP: the slot has no freezer). */
+int cg_freeze_requested(const struct cg_driver *d, const struct cg_slot *s);
+/* freezer.c: asks the kernel to thaw the slot (a no-op without a freezer):
+ * v1 freezer.state THAWED, v2 cgroup.freeze 0. Returns 0 or -errno. */
+int cg_thaw(const struct cg_driver *d, const struct cg_slot *s);
+/* freezer.c: after the SIGKILL of a paused sandbox, thaws it (on v1 a
+ * frozen task dies only once thawed); no longer paused. */
+void sbx_thaw_killed(struct sbx *s);
 int cg_ctrl_index(const char *name);
+/* One write(2) of val to the cgroup file dirfd/file. Returns 0 or -errno. */
+int cg_write_at(int dirfd, const char *file, const char *val);
+/* Reads a small cgroup file into buf (NUL-terminated). Returns its length
+ * or -errno. */
+ssize_t cg_read_at(int dirfd, const char *file, char *buf, size_t cap);
 
 /* Brings "lo" up in the caller's current network namespace. */
 int netns_lo_up(void);
@@ -347,12 +376,22 @@ struct sbx {
 	bool persist; /* survives its stream; released, not killed, by sbx_release */
 	uint32_t next_id;
 	struct sbx_chan *chan; /* client.c: the requests in flight on ctl (NULL: none yet) */
+	/* freezer.c: paused (its cgroup frozen by sbx_pause, or found asked
+	 * to freeze at adoption). An adopted paused sandbox has no channel
+	 * (ctl -1) until sbx_resume takes it: its agent cannot answer. */
+	bool paused;
+	bool freezing; /* freezer.c: asked to freeze, not frozen yet (sbx_pause_start) */
 	char cg_path[PATH_MAX];
 };
 
 /* client.c: frees the channel (ops still linked are only unlinked: their
  * owners free them). */
 void client_chan_free(struct sbx *s);
+
+/* adopt.c: takes the channel of an adopted agent (pidfd_getfd), checks its
+ * peer and reads HELLO; a no-op when connected. Returns 0, -ENOTCONN,
+ * -EPERM, -ETIMEDOUT, -ESRCH. */
+int sbx_adopt_finish(struct sbx *s);
 
 /* sandbox.c: reads the agent's HELLO within the start timeout. */
 int sbx_wait_hello(struct sbx *s);

@@ -151,6 +151,7 @@ static void kill_wait(struct sbx *s)
 		return;
 	struct pollfd pfd = {.fd = s->pidfd, .events = POLLIN};
 	syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+	sbx_thaw_killed(s);
 	while (poll(&pfd, 1, 10000) < 0 && errno == EINTR)
 		;
 	reap_pidfd(s);
@@ -631,6 +632,7 @@ void sbx_kill(struct sbx *s)
 {
 	if (s->pidfd >= 0)
 		syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+	sbx_thaw_killed(s);
 	if (s->ctl >= 0)
 		close(s->ctl);
 	s->ctl = -1;

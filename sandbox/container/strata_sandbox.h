@@ -15,7 +15,8 @@
  * other end of a socketpair. sbx_exec and sbx_file_* are a
  * synchronous client of the agent protocol; sbx_exec_op_* is the same exec
  * driven by the caller's event loop (no thread, nothing blocks), many at
- * once on the sandbox's channel.
+ * once on the sandbox's channel. sbx_pause/sbx_resume freeze and thaw
+ * every process of a sandbox (freezer.c).
  *
  * All functions return 0 or a negative errno; output parameters are ret_*,
  * last, untouched on failure. Thread safety: a runtime may be used from many
@@ -404,20 +405,49 @@ int sbx_agent_id(const struct sbx *s, struct sbx_agent_id *ret);
  * not the agent), -ENOTCONN (not a persistent agent), -ESTALE (not in this
  * runtime's cgroups), -ETIMEDOUT. A running exec of the previous host runs
  * on, held by the agent: sbx_execs_list and sbx_exec_op_attach find it
- * again. */
+ * again. A paused sandbox (its cgroup asked to freeze, by sbx_pause of any
+ * host) is adopted paused (sbx_paused), without its channel: its frozen
+ * agent cannot answer, and sbx_resume takes the channel once it thawed it;
+ * until then sbx_agent_fd is -1 and only sbx_resume, sbx_release and
+ * sbx_destroy may be called. */
 int sbx_adopt(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret);
-/* sbx_adopt for a sandbox whose processes are frozen (a paused sandbox: its
- * agent cannot say HELLO): checks that the process is the agent and finds its
- * cgroups, but does not take its channel. The sandbox may be released or
- * destroyed like any other; before anything else, thaw it and call
- * sbx_adopt_finish. Returns as sbx_adopt, but never -ENOTCONN or
- * -ETIMEDOUT. */
-int sbx_adopt_frozen(struct sbx_runtime *rt, const struct sbx_agent_id *id, struct sbx **ret);
-/* Takes the channel of the agent of a sandbox adopted with
- * sbx_adopt_frozen, now thawed, checks its peer and reads its HELLO; a no-op
- * for one connected already. Returns 0, -ENOTCONN, -EPERM, -ETIMEDOUT,
- * -ESRCH. */
-int sbx_adopt_finish(struct sbx *s);
+
+/* ---- pause ------------------------------------------------------------------ */
+
+/* The freeze deadline of sbx_pause(s, 0). */
+#define SBX_PAUSE_TIMEOUT_MS 2000u
+
+/* Freezes every process of the sandbox (cgroup v1: its freezer cgroup, which
+ * it is in from its start; v2: cgroup.freeze) and returns once the kernel
+ * says all are frozen. A freeze is held off by a process in a sleep the
+ * freezer cannot interrupt (a FUSE read whose server does not answer): past
+ * timeout_ms (0: SBX_PAUSE_TIMEOUT_MS) the sandbox is thawed again and the
+ * answer is -ETIMEDOUT; it is paused whole or not at all. Returns 0,
+ * -EALREADY (paused already: nothing done), -EOPNOTSUPP (no cgroups, no
+ * freezer hierarchy on v1, an sbx_attach_agent sandbox, or one adopted
+ * from a host that made it without a freezer cgroup), -ESRCH (its agent
+ * exited), -ETIMEDOUT, -errno. Execs in flight stop with it (their agent
+ * does not answer until sbx_resume: their deadlines are the caller's). */
+int sbx_pause(struct sbx *s, uint32_t timeout_ms);
+/* sbx_pause in two halves, for a caller's event loop (nothing waits):
+ * sbx_pause_start asks the kernel and returns 0 (frozen already: paused),
+ * -EINPROGRESS (freezing: call sbx_pause_poll until it answers otherwise),
+ * -EBUSY (a freeze is under way already), or as sbx_pause. sbx_pause_poll
+ * returns 0 once frozen (paused), -EINPROGRESS while not, and with
+ * give_up (the caller's deadline passed) thaws the sandbox again and
+ * returns -ETIMEDOUT; -EINVAL when no freeze is under way. Until then the
+ * sandbox may be used as a running one, and sbx_resume gives the freeze
+ * up (returns 0). */
+int sbx_pause_start(struct sbx *s);
+int sbx_pause_poll(struct sbx *s, bool give_up);
+/* Thaws a paused sandbox; an adopted one (sbx_adopt of a paused sandbox)
+ * then has its channel taken (sbx_adopt's checks, HELLO within 10 s): if
+ * that fails it is frozen again, stays paused and the error is returned.
+ * Returns 0, -EALREADY (not paused: nothing done), -EOPNOTSUPP (as
+ * sbx_pause), -ENOTCONN/-EPERM/-ETIMEDOUT/-ESRCH (as sbx_adopt), -errno. */
+int sbx_resume(struct sbx *s);
+/* Whether s is paused: by sbx_pause, or found so at sbx_adopt. */
+bool sbx_paused(const struct sbx *s);
 
 /* Wraps an agent reached some other way (a VM's serial port, a test's
  * socketpair) so that sbx_exec and sbx_file_* work on it. Takes ownership of

@@ -42,8 +42,8 @@ int sbd_api_parse_ints(const struct json *j, const struct sbd_api_int *f, size_t
 /* The string field key of j, or NULL when absent or null; *bad is set when it
  * is not a string or longer than max. */
 const char *sbd_api_opt_str(const struct json *j, const char *key, size_t max, bool *bad);
-/* Replies 409 paused and returns true when sb is paused (execs, stdin and
- * files need it running). */
+/* Replies 409 paused and returns true when sb is paused or being paused
+ * (execs, stdin and files need it running). */
 bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb);
 /* Whether query parameter key is given as "1", "true" or "". */
 bool sbd_api_query_bool(const char *query, const char *key);
@@ -59,6 +59,8 @@ void sbd_api_create(struct sbd_conn *c, const char *body, size_t len);
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
 void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
 			const char *query, const char *body, size_t len);
+/* api_pause.c: POST .../pause (pause true) and .../resume. */
+void sbd_api_pause(struct sbd_conn *c, struct sbd_sandbox *sb, bool pause);
 /* api_sandbox.c: GET .../metrics and PATCH /v1/sandboxes/{id}. */
 void sbd_api_metrics(struct sbd_conn *c, struct sbd_sandbox *sb);
 void sbd_api_update(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);

@@ -2,9 +2,10 @@
  * and what the request families share: the mapping of negative errno to HTTP
  * errors, body parsing (unknown fields are refused by name), the env and
  * integer fields of create and exec, the sandbox's JSON; and the small
- * requests (list, get, delete, pause, resume, node, capabilities, images,
- * health). The families have a file each: api_create.c, api_exec.c,
- * api_files.c, api_sandbox.c (metrics, update) (api-internal.h).
+ * requests (list, get, delete, node, capabilities, images, health). The
+ * families have a file each: api_create.c, api_exec.c, api_files.c,
+ * api_sandbox.c (metrics, update), api_pause.c (pause, resume)
+ * (api-internal.h).
  *
  * Error codes at this boundary (the SDK maps each to an exception):
  *   400 bad_request, unknown_field, invalid_path   401 unauthorized (server.c)
@@ -199,6 +200,10 @@ bool sbd_api_refuse_paused(struct sbd_conn *c, const struct sbd_sandbox *sb)
 				     sb->failed_reason ?: "?");
 		return true;
 	}
+	if (sb->pause_wait) {
+		sbd_conn_reply_error(c, 409, "paused", "sandbox %s is being paused", sb->id);
+		return true;
+	}
 	if (sb->state != SBD_PAUSED)
 		return false;
 	sbd_conn_reply_error(c, 409, "paused", "sandbox %s is paused; resume it first", sb->id);
@@ -284,25 +289,6 @@ static void api_delete(struct sbd_conn *c, struct sbd_sandbox *sb)
 	jw_kbool(&w, "clean", r == 0);
 	jw_obj_end(&w);
 	sbd_conn_reply_json(c, 200, &w);
-}
-
-static void api_pause(struct sbd_conn *c, struct sbd_sandbox *sb, bool pause)
-{
-	struct sandboxd *d = sbd_conn_daemon(c);
-	if (pause != (sb->state == SBD_RUNNING)) {
-		sbd_conn_reply_error(c, 409, pause ? "paused" : "not_paused",
-				     "sandbox %s is already %s", sb->id, sbd_state_name(sb->state));
-		return;
-	}
-	int r = pause ? sb->backend->pause(sb->backend, sb) : sb->backend->resume(sb->backend, sb);
-	if (r < 0) {
-		sbd_api_reply_errno(c, r, pause ? "pause" : "resume", NULL);
-		return;
-	}
-	sb->state = pause ? SBD_PAUSED : SBD_RUNNING;
-	sb->last_active_ms = sbd_now_ms();
-	sbd_registry_persist(d, sb);
-	sbd_api_reply_sandbox(c, 200, sb);
 }
 
 /* ---- node ------------------------------------------------------------------- */
@@ -555,9 +541,9 @@ static void route_sandbox(struct sbd_conn *c, const char *method, const char *re
 	else if (!strcmp(action, "execs") || !strncmp(action, "execs/", 6))
 		sbd_api_execs(c, sb, method, action[5] ? action + 6 : "", query, body, len);
 	else if (!strcmp(action, "pause") && is(method, "POST"))
-		api_pause(c, sb, true);
+		sbd_api_pause(c, sb, true);
 	else if (!strcmp(action, "resume") && is(method, "POST"))
-		api_pause(c, sb, false);
+		sbd_api_pause(c, sb, false);
 	else if (!strcmp(action, "files"))
 		sbd_api_files(c, sb, method, "", query, body, len);
 	else if (!strncmp(action, "files/", 6))

@@ -11,6 +11,7 @@
  *   -ENODEV      backend unavailable on this node (reason in caps.why)
  *   -EOPNOTSUPP  feature not supported by this backend (typed error up front)
  *   -ENOENT      (files) no such path;  -ENOEXEC  image unusable
+ *   -ETIMEDOUT   (pause) the sandbox did not freeze within SBD_PAUSE_TIMEOUT_MS
  * A backend never logs through the HTTP client: it fills its struct strata_err
  * (fs/err.h: the errno and a one-line reason) and returns. */
 #pragma once
@@ -23,6 +24,10 @@
 
 struct sbd_loop;
 struct sbd_sandbox;
+
+/* How long a pause may wait for the sandbox to freeze (on a timer: the
+ * loop goes on meanwhile, api_pause.c). */
+#define SBD_PAUSE_TIMEOUT_MS 1000u
 
 /* What a backend can do; published by GET /v1/capabilities and the SDK. */
 struct sbd_caps {
@@ -193,7 +198,13 @@ struct sbd_backend {
 	 * 0..65535 inside are ret_base.. on the host: its user namespace), 0
 	 * when the ids are the host's. NULL: always 0. */
 	uint32_t (*id_base)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* Stops every process of sb, whole or not at all. 0 when stopped;
+	 * with pause_poll it may return -EINPROGRESS (stopping), and the core
+	 * calls pause_poll on a timer of its own until it answers 0 (stopped)
+	 * or, with give_up (SBD_PAUSE_TIMEOUT_MS passed), -ETIMEDOUT (it runs
+	 * on). */
 	int (*pause)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	int (*pause_poll)(struct sbd_backend *b, struct sbd_sandbox *sb, bool give_up);
 	int (*resume)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	/* Destroys the sandbox and everything it holds; 0 or -errno. */
 	int (*destroy)(struct sbd_backend *b, struct sbd_sandbox *sb);

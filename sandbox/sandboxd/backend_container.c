@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sandbox/sandboxd/kfile.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 #ifndef STRATA_HAVE_CONTAINER
@@ -140,7 +139,6 @@ struct ct_exec;
 struct ct_backend {
 	struct sbd_backend b;
 	struct sbx_runtime *rt;
-	unsigned ticks;
 	struct ct_box *busy;   /* boxes with execs: their deadlines, checked at tick */
 	struct strata_err why; /* unavailable: the reason */
 	bool userns;	       /* sbd_backend_container_userns_probe's answer */
@@ -157,8 +155,6 @@ struct ct_box {
 	int retry_fd;
 	bool throttled; /* w is off until the retry timer */
 	struct ct_box *busy_next, **busy_prev;
-	bool paused_ever; /* may have a freezer cgroup / a frozen state to undo */
-	bool unconnected; /* adopted frozen: connect to its agent once thawed */
 	/* adopted: the execs the agent kept, until exec_orphans took them */
 	struct sbx_exec_info *orphans;
 	size_t norphans;
@@ -903,9 +899,9 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 		return -ENOMEM;
 	struct sbx_agent_id id = {
 	    .pid = (pid_t)pid, .start_time = (uint64_t)start, .pidns_ino = (uint64_t)pidns};
-	/* A paused sandbox's agent is frozen: it is connected to at resume. */
-	bool frozen = sb->state == SBD_PAUSED;
-	int r = frozen ? sbx_adopt_frozen(cb->rt, &id, &box->s) : sbx_adopt(cb->rt, &id, &box->s);
+	/* A paused sandbox is adopted paused (the library finds it so): its
+	 * frozen agent is connected to at resume. */
+	int r = sbx_adopt(cb->rt, &id, &box->s);
 	if (r < 0) {
 		free(box);
 		/* Whatever the pid is now, what is in the recorded slot is
@@ -921,12 +917,16 @@ static int ct_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 		return adopt_refused(cb, sb, why);
 	}
 	box_init(box, cb);
-	box->unconnected = frozen;
 	box_remember_root(box);
-	box->paused_ever = true; /* by an earlier sandboxd, perhaps */
+	bool paused = sbx_paused(box->s);
+	if (paused != (sb->state == SBD_PAUSED)) /* a sandboxd that died between the two */
+		log_warn("Sandbox %s was recorded %s but is %s: now %s", sb->id,
+			 sbd_state_name(sb->state), paused ? "frozen" : "not frozen",
+			 paused ? "paused" : "running");
+	sb->state = paused ? SBD_PAUSED : SBD_RUNNING;
 	/* what ran on meanwhile (an agent older than 1.2 cannot tell) */
-	if (!frozen && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
-		box->norphans = 0; /* a frozen one: at its resume */
+	if (!paused && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+		box->norphans = 0; /* a paused one: at its resume */
 	snprintf(box->id, sizeof(box->id), "%s", sb->id);
 	sb->bpriv = box;
 	return 0;
@@ -1019,72 +1019,6 @@ static int ct_file_op(struct ct_box *box, struct sbd_file_req *f)
 	return r;
 }
 
-/* cgroup v1 freezer: the library's cgroups are memory, pids and cpu, so the
- * freezer cgroup is ours: created at the first pause, every process of the
- * sandbox moved into it (children of the agent inherit it from then on),
- * removed at destroy. On v2 the sandbox's own cgroup.freeze is used. */
-#define FREEZER_ROOT "/sys/fs/cgroup/freezer/strata-sandboxd"
-
-static int freezer_join(struct ct_box *box, const char *dir)
-{
-	char p[PATH_MAX], line[32];
-	const char *src = sbx_cgroup_path(box->s, "pids");
-	if (!src)
-		return -EOPNOTSUPP;
-	if ((mkdir(FREEZER_ROOT, 0755) < 0 && errno != EEXIST) ||
-	    (mkdir(dir, 0755) < 0 && errno != EEXIST))
-		return errno == ENOENT ? -EOPNOTSUPP : -errno;
-	snprintf(p, sizeof(p), "%s/cgroup.procs", src);
-	FILE *f = fopen(p, "re");
-	if (!f)
-		return -errno;
-	snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
-	int r = 0;
-	while (r == 0 && fgets(line, sizeof(line), f))
-		r = sbd_kfile_write(p, line);
-	fclose(f);
-	return r;
-}
-
-static int freeze(struct ct_backend *cb, struct ct_box *box, bool on)
-{
-	char p[PATH_MAX], dir[PATH_MAX];
-	if (sbx_runtime_cgroup_version(cb->rt) == 2) {
-		const char *cg = sbx_cgroup_path(box->s, "cpu");
-		if (!cg)
-			return -EOPNOTSUPP;
-		snprintf(p, sizeof(p), "%s/cgroup.freeze", cg);
-		return sbd_kfile_write(p, on ? "1" : "0");
-	}
-	snprintf(dir, sizeof(dir), FREEZER_ROOT "/%s", box->id);
-	int r = on ? freezer_join(box, dir) : 0;
-	if (r < 0)
-		return r;
-	snprintf(p, sizeof(p), "%s/freezer.state", dir);
-	r = sbd_kfile_write(p, on ? "FROZEN" : "THAWED");
-	return r == -ENOENT && !on ? 0 : r;
-}
-
-static void freezer_remove(struct ct_box *box)
-{
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), FREEZER_ROOT "/%s", box->id);
-	rmdir(dir); /* EBUSY while the killed processes linger: ct_tick retries */
-}
-
-/* Removes the freezer cgroups that have no process left (the kernel refuses
- * to remove the others, so live sandboxes keep theirs). */
-static void freezer_sweep(void)
-{
-	DIR *dp = opendir(FREEZER_ROOT);
-	struct dirent *de;
-	while (dp && (de = readdir(dp)))
-		if (!strncmp(de->d_name, "sb-", 3))
-			unlinkat(dirfd(dp), de->d_name, AT_REMOVEDIR);
-	if (dp)
-		closedir(dp);
-}
-
 static int ct_usage(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_usage *ret)
 {
 	struct ct_box *box = sb->bpriv;
@@ -1105,33 +1039,31 @@ static int ct_usage(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_us
 
 static void ct_tick(struct sbd_backend *b)
 {
-	struct ct_backend *cb = b->priv;
-	ct_deadlines(cb);
-	if (++cb->ticks % 10 == 0)
-		freezer_sweep();
+	ct_deadlines(b->priv);
 }
 
+/* The library freezes it whole or not at all; the core polls (pause_poll)
+ * until it is frozen or its deadline passed. */
 static int ct_pause(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct ct_box *box = sb->bpriv;
-	box->paused_ever = true;
-	return freeze(b->priv, box, true);
+	return sbx_pause_start(box->s);
+}
+
+static int ct_pause_poll(struct sbd_backend *b, struct sbd_sandbox *sb, bool give_up)
+{
+	struct ct_box *box = sb->bpriv;
+	return sbx_pause_poll(box->s, give_up);
 }
 
 static int ct_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct ct_box *box = sb->bpriv;
-	int r = freeze(b->priv, box, false);
-	if (r == 0 && box->unconnected) { /* adopted while frozen */
-		r = sbx_adopt_finish(box->s);
-		box->unconnected = r < 0;
-		if (r == 0 && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
-			box->norphans = 0;
-		/* Thawed without its agent: frozen again, so that it does not run
-		 * while the API says paused (the resume fails; it may be retried). */
-		if (r < 0)
-			(void)freeze(b->priv, box, true);
-	}
+	bool connected = sbx_agent_fd(box->s) >= 0; /* else adopted paused */
+	int r = sbx_resume(box->s);
+	/* what ran on before the pause, held by the agent since */
+	if (r == 0 && !connected && sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+		box->norphans = 0;
 	return r;
 }
 
@@ -1140,13 +1072,8 @@ static int ct_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 	struct ct_box *box = sb->bpriv;
 	if (!box)
 		return 0;
-	/* else nothing to thaw or remove: no file access */
-	if (box->paused_ever)
-		freeze(b->priv, box, false); /* a frozen agent cannot die */
-	box_drop_execs(box);		     /* cancelled by the core already */
-	sbx_destroy(box->s);
-	if (box->paused_ever)
-		freezer_remove(box);
+	box_drop_execs(box); /* cancelled by the core already */
+	sbx_destroy(box->s); /* a paused one is killed, then thawed */
 	free(box);
 	sb->bpriv = NULL;
 	return 0;
@@ -1170,10 +1097,6 @@ static void ct_free(struct sbd_backend *b)
 {
 	struct ct_backend *cb = b->priv;
 	sbx_runtime_free(cb->rt); /* its sandboxes were released first */
-	if (cb->rt) {
-		freezer_sweep();
-		rmdir(FREEZER_ROOT); /* kept while a paused sandbox lives on */
-	}
 	free(cb);
 }
 
@@ -1189,6 +1112,24 @@ void sbd_backend_container_userns_probe(struct sbd_backend *b, const char *dir)
 							sizeof(cb->userns_why)) == 0;
 	if (!cb->rt)
 		snprintf(cb->userns_why, sizeof(cb->userns_why), "%s", cb->why.msg);
+}
+
+/* Sandboxds before the library paused sandboxes froze them in freezer
+ * cgroups of their own, <v1 freezer>/strata-sandboxd/sb-<id>: those left
+ * empty are removed (a paused sandbox of theirs is adopted in its own: the
+ * library finds it there). */
+#define LEGACY_FREEZER_ROOT "/sys/fs/cgroup/freezer/strata-sandboxd"
+static void legacy_freezer_sweep(void)
+{
+	DIR *dp = opendir(LEGACY_FREEZER_ROOT);
+	struct dirent *de;
+	while (dp && (de = readdir(dp)))
+		if (!strncmp(de->d_name, "sb-", 3))
+			unlinkat(dirfd(dp), de->d_name, AT_REMOVEDIR);
+	if (dp) {
+		closedir(dp);
+		rmdir(LEGACY_FREEZER_ROOT); /* fails while one is in use */
+	}
 }
 
 static int agent_path(char *buf, size_t cap)
@@ -1232,6 +1173,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .file_root = ct_file_root,
 	    .id_base = ct_id_base,
 	    .pause = ct_pause,
+	    .pause_poll = ct_pause_poll,
 	    .resume = ct_resume,
 	    .destroy = ct_destroy,
 	    .release = ct_release,
@@ -1255,7 +1197,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 		strata_err_set(&cb->why, -ENODEV, "container runtime unavailable: %s (agent %s)",
 			       strerror(-r), agent);
 	else
-		freezer_sweep();
+		legacy_freezer_sweep();
 	return &cb->b;
 }
 

@@ -1,6 +1,6 @@
 /* kfile.h — one write of a short value to a kernel control file (a cgroup's
- * limit or controller list, the freezer's state): what the container and
- * fncall backends do to set up and freeze their cgroups. Inline and
+ * limit or controller list): what the fncall backend does to set up its
+ * cgroups. Inline and
  * allocation-free, so that it may run in a cloned child too. */
 #pragma once
 #include <errno.h>

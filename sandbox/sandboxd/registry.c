@@ -151,6 +151,7 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 {
 	if (!sb)
 		return;
+	sbd_pause_wait_free(sb->pause_wait);
 	free(sb->image);
 	free(sb->rootfs);
 	free(sb->backend_name);
@@ -534,6 +535,7 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	if (r == 0 && strcmp(sb->id, id))
 		r = -EINVAL;
 	const char *rootfs = json_cstr(json_get(j, "rootfs"));
+	enum sbd_state recorded = r == 0 ? sb->state : SBD_RUNNING;
 	if (r == 0) {
 		int64_t reserved = 0; /* new ids start after every one given before */
 		json_int(json_get(j, "exec_ids_reserved"), 0, INT64_MAX, &reserved);
@@ -563,8 +565,10 @@ static int adopt_one(struct sandboxd *d, const char *id)
 	sb->last_active_ms = sbd_now_ms();
 	sbd_registry_insert(d, sb);
 	sb->img = sbd_images_adopt(d, sb->rootfs);
-	/* The backend may have found it failed (an agent it could not verify) */
-	if (sb->state == SBD_FAILED)
+	/* The backend may have found it failed (an agent it could not verify),
+	 * or paused or running against the record (a sandboxd that died
+	 * between the freeze and the record) */
+	if (sb->state != recorded)
 		(void)sbd_registry_persist(d, sb);
 	return 0;
 }

@@ -120,6 +120,7 @@ struct sbd_sandbox {
 	int running_execs;
 	void *execs;			     /* api_exec.c: the exec streams in flight */
 	struct sbd_destroy_hook *on_destroy; /* run by sbd_registry_destroy */
+	struct sbd_pause_wait *pause_wait;   /* a pause waiting for the freeze (api_pause.c) */
 	uint64_t execs_total;
 	uint64_t exec_id_last;	    /* the highest exec id given (api_exec.c) */
 	uint64_t exec_ids_reserved; /* persisted: ids up to it may have been given */
@@ -235,6 +236,9 @@ int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb);
 void sbd_registry_fail(struct sandboxd *d, struct sbd_sandbox *sb, const char *why);
 /* Adds h to sb's on-destroy hooks (h stays the caller's), or removes it
  * (a no-op when it is not there). */
+/* api_pause.c: frees a pause's wait (its client is not answered). Accepts NULL. */
+struct sbd_pause_wait;
+void sbd_pause_wait_free(struct sbd_pause_wait *pw);
 void sbd_sandbox_hook_add(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);
 void sbd_sandbox_hook_del(struct sbd_sandbox *sb, struct sbd_destroy_hook *h);
 /* Runs sb's on-destroy hooks, destroys through the backend, unlinks and frees. Returns the
