@@ -4,8 +4,10 @@
  * (loopback, and whether a dead sandbox's network namespace can be
  * reused), seccomp.c (the filter, compiled
  * once to BPF), child.c (everything the new sandbox process does between
- * clone3 and exec of the agent), sandbox.c (create/destroy), runtime.c (the
- * runtime and its pools), client.c (the synchronous agent client). */
+ * clone3 and exec of the agent), masks.c (the masks of /proc and /sys,
+ * for child.c and worker.c), sandbox.c (create/destroy), runtime.c (the
+ * runtime and its pools), client.c (the synchronous agent client),
+ * worker.c and worker_cgroup.c (workers, worker.h). */
 #pragma once
 #include <limits.h>
 #include <linux/filter.h>
@@ -110,12 +112,12 @@ struct wcg {
 /* What a worker's cgroups need, opened by the host before the clone (-1:
  * none). */
 struct wcg_dirs {
-	int dir[WCG_N];	 /* W per hierarchy (v2: [0]) */
-	int kids[2];	 /* C in pids and memory (v2: [0]) */
-	int into;	 /* v2: where clone3 places the worker (W, or W/t) */
-	int join[2];	 /* C's join files: v1 pids and memory tasks, v2 [0] cgroup.procs */
-	int oom;	 /* C's OOM counter */
-	int cpu_fd;	 /* W's cpu limit file, for writing */
+	int dir[WCG_N]; /* W per hierarchy (v2: [0]) */
+	int kids[2];	/* C in pids and memory (v2: [0]) */
+	int into;	/* v2: where clone3 places the worker (W, or W/t) */
+	int join[2];	/* C's join files: v1 pids and memory tasks, v2 [0] cgroup.procs */
+	int oom;	/* C's OOM counter */
+	int cpu_fd;	/* W's cpu limit file, for writing */
 };
 struct wcg_limits {
 	uint64_t memory, children_memory;
@@ -209,18 +211,18 @@ int masks_proc_json(char *buf, size_t cap);
 struct child_args {
 	int mntns_fd; /* the runtime's template mount namespace (mntns_template) */
 	char tmpfs_opts[64];
-	bool new_netns;		   /* clone made a network namespace: lo must be brought up */
-	int netns_fd;		   /* else a reused one to join (setns), or -1 (host network) */
-	int ipcns_fd;		   /* a reused IPC namespace to join, or -1 (clone made one) */
-	bool cgroupns;		   /* unshare a cgroup namespace after joining */
-	int procs_fd[CG_NCTRL];	   /* v1 "tasks" files to join, -1 if none */
-	int agent_fd;		   /* memfd with the agent */
-	int seccomp_fd;		   /* memfd with the BPF program */
+	bool new_netns;		/* clone made a network namespace: lo must be brought up */
+	int netns_fd;		/* else a reused one to join (setns), or -1 (host network) */
+	int ipcns_fd;		/* a reused IPC namespace to join, or -1 (clone made one) */
+	bool cgroupns;		/* unshare a cgroup namespace after joining */
+	int procs_fd[CG_NCTRL]; /* v1 "tasks" files to join, -1 if none */
+	int agent_fd;		/* memfd with the agent */
+	int seccomp_fd;		/* memfd with the BPF program */
 	uint32_t masks_present[MASK_LISTS]; /* bit i of [k]: entry i of mask list k exists */
-	int sock_fd;		   /* agent end of the socketpair */
-	int err_fd;		   /* write end of the error pipe (clone3), or -1 */
-	int *status;		   /* or (clone_vm) where a failure's {step, errno} goes */
-	bool files_shared;	   /* cloned with CLONE_FILES: unshare (close_range) */
+	int sock_fd;			    /* agent end of the socketpair */
+	int err_fd;			    /* write end of the error pipe (clone3), or -1 */
+	int *status;			    /* or (clone_vm) where a failure's {step, errno} goes */
+	bool files_shared;		    /* cloned with CLONE_FILES: unshare (close_range) */
 };
 
 /* Runs in the child; never returns. On failure reports {step, errno} in
@@ -403,10 +405,10 @@ struct sbx_runtime {
 	 * a dead sandbox's (netns_recyclable, ipcns_recyclable). */
 	int home_net_fd, home_ipc_fd;
 	uint32_t masks_present[MASK_LISTS]; /* which masked paths exist (masks_scan) */
-	bool fresh_netns;	   /* never reuse network or IPC namespaces */
-	int mntns_fd;		   /* the template mount namespace (mntns_template) */
-	int agent_fd;		   /* sealed memfd with strata-agent */
-	int seccomp_fd;		   /* sealed memfd with the BPF program */
+	bool fresh_netns;		    /* never reuse network or IPC namespaces */
+	int mntns_fd;			    /* the template mount namespace (mntns_template) */
+	int agent_fd;			    /* sealed memfd with strata-agent */
+	int seccomp_fd;			    /* sealed memfd with the BPF program */
 	struct cg_driver cg;
 	struct layer_fs layers;
 	struct pool pool;

@@ -443,8 +443,7 @@ int sbx_worker_reap(struct sbx_worker *w, bool wait, siginfo_t *ret)
 	siginfo_t si = {0};
 	if (w->pidfd < 0)
 		return -ECHILD;
-	while (waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED | (wait ? 0 : WNOHANG)) <
-	       0)
+	while (waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED | (wait ? 0 : WNOHANG)) < 0)
 		if (errno != EINTR)
 			return -errno;
 	if (!si.si_pid)
@@ -470,8 +469,8 @@ void sbx_worker_free(struct sbx_worker *w)
 	w->id = 0;
 }
 
-int sbx_worker_cgroup_path(const struct sbx_worker *w, const char *ctrl, bool children,
-			   char *buf, size_t cap)
+int sbx_worker_cgroup_path(const struct sbx_worker *w, const char *ctrl, bool children, char *buf,
+			   size_t cap)
 {
 	return wcg_path(&w->ws->cg, w->id, ctrl, children, buf, cap);
 }

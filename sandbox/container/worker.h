@@ -19,6 +19,8 @@
  *      and its children's; then unshares a cgroup namespace (after: with
  *      nsdelegate a namespace's root files are not writable from inside);
  *   4. signals back to their defaults (SIGPIPE; an empty mask), setsid;
+ *      lo up (network "none", before the root: it also opens low ports and
+ *      ICMP echo to every id in the namespace, as in a sandbox);
  *   5. the root: every mount made private, rootfs bound read-only and
  *      nosuid (recursively), a fresh tmpfs on /tmp (64 MiB, nosuid, nodev),
  *      a fresh /proc and a read-only sysfs of its network namespace on
@@ -27,8 +29,7 @@
  *      usual links; pivot_root into it, the old root detached (rootfs "/",
  *      the host's own root for trusted tools and tests: no pivot, the same
  *      read-only treatment in the private mount namespace);
- *   6. hostname, lo up (network "none"), open-file soft limit 1024, no
- *      core dumps, oom_score_adj;
+ *   6. hostname, open-file soft limit 1024, no core dumps, oom_score_adj;
  *   7. privileges: the bounding, permitted and effective sets cut to
  *      caps_keep (default none), ambient and inheritable empty,
  *      no_new_privs, and the library's seccomp filter loaded (or, with
@@ -102,22 +103,22 @@ const char *sbx_workers_proc_masks(const struct sbx_workers *ws);
 #define SBX_WORKER_FD_OOM 9	    /* children: C's memory.oom_control (v2 memory.events) */
 
 struct sbx_worker_config {
-	const char *rootfs;	   /* absolute; "/": the host's own root */
-	const char *path;	   /* absolute, in rootfs: what is exec'd */
-	char *const *argv;	   /* required */
-	char *const *envp;	   /* NULL: none */
-	const char *hostname;	   /* NULL: "sandbox" */
-	const char *label;	   /* prefix of its failure messages; NULL: "strata-worker" */
-	enum sbx_network network;  /* SBX_NET_NONE: a namespace with only lo, up */
-	const int *fds;		   /* fds[i] at i in the worker (-1: closed) */
-	unsigned nfds;		   /* <= SBX_WORKER_FDS */
-	uint64_t caps_keep;	   /* capabilities kept (1 << CAP_*); 0: none */
-	bool seccomp_deferred;	   /* not loaded: at SBX_WORKER_FD_SECCOMP instead */
-	int oom_score_adj;	   /* written before the exec when not 0 */
-	uint64_t memory_bytes;	   /* the worker's, children included; >= SBX_MIN_MEMORY */
-	uint32_t pids_max;	   /* >= 1 */
-	uint32_t cpu_millis;	   /* 0: none (sbx_worker_set_cpu later); 1000: a core */
-	bool children;		   /* a cgroup for its children, C above */
+	const char *rootfs;		/* absolute; "/": the host's own root */
+	const char *path;		/* absolute, in rootfs: what is exec'd */
+	char *const *argv;		/* required */
+	char *const *envp;		/* NULL: none */
+	const char *hostname;		/* NULL: "sandbox" */
+	const char *label;		/* prefix of its failure messages; NULL: "strata-worker" */
+	enum sbx_network network;	/* SBX_NET_NONE: a namespace with only lo, up */
+	const int *fds;			/* fds[i] at i in the worker (-1: closed) */
+	unsigned nfds;			/* <= SBX_WORKER_FDS */
+	uint64_t caps_keep;		/* capabilities kept (1 << CAP_*); 0: none */
+	bool seccomp_deferred;		/* not loaded: at SBX_WORKER_FD_SECCOMP instead */
+	int oom_score_adj;		/* written before the exec when not 0 */
+	uint64_t memory_bytes;		/* the worker's, children included; >= SBX_MIN_MEMORY */
+	uint32_t pids_max;		/* >= 1 */
+	uint32_t cpu_millis;		/* 0: none (sbx_worker_set_cpu later); 1000: a core */
+	bool children;			/* a cgroup for its children, C above */
 	uint64_t children_memory_bytes; /* C's; >= SBX_MIN_MEMORY */
 	uint32_t children_pids_max;	/* >= 1 */
 };
@@ -154,8 +155,8 @@ void sbx_worker_free(struct sbx_worker *w);
 /* The directory of its cgroup in the hierarchy of ctrl ("pids", "memory",
  * "cpu"; on v2 any name: the one directory), or with children its
  * children's (v2: "c"; v1 cpu: none). -ENOENT, -ENAMETOOLONG. */
-int sbx_worker_cgroup_path(const struct sbx_worker *w, const char *ctrl, bool children,
-			   char *buf, size_t cap);
+int sbx_worker_cgroup_path(const struct sbx_worker *w, const char *ctrl, bool children, char *buf,
+			   size_t cap);
 /* The OOM kills in its memory cgroup (children: in C's), from v1
  * memory.oom_control or v2 memory.events (which counts C's in W too). */
 int sbx_worker_oom_kills(const struct sbx_worker *w, bool children, uint64_t *ret);

@@ -46,8 +46,7 @@ static int wcg_count(const struct wcg *g)
 	return g->version == 1 ? (g->has_cpu ? 3 : 2) : g->version == 2 ? 1 : 0;
 }
 
-static int wcg_dir(const struct wcg *g, int i, uint64_t id, const char *sub, char *buf,
-		   size_t cap)
+static int wcg_dir(const struct wcg *g, int i, uint64_t id, const char *sub, char *buf, size_t cap)
 {
 	char pre[80];
 	wcg_prefix(g, i, pre, sizeof(pre));
@@ -192,7 +191,7 @@ void wcg_dirs_init(struct wcg_dirs *d)
 
 void wcg_dirs_close(struct wcg_dirs *d)
 {
-	int *fds[] = {&d->dir[0], &d->dir[1], &d->dir[2], &d->kids[0], &d->kids[1],
+	int *fds[] = {&d->dir[0], &d->dir[1],  &d->dir[2],  &d->kids[0], &d->kids[1],
 		      &d->into,	  &d->join[0], &d->join[1], &d->oom,	 &d->cpu_fd};
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (*fds[i] >= 0) {
@@ -245,8 +244,8 @@ int wcg_prepare(const struct wcg *g, uint64_t id, bool children, struct wcg_dirs
 		return 0;
 	int r = g->version == 2 ? prepare_v2(g, id, children, d) : prepare_v1(g, id, children, d);
 	if (r == 0 && g->has_cpu)
-		d->cpu_fd = r =
-		    open_in(g, g->version == 2 ? 0 : WCG_CPU, id, cg_cpu_file(g->version), O_WRONLY);
+		d->cpu_fd = r = open_in(g, g->version == 2 ? 0 : WCG_CPU, id,
+					cg_cpu_file(g->version), O_WRONLY);
 	return r < 0 ? r : 0;
 }
 
@@ -316,14 +315,23 @@ void wcg_done(struct wcg *g)
 	g->version = 0;
 }
 
+/* The index of ctrl's hierarchy in base (v2: 0), or -1 (v1: C has no cpu
+ * cgroup of its own). */
+static int hierarchy(const struct wcg *g, const char *ctrl, bool children)
+{
+	if (g->version == 2)
+		return 0;
+	if (!strcmp(ctrl, "pids"))
+		return WCG_PIDS;
+	if (!strcmp(ctrl, "memory"))
+		return WCG_MEMORY;
+	return !strcmp(ctrl, "cpu") && g->has_cpu && !children ? WCG_CPU : -1;
+}
+
 int wcg_path(const struct wcg *g, uint64_t id, const char *ctrl, bool children, char *buf,
 	     size_t cap)
 {
-	int i = g->version == 2		   ? 0
-		: !strcmp(ctrl, "pids")	   ? WCG_PIDS
-		: !strcmp(ctrl, "memory") ? WCG_MEMORY
-		: !strcmp(ctrl, "cpu") && g->has_cpu && !children ? WCG_CPU
-								   : -1;
+	int i = hierarchy(g, ctrl, children);
 	if (!g->version || i < 0)
 		return -ENOENT;
 	return wcg_dir(g, i, id, children ? "c" : NULL, buf, cap);

@@ -182,7 +182,9 @@ struct fn_backend {
 };
 
 /* The template: a warm python3 that has imported nothing of any caller and
- * never runs a caller's code. It keeps a call process ready: forked into a
+ * never runs a caller's code, spawned as a worker of the container library
+ * (template_spawn) with PY_TEMPLATE_CAPS and no_new_privs. It keeps a call
+ * process ready: forked into a
  * new pid namespace (its pid 1), which joins the call cgroups (fds 7 and 8,
  * v1), unshares its mount and IPC namespaces, mounts a fresh tmpfs on /tmp
  * and a fresh /proc with the library's masks (argv[2], from sbx_masks.h),
@@ -1833,8 +1835,8 @@ static void fn_free(struct sbd_backend *b)
 static void workers_init(struct fn_backend *fb)
 {
 #ifdef STRATA_HAVE_CONTAINER
-	int r = sbx_workers_new(&(struct sbx_workers_config){.cgroup_name = "strata-fncall"},
-				&fb->ws);
+	int r =
+	    sbx_workers_new(&(struct sbx_workers_config){.cgroup_name = "strata-fncall"}, &fb->ws);
 	if (r < 0)
 		strata_err_set(&fb->py_why, -ENODEV, "no seccomp filter: %s", strerror(-r));
 	else if (!sbx_workers_cgroup_version(fb->ws))

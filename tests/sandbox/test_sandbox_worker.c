@@ -162,8 +162,8 @@ static void test_contained(const struct sbxt_env *e, struct sbx_workers *ws)
 	CHECK(value(&o, "pidns")[0] && strcmp(value(&o, "pidns"), host_pidns) != 0);
 	CHECK(!strcmp(value(&o, "hostname"), "sandbox"));
 	CHECK(!strcmp(value(&o, "net"), "lo"));
-	for (const char *const *k = (const char *const[]){"CapEff", "CapPrm", "CapBnd", "CapInh",
-							     "CapAmb", NULL};
+	for (const char *const *k =
+		 (const char *const[]){"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb", NULL};
 	     *k; k++)
 		CHECK(!strcmp(value(&o, *k), "0000000000000000"));
 	CHECK(!strcmp(value(&o, "NoNewPrivs"), "1"));
@@ -171,7 +171,8 @@ static void test_contained(const struct sbxt_env *e, struct sbx_workers *ws)
 	/* /dev/null over each (kcore and vmcoreinfo: where the kernel has them) */
 	CHECK(!strcmp(value(&o, "kcore"), "1:3") || !strcmp(value(&o, "kcore"), "absent"));
 	CHECK(!strcmp(value(&o, "kallsyms"), "1:3"));
-	CHECK(!strcmp(value(&o, "vmcoreinfo"), "1:3") || !strcmp(value(&o, "vmcoreinfo"), "absent"));
+	CHECK(!strcmp(value(&o, "vmcoreinfo"), "1:3") ||
+	      !strcmp(value(&o, "vmcoreinfo"), "absent"));
 	CHECK(!strcmp(value(&o, "firmware"), "0"));
 	CHECK(!strcmp(value(&o, "acpi"), "0"));
 	CHECK(!strcmp(value(&o, "procsys"), "refused"));
@@ -191,11 +192,12 @@ static void test_template_mode(const struct sbxt_env *e, struct sbx_workers *ws)
 	struct sbx_worker_config c = base(e);
 	c.caps_keep = (1ull << CAP_SYS_ADMIN) | (1ull << CAP_SETPCAP);
 	c.seccomp_deferred = true;
-	CHECK(run(ws, c,
-		  "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -d ' \\t' |"
-		  " tr : =\n"
-		  "echo filter=$(wc -c < /proc/self/fd/6)\n",
-		  &o) == 0);
+	CHECK(
+	    run(ws, c,
+		"grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -d ' \\t' |"
+		" tr : =\n"
+		"echo filter=$(wc -c < /proc/self/fd/6)\n",
+		&o) == 0);
 	fprintf(stderr, "template-mode worker:\n%s", o.out);
 	CHECK(exited(&o, 0));
 	CHECK(!strcmp(value(&o, "CapEff"), "0000000000200100"));
@@ -233,8 +235,8 @@ static void test_fork_bomb(const struct sbxt_env *e, struct sbx_workers *ws)
 	static struct run o;
 	struct sbx_worker_config c = base(e);
 	c.pids_max = 16;
-	CHECK(run(ws, c, "bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 2; echo survived", &o) ==
-	      0);
+	CHECK(run(ws, c, "bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 2; echo survived",
+		  &o) == 0);
 	long refused = cg_long(&o.w, "pids", false, "pids.events", "max");
 	fprintf(stderr, "fork bomb: %s, forks refused at pids.max=16: %ld\n",
 		exited(&o, 0) ? "ended" : "killed", refused);
@@ -313,7 +315,8 @@ static void test_placement(const struct sbxt_env *e, struct sbx_workers *ws)
 		FILE *f = fopen(file, "re");
 		while (f && fgets(line, sizeof(line), f)) {
 			line[strcspn(line, "\n")] = 0;
-			bool mem = v == 2 ? !strncmp(line, "0::", 3) : strstr(line, ":memory:") != NULL;
+			bool mem =
+			    v == 2 ? !strncmp(line, "0::", 3) : strstr(line, ":memory:") != NULL;
 			size_t n = strlen(line), k = strlen(want);
 			if (mem && n >= k && !strcmp(line + n - k, want))
 				found = true;
