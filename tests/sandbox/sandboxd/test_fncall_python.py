@@ -323,7 +323,7 @@ def test_python_calls_keep_the_memory_limit(sock):
 
 
 # For each path the container library masks or makes read-only
-# (sandbox/container/child.c): absent, "null" (/dev/null bound over it),
+# (sandbox/container/masks.c): absent, "null" (/dev/null bound over it),
 # "empty" (an empty directory over it), else whether its mount is
 # read-only; and what /sys is.
 MASK_PROBE = r"""
