@@ -68,6 +68,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "sandbox/container/sbx_privs.h"
+
 #define STAGE_SECCOMP_FD 4
 #ifndef MOVE_MOUNT_F_EMPTY_PATH
 #define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
@@ -205,33 +207,11 @@ static int enter_userns(int userns)
 	return 0;
 }
 
+/* sbx_privs.h: the kept capabilities, no_new_privs, the seccomp filter. */
 static int drop_privileges(struct agent *a, uint64_t keep)
 {
-	/* Capabilities are numbered 0..CAP_LAST_CAP: the first EINVAL is past
-	 * the last (the ~25 calls beyond it were a third of the prctls). */
-	for (int c = 0; c < 64; c++)
-		if (!(keep & (1ull << c)) && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
-			if (errno != EINVAL)
-				return -errno;
-			break;
-		}
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
-		return -errno;
-	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-	struct __user_cap_data_struct d[2];
-	memset(d, 0, sizeof(d));
-	for (int i = 0; i < 2; i++)
-		d[i].effective = d[i].permitted = (uint32_t)(keep >> (32 * i));
-	if (syscall(SYS_capset, &h, d) < 0)
-		return -errno;
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		return -errno;
-	struct sock_fprog prog = {.len =
-				      (unsigned short)(a->seccomp_len / sizeof(struct sock_filter)),
-				  .filter = a->seccomp};
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
-		return -errno;
-	return 0;
+	return sbx_drop_privileges(keep, a->seccomp,
+				   (unsigned short)(a->seccomp_len / sizeof(struct sock_filter)));
 }
 
 void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len)

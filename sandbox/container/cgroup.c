@@ -130,6 +130,55 @@ int cg_write_at(int dirfd, const char *file, const char *val)
 	return 0;
 }
 
+/* ---- limits (shared with worker_cgroup.c; no malloc: a clone child writes
+ * its own) ---- */
+
+int cg_limit_memory(int version, int dirfd, uint64_t mem, bool lift_swap)
+{
+	char v[32];
+	snprintf(v, sizeof(v), "%" PRIu64, mem);
+	if (version == 2) {
+		int r = cg_write_at(dirfd, "memory.max", v);
+		if (r == 0)
+			cg_write_at(dirfd, "memory.swap.max", "0"); /* absent without swap */
+		return r;
+	}
+	/* memsw >= limit at every step: lift an earlier one's memsw first. */
+	int r = lift_swap ? cg_write_at(dirfd, "memory.memsw.limit_in_bytes", "-1") : 0;
+	if (r == 0 || r == -ENOENT)
+		r = cg_write_at(dirfd, "memory.limit_in_bytes", v);
+	if (r == 0) {
+		r = cg_write_at(dirfd, "memory.memsw.limit_in_bytes", v);
+		r = r == -ENOENT ? 0 : r; /* no swap accounting */
+	}
+	return r;
+}
+
+int cg_limit_pids(int dirfd, uint32_t pids)
+{
+	char v[16];
+	snprintf(v, sizeof(v), "%" PRIu32, pids);
+	return cg_write_at(dirfd, "pids.max", v);
+}
+
+const char *cg_cpu_file(int version)
+{
+	return version == 2 ? "cpu.max" : "cpu.cfs_quota_us";
+}
+
+int cg_cpu_value(int version, uint32_t millis, char *buf, size_t cap)
+{
+	/* a 100 ms period (v1's default): millis * 100 us of it */
+	uint64_t q = (uint64_t)millis * 100;
+	int n;
+	if (version == 2)
+		n = millis ? snprintf(buf, cap, "%" PRIu64 " 100000", q)
+			   : snprintf(buf, cap, "max 100000");
+	else
+		n = millis ? snprintf(buf, cap, "%" PRIu64, q) : snprintf(buf, cap, "-1");
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : n;
+}
+
 /* The directory of cgroup path own (from /proc/<pid>/cgroup) under a
  * hierarchy's mount point mnt, whose root is mroot (not "/" when the mount
  * shows a subtree, as in a container). */
@@ -143,16 +192,28 @@ static int cgroup_dir(const char *mnt, const char *mroot, const char *own, char 
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
+/* The directory of our own cgroup in the v1 hierarchy of ctrl, or with
+ * at_root that hierarchy's root. */
+static int own_dir(const char *ctrl, bool at_root, char *path, size_t cap)
+{
+	char mnt[PATH_MAX], mroot[PATH_MAX], own[PATH_MAX] = "/";
+	int r = find_mount(ctrl[0] ? ctrl : NULL, mnt, sizeof(mnt), mroot, sizeof(mroot));
+	if (r == 0 && !at_root)
+		r = proc_cgroup("/proc/self/cgroup", ctrl, own, sizeof(own));
+	return r < 0 ? r : cgroup_dir(mnt, mroot, at_root ? mroot : own, path, cap);
+}
+
+int cg_own_dir(const char *ctrl, char *path, size_t cap)
+{
+	return own_dir(ctrl, false, path, cap);
+}
+
 /* Opens (creating) <mount>/<own cgroup>/<name> for one hierarchy, or
  * <mount>/<name> with at_root. */
 static int open_base(const char *ctrl, const char *name, bool at_root, char *path, size_t cap)
 {
-	char mnt[PATH_MAX], mroot[PATH_MAX], own[PATH_MAX] = "/", dir[PATH_MAX];
-	int r = find_mount(ctrl[0] ? ctrl : NULL, mnt, sizeof(mnt), mroot, sizeof(mroot));
-	if (r == 0 && !at_root)
-		r = proc_cgroup("/proc/self/cgroup", ctrl, own, sizeof(own));
-	if (r == 0)
-		r = cgroup_dir(mnt, mroot, at_root ? mroot : own, dir, sizeof(dir));
+	char dir[PATH_MAX];
+	int r = own_dir(ctrl, at_root, dir, sizeof(dir));
 	if (r < 0)
 		return r;
 	int n = snprintf(path, cap, "%s/%s", dir, name);
@@ -336,16 +397,21 @@ static void sweep(const struct cg_driver *d, bool own)
 	}
 }
 
+int cg_detect_version(void)
+{
+	char mnt[PATH_MAX], root[PATH_MAX];
+	if (find_mount("memory", mnt, sizeof(mnt), root, sizeof(root)) == 0 &&
+	    find_mount("pids", mnt, sizeof(mnt), root, sizeof(root)) == 0)
+		return 1;
+	return find_mount(NULL, mnt, sizeof(mnt), root, sizeof(root)) == 0 ? 2 : 0;
+}
+
 int cg_driver_init(struct cg_driver *d, const char *name, int version)
 {
 	memset(d, 0, sizeof(*d));
 	for (int i = 0; i < CG_NCTRL; i++)
 		d->base_fd[i] = -1;
-	char mnt[PATH_MAX], root[PATH_MAX];
-	bool v1 = find_mount("memory", mnt, sizeof(mnt), root, sizeof(root)) == 0 &&
-		  find_mount("pids", mnt, sizeof(mnt), root, sizeof(root)) == 0;
-	if (version)
-		v1 = version == 1;
+	bool v1 = version ? version == 1 : cg_detect_version() == 1;
 	int r = v1 ? init_v1(d, name) : init_v2(d, name);
 	if (r < 0) {
 		cg_driver_done(d);
@@ -427,22 +493,12 @@ static int apply_v1(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 		    uint32_t pids)
 {
 	char v[32];
-	int r = 0;
-	/* memsw >= limit at every step: lift the previous sandbox's memsw first. */
-	if (s->reused && d->memsw)
-		r = cg_write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", "-1");
-	snprintf(v, sizeof(v), "%" PRIu64, mem);
+	int r = cg_limit_memory(1, s->dir_fd[CG_MEMORY], mem, s->reused && d->memsw);
 	if (r == 0)
-		r = cg_write_at(s->dir_fd[CG_MEMORY], "memory.limit_in_bytes", v);
-	if (r == 0 && d->memsw)
-		r = cg_write_at(s->dir_fd[CG_MEMORY], "memory.memsw.limit_in_bytes", v);
-	snprintf(v, sizeof(v), "%" PRIu32, pids);
-	if (r == 0)
-		r = cg_write_at(s->dir_fd[CG_PIDS], "pids.max", v);
-	if (r == 0 && (cpu || s->reused) && d->has[CG_CPU]) {
-		snprintf(v, sizeof(v), "%" PRId64, cpu ? (int64_t)cpu * 100 : -1);
-		r = cg_write_at(s->dir_fd[CG_CPU], "cpu.cfs_quota_us", v);
-	}
+		r = cg_limit_pids(s->dir_fd[CG_PIDS], pids);
+	if (r == 0 && (cpu || s->reused) && d->has[CG_CPU] &&
+	    (r = cg_cpu_value(1, cpu, v, sizeof(v))) >= 0)
+		r = cg_write_at(s->dir_fd[CG_CPU], cg_cpu_file(1), v);
 	/* As on v2: whoever had the path may have frozen it. */
 	if (r == 0 && s->reused && s->exposed && s->dir_fd[CG_FREEZER] >= 0)
 		r = cg_write_at(s->dir_fd[CG_FREEZER], "freezer.state", "THAWED");
@@ -453,21 +509,14 @@ static int apply_v2(struct cg_driver *d, struct cg_slot *s, uint64_t mem, uint32
 		    uint32_t pids)
 {
 	char v[48];
-	snprintf(v, sizeof(v), "%" PRIu64, mem);
-	int r = cg_write_at(s->dir_fd[0], "memory.max", v);
+	int r = cg_limit_memory(2, s->dir_fd[0], mem, false);
 	if (r == 0)
-		cg_write_at(s->dir_fd[0], "memory.swap.max", "0"); /* absent without swap */
-	snprintf(v, sizeof(v), "%" PRIu32, pids);
-	if (r == 0)
-		r = cg_write_at(s->dir_fd[0], "pids.max", v);
-	if (r == 0 && cpu && d->has[CG_CPU]) {
-		snprintf(v, sizeof(v), "%" PRIu32 " 100000", cpu * 100);
-		r = cg_write_at(s->dir_fd[0], "cpu.max", v);
-	} else if (r == 0 && s->reused && d->has[CG_CPU]) {
-		r = cg_write_at(s->dir_fd[0], "cpu.max", "max 100000");
-	}
-	/* Whoever had the path (sbx_cgroup_path) may have frozen the previous
-	 * sandbox: never start one frozen. */
+		r = cg_limit_pids(s->dir_fd[0], pids);
+	if (r == 0 && (cpu || s->reused) && d->has[CG_CPU] &&
+	    (r = cg_cpu_value(2, cpu, v, sizeof(v))) >= 0)
+		r = cg_write_at(s->dir_fd[0], cg_cpu_file(2), v);
+	/* A host may have frozen the previous sandbox (sandboxd does, through
+	 * the path sbx_cgroup_path gave it): never start one frozen. */
 	if (r == 0 && s->reused && s->exposed) {
 		int f = cg_write_at(s->dir_fd[0], "cgroup.freeze", "0");
 		r = f == -ENOENT ? 0 : f;

@@ -60,7 +60,6 @@
 #include <unistd.h>
 
 #include "sandbox/container/sandbox-internal.h"
-#include "sandbox/container/sbx_masks.h"
 
 enum {
 	ST_CGROUP = 1,
@@ -123,21 +122,6 @@ static _Noreturn void fail(int step)
 			fail(step);                                                                \
 	} while (0)
 
-/* A mount whose target may legitimately be absent. */
-static int mount_opt(const char *src, const char *dst, const char *type, unsigned long fl,
-		     const char *data)
-{
-	return mount(src, dst, type, fl, data) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-static int bind_ro(const char *p)
-{
-	if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
-		return errno == ENOENT ? 0 : -1;
-	return mount(NULL, p, NULL,
-		     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-}
-
 #ifndef CLOSE_RANGE_UNSHARE
 #define CLOSE_RANGE_UNSHARE (1U << 1)
 #endif
@@ -154,13 +138,6 @@ static void setup_root(const struct child_args *a)
 		TRY(ST_TMPFS, mkdir(dirs[i], 0755));
 }
 
-/* Masks a directory with the template's empty read-only /e (absent
- * targets are fine). */
-static int mask_dir(const char *dir)
-{
-	return mount_opt("/e", dir, NULL, MS_BIND, NULL);
-}
-
 /* /dev: the template's read-only /d (device nodes and links, made once per
  * runtime by template_dev), bound; its flags (read-only, nosuid, noexec)
  * travel with the bind. On it, this sandbox's own devpts, shm and mqueue. */
@@ -175,52 +152,25 @@ static void setup_dev(void)
 	TRY(ST_DEV, mount("mqueue", "dev/mqueue", "mqueue", nsne, NULL));
 }
 
-/* What is masked or made read-only in /proc and /sys (sbx_masks.h, relative
- * to the staging root). mntns_template finds once which of them this kernel has
- * (a fresh proc and sysfs instance show the same entries as a sandbox's),
- * so that staging tries no mount on an absent one. */
-enum { M_PROC_FILES, M_PROC_DIRS, M_PROC_RO, M_SYS_DIRS, M_SYS_FILES, M_LISTS };
-static const struct {
-	const char *const *paths;
-	size_t n;
-} mask_lists[M_LISTS] = {
-    [M_PROC_FILES] = {proc_masked, ARRAY_SIZE(proc_masked)},
-    [M_PROC_DIRS] = {proc_masked_dirs, ARRAY_SIZE(proc_masked_dirs)},
-    [M_PROC_RO] = {proc_ro, ARRAY_SIZE(proc_ro)},
-    [M_SYS_DIRS] = {sys_masked, ARRAY_SIZE(sys_masked)},
-    [M_SYS_FILES] = {sys_masked_files, ARRAY_SIZE(sys_masked_files)},
-};
-
-_Static_assert(M_LISTS == ARRAY_SIZE(((struct child_args *)0)->masks_present),
-	       "child_args.masks_present holds one mask per list");
-
-#define PRESENT(a, list, i) ((a)->masks_present[list] & (1u << (i)))
-
+/* /proc and /sys with what is masked or made read-only there (masks.c,
+ * relative to the staging root): files under its /dev/null, directories
+ * under the template's empty read-only /e (flags that travel with binds).
+ * mntns_template found once which of them this kernel has (a fresh proc and
+ * sysfs instance show the same entries as a sandbox's), so that staging
+ * tries no mount on an absent one. */
 static void setup_proc(const struct child_args *a)
 {
+	const char *empty = "/e";
 	TRY(ST_PROC, mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
-	for (size_t i = 0; i < ARRAY_SIZE(proc_masked); i++)
-		if (PRESENT(a, M_PROC_FILES, i))
-			TRY(ST_PROC, mount_opt("dev/null", proc_masked[i], NULL, MS_BIND, NULL));
-	for (size_t i = 0; i < ARRAY_SIZE(proc_masked_dirs); i++)
-		if (PRESENT(a, M_PROC_DIRS, i))
-			TRY(ST_PROC, mask_dir(proc_masked_dirs[i]));
-	for (size_t i = 0; i < ARRAY_SIZE(proc_ro); i++)
-		if (PRESENT(a, M_PROC_RO, i))
-			TRY(ST_PROC, bind_ro(proc_ro[i]));
+	TRY(ST_PROC, masks_proc("dev/null", &empty, a->masks_present));
 }
 
 static void setup_sys(const struct child_args *a)
 {
+	const char *empty = "/e";
 	TRY(ST_SYS,
 	    mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
-	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
-		if (PRESENT(a, M_SYS_DIRS, i))
-			TRY(ST_SYS, mask_dir(sys_masked[i]));
-	for (size_t i = 0; i < ARRAY_SIZE(sys_masked_files); i++)
-		if (PRESENT(a, M_SYS_FILES, i))
-			TRY(ST_SYS,
-			    mount_opt("dev/null", sys_masked_files[i], NULL, MS_BIND, NULL));
+	TRY(ST_SYS, masks_sys("dev/null", &empty, a->masks_present));
 }
 
 /* fd 0-2 /dev/null, 3 socket, 4 seccomp program (inherited by the agent),
@@ -350,44 +300,15 @@ static int template_dev(void)
 	return 0;
 }
 
-/* Which masked paths exist, seen in a fresh proc and sysfs mounted for a
- * moment on dir (a sandbox's proc of another pid namespace and sysfs of
- * another network namespace have the same ones). Any doubt sets every bit:
- * staging then tries them all, absent ones being fine. */
-static void template_masks(const char *dir, uint32_t present[M_LISTS])
-{
-	char p[128];
-	for (int k = 0; k < M_LISTS; k++)
-		present[k] = ~0u;
-	for (int fs = 0; fs < 2; fs++) {
-		if (fs == 0 ? mount("proc", dir, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0
-			    : mount("sysfs", dir, "sysfs",
-				    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-			continue;
-		for (int k = 0; k < M_LISTS; k++) {
-			if ((k == M_SYS_DIRS || k == M_SYS_FILES) != (fs == 1))
-				continue;
-			for (size_t i = 0; i < mask_lists[k].n; i++) {
-				/* "proc/x" or "sys/x": the part after the first '/' */
-				const char *rel = strchr(mask_lists[k].paths[i], '/') + 1;
-				snprintf(p, sizeof(p), "%s/%s", dir, rel);
-				if (access(p, F_OK) < 0 && errno == ENOENT)
-					present[k] &= ~(1u << i);
-			}
-		}
-		umount2(dir, MNT_DETACH);
-	}
-}
-
 /* In the helper process: a namespace whose only mounts are a read-only
  * tmpfs root holding the empty directories /s and /e, and the read-only
  * /d (template_dev). Returns 0 or an errno. */
-static int template_setup(const char *dir, uint32_t present[M_LISTS])
+static int template_setup(const char *dir, uint32_t present[MASK_LISTS])
 {
 	umask(0);
 	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return errno;
-	template_masks(dir, present);
+	masks_scan(dir, present);
 	if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 		  "size=4k,nr_inodes=8,mode=755") < 0 ||
 	    chdir(dir) < 0 || mkdir("s", 0755) < 0 || mkdir("e", 0555) < 0 || template_dev() < 0 ||
@@ -398,7 +319,7 @@ static int template_setup(const char *dir, uint32_t present[M_LISTS])
 	return 0;
 }
 
-int mntns_template(const char *dir, int *ret_fd, uint32_t present[M_LISTS])
+int mntns_template(const char *dir, int *ret_fd, uint32_t present[MASK_LISTS])
 {
 	int ready[2], done[2];
 	if (pipe2(ready, O_CLOEXEC) < 0)
@@ -417,7 +338,7 @@ int mntns_template(const char *dir, int *ret_fd, uint32_t present[M_LISTS])
 		close(done[1]); /* else the read below never sees the end */
 		struct {
 			int e;
-			uint32_t present[M_LISTS];
+			uint32_t present[MASK_LISTS];
 		} msg;
 		msg.e = template_setup(dir, msg.present);
 		char c;
@@ -428,7 +349,7 @@ int mntns_template(const char *dir, int *ret_fd, uint32_t present[M_LISTS])
 	int r = pid < 0 ? -errno : 0;
 	struct {
 		int e;
-		uint32_t present[M_LISTS];
+		uint32_t present[MASK_LISTS];
 	} msg = {.e = EIO};
 	close(ready[1]);
 	close(done[0]);

@@ -4,9 +4,11 @@
  * (loopback, and whether a dead sandbox's network namespace can be
  * reused), seccomp.c (the filter, compiled
  * once to BPF), child.c (everything the new sandbox process does between
- * clone3 and exec of the agent), sandbox.c (create/destroy), runtime.c (the
+ * clone3 and exec of the agent), masks.c (the masks of /proc and /sys,
+ * for child.c and worker.c), sandbox.c (create/destroy), runtime.c (the
  * runtime and its pools), client.c (the synchronous agent client),
- * freezer.c (pause and resume). */
+ * freezer.c (pause and resume), worker.c and worker_cgroup.c (workers,
+ * worker.h). */
 #pragma once
 #include <limits.h>
 #include <linux/filter.h>
@@ -98,11 +100,70 @@ int cg_thaw(const struct cg_driver *d, const struct cg_slot *s);
  * frozen task dies only once thawed); no longer paused. */
 void sbx_thaw_killed(struct sbx *s);
 int cg_ctrl_index(const char *name);
-/* One write(2) of val to the cgroup file dirfd/file. Returns 0 or -errno. */
+/* One write(2) of val to the cgroup file dirfd/file. Returns 0 or -errno.
+ * No malloc (as cg_limit_*: a clone child writes its own limits). */
 int cg_write_at(int dirfd, const char *file, const char *val);
 /* Reads a small cgroup file into buf (NUL-terminated). Returns its length
  * or -errno. */
 ssize_t cg_read_at(int dirfd, const char *file, char *buf, size_t cap);
+
+/* cgroup.c's pieces that worker_cgroup.c uses too. */
+/* 1: v1 hierarchies carry memory and pids; 2: a cgroup2 mount (and no
+ * such v1 ones); 0: neither. */
+int cg_detect_version(void);
+/* The directory of our own cgroup in the v1 hierarchy of ctrl. */
+int cg_own_dir(const char *ctrl, char *path, size_t cap);
+/* The memory limit, swap included: v1 memory.limit_in_bytes and (where
+ * swap is accounted) memory.memsw.limit_in_bytes, lifting an earlier
+ * memsw first with lift_swap; v2 memory.max and memory.swap.max 0. */
+int cg_limit_memory(int version, int dirfd, uint64_t mem, bool lift_swap);
+int cg_limit_pids(int dirfd, uint32_t pids);
+/* The cpu limit's file (v1 cpu.cfs_quota_us, v2 cpu.max) and what to
+ * write there for millis thousandths of a core over a 100 ms period (0: no
+ * limit). Returns the length or -ENAMETOOLONG. */
+const char *cg_cpu_file(int version);
+int cg_cpu_value(int version, uint32_t millis, char *buf, size_t cap);
+
+/* worker_cgroup.c: workers' cgroups (worker.h has the layout). */
+enum { WCG_PIDS, WCG_MEMORY, WCG_CPU, WCG_N }; /* v1 hierarchies; v2: [0] */
+struct wcg {
+	int version;		    /* 0: none */
+	bool has_cpu;		    /* workers get a cpu limit */
+	char name[64];		    /* the subtree's */
+	char base[WCG_N][PATH_MAX]; /* v1: <own>/<name> (cpu: <own>); v2: [0] */
+	pid_t owner;		    /* names the directories: w<owner>-<id> */
+	uint64_t next_id;
+	uint64_t *pending; /* workers whose directories are to be removed again */
+	size_t npending;
+};
+/* What a worker's cgroups need, opened by the host before the clone (-1:
+ * none). */
+struct wcg_dirs {
+	int dir[WCG_N]; /* W per hierarchy (v2: [0]) */
+	int kids[2];	/* C in pids and memory (v2: [0]) */
+	int into;	/* v2: where clone3 places the worker (W, or W/t) */
+	int join[2];	/* C's join files: v1 pids and memory tasks, v2 [0] cgroup.procs */
+	int oom;	/* C's OOM counter */
+	int cpu_fd;	/* W's cpu limit file, for writing */
+};
+struct wcg_limits {
+	uint64_t memory, children_memory;
+	uint32_t pids, children_pids;
+};
+/* Detects the version, makes the subtree <name>, sweeps dead hosts'. */
+void wcg_init(struct wcg *g, const char *name);
+void wcg_done(struct wcg *g);
+void wcg_dirs_init(struct wcg_dirs *d);
+void wcg_dirs_close(struct wcg_dirs *d);
+/* In the host: worker id's directories (with C for children), opened. */
+int wcg_prepare(const struct wcg *g, uint64_t id, bool children, struct wcg_dirs *d);
+/* In the worker: joins (v1) and writes the limits. 0, or -1 and errno. */
+int wcg_enter(const struct wcg *g, const struct wcg_dirs *d, const struct wcg_limits *l);
+/* Removes worker id's directories, or remembers to retry (wcg_retry). */
+void wcg_remove(struct wcg *g, uint64_t id);
+void wcg_retry(struct wcg *g);
+int wcg_path(const struct wcg *g, uint64_t id, const char *ctrl, bool children, char *buf,
+	     size_t cap);
 
 /* Brings "lo" up in the caller's current network namespace. */
 int netns_lo_up(void);
@@ -152,23 +213,43 @@ int seccomp_build_libseccomp(int *ret_fd);
 /* Capabilities a sandbox keeps (bit mask). */
 uint64_t sbx_caps_keep(void);
 
+/* masks.c: sbx_masks.h's lists, applied below the cwd (its proc/ and sys/
+ * mounted already). null: a path of /dev/null, bound over files; *empty: an
+ * empty read-only directory, bound over directories, or NULL: the first
+ * directory gets an empty read-only tmpfs, and *empty is then that one.
+ * present (MASK_LISTS masks: bit i of [k], entry i of list k exists; NULL:
+ * try each) skips paths the kernel lacks; absent ones are no failure.
+ * Return 0 or -1 with errno. No malloc. */
+enum { MASK_PROC_FILES, MASK_PROC_DIRS, MASK_PROC_RO, MASK_SYS_DIRS, MASK_SYS_FILES, MASK_LISTS };
+int masks_proc(const char *null, const char **empty, const uint32_t *present);
+int masks_sys(const char *null, const char **empty, const uint32_t *present);
+/* Which masked paths this kernel has, seen in a fresh proc and sysfs
+ * mounted for a moment on dir (a sandbox's proc of another pid namespace
+ * and sysfs of another network namespace have the same ones). Any doubt
+ * sets every bit: staging then tries them all, absent ones being fine. */
+void masks_scan(const char *dir, uint32_t present[MASK_LISTS]);
+/* The /proc lists as JSON, [[files], [directories], [read-only]], absolute
+ * paths: for a worker that masks a /proc it mounts later. Returns 0 or
+ * -ENOSPC. */
+int masks_proc_json(char *buf, size_t cap);
+
 /* Everything the child needs, computed before clone3 (the child must not
  * allocate: another thread of the parent may hold the malloc lock). */
 struct child_args {
 	int mntns_fd; /* the runtime's template mount namespace (mntns_template) */
 	char tmpfs_opts[64];
-	bool new_netns;		   /* clone made a network namespace: lo must be brought up */
-	int netns_fd;		   /* else a reused one to join (setns), or -1 (host network) */
-	int ipcns_fd;		   /* a reused IPC namespace to join, or -1 (clone made one) */
-	bool cgroupns;		   /* unshare a cgroup namespace after joining */
-	int procs_fd[CG_NCTRL];	   /* v1 "tasks" files to join, -1 if none */
-	int agent_fd;		   /* memfd with the agent */
-	int seccomp_fd;		   /* memfd with the BPF program */
-	uint32_t masks_present[5]; /* bit i of [k]: entry i of mask list k exists */
-	int sock_fd;		   /* agent end of the socketpair */
-	int err_fd;		   /* write end of the error pipe (clone3), or -1 */
-	int *status;		   /* or (clone_vm) where a failure's {step, errno} goes */
-	bool files_shared;	   /* cloned with CLONE_FILES: unshare (close_range) */
+	bool new_netns;		/* clone made a network namespace: lo must be brought up */
+	int netns_fd;		/* else a reused one to join (setns), or -1 (host network) */
+	int ipcns_fd;		/* a reused IPC namespace to join, or -1 (clone made one) */
+	bool cgroupns;		/* unshare a cgroup namespace after joining */
+	int procs_fd[CG_NCTRL]; /* v1 "tasks" files to join, -1 if none */
+	int agent_fd;		/* memfd with the agent */
+	int seccomp_fd;		/* memfd with the BPF program */
+	uint32_t masks_present[MASK_LISTS]; /* bit i of [k]: entry i of mask list k exists */
+	int sock_fd;			    /* agent end of the socketpair */
+	int err_fd;			    /* write end of the error pipe (clone3), or -1 */
+	int *status;			    /* or (clone_vm) where a failure's {step, errno} goes */
+	bool files_shared;		    /* cloned with CLONE_FILES: unshare (close_range) */
 };
 
 /* Runs in the child; never returns. On failure reports {step, errno} in
@@ -183,7 +264,7 @@ int child_main_vm(void *arg);
  * (empty, bound over masked directories), made by a helper process with
  * dir (an empty host directory) as the mount point; an fd of it in *ret_fd.
  * Every staging child starts from a copy of it instead of the host's. */
-int mntns_template(const char *dir, int *ret_fd, uint32_t present[5]);
+int mntns_template(const char *dir, int *ret_fd, uint32_t present[MASK_LISTS]);
 /* The function of the short-lived child that holds a new user namespace
  * while userns.c writes its maps (clone(CLONE_VM) on a stack of ours, so
  * in child.c, without ASan): waits until the pipe fd *arg reads EOF. */
@@ -350,11 +431,11 @@ struct sbx_runtime {
 	 * thread that made the runtime): where they return after looking into
 	 * a dead sandbox's (netns_recyclable, ipcns_recyclable). */
 	int home_net_fd, home_ipc_fd;
-	uint32_t masks_present[5]; /* which masked paths exist (child.c, mntns_template) */
-	bool fresh_netns;	   /* never reuse network or IPC namespaces */
-	int mntns_fd;		   /* the template mount namespace (mntns_template) */
-	int agent_fd;		   /* sealed memfd with strata-agent */
-	int seccomp_fd;		   /* sealed memfd with the BPF program */
+	uint32_t masks_present[MASK_LISTS]; /* which masked paths exist (masks_scan) */
+	bool fresh_netns;		    /* never reuse network or IPC namespaces */
+	int mntns_fd;			    /* the template mount namespace (mntns_template) */
+	int agent_fd;			    /* sealed memfd with strata-agent */
+	int seccomp_fd;			    /* sealed memfd with the BPF program */
 	struct cg_driver cg;
 	struct layer_fs layers;
 	struct pool pool;

@@ -1,8 +1,8 @@
 /* sbx_masks.h — what a sandbox's /proc and /sys hide or make read-only
- * (paths relative to the sandbox root): Docker's lists and a few more. The
- * container library's staging (child.c) and sandboxd's fncall Python
- * workers (backend_fncall.c) apply the same lists; a path this kernel
- * lacks is skipped.
+ * (paths relative to the sandbox root): Docker's lists and a few more,
+ * applied by masks.c for the container library's staging (child.c) and its
+ * workers (worker.c), and, as JSON from there, by the call processes of
+ * sandboxd's fncall templates; a path this kernel lacks is skipped.
  *   proc_masked       files: /dev/null bound over each
  *   proc_masked_dirs  directories: an empty read-only tmpfs over each
  *   proc_ro           bound read-only onto themselves

@@ -14,16 +14,16 @@
  * make the replacements off the loop (sbx_create waits for the agent's
  * START reply); an empty pool creates inline.
  *
- * A *Python* call (as root) runs in a warm interpreter: a process cloned
- * here into new mount, pid, uts, ipc, cgroup and (network "none") net
- * namespaces, with the image root bind-mounted read-only, a fresh tmpfs on
- * /tmp and /dev, /proc and a read-only /sys masked as in the container
- * library's sandboxes, loopback up, no capabilities, no_new_privs and the
- * container library's seccomp filter (sbx_seccomp_program), its own pids,
- * memory and cpu cgroups (fixed pids and memory limits; the cpu limit is
- * each call's sandbox's, written before the call), which has exec'd the
- * image's python3 and serves call after call (see py_boot). Python as
- * another user is a command call of python3 -c.
+ * A *Python* call (as root) runs in a fresh process forked from a warm
+ * template (see py_boot): a python3 that the container library spawned as
+ * a worker (sandbox/container/worker.h: new mount, pid, uts, ipc and
+ * (network "none") net namespaces, the image root read-only, fresh /tmp,
+ * /dev, /proc and a read-only /sys with the library's masks, loopback up,
+ * its own pids and memory cgroups with a cgroup for its call processes
+ * beside, the cpu limit each call's sandbox's, written before the call; no
+ * capabilities but the two its call processes' set-up needs, no_new_privs,
+ * the library's seccomp filter handed over for them). Python as another
+ * user is a command call of python3 -c.
  *
  * Pools grow with demand (the calls of the last second), shrink back after
  * 10 s without calls, and are refilled after the calls returned. What
@@ -40,18 +40,13 @@
  *  4. Idle interpreters die with sandboxd (PDEATHSIG and EOF on their
  *     control pipe), warm sandboxes when their agent's stream closes; a
  *     restarted sandboxd starts new pools.
- *  5. An interpreter execs python3 only with its cgroups joined, its
- *     capabilities dropped, no_new_privs and the seccomp filter loaded
- *     (else it exits), and runs a call only once that call's cpu limit is
- *     in its cpu cgroup. */
+ *  5. A template runs a call only once that call's cpu limit is in its
+ *     cpu cgroup; its call processes run a caller's code only with every
+ *     capability dropped, no_new_privs and the seccomp filter loaded (else
+ *     they exit). */
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
-#include <limits.h>
 #include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -59,11 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -73,30 +64,24 @@
 
 #include "fs/cleanup.h"
 #include "sandbox/sandboxd/loop.h"
-#include "sandbox/sandboxd/kfile.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
 #ifdef STRATA_HAVE_CONTAINER
-#include "sandbox/container/sbx_masks.h"
 #include "sandbox/container/strata_sandbox.h"
-#endif
-
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
+#include "sandbox/container/worker.h"
 #endif
 
 #define POOL_MAX 32
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+/* A template (py_boot): the library's worker and its pipes. */
 struct fn_worker {
-	pid_t pid;
-	int pidfd, ctl, in, out, err;
-	int calls;	 /* python workers: calls served */
-	bool pid_reaped; /* python workers: reaped through the call's pidfd */
-	uint64_t cg_id;
-	int cpu_fd;	     /* its cpu cgroup's quota file (cg_prepare_cpu), or -1 */
-	uint32_t cpu_millis; /* the limit written there; 0: none yet (unlimited) */
-	int mntns;	     /* holds its mount namespace: see ns_release */
+#ifdef STRATA_HAVE_CONTAINER
+	struct sbx_worker sw; /* pid, pidfd (-1 once reaped), cgroups, cpu limit */
+#endif
+	int ctl, in, out, err;
+	int calls; /* calls served */
+	int mntns; /* holds its mount namespace: see ns_release */
 	struct fn_backend *fb;
 	struct fn_worker *next;
 };
@@ -142,37 +127,6 @@ struct fn_pool {
 	struct fn_pool *next;
 };
 
-/* Per-interpreter cgroups (pids, memory, cpu): v1 hierarchies or a cgroup2
- * tree, below our own cgroup, in a "strata-fncall" directory (w<pid>-<id>).
- * A worker is put in its cgroups right after clone (it has not forked yet)
- * and given its fixed pids and memory limits there; its cpu limit is each
- * call's, written by the loop before the call (cpu_set). The cgroups are
- * removed once the worker is gone (retried from tick while the kernel
- * still holds them); empty ones of dead sandboxds go when the next starts.
- * Without pids and memory controllers (version 0) Python calls are refused;
- * without a cpu controller they run without a cpu limit, as the container
- * library's sandboxes do.
- *
- * On v1 the cpu cgroups are made in our own cpu cgroup itself
- * (strata-fncall-w<pid>-<id>), one level of group scheduling as each
- * interpreter was one process of ours before: below a strata-fncall
- * directory, a call's p50 at concurrency 4 went from 0.12-0.13 to
- * 0.23-0.32 ms on this VM (calls/s -20 %), and raising that directory's
- * cpu.shares did not help. On v2 a cgroup with processes (ours) cannot
- * delegate controllers to children, so there it is strata-fncall/w<pid>-<id>
- * (not measured: no v2 controllers here), with the template in its "t" and
- * the template's calls in its "c" (cg_prepare_calls). */
-enum { CG_PIDS, CG_MEMORY, CG_CPU, CG_N }; /* v1 hierarchies (v2: [0] only) */
-struct fn_cg {
-	int version;		   /* 0: none (Python calls refused), 1, 2 */
-	bool has_cpu;		   /* a cpu controller: calls get their cpu limit */
-	char base[CG_N][PATH_MAX]; /* v1: per hierarchy; v2: [0] */
-	uint64_t next_id;	   /* names the worker cgroups: w<owner>-<id> */
-	pid_t owner;
-	uint64_t *pending; /* cgroups to remove again */
-	size_t npending;
-};
-
 /* A warm library sandbox in a cmd_pool's idle list. */
 struct cmd_box {
 	struct sbx *s;
@@ -206,14 +160,11 @@ struct cmd_pool {
 
 struct fn_backend {
 	struct sbd_backend b;
-	struct fn_cg cg;
-	/* The container library's seccomp program (sbx_seccomp_program), which
-	 * every Python worker loads before it execs python3; NULL: none, and
-	 * Python calls are refused (py_why says why). */
-	struct sock_filter *filter;
-	unsigned short filter_len;
+	/* The container library's workers (the templates): their cgroups below
+	 * strata-fncall, the seccomp program; NULL: Python calls are refused
+	 * (py_why says why). */
+	struct sbx_workers *ws;
 	struct strata_err py_why; /* Python calls as root refused: why */
-	char py_masks[2048];	  /* sbx_masks.h's /proc lists, JSON (the template's argv) */
 	int closer_fd;		  /* write end: fds for the closer thread, or -1 */
 	pthread_t closer;
 	int pool_min;
@@ -231,7 +182,9 @@ struct fn_backend {
 };
 
 /* The template: a warm python3 that has imported nothing of any caller and
- * never runs a caller's code. It keeps a call process ready: forked into a
+ * never runs a caller's code, spawned as a worker of the container library
+ * (template_spawn) with PY_TEMPLATE_CAPS and no_new_privs. It keeps a call
+ * process ready: forked into a
  * new pid namespace (its pid 1), which joins the call cgroups (fds 7 and 8,
  * v1), unshares its mount and IPC namespaces, mounts a fresh tmpfs on /tmp
  * and a fresh /proc with the library's masks (argv[2], from sbx_masks.h),
@@ -438,657 +391,6 @@ static const char py_boot[] =
     "    d={'exit_code':s&255} if s>=0 else {'exit_code':-1,'signal':-s,'oom':ooms()>o}\n"
     "    answer(d,-1)\n";
 
-/* ---- cgroups ------------------------------------------------------------------ */
-
-static void __attribute__((noreturn)) die(const char *what);
-
-/* Whether the comma-separated list holds the name tok ("cpu" is not in
- * "cpuacct" nor in "cpuset"). */
-static bool has_token(const char *list, const char *tok)
-{
-	size_t n = strlen(tok);
-	for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-		if (!strncmp(p, tok, n) && (p[n] == ',' || p[n] == 0))
-			return true;
-	return false;
-}
-
-/* Our own cgroup in the hierarchy with ctrl ("" for cgroup2). */
-static int own_cgroup(const char *ctrl, char *buf, size_t cap)
-{
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	char line[1024];
-	int r = -ENOENT;
-	while (f && r < 0 && fgets(line, sizeof(line), f)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		if (!b)
-			continue;
-		*b = 0;
-		line[strcspn(line, "\n")] = 0;
-		b[1 + strcspn(b + 1, "\n")] = 0;
-		bool hit = ctrl[0] ? has_token(a + 1, ctrl) : !a[1];
-		if (hit && snprintf(buf, cap, "%s", b + 1) < (int)cap)
-			r = 0;
-	}
-	if (f)
-		fclose(f);
-	return r;
-}
-
-/* dst: our own cgroup in the v1 hierarchy of ctrl (/sys/fs/cgroup/<ctrl>)
- * or ("") the cgroup2 one (/sys/fs/cgroup), with sub ("/strata-fncall",
- * made if needed, or "") appended. */
-static int cg_setup_dir(char *dst, const char *ctrl, const char *sub)
-{
-	char own[PATH_MAX / 2];
-	int r = own_cgroup(ctrl, own, sizeof(own));
-	if (r < 0)
-		return r;
-	snprintf(dst, PATH_MAX, "/sys/fs/cgroup%s%s%s%s", ctrl[0] ? "/" : "", ctrl,
-		 strcmp(own, "/") ? own : "", sub);
-	return sub[0] && mkdir(dst, 0755) < 0 && errno != EEXIST ? -errno : 0;
-}
-
-/* What the names of a worker's directories in base[i] start with. */
-static const char *cg_prefix(const struct fn_cg *cg, int i)
-{
-	return cg->version == 1 && i == CG_CPU ? "strata-fncall-w" : "w";
-}
-
-static int cg_count(const struct fn_cg *cg);
-
-/* Removes the empty worker cgroups of sandboxds that are gone (a killed
- * one leaves its workers' directories; populated ones cannot be removed). */
-static void cg_sweep(const struct fn_cg *cg)
-{
-	for (int i = 0; i < cg_count(cg); i++) {
-		DIR *d = opendir(cg->base[i]);
-		const char *pre = cg_prefix(cg, i);
-		size_t n = strlen(pre);
-		struct dirent *e;
-		while (d && (e = readdir(d))) {
-			char *end;
-			long pid = strncmp(e->d_name, pre, n) ? 0 : strtol(e->d_name + n, &end, 10);
-			if (pid <= 0 || pid == cg->owner || *end != '-' ||
-			    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-				continue;
-			char p[PATH_MAX + 300];
-			snprintf(p, sizeof(p), "%s/%s/c", cg->base[i], e->d_name);
-			rmdir(p); /* its call cgroup first, and on v2 the template's */
-			p[strlen(p) - 1] = 't';
-			rmdir(p);
-			p[strlen(p) - 2] = 0;
-			rmdir(p);
-		}
-		if (d)
-			closedir(d);
-	}
-}
-
-static void cg_init(struct fn_cg *cg)
-{
-	static const char sub[] = "/strata-fncall";
-
-	cg->owner = getpid();
-	if (access("/sys/fs/cgroup/pids/cgroup.procs", F_OK) == 0 &&
-	    access("/sys/fs/cgroup/memory/cgroup.procs", F_OK) == 0) {
-		if (cg_setup_dir(cg->base[CG_PIDS], "pids", sub) == 0 &&
-		    cg_setup_dir(cg->base[CG_MEMORY], "memory", sub) == 0) {
-			cg->version = 1;
-			cg->has_cpu = access("/sys/fs/cgroup/cpu/cgroup.procs", F_OK) == 0 &&
-				      cg_setup_dir(cg->base[CG_CPU], "cpu", "") == 0;
-			cg_sweep(cg);
-		}
-		return;
-	}
-	/* v2: below the same cgroup as the container library's sandboxes,
-	 * which may have moved sandboxd into a leaf of its own cgroup. */
-	char dir[PATH_MAX - sizeof(sub)];
-	if (sbx_cgroup_v2_base(dir, sizeof(dir)) == 0) {
-		snprintf(cg->base[0], sizeof(cg->base[0]), "%s%s", dir, sub);
-		if (mkdir(cg->base[0], 0755) < 0 && errno != EEXIST)
-			return;
-		char p[PATH_MAX + 32];
-		snprintf(p, sizeof(p), "%s/cgroup.subtree_control", cg->base[0]);
-		if (sbd_kfile_write(p, "+pids +memory +cpu") == 0) {
-			cg->version = 2;
-			cg->has_cpu = true;
-		} else if (sbd_kfile_write(p, "+pids +memory") == 0) {
-			cg->version = 2;
-		}
-		cg_sweep(cg);
-	}
-}
-
-static void cg_path(const struct fn_cg *cg, int i, uint64_t id, const char *file, char *buf,
-		    size_t cap)
-{
-	/* named by sandboxd's pid too: several sandboxds share strata-fncall */
-	snprintf(buf, cap, "%s/%s%d-%llu%s%s", cg->base[i], cg_prefix(cg, i), (int)cg->owner,
-		 (unsigned long long)id, file ? "/" : "", file ? file : "");
-}
-
-/* The number of directories of a worker (v1: one per hierarchy). */
-static int cg_count(const struct fn_cg *cg)
-{
-	return cg->version == 1 ? (cg->has_cpu ? 3 : 2) : cg->version == 2 ? 1 : 0;
-}
-
-/* Makes a worker's directory in base[i]. A sandboxd that stops removes
- * strata-fncall when it is empty, which may be while another one is about
- * to make a worker there: then strata-fncall is made again (on v2 with the
- * controllers for its children) and the mkdir retried. No malloc (also
- * called in the worker). */
-static int cg_mkdir(const struct fn_cg *cg, int i, uint64_t id)
-{
-	char p[PATH_MAX + 64];
-	cg_path(cg, i, id, NULL, p, sizeof(p));
-	for (int tries = 0; tries < 3; tries++) {
-		if (mkdir(p, 0755) == 0 || errno == EEXIST)
-			return 0;
-		if (errno != ENOENT || (mkdir(cg->base[i], 0755) < 0 && errno != EEXIST))
-			return -errno;
-		if (cg->version == 2) {
-			char c[PATH_MAX + 32];
-			snprintf(c, sizeof(c), "%s/cgroup.subtree_control", cg->base[i]);
-			int r = sbd_kfile_write(c, cg->has_cpu ? "+pids +memory +cpu"
-							       : "+pids +memory");
-			if (r < 0)
-				return r;
-		}
-	}
-	return -ENOENT;
-}
-
-/* On the loop, before the clone: makes the worker's cpu cgroup and opens
- * its quota file for writing into *ret_fd (-1 without a cpu controller),
- * where the loop writes each call's limit (cpu_set). Made here, not in the
- * worker, so that it exists however soon the first call comes. Only that
- * mkdir is done here (v1: ~25 µs on this VM; the memory one, ~130 µs, and
- * the joins stay in the worker); on v2 it is the worker's one directory. */
-static int cg_prepare_cpu(const struct fn_cg *cg, uint64_t id, int *ret_fd)
-{
-	*ret_fd = -1;
-	if (!cg->has_cpu)
-		return 0;
-	int i = cg->version == 2 ? 0 : CG_CPU;
-	int r = cg_mkdir(cg, i, id);
-	if (r < 0)
-		return r;
-	char p[PATH_MAX + 64];
-	cg_path(cg, i, id, cg->version == 2 ? "cpu.max" : "cpu.cfs_quota_us", p, sizeof(p));
-	int fd = open(p, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	*ret_fd = fd;
-	return 0;
-}
-
-/* Sets a worker's cpu limit, in thousandths of a core (>= 10: the kernel's
- * smallest quota is 1 ms per period; cpu_millis_of), as the container
- * library does (cgroup.c): v1 cpu.cfs_quota_us over the default 100 ms
- * period, v2 cpu.max. */
-static int cpu_set(const struct fn_cg *cg, struct fn_worker *w, uint32_t millis)
-{
-	char b[48];
-	int n = cg->version == 2
-		    ? snprintf(b, sizeof(b), "%llu 100000", (unsigned long long)millis * 100)
-		    : snprintf(b, sizeof(b), "%llu", (unsigned long long)millis * 100);
-	ssize_t k = pwrite(w->cpu_fd, b, (size_t)n, 0);
-	if (k != n)
-		return k < 0 ? -errno : -EIO;
-	w->cpu_millis = millis;
-	return 0;
-}
-
-/* In the worker, before it pivots: creates its cgroups (the cpu one
- * exists already), moves itself in (the slow part of cgroups v1, kept off
- * sandboxd's loop) and keeps the pids and memory directories open at fds 4
- * (v2: the one directory, the worker joining its "t") and 5,
- * close-on-exec, for its limits. On v1 it
- * joins through "tasks", which moves only the writing thread (all of this
- * single-threaded process) without the cgroup_threadgroup_rwsem that a
- * cgroup.procs write takes (sandbox/README.md). A failure ends it: a worker
- * runs with its limits or not at all (here, in cg_limit_self and in
- * cg_hide). */
-static void cg_enter(const struct fn_cg *cg, uint64_t id)
-{
-	char p[PATH_MAX + 64];
-	for (int i = 0; i < cg_count(cg); i++) {
-		int r = cg_mkdir(cg, i, id);
-		if (r < 0) {
-			errno = -r;
-			die("make its cgroup");
-		}
-		cg_path(cg, i, id, cg->version == 1 ? "tasks" : "t/cgroup.procs", p, sizeof(p));
-		r = sbd_kfile_write(p, "0");
-		if (r < 0) {
-			errno = -r;
-			die("join its cgroup");
-		}
-		if (i > CG_MEMORY)
-			continue;
-		cg_path(cg, i, id, NULL, p, sizeof(p));
-		int fd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			die("open its cgroup");
-		if (fd != 4 + i) {
-			dup3(fd, 4 + i, O_CLOEXEC);
-			close(fd);
-		}
-	}
-}
-
-/* Writes v into file of the directory dfd; a file that may be absent
- * (optional: swap accounting off) is no failure. */
-static void limit_at(int dfd, const char *file, long long v, bool optional)
-{
-	char b[32];
-	int n = snprintf(b, sizeof(b), "%lld", v);
-	int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC);
-	if (fd < 0 && optional && errno == ENOENT)
-		return;
-	if (fd < 0 || write(fd, b, (size_t)n) != n)
-		die(file);
-	close(fd);
-}
-
-/* In the worker: its pids and memory limits, through the fds cg_enter
- * left (swap included, as the container library's). */
-static void cg_limit_self(const struct fn_cg *cg, int64_t pids, int64_t mem)
-{
-	if (!cg->version)
-		return;
-	limit_at(4, "pids.max", pids, false);
-	if (cg->version == 2) {
-		limit_at(4, "memory.max", mem, false);
-		limit_at(4, "memory.swap.max", 0, true);
-	} else {
-		limit_at(5, "memory.limit_in_bytes", mem, false);
-		limit_at(5, "memory.memsw.limit_in_bytes", mem, true);
-	}
-}
-
-/* A cgroup namespace of its own (its /proc/self/cgroup shows "/"), after
- * its limits are written: on a cgroup2 mounted with nsdelegate (systemd's
- * way) the files of a namespace's root cgroup cannot be written from
- * inside it. */
-static void cg_hide(void)
-{
-	if (unshare(CLONE_NEWCGROUP) < 0)
-		die("unshare the cgroup namespace");
-}
-
-/* Removes a worker's cgroups; returns false if the kernel still holds one. */
-static bool cg_try_remove(struct fn_cg *cg, uint64_t id)
-{
-	char p[PATH_MAX + 64];
-	bool done = true;
-	for (int i = 0; i < cg_count(cg); i++) {
-		cg_path(cg, i, id, "c", p, sizeof(p)); /* the call cgroup (pids, memory) */
-		rmdir(p);
-		cg_path(cg, i, id, "t", p, sizeof(p)); /* v2: the template's */
-		rmdir(p);
-		cg_path(cg, i, id, NULL, p, sizeof(p));
-		if (rmdir(p) < 0 && errno != ENOENT)
-			done = false;
-	}
-	return done;
-}
-
-static void cg_remove(struct fn_cg *cg, uint64_t id)
-{
-	if (!cg->version || cg_try_remove(cg, id))
-		return;
-	uint64_t *n = realloc(cg->pending, (cg->npending + 1) * sizeof(*n));
-	if (n) {
-		cg->pending = n;
-		cg->pending[cg->npending++] = id;
-	}
-}
-
-static void cg_retry(struct fn_cg *cg)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < cg->npending; i++)
-		if (!cg_try_remove(cg, cg->pending[i]))
-			cg->pending[k++] = cg->pending[i];
-	cg->npending = k;
-}
-
-/* ---- the worker (runs in the cloned child; exits, never returns) ---------- */
-
-static void __attribute__((noreturn)) die(const char *what)
-{
-	dprintf(2, "strata-fncall: %s: %s\n", what, strerror(errno));
-	_exit(126);
-}
-
-/* stdio and the control socket at 0-3, calls (the call cgroup files, -1:
- * none) at 10-12 (see cg_calls), everything else closed. */
-static void move_fds(int in, int out, int err, int ctl, int calls[3])
-{
-	int src[7] = {in, out, err, ctl, calls[0], calls[1], calls[2]};
-	for (int i = 0; i < 7; i++)
-		if (src[i] >= 0 && (src[i] = fcntl(src[i], F_DUPFD, 64)) < 0)
-			_exit(126);
-	for (int i = 0; i < 7; i++)
-		if (src[i] >= 0 && dup2(src[i], i < 4 ? i : 6 + i) < 0)
-			_exit(126);
-	syscall(SYS_close_range, 4U, 9U, 0U);
-	syscall(SYS_close_range, 13U, ~0U, 0U);
-	for (int i = 0; i < 3; i++)
-		calls[i] = calls[i] < 0 ? -1 : 10 + i;
-}
-
-static void mount_dev(void)
-{
-	static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
-	int src_fd[ARRAY_SIZE(devs)];
-	if (access("dev", F_OK) < 0)
-		return;
-	/* the host's nodes, opened before the tmpfs hides them (with the host's
-	 * root as the image, "/dev/null" is below it after) */
-	for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
-		char src[32];
-		snprintf(src, sizeof(src), "/dev/%s", devs[i]);
-		src_fd[i] = open(src, O_PATH | O_CLOEXEC);
-	}
-	if (mount("tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") < 0)
-		die("mount /dev");
-	for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
-		char src[32], dst[32];
-		snprintf(src, sizeof(src), "/proc/self/fd/%d", src_fd[i]);
-		snprintf(dst, sizeof(dst), "dev/%s", devs[i]);
-		int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-		if (fd >= 0)
-			close(fd);
-		if (src_fd[i] < 0 || mount(src, dst, NULL, MS_BIND, NULL) < 0)
-			unlink(dst);
-		if (src_fd[i] >= 0)
-			close(src_fd[i]);
-	}
-	symlink("/proc/self/fd", "dev/fd");
-	symlink("/proc/self/fd/0", "dev/stdin");
-	symlink("/proc/self/fd/1", "dev/stdout");
-	symlink("/proc/self/fd/2", "dev/stderr");
-	mkdir("dev/shm", 01777);
-	/* shared by the template's calls: nothing written there may outlive one */
-	if (mount(NULL, "dev", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
-		die("make /dev read-only");
-}
-
-/* What is masked or made read-only in /proc and /sys (relative to the new
- * root): the container library's lists (sandbox/container/sbx_masks.h);
- * tests/sandbox/sandboxd/test_fncall_python.py compares what a Python call and a
- * command call see. The worker runs as uid 0 without capabilities, and some
- * of these check only file permissions (writing /proc/sysrq-trigger needs
- * no capability). Absent paths are skipped. */
-
-/* Hides directory dir under an empty read-only tmpfs: the first one
- * mounted (*empty, then its path) is bound over the others. */
-static void mask_dir(const char *dir, const char **empty)
-{
-	if (access(dir, F_OK) < 0)
-		return;
-	if (*empty ? mount(*empty, dir, NULL, MS_BIND, NULL) < 0
-		   : mount("tmpfs", dir, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			   "mode=555") < 0)
-		die(dir);
-	if (!*empty)
-		*empty = dir;
-}
-
-static void mask_proc(const char **empty)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(proc_masked); i++)
-		if (access(proc_masked[i], F_OK) == 0 &&
-		    mount("/dev/null", proc_masked[i], NULL, MS_BIND, NULL) < 0)
-			die(proc_masked[i]);
-	for (size_t i = 0; i < ARRAY_SIZE(proc_masked_dirs); i++)
-		mask_dir(proc_masked_dirs[i], empty);
-	for (size_t i = 0; i < ARRAY_SIZE(proc_ro); i++) {
-		if (access(proc_ro[i], F_OK) < 0)
-			continue;
-		if (mount(proc_ro[i], proc_ro[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
-		    mount(NULL, proc_ro[i], NULL,
-			  MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  NULL) < 0)
-			die(proc_ro[i]);
-	}
-}
-
-/* /sys: a read-only sysfs of the worker's network namespace (hiding, for
- * an image that is the host's root, the host's /sys and what is mounted
- * below it), with the masked directories. With network "host" and the
- * host's root as the image, that sysfs is the one already mounted there,
- * and the kernel refuses a filesystem on a mount point of its own (EBUSY):
- * the host's /sys tree is detached from our private mount namespace first. */
-static void mount_sys(const char **empty)
-{
-	const unsigned long fl = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
-	if (access("sys", F_OK) < 0)
-		return;
-	if (mount("sysfs", "sys", "sysfs", fl, NULL) < 0 &&
-	    (errno != EBUSY || umount2("sys", MNT_DETACH) < 0 ||
-	     mount("sysfs", "sys", "sysfs", fl, NULL) < 0))
-		die("mount /sys");
-	for (size_t i = 0; i < ARRAY_SIZE(sys_masked); i++)
-		mask_dir(sys_masked[i], empty);
-	for (size_t i = 0; i < ARRAY_SIZE(sys_masked_files); i++)
-		if (access(sys_masked_files[i], F_OK) == 0 &&
-		    mount("/dev/null", sys_masked_files[i], NULL, MS_BIND, NULL) < 0)
-			die(sys_masked_files[i]);
-}
-
-struct mount_attr_ {
-	uint64_t attr_set, attr_clr, propagation, userns_fd;
-};
-
-static void enter_root(const char *rootfs)
-{
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		die("make mounts private");
-	/* The host's own root as an image (tests, trusted tools): no pivot,
-	 * the same read-only treatment in our private mount namespace. */
-	bool host = !strcmp(rootfs, "/");
-	if (!host && mount(rootfs, rootfs, NULL, MS_BIND | MS_REC, NULL) < 0)
-		die("bind the image root");
-	struct mount_attr_ ma = {.attr_set = 0x1 /* MOUNT_ATTR_RDONLY */ | 0x2 /* NOSUID */};
-	if (syscall(SYS_mount_setattr, AT_FDCWD, rootfs, 0x8000 /* AT_RECURSIVE */, &ma,
-		    sizeof(ma)) < 0)
-		die("make the image root read-only");
-	if (chdir(rootfs) < 0)
-		die("chdir to the image root");
-	if (access("tmp", F_OK) == 0 &&
-	    mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777") < 0)
-		die("mount /tmp");
-	const char *empty = NULL; /* the first masked directory */
-	if (access("proc", F_OK) == 0) {
-		if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-			die("mount /proc");
-		mask_proc(&empty);
-	}
-	mount_sys(&empty);
-	mount_dev();
-	if (host)
-		return;
-	if (syscall(SYS_pivot_root, ".", ".") < 0)
-		die("pivot_root");
-	if (umount2(".", MNT_DETACH) < 0)
-		die("detach the old root");
-	if (chdir("/") < 0)
-		die("chdir /");
-}
-
-static void loopback_up(void)
-{
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct ifreq ifr = {0};
-	strcpy(ifr.ifr_name, "lo");
-	if (s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-		ifr.ifr_flags |= IFF_UP;
-		ioctl(s, SIOCSIFFLAGS, &ifr);
-	}
-	if (s >= 0)
-		close(s);
-}
-
-/* Moves fd (a temporary one, >= FD_HIGH) to target, inherited across the
- * exec; a failure ends the worker. */
-#define FD_HIGH 100
-static int fd_high(int fd, const char *what)
-{
-	int h = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, FD_HIGH);
-	if (h < 0)
-		die(what);
-	close(fd);
-	return h;
-}
-
-static void fd_place(int fd, int target)
-{
-	if (dup2(fd, target) < 0)
-		die("place a descriptor");
-	close(fd);
-}
-
-/* The seccomp program (fb->filter) in a memfd at fd 6, for the template's
- * call processes. */
-static void filter_pass(const struct fn_backend *fb)
-{
-	int fd = fd_high((int)syscall(SYS_memfd_create, "strata-seccomp", 1U /* CLOEXEC */),
-			 "memfd_create");
-	size_t n = (size_t)fb->filter_len * sizeof(*fb->filter);
-	if (pwrite(fd, fb->filter, n, 0) != (ssize_t)n)
-		die("write the seccomp program");
-	fd_place(fd, 6);
-}
-
-/* On the loop, before the clone: makes the cgroups where the worker's call
- * processes go and opens the files they join through (fds[0], fds[1]: the
- * tasks or cgroup.procs files a call process writes "0" to, -1 when none)
- * and the one that counts OOM kills (fds[2]). v1: "c" below the worker's
- * pids and memory cgroups, its tasks files and memory.oom_control. v2 (a
- * cgroup with processes cannot delegate controllers to children): the
- * worker's directory W gets the pids and memory controllers for its
- * children, "t" (the template: cg_enter) and "c" (its calls) below it, and
- * the fds are c's cgroup.procs and memory.events. Opened here, in
- * sandboxd's mount and cgroup namespaces: a file the worker held open for
- * writing on a mount of its own namespace would make the image root's
- * read-only mount_setattr fail (EBUSY), after it they are read-only, and a
- * cgroup2 mounted with nsdelegate checks a migration against the cgroup
- * namespace of the file's opener (the call processes' has t as its root,
- * where c is out of sight). */
-static int cg_prepare_calls(const struct fn_cg *cg, uint64_t id, int fds[3])
-{
-	static const char *const v1[] = {"c/tasks", "c/tasks", "c/memory.oom_control"};
-	static const char *const v2[] = {"c/cgroup.procs", NULL, "c/memory.events"};
-	char p[PATH_MAX + 64];
-	int r;
-	if (cg->version == 2) {
-		if ((r = cg_mkdir(cg, 0, id)) < 0)
-			return r;
-		cg_path(cg, 0, id, "cgroup.subtree_control", p, sizeof(p));
-		if ((r = sbd_kfile_write(p, "+pids +memory")) < 0)
-			return r;
-		for (const char *const *d = (const char *const[]){"t", "c", NULL}; *d; d++) {
-			cg_path(cg, 0, id, *d, p, sizeof(p));
-			if (mkdir(p, 0755) < 0 && errno != EEXIST)
-				return -errno;
-		}
-	}
-	if (cg->version != 1 && cg->version != 2)
-		return 0;
-	for (int i = 0; i < 3; i++) {
-		const char *f = cg->version == 1 ? v1[i] : v2[i];
-		int h = cg->version == 2 ? 0 : i ? CG_MEMORY : CG_PIDS;
-		if (!f)
-			continue;
-		if (cg->version == 1 && i < 2) {
-			if ((r = cg_mkdir(cg, h, id)) < 0)
-				return r;
-			cg_path(cg, h, id, "c", p, sizeof(p));
-			if (mkdir(p, 0755) < 0 && errno != EEXIST)
-				return -errno;
-		}
-		cg_path(cg, h, id, f, p, sizeof(p));
-		if ((fds[i] = open(p, (i < 2 ? O_WRONLY : O_RDONLY) | O_CLOEXEC)) < 0)
-			return -errno;
-	}
-	return 0;
-}
-
-/* In the worker: the call cgroup's limits (c below its pids and memory
- * cgroups, fds 4 and 5 on v1, below its one directory, fd 4, on v2; a
- * ready call process counts too: pids + 1, 16 MiB) and the files
- * cg_prepare_calls opened (fds) at 7, 8 (the files a call process writes
- * "0" to) and 9 (memory.oom_control, v2 memory.events). */
-static void cg_calls(const struct fn_cg *cg, int64_t pids, int64_t mem, const int fds[3])
-{
-	if (!cg->version)
-		return;
-	int pd = fd_high(openat(4, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open pids/c");
-	int md = cg->version == 2
-		     ? pd
-		     : fd_high(openat(5, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC), "open memory/c");
-	limit_at(pd, "pids.max", pids, false);
-	if (cg->version == 2) {
-		limit_at(md, "memory.max", mem, false);
-		limit_at(md, "memory.swap.max", 0, true);
-	} else {
-		limit_at(md, "memory.limit_in_bytes", mem, false);
-		limit_at(md, "memory.memsw.limit_in_bytes", mem, true);
-		close(md);
-	}
-	close(pd);
-	for (int i = 0; i < 3; i++)
-		if (fds[i] >= 0)
-			fd_place(fd_high(fds[i], "a call cgroup file"), 7 + i);
-}
-
-/* In the child of a raw clone3 of a multi-threaded sandboxd: no malloc
- * (another thread may have held an allocator lock at the clone). */
-static void __attribute__((noreturn)) worker_main(const struct fn_pool *p, uint64_t cg_id, int in,
-						  int out, int err, int ctl, const int cfds[3])
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	int calls[3] = {cfds[0], cfds[1], cfds[2]};
-	move_fds(in, out, err, ctl, calls);
-	cg_enter(&p->fb->cg, cg_id);
-	int64_t call_pids = p->pids + PY_READY,
-		call_mem = (p->memory_mb << 20) + PY_READY * PY_READY_MEMORY;
-	cg_limit_self(&p->fb->cg, call_pids + PY_TEMPLATE_PIDS, call_mem + PY_TEMPLATE_MEMORY);
-	cg_calls(&p->fb->cg, call_pids, call_mem, calls);
-	filter_pass(p->fb);
-	cg_hide();
-	signal(SIGPIPE, SIG_DFL);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	setsid();
-	enter_root(p->rootfs);
-	sethostname("sandbox", 7);
-	if (!p->net_host)
-		loopback_up();
-	sbx_sandbox_fd_limit();
-	/* The worker's memory limit covers the template and its calls' cgroup:
-	 * the template is not the OOM killer's choice there (best effort:
-	 * CAP_SYS_RESOURCE; the calls' own cgroup is where an OOM of a call
-	 * happens). */
-	int oa = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-	if (oa >= 0 && write(oa, "-1000", 5) != 5)
-		errno = 0;
-	if (oa >= 0)
-		close(oa);
-	char *env[] = {"PATH=" DEFAULT_PATH, "LANG=C.UTF-8", NULL};
-	char *argv[] = {
-	    "python3", "-I", "-c", (char *)py_boot, p->keep[0] ? "1" : "0", (char *)p->fb->py_masks,
-	    NULL};
-	execve("/usr/bin/python3", argv, env);
-	die("exec /usr/bin/python3");
-}
-
 /* ---- releasing mount namespaces off the loop ------------------------------------
  *
  * The last reference to a mount namespace unmounts its tree, and the kernel
@@ -1140,26 +442,80 @@ static void closer_stop(struct fn_backend *fb)
 
 /* ---- pools -------------------------------------------------------------------- */
 
-struct clone_args_ {
-	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
-};
+/* The capabilities a template keeps (bounding, permitted, effective): what
+ * its call processes' set-up needs before they drop every one (py_boot's
+ * prep): CAP_SYS_ADMIN (unshare, setns, mount) and CAP_SETPCAP (to empty
+ * their bounding set). None of root's others: sandbox/sandboxd/README.md,
+ * "Where the privileges are dropped". */
+#define PY_TEMPLATE_CAPS ((1ull << CAP_SYS_ADMIN) | (1ull << CAP_SETPCAP))
 
 static void worker_free(struct fn_worker *w)
 {
-	int fds[] = {w->pidfd, w->ctl, w->in, w->out, w->err, w->cpu_fd};
-	if (w->pidfd >= 0) { /* else a call owns the process (and its cgroup) */
-		syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, NULL, 0);
-		waitid(P_PIDFD, (id_t)w->pidfd, &(siginfo_t){0}, WEXITED);
-		cg_remove(&w->fb->cg, w->cg_id);
-	} else if (w->pid_reaped) {
-		cg_remove(&w->fb->cg, w->cg_id);
-	}
+	int fds[] = {w->ctl, w->in, w->out, w->err};
+#ifdef STRATA_HAVE_CONTAINER
+	sbx_worker_free(&w->sw); /* killed and reaped unless a call reaped it */
+#endif
 	ns_release(w->fb, w->mntns); /* -1 when a call took it over */
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	free(w);
 }
+
+#ifdef STRATA_HAVE_CONTAINER
+static int worker_pidfd(const struct fn_worker *w)
+{
+	return w->sw.pidfd;
+}
+
+/* A template for pool p, as a worker of the container library with p's
+ * limits: its call processes share the call cgroup (the library's
+ * children cgroup: the sandbox's pids and memory, plus a ready call
+ * process's allowance for each of PY_READY), and the template's own
+ * cgroup holds that plus its own allowance. */
+static int template_spawn(struct fn_pool *p, int in, int out, int err, int ctl,
+			  struct sbx_worker *ret)
+{
+	int64_t call_pids = p->pids + PY_READY,
+		call_mem = (p->memory_mb << 20) + PY_READY * PY_READY_MEMORY;
+	char *env[] = {"PATH=" DEFAULT_PATH, "LANG=C.UTF-8", NULL};
+	char *argv[] = {"python3",
+			"-I",
+			"-c",
+			(char *)py_boot,
+			p->keep[0] ? "1" : "0",
+			(char *)sbx_workers_proc_masks(p->fb->ws),
+			NULL};
+	int fds[] = {in, out, err, ctl};
+	struct sbx_worker_config cfg = {
+	    .rootfs = p->rootfs,
+	    .path = "/usr/bin/python3",
+	    .argv = argv,
+	    .envp = env,
+	    .label = "strata-fncall",
+	    .network = p->net_host ? SBX_NET_HOST : SBX_NET_NONE,
+	    .fds = fds,
+	    .nfds = ARRAY_SIZE(fds),
+	    .caps_keep = PY_TEMPLATE_CAPS,
+	    .seccomp_deferred = true, /* its call processes load it after their mounts */
+	    /* The template's memory limit covers its calls' cgroup too: the
+	     * template is not the OOM killer's choice there (the calls' own
+	     * cgroup is where an OOM of a call happens). */
+	    .oom_score_adj = -1000,
+	    .memory_bytes = (uint64_t)(call_mem + PY_TEMPLATE_MEMORY),
+	    .pids_max = (uint32_t)(call_pids + PY_TEMPLATE_PIDS),
+	    .children = true,
+	    .children_memory_bytes = (uint64_t)call_mem,
+	    .children_pids_max = (uint32_t)call_pids,
+	};
+	return sbx_worker_spawn(p->fb->ws, &cfg, ret);
+}
+#else
+static int worker_pidfd(const struct fn_worker *w)
+{
+	return -1;
+}
+#endif
 
 static int worker_spawn(struct fn_pool *p, struct fn_worker **ret)
 {
@@ -1170,27 +526,13 @@ static int worker_spawn(struct fn_pool *p, struct fn_worker **ret)
 	    pipe2(err, O_CLOEXEC) < 0 ||
 	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0)
 		r = -errno ?: -ENOMEM;
-	int pidfd = -1;
-	struct clone_args_ ca = {
-	    .flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC |
-		     (p->net_host ? 0 : CLONE_NEWNET),
-	    .pidfd = (uint64_t)(uintptr_t)&pidfd,
-	    .exit_signal = SIGCHLD,
-	};
-	uint64_t cg_id = ++p->fb->cg.next_id;
-	int cpu_fd = -1, cfds[3] = {-1, -1, -1};
+#ifdef STRATA_HAVE_CONTAINER
 	if (r == 0)
-		r = cg_prepare_cpu(&p->fb->cg, cg_id, &cpu_fd);
+		r = template_spawn(p, in[0], out[1], err[1], ctl[0], &w->sw);
+#else
 	if (r == 0)
-		r = cg_prepare_calls(&p->fb->cg, cg_id, cfds);
-	pid_t pid = r < 0 ? -1 : (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-	if (pid == 0)
-		worker_main(p, cg_id, in[0], out[1], err[1], ctl[0], cfds);
-	for (int i = 0; i < 3; i++)
-		if (cfds[i] >= 0)
-			close(cfds[i]);
-	if (r == 0 && pid < 0)
-		r = -errno;
+		r = -ENODEV;
+#endif
 	int child_ends[] = {in[0], out[1], err[1], ctl[0]};
 	for (size_t i = 0; i < 4; i++)
 		if (child_ends[i] >= 0)
@@ -1200,24 +542,18 @@ static int worker_spawn(struct fn_pool *p, struct fn_worker **ret)
 		for (size_t i = 0; i < 4; i++)
 			if (ours[i] >= 0)
 				close(ours[i]);
-		if (cpu_fd >= 0)
-			close(cpu_fd);
-		cg_remove(&p->fb->cg, cg_id);
 		free(w);
 		return r;
 	}
-	*w = (struct fn_worker){.pid = pid,
-				.pidfd = pidfd,
-				.ctl = ctl[1],
-				.in = in[1],
-				.out = out[0],
-				.err = err[0],
-				.fb = p->fb,
-				.cg_id = cg_id,
-				.cpu_fd = cpu_fd,
-				.mntns = -1};
-	char nsp[64];
-	snprintf(nsp, sizeof(nsp), "/proc/%d/ns/mnt", (int)pid);
+	w->ctl = ctl[1];
+	w->in = in[1];
+	w->out = out[0];
+	w->err = err[0];
+	w->fb = p->fb;
+	char nsp[64] = "";
+#ifdef STRATA_HAVE_CONTAINER
+	snprintf(nsp, sizeof(nsp), "/proc/%d/ns/mnt", (int)w->sw.pid);
+#endif
 	w->mntns = open(nsp, O_RDONLY | O_CLOEXEC);
 	*ret = w;
 	return 0;
@@ -1225,8 +561,8 @@ static int worker_spawn(struct fn_pool *p, struct fn_worker **ret)
 
 static bool worker_alive(const struct fn_worker *w)
 {
-	struct pollfd pf = {.fd = w->pidfd, .events = POLLIN};
-	return poll(&pf, 1, 0) == 0;
+	struct pollfd pf = {.fd = worker_pidfd(w), .events = POLLIN};
+	return pf.fd >= 0 && poll(&pf, 1, 0) == 0;
 }
 
 /* Whether a pool of image img (NULL: known by its root only) with root
@@ -1569,15 +905,13 @@ static void py_ctl_io(void *ctx, uint32_t ev)
 	py_finish(c, c->resp_len == 4 + len, true);
 }
 
+#ifdef STRATA_HAVE_CONTAINER
 static void py_pid_io(void *ctx, uint32_t ev)
 {
 	struct py_call *c = ctx;
 	siginfo_t si = {0};
-	if (waitid(P_PIDFD, (id_t)c->w->pidfd, &si, WEXITED | WNOHANG) < 0 || !si.si_pid)
+	if (sbx_worker_reap(&c->w->sw, false, &si) != 1)
 		return;
-	close(c->w->pidfd);
-	c->w->pidfd = -1; /* reaped */
-	c->w->pid_reaped = true;
 	py_forward(c, 1, true);
 	py_forward(c, 2, true);
 	if (si.si_code == CLD_EXITED) {
@@ -1593,9 +927,27 @@ static void py_timer_io(void *ctx, uint32_t ev)
 {
 	struct py_call *c = ctx;
 	c->ex.timed_out = true;
-	syscall(SYS_pidfd_send_signal, c->w->pidfd, SIGKILL, NULL, 0);
+	syscall(SYS_pidfd_send_signal, worker_pidfd(c->w), SIGKILL, NULL, 0);
 	sbd_watch_del(c->fb->b.loop, &c->w_timer);
 }
+
+/* The call's cpu limit (a write only when it differs from the last). */
+static int py_cpu(struct fn_worker *w, uint32_t cpu_millis)
+{
+	return sbx_workers_have_cpu(w->fb->ws) ? sbx_worker_set_cpu(&w->sw, cpu_millis) : 0;
+}
+#else
+static void py_pid_io(void *ctx, uint32_t ev)
+{
+}
+static void py_timer_io(void *ctx, uint32_t ev)
+{
+}
+static int py_cpu(struct fn_worker *w, uint32_t cpu_millis)
+{
+	return -ENODEV;
+}
+#endif
 
 static void py_request(struct jw *w, const struct sbd_exec_req *req)
 {
@@ -1636,7 +988,7 @@ static int py_arm(struct py_call *c, const struct sbd_exec_req *req)
 	if ((r = sbd_watch_add(l, &c->w_out, w->out, EPOLLIN, py_out_io, c)) < 0 ||
 	    (r = sbd_watch_add(l, &c->w_err, w->err, EPOLLIN, py_err_io, c)) < 0 ||
 	    (r = sbd_watch_add(l, &c->w_ctl, w->ctl, EPOLLIN, py_ctl_io, c)) < 0 ||
-	    (r = sbd_watch_add(l, &c->w_pid, w->pidfd, EPOLLIN, py_pid_io, c)) < 0 ||
+	    (r = sbd_watch_add(l, &c->w_pid, worker_pidfd(w), EPOLLIN, py_pid_io, c)) < 0 ||
 	    (r = sbd_watch_add(l, &c->w_timer, c->timer_fd, EPOLLIN, py_timer_io, c)) < 0)
 		return r;
 	return 0;
@@ -1649,9 +1001,7 @@ static int py_exec(struct fn_backend *fb, struct fn_pool *p, uint32_t cpu_millis
 	int r = pool_take(p, &w);
 	if (r < 0)
 		return r;
-	/* the call's cpu limit (a write only when it differs from the last) */
-	if (w->cpu_fd >= 0 && w->cpu_millis != cpu_millis &&
-	    (r = cpu_set(&fb->cg, w, cpu_millis)) < 0) {
+	if ((r = py_cpu(w, cpu_millis)) < 0) {
 		worker_free(w);
 		pool_kick(p);
 		return r;
@@ -2414,7 +1764,10 @@ static int fn_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
 static void fn_tick(struct sbd_backend *b)
 {
 	struct fn_backend *fb = b->priv;
-	cg_retry(&fb->cg);
+#ifdef STRATA_HAVE_CONTAINER
+	if (fb->ws)
+		sbx_workers_tick(fb->ws);
+#endif
 	int64_t now = sbd_now_ms();
 	cmd_tick(fb, now);
 	for (struct fn_pool **pp = &fb->pools; *pp;) {
@@ -2469,68 +1822,26 @@ static void fn_free(struct sbd_backend *b)
 		free(p);
 	}
 	closer_stop(fb);
-	cg_retry(&fb->cg);
-	for (int i = 0; i < cg_count(&fb->cg); i++)
-		if (strcmp(cg_prefix(&fb->cg, i), "w") == 0) /* not our own cpu cgroup */
-			rmdir(fb->cg.base[i]); /* fails while another sandboxd uses it */
-	free(fb->cg.pending);
-	free(fb->filter);
+#ifdef STRATA_HAVE_CONTAINER
+	sbx_workers_free(fb->ws);
+#endif
 	pthread_mutex_destroy(&fb->mu);
 	pthread_cond_destroy(&fb->fill);
 	free(fb);
 }
 
-/* The /proc lists of sbx_masks.h as JSON [[files], [dirs], [read-only]],
- * absolute: what each call process masks on its fresh /proc (py_boot). */
-static void masks_init(struct fn_backend *fb)
+/* The container library's workers, below strata-fncall: Python calls as
+ * root need them, with pids and memory cgroups. */
+static void workers_init(struct fn_backend *fb)
 {
 #ifdef STRATA_HAVE_CONTAINER
-	const char *const *lists[] = {proc_masked, proc_masked_dirs, proc_ro};
-	size_t lens[] = {ARRAY_SIZE(proc_masked), ARRAY_SIZE(proc_masked_dirs),
-			 ARRAY_SIZE(proc_ro)};
-	size_t at = 0, cap = sizeof(fb->py_masks);
-	at += (size_t)snprintf(fb->py_masks, cap, "[");
-	for (size_t l = 0; l < 3 && at < cap; l++) {
-		at += (size_t)snprintf(fb->py_masks + at, cap - at, "%s[", l ? "," : "");
-		for (size_t i = 0; i < lens[l] && at < cap; i++)
-			at += (size_t)snprintf(fb->py_masks + at, cap - at, "%s\"/%s\"",
-					       i ? "," : "", lists[l][i]);
-		if (at < cap)
-			at += (size_t)snprintf(fb->py_masks + at, cap - at, "]");
-	}
-	if (at < cap)
-		at += (size_t)snprintf(fb->py_masks + at, cap - at, "]");
-	if (at >= cap)
-		strata_err_set(&fb->py_why, -ENOSPC, "the mask lists do not fit");
-#else
-	snprintf(fb->py_masks, sizeof(fb->py_masks), "[[],[],[]]");
-#endif
-}
-
-/* Reads the container library's seccomp program into fb->filter (the
- * Python workers load it from there: the cloned child does not allocate). */
-static void filter_init(struct fn_backend *fb)
-{
-#ifdef STRATA_HAVE_CONTAINER
-	_cleanup_close_ int fd = -1;
-	struct stat st;
-	int r = sbx_seccomp_program(&fd);
-	if (r == 0 && fstat(fd, &st) < 0)
-		r = -errno;
-	if (r == 0 && (st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter) ||
-		       st.st_size / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
-		r = -EINVAL;
-	if (r == 0 && !(fb->filter = malloc((size_t)st.st_size)))
-		r = -ENOMEM;
-	if (r == 0 && pread(fd, fb->filter, (size_t)st.st_size, 0) != st.st_size)
-		r = -EIO;
-	if (r == 0) {
-		fb->filter_len = (unsigned short)(st.st_size / (off_t)sizeof(struct sock_filter));
-		return;
-	}
-	free(fb->filter);
-	fb->filter = NULL;
-	strata_err_set(&fb->py_why, -ENODEV, "no seccomp filter: %s", strerror(-r));
+	int r =
+	    sbx_workers_new(&(struct sbx_workers_config){.cgroup_name = "strata-fncall"}, &fb->ws);
+	if (r < 0)
+		strata_err_set(&fb->py_why, -ENODEV, "no seccomp filter: %s", strerror(-r));
+	else if (!sbx_workers_cgroup_version(fb->ws))
+		strata_err_set(&fb->py_why, -ENODEV,
+			       "no pids and memory cgroups for the Python workers");
 #else
 	strata_err_set(&fb->py_why, -ENODEV,
 		       "no seccomp filter (built without the container library)");
@@ -2546,12 +1857,7 @@ struct sbd_backend *sbd_backend_fncall_new(struct sbd_loop *loop, int pool_min,
 	fb->pool_min = pool_min;
 	pthread_mutex_init(&fb->mu, NULL);
 	pthread_cond_init(&fb->fill, NULL);
-	cg_init(&fb->cg);
-	filter_init(fb);
-	masks_init(fb);
-	if (!fb->cg.version)
-		strata_err_set(&fb->py_why, -ENODEV,
-			       "no pids and memory cgroups for the Python workers");
+	workers_init(fb);
 	closer_start(fb);
 	fb->b = (struct sbd_backend){
 	    .name = "fncall",

@@ -112,7 +112,7 @@ static int build_rootfs(const char *root)
 	return r;
 }
 
-int sbxt_setup(struct sbxt_env *e, unsigned pool)
+int sbxt_setup_root(struct sbxt_env *e)
 {
 	memset(e, 0, sizeof(*e));
 	if (geteuid() != 0) {
@@ -144,6 +144,14 @@ int sbxt_setup(struct sbxt_env *e, unsigned pool)
 		sbxt_teardown(e);
 		return 1;
 	}
+	return 0;
+}
+
+int sbxt_setup(struct sbxt_env *e, unsigned pool)
+{
+	int r = sbxt_setup_root(e);
+	if (r)
+		return r;
 	struct sbx_runtime_config cfg = {
 	    .agent_path = e->agent,
 	    .state_dir = e->state,

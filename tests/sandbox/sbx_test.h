@@ -36,6 +36,8 @@ extern int sbxt_failed;
 /* Builds the rootfs and a runtime (pool sizes as given). Returns 0, or an
  * exit status to end the test with (77 with a reason printed, or 1). */
 int sbxt_setup(struct sbxt_env *e, unsigned pool);
+/* Only the checks, the temp dir and the rootfs (no runtime). */
+int sbxt_setup_root(struct sbxt_env *e);
 void sbxt_teardown(struct sbxt_env *e);
 /* Default sandbox config on e's rootfs. */
 struct sbx_config sbxt_config(const struct sbxt_env *e);

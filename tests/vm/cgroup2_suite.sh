@@ -31,7 +31,8 @@ fi
 
 run_library_tests() {
 	local t rc
-	for t in sandbox_basic sandbox_contain sandbox_adopt sandbox_reuse sandbox_disk sandbox_userns sandbox_pause; do
+	for t in sandbox_basic sandbox_contain sandbox_adopt sandbox_reuse sandbox_disk sandbox_userns \
+		sandbox_pause sandbox_worker; do
 		echo "== $t"
 		(cd "$BUILD/tests" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 "./$t")
 		rc=$?

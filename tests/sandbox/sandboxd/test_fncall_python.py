@@ -19,6 +19,7 @@ from sandboxd_harness import Daemon, cgroup_dir, sandboxd_binary
 sys.path.insert(0, os.path.join(SRC, "sdk", "python"))
 import strata  # noqa: E402
 
+_DAEMON = {}  # the module's sandboxd (sock), for tests that look at its children
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ def sock():
     d = Daemon(os.path.join(base, "d"), {"hostroot": "/"})
     os.makedirs(d.base)
     d.start()
+    _DAEMON["d"] = d
     yield d.socket
     d.stop()
     shutil.rmtree(base, ignore_errors=True)
@@ -138,6 +140,42 @@ def test_python_calls_run_under_seccomp(sock):
         for k in ("keyctl", "add_key", "personality", "process_vm_readv", "mount", "unshare",
                   "bpf", "raw_socket", "packet_socket"):
             assert cmd[k] == "EPERM", (k, cmd)
+        still_serving(sock, sb)
+
+
+def _templates():
+    """/proc/PID/status of the module sandboxd's templates: its python3
+    children, each pid 1 of its own namespace (NSpid: host pid, 1)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/status" % pid) as f:
+                st = dict(l.split(":\t", 1) for l in f.read().splitlines() if ":\t" in l)
+        except OSError:
+            continue
+        if (st.get("PPid", "").strip() == str(_DAEMON["d"].proc.pid) and
+                st.get("Name", "").strip() == "python3" and st["NSpid"].split()[1:] == ["1"]):
+            out.append(st)
+    return out
+
+
+def test_the_template_keeps_only_what_its_calls_need(sock):
+    """The template, a worker of the container library, keeps CAP_SYS_ADMIN
+    and CAP_SETPCAP (its call processes' namespaces and mounts, and the
+    drop of their bounding set) and none of root's others, with
+    no_new_privs; the seccomp filter is each call process's, loaded after
+    its mounts (sandbox/sandboxd/README.md, "Where the privileges are
+    dropped"). Before, it kept every capability and no no_new_privs."""
+    with create(sock) as sb:
+        assert sb.exec(python="print(1)", timeout=30).stdout == "1\n"
+        templates = _templates()
+        assert templates, "no template of this sandboxd found"
+        two = (1 << 21) | (1 << 8)  # CAP_SYS_ADMIN, CAP_SETPCAP
+        for st in templates:
+            caps = {k: int(st[k], 16) for k in ("CapBnd", "CapPrm", "CapEff", "CapInh", "CapAmb")}
+            assert caps == {"CapBnd": two, "CapPrm": two, "CapEff": two, "CapInh": 0,
+                            "CapAmb": 0}, st
+            assert st["NoNewPrivs"].strip() == "1" and st["Seccomp"].strip() == "0", st
         still_serving(sock, sb)
 
 
@@ -285,7 +323,7 @@ def test_python_calls_keep_the_memory_limit(sock):
 
 
 # For each path the container library masks or makes read-only
-# (sandbox/container/child.c): absent, "null" (/dev/null bound over it),
+# (sandbox/container/masks.c): absent, "null" (/dev/null bound over it),
 # "empty" (an empty directory over it), else whether its mount is
 # read-only; and what /sys is.
 MASK_PROBE = r"""
