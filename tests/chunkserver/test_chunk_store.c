@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "chunkserver/chunk_format.h"
 #include "chunkserver/chunk_store.h"
 #include "tests/testutil.h"
 #include "chunkserver/uring_pool.h"
@@ -30,6 +31,7 @@
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 #define BS CHUNK_BLOCK_SIZE
+#define DATA_OFF CHUNK_V2_DATA_OFF /* data byte 0 in a format-2 chunk file */
 
 struct corrupt_log {
 	int n;
@@ -246,6 +248,24 @@ static void flip_byte(const char *path, off_t off)
 	close(fd);
 }
 
+/* The file offset of a format-2 chunk file's current header slot (the one
+ * whose magic is "SCHK" and, of two, with the higher version). */
+static uint64_t current_slot_off(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	uint8_t a[40], b[40];
+	CHECK_EQ(pread(fd, a, sizeof(a), 0), (ssize_t)sizeof(a));
+	CHECK_EQ(pread(fd, b, sizeof(b), CHUNK_V2_SLOT_SIZE), (ssize_t)sizeof(b));
+	close(fd);
+	bool va = memcmp(a, "SCHK", 4) == 0, vb = memcmp(b, "SCHK", 4) == 0;
+	CHECK(va || vb);
+	uint64_t vera = 0, verb = 0;
+	memcpy(&vera, a + 32, 8);
+	memcpy(&verb, b + 32, 8);
+	return vb && (!va || verb > vera) ? CHUNK_V2_SLOT_SIZE : 0;
+}
+
 static void test_corruption(struct env *e)
 {
 	uint32_t len = 4 * BS;
@@ -255,7 +275,7 @@ static void test_corruption(struct env *e)
 	CHECK_EQ(chunk_store_write(e->cs, 3, 1, 0, len, data, 0, NULL), 0);
 	char p[512];
 	chunk_file(e, 3, 1, p, sizeof(p));
-	flip_byte(p, 4096 + 2 * BS + 5); /* header is 4 KiB for a 4-block chunk */
+	flip_byte(p, DATA_OFF + 2 * BS + 5);
 
 	e->log.n = 0;
 	CHECK_EQ(chunk_store_read(e->cs, 3, 1, 100, 4096, buf), 4096); /* block 0: fine */
@@ -279,9 +299,9 @@ static void test_corruption(struct env *e)
 	CHECK_EQ(chunk_store_read(e->cs, 3, 1, 0, len, buf), len);
 	CHECK(memcmp(buf, data, len) == 0);
 
-	/* a damaged header */
+	/* a damaged header: the current slot's version field */
 	chunk_file(e, 3, 1, p, sizeof(p));
-	flip_byte(p, 33); /* inside the version field */
+	flip_byte(p, current_slot_off(p) + 33);
 	e->log.n = 0;
 	CHECK_EQ(chunk_store_read(e->cs, 3, 1, 0, 10, buf), -EIO);
 	struct chunk_meta m;
@@ -292,7 +312,7 @@ static void test_corruption(struct env *e)
 	/* a truncated file */
 	CHECK_EQ(chunk_store_write(e->cs, 3, 2, 0, len, data, 0, NULL), 0);
 	chunk_file(e, 3, 2, p, sizeof(p));
-	CHECK_EQ(truncate(p, 4096 + BS + 100), 0);
+	CHECK_EQ(truncate(p, DATA_OFF + BS + 100), 0);
 	CHECK_EQ(chunk_store_read(e->cs, 3, 2, 0, 100, buf), 100);
 	CHECK_EQ(chunk_store_read(e->cs, 3, 2, BS, 100, buf), -EIO);
 	free(data);
@@ -549,7 +569,7 @@ static void test_put_pieces(struct env *e)
 	CHECK_EQ(put_all(e, 50, 3, 10, 1003, src.checksum, data, total, piece, 4 * piece, &m), 0);
 	char sp[512];
 	stage_file(e, 50, 3, sp, sizeof(sp));
-	flip_byte(sp, 4096 + 5 * MiB + 3);
+	flip_byte(sp, DATA_OFF + 5 * MiB + 3);
 	CHECK_EQ(put_piece(e, 50, 3, 10, 1003, src.checksum, data, total, 4 * piece,
 			   total - 4 * piece, CHUNK_PUT_LAST, NULL, &m),
 		 -EIO);
