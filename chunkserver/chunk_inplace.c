@@ -195,8 +195,9 @@ static bool redo_fits(const struct chunk_hdr *h, const struct chunk_jrec *r)
 	    r->data_len != STRATA_MAX((uint64_t)h->data_len, end))
 		return false;
 	uint32_t b0 = r->off / BS, b1 = (uint32_t)((end - 1) / BS);
+	/* blocks the write adds past the old ones are all in its range */
 	return r->first_block == b0 && r->nsums == b1 - b0 + 1 &&
-	       b1 + 1 >= chunk_nblocks(r->data_len);
+	       chunk_nblocks(r->data_len) <= STRATA_MAX(h->nblocks, b1 + 1);
 }
 
 int chunk_inplace_redo(struct chunk_store *cs, int fd, const struct chunk_hdr *h,
