@@ -10,6 +10,10 @@
  *   fsbench meta DIR FILES THREADS   create, stat, readdir, unlink of
  *                                    FILES files, THREADS threads each
  *                                    in its own subdirectory           -> ops/s x4
+ *   fsbench append FILE PREFILL N    PREFILL bytes (1 MiB writes, may be
+ *                                    0), fsync; then N appends of 1 KiB,
+ *                                    each followed by fsync            -> us per
+ *                                    append (median; p90 on stderr)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -269,6 +273,60 @@ static int meta(const char *dir, int nfiles, int nthreads)
 	return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Writes all of buf[0..n) at off. */
+static void pwrite_all(int fd, const char *buf, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwrite(fd, buf, n, (off_t)off);
+		if (w <= 0)
+			die("write at %llu: %s", (unsigned long long)off, strerror(errno));
+		buf += w, n -= (size_t)w, off += (uint64_t)w;
+	}
+}
+
+/* An acknowledged log record: 1 KiB at the end of a file that already holds
+ * prefill bytes, made durable (fsync) before the next one. */
+static int append(const char *path, uint64_t prefill, int count)
+{
+	char *buf;
+	if (posix_memalign((void **)&buf, 4096, BLOCK))
+		die("out of memory");
+	for (unsigned i = 0; i < BLOCK; i++)
+		buf[i] = (char)(i * 2654435761u >> 24);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		die("open %s: %s", path, strerror(errno));
+	for (uint64_t done = 0; done < prefill; done += BLOCK)
+		pwrite_all(fd, buf, prefill - done < BLOCK ? (size_t)(prefill - done) : BLOCK,
+			   done);
+	if (fsync(fd) < 0)
+		die("fsync: %s", strerror(errno));
+	double *t = malloc(sizeof(double) * (size_t)count);
+	if (!t)
+		die("out of memory");
+	for (int i = 0; i < count; i++) {
+		double t0 = now();
+		pwrite_all(fd, buf + (i % 64) * 1024, 1024, prefill + (uint64_t)i * 1024);
+		if (fsync(fd) < 0)
+			die("fsync: %s", strerror(errno));
+		t[i] = (now() - t0) * 1e6;
+	}
+	close(fd);
+	qsort(t, (size_t)count, sizeof(double), cmp_double);
+	fprintf(stderr, "append after %llu MiB: median %.0f us, p90 %.0f us, max %.0f us\n",
+		(unsigned long long)(prefill >> 20), t[count / 2], t[count * 9 / 10], t[count - 1]);
+	printf("append %.1f us\n", t[count / 2]);
+	free(t);
+	free(buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -280,7 +338,11 @@ int main(int argc, char **argv)
 		return randread(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 32, atof(argv[4]));
 	if (argc == 5 && !strcmp(argv[1], "meta"))
 		return meta(argv[2], atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 2);
+	if (argc == 5 && !strcmp(argv[1], "append"))
+		return append(argv[2], strcmp(argv[3], "0") ? parse_size(argv[3]) : 0,
+			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 100);
 	fprintf(stderr, "usage: fsbench seqwrite FILE BYTES | seqread FILE |\n"
-			"       randread FILE QD SECONDS | meta DIR FILES THREADS\n");
+			"       randread FILE QD SECONDS | meta DIR FILES THREADS |\n"
+			"       append FILE PREFILL COUNT\n");
 	return 2;
 }
