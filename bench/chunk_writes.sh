@@ -35,8 +35,10 @@ appends=${BENCH_APPENDS:-100}
 size=${BENCH_SIZE:-512M}
 rounds=${BENCH_ROUNDS:-1}
 fills=(0 1 16 63)
-fsbench=$build/bin/fsbench
+# this tree's fsbench for every build (the baseline's may not know append)
+fsbench=${FSBENCH:-$build/bin/fsbench}
 [ -x "$fsbench" ] || { echo "bench/chunk_writes: $fsbench is missing" >&2; exit 1; }
+export FSBENCH=$fsbench
 export TMPDIR=${BENCH_DIR:-/var/tmp}
 
 drop_caches() {

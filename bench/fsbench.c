@@ -76,13 +76,20 @@ static uint64_t parse_size(const char *s)
 	return (uint64_t)v;
 }
 
-static int seqwrite(const char *path, uint64_t bytes)
+/* A 1 MiB block of not-all-equal bytes (free()). */
+static char *pattern_block(void)
 {
 	char *buf;
 	if (posix_memalign((void **)&buf, 4096, BLOCK))
 		die("out of memory");
 	for (unsigned i = 0; i < BLOCK; i++)
 		buf[i] = (char)(i * 2654435761u >> 24);
+	return buf;
+}
+
+static int seqwrite(const char *path, uint64_t bytes)
+{
+	char *buf = pattern_block();
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		die("open %s: %s", path, strerror(errno));
@@ -294,11 +301,7 @@ static void pwrite_all(int fd, const char *buf, size_t n, uint64_t off)
  * prefill bytes, made durable (fsync) before the next one. */
 static int append(const char *path, uint64_t prefill, int count)
 {
-	char *buf;
-	if (posix_memalign((void **)&buf, 4096, BLOCK))
-		die("out of memory");
-	for (unsigned i = 0; i < BLOCK; i++)
-		buf[i] = (char)(i * 2654435761u >> 24);
+	char *buf = pattern_block();
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		die("open %s: %s", path, strerror(errno));
@@ -339,7 +342,7 @@ int main(int argc, char **argv)
 	if (argc == 5 && !strcmp(argv[1], "meta"))
 		return meta(argv[2], atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 2);
 	if (argc == 5 && !strcmp(argv[1], "append"))
-		return append(argv[2], strcmp(argv[3], "0") ? parse_size(argv[3]) : 0,
+		return append(argv[2], atof(argv[3]) > 0 ? parse_size(argv[3]) : 0,
 			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 100);
 	fprintf(stderr, "usage: fsbench seqwrite FILE BYTES | seqread FILE |\n"
 			"       randread FILE QD SECONDS | meta DIR FILES THREADS |\n"

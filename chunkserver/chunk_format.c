@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "chunkserver/chunk_io.h"
 #include "fs/cleanup.h"
 #include "fs/wire.h"
 
@@ -62,6 +63,17 @@ static int bad(const char **why, const char *what)
 {
 	*why = what;
 	return -EIO;
+}
+
+/* The fields both formats keep at the same offsets. */
+static struct chunk_hdr fixed_fields(const uint8_t *raw)
+{
+	return (struct chunk_hdr){.nblocks = le32_get(raw + 12),
+				  .ino = le64_get(raw + 16),
+				  .index = le32_get(raw + 24),
+				  .version = le64_get(raw + 32),
+				  .data_len = le32_get(raw + 40),
+				  .checksum = le64_get(raw + 48)};
 }
 
 static int take_sums(const uint8_t *raw, struct chunk_hdr *h)
@@ -139,17 +151,12 @@ int chunk_slot_decode(const uint8_t *raw, size_t len, int slot, uint64_t ino, ui
 	if (is_superseded(raw) && !superseded_ok)
 		return bad(why, "only a superseded header");
 	size_t body = need - 8;
-	struct chunk_hdr h = {.format = CHUNK_FORMAT_V2,
-			      .data_off = CHUNK_V2_DATA_OFF,
-			      .nblocks = le32_get(raw + 12),
-			      .ino = le64_get(raw + 16),
-			      .index = le32_get(raw + 24),
-			      .version = le64_get(raw + 32),
-			      .data_len = le32_get(raw + 40),
-			      .checksum = le64_get(raw + 48),
-			      .incarnation = le64_get(raw + 56),
-			      .slot = slot,
-			      .superseded = is_superseded(raw)};
+	struct chunk_hdr h = fixed_fields(raw);
+	h.format = CHUNK_FORMAT_V2;
+	h.data_off = CHUNK_V2_DATA_OFF;
+	h.incarnation = le64_get(raw + 56);
+	h.slot = slot;
+	h.superseded = is_superseded(raw);
 	if (le64_get(raw + body) != slot_checksum(raw, body))
 		return bad(why, "header checksum mismatch");
 	if (h.ino != ino || h.index != index || h.data_len > CHUNK_STORE_MAX_LEN ||
@@ -193,15 +200,10 @@ int chunk_v1_decode(const uint8_t *raw, size_t len, uint64_t ino, uint32_t index
 		return bad(why, "bad header");
 	if (need > len)
 		return bad(why, "chunk file shorter than its header");
-	struct chunk_hdr h = {.format = CHUNK_FORMAT_V1,
-			      .data_off = need,
-			      .nblocks = le32_get(raw + 12),
-			      .ino = le64_get(raw + 16),
-			      .index = le32_get(raw + 24),
-			      .version = le64_get(raw + 32),
-			      .data_len = le32_get(raw + 40),
-			      .checksum = le64_get(raw + 48),
-			      .slot = -1};
+	struct chunk_hdr h = fixed_fields(raw);
+	h.format = CHUNK_FORMAT_V1;
+	h.data_off = need;
+	h.slot = -1;
 	if (le64_get(raw + 56) != v1_hdr_checksum(raw, h.nblocks) || h.ino != ino ||
 	    h.index != index || h.data_len > CHUNK_STORE_MAX_LEN ||
 	    h.nblocks != chunk_nblocks(h.data_len) ||
@@ -211,23 +213,6 @@ int chunk_v1_decode(const uint8_t *raw, size_t len, uint64_t ino, uint32_t index
 	if (r == 0)
 		*ret = h;
 	return r;
-}
-
-/* pread of up to len bytes at off: the count (short at end of file) or -errno. */
-static ssize_t pread_most(int fd, uint8_t *buf, size_t len, uint64_t off)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = pread(fd, buf + got, len - got, (off_t)(off + got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
 }
 
 /* Decodes slot `slot` of a format-2 file; head holds its first `have` bytes
@@ -242,7 +227,7 @@ static int slot_load(int fd, const uint8_t *head, size_t have, int slot, uint64_
 	if (!raw)
 		return -ENOMEM;
 	memcpy(raw, head, have);
-	ssize_t n = pread_most(fd, raw + have, need - have, chunk_slot_off(slot) + have);
+	ssize_t n = chunk_io_pread_most(fd, raw + have, need - have, chunk_slot_off(slot) + have);
 	if (n < 0)
 		return (int)n;
 	return chunk_slot_decode(raw, have + (size_t)n, slot, ino, index, superseded_ok, ret, why);
@@ -267,7 +252,7 @@ int chunk_hdr_read(int fd, uint64_t ino, uint32_t index, bool recovering, struct
 	_cleanup_free_ uint8_t *buf = malloc(HEAD);
 	if (!buf)
 		return -ENOMEM;
-	ssize_t n = pread_most(fd, buf, HEAD, 0);
+	ssize_t n = chunk_io_pread_most(fd, buf, HEAD, 0);
 	if (n < 0)
 		return (int)n;
 	if (n >= CHUNK_HDR_FIXED && le16_get(buf + 4) == CHUNK_FORMAT_V1)

@@ -3,7 +3,10 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <unistd.h>
+
+#include "fs/fdio.h"
 
 /* True if this step is the one to crash at (the countdown reached 0). */
 static bool fault_now(struct chunk_fault *f)
@@ -34,30 +37,30 @@ int chunk_io_pwrite(struct chunk_fault *f, int fd, const void *buf, size_t len, 
 {
 	if (fault_now(f))
 		tear_and_exit(fd, buf, len, off);
-	const uint8_t *p = buf;
-	while (len > 0) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+	int r = strata_pwrite_all(fd, buf, len, off);
+	return r == -EIO ? -ENOSPC : r; /* nothing written and no error: no room */
+}
+
+ssize_t chunk_io_pread_most(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = pread(fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -ENOSPC;
-		p += n, len -= (size_t)n, off += (uint64_t)n;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		got += (size_t)n;
 	}
-	return 0;
+	return (ssize_t)got;
 }
 
 int chunk_io_pread(int fd, void *buf, size_t len, uint64_t off)
 {
-	uint8_t *p = buf;
-	while (len > 0) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n, len -= (size_t)n, off += (uint64_t)n;
-	}
-	return 0;
+	ssize_t n = chunk_io_pread_most(fd, buf, len, off);
+	return n < 0 ? (int)n : (size_t)n < len ? -EIO : 0;
 }
 
 int chunk_io_ftruncate(struct chunk_fault *f, int fd, uint64_t len)

@@ -18,6 +18,9 @@ struct chunk_fault {
 
 /* Writes all of buf at off. Returns 0, -ENOSPC (a short write) or -errno. */
 int chunk_io_pwrite(struct chunk_fault *f, int fd, const void *buf, size_t len, uint64_t off);
+/* Reads up to len bytes at off, until len or end of file. Returns the count
+ * or -errno. */
+ssize_t chunk_io_pread_most(int fd, void *buf, size_t len, uint64_t off);
 /* Reads all len bytes at off. Returns 0, -EIO (end of file first) or -errno. */
 int chunk_io_pread(int fd, void *buf, size_t len, uint64_t off);
 /* A mutating step that is not a write (ftruncate, rename, unlink, sync):

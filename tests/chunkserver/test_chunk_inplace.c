@@ -13,7 +13,6 @@
  *  - a journaled write whose new header slot was lost while the old slot was
  *    already marked superseded (a power cut) is finished from the journal;
  *  - a damaged current header reads as -EIO, not as the previous version;
- *  - readers during in-place overwrites see one version;
  *  - the journal's checkpoint (more than its 64 MiB of overwrites), and a
  *    crash after it;
  *  - format 1: a chunk file of the old format is read, converted by a write;
@@ -209,6 +208,17 @@ static void make_old(struct env *e, uint64_t ino, const struct scenario *s, stru
 	}
 }
 
+/* In a forked child: the target opened as a chunkserver would (exit 2 if
+ * it cannot be). */
+static struct chunk_store *child_store(const struct env *e)
+{
+	struct uring_pool *pool;
+	struct chunk_store *cs;
+	if (uring_pool_new(1, 16, &pool) < 0 || chunk_store_open(e->dir, pool, NULL, &cs) < 0)
+		_exit(2);
+	return cs;
+}
+
 /* Runs s's op in a child stopped at its step-th mutating step. Returns true
  * if the op completed (the child was not stopped). */
 static bool run_child(struct env *e, uint64_t ino, const struct scenario *s, const uint8_t *data,
@@ -217,11 +227,7 @@ static bool run_child(struct env *e, uint64_t ino, const struct scenario *s, con
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		struct uring_pool *pool;
-		struct chunk_store *cs;
-		if (uring_pool_new(1, 16, &pool) < 0 ||
-		    chunk_store_open(e->dir, pool, NULL, &cs) < 0)
-			_exit(2);
+		struct chunk_store *cs = child_store(e);
 		chunk_store_fault_after(cs, step);
 		int r = s->kind == OP_WRITE
 			    ? chunk_store_write(cs, ino, 0, s->off, s->len, data, 0, NULL)
@@ -350,11 +356,7 @@ static void test_superseded(struct env *e)
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) { /* the overwrite, then a crash before any checkpoint */
-		struct uring_pool *pool;
-		struct chunk_store *cs;
-		if (uring_pool_new(1, 16, &pool) < 0 ||
-		    chunk_store_open(e->dir, pool, NULL, &cs) < 0)
-			_exit(2);
+		struct chunk_store *cs = child_store(e);
 		_exit(chunk_store_write(cs, 20, 0, 100, sizeof(b), b, 0, NULL) == 0 ? 0 : 3);
 	}
 	int st;
@@ -409,62 +411,6 @@ static void test_superseded(struct env *e)
 	e->corrupt = 0;
 }
 
-/* ---- concurrent readers ---------------------------------------------------------- */
-
-struct rd {
-	struct env *e;
-	int stop, torn, reads;
-};
-
-static void *reader(void *arg)
-{
-	struct rd *x = arg;
-	uint8_t *buf = malloc(MiB);
-	while (buf && !__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE)) {
-		ssize_t n = chunk_store_read(x->e->cs, 21, 0, 0, MiB, buf);
-		if (n != MiB) {
-			x->torn++;
-			continue;
-		}
-		x->reads++;
-		for (ssize_t i = 1; i < n; i++)
-			if (buf[i] != buf[0]) {
-				x->torn++;
-				break;
-			}
-	}
-	free(buf);
-	return NULL;
-}
-
-/* Overwrites in place of the first MiB of a 2 MiB chunk, each with one byte
- * value: a reader sees one of them, never a mix (the view lock). */
-static void test_concurrent_read(struct env *e)
-{
-	uint8_t *data = malloc(2 * MiB);
-	CHECK(data);
-	memset(data, 0, 2 * MiB);
-	CHECK_EQ(chunk_store_write(e->cs, 21, 0, 0, 2 * MiB, data, 0, NULL), 0);
-	ino_t fi = file_ino(e, 21, 0);
-	struct rd x = {.e = e};
-	pthread_t th[2];
-	for (int i = 0; i < 2; i++)
-		CHECK_EQ(pthread_create(&th[i], NULL, reader, &x), 0);
-	for (int v = 1; v <= 200; v++) {
-		memset(data, v, MiB);
-		CHECK_EQ(chunk_store_write(e->cs, 21, 0, 0, MiB, data, 0, NULL), 0);
-	}
-	__atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
-	CHECK_EQ(file_ino(e, 21, 0), fi); /* they were in place */
-	CHECK_EQ(x.torn, 0);
-	CHECK(x.reads > 0);
-	fprintf(stderr, "concurrent reads: %d, none torn\n", x.reads);
-	CHECK_EQ(chunk_store_remove(e->cs, 21, 0), 1);
-	free(data);
-}
-
 /* ---- the journal's checkpoint --------------------------------------------------------- */
 
 static uint64_t file_size(const char *dir, const char *name)
@@ -499,11 +445,7 @@ static void test_checkpoint(struct env *e)
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		struct uring_pool *pool;
-		struct chunk_store *cs;
-		if (uring_pool_new(1, 16, &pool) < 0 ||
-		    chunk_store_open(e->dir, pool, NULL, &cs) < 0)
-			_exit(2);
+		struct chunk_store *cs = child_store(e);
 		for (int i = 0; i < 70; i++) { /* past one checkpoint */
 			fill(data, MiB, 300 + i);
 			if (chunk_store_write(cs, 22, 0, (uint32_t)i * 100000, MiB, data, 0, NULL) <
@@ -672,7 +614,6 @@ int main(void)
 	CHECK(mkdtemp(e.dir));
 	env_open(&e);
 	test_cost(&e);
-	test_concurrent_read(&e);
 	test_superseded(&e);
 	test_checkpoint(&e);
 	test_crash_steps(&e);

@@ -1,7 +1,8 @@
 /* test_chunk_store.c — unit tests of the chunk engine (chunkserver/chunk_store.c):
  * partial and whole writes, reads, gaps, truncate, remove_file, versions,
  * checksum corruption (a byte flipped on disk -> -EIO and one report naming
- * the block), leftover temp files, crash atomicity (a child killed mid-write
+ * the block), readers during whole rewrites and in-place overwrites (one
+ * version each), leftover temp files, crash atomicity (a child killed mid-write
  * in a loop: the chunk is always some complete version, checked by replaying
  * the writes up to its version), ENOSPC on a 16 MiB tmpfs (skipped
  * without mount privileges), and chunks put in pieces (resync of chunks
@@ -321,17 +322,19 @@ static void test_corruption(struct env *e)
 
 struct rw_ctx {
 	struct env *e;
+	uint64_t ino;
 	int stop; /* __atomic */
 	int torn, reads;
 };
 
-/* Reads the chunk over and over; every read must see one uniform version. */
+/* Reads the first MiB of chunk (x->ino, 0) over and over; every read must
+ * see one uniform version. */
 static void *uniform_reader(void *arg)
 {
 	struct rw_ctx *x = arg;
 	uint8_t *buf = malloc(MiB);
 	while (!__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE) && buf) {
-		ssize_t n = chunk_store_read(x->e->cs, 6, 0, 0, MiB, buf);
+		ssize_t n = chunk_store_read(x->e->cs, x->ino, 0, 0, MiB, buf);
 		if (n <= 0)
 			continue;
 		x->reads++;
@@ -345,23 +348,36 @@ static void *uniform_reader(void *arg)
 	return NULL;
 }
 
-/* Invariant 1: readers take no lock yet never see a half-written chunk. */
-static void test_concurrent_read(struct env *e)
+/* Writers of the chunk's first MiB, each with one byte value, while two
+ * readers read it: chunk_len 1 MiB makes every write a whole rewrite (a new
+ * file), 2 MiB an overwrite in place. */
+static void concurrent_read(struct env *e, uint64_t ino, uint32_t chunk_len)
 {
-	uint8_t *data = malloc(MiB);
+	uint8_t *data = calloc(1, chunk_len);
 	CHECK(data);
-	struct rw_ctx x = {.e = e};
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, uniform_reader, &x), 0);
+	CHECK_EQ(chunk_store_write(e->cs, ino, 0, 0, chunk_len, data, 0, NULL), 0);
+	struct rw_ctx x = {.e = e, .ino = ino};
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, uniform_reader, &x), 0);
 	for (int v = 1; v <= 150; v++) {
 		memset(data, v, MiB);
-		CHECK_EQ(chunk_store_write(e->cs, 6, 0, 0, MiB, data, 0, NULL), 0);
+		CHECK_EQ(chunk_store_write(e->cs, ino, 0, 0, MiB, data, 0, NULL), 0);
 	}
 	__atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
 	CHECK_EQ(x.torn, 0);
 	CHECK(x.reads > 0);
 	free(data);
+}
+
+/* Invariant 1: readers never see a half-written chunk, whether it is
+ * replaced by a new file or overwritten in place. */
+static void test_concurrent_read(struct env *e)
+{
+	concurrent_read(e, 6, MiB);
+	concurrent_read(e, 7, 2 * MiB);
 }
 
 static void test_leftover_tmp(struct env *e)
