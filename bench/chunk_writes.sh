@@ -6,7 +6,11 @@
 #
 #   append N MiB    a 1 KiB append + fsync to a file whose (64 MiB) chunk
 #                   already holds N MiB, median of BENCH_APPENDS (100) appends:
-#                   flat in N when a write costs the bytes it writes
+#                   flat in N when a write costs the bytes it writes (fsync is
+#                   syncfs of the targets: it also waits for whatever else
+#                   the machine has dirty on that filesystem)
+#   direct N MiB    the same with O_DIRECT writes and no fsync: each append
+#                   is one chunk write, the engine's cost without syncfs
 #   seqwrite 64M    BENCH_SIZE (512M) in 1 MiB writes into 64 MiB chunks
 #   seqwrite 1M     the same into the default 1 MiB chunks
 #
@@ -53,7 +57,9 @@ workloads() {
 	for n in "${fills[@]}"; do
 		line=$("$fsbench" append "$dir/c64/a$n" "${n}M" "$appends")
 		echo "append_$n ${line#append }" | awk '{print $1, $2}'
-		rm -f "$dir/c64/a$n"
+		line=$("$fsbench" append "$dir/c64/d$n" "${n}M" "$appends" direct)
+		echo "direct_$n ${line#append }" | awk '{print $1, $2}'
+		rm -f "$dir/c64/a$n" "$dir/c64/d$n"
 	done
 	drop_caches
 	line=$("$fsbench" seqwrite "$dir/c64/big" "$size")
@@ -106,9 +112,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a != "-") printf "%.
 echo
 echo "bench/chunk_writes: $(basename "$build") vs ${base:-(no base)} vs local $(findmnt -n -o FSTYPE -T "$TMPDIR" 2>/dev/null) in $TMPDIR; $rounds round(s); load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-48s %9s %9s %9s %11s %12s\n' metric strata base local strata/base strata/local
-for m in "${fills[@]/#/append_}" seq64 seq1; do
+for m in "${fills[@]/#/append_}" "${fills[@]/#/direct_}" seq64 seq1; do
 	case $m in
 	append_*) label="1 KiB append+fsync, chunk at ${m#append_} MiB (us)" ;;
+	direct_*) label="1 KiB O_DIRECT append, chunk at ${m#direct_} MiB (us)" ;;
 	seq64) label="seq write 1 MiB, 64 MiB chunks (MiB/s)" ;;
 	seq1) label="seq write 1 MiB, 1 MiB chunks (MiB/s)" ;;
 	esac

@@ -10,9 +10,13 @@
  *   fsbench meta DIR FILES THREADS   create, stat, readdir, unlink of
  *                                    FILES files, THREADS threads each
  *                                    in its own subdirectory           -> ops/s x4
- *   fsbench append FILE PREFILL N    PREFILL bytes (1 MiB writes, may be
+ *   fsbench append FILE PREFILL N [direct]
+ *                                    PREFILL bytes (1 MiB writes, may be
  *                                    0), fsync; then N appends of 1 KiB,
- *                                    each followed by fsync            -> us per
+ *                                    each followed by fsync (direct:
+ *                                    O_DIRECT writes, no fsync: each is
+ *                                    one write to the disk or the
+ *                                    chunkserver)                      -> us per
  *                                    append (median; p90 on stderr)
  */
 #include <dirent.h>
@@ -20,6 +24,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,10 +304,10 @@ static void pwrite_all(int fd, const char *buf, size_t n, uint64_t off)
 
 /* An acknowledged log record: 1 KiB at the end of a file that already holds
  * prefill bytes, made durable (fsync) before the next one. */
-static int append(const char *path, uint64_t prefill, int count)
+static int append(const char *path, uint64_t prefill, int count, bool direct)
 {
 	char *buf = pattern_block();
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
 	if (fd < 0)
 		die("open %s: %s", path, strerror(errno));
 	for (uint64_t done = 0; done < prefill; done += BLOCK)
@@ -315,8 +320,8 @@ static int append(const char *path, uint64_t prefill, int count)
 		die("out of memory");
 	for (int i = 0; i < count; i++) {
 		double t0 = now();
-		pwrite_all(fd, buf + (i % 64) * 1024, 1024, prefill + (uint64_t)i * 1024);
-		if (fsync(fd) < 0)
+		pwrite_all(fd, buf + (i % 64) * 4096, 1024, prefill + (uint64_t)i * 1024);
+		if (!direct && fsync(fd) < 0)
 			die("fsync: %s", strerror(errno));
 		t[i] = (now() - t0) * 1e6;
 	}
@@ -341,11 +346,11 @@ int main(int argc, char **argv)
 		return randread(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 32, atof(argv[4]));
 	if (argc == 5 && !strcmp(argv[1], "meta"))
 		return meta(argv[2], atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 2);
-	if (argc == 5 && !strcmp(argv[1], "append"))
+	if ((argc == 5 || (argc == 6 && !strcmp(argv[5], "direct"))) && !strcmp(argv[1], "append"))
 		return append(argv[2], atof(argv[3]) > 0 ? parse_size(argv[3]) : 0,
-			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 100);
+			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 100, argc == 6);
 	fprintf(stderr, "usage: fsbench seqwrite FILE BYTES | seqread FILE |\n"
 			"       randread FILE QD SECONDS | meta DIR FILES THREADS |\n"
-			"       append FILE PREFILL COUNT\n");
+			"       append FILE PREFILL COUNT [direct]\n");
 	return 2;
 }

@@ -233,7 +233,7 @@ int chunk_journal_append(struct chunk_journal *j, const struct chunk_jrec *r, bo
 	}
 	pthread_mutex_lock(&j->mu);
 	int e = 0;
-	if (j->tail + len > CHUNK_JOURNAL_SIZE)
+	if (j->tail + len > CHUNK_JOURNAL_SIZE || j->seq >= CHUNK_JOURNAL_MAX_RECORDS)
 		e = checkpoint(j);
 	uint64_t at = j->tail;
 	if (e == 0) {

@@ -21,6 +21,9 @@ struct chunk_fault;
 
 #define CHUNK_JOURNAL_SIZE (64u << 20)	   /* file size: a checkpoint per 64 MiB */
 #define CHUNK_JOURNAL_MAX_DATA (16u << 20) /* larger writes do not go through it */
+#define CHUNK_JOURNAL_MAX_RECORDS                                                                  \
+	65536 /* a checkpoint per 64 Ki records: bounds                                            \
+	       * the chunks a replay at start-up opens */
 
 /* One in-place write: its chunk (and the file's incarnation), the version it
  * makes, the new data length, the written range and its bytes, and the new
