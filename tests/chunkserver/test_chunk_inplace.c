@@ -1,7 +1,8 @@
 /* test_chunk_inplace.c — unit tests of the chunk engine's in-place writes
  * (chunkserver/chunk_inplace.c, chunk_journal.c, chunk_format.c):
  *  - cost: an append or an overwrite keeps the chunk's file (same inode) and
- *    writes about the bytes it writes, whatever the chunk's size;
+ *    writes about the bytes it writes, whatever the chunk's size; so do
+ *    synced ones;
  *  - crash at every step: for appends, writes after a gap, overwrites inside
  *    and across the end, truncates both ways, whole rewrites, and a large
  *    chunk (two-page header slots), a child process is stopped at its n-th
@@ -181,6 +182,27 @@ static void test_cost(struct env *e)
 	free(data);
 }
 
+/* Synced appends and overwrites (CHUNK_STORE_SYNC) are in place too. */
+static void test_sync(struct env *e)
+{
+	uint8_t a[2 * BS], buf[3 * BS];
+	fill(a, sizeof(a), 11);
+	CHECK_EQ(chunk_store_write(e->cs, 11, 0, 0, BS + 5, a, CHUNK_STORE_SYNC, NULL), 0);
+	ino_t fi = file_ino(e, 11, 0);
+	CHECK_EQ(
+	    chunk_store_write(e->cs, 11, 0, BS + 5, BS - 5, a + BS + 5, CHUNK_STORE_SYNC, NULL), 0);
+	uint8_t b[100];
+	fill(b, sizeof(b), 12);
+	struct chunk_meta m;
+	CHECK_EQ(chunk_store_write(e->cs, 11, 0, BS - 50, sizeof(b), b, CHUNK_STORE_SYNC, &m), 0);
+	memcpy(a + BS - 50, b, sizeof(b));
+	CHECK(m.version == 3 && m.length == 2 * BS);
+	CHECK_EQ(file_ino(e, 11, 0), fi);
+	CHECK_EQ(chunk_store_read(e->cs, 11, 0, 0, sizeof(buf), buf), 2 * BS);
+	CHECK(memcmp(buf, a, 2 * BS) == 0);
+	CHECK_EQ(chunk_store_remove(e->cs, 11, 0), 1);
+}
+
 /* ---- crash at every step ---------------------------------------------------- */
 
 enum op_kind { OP_WRITE, OP_TRUNCATE };
@@ -190,6 +212,7 @@ struct scenario {
 	int old_writes; /* the old chunk: written in this many pieces (in place after the first) */
 	enum op_kind kind;
 	uint32_t off, len; /* OP_WRITE: the range; OP_TRUNCATE: len */
+	unsigned flags;	   /* OP_WRITE: CHUNK_STORE_SYNC */
 };
 
 static void make_old(struct env *e, uint64_t ino, const struct scenario *s, struct model *m)
@@ -230,7 +253,7 @@ static bool run_child(struct env *e, uint64_t ino, const struct scenario *s, con
 		struct chunk_store *cs = child_store(e);
 		chunk_store_fault_after(cs, step);
 		int r = s->kind == OP_WRITE
-			    ? chunk_store_write(cs, ino, 0, s->off, s->len, data, 0, NULL)
+			    ? chunk_store_write(cs, ino, 0, s->off, s->len, data, s->flags, NULL)
 			    : chunk_store_truncate(cs, ino, 0, s->len, NULL);
 		_exit(r == 0 ? 0 : 3);
 	}
@@ -302,6 +325,9 @@ static void test_crash_steps(struct env *e)
 	    {"new chunk", 0, 1, OP_WRITE, 100, 3000},
 	    {"append, 40 MiB chunk", 40 * MiB, 4, OP_WRITE, 40 * MiB, KiB},
 	    {"overwrite, 40 MiB chunk", 40 * MiB, 4, OP_WRITE, 33 * MiB - 9, 70000},
+	    {"append, synced", L, 2, OP_WRITE, L, KiB, CHUNK_STORE_SYNC},
+	    {"overwrite, synced", L, 2, OP_WRITE, 5, 3 * BS, CHUNK_STORE_SYNC},
+	    {"new chunk, synced", 0, 1, OP_WRITE, 0, 3000, CHUNK_STORE_SYNC},
 	};
 	struct model old = {.b = malloc(CHUNK_STORE_MAX_LEN)},
 		     new = {.b = malloc(CHUNK_STORE_MAX_LEN)};
@@ -614,6 +640,7 @@ int main(void)
 	CHECK(mkdtemp(e.dir));
 	env_open(&e);
 	test_cost(&e);
+	test_sync(&e);
 	test_superseded(&e);
 	test_checkpoint(&e);
 	test_crash_steps(&e);
