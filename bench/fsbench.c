@@ -10,12 +10,21 @@
  *   fsbench meta DIR FILES THREADS   create, stat, readdir, unlink of
  *                                    FILES files, THREADS threads each
  *                                    in its own subdirectory           -> ops/s x4
+ *   fsbench append FILE PREFILL N [direct]
+ *                                    PREFILL bytes (1 MiB writes, may be
+ *                                    0), fsync; then N appends of 1 KiB,
+ *                                    each followed by fsync (direct:
+ *                                    O_DIRECT writes, no fsync: each is
+ *                                    one write to the disk or the
+ *                                    chunkserver)                      -> us per
+ *                                    append (median; p90 on stderr)
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,13 +81,20 @@ static uint64_t parse_size(const char *s)
 	return (uint64_t)v;
 }
 
-static int seqwrite(const char *path, uint64_t bytes)
+/* A 1 MiB block of not-all-equal bytes (free()). */
+static char *pattern_block(void)
 {
 	char *buf;
 	if (posix_memalign((void **)&buf, 4096, BLOCK))
 		die("out of memory");
 	for (unsigned i = 0; i < BLOCK; i++)
 		buf[i] = (char)(i * 2654435761u >> 24);
+	return buf;
+}
+
+static int seqwrite(const char *path, uint64_t bytes)
+{
+	char *buf = pattern_block();
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		die("open %s: %s", path, strerror(errno));
@@ -269,6 +285,56 @@ static int meta(const char *dir, int nfiles, int nthreads)
 	return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Writes all of buf[0..n) at off. */
+static void pwrite_all(int fd, const char *buf, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwrite(fd, buf, n, (off_t)off);
+		if (w <= 0)
+			die("write at %llu: %s", (unsigned long long)off, strerror(errno));
+		buf += w, n -= (size_t)w, off += (uint64_t)w;
+	}
+}
+
+/* An acknowledged log record: 1 KiB at the end of a file that already holds
+ * prefill bytes, made durable (fsync) before the next one. */
+static int append(const char *path, uint64_t prefill, int count, bool direct)
+{
+	char *buf = pattern_block();
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
+	if (fd < 0)
+		die("open %s: %s", path, strerror(errno));
+	for (uint64_t done = 0; done < prefill; done += BLOCK)
+		pwrite_all(fd, buf, prefill - done < BLOCK ? (size_t)(prefill - done) : BLOCK,
+			   done);
+	if (fsync(fd) < 0)
+		die("fsync: %s", strerror(errno));
+	double *t = malloc(sizeof(double) * (size_t)count);
+	if (!t)
+		die("out of memory");
+	for (int i = 0; i < count; i++) {
+		double t0 = now();
+		pwrite_all(fd, buf + (i % 64) * 4096, 1024, prefill + (uint64_t)i * 1024);
+		if (!direct && fsync(fd) < 0)
+			die("fsync: %s", strerror(errno));
+		t[i] = (now() - t0) * 1e6;
+	}
+	close(fd);
+	qsort(t, (size_t)count, sizeof(double), cmp_double);
+	fprintf(stderr, "append after %llu MiB: median %.0f us, p90 %.0f us, max %.0f us\n",
+		(unsigned long long)(prefill >> 20), t[count / 2], t[count * 9 / 10], t[count - 1]);
+	printf("append %.1f us\n", t[count / 2]);
+	free(t);
+	free(buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -280,7 +346,11 @@ int main(int argc, char **argv)
 		return randread(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 32, atof(argv[4]));
 	if (argc == 5 && !strcmp(argv[1], "meta"))
 		return meta(argv[2], atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 2);
+	if ((argc == 5 || (argc == 6 && !strcmp(argv[5], "direct"))) && !strcmp(argv[1], "append"))
+		return append(argv[2], atof(argv[3]) > 0 ? parse_size(argv[3]) : 0,
+			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 100, argc == 6);
 	fprintf(stderr, "usage: fsbench seqwrite FILE BYTES | seqread FILE |\n"
-			"       randread FILE QD SECONDS | meta DIR FILES THREADS\n");
+			"       randread FILE QD SECONDS | meta DIR FILES THREADS |\n"
+			"       append FILE PREFILL COUNT [direct]\n");
 	return 2;
 }

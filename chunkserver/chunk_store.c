@@ -2,50 +2,77 @@
  *
  * Layout of a target:
  *   <target>/LOCK                          flock'd by the owning process
+ *   <target>/format                        the target's chunk format (2)
+ *   <target>/journal                       write-ahead journal (chunk_journal.c)
  *   <target>/chunks/<ino%256 %02x>/<ino %016x>/<index %08x>   one file per chunk
- *   <target>/tmp/<ino %016x>.<index %08x>  a chunk being rewritten
+ *   <target>/tmp/<ino %016x>.<index %08x>  a chunk being made as a new file
  *   <target>/tmp/<ino %016x>.<index %08x>.put  a chunk being put in pieces (resync)
  *   <target>/target.id                     identity record (chunkserver/target_id.c)
  *
- * A chunk file is a header followed by the data (format in README.md):
- *   [0, hdr_len)              header: magic, format, hdr_len, nblocks, ino,
- *                             index, block size, version, data_len, overall
- *                             checksum, header checksum, then one XXH3-64 per
- *                             64 KiB block of data; padded to 4 KiB
- *   [hdr_len, hdr_len+len)    data (gaps are file holes and read as zeros)
+ * A chunk file (format 2, chunk_format.c; README.md "Chunk file format") is
+ * two header slots followed by the data: each slot holds the version, the
+ * length, one XXH3-64 per 64 KiB block and a checksum over itself; the
+ * current header is the valid slot with the higher version.
+ *
+ * A write or truncate takes one of two paths (write_path):
+ *  - a new file built in tmp/ and renamed over the chunk (chunk_cow.c): a
+ *    new chunk, a write replacing all of the data, a resync's put, a
+ *    format-1 chunk (converted), a write too large for the journal;
+ *  - in place (chunk_inplace.c): bytes past the end written straight, bytes
+ *    over existing data journaled first; then the new header in the other
+ *    slot. Either costs the bytes written (and 8 bytes of header per 64 KiB
+ *    block of the chunk), not the chunk.
  *
  * Invariants:
- *  1. A chunk file under chunks/ is never modified in place. Every mutation
- *     (write, truncate) builds a complete new file in tmp/ and rename()s it
- *     over the old one, so a reader that opened the chunk sees one consistent
- *     version, and a process crash leaves the old or the new chunk, never a mix.
- *  2. Every byte returned by a read was verified against its block checksum
- *     in the same open file as the header that holds the checksum; a mismatch
- *     is -EIO plus one corruption report, never wrong bytes.
- *  3. A block carried unchanged into a new version is copied with its old
- *     checksum (copy_file_range, no verification needed); a block that is
- *     partly rewritten is read and verified first, so corruption is never
- *     laundered into a fresh checksum.
+ *  1. Atomicity. A chunk's current header describes one complete version:
+ *     a new file is renamed in whole; an in-place update writes only bytes
+ *     past the current length (which no header covers) or bytes whose new
+ *     values are in a complete journal record, before it writes the slot
+ *     that is not current; a torn slot fails its checksum and the other one
+ *     stays current. So a crash leaves the old version, the new one, or the
+ *     old header with a complete journal record that the next open finishes
+ *     (invariant 7). Readers hold the chunk's view lock shared while they
+ *     read its header and data; in-place overwrites and every slot write
+ *     hold it exclusively, so a read sees one version.
+ *  2. Every byte a read returns was verified against its block checksum
+ *     from the same open file and header; a mismatch is -EIO plus one
+ *     corruption report, never wrong bytes.
+ *  3. A block a write leaves is kept with its old checksum (in place, or
+ *     copy_file_range into a new file); a block that is partly rewritten is
+ *     read and verified first, so corruption is never laundered into a
+ *     fresh checksum.
  *  4. Writers of one chunk are serialised by a striped mutex (stripe =
- *     hash(ino, index)); readers take no lock (invariant 1).
+ *     hash(ino, index)), held from loading the old header to the commit.
  *  5. Files in tmp/ belong to a writer holding the chunk's stripe lock, or
  *     (tmp/<ino>.<index>.put) to a transfer of a chunk in pieces, touched
  *     only under that lock, until its last piece publishes it, a failed
  *     piece or the next first piece of the chunk drops it, or the expiry
  *     does (its sender went away); at open (before any writer exists) every
  *     file in tmp/ is a crash leftover and is deleted. A failed write
- *     (-ENOSPC, -EIO) deletes its temp file and leaves the old chunk
- *     untouched.
- *  6. Durability: nothing is fsync'd unless asked. CHUNK_STORE_SYNC does
- *     fdatasync(temp) before the rename and fsync(dir) after it;
- *     chunk_store_sync() is syncfs() of the target. After a power loss an
- *     un-synced rewrite may be lost or (if the filesystem persisted the rename
- *     before the data) fail its checksum: detected as -EIO, never served.
+ *     (-ENOSPC, -EIO) before its commit leaves the old chunk readable: a new
+ *     file is deleted; bytes an append left past the end are cut by the next
+ *     update that grows the chunk; an overwrite reserves its range (and the
+ *     slot) with fallocate before its journal record, so the in-place
+ *     writes after it do not run out of space.
+ *  6. Durability: nothing is synced unless asked. CHUNK_STORE_SYNC makes
+ *     the write durable before it returns: a new file fdatasync'd before
+ *     its rename and the directory after it; an append fdatasync'd before
+ *     and after its slot; an overwrite's journal record fdatasync'd (its
+ *     in-place bytes are durable by the checkpoint that drops the record,
+ *     J2 in chunk_journal.c). chunk_store_sync() is syncfs() of the target.
+ *     After a power loss an un-synced write may be lost or fail its
+ *     checksum: detected as -EIO, never served.
+ *  7. At open, before any writer, the journal's last record of each chunk is
+ *     finished where the chunk's current header is the one it was written
+ *     against (same incarnation, version one below): its bytes rewritten,
+ *     the new header committed, the file fdatasync'd; then the journal
+ *     starts a new generation. A chunk file's incarnation is chosen when the
+ *     file is made, so a record never lands on a chunk that was removed,
+ *     put or rewritten as a new file since.
  *
- * Data I/O goes through io_uring (a ring borrowed per operation from the
- * uring_pool); reads touch only the 64 KiB blocks the range overlaps, and
- * blocks wholly covered by a read or write move straight between the caller's
- * buffer and the kernel. */
+ * Reads touch only the 64 KiB blocks the range overlaps (io_uring, a ring
+ * borrowed per operation from the uring_pool), and blocks wholly covered by
+ * a read move straight into the caller's buffer. */
 #include "chunkserver/chunk_store.h"
 
 #include <dirent.h>
@@ -58,153 +85,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "fs/cleanup.h"
+#include "chunkserver/chunk_journal.h"
+#include "chunkserver/chunk_store-internal.h"
 #include "chunkserver/uring_pool.h"
+#include "fs/cleanup.h"
 #include "fs/wire.h"
 
-#define CHDR_MAGIC 0x4b484353u /* "SCHK" */
-#define CHDR_FORMAT 1
-#define CHDR_FIXED 64
-#define CHDR_ALIGN 4096u
-#define CHDR_MAX_BLOCKS (CHUNK_STORE_MAX_LEN / CHUNK_BLOCK_SIZE)
 #define BS CHUNK_BLOCK_SIZE
-_Static_assert(BS == WIRE_DATA_PIECE, "a frame's data pieces are chunk blocks");
-#define NSTRIPES 256
+#define FORMAT_MAGIC 0x544d4653u /* "SFMT" */
+#define FORMAT_LEN 32
+#define TARGET_FORMAT CHUNK_FORMAT_V2
 
-_Static_assert(CHDR_FIXED + 8 * CHDR_MAX_BLOCKS <= 3 * CHDR_ALIGN, "header size");
-
-struct chunk_store {
-	char *path;
-	int dirfd, lockfd;
-	struct uring_pool *pool;
-	struct chunk_store_opts opts;
-	pthread_mutex_t stripes[NSTRIPES];
-};
-
-/* A decoded chunk header. */
-struct chunk_hdr {
-	uint32_t hdr_len, nblocks;
-	uint64_t ino;
-	uint32_t index;
-	uint64_t version;
-	uint32_t data_len;
-	uint64_t checksum;
-	uint64_t *bcsum; /* heap, nblocks entries */
-};
-
-static const uint8_t zero_block[BS];
-
-static void chunk_hdr_done(struct chunk_hdr *h)
-{
-	free(h->bcsum);
-	h->bcsum = NULL;
-}
-
-static uint32_t nblocks_for(uint64_t len)
-{
-	return (uint32_t)((len + BS - 1) / BS);
-}
-
-static uint32_t hdr_len_for(uint32_t nblocks)
-{
-	uint32_t n = CHDR_FIXED + 8 * nblocks;
-	return (n + CHDR_ALIGN - 1) / CHDR_ALIGN * CHDR_ALIGN;
-}
-
-static uint64_t block_file_off(uint32_t hdr_len, uint32_t b)
-{
-	return (uint64_t)hdr_len + (uint64_t)b * BS;
-}
-
-/* Length of block b of a chunk holding len bytes (0 past the end). */
-static uint32_t block_len(uint64_t len, uint32_t b)
-{
-	uint64_t start = (uint64_t)b * BS;
-	return start >= len ? 0 : (uint32_t)STRATA_MIN((uint64_t)BS, len - start);
-}
-
-/* XXH3-64 of one data block: the AVX2 build where the CPU has it (wire.h),
- * bit-identical to the library's XXH3_64bits and about twice as fast. */
-static uint64_t block_sum(const void *p, size_t len)
-{
-	return wire_xxh3_64(p, len, 0);
-}
-
-static uint64_t blocks_checksum(const uint8_t *raw, uint32_t nblocks)
-{
-	return XXH3_64bits(raw + CHDR_FIXED, (size_t)nblocks * 8);
-}
-
-static uint64_t hdr_checksum(const uint8_t *raw, uint32_t nblocks)
-{
-	return XXH3_64bits_withSeed(raw + CHDR_FIXED, (size_t)nblocks * 8, XXH3_64bits(raw, 56));
-}
-
-/* Encodes h (with its block checksums) into raw[0..h->hdr_len), zero padded,
- * and stores the overall checksum into h->checksum. */
-static void hdr_encode(struct chunk_hdr *h, uint8_t *raw)
-{
-	memset(raw, 0, h->hdr_len);
-	le32_put(raw + 0, CHDR_MAGIC);
-	le16_put(raw + 4, CHDR_FORMAT);
-	le32_put(raw + 8, h->hdr_len);
-	le32_put(raw + 12, h->nblocks);
-	le64_put(raw + 16, h->ino);
-	le32_put(raw + 24, h->index);
-	le32_put(raw + 28, BS);
-	le64_put(raw + 32, h->version);
-	le32_put(raw + 40, h->data_len);
-	for (uint32_t b = 0; b < h->nblocks; b++)
-		le64_put(raw + CHDR_FIXED + 8 * b, h->bcsum[b]);
-	h->checksum = blocks_checksum(raw, h->nblocks);
-	le64_put(raw + 48, h->checksum);
-	le64_put(raw + 56, hdr_checksum(raw, h->nblocks));
-}
-
-/* Validates the fixed part; returns the full header length or -EIO. */
-static int hdr_peek_len(const uint8_t *raw)
-{
-	if (le32_get(raw) != CHDR_MAGIC || le16_get(raw + 4) != CHDR_FORMAT ||
-	    le32_get(raw + 28) != BS)
-		return -EIO;
-	uint32_t nb = le32_get(raw + 12), len = le32_get(raw + 8);
-	if (nb > CHDR_MAX_BLOCKS || len != hdr_len_for(nb))
-		return -EIO;
-	return (int)len;
-}
-
-/* Decodes a header whose full hdr_len bytes are in raw. Returns 0 or -EIO. */
-static int hdr_decode(const uint8_t *raw, uint64_t ino, uint32_t index, struct chunk_hdr *h)
-{
-	memset(h, 0, sizeof(*h));
-	h->hdr_len = le32_get(raw + 8);
-	h->nblocks = le32_get(raw + 12);
-	h->ino = le64_get(raw + 16);
-	h->index = le32_get(raw + 24);
-	h->version = le64_get(raw + 32);
-	h->data_len = le32_get(raw + 40);
-	h->checksum = le64_get(raw + 48);
-	if (le64_get(raw + 56) != hdr_checksum(raw, h->nblocks) || h->ino != ino ||
-	    h->index != index || h->data_len > CHUNK_STORE_MAX_LEN ||
-	    h->nblocks != nblocks_for(h->data_len) ||
-	    h->checksum != blocks_checksum(raw, h->nblocks))
-		return -EIO;
-	h->bcsum = malloc(sizeof(uint64_t) * (h->nblocks ? h->nblocks : 1));
-	if (!h->bcsum)
-		return -ENOMEM;
-	for (uint32_t b = 0; b < h->nblocks; b++)
-		h->bcsum[b] = le64_get(raw + CHDR_FIXED + 8 * b);
-	return 0;
-}
-
-static int report_corrupt(struct chunk_store *cs, uint64_t ino, uint32_t index, int64_t block,
-			  const char *what)
+int cs_report_corrupt(struct chunk_store *cs, uint64_t ino, uint32_t index, int64_t block,
+		      const char *what)
 {
 	if (cs->opts.on_corrupt) {
 		struct chunk_corruption c = {.target_id = cs->opts.target_id,
@@ -217,81 +117,88 @@ static int report_corrupt(struct chunk_store *cs, uint64_t ino, uint32_t index, 
 	return -EIO;
 }
 
-static int read_at(struct io_uring *ring, int fd, void *buf, size_t len, uint64_t off)
+int cs_hdr_load(struct chunk_store *cs, int fd, uint64_t ino, uint32_t index, struct chunk_hdr *ret)
 {
-	struct uring_op op = {.fd = fd, .kind = URING_READ, .iovcnt = 1, .off = off};
-	op.iov[0] = (struct iovec){buf, len};
-	return uring_run(ring, &op, 1);
+	const char *why = "bad header";
+	int r = chunk_hdr_read(fd, ino, index, false, ret, &why);
+	return r == -EIO ? cs_report_corrupt(cs, ino, index, -1, why) : r;
 }
 
-/* Reads and verifies the header of the open chunk file fd. */
-static int hdr_load(struct chunk_store *cs, struct io_uring *ring, int fd, uint64_t ino,
-		    uint32_t index, struct chunk_hdr *ret)
+int cs_verify_block(struct chunk_store *cs, const struct chunk_hdr *h, uint32_t b, const void *p)
 {
-	uint8_t first[CHDR_ALIGN];
-	int r = read_at(ring, fd, first, sizeof(first), 0);
-	if (r == -EIO)
-		return report_corrupt(cs, ino, index, -1, "chunk file shorter than its header");
-	if (r < 0)
-		return r;
-	int len = hdr_peek_len(first);
-	if (len < 0)
-		return report_corrupt(cs, ino, index, -1, "bad header");
-	_cleanup_free_ uint8_t *raw = malloc(len);
-	if (!raw)
-		return -ENOMEM;
-	memcpy(raw, first, sizeof(first));
-	if (len > (int)sizeof(first)) {
-		r = read_at(ring, fd, raw + sizeof(first), len - sizeof(first), sizeof(first));
-		if (r == -EIO)
-			return report_corrupt(cs, ino, index, -1,
-					      "chunk file shorter than its header");
-		if (r < 0)
-			return r;
-	}
-	r = hdr_decode(raw, ino, index, ret);
-	if (r == -EIO)
-		return report_corrupt(cs, ino, index, -1, "header checksum mismatch");
-	return r;
+	if (chunk_block_sum(p, chunk_block_len(h->data_len, b)) == h->bcsum[b])
+		return 0;
+	return cs_report_corrupt(cs, h->ino, h->index, b, "block checksum mismatch");
+}
+
+uint64_t cs_new_incarnation(struct chunk_store *cs)
+{
+	uint64_t z = cs->inc_base +
+		     __atomic_add_fetch(&cs->inc_next, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; /* splitmix64 */
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	z ^= z >> 31;
+	return z ? z : 1;
 }
 
 /* ---- paths and locks --------------------------------------------------- */
 
-static void chunk_dir_path(char out[64], uint64_t ino)
+void cs_chunk_dir_path(char out[64], uint64_t ino)
 {
 	snprintf(out, 64, "chunks/%02x/%016llx", (unsigned)(ino & 0xff), (unsigned long long)ino);
 }
 
-static void chunk_path(char out[64], uint64_t ino, uint32_t index)
+void cs_chunk_path(char out[64], uint64_t ino, uint32_t index)
 {
 	snprintf(out, 64, "chunks/%02x/%016llx/%08x", (unsigned)(ino & 0xff),
 		 (unsigned long long)ino, index);
 }
 
-static void tmp_path(char out[64], uint64_t ino, uint32_t index)
+void cs_tmp_path(char out[64], uint64_t ino, uint32_t index)
 {
 	snprintf(out, 64, "tmp/%016llx.%08x", (unsigned long long)ino, index);
 }
 
-static pthread_mutex_t *stripe(struct chunk_store *cs, uint64_t ino, uint32_t index)
+static unsigned stripe_of(uint64_t ino, uint32_t index)
 {
 	uint64_t h = (ino * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)index * 0xC2B2AE3D27D4EB4Full);
-	return &cs->stripes[(h >> 32) % NSTRIPES];
+	return (unsigned)((h >> 32) % CS_NSTRIPES);
 }
 
-static void unlockp(pthread_mutex_t **m)
+void cs_unlockp(pthread_mutex_t **m)
 {
 	if (*m)
 		pthread_mutex_unlock(*m);
 }
-#define _cleanup_unlock_ _cleanup_(unlockp) __attribute__((unused))
+#define _cleanup_unlock_ _cleanup_(cs_unlockp) __attribute__((unused))
 
-static pthread_mutex_t *lock_chunk(struct chunk_store *cs, uint64_t ino, uint32_t index)
+pthread_mutex_t *cs_lock_chunk(struct chunk_store *cs, uint64_t ino, uint32_t index)
 {
-	pthread_mutex_t *m = stripe(cs, ino, index);
+	pthread_mutex_t *m = &cs->stripes[stripe_of(ino, index)];
 	pthread_mutex_lock(m);
 	return m;
 }
+
+pthread_rwlock_t *cs_view(struct chunk_store *cs, uint64_t ino, uint32_t index)
+{
+	return &cs->views[stripe_of(ino, index)];
+}
+
+static void unlock_viewp(pthread_rwlock_t **l)
+{
+	if (*l)
+		pthread_rwlock_unlock(*l);
+}
+
+static pthread_rwlock_t *read_view(struct chunk_store *cs, uint64_t ino, uint32_t index)
+{
+	pthread_rwlock_t *l = cs_view(cs, ino, index);
+	pthread_rwlock_rdlock(l);
+	return l;
+}
+#define READ_VIEW(name, cs, ino, index)                                                            \
+	_cleanup_(unlock_viewp) __attribute__((unused)) pthread_rwlock_t *name =                   \
+	    read_view(cs, ino, index)
 
 struct ring_guard {
 	struct uring_pool *pool;
@@ -305,56 +212,82 @@ static void ring_putp(struct ring_guard *g)
 #define RING_GUARD(name, cs)                                                                       \
 	_cleanup_(ring_putp) struct ring_guard name = {(cs)->pool, uring_pool_get((cs)->pool)}
 
-/* Opens a chunk file read-only: fd, -ENOENT, or -errno. */
-static int chunk_open(struct chunk_store *cs, uint64_t ino, uint32_t index)
+int cs_chunk_open(struct chunk_store *cs, uint64_t ino, uint32_t index, bool rw)
 {
 	char p[64];
-	chunk_path(p, ino, index);
-	int fd = openat(cs->dirfd, p, O_RDONLY | O_CLOEXEC);
+	cs_chunk_path(p, ino, index);
+	int fd = openat(cs->dirfd, p, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
 
-/* ---- open / close ------------------------------------------------------ */
-
-static int mkdirat_ok(int dirfd, const char *p)
+int cs_mkdirat_ok(int dirfd, const char *p)
 {
 	return mkdirat(dirfd, p, 0755) < 0 && errno != EEXIST ? -errno : 0;
 }
 
-static int make_dirs(int dirfd)
+static int fsync_path(int dirfd, const char *p)
 {
-	int r = mkdirat_ok(dirfd, "chunks");
-	if (r == 0)
-		r = mkdirat_ok(dirfd, "tmp");
-	for (int i = 0; r == 0 && i < 256; i++) {
-		char p[32];
-		snprintf(p, sizeof(p), "chunks/%02x", i);
-		r = mkdirat_ok(dirfd, p);
+	_cleanup_close_ int fd = openat(dirfd, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		return -errno;
+	return 0;
+}
+
+int cs_publish(struct chunk_store *cs, const char *tmp, uint64_t ino, uint32_t index, bool sync)
+{
+	char cp[64], dp[64];
+	cs_chunk_path(cp, ino, index);
+	cs_chunk_dir_path(dp, ino);
+	bool made_dir = false;
+	chunk_io_step(&cs->fault);
+	for (int tries = 0;; tries++) {
+		if (renameat(cs->dirfd, tmp, cs->dirfd, cp) == 0)
+			break;
+		if (errno != ENOENT || tries == 3)
+			return -errno;
+		int r = cs_mkdirat_ok(cs->dirfd, dp);
+		if (r < 0)
+			return r;
+		made_dir = true;
+	}
+	if (!sync)
+		return 0;
+	int r = fsync_path(cs->dirfd, dp);
+	if (r == 0 && made_dir) {
+		char pp[16];
+		snprintf(pp, sizeof(pp), "chunks/%02x", (unsigned)(ino & 0xff));
+		r = fsync_path(cs->dirfd, pp);
 	}
 	return r;
 }
 
-/* The target's tmp/ as a directory stream (dirfd() of it for the *at
- * calls), or NULL and errno. */
-static DIR *open_tmp_dir(int target_fd)
+/* ---- open / close ------------------------------------------------------ */
+
+static int make_dirs(int dirfd)
 {
-	int fd = openat(target_fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd < 0 ? NULL : fdopendir(fd);
-	if (!d && fd >= 0) {
-		int e = errno;
-		close(fd);
-		errno = e;
+	int r = cs_mkdirat_ok(dirfd, "chunks");
+	if (r == 0)
+		r = cs_mkdirat_ok(dirfd, "tmp");
+	for (int i = 0; r == 0 && i < 256; i++) {
+		char p[32];
+		snprintf(p, sizeof(p), "chunks/%02x", i);
+		r = cs_mkdirat_ok(dirfd, p);
 	}
-	return d;
+	return r;
 }
 
 /* Deletes every file in tmp/ (invariant 5). */
 static int clean_tmp(int target_fd)
 {
-	DIR *d = open_tmp_dir(target_fd);
-	if (!d)
-		return -errno;
-	int fd = dirfd(d), r = 0;
+	int fd = openat(target_fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		int e = -errno;
+		if (fd >= 0)
+			close(fd);
+		return e;
+	}
+	int r = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.')
@@ -379,12 +312,79 @@ static int lock_target(int dirfd)
 	return fd;
 }
 
+/* <target>/format: magic "SFMT", version 1, length 32, the chunk format,
+ * XXH3-64 of bytes 0..23 at 24. A target without one holds format-1 chunks
+ * (or none): they are read as they are and converted when written, and the
+ * record is written. A newer format is refused (-EPROTONOSUPPORT), a
+ * damaged record is -EBADMSG. */
+static int format_check(int dirfd)
+{
+	uint8_t raw[FORMAT_LEN];
+	_cleanup_close_ int fd = openat(dirfd, "format", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (chunk_io_pread(fd, raw, sizeof(raw), 0) < 0 || le32_get(raw) != FORMAT_MAGIC ||
+		    le32_get(raw + 8) != FORMAT_LEN || le64_get(raw + 24) != XXH3_64bits(raw, 24))
+			return -EBADMSG;
+		return le32_get(raw + 12) > TARGET_FORMAT ? -EPROTONOSUPPORT : 0;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	memset(raw, 0, sizeof(raw));
+	le32_put(raw, FORMAT_MAGIC);
+	le16_put(raw + 4, 1);
+	le32_put(raw + 8, FORMAT_LEN);
+	le32_put(raw + 12, TARGET_FORMAT);
+	le64_put(raw + 24, XXH3_64bits(raw, 24));
+	_cleanup_close_ int tfd =
+	    openat(dirfd, "format.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (tfd < 0)
+		return -errno;
+	int r = chunk_io_pwrite(NULL, tfd, raw, sizeof(raw), 0);
+	if (r == 0 && (fsync(tfd) < 0 || renameat(dirfd, "format.tmp", dirfd, "format") < 0 ||
+		       fsync(dirfd) < 0))
+		r = -errno;
+	return r;
+}
+
+/* Invariant 7, for one record. */
+static int replay_one(void *arg, const struct chunk_jrec *r)
+{
+	struct chunk_store *cs = arg;
+	_cleanup_close_ int fd = cs_chunk_open(cs, r->ino, r->index, true);
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return fd;
+	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
+	const char *why;
+	int e = chunk_hdr_read(fd, r->ino, r->index, true, &h, &why);
+	if (e == -EIO)
+		return 0; /* damaged: reads say so, a resync repairs it */
+	if (e < 0)
+		return e;
+	e = chunk_inplace_redo(cs, fd, &h, r);
+	return e < 0 ? e : 0;
+}
+
+static int open_journal(struct chunk_store *cs)
+{
+	int r = chunk_journal_open(cs->dirfd, &cs->fault, &cs->journal);
+	if (r == 0)
+		r = chunk_journal_replay(cs->journal, replay_one, cs);
+	if (r >= 0)
+		r = chunk_journal_reset(cs->journal);
+	return r;
+}
+
 void chunk_store_free(struct chunk_store *cs)
 {
 	if (!cs)
 		return;
-	for (int i = 0; i < NSTRIPES; i++)
+	chunk_journal_free(cs->journal);
+	for (int i = 0; i < CS_NSTRIPES; i++) {
 		pthread_mutex_destroy(&cs->stripes[i]);
+		pthread_rwlock_destroy(&cs->views[i]);
+	}
 	if (cs->lockfd >= 0)
 		close(cs->lockfd);
 	if (cs->dirfd >= 0)
@@ -393,29 +393,50 @@ void chunk_store_free(struct chunk_store *cs)
 	free(cs);
 }
 
+static struct chunk_store *store_new(struct uring_pool *pool, const struct chunk_store_opts *opts)
+{
+	struct chunk_store *cs = calloc(1, sizeof(*cs));
+	if (!cs)
+		return NULL;
+	pthread_rwlockattr_t a;
+	pthread_rwlockattr_init(&a);
+	/* an update waits for the reads under way, not for every later one */
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	for (int i = 0; i < CS_NSTRIPES; i++) {
+		pthread_mutex_init(&cs->stripes[i], NULL);
+		pthread_rwlock_init(&cs->views[i], &a);
+	}
+	pthread_rwlockattr_destroy(&a);
+	cs->lockfd = cs->dirfd = -1;
+	cs->pool = pool;
+	if (opts)
+		cs->opts = *opts;
+	if (getrandom(&cs->inc_base, sizeof(cs->inc_base), 0) != sizeof(cs->inc_base))
+		cs->inc_base = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	return cs;
+}
+
 int chunk_store_open(const char *path, struct uring_pool *pool, const struct chunk_store_opts *opts,
 		     struct chunk_store **ret)
 {
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)
 		return -errno;
-	struct chunk_store *cs = calloc(1, sizeof(*cs));
+	struct chunk_store *cs = store_new(pool, opts);
 	if (!cs)
 		return -ENOMEM;
-	for (int i = 0; i < NSTRIPES; i++)
-		pthread_mutex_init(&cs->stripes[i], NULL);
-	cs->lockfd = -1;
-	cs->pool = pool;
-	if (opts)
-		cs->opts = *opts;
 	cs->path = strdup(path);
 	cs->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int r = !cs->path ? -ENOMEM : cs->dirfd < 0 ? -errno : 0;
 	if (r == 0)
 		r = cs->lockfd = lock_target(cs->dirfd);
 	if (r >= 0)
+		r = format_check(cs->dirfd);
+	if (r >= 0)
 		r = make_dirs(cs->dirfd);
 	if (r >= 0)
 		r = clean_tmp(cs->dirfd);
+	if (r >= 0)
+		r = open_journal(cs);
 	if (r < 0) {
 		chunk_store_free(cs);
 		return r;
@@ -429,21 +450,25 @@ const char *chunk_store_path(const struct chunk_store *cs)
 	return cs->path;
 }
 
-/* ---- read -------------------------------------------------------------- */
-
-static int verify_block(struct chunk_store *cs, const struct chunk_hdr *h, uint32_t b,
-			const void *p)
+void chunk_store_fault_after(struct chunk_store *cs, int steps)
 {
-	if (block_sum(p, block_len(h->data_len, b)) == h->bcsum[b])
-		return 0;
-	return report_corrupt(cs, h->ino, h->index, b, "block checksum mismatch");
+	__atomic_store_n(&cs->fault.countdown, steps, __ATOMIC_RELEASE);
 }
 
-/* A block's destination during a read: the caller's buffer when the range
- * covers it wholly, otherwise a scratch buffer. */
+/* ---- read -------------------------------------------------------------- */
+
 static bool covers(uint64_t lo, uint64_t hi, uint64_t bstart, uint64_t bend)
 {
 	return lo <= bstart && hi >= bend;
+}
+
+static struct uring_op read_op(int fd, const struct chunk_hdr *h, uint32_t b, void *buf, size_t len)
+{
+	return (struct uring_op){.fd = fd,
+				 .kind = URING_READ,
+				 .iovcnt = 1,
+				 .off = h->data_off + (uint64_t)b * BS,
+				 .iov = {{buf, len}}};
 }
 
 /* Reads [off, off+n) (within data_len, n > 0) into buf: whole blocks straight
@@ -455,8 +480,8 @@ static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
 	uint64_t end = (uint64_t)off + n;
 	uint32_t b0 = off / BS, b1 = (uint32_t)((end - 1) / BS);
 	uint64_t b0s = (uint64_t)b0 * BS, b1s = (uint64_t)b1 * BS;
-	bool head_part = !covers(off, end, b0s, b0s + block_len(h->data_len, b0));
-	bool tail_part = b1 != b0 && !covers(off, end, b1s, b1s + block_len(h->data_len, b1));
+	bool head_part = !covers(off, end, b0s, b0s + chunk_block_len(h->data_len, b0));
+	bool tail_part = b1 != b0 && !covers(off, end, b1s, b1s + chunk_block_len(h->data_len, b1));
 	_cleanup_free_ uint8_t *scratch = NULL;
 	if (head_part || tail_part) {
 		scratch = malloc(2 * BS);
@@ -467,37 +492,26 @@ static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
 	struct uring_op ops[3];
 	int nops = 0;
 	if (head_part)
-		ops[nops++] = (struct uring_op){.fd = fd,
-						.kind = URING_READ,
-						.iovcnt = 1,
-						.off = block_file_off(h->hdr_len, b0),
-						.iov = {{head, block_len(h->data_len, b0)}}};
+		ops[nops++] = read_op(fd, h, b0, head, chunk_block_len(h->data_len, b0));
 	uint32_t m0 = b0 + head_part, m1 = b1 - tail_part; /* whole blocks m0..m1 */
 	if (m0 <= m1 && !(head_part && b0 == b1)) {
 		uint64_t ms = (uint64_t)m0 * BS,
-			 me = (uint64_t)m1 * BS + block_len(h->data_len, m1);
-		ops[nops++] = (struct uring_op){.fd = fd,
-						.kind = URING_READ,
-						.iovcnt = 1,
-						.off = block_file_off(h->hdr_len, m0),
-						.iov = {{buf + (ms - off), me - ms}}};
+			 me = (uint64_t)m1 * BS + chunk_block_len(h->data_len, m1);
+		ops[nops++] = read_op(fd, h, m0, buf + (ms - off), me - ms);
 	}
 	if (tail_part)
-		ops[nops++] = (struct uring_op){.fd = fd,
-						.kind = URING_READ,
-						.iovcnt = 1,
-						.off = block_file_off(h->hdr_len, b1),
-						.iov = {{tail, block_len(h->data_len, b1)}}};
+		ops[nops++] = read_op(fd, h, b1, tail, chunk_block_len(h->data_len, b1));
 	int r = uring_run(ring, ops, nops);
 	if (r == -EIO)
-		return report_corrupt(cs, h->ino, h->index, -1, "chunk file shorter than its data");
+		return cs_report_corrupt(cs, h->ino, h->index, -1,
+					 "chunk file shorter than its data");
 	if (r < 0)
 		return r;
 	for (uint32_t b = b0; b <= b1; b++) {
 		const uint8_t *p = b == b0 && head_part	  ? head
 				   : b == b1 && tail_part ? tail
 							  : buf + ((uint64_t)b * BS - off);
-		r = verify_block(cs, h, b, p);
+		r = cs_verify_block(cs, h, b, p);
 		if (r < 0)
 			return r;
 	}
@@ -511,385 +525,74 @@ static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
 ssize_t chunk_store_read(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
 			 uint32_t len, void *buf)
 {
-	_cleanup_close_ int fd = chunk_open(cs, ino, index);
+	READ_VIEW(view, cs, ino, index);
+	_cleanup_close_ int fd = cs_chunk_open(cs, ino, index, false);
 	if (fd == -ENOENT)
 		return 0;
 	if (fd < 0)
 		return fd;
-	RING_GUARD(g, cs);
 	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
-	int r = hdr_load(cs, g.ring, fd, ino, index, &h);
+	int r = cs_hdr_load(cs, fd, ino, index, &h);
 	if (r < 0)
 		return r;
 	if (off >= h.data_len || len == 0)
 		return 0;
 	uint32_t n = (uint32_t)STRATA_MIN((uint64_t)len, (uint64_t)h.data_len - off);
+	RING_GUARD(g, cs);
 	r = read_range(cs, g.ring, fd, &h, off, n, buf);
 	return r < 0 ? r : (ssize_t)n;
 }
 
 int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_meta *ret)
 {
-	_cleanup_close_ int fd = chunk_open(cs, ino, index);
+	READ_VIEW(view, cs, ino, index);
+	_cleanup_close_ int fd = cs_chunk_open(cs, ino, index, false);
 	if (fd < 0)
 		return fd;
-	RING_GUARD(g, cs);
 	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
-	int r = hdr_load(cs, g.ring, fd, ino, index, &h);
+	int r = cs_hdr_load(cs, fd, ino, index, &h);
 	if (r < 0)
 		return r;
 	*ret = (struct chunk_meta){h.version, h.data_len, h.checksum};
 	return 0;
 }
 
-/* ---- copy-on-write update (write and truncate) ------------------------- */
+/* ---- write and truncate -------------------------------------------------- */
 
-/* How block b of the new version gets its bytes. */
-enum bkind {
-	B_DIRECT, /* wholly overwritten: straight from the caller's buffer */
-	B_COPY,	  /* unchanged and same length: copy_file_range, old checksum */
-	B_ZERO,	  /* beyond the old data and not written: a hole */
-	B_BUILD,  /* old bytes (verified) + zeros + new bytes, in a scratch block */
-};
-
-/* One mutation: new length, and the written range [off, off+len) (len 0 for
- * a truncate). */
-struct cow {
-	struct chunk_store *cs;
-	struct io_uring *ring;
-	uint64_t ino;
-	uint32_t index;
-	uint32_t off, len, new_len;
-	const uint8_t *data;
-	const uint64_t *sums; /* XXH3-64 of each 64 KiB piece of data, or NULL */
-	int oldfd, tmpfd;
-	struct chunk_hdr old, new;
-	uint8_t *scratch; /* nbuild * BS */
-	uint8_t *hdr_raw; /* new header bytes */
-	bool have_old;
-	uint64_t set_version; /* chunk_store_put: the version to publish; 0 = old + 1 */
-};
-
-static enum bkind classify(const struct cow *c, uint32_t b)
+/* Opens and loads the current version, if any, for an update. */
+static int load_old(struct chunk_update *u)
 {
-	uint64_t bs = (uint64_t)b * BS, be = bs + block_len(c->new_len, b);
-	uint64_t wlo = STRATA_MAX((uint64_t)c->off, bs);
-	uint64_t whi = STRATA_MIN((uint64_t)c->off + c->len, be);
-	uint32_t old_blen = block_len(c->old.data_len, b);
-	if (c->len > 0 && covers(c->off, (uint64_t)c->off + c->len, bs, be))
-		return B_DIRECT;
-	if (c->len == 0 || wlo >= whi) {
-		if (old_blen == be - bs)
-			return B_COPY;
-		if (old_blen == 0)
-			return B_ZERO;
-	}
-	return B_BUILD;
-}
-
-/* Copies left bytes through a buffer, for filesystems without
- * copy_file_range. Returns 0, 0-length progress as -EIO, or -errno. */
-static int copy_bounce(int from, loff_t *in, int to, loff_t *out, uint64_t left)
-{
-	_cleanup_free_ uint8_t *buf = malloc(BS);
-	if (!buf)
-		return -ENOMEM;
-	while (left > 0) {
-		ssize_t k = pread(from, buf, STRATA_MIN(left, (uint64_t)BS), *in);
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		for (ssize_t w = 0; w < k;) {
-			ssize_t n = pwrite(to, buf + w, (size_t)(k - w), *out + w);
-			if (n <= 0)
-				return n < 0 ? -errno : -ENOSPC;
-			w += n;
-		}
-		*in += k, *out += k, left -= (uint64_t)k;
-	}
-	return 0;
-}
-
-/* Copies [start, end) of the data from the old file into the temp file. */
-static int copy_run(struct cow *c, uint64_t start, uint64_t end)
-{
-	loff_t in = (loff_t)(c->old.hdr_len + start), out = (loff_t)(c->new.hdr_len + start);
-	uint64_t left = end - start;
-	int r = 0;
-	while (left > 0 && r == 0) {
-		ssize_t k = copy_file_range(c->oldfd, &in, c->tmpfd, &out, left, 0);
-		if (k > 0)
-			left -= (uint64_t)k;
-		else if (k == 0)
-			r = -EIO;
-		else if (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS ||
-			 errno == EINVAL)
-			r = copy_bounce(c->oldfd, &in, c->tmpfd, &out, left), left = 0;
-		else if (errno != EINTR)
-			r = -errno;
-	}
-	if (r == -EIO)
-		return report_corrupt(c->cs, c->ino, c->index, (int64_t)(start / BS),
-				      "chunk file shorter than its data");
-	return r;
-}
-
-/* Copies every run of B_COPY blocks. */
-static int copy_unchanged(struct cow *c)
-{
-	for (uint32_t b = 0; b < c->new.nblocks;) {
-		if (classify(c, b) != B_COPY) {
-			b++;
-			continue;
-		}
-		uint32_t e = b;
-		while (e < c->new.nblocks && classify(c, e) == B_COPY)
-			c->new.bcsum[e] = c->old.bcsum[e], e++;
-		int r = copy_run(c, (uint64_t)b * BS,
-				 (uint64_t)(e - 1) * BS + block_len(c->new_len, e - 1));
-		if (r < 0)
-			return r;
-		b = e;
-	}
-	return 0;
-}
-
-/* Fills the B_BUILD blocks in scratch: reads their old bytes (one batch),
- * verifies them, zero-pads, overlays the new bytes and checksums them. */
-static int build_blocks(struct cow *c, const uint32_t *blocks, int n)
-{
-	struct uring_op ops[8];
-	int nops = 0;
-	for (int i = 0; i < n; i++) {
-		uint32_t olen = block_len(c->old.data_len, blocks[i]);
-		if (olen > 0)
-			ops[nops++] =
-			    (struct uring_op){.fd = c->oldfd,
-					      .kind = URING_READ,
-					      .iovcnt = 1,
-					      .off = block_file_off(c->old.hdr_len, blocks[i]),
-					      .iov = {{c->scratch + (size_t)i * BS, olen}}};
-	}
-	int r = uring_run(c->ring, ops, nops);
-	if (r == -EIO)
-		return report_corrupt(c->cs, c->ino, c->index, -1,
-				      "chunk file shorter than its data");
-	for (int i = 0; r == 0 && i < n; i++) {
-		uint32_t b = blocks[i], olen = block_len(c->old.data_len, b);
-		uint8_t *p = c->scratch + (size_t)i * BS;
-		if (olen > 0 && (r = verify_block(c->cs, &c->old, b, p)) < 0)
-			break;
-		memset(p + olen, 0, BS - olen);
-		uint64_t bs = (uint64_t)b * BS, be = bs + block_len(c->new_len, b);
-		uint64_t wlo = STRATA_MAX((uint64_t)c->off, bs);
-		uint64_t whi = STRATA_MIN((uint64_t)c->off + c->len, be);
-		if (c->len > 0 && wlo < whi)
-			memcpy(p + (wlo - bs), c->data + (wlo - c->off), whi - wlo);
-		memset(p + (be - bs), 0, BS - (be - bs));
-		c->new.bcsum[b] = block_sum(p, be - bs);
-	}
-	return r;
-}
-
-/* The blocks of a new version that are not copied. */
-struct cow_plan {
-	uint32_t build[8]; /* B_BUILD blocks (at most 3: the two edges of the
-			    * written range and the old last block) */
-	int nbuild;
-	uint32_t d0, d1; /* B_DIRECT blocks d0..d1 (contiguous); d0 > d1 if none */
-};
-
-/* The checksum of direct block b (blen bytes, wholly from the caller's
- * buffer): the sum of the same bytes that came with the data, where the
- * data's pieces are this chunk's blocks (block-aligned offset, same length),
- * else hashed here. */
-static uint64_t direct_sum(const struct cow *c, uint32_t b, uint32_t blen)
-{
-	uint64_t at = (uint64_t)b * BS - c->off;
-	if (c->sums && c->off % BS == 0 && at % BS == 0 &&
-	    STRATA_MIN((uint64_t)BS, c->len - at) == blen)
-		return c->sums[at / BS];
-	return block_sum(c->data + at, blen);
-}
-
-/* Classifies the blocks; checksums the direct ones (from the caller's
- * buffer) and the zero ones. */
-static int cow_plan(struct cow *c, struct cow_plan *p)
-{
-	*p = (struct cow_plan){.d0 = 1, .d1 = 0};
-	bool any_direct = false;
-	for (uint32_t b = 0; b < c->new.nblocks; b++) {
-		uint32_t blen = block_len(c->new_len, b);
-		switch (classify(c, b)) {
-		case B_DIRECT:
-			if (!any_direct)
-				p->d0 = b, any_direct = true;
-			p->d1 = b;
-			c->new.bcsum[b] = direct_sum(c, b, blen);
-			break;
-		case B_ZERO:
-			c->new.bcsum[b] = block_sum(zero_block, blen);
-			break;
-		case B_BUILD:
-			if (p->nbuild == (int)ARRAY_SIZE(p->build))
-				return -EINVAL; /* cannot happen */
-			p->build[p->nbuild++] = b;
-			break;
-		case B_COPY:
-			break;
-		}
-	}
-	return 0;
-}
-
-/* Writes the header, the direct run and the built blocks in one batch, on
- * this thread (buffered writes: io_uring would hand each to io-wq). */
-static int cow_submit(struct cow *c, const struct cow_plan *p)
-{
-	struct uring_op ops[2 + ARRAY_SIZE(p->build)];
-	int nops = 0;
-	ops[nops++] = (struct uring_op){.fd = c->tmpfd,
-					.kind = URING_WRITE,
-					.iovcnt = 1,
-					.off = 0,
-					.iov = {{c->hdr_raw, c->new.hdr_len}}};
-	if (p->d0 <= p->d1) {
-		uint64_t s = (uint64_t)p->d0 * BS;
-		uint64_t e = (uint64_t)p->d1 * BS + block_len(c->new_len, p->d1);
-		ops[nops++] = (struct uring_op){.fd = c->tmpfd,
-						.kind = URING_WRITE,
-						.iovcnt = 1,
-						.off = c->new.hdr_len + s,
-						.iov = {{(void *)(c->data + (s - c->off)), e - s}}};
-	}
-	for (int i = 0; i < p->nbuild; i++)
-		ops[nops++] = (struct uring_op){
-		    .fd = c->tmpfd,
-		    .kind = URING_WRITE,
-		    .iovcnt = 1,
-		    .off = block_file_off(c->new.hdr_len, p->build[i]),
-		    .iov = {{c->scratch + (size_t)i * BS, block_len(c->new_len, p->build[i])}}};
-	return uring_run_inline(ops, nops);
-}
-
-/* Produces every non-copied block and the header in the temp file. */
-static int write_new(struct cow *c)
-{
-	struct cow_plan p;
-	int r = cow_plan(c, &p);
-	if (r < 0)
-		return r;
-	c->scratch = p.nbuild ? malloc((size_t)p.nbuild * BS) : NULL;
-	if (p.nbuild && !c->scratch)
-		return -ENOMEM;
-	r = build_blocks(c, p.build, p.nbuild);
-	if (r < 0)
-		return r;
-	c->hdr_raw = malloc(c->new.hdr_len);
-	if (!c->hdr_raw)
-		return -ENOMEM;
-	hdr_encode(&c->new, c->hdr_raw);
-	return cow_submit(c, &p);
-}
-
-static int fsync_path(int dirfd, const char *p)
-{
-	_cleanup_close_ int fd = openat(dirfd, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		return -errno;
-	return 0;
-}
-
-/* Renames the finished temp file over the chunk, creating the inode
- * directory if needed (remove_file may rmdir it at any time). */
-static int publish(struct cow *c, bool sync)
-{
-	char tp[64], cp[64], dp[64];
-	tmp_path(tp, c->ino, c->index);
-	chunk_path(cp, c->ino, c->index);
-	chunk_dir_path(dp, c->ino);
-	bool made_dir = false;
-	for (int tries = 0;; tries++) {
-		if (renameat(c->cs->dirfd, tp, c->cs->dirfd, cp) == 0)
-			break;
-		if (errno != ENOENT || tries == 3)
-			return -errno;
-		int r = mkdirat_ok(c->cs->dirfd, dp);
-		if (r < 0)
-			return r;
-		made_dir = true;
-	}
-	if (!sync)
-		return 0;
-	int r = fsync_path(c->cs->dirfd, dp);
-	if (r == 0 && made_dir) {
-		char pp[16];
-		snprintf(pp, sizeof(pp), "chunks/%02x", (unsigned)(c->ino & 0xff));
-		r = fsync_path(c->cs->dirfd, pp);
-	}
-	return r;
-}
-
-/* Builds the new version in tmp/ and publishes it. c->old is loaded. */
-static int cow_run(struct cow *c, unsigned flags, struct chunk_meta *ret)
-{
-	char tp[64];
-	tmp_path(tp, c->ino, c->index);
-	c->new = (struct chunk_hdr){.nblocks = nblocks_for(c->new_len),
-				    .ino = c->ino,
-				    .index = c->index,
-				    .version = c->set_version ? c->set_version : c->old.version + 1,
-				    .data_len = c->new_len};
-	c->new.hdr_len = hdr_len_for(c->new.nblocks);
-	c->new.bcsum = calloc(c->new.nblocks ? c->new.nblocks : 1, sizeof(uint64_t));
-	if (!c->new.bcsum)
-		return -ENOMEM;
-	c->tmpfd = openat(c->cs->dirfd, tp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (c->tmpfd < 0)
-		return -errno;
-	int r = ftruncate(c->tmpfd, (off_t)c->new.hdr_len + c->new_len) < 0 ? -errno : 0;
-	if (r == 0)
-		r = copy_unchanged(c);
-	if (r == 0)
-		r = write_new(c);
-	if (r == 0 && (flags & CHUNK_STORE_SYNC)) {
-		struct uring_op op = {.fd = c->tmpfd, .kind = URING_FDATASYNC};
-		r = uring_run(c->ring, &op, 1);
-	}
-	if (r == 0)
-		r = publish(c, flags & CHUNK_STORE_SYNC);
-	if (r < 0) {
-		unlinkat(c->cs->dirfd, tp, 0);
-		return r;
-	}
-	if (ret)
-		*ret = (struct chunk_meta){c->new.version, c->new.data_len, c->new.checksum};
-	return 0;
-}
-
-static void cow_done(struct cow *c)
-{
-	if (c->oldfd >= 0)
-		close(c->oldfd);
-	if (c->tmpfd >= 0)
-		close(c->tmpfd);
-	chunk_hdr_done(&c->old);
-	chunk_hdr_done(&c->new);
-	free(c->scratch);
-	free(c->hdr_raw);
-}
-
-/* Opens and loads the current version, if any, into c. */
-static int cow_load_old(struct cow *c)
-{
-	c->oldfd = chunk_open(c->cs, c->ino, c->index);
-	if (c->oldfd == -ENOENT) {
-		c->oldfd = -1;
+	u->oldfd = cs_chunk_open(u->cs, u->ino, u->index, true);
+	if (u->oldfd == -ENOENT) {
+		u->oldfd = -1;
 		return 0;
 	}
-	if (c->oldfd < 0)
-		return c->oldfd;
-	c->have_old = true;
-	return hdr_load(c->cs, c->ring, c->oldfd, c->ino, c->index, &c->old);
+	if (u->oldfd < 0) {
+		int r = u->oldfd;
+		u->oldfd = -1;
+		return r;
+	}
+	return cs_hdr_load(u->cs, u->oldfd, u->ino, u->index, &u->old);
+}
+
+/* The whole new version as a new file (chunk_cow.c). */
+static int write_new_file(struct chunk_update *u, unsigned flags, struct chunk_meta *ret)
+{
+	chunk_hdr_done(&u->new);
+	free(u->scratch);
+	u->scratch = NULL;
+	int r = chunk_update_plan(u, 0, u->old.version + 1);
+	return r < 0 ? r : chunk_cow_run(u, flags, ret);
+}
+
+/* Chooses the update's path (the file header's comment). */
+static int write_path(struct chunk_update *u, unsigned flags, struct chunk_meta *ret)
+{
+	bool replaces_all = u->off == 0 && u->new_len == u->len;
+	if (u->oldfd < 0 || u->old.format != CHUNK_FORMAT_V2 || replaces_all)
+		return write_new_file(u, flags, ret);
+	int r = chunk_inplace_write(u, flags, ret);
+	return r == -EAGAIN ? write_new_file(u, flags, ret) : r;
 }
 
 int chunk_store_write(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
@@ -910,23 +613,22 @@ int chunk_store_write_sums(struct chunk_store *cs, uint64_t ino, uint32_t index,
 			*ret = (struct chunk_meta){0};
 		return r == -ENOENT ? 0 : r;
 	}
-	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
+	_cleanup_unlock_ pthread_mutex_t *m = cs_lock_chunk(cs, ino, index);
 	RING_GUARD(g, cs);
-	_cleanup_(cow_done) struct cow c = {.cs = cs,
-					    .ring = g.ring,
-					    .ino = ino,
-					    .index = index,
-					    .off = off,
-					    .len = len,
-					    .data = data,
-					    .sums = sums,
-					    .oldfd = -1,
-					    .tmpfd = -1};
-	int r = cow_load_old(&c);
+	_cleanup_(chunk_update_done) struct chunk_update u = {.cs = cs,
+							      .ring = g.ring,
+							      .ino = ino,
+							      .index = index,
+							      .off = off,
+							      .len = len,
+							      .data = data,
+							      .sums = sums,
+							      .oldfd = -1};
+	int r = load_old(&u);
 	if (r < 0)
 		return r;
-	c.new_len = (uint32_t)STRATA_MAX((uint64_t)c.old.data_len, (uint64_t)off + len);
-	return cow_run(&c, flags, ret);
+	u.new_len = (uint32_t)STRATA_MAX((uint64_t)u.old.data_len, (uint64_t)off + len);
+	return write_path(&u, flags, ret);
 }
 
 int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t len,
@@ -934,20 +636,46 @@ int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, u
 {
 	if (len > CHUNK_STORE_MAX_LEN)
 		return -EFBIG;
-	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
+	_cleanup_unlock_ pthread_mutex_t *m = cs_lock_chunk(cs, ino, index);
 	RING_GUARD(g, cs);
-	_cleanup_(cow_done) struct cow c = {
-	    .cs = cs, .ring = g.ring, .ino = ino, .index = index, .oldfd = -1, .tmpfd = -1};
-	int r = cow_load_old(&c);
+	_cleanup_(chunk_update_done) struct chunk_update u = {
+	    .cs = cs, .ring = g.ring, .ino = ino, .index = index, .oldfd = -1};
+	int r = load_old(&u);
 	if (r < 0)
 		return r;
-	if (!c.have_old || c.old.data_len == len) {
+	if (u.oldfd < 0 || u.old.data_len == len) {
 		if (ret)
-			*ret = (struct chunk_meta){c.old.version, c.old.data_len, c.old.checksum};
+			*ret = (struct chunk_meta){u.old.version, u.old.data_len, u.old.checksum};
 		return 0;
 	}
-	c.new_len = len;
-	return cow_run(&c, 0, ret);
+	u.new_len = len;
+	if (u.old.format != CHUNK_FORMAT_V2)
+		return write_new_file(&u, 0, ret);
+	return chunk_inplace_truncate(&u, ret);
+}
+
+int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const void *data,
+		    uint32_t len, uint64_t version, struct chunk_meta *ret)
+{
+	if (len > CHUNK_STORE_MAX_LEN)
+		return -EFBIG;
+	if (version == 0)
+		return -EINVAL;
+	_cleanup_unlock_ pthread_mutex_t *m = cs_lock_chunk(cs, ino, index);
+	RING_GUARD(g, cs);
+	/* No old version is loaded: every block comes from data (or is a hole
+	 * when len is 0), so a damaged old chunk is simply replaced. */
+	_cleanup_(chunk_update_done) struct chunk_update u = {.cs = cs,
+							      .ring = g.ring,
+							      .ino = ino,
+							      .index = index,
+							      .off = 0,
+							      .len = len,
+							      .new_len = len,
+							      .data = data,
+							      .oldfd = -1};
+	int r = chunk_update_plan(&u, 0, version);
+	return r < 0 ? r : chunk_cow_run(&u, 0, ret);
 }
 
 /* ---- remove, sync, space ----------------------------------------------- */
@@ -955,8 +683,9 @@ int chunk_store_truncate(struct chunk_store *cs, uint64_t ino, uint32_t index, u
 int chunk_store_remove(struct chunk_store *cs, uint64_t ino, uint32_t index)
 {
 	char p[64];
-	chunk_path(p, ino, index);
-	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
+	cs_chunk_path(p, ino, index);
+	_cleanup_unlock_ pthread_mutex_t *m = cs_lock_chunk(cs, ino, index);
+	chunk_io_step(&cs->fault);
 	if (unlinkat(cs->dirfd, p, 0) == 0)
 		return 1;
 	return errno == ENOENT ? 0 : -errno;
@@ -986,7 +715,7 @@ static int list_chunks(struct chunk_store *cs, uint64_t ino, uint32_t first, uin
 		       size_t *ret_n)
 {
 	char dp[64];
-	chunk_dir_path(dp, ino);
+	cs_chunk_dir_path(dp, ino);
 	int fd = openat(cs->dirfd, dp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
@@ -1038,11 +767,8 @@ int chunk_store_remove_file(struct chunk_store *cs, uint64_t ino, uint32_t first
 			return r;
 		removed += r;
 	}
-	if (first_index == 0) {
-		char dp[64];
-		chunk_dir_path(dp, ino);
-		unlinkat(cs->dirfd, dp, AT_REMOVEDIR); /* ENOTEMPTY: a racing writer; fine */
-	}
+	if (first_index == 0)
+		chunk_store_rmdir_ino(cs, ino);
 	return removed;
 }
 
@@ -1061,7 +787,7 @@ int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret
 	return 0;
 }
 
-/* ---- resync: replace wholesale, list ------------------------------------ */
+/* ---- lists (resync) ------------------------------------------------------- */
 
 int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_index, uint32_t **ret,
 			 size_t *ret_n)
@@ -1074,36 +800,11 @@ int chunk_store_list_ino(struct chunk_store *cs, uint64_t ino, uint32_t first_in
 void chunk_store_rmdir_ino(struct chunk_store *cs, uint64_t ino)
 {
 	char dp[64];
-	chunk_dir_path(dp, ino);
+	cs_chunk_dir_path(dp, ino);
 	unlinkat(cs->dirfd, dp, AT_REMOVEDIR); /* ENOTEMPTY: a racing writer; fine */
 }
 
-int chunk_store_put(struct chunk_store *cs, uint64_t ino, uint32_t index, const void *data,
-		    uint32_t len, uint64_t version, struct chunk_meta *ret)
-{
-	if (len > CHUNK_STORE_MAX_LEN)
-		return -EFBIG;
-	if (version == 0)
-		return -EINVAL;
-	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
-	RING_GUARD(g, cs);
-	/* No old version is loaded: every block comes from data (or is a hole
-	 * when len is 0), so a damaged old chunk is simply replaced. */
-	_cleanup_(cow_done) struct cow c = {.cs = cs,
-					    .ring = g.ring,
-					    .ino = ino,
-					    .index = index,
-					    .off = 0,
-					    .len = len,
-					    .new_len = len,
-					    .data = data,
-					    .oldfd = -1,
-					    .tmpfd = -1,
-					    .set_version = version};
-	return cow_run(&c, 0, ret);
-}
-
-/* Appends every chunk index of directory dp (inode ino) to *v. */
+/* Appends every chunk index of inode ino to *v. */
 static int list_ino_dir(struct chunk_store *cs, uint64_t ino, struct chunk_key **v, size_t *n,
 			size_t *cap)
 {
@@ -1177,224 +878,4 @@ int chunk_store_list(struct chunk_store *cs, struct chunk_key **ret, size_t *ret
 	*ret = v;
 	*ret_n = n;
 	return 0;
-}
-
-/* ---- resync: a chunk in pieces (chunk_store.h) -------------------------- */
-/* The staging file tmp/<ino>.<index>.put has the final chunk's layout; until
- * the last piece its first 64 bytes hold the transfer's state (below), and
- * the block checksums of the pieces received so far are already in place
- * (64 + 8 b). Every call holds the chunk's stripe lock (invariant 4), so a
- * piece, a write and a publish of one chunk never overlap. */
-#define STG_MAGIC 0x54555053u /* "SPUT": never a valid chunk header */
-#define STG_FIXED 64
-
-static void stage_path(char out[64], uint64_t ino, uint32_t index)
-{
-	snprintf(out, 64, "tmp/%016llx.%08x.put", (unsigned long long)ino, index);
-}
-
-/* Positioned I/O of all len bytes (a short write is -ENOSPC, a short read
- * -EIO: the staging file ends early). */
-static int pio_all(int fd, void *buf, size_t len, uint64_t off, bool is_write)
-{
-	uint8_t *p = buf;
-	while (len > 0) {
-		ssize_t n =
-		    is_write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : is_write ? -ENOSPC : -EIO;
-		p += n, len -= (size_t)n, off += (uint64_t)n;
-	}
-	return 0;
-}
-
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	return pio_all(fd, (void *)buf, len, off, true);
-}
-
-static int pread_all(int fd, void *buf, size_t len, uint64_t off)
-{
-	return pio_all(fd, buf, len, off, false);
-}
-
-static void stage_state_encode(uint8_t raw[STG_FIXED], const struct chunk_put_piece *p,
-			       uint32_t next)
-{
-	memset(raw, 0, STG_FIXED);
-	le32_put(raw + 0, STG_MAGIC);
-	le16_put(raw + 4, CHDR_FORMAT);
-	le64_put(raw + 8, p->version);
-	le64_put(raw + 16, p->tag);
-	le32_put(raw + 24, p->total);
-	le32_put(raw + 28, next);
-}
-
-/* Opens the staging file for piece p: a new one for a first piece, else the
- * existing one if it belongs to p's transfer and p is its next piece. */
-static int stage_open(struct chunk_store *cs, const char *sp, const struct chunk_put_piece *p,
-		      uint32_t hdr_len)
-{
-	if (p->flags & CHUNK_PUT_FIRST) {
-		int fd = openat(cs->dirfd, sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0)
-			return -errno;
-		if (ftruncate(fd, (off_t)hdr_len + p->total) < 0) {
-			int r = -errno;
-			close(fd);
-			return r;
-		}
-		return fd;
-	}
-	int fd = openat(cs->dirfd, sp, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? -ESTALE : -errno;
-	uint8_t raw[STG_FIXED];
-	int r = pread_all(fd, raw, sizeof(raw), 0);
-	if (r == 0 && (le32_get(raw) != STG_MAGIC || le64_get(raw + 8) != p->version ||
-		       le64_get(raw + 16) != p->tag || le32_get(raw + 24) != p->total ||
-		       le32_get(raw + 28) != p->off))
-		r = -ESTALE;
-	if (r < 0) {
-		close(fd);
-		return r == -EIO ? -ESTALE : r;
-	}
-	return fd;
-}
-
-/* The last piece is in: reads every block back and checks it against its
- * checksum, checks the chunk checksum against the source's, writes the
- * header over the transfer state and renames the file over the chunk. */
-static int stage_publish(struct chunk_store *cs, int fd, const char *sp, uint64_t ino,
-			 uint32_t index, const struct chunk_put_piece *p, struct chunk_meta *ret)
-{
-	struct chunk_hdr h = {.nblocks = nblocks_for(p->total),
-			      .ino = ino,
-			      .index = index,
-			      .version = p->version,
-			      .data_len = p->total};
-	h.hdr_len = hdr_len_for(h.nblocks);
-	_cleanup_free_ uint64_t *sums = malloc(sizeof(uint64_t) * (h.nblocks ? h.nblocks : 1));
-	_cleanup_free_ uint8_t *raw = malloc(h.hdr_len);
-	_cleanup_free_ uint8_t *buf = malloc(16 * BS);
-	if (!sums || !raw || !buf)
-		return -ENOMEM;
-	int r = pread_all(fd, raw, h.hdr_len, 0);
-	for (uint32_t b = 0; r == 0 && b < h.nblocks; b++)
-		sums[b] = le64_get(raw + CHDR_FIXED + 8 * b);
-	for (uint32_t b0 = 0; r == 0 && b0 < h.nblocks; b0 += 16) {
-		uint64_t s = (uint64_t)b0 * BS, e = STRATA_MIN(s + 16 * BS, (uint64_t)p->total);
-		r = pread_all(fd, buf, e - s, h.hdr_len + s);
-		for (uint32_t b = b0; r == 0 && b < h.nblocks && b < b0 + 16; b++)
-			if (block_sum(buf + (uint64_t)(b - b0) * BS, block_len(p->total, b)) !=
-			    sums[b])
-				r = -EIO;
-	}
-	if (r < 0)
-		return r;
-	h.bcsum = sums;
-	hdr_encode(&h, raw);
-	if (h.checksum != p->checksum)
-		return -EIO;
-	r = pwrite_all(fd, raw, h.hdr_len, 0);
-	if (r < 0)
-		return r;
-	char cp[64], dp[64];
-	chunk_path(cp, ino, index);
-	chunk_dir_path(dp, ino);
-	for (int tries = 0;; tries++) {
-		if (renameat(cs->dirfd, sp, cs->dirfd, cp) == 0)
-			break;
-		if (errno != ENOENT || tries == 3)
-			return -errno;
-		if ((r = mkdirat_ok(cs->dirfd, dp)) < 0)
-			return r;
-	}
-	if (ret)
-		*ret = (struct chunk_meta){h.version, h.data_len, h.checksum};
-	return 0;
-}
-
-static int piece_check(const struct chunk_put_piece *p)
-{
-	uint64_t end = (uint64_t)p->off + p->len;
-	if (p->total > CHUNK_STORE_MAX_LEN)
-		return -EFBIG;
-	if (p->version == 0 || p->off % BS || end > p->total || (p->len && !p->data))
-		return -EINVAL;
-	if ((p->flags & CHUNK_PUT_FIRST) && p->off != 0)
-		return -EINVAL;
-	if (p->flags & CHUNK_PUT_LAST)
-		return end == p->total ? 0 : -EINVAL;
-	return p->len > 0 && p->len % BS == 0 && end < p->total ? 0 : -EINVAL;
-}
-
-int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
-			  const struct chunk_put_piece *p, struct chunk_meta *ret)
-{
-	if (ret)
-		*ret = (struct chunk_meta){0};
-	int r = piece_check(p);
-	if (r < 0)
-		return r;
-	char sp[64];
-	stage_path(sp, ino, index);
-	uint32_t nb = nblocks_for(p->len), hdr_len = hdr_len_for(nblocks_for(p->total));
-	_cleanup_unlock_ pthread_mutex_t *m = lock_chunk(cs, ino, index);
-	_cleanup_close_ int fd = stage_open(cs, sp, p, hdr_len);
-	if (fd < 0)
-		return fd; /* -ESTALE: someone else's staging file, left alone */
-	_cleanup_free_ uint8_t *sums = malloc(8 * (size_t)(nb ? nb : 1));
-	if (!sums)
-		r = -ENOMEM;
-	for (uint32_t i = 0; r == 0 && i < nb; i++) {
-		uint32_t bl = STRATA_MIN(BS, p->len - i * BS);
-		le64_put(sums + 8 * i,
-			 p->sums ? p->sums[i]
-				 : block_sum((const uint8_t *)p->data + (size_t)i * BS, bl));
-	}
-	if (r == 0)
-		r = pwrite_all(fd, p->data, p->len, (uint64_t)hdr_len + p->off);
-	if (r == 0)
-		r = pwrite_all(fd, sums, 8 * (size_t)nb, CHDR_FIXED + 8 * (uint64_t)(p->off / BS));
-	if (r == 0 && !(p->flags & CHUNK_PUT_LAST)) {
-		uint8_t st[STG_FIXED];
-		stage_state_encode(st, p, p->off + p->len);
-		r = pwrite_all(fd, st, sizeof(st), 0);
-	}
-	if (r == 0 && (p->flags & CHUNK_PUT_LAST))
-		r = stage_publish(cs, fd, sp, ino, index, p, ret);
-	if (r < 0)
-		unlinkat(cs->dirfd, sp, 0);
-	return r;
-}
-
-int chunk_store_put_expire(struct chunk_store *cs, int max_age_s)
-{
-	DIR *d = open_tmp_dir(cs->dirfd);
-	if (!d)
-		return -errno;
-	int fd = dirfd(d), n = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		unsigned long long ino;
-		unsigned index;
-		char tail[8], sp[64];
-		if (sscanf(de->d_name, "%16llx.%8x.%3s", &ino, &index, tail) != 3 ||
-		    strcmp(tail, "put") != 0)
-			continue;
-		stage_path(sp, ino, index);
-		if (strcmp(sp + 4, de->d_name) != 0)
-			continue;
-		pthread_mutex_t *m = lock_chunk(cs, ino, index);
-		struct stat st;
-		if (fstatat(fd, de->d_name, &st, 0) == 0 && st.st_mtime + max_age_s <= time(NULL) &&
-		    unlinkat(fd, de->d_name, 0) == 0)
-			n++;
-		pthread_mutex_unlock(m);
-	}
-	closedir(d);
-	return n;
 }

@@ -2,10 +2,11 @@
  * directory on a local disk) holding chunks identified by (ino, index), each
  * with a version, a length and an XXH3 checksum per 64 KiB block.
  *
- * Thread-safe: reads run concurrently with everything (copy-on-write files,
- * see chunk_store.c); writes to one chunk are serialised. All calls return a
- * non-negative value or a negative errno; the engine never logs, it reports
- * corruption through opts.on_corrupt. */
+ * Thread-safe: reads run concurrently with each other and with writes to
+ * other chunks, and see one complete version of a chunk; writes to one chunk
+ * are serialised and cost the bytes they write (in place, crash-atomic: see
+ * chunk_store.c). All calls return a non-negative value or a negative errno;
+ * the engine never logs, it reports corruption through opts.on_corrupt. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -42,9 +43,13 @@ struct chunk_meta {
 };
 
 /* Opens (creating if needed) the target at path: takes an exclusive lock on
- * it (-EBUSY if another process holds it) and removes temp files a crash left
- * behind. The ring pool is borrowed and must outlive the store. Returns 0 and
- * *ret (free with chunk_store_free) or -errno. */
+ * it (-EBUSY if another process holds it), removes temp files a crash left
+ * behind and finishes the writes a crash cut short from the target's
+ * journal. A target of format 1 (no <target>/format) is read as it is; its
+ * chunks are converted when written. The ring pool is borrowed and must
+ * outlive the store. Returns 0 and *ret (free with chunk_store_free),
+ * -EPROTONOSUPPORT (the target or its journal is of a newer format than
+ * this code's), -EBADMSG (<target>/format is damaged), or -errno. */
 int chunk_store_open(const char *path, struct uring_pool *pool, const struct chunk_store_opts *opts,
 		     struct chunk_store **ret);
 void chunk_store_free(struct chunk_store *cs);
@@ -141,3 +146,10 @@ int chunk_store_put_piece(struct chunk_store *cs, uint64_t ino, uint32_t index,
 /* Drops staging files untouched for max_age_s seconds or more (transfers
  * whose sender went away). Returns how many, or -errno. */
 int chunk_store_put_expire(struct chunk_store *cs, int max_age_s);
+
+/* ---- tests ----------------------------------------------------------------- */
+/* Fault point (chunk_io.h): the steps-th mutating step of the store from now
+ * (a write, truncate, rename, unlink or sync of a chunk, a temp file or the
+ * journal) tears its write (only its first half of pages lands) and ends the
+ * process with status 86, as kill -9 would. 0 disables it. */
+void chunk_store_fault_after(struct chunk_store *cs, int steps);

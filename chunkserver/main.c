@@ -190,6 +190,14 @@ static int open_targets(struct daemon *d)
 		if (r == -EBUSY)
 			return log_error_errno(r, "Target '%s' is in use by another process",
 					       t->path);
+		if (r == -EPROTONOSUPPORT)
+			return log_error_errno(r,
+					       "Target '%s' was written by a newer chunkserver "
+					       "(its chunk format or journal is above format 2); "
+					       "refusing to open it",
+					       t->path);
+		if (r == -EBADMSG)
+			return log_error_errno(r, "Damaged %s/format", t->path);
 		if (r < 0)
 			return log_error_errno(r, "Failed to open target '%s'", t->path);
 		r = target_id_load(t->path, &t->stored_node_id, &t->target_id);

@@ -15,6 +15,7 @@
 
 #include "fs/chunk_client.h"
 #include "fs/chunk_proto.h"
+#include "chunkserver/chunk_format.h"
 #include "chunkserver/chunk_store.h"
 #include "fs/log.h"
 #include "fs/proto.h"
@@ -209,7 +210,7 @@ static void test_errors(struct world *w)
 	snprintf(p, sizeof(p), "%s/t0/chunks/23/%016llx/%08x", w->dir, 0x123ull, 0u);
 	int fd = open(p, O_RDWR);
 	CHECK(fd >= 0);
-	CHECK_EQ(pwrite(fd, "X", 1, 4096 + 100), 1);
+	CHECK_EQ(pwrite(fd, "X", 1, CHUNK_V2_DATA_OFF + 100), 1);
 	close(fd);
 	CHECK_EQ(chunk_read(w->cc, &w->layout, id, 0, 10, data), -EIO);
 }

@@ -1,7 +1,8 @@
 /* test_chunk_store.c — unit tests of the chunk engine (chunkserver/chunk_store.c):
  * partial and whole writes, reads, gaps, truncate, remove_file, versions,
  * checksum corruption (a byte flipped on disk -> -EIO and one report naming
- * the block), leftover temp files, crash atomicity (a child killed mid-write
+ * the block), readers during whole rewrites and in-place overwrites (one
+ * version each), leftover temp files, crash atomicity (a child killed mid-write
  * in a loop: the chunk is always some complete version, checked by replaying
  * the writes up to its version), ENOSPC on a 16 MiB tmpfs (skipped
  * without mount privileges), and chunks put in pieces (resync of chunks
@@ -22,6 +23,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "chunkserver/chunk_format.h"
 #include "chunkserver/chunk_store.h"
 #include "tests/testutil.h"
 #include "chunkserver/uring_pool.h"
@@ -30,6 +32,7 @@
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 #define BS CHUNK_BLOCK_SIZE
+#define DATA_OFF CHUNK_V2_DATA_OFF /* data byte 0 in a format-2 chunk file */
 
 struct corrupt_log {
 	int n;
@@ -246,6 +249,24 @@ static void flip_byte(const char *path, off_t off)
 	close(fd);
 }
 
+/* The file offset of a format-2 chunk file's current header slot (the one
+ * whose magic is "SCHK" and, of two, with the higher version). */
+static uint64_t current_slot_off(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	uint8_t a[40], b[40];
+	CHECK_EQ(pread(fd, a, sizeof(a), 0), (ssize_t)sizeof(a));
+	CHECK_EQ(pread(fd, b, sizeof(b), CHUNK_V2_SLOT_SIZE), (ssize_t)sizeof(b));
+	close(fd);
+	bool va = memcmp(a, "SCHK", 4) == 0, vb = memcmp(b, "SCHK", 4) == 0;
+	CHECK(va || vb);
+	uint64_t vera = 0, verb = 0;
+	memcpy(&vera, a + 32, 8);
+	memcpy(&verb, b + 32, 8);
+	return vb && (!va || verb > vera) ? CHUNK_V2_SLOT_SIZE : 0;
+}
+
 static void test_corruption(struct env *e)
 {
 	uint32_t len = 4 * BS;
@@ -255,7 +276,7 @@ static void test_corruption(struct env *e)
 	CHECK_EQ(chunk_store_write(e->cs, 3, 1, 0, len, data, 0, NULL), 0);
 	char p[512];
 	chunk_file(e, 3, 1, p, sizeof(p));
-	flip_byte(p, 4096 + 2 * BS + 5); /* header is 4 KiB for a 4-block chunk */
+	flip_byte(p, DATA_OFF + 2 * BS + 5);
 
 	e->log.n = 0;
 	CHECK_EQ(chunk_store_read(e->cs, 3, 1, 100, 4096, buf), 4096); /* block 0: fine */
@@ -279,9 +300,9 @@ static void test_corruption(struct env *e)
 	CHECK_EQ(chunk_store_read(e->cs, 3, 1, 0, len, buf), len);
 	CHECK(memcmp(buf, data, len) == 0);
 
-	/* a damaged header */
+	/* a damaged header: the current slot's version field */
 	chunk_file(e, 3, 1, p, sizeof(p));
-	flip_byte(p, 33); /* inside the version field */
+	flip_byte(p, current_slot_off(p) + 33);
 	e->log.n = 0;
 	CHECK_EQ(chunk_store_read(e->cs, 3, 1, 0, 10, buf), -EIO);
 	struct chunk_meta m;
@@ -292,7 +313,7 @@ static void test_corruption(struct env *e)
 	/* a truncated file */
 	CHECK_EQ(chunk_store_write(e->cs, 3, 2, 0, len, data, 0, NULL), 0);
 	chunk_file(e, 3, 2, p, sizeof(p));
-	CHECK_EQ(truncate(p, 4096 + BS + 100), 0);
+	CHECK_EQ(truncate(p, DATA_OFF + BS + 100), 0);
 	CHECK_EQ(chunk_store_read(e->cs, 3, 2, 0, 100, buf), 100);
 	CHECK_EQ(chunk_store_read(e->cs, 3, 2, BS, 100, buf), -EIO);
 	free(data);
@@ -301,17 +322,19 @@ static void test_corruption(struct env *e)
 
 struct rw_ctx {
 	struct env *e;
+	uint64_t ino;
 	int stop; /* __atomic */
 	int torn, reads;
 };
 
-/* Reads the chunk over and over; every read must see one uniform version. */
+/* Reads the first MiB of chunk (x->ino, 0) over and over; every read must
+ * see one uniform version. */
 static void *uniform_reader(void *arg)
 {
 	struct rw_ctx *x = arg;
 	uint8_t *buf = malloc(MiB);
 	while (!__atomic_load_n(&x->stop, __ATOMIC_ACQUIRE) && buf) {
-		ssize_t n = chunk_store_read(x->e->cs, 6, 0, 0, MiB, buf);
+		ssize_t n = chunk_store_read(x->e->cs, x->ino, 0, 0, MiB, buf);
 		if (n <= 0)
 			continue;
 		x->reads++;
@@ -325,23 +348,36 @@ static void *uniform_reader(void *arg)
 	return NULL;
 }
 
-/* Invariant 1: readers take no lock yet never see a half-written chunk. */
-static void test_concurrent_read(struct env *e)
+/* Writers of the chunk's first MiB, each with one byte value, while two
+ * readers read it: chunk_len 1 MiB makes every write a whole rewrite (a new
+ * file), 2 MiB an overwrite in place. */
+static void concurrent_read(struct env *e, uint64_t ino, uint32_t chunk_len)
 {
-	uint8_t *data = malloc(MiB);
+	uint8_t *data = calloc(1, chunk_len);
 	CHECK(data);
-	struct rw_ctx x = {.e = e};
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, uniform_reader, &x), 0);
+	CHECK_EQ(chunk_store_write(e->cs, ino, 0, 0, chunk_len, data, 0, NULL), 0);
+	struct rw_ctx x = {.e = e, .ino = ino};
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, uniform_reader, &x), 0);
 	for (int v = 1; v <= 150; v++) {
 		memset(data, v, MiB);
-		CHECK_EQ(chunk_store_write(e->cs, 6, 0, 0, MiB, data, 0, NULL), 0);
+		CHECK_EQ(chunk_store_write(e->cs, ino, 0, 0, MiB, data, 0, NULL), 0);
 	}
 	__atomic_store_n(&x.stop, 1, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
 	CHECK_EQ(x.torn, 0);
 	CHECK(x.reads > 0);
 	free(data);
+}
+
+/* Invariant 1: readers never see a half-written chunk, whether it is
+ * replaced by a new file or overwritten in place. */
+static void test_concurrent_read(struct env *e)
+{
+	concurrent_read(e, 6, MiB);
+	concurrent_read(e, 7, 2 * MiB);
 }
 
 static void test_leftover_tmp(struct env *e)
@@ -549,7 +585,7 @@ static void test_put_pieces(struct env *e)
 	CHECK_EQ(put_all(e, 50, 3, 10, 1003, src.checksum, data, total, piece, 4 * piece, &m), 0);
 	char sp[512];
 	stage_file(e, 50, 3, sp, sizeof(sp));
-	flip_byte(sp, 4096 + 5 * MiB + 3);
+	flip_byte(sp, DATA_OFF + 5 * MiB + 3);
 	CHECK_EQ(put_piece(e, 50, 3, 10, 1003, src.checksum, data, total, 4 * piece,
 			   total - 4 * piece, CHUNK_PUT_LAST, NULL, &m),
 		 -EIO);

@@ -17,6 +17,7 @@
 
 #include "fs/chunk_client.h"
 #include "fs/meta_client.h"
+#include "chunkserver/chunk_format.h"
 #include "chunkserver/target_id.h"
 #include "tests/testutil.h"
 #include "tests/fs/testkey.h"
@@ -113,9 +114,9 @@ static void corrupt_and_check_log(struct cluster *c, struct chunk_client *cc,
 	}
 	CHECK(fd >= 0);
 	uint8_t v;
-	CHECK_EQ(pread(fd, &v, 1, 4096 + 3 * 65536 + 1), 1);
+	CHECK_EQ(pread(fd, &v, 1, CHUNK_V2_DATA_OFF + 3 * 65536 + 1), 1);
 	v ^= 1;
-	CHECK_EQ(pwrite(fd, &v, 1, 4096 + 3 * 65536 + 1), 1);
+	CHECK_EQ(pwrite(fd, &v, 1, CHUNK_V2_DATA_OFF + 3 * 65536 + 1), 1);
 	close(fd);
 	uint8_t buf[4096];
 	CHECK_EQ(chunk_read(cc, layout, (struct chunk_id){1000, 0}, 3 * 65536, 4096, buf), -EIO);

@@ -60,11 +60,11 @@ cluster_log "orphan chunks through chunk_client: no inode, and past the end of /
 ino_a=$("$TOOL" chunk-path "$STRATA_META" /a 40)
 [ -n "$(chunk_files 987654)" ] || cluster_fail "the orphan chunk of inode 987654 is not on disk"
 
-cluster_log "a byte flipped in the first chunk of /corrupt"
+cluster_log "a byte flipped in the first chunk of /corrupt" # data byte 5000 (format 2: data at 24 KiB)
 cf=$(chunk_files "$ino_corrupt" | grep '/00000000$' | head -1)
 [ -n "$cf" ] || cluster_fail "no chunk file for /corrupt"
-orig=$(dd if="$cf" bs=1 skip=5000 count=1 status=none | od -An -tu1 | tr -d ' ')
-printf "\\$(printf '%03o' $(((orig + 1) % 256)))" | dd of="$cf" bs=1 seek=5000 conv=notrunc status=none
+orig=$(dd if="$cf" bs=1 skip=$((24576 + 5000)) count=1 status=none | od -An -tu1 | tr -d ' ')
+printf "\\$(printf '%03o' $(((orig + 1) % 256)))" | dd of="$cf" bs=1 seek=$((24576 + 5000)) conv=notrunc status=none
 
 cluster_log "strata-meta stopped, its store edited"
 kill -TERM "$(cluster_pid meta)"
@@ -116,7 +116,7 @@ chunk_files "$ino_a" | grep -q '/00000028$' && cluster_fail "the chunk past the 
 
 cluster_log "the damaged chunk is left alone (its only replica); put the byte back"
 [ -f "$cf" ] || cluster_fail "fsck --repair removed the damaged chunk of a live file"
-printf "\\$(printf '%03o' "$orig")" | dd of="$cf" bs=1 seek=5000 conv=notrunc status=none
+printf "\\$(printf '%03o' "$orig")" | dd of="$cf" bs=1 seek=$((24576 + 5000)) conv=notrunc status=none
 
 cluster_log "a second fsck is clean"
 fsck --deep

@@ -43,9 +43,9 @@ expect_rc 0 "--deep (healthy)"
 
 cf=$(chunk_files "$ino" | grep '/00000000$' | grep '/cs2/' | head -1)
 [ -n "$cf" ] || cluster_fail "no copy of chunk 0 of f1 on cs2"
-cluster_log "one byte flipped in $cf"
-orig=$(dd if="$cf" bs=1 skip=9000 count=1 status=none | od -An -tu1 | tr -d ' ')
-printf "\\$(printf '%03o' $(((orig + 1) % 256)))" | dd of="$cf" bs=1 seek=9000 conv=notrunc status=none
+cluster_log "one byte flipped in $cf" # data byte 9000: the data starts at 24 KiB (chunk format 2)
+orig=$(dd if="$cf" bs=1 skip=$((24576 + 9000)) count=1 status=none | od -An -tu1 | tr -d ' ')
+printf "\\$(printf '%03o' $(((orig + 1) % 256)))" | dd of="$cf" bs=1 seek=$((24576 + 9000)) conv=notrunc status=none
 
 fsck
 expect_rc 0 "without --deep (headers intact)"
