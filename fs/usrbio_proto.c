@@ -12,7 +12,7 @@
 #include "fs/usrbio_proto.h"
 #include "fs/wire.h"
 
-_Static_assert(USRBIO_OFF_CQ_TAIL + 4 <= USRBIO_OFF_SQES, "ring header fits its page");
+_Static_assert(USRBIO_OFF_CQ_WAKE + 4 <= USRBIO_OFF_SQES, "ring header fits its page");
 
 size_t usrbio_msg_encode(const struct usrbio_msg *m, uint8_t *buf)
 {

@@ -32,12 +32,18 @@
  *       128    u32 sq_tail   written by the client: submissions it made
  *       192    u32 cq_head   written by the client: completions it reaped
  *       256    u32 cq_tail   written by the server: completions it made
+ *       320    u32 cq_wake   written by the client: wake me (the completion
+ *                            eventfd) once cq_tail reaches this index
  *       4096   sq_entries submission entries of USRBIO_SQE_SIZE bytes
  *       then   cq_entries completion entries of USRBIO_CQE_SIZE bytes
  *     Indices run freely (mod 2^32); entry i is at i & (entries - 1). The
  *     client writes an entry, then publishes sq_tail (release) and writes
  *     1 to the submission eventfd; the server posts a completion, publishes
- *     cq_tail (release) and writes 1 to the completion eventfd. Entries are
+ *     cq_tail, and writes 1 to the completion eventfd if cq_tail reached
+ *     cq_wake (both sides fence between their store and their load, so a
+ *     client that sets cq_wake and then finds too few completions is
+ *     always woken). A client waiting for 8 completions is woken once, not
+ *     8 times. Entries are
  *     encoded little-endian (usrbio_sqe_encode / usrbio_cqe_encode) like
  *     every other record.
  *
@@ -110,6 +116,7 @@ int usrbio_msg_recv(int sock, struct usrbio_msg *ret, int *fds, int max_fds, int
 #define USRBIO_OFF_SQ_TAIL 128
 #define USRBIO_OFF_CQ_HEAD 192
 #define USRBIO_OFF_CQ_TAIL 256
+#define USRBIO_OFF_CQ_WAKE 320
 #define USRBIO_OFF_SQES 4096
 #define USRBIO_SQE_SIZE 64
 #define USRBIO_CQE_SIZE 16

@@ -125,8 +125,9 @@ static uint32_t *ring_u32(struct ub_conn *c, size_t off)
 	return (uint32_t *)(c->ring + off);
 }
 
-/* Posts a completion. Caller holds c->lock; there is room (invariant 1). */
-static void post_locked(struct ub_conn *c, uint64_t user_data, int32_t result)
+/* Posts a completion. Caller holds c->lock; there is room (invariant 1).
+ * Returns whether the client asked to be woken by now (cq_wake). */
+static bool post_locked(struct ub_conn *c, uint64_t user_data, int32_t result)
 {
 	struct usrbio_cqe e = {.user_data = user_data, .result = result};
 	size_t at = usrbio_cqes_offset(c->sq_entries) +
@@ -135,6 +136,10 @@ static void post_locked(struct ub_conn *c, uint64_t user_data, int32_t result)
 	usrbio_cqe_encode(&e, c->ring + at);
 	c->cq_tail++;
 	__atomic_store_n(ring_u32(c, USRBIO_OFF_CQ_TAIL), c->cq_tail, __ATOMIC_RELEASE);
+	/* pairs with the client's fence between storing cq_wake and loading cq_tail */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	uint32_t wake = __atomic_load_n(ring_u32(c, USRBIO_OFF_CQ_WAKE), __ATOMIC_RELAXED);
+	return (int32_t)(c->cq_tail - wake) >= 0;
 }
 
 static void kick(int efd)
@@ -228,8 +233,7 @@ static void drain(struct ub_conn *c)
 		if (r == 0 && !j)
 			r = -ENOMEM;
 		if (r < 0) {
-			post_locked(c, s.user_data, r);
-			posted = true;
+			posted |= post_locked(c, s.user_data, r);
 			continue;
 		}
 		*j = (struct ub_job){.c = c, .sqe = s, .uf = uf, .ptr = ptr};
@@ -325,7 +329,7 @@ static void finish_job(struct sfs *fs, struct ub_job *j, int result)
 	struct sfs_file *close_f = NULL;
 
 	pthread_mutex_lock(&c->lock);
-	post_locked(c, j->sqe.user_data, result);
+	bool wake = post_locked(c, j->sqe.user_data, result);
 	if (--j->uf->refs == 0 && j->uf->closing) {
 		close_f = j->uf->f;
 		*j->uf = (struct ub_file){0};
@@ -333,7 +337,8 @@ static void finish_job(struct sfs *fs, struct ub_job *j, int result)
 	if (--c->inflight == 0)
 		pthread_cond_broadcast(&c->idle);
 	pthread_mutex_unlock(&c->lock);
-	kick(c->cq_efd);
+	if (wake)
+		kick(c->cq_efd);
 	if (close_f)
 		sfs_file_close(fs, close_f);
 	free(j);
@@ -425,7 +430,7 @@ static int do_setup(struct ub_conn *c, const struct usrbio_msg *m, int *fds, int
 	 * read it raced (the client polls, fs/usrbio_proto.h). */
 	if (fcntl(fds[1], F_SETFL, O_NONBLOCK) < 0 || fcntl(fds[2], F_SETFL, O_NONBLOCK) < 0)
 		return -errno;
-	uint8_t *ring;
+	uint8_t *ring = NULL;
 	if ((r = map_fd(fds[0], size, &ring)) < 0)
 		return r;
 	pthread_mutex_lock(&c->lock);
@@ -449,7 +454,7 @@ static int do_setup(struct ub_conn *c, const struct usrbio_msg *m, int *fds, int
 static int do_reg_buf(struct ub_conn *c, const struct usrbio_msg *m, int *fds, int nfds,
 		      uint64_t *ret_index)
 {
-	uint8_t *base;
+	uint8_t *base = NULL;
 	int r;
 
 	if (nfds != 1)

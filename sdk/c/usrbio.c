@@ -421,6 +421,14 @@ int strata_usrbio_wait(struct strata_usrbio *u, struct strata_usrbio_cqe *cqes, 
 			return (int)got;
 		if (u->dead)
 			return got ? (int)got : -ECONNRESET;
+		/* ask to be woken once min are there, then look again (the
+		 * server fences between publishing cq_tail and reading cq_wake) */
+		__atomic_store_n(ring_u32(u, USRBIO_OFF_CQ_WAKE), u->cq_head + (min - got),
+				 __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(ring_u32(u, USRBIO_OFF_CQ_TAIL), __ATOMIC_RELAXED) - u->cq_head >=
+		    min - got)
+			continue;
 		int wait = -1;
 		if (deadline >= 0) {
 			int64_t left = deadline - now_ms();
