@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/usrbio/usrbio.sh — the native client against the same data as FUSE
 # reads: `strata up`, then usrbio_check (usrbio_check.c says what it does)
-# on the mount and its <home>/run/usrbio.sock; afterwards strata-fuse must
+# on the mount and its <home>/run/usrbio.sock, then the Python binding
+# (usrbio_py.py); afterwards strata-fuse must
 # still be the same live process, with no sanitizer report in its log, and
 # still serve the mount.
 set -euo pipefail
@@ -15,6 +16,9 @@ sock=$STRATA_HOME/run/usrbio.sock
 pid=$(cluster_pid fuse)
 cluster_log "usrbio_check on $MNT"
 "$check" "$MNT" "$sock" || cluster_fail "usrbio_check failed"
+STRATA_USRBIO_LIB=${STRATA_BUILD:-$STRATA_SRC/build}/lib/libstrata_usrbio.so \
+	/usr/bin/python3 "$STRATA_SRC/tests/usrbio/usrbio_py.py" "$MNT" "$sock" ||
+	cluster_fail "the Python binding failed"
 kill -0 "$pid" 2>/dev/null || cluster_fail "strata-fuse died"
 [ "$(cluster_pid fuse)" = "$pid" ] || cluster_fail "strata-fuse was restarted"
 log=$STRATA_HOME/log/fuse.log
