@@ -93,8 +93,9 @@ static int randread(const char *path, const char *sock, int qd, double secs)
 				return die("read", c[k].res < 0 ? c[k].res : -EIO);
 			ops++;
 			if (!stopping)
-				strata_usrbio_prep_read(u, id, b, base + c[k].user_data * 4096, 4096,
-							next_block(&x, blocks) * 4096, c[k].user_data);
+				strata_usrbio_prep_read(u, id, b, base + c[k].user_data * 4096,
+							4096, next_block(&x, blocks) * 4096,
+							c[k].user_data);
 		}
 		strata_usrbio_submit(u);
 	}
@@ -123,7 +124,8 @@ static void *direct_thread(void *arg)
 	}
 	while (now() < t->until) {
 		for (int i = 0; i < 64; i++) {
-			if (pread(t->fd, buf, 4096, (off_t)(next_block(&x, t->blocks) * 4096)) != 4096) {
+			if (pread(t->fd, buf, 4096, (off_t)(next_block(&x, t->blocks) * 4096)) !=
+			    4096) {
 				t->err = errno ? errno : EIO;
 				free(buf);
 				return NULL;
@@ -174,6 +176,7 @@ int main(int argc, char **argv)
 				atof(argv[5]));
 	if (argc == 5 && !strcmp(argv[1], "direct"))
 		return direct(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 32, atof(argv[4]));
-	fprintf(stderr, "usage: ringbench randread FILE SOCKET QD SECONDS | direct FILE QD SECONDS\n");
+	fprintf(stderr,
+		"usage: ringbench randread FILE SOCKET QD SECONDS | direct FILE QD SECONDS\n");
 	return 2;
 }

@@ -70,13 +70,13 @@
 #define USRBIO_MSG_MAX (USRBIO_HDR + USRBIO_PAYLOAD)
 
 /* Limits (every one is a clear error when exceeded). */
-#define USRBIO_MAX_ENTRIES 4096		    /* sq_entries and cq_entries: powers of two */
-#define USRBIO_MAX_BUFS 16		    /* registered buffers per connection */
-#define USRBIO_MAX_BUF_BYTES (4ull << 30)   /* one buffer, and all of a connection's */
-#define USRBIO_MAX_FILES 1024		    /* registered files per connection */
-#define USRBIO_MAX_IO (1u << 20)	    /* bytes of one read or write */
-#define USRBIO_MAX_CONNS 64		    /* clients of one strata-fuse */
-#define USRBIO_TIMEOUT_MS 15000		    /* a control reply */
+#define USRBIO_MAX_ENTRIES 4096		  /* sq_entries and cq_entries: powers of two */
+#define USRBIO_MAX_BUFS 16		  /* registered buffers per connection */
+#define USRBIO_MAX_BUF_BYTES (4ull << 30) /* one buffer, and all of a connection's */
+#define USRBIO_MAX_FILES 1024		  /* registered files per connection */
+#define USRBIO_MAX_IO (1u << 20)	  /* bytes of one read or write */
+#define USRBIO_MAX_CONNS 64		  /* clients of one strata-fuse */
+#define USRBIO_TIMEOUT_MS 15000		  /* a control reply */
 
 enum usrbio_type {
 	USRBIO_SETUP = 1,

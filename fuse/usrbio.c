@@ -60,8 +60,8 @@
 #include "fs/usrbio_proto.h"
 #include "fuse/fuse-internal.h"
 
-#define UB_WORKERS 32	/* concurrent chunk calls of all clients: qd32 in flight */
-#define UB_POLL_MS 100	/* rings rechecked this often without a kick */
+#define UB_WORKERS 32  /* concurrent chunk calls of all clients: qd32 in flight */
+#define UB_POLL_MS 100 /* rings rechecked this often without a kick */
 #define UB_LISTEN_BACKLOG 64
 
 struct ub_file {
@@ -364,8 +364,8 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&srv->lock);
 		if (!j)
 			break;
-		int r = bounce || j->sqe.op != USRBIO_OP_WRITE ? run_job(srv->fs, j, bounce)
-							       : -ENOMEM;
+		int r =
+		    bounce || j->sqe.op != USRBIO_OP_WRITE ? run_job(srv->fs, j, bounce) : -ENOMEM;
 		finish_job(srv->fs, j, r);
 	}
 	free(bounce);
@@ -462,9 +462,9 @@ static int do_reg_buf(struct ub_conn *c, const struct usrbio_msg *m, int *fds, i
 	if (m->buf_size == 0 || m->buf_size > USRBIO_MAX_BUF_BYTES || m->buf_size > SIZE_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	r = c->nbufs >= USRBIO_MAX_BUFS ? -EMFILE
+	r = c->nbufs >= USRBIO_MAX_BUFS				? -EMFILE
 	    : c->buf_bytes + m->buf_size > USRBIO_MAX_BUF_BYTES ? -ENOMEM
-								 : 0;
+								: 0;
 	pthread_mutex_unlock(&c->lock);
 	if (r < 0)
 		return r;
@@ -502,8 +502,7 @@ static int mount_dev(struct sfs_usrbio *srv, dev_t *ret)
 	return r;
 }
 
-static int do_reg_file(struct ub_conn *c, int *fds, int nfds, uint64_t *ret_id,
-		       uint64_t *ret_size)
+static int do_reg_file(struct ub_conn *c, int *fds, int nfds, uint64_t *ret_id, uint64_t *ret_size)
 {
 	struct sfs *fs = c->srv->fs;
 	struct sfs_file *f;

@@ -93,9 +93,8 @@ unsigned strata_usrbio_inflight(const struct strata_usrbio *u);
 
 /* One operation, waited for (nothing else may be in flight). Return as
  * pread / pwrite / fsync, but -errno instead of -1. */
-ssize_t strata_usrbio_pread(struct strata_usrbio *u, int file_id,
-			    const struct strata_usrbio_buf *b, void *ptr, uint32_t len,
-			    uint64_t off);
+ssize_t strata_usrbio_pread(struct strata_usrbio *u, int file_id, const struct strata_usrbio_buf *b,
+			    void *ptr, uint32_t len, uint64_t off);
 ssize_t strata_usrbio_pwrite(struct strata_usrbio *u, int file_id,
 			     const struct strata_usrbio_buf *b, const void *ptr, uint32_t len,
 			     uint64_t off);

@@ -426,7 +426,8 @@ int strata_usrbio_wait(struct strata_usrbio *u, struct strata_usrbio_cqe *cqes, 
 		__atomic_store_n(ring_u32(u, USRBIO_OFF_CQ_WAKE), u->cq_head + (min - got),
 				 __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (__atomic_load_n(ring_u32(u, USRBIO_OFF_CQ_TAIL), __ATOMIC_RELAXED) - u->cq_head >=
+		if (__atomic_load_n(ring_u32(u, USRBIO_OFF_CQ_TAIL), __ATOMIC_RELAXED) -
+			u->cq_head >=
 		    min - got)
 			continue;
 		int wait = -1;
@@ -468,9 +469,8 @@ static bool idle(const struct strata_usrbio *u)
 	return u->inflight == 0 && u->sq_tail == u->sq_pub;
 }
 
-ssize_t strata_usrbio_pread(struct strata_usrbio *u, int file_id,
-			    const struct strata_usrbio_buf *b, void *ptr, uint32_t len,
-			    uint64_t off)
+ssize_t strata_usrbio_pread(struct strata_usrbio *u, int file_id, const struct strata_usrbio_buf *b,
+			    void *ptr, uint32_t len, uint64_t off)
 {
 	if (!idle(u))
 		return -EBUSY;

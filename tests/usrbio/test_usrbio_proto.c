@@ -14,17 +14,23 @@
 
 static void test_msg(void)
 {
-	struct usrbio_msg m = {.type = USRBIO_REPLY, .sq_entries = 8, .cq_entries = 16,
-			       .buf_size = 1ull << 33, .file_id = 7, .status = -EXDEV,
-			       .value = 99, .file_size = 12345}, d;
+	struct usrbio_msg m = {.type = USRBIO_REPLY,
+			       .sq_entries = 8,
+			       .cq_entries = 16,
+			       .buf_size = 1ull << 33,
+			       .file_id = 7,
+			       .status = -EXDEV,
+			       .value = 99,
+			       .file_size = 12345},
+			  d;
 	uint8_t buf[USRBIO_MSG_MAX + 8];
 	size_t n = usrbio_msg_encode(&m, buf);
 
 	CHECK_EQ(n, USRBIO_MSG_MAX);
 	CHECK_EQ(usrbio_msg_decode(buf, n, &d), 0);
-	CHECK(!memcmp(&m, &d, sizeof(m)) || (d.type == m.type && d.status == m.status &&
-					      d.buf_size == m.buf_size && d.value == m.value &&
-					      d.file_size == m.file_size && d.file_id == m.file_id));
+	CHECK(!memcmp(&m, &d, sizeof(m)) ||
+	      (d.type == m.type && d.status == m.status && d.buf_size == m.buf_size &&
+	       d.value == m.value && d.file_size == m.file_size && d.file_id == m.file_id));
 	CHECK_EQ(usrbio_msg_decode(buf, n - 1, &d), -EBADMSG); /* length field disagrees */
 	CHECK_EQ(usrbio_msg_decode(buf, 8, &d), -EBADMSG);
 	le16_put(buf + 4, USRBIO_MAJOR + 1);
@@ -67,8 +73,14 @@ static void test_fds(void)
 
 static void test_sqe(void)
 {
-	struct usrbio_sqe s = {.op = USRBIO_OP_READ, .buf_index = 2, .file_id = 9, .off = 1 << 20,
-			       .buf_off = 4096, .len = 4096, .user_data = 0xabcdef}, d;
+	struct usrbio_sqe s = {.op = USRBIO_OP_READ,
+			       .buf_index = 2,
+			       .file_id = 9,
+			       .off = 1 << 20,
+			       .buf_off = 4096,
+			       .len = 4096,
+			       .user_data = 0xabcdef},
+			  d;
 	uint8_t raw[USRBIO_SQE_SIZE];
 
 	usrbio_sqe_encode(&s, raw);

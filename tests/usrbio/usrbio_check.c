@@ -50,7 +50,7 @@ static int failures;
 		}                                                                                  \
 	} while (0)
 #define CHECK_EQ(got, want, what)                                                                  \
-	CHECK((long long)(got) == (long long)(want), "%s: got %lld, want %lld", what,            \
+	CHECK((long long)(got) == (long long)(want), "%s: got %lld, want %lld", what,              \
 	      (long long)(got), (long long)(want))
 
 static uint64_t rng = 88172645463325252ull;
@@ -156,8 +156,8 @@ static void test_fuse_to_ring(void)
 			lens[i] = 1 + (uint32_t)(rnd() % (256 << 10));
 			if (i % 4 == 0) /* 4 KiB aligned, as the benchmark */
 				offs[i] &= ~4095ull, lens[i] = 4096;
-			CHECK_EQ(strata_usrbio_prep_read(u, id, b, base + ((size_t)i << 18), lens[i],
-							 offs[i], (uint64_t)i),
+			CHECK_EQ(strata_usrbio_prep_read(u, id, b, base + ((size_t)i << 18),
+							 lens[i], offs[i], (uint64_t)i),
 				 0, "prep read");
 		}
 		CHECK_EQ(strata_usrbio_submit(u), 32, "submit");
@@ -172,7 +172,8 @@ static void test_fuse_to_ring(void)
 			int i = (int)c[k].user_data;
 			size_t want = expect_len(F1_SIZE, offs[i], lens[i]);
 			CHECK_EQ(c[k].res, want, "read length");
-			CHECK(!memcmp(base + ((size_t)i << 18), f1_model + (want ? offs[i] : 0), want),
+			CHECK(!memcmp(base + ((size_t)i << 18), f1_model + (want ? offs[i] : 0),
+				      want),
 			      "ring read at %llu+%u differs from what FUSE wrote",
 			      (unsigned long long)offs[i], lens[i]);
 			ssize_t fn = pread_all(fuse_fd, fuse_buf, lens[i], (off_t)offs[i]);
@@ -285,7 +286,8 @@ static void *conc_thread(void *arg)
 		a->bad++;
 		return NULL;
 	}
-	if (strata_usrbio_buf_new(u, 32 * 8192, &b) < 0 || (id = strata_usrbio_reg_fd(u, fd, NULL)) < 0) {
+	if (strata_usrbio_buf_new(u, 32 * 8192, &b) < 0 ||
+	    (id = strata_usrbio_reg_fd(u, fd, NULL)) < 0) {
 		a->bad++;
 		return NULL;
 	}
@@ -296,7 +298,8 @@ static void *conc_thread(void *arg)
 		for (int i = 0; i < 32; i++) {
 			x = x * 6364136223846793005ull + 1442695040888963407ull;
 			offs[i] = (x >> 20) % (F1_SIZE - 8192);
-			strata_usrbio_prep_read(u, id, b, base + i * 8192, 8192, offs[i], (uint64_t)i);
+			strata_usrbio_prep_read(u, id, b, base + i * 8192, 8192, offs[i],
+						(uint64_t)i);
 		}
 		strata_usrbio_submit(u);
 		struct strata_usrbio_cqe c[32];
@@ -388,8 +391,8 @@ static void test_errors(void)
 	close(fd);
 	CHECK_EQ(strata_usrbio_unreg_fd(u, 555), -EBADF, "unregister an unknown id");
 
-	s = (struct strata_usrbio_raw_sqe){.op = USRBIO_OP_READ, .file_id = (uint32_t)ro,
-					   .buf_index = 3, .len = 4096};
+	s = (struct strata_usrbio_raw_sqe){
+	    .op = USRBIO_OP_READ, .file_id = (uint32_t)ro, .buf_index = 3, .len = 4096};
 	CHECK_EQ(raw_result(u, &s), -EFAULT, "buffer index");
 	s.buf_index = 0;
 	s.buf_off = 65536 - 100;
@@ -425,8 +428,8 @@ static void test_errors(void)
 
 	/* unregister with reads in flight: they finish, later ones fail */
 	for (int i = 0; i < 8; i++)
-		CHECK_EQ(strata_usrbio_prep_read(u, ro, b, base + i * 8192, 8192, (uint64_t)i * 8192,
-						 (uint64_t)i),
+		CHECK_EQ(strata_usrbio_prep_read(u, ro, b, base + i * 8192, 8192,
+						 (uint64_t)i * 8192, (uint64_t)i),
 			 0, "prep");
 	strata_usrbio_submit(u);
 	CHECK_EQ(strata_usrbio_unreg_fd(u, ro), 0, "unregister in flight");
@@ -569,12 +572,13 @@ static void test_killed(void)
 		if (pid == 0) {
 			struct strata_usrbio *u;
 			struct strata_usrbio_buf *b;
-			int fd = open(path_of("f1"), O_RDONLY), wfd = open(path_of("f4"),
-									   O_CREAT | O_RDWR, 0644);
+			int fd = open(path_of("f1"), O_RDONLY),
+			    wfd = open(path_of("f4"), O_CREAT | O_RDWR, 0644);
 			if (strata_usrbio_open(sock_path, 64, &u) < 0 ||
 			    strata_usrbio_buf_new(u, 64 << 16, &b) < 0)
 				_exit(3);
-			int id = strata_usrbio_reg_fd(u, fd, NULL), wid = strata_usrbio_reg_fd(u, wfd, NULL);
+			int id = strata_usrbio_reg_fd(u, fd, NULL),
+			    wid = strata_usrbio_reg_fd(u, wfd, NULL);
 			if (id < 0 || wid < 0)
 				_exit(4);
 			uint8_t *base = strata_usrbio_buf_base(b);
