@@ -15,11 +15,10 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/unix_seqpacket.h"
 #include "fs/usrbio_proto.h"
 #include "sdk/c/strata_usrbio.h"
 
@@ -79,28 +78,6 @@ static int sealed_memfd(const char *name, size_t size)
 		return r;
 	}
 	return fd;
-}
-
-static int connect_to(const char *path)
-{
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = USRBIO_TIMEOUT_MS / 1000};
-	int s;
-
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a.sun_path, path);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	if (setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-	    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
-	    connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int r = -errno;
-		close(s);
-		return r;
-	}
-	return s;
 }
 
 static int default_path(char *buf, size_t cap)
@@ -163,7 +140,7 @@ int strata_usrbio_open(const char *socket_path, unsigned entries, struct strata_
 		return -ENOMEM;
 	u->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	u->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	u->sock = connect_to(socket_path);
+	u->sock = unix_seqpacket_connect(socket_path, USRBIO_TIMEOUT_MS);
 	r = u->sq_efd < 0 || u->cq_efd < 0 ? -EMFILE : u->sock < 0 ? u->sock : 0;
 	if (r == 0)
 		r = setup(u, entries);
