@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fs/fuse_holder.h"
+#include "fs/unix_seqpacket.h"
 #include "fs/wire.h"
 
 static bool has_payload(uint16_t type)
@@ -159,24 +160,7 @@ int fuse_holder_recv(int sock, uint16_t *ret_type, struct fuse_holder_info *ret_
 
 int fuse_holder_connect(const char *path)
 {
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	struct timeval tv = {FUSE_HOLDER_TIMEOUT_MS / 1000, (FUSE_HOLDER_TIMEOUT_MS % 1000) * 1000};
-	int s;
-
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a.sun_path, path);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int r = -errno;
-		close(s);
-		return r;
-	}
-	return s;
+	return unix_seqpacket_connect(path, FUSE_HOLDER_TIMEOUT_MS);
 }
 
 int fuse_holder_call(const char *path, uint16_t type, struct fuse_holder_info *ret_info,

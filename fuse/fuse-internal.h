@@ -58,6 +58,7 @@ struct sfs_inode {
 	int64_t write_mtime; /* time of the last such write */
 	bool unsynced;	     /* chunk writes since the last fsync */
 	uint32_t nopen;	     /* open file handles */
+	uint32_t nkwriters;  /* ... of them the kernel's, open for writing (usrbio.c) */
 	int8_t has_caps;     /* security.capability: -1 unknown, 0 no, 1 yes */
 	int64_t seen_mtime;  /* meta's mtime/size in the last attr seen */
 	uint64_t seen_size;
@@ -116,6 +117,7 @@ struct sfs_file {
 	uint64_t session;	 /* also the fh the kernel knows it by */
 	uint32_t flags;
 	const struct sfs_blob_table *blob; /* image blob: reads verified via fs->bc */
+	bool native;			   /* the native client's (usrbio.c), not the kernel's */
 	struct sfs_file *prev, *next;	   /* fs->files; fs->files_lock */
 	struct sfs_file *hnext;		   /* fs->fh_buckets chain; fs->files_lock */
 };
@@ -147,6 +149,7 @@ struct sfs_opts {
 	int retry_ms;	    /* total time to retry transport failures */
 	const char *holder; /* socket of strata-fuse-holder (takeover.c), or NULL */
 	const char *key;    /* --key: the cluster key file (else $STRATA_KEY) */
+	const char *usrbio; /* --usrbio: the native client's socket (usrbio.c), or NULL */
 };
 
 struct sfs {
@@ -175,6 +178,7 @@ struct sfs {
 	 * whose unique it could not read, with their counter */
 	uint64_t conn_id, life_id;
 	_Atomic uint64_t life_ops;
+	struct sfs_usrbio *usrbio; /* usrbio.c's server, NULL without --usrbio */
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
@@ -201,6 +205,31 @@ int sfs_handles_init(struct sfs *fs);
 void sfs_handles_done(struct sfs *fs);
 /* The layout of ino, from the table or from meta. */
 int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret);
+
+/* ---- the data path of an open file (ops_file.c), shared by the FUSE
+ * requests and the native client (usrbio.c) ---------------------------------- */
+/* Reads up to len (<= SFS_MAX_IO) bytes at off into buf, never past the
+ * file's length (holes read as zeros; blobs verified). Returns the bytes
+ * read or -errno. */
+ssize_t sfs_file_read(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t len, char *buf);
+/* Writes len (<= SFS_MAX_IO) bytes at off (O_DSYNC handles write through).
+ * Returns 0 or -errno. */
+int sfs_file_write(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t len, const char *buf);
+/* fsync(2) of f's inode: chunks, length, meta's WAL. Returns 0 or -errno. */
+int sfs_file_fsync(struct sfs *fs, struct sfs_file *f, bool datasync);
+/* Opens ino for the native client as open(2) would (flags: O_ACCMODE and
+ * O_DSYNC are used): a meta session of its own. Returns the handle (free
+ * with sfs_file_close) or NULL with *ret_err set. */
+struct sfs_file *sfs_file_open_native(struct sfs *fs, strata_ino_t ino, uint32_t flags,
+				      int *ret_err);
+/* Closes f's session (recording a pending length) and frees f. */
+int sfs_file_close(struct sfs *fs, struct sfs_file *f);
+
+/* ---- the native client's server (usrbio.c, fs/usrbio_proto.h) -------------
+ * No-ops without --usrbio. Started once the mount serves, stopped after the
+ * session loop (before sessions are closed). */
+int sfs_usrbio_start(struct sfs *fs);
+void sfs_usrbio_stop(struct sfs *fs);
 
 /* ---- takeover (takeover.c): surviving a crash of strata-fuse -------------
  * All no-ops without --holder. */

@@ -4,7 +4,7 @@
  *               [--foreground] [--log-level L]
  *               [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]
  *               [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]
- *               [--holder SOCKET] [--key FILE] [--tls]
+ *               [--holder SOCKET] [--key FILE] [--tls] [--usrbio SOCKET]
  *
  * Its connections prove the cluster key (--key, else $STRATA_KEY) with the
  * role fuse (fs/rpc_auth.h): namespace and chunk data, no admin operation.
@@ -49,8 +49,9 @@ static void usage(FILE *f)
 		"                   [--cache-dir DIR] [--foreground] [--log-level L]\n"
 		"                   [--attr-timeout S] [--entry-timeout S] [--negative-timeout S]\n"
 		"                   [--no-writeback-cache] [--retry-ms MS] [--cache-size MB]\n"
-		"                   [--holder SOCKET] [--key FILE] [--tls]\n"
+		"                   [--holder SOCKET] [--key FILE] [--tls] [--usrbio SOCKET]\n"
 		"  --key FILE  the cluster key (32 bytes, mode 0600; default $STRATA_KEY)\n"
+		"  --usrbio SOCKET  serve the native client (sdk/c) on this unix socket\n"
 		"  --tls       TLS for every connection (fs/rpc_tls.h; all of the cluster or\n"
 		"              none; default $STRATA_TLS=1)\n");
 }
@@ -64,7 +65,8 @@ enum {
 	OPT_CACHE_SIZE,
 	OPT_HOLDER,
 	OPT_KEY,
-	OPT_TLS
+	OPT_TLS,
+	OPT_USRBIO
 };
 
 static int parse_seconds(const char *s, double *ret)
@@ -109,6 +111,7 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 	    {"holder", required_argument, NULL, OPT_HOLDER},
 	    {"key", required_argument, NULL, OPT_KEY},
 	    {"tls", no_argument, NULL, OPT_TLS},
+	    {"usrbio", required_argument, NULL, OPT_USRBIO},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -163,6 +166,10 @@ static int parse_args(int argc, char **argv, struct sfs_opts *o, int *level)
 		case OPT_HOLDER:
 			o->holder = optarg;
 			bad |= optarg[0] != '/' || strlen(optarg) >= 108; /* sun_path */
+			break;
+		case OPT_USRBIO:
+			o->usrbio = optarg;
+			bad |= optarg[0] != '/' || strlen(optarg) >= 108;
 			break;
 		case 'h':
 			usage(stdout);
@@ -481,8 +488,10 @@ static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 	if (fs->tk && (r = sfs_restart_arm(fs)) < 0)
 		log_warn_errno(r, "Failed to install the SIGUSR2 handler (no planned restart)");
 	sfs_takeover_hold(fs);
+	sfs_usrbio_start(fs); /* the mount works without it: logged */
 	report_ready(ready_fd, 0);
 	r = run_loop(fs);
+	sfs_usrbio_stop(fs); /* its sessions are not the kernel's: closed in any case */
 	sfs_restart_disarm();
 	if (sfs_restart_requested())
 		return hand_over(fs);

@@ -287,8 +287,15 @@ int sfs_blob_pin(struct sfs *fs, fuse_ino_t ino, const void *value, size_t size)
 	return r;
 }
 
+/* Whether f is a kernel handle that may write (the kernel may hold dirty
+ * pages of its inode: usrbio.c writes them back before it reads). */
+static bool kernel_writer(const struct sfs_file *f)
+{
+	return !f->native && (f->flags & O_ACCMODE) != O_RDONLY;
+}
+
 static struct sfs_file *file_new(struct sfs *fs, struct sfs_inode *in, uint64_t session,
-				 uint32_t flags)
+				 uint32_t flags, bool native)
 {
 	struct sfs_file *f = calloc(1, sizeof(*f));
 
@@ -297,8 +304,10 @@ static struct sfs_file *file_new(struct sfs *fs, struct sfs_inode *in, uint64_t 
 	f->inode = in;
 	f->session = session;
 	f->flags = flags;
+	f->native = native;
 	pthread_mutex_lock(&in->lock);
 	in->nopen++;
+	in->nkwriters += kernel_writer(f);
 	pthread_mutex_unlock(&in->lock);
 	files_link(fs, f);
 	return f;
@@ -325,6 +334,7 @@ static int file_close(struct sfs *fs, struct sfs_file *f)
 		in->data_written = false;
 	}
 	in->nopen--;
+	in->nkwriters -= kernel_writer(f);
 	pthread_mutex_unlock(&in->lock);
 	if (r < 0)
 		log_warn_errno(r, "Failed to close the session of inode %llu",
@@ -368,6 +378,7 @@ static struct sfs_file *file_adopt(struct sfs *fs, fuse_ino_t ino, struct fuse_f
 	f->blob = blob;
 	pthread_mutex_lock(&in->lock);
 	in->nopen++;
+	in->nkwriters += kernel_writer(f);
 	/* The predecessor may have written through it without syncing (a
 	 * request does not say how the file was opened): the next fsync
 	 * syncs the chunks. */
@@ -433,7 +444,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -r);
 		return;
 	}
-	f = file_new(fs, in, session, (uint32_t)fi->flags);
+	f = file_new(fs, in, session, (uint32_t)fi->flags, false);
 	if (!f) {
 		SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, ino, session, -1, -1));
 		sfs_inode_put(fs, in);
@@ -449,6 +460,44 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = f->session;
 	if (fuse_reply_open(req, fi) < 0)
 		file_close(fs, f);
+}
+
+struct sfs_file *sfs_file_open_native(struct sfs *fs, strata_ino_t ino, uint32_t flags,
+				      int *ret_err)
+{
+	struct sfs_inode *in = sfs_inode_get(fs, ino, true);
+	/* not a FUSE request: an operation id of this process's life (opid.c) */
+	struct meta_opid id = {.conn = fs->life_id, .unique = atomic_fetch_add(&fs->life_ops, 1)};
+	const struct sfs_blob_table *blob = NULL;
+	struct sfs_file *f = NULL;
+	uint64_t session;
+	int r;
+
+	flags &= ~(uint32_t)(O_TRUNC | O_CREAT | O_EXCL);
+	r = in ? ensure_layout(fs, in) : -ENOMEM;
+	if (r == 0)
+		r = blob_table(fs, in, &blob);
+	if (r == 0)
+		r = SFS_CALL(fs, SFS_IDEM, meta_open(fs->mc, &id, ino, flags, &session));
+	if (r == 0) {
+		f = file_new(fs, in, session, flags, true);
+		if (!f) {
+			SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, ino, session, -1, -1));
+			r = -ENOMEM;
+		}
+	}
+	if (r < 0) {
+		sfs_inode_put(fs, in);
+		*ret_err = r;
+		return NULL;
+	}
+	f->blob = blob;
+	return f;
+}
+
+int sfs_file_close(struct sfs *fs, struct sfs_file *f)
+{
+	return file_close(fs, f);
 }
 
 /* O_TRUNC on a file that already existed: trim its chunks, then its length. */
@@ -514,7 +563,7 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 		sfs_attr_put(fs, &raw, stamp);
 	sfs_fill_stat(fs, &a, &e.attr);
 	in = sfs_inode_get(fs, a.ino, true);
-	f = in ? file_new(fs, in, session, (uint32_t)fi->flags) : NULL;
+	f = in ? file_new(fs, in, session, (uint32_t)fi->flags, false) : NULL;
 	if (!f) {
 		SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, a.ino, session, -1, -1));
 		sfs_inode_put(fs, in);
@@ -579,15 +628,18 @@ void sfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void sfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct sfs *fs = FS(req);
 	struct sfs_file *f = file_or_reply(req, ino, fi);
-	struct sfs_inode *in;
+
+	if (f)
+		fuse_reply_err(req, -sfs_file_fsync(FS(req), f, datasync));
+}
+
+int sfs_file_fsync(struct sfs *fs, struct sfs_file *f, bool datasync)
+{
+	struct sfs_inode *in = f->inode;
 	bool meta_changed;
 	int r = 0;
 
-	if (!f)
-		return;
-	in = f->inode;
 	pthread_mutex_lock(&in->lock);
 	if (in->unsynced) {
 		in->unsynced = false;
@@ -601,7 +653,7 @@ void sfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file
 	pthread_mutex_unlock(&in->lock);
 	if (r == 0 && (meta_changed || !datasync))
 		r = SFS_CALL(fs, SFS_IDEM, meta_sync(fs->mc));
-	fuse_reply_err(req, -r);
+	return r;
 }
 
 void sfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
@@ -729,81 +781,86 @@ static int do_io(struct sfs *fs, strata_ino_t ino, const struct strata_layout *l
 
 void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct sfs *fs = FS(req);
 	struct sfs_file *f = file_or_reply(req, ino, fi);
-	struct sfs_inode *in;
-	struct strata_layout layout;
 	_cleanup_free_ char *buf = NULL;
-	uint64_t n;
-	int r;
+	ssize_t n;
 
 	if (!f)
 		return;
-	in = f->inode;
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	pthread_mutex_lock(&in->lock);
-	n = sfs_clamp_read(in->size, (uint64_t)off, size);
-	layout = in->layout;
-	pthread_mutex_unlock(&in->lock);
-	if (n == 0) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	buf = malloc(n);
+	buf = malloc(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (f->blob) {
-		struct blob_ctx c = {.fs = fs, .ino = ino, .layout = layout};
+	n = sfs_file_read(FS(req), f, (uint64_t)off, size, buf);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
 
-		r = sfs_blobcache_read(fs->bc, f->blob, (uint64_t)off, n, buf, blob_fetch, &c);
+ssize_t sfs_file_read(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t len, char *buf)
+{
+	struct sfs_inode *in = f->inode;
+	struct strata_layout layout;
+	uint64_t n;
+	int r;
+
+	pthread_mutex_lock(&in->lock);
+	n = sfs_clamp_read(in->size, off, len);
+	layout = in->layout;
+	pthread_mutex_unlock(&in->lock);
+	if (n == 0)
+		return 0;
+	if (f->blob) {
+		struct blob_ctx c = {.fs = fs, .ino = in->ino, .layout = layout};
+
+		r = sfs_blobcache_read(fs->bc, f->blob, off, n, buf, blob_fetch, &c);
 	} else {
-		r = do_io(fs, ino, &layout, (uint64_t)off, n, buf, false, 0);
+		r = do_io(fs, in->ino, &layout, off, n, buf, false, 0);
 	}
-	if (r < 0) {
-		if (r == -EIO)
-			log_warn("Read of inode %llu at %lld failed: bad chunk or lost chunkserver",
-				 (unsigned long long)ino, (long long)off);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	fuse_reply_buf(req, buf, n);
+	if (r == -EIO)
+		log_warn("Read of inode %llu at %llu failed: bad chunk or lost chunkserver",
+			 (unsigned long long)in->ino, (unsigned long long)off);
+	return r < 0 ? r : (ssize_t)n;
 }
 
 void sfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		  struct fuse_file_info *fi)
 {
-	struct sfs *fs = FS(req);
 	struct sfs_file *f = file_or_reply(req, ino, fi);
-	struct sfs_inode *in;
-	bool sync;
-	struct strata_layout layout;
-	uint64_t end;
 	int r;
 
 	if (!f)
 		return;
-	in = f->inode;
-	sync = (f->flags & O_DSYNC) != 0;
-	if (off < 0 || __builtin_add_overflow((uint64_t)off, (uint64_t)size, &end)) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
+	r = off < 0 ? -EINVAL : sfs_file_write(FS(req), f, (uint64_t)off, size, buf);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_write(req, size);
+}
+
+int sfs_file_write(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t size, const char *buf)
+{
+	struct sfs_inode *in = f->inode;
+	bool sync = (f->flags & O_DSYNC) != 0;
+	struct strata_layout layout;
+	uint64_t end;
+	int r;
+
+	if (__builtin_add_overflow(off, (uint64_t)size, &end) || end > INT64_MAX)
+		return -EINVAL;
 	pthread_mutex_lock(&in->lock);
 	layout = in->layout;
 	pthread_mutex_unlock(&in->lock);
-	r = do_io(fs, ino, &layout, (uint64_t)off, size, (char *)buf, true,
-		  sync ? CHUNK_WRITE_SYNC : 0);
-	if (r < 0) {
-		log_warn_errno(r, "Write of inode %llu at %lld (%zu bytes) failed",
-			       (unsigned long long)ino, (long long)off, size);
-		fuse_reply_err(req, -r);
-		return;
-	}
+	r = do_io(fs, in->ino, &layout, off, size, (char *)buf, true, sync ? CHUNK_WRITE_SYNC : 0);
+	if (r < 0)
+		return log_warn_errno(r, "Write of inode %llu at %llu (%zu bytes) failed",
+				      (unsigned long long)in->ino, (unsigned long long)off, size);
 	pthread_mutex_lock(&in->lock);
 	if (end > in->size) {
 		in->size = end;
@@ -817,10 +874,7 @@ void sfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
 	if (sync)
 		r = sfs_record_length_locked(fs, in);
 	pthread_mutex_unlock(&in->lock);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_write(req, size);
+	return r;
 }
 
 /* ---- connection ------------------------------------------------------------------ */

@@ -14,6 +14,7 @@
  *   H/run/sandboxd.sock  strata-sandboxd's API socket (sandbox/sandboxd/API.md)
  *   H/run/fuse-holder.sock  strata-fuse-holder (keeps the mount across a crash
  *                        of strata-fuse: fuse_holder.c)
+ *   H/run/usrbio.sock    strata-fuse's native-client socket (sdk/c, fuse/usrbio.c)
  *   H/run/net            the network of a multi-node home: its subnet and the
  *                        bridge, namespaces and veths `up` created (netns.c)
  *   H/cache/images       node image mounts (imagesvc/mount.h), also sandboxd's

@@ -185,7 +185,7 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 {
 	char bin[CLI_PATH + 32], log[CLI_PATH], addrf[CLI_PATH], db[CLI_PATH];
 	char tdirs[CLI_MAX_TARGETS][CLI_PATH], cache[CLI_PATH], client_id[64];
-	char replicas[16], nodes[16], holder[CLI_PATH], key[CLI_PATH];
+	char replicas[16], nodes[16], holder[CLI_PATH], key[CLI_PATH], usrbio[CLI_PATH];
 	char *argv[32];
 	int a = 0;
 	pid_t pid;
@@ -259,6 +259,10 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		if (binary_has_option(bin, "--holder")) {
 			argv[a++] = "--holder";
 			argv[a++] = cli_fuse_holder_socket(&c->h, holder);
+		}
+		if (binary_has_option(bin, "--usrbio")) { /* the native client, sdk/c */
+			argv[a++] = "--usrbio";
+			argv[a++] = cli_path(usrbio, &c->h, "run/usrbio.sock");
 		}
 		break;
 	case D_SANDBOXD:
