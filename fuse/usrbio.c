@@ -334,11 +334,13 @@ static void finish_job(struct sfs *fs, struct ub_job *j, int result)
 		close_f = j->uf->f;
 		*j->uf = (struct ub_file){0};
 	}
+	/* Kick before letting go of inflight: once it is 0, conn_free may close
+	 * cq_efd (its number then another file's) and free c. */
+	if (wake)
+		kick(c->cq_efd);
 	if (--c->inflight == 0)
 		pthread_cond_broadcast(&c->idle);
 	pthread_mutex_unlock(&c->lock);
-	if (wake)
-		kick(c->cq_efd);
 	if (close_f)
 		sfs_file_close(fs, close_f);
 	free(j);
