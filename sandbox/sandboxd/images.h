@@ -94,6 +94,9 @@ const char *sbd_image_rootfs(const struct sbd_image *im);
  * registered name for a directory. */
 const char *sbd_image_name(const struct sbd_image *im, const char *ref);
 struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im);
+/* Whether im is an image of the store (its root the node's EROFS mount of
+ * it), not a registered directory. */
+bool sbd_image_is_store(const struct sbd_image *im);
 /* The image's own command: a new NULL-terminated copy of Entrypoint + Cmd
  * (caller frees), or NULL if it has neither (or on allocation failure). im
  * may be NULL. */
