@@ -276,6 +276,8 @@ int ag_guest_init(struct agent *a)
 	    mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		return guest_fail("proc and sysfs", errno);
 	console_stdio();
+	/* Its first line in userspace: the boot's floor for bench/sandbox/vm.sh. */
+	(void)!write(2, "strata-agent: guest init\n", 26);
 	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
 	ssize_t n = fd >= 0 ? read(fd, cmdline, sizeof(cmdline) - 1) : -1;
 	if (fd >= 0)

@@ -288,7 +288,10 @@ static void exit_reason(struct vmm *v, const siginfo_t *si, char *why, size_t ca
 		snprintf(why, cap, "the VMM (qemu, pid %d) was killed by signal %d (%s)",
 			 (int)v->pid, si->si_status, strsignal(si->si_status));
 	else if (si->si_status == 0)
-		snprintf(why, cap, "the guest shut down (qemu, pid %d, exited 0)", (int)v->pid);
+		snprintf(why, cap,
+			 "the guest shut down or rebooted: a kernel panic, or its agent ended "
+			 "(qemu, pid %d, exited 0; its console log says which)",
+			 (int)v->pid);
 	else
 		snprintf(why, cap, "the VMM (qemu, pid %d) exited with status %d", (int)v->pid,
 			 si->si_status);

@@ -1,7 +1,8 @@
 """SDK tests of the qemu backend (a VM per sandbox, QEMU under TCG here):
 create, exec (output, exit code, stderr), a streamed exec, interactive
-stdin, files and a tree upload, pause/resume over QMP, TTL, and kill -9 of
-the VMM (the sandbox turns failed with the reason). Run on its own
+stdin, timeouts and output caps, files and tar bodies, pause/resume over
+QMP, TTL, kill -9 of the VMM and a guest kernel panic (the sandbox turns
+failed with the reason). Run on its own
 (ctest sdk_python_qemu): every VM boots for ~10 s under TCG, so three
 sandboxes serve all the tests. Skips with the reason where the backend is
 unavailable (no QEMU, no guest in build/guest)."""
@@ -162,3 +163,16 @@ def test_vmm_killed(daemon, need_qemu):
         assert "killed by signal 9" in reason, reason
         with pytest.raises(strata.StrataError):
             sb.exec("true")
+
+
+def test_guest_panic(daemon, need_qemu):
+    """A guest kernel panic (sysrq c) ends the VMM: the sandbox is failed."""
+    with Sandbox.create("busybox", backend="qemu", socket=daemon.socket, memory_mb=128,
+                        timeout=180) as sb:
+        with pytest.raises(strata.StrataError):
+            sb.exec(["sh", "-c", "echo c > /proc/sysrq-trigger"], timeout=30)
+        deadline = time.time() + 15
+        while time.time() < deadline and sb.refresh()["state"] != "failed":
+            time.sleep(0.2)
+        assert sb.state == "failed"
+        assert "kernel panic" in sb.info.get("failed_reason", "")
