@@ -255,7 +255,8 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 			       .hostname = "sandbox",
 			       .console_fd = confd,
 			       .kvm = vb->kvm,
-			       .ws = vb->ws};
+			       .ws = vb->ws,
+			       .incoming_fd = -1};
 	if (r == 0)
 		r = vmm_start(&c, &box->v, e);
 	if (confd >= 0)

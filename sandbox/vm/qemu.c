@@ -179,6 +179,10 @@ static int build_argv(const struct vmm_config *c, const char *bin, struct argv_b
 	arg(a, "socket,id=agent,fd=%d", VMM_FD_AGENT);
 	arg(a, "-device");
 	arg(a, "virtserialport,chardev=agent,name=strata");
+	if (c->incoming_fd >= 0) { /* the snapshot is the VMM's fd 0 */
+		arg(a, "-incoming");
+		arg(a, "fd:0");
+	}
 	a->v[a->n] = NULL;
 	return a->err;
 }
@@ -365,7 +369,8 @@ int vmm_start(const struct vmm_config *c, struct vmm **ret, struct strata_err *e
 	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0 || devnull < 0)
 		r = -errno;
 	int con = c->console_fd >= 0 ? c->console_fd : devnull;
-	int fds[6] = {devnull, con, con, ag[1], qm[1], c->disk_fd};
+	int fds[6] = {
+	    c->incoming_fd >= 0 ? c->incoming_fd : devnull, con, con, ag[1], qm[1], c->disk_fd};
 	int files[VMM_NFILES];
 	size_t nfiles = 0;
 	const char *what = NULL;
@@ -405,7 +410,14 @@ int vmm_start(const struct vmm_config *c, struct vmm **ret, struct strata_err *e
 	r = vmm_qmp_greet(v, e);
 	if (r < 0)
 		return start_fail(v, r, "QMP", e);
-	r = wait_hello(v, c->boot_timeout_ms ? c->boot_timeout_ms : VMM_BOOT_TIMEOUT_MS);
+	uint32_t wait_ms = c->boot_timeout_ms ? c->boot_timeout_ms : VMM_BOOT_TIMEOUT_MS;
+	if (c->incoming_fd >= 0) {
+		if ((r = vmm_wait_incoming(v, wait_ms, e)) < 0)
+			return start_fail(v, r, "restoring the guest", e);
+		*ret = v;
+		return 0;
+	}
+	r = wait_hello(v, wait_ms);
 	if (r < 0)
 		return start_fail(v, r, "the guest's agent did not come up", e);
 	*ret = v;

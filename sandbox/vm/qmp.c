@@ -87,6 +87,15 @@ int vmm_qmp(struct vmm *v, const char *execute, const char *args, char **ret_rep
 	    struct strata_err *e)
 {
 	int r = qmp_send(v, execute, args);
+	if (r < 0)
+		return strata_err_set(e, r, "QMP %s: %s", execute,
+				      r == -EPIPE ? "the VMM is gone" : strerror(-r));
+	return vmm_qmp_answer(v, execute, ret_reply, e);
+}
+
+int vmm_qmp_answer(struct vmm *v, const char *execute, char **ret_reply, struct strata_err *e)
+{
+	int r = 0;
 	int64_t end = vmm_now_ms() + VMM_QMP_TIMEOUT_MS;
 	while (r == 0) {
 		char *line = NULL;

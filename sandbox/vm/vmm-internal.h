@@ -22,3 +22,8 @@ struct vmm {
 int64_t vmm_now_ms(void);
 /* Reads QEMU's greeting and enters command mode (qmp_capabilities). */
 int vmm_qmp_greet(struct vmm *v, struct strata_err *e);
+/* Restoring: waits until the incoming migration completed, then resumes
+ * the guest (it was saved paused). */
+int vmm_wait_incoming(struct vmm *v, uint32_t timeout_ms, struct strata_err *e);
+/* The answer of the command execute sent last (vmm_qmp without the send). */
+int vmm_qmp_answer(struct vmm *v, const char *execute, char **ret_reply, struct strata_err *e);

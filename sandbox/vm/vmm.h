@@ -50,11 +50,17 @@ struct vmm_config {
 	bool kvm;		  /* -accel kvm (else TCG) */
 	struct sbx_workers *ws;	  /* contain the VMM (worker.h); NULL: a plain child */
 	uint32_t boot_timeout_ms; /* 0: VMM_BOOT_TIMEOUT_MS */
+	/* Restore instead of boot: a snapshot of vmm_save (read from its
+	 * start), with disk_fd a copy of the saved VM's disk made after the
+	 * save; -1: boot. The restored guest runs on from where it was saved
+	 * (its agent says no HELLO again). */
+	int incoming_fd;
 };
 
 struct vmm;
 
-/* Starts the VMM and waits for the agent's HELLO. Returns 0 and *ret (the
+/* Starts the VMM and waits for the agent's HELLO (restoring: for the
+ * incoming migration to complete, then resumes the guest). Returns 0 and *ret (the
  * guest is up, its agent ready on vmm_agent_fd), -ENOENT (no QEMU, kernel,
  * initrd or image file), -ETIMEDOUT (no HELLO in time), -ECHILD (the VMM
  * exited: its reason in e), -errno. */
@@ -77,6 +83,14 @@ int vmm_pause(struct vmm *v, struct strata_err *e);
 int vmm_resume(struct vmm *v, struct strata_err *e);
 /* Bytes the guest read from the disk with serial (QMP query-blockstats). */
 int vmm_read_bytes(struct vmm *v, const char *serial, uint64_t *ret, struct strata_err *e);
+/* Saves the guest's whole state (RAM, devices) into fd, a regular file
+ * open for writing (QMP getfd + migrate to it): the guest is paused first
+ * and stays paused. Its disk is not in it: copy the disk file after this
+ * returns (cache=unsafe: QEMU's writes are in the host's page cache, the
+ * paused guest writes nothing more) to restore from the pair. Returns once
+ * the migration completed; -EIO with QEMU's reason when it failed. */
+int vmm_save(struct vmm *v, int fd, struct strata_err *e);
+
 /* Whether the VMM has exited: 1 with why (e.g. "the VMM (qemu, pid 123)
  * was killed by signal 9") once reaped, 0 while it runs. */
 int vmm_exited(struct vmm *v, char *why, size_t cap);

@@ -4,7 +4,8 @@
  * contained as a worker; the agent's protocol over the virtio-serial port
  * (an exec, stdin, a file written on the overlay over the ext4 disk); the
  * blob read lazily (QMP query-blockstats: far fewer bytes than it holds);
- * pause over QMP (an exec does not answer until resume); kill -9 of the
+ * pause over QMP (an exec does not answer until resume); a snapshot saved
+ * and restored into a second VMM (QEMU migration to a file); kill -9 of the
  * VMM seen with its reason. Exits 77 without QEMU, the guest (build/guest,
  * sandbox/vm/guest.sh) or root. */
 #include <errno.h>
@@ -122,6 +123,57 @@ static void test_pause(struct vmm *v, struct sbx *s)
 	sbx_exec_op_free(op);
 }
 
+/* Saves the running guest (a file written in it first), restores the pair
+ * (snapshot, a copy of its disk) into a second VMM, which runs on with
+ * the file there. The first stays paused. */
+static void test_snapshot(struct vmm *v, struct sbx *s, struct vmm_config c, const char *dir,
+			  int64_t boot_ms)
+{
+	struct sbxt_out o;
+	struct sbx_exec_result res;
+	struct strata_err e = {0};
+	char snap[600], disk2[600], cmd[1400];
+	memset(&o, 0, sizeof(o));
+	CHECK(sbxt_sh(s, "echo before-the-snapshot > /marker && sync", 60000, &o, &res) == 0);
+	snprintf(snap, sizeof(snap), "%s/snap.bin", dir);
+	int fd = open(snap, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int64_t t0 = now_ms();
+	CHECK(fd >= 0 && vmm_save(v, fd, &e) == 0);
+	int64_t saved = now_ms();
+	snprintf(disk2, sizeof(disk2), "%s/disk2.img", dir);
+	snprintf(cmd, sizeof(cmd), "cp --sparse=always %s/disk.img %s", dir, disk2);
+	CHECK(system(cmd) == 0);
+	struct stat st;
+	fstat(fd, &st);
+	lseek(fd, 0, SEEK_SET);
+	c.disk_fd = open(disk2, O_RDWR | O_CLOEXEC);
+	c.incoming_fd = fd;
+	struct vmm *v2 = NULL;
+	int64_t t1 = now_ms();
+	int r = vmm_start(&c, &v2, &e);
+	int64_t restored = now_ms();
+	CHECK(r == 0);
+	if (r < 0) {
+		fprintf(stderr, "restore: %s\n", e.msg);
+		close(fd);
+		close(c.disk_fd);
+		return;
+	}
+	fprintf(stderr,
+		"snapshot: %lld KiB saved in %lld ms; restored in %lld ms (cold boot %lld ms)\n",
+		(long long)st.st_size / 1024, (long long)(saved - t0), (long long)(restored - t1),
+		(long long)boot_ms);
+	struct sbx *s2 = NULL;
+	CHECK(sbx_attach_agent(vmm_take_agent_fd(v2), 0, &s2) == 0);
+	memset(&o, 0, sizeof(o));
+	CHECK(sbxt_sh(s2, "cat /marker /etc/motd", 60000, &o, &res) == 0);
+	CHECK(!strcmp(o.out, "before-the-snapshot\nhello-from-the-image\n"));
+	sbx_destroy(s2);
+	vmm_free(v2);
+	close(fd);
+	close(c.disk_fd);
+}
+
 static void test_guest(struct vmm *v, struct sbx *s, const struct image *im)
 {
 	struct sbxt_out o;
@@ -198,7 +250,8 @@ int main(void)
 			       .hostname = "vmtest",
 			       .console_fd = con,
 			       .kvm = kvm,
-			       .ws = ws};
+			       .ws = ws,
+			       .incoming_fd = -1};
 	struct vmm *v = NULL;
 	int64_t t0 = now_ms();
 	r = vmm_start(&c, &v, &e);
@@ -209,11 +262,13 @@ int main(void)
 		(void)!system(cmd);
 		return 1;
 	}
-	fprintf(stderr, "booted to HELLO in %lld ms\n", (long long)(now_ms() - t0));
+	int64_t boot_ms = now_ms() - t0;
+	fprintf(stderr, "booted to HELLO in %lld ms\n", (long long)boot_ms);
 	struct sbx *s = NULL;
 	CHECK(sbx_attach_agent(vmm_take_agent_fd(v), 0, &s) == 0);
 	test_guest(v, s, &im);
 	test_pause(v, s);
+	test_snapshot(v, s, c, env.dir, boot_ms);
 	/* kill -9 of the VMM: seen with its reason, the channel hangs up */
 	char why[256] = "";
 	CHECK(kill(vmm_pid(v), SIGKILL) == 0);
