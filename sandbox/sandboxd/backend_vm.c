@@ -24,6 +24,7 @@
  * (its pidfd): the sandbox is failed with the reason. VMs are not
  * persistent: the VMM dies with sandboxd (the worker's PDEATHSIG), and a
  * restarted sandboxd finds them gone. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -60,6 +61,7 @@ struct vm_backend {
 	char dir[PATH_MAX];    /* <state>/vm */
 	char kernel[PATH_MAX], initrd[PATH_MAX];
 	bool kvm;
+	bool snapshots; /* warm starts ($STRATA_VM_SNAPSHOTS=0: off) */
 	struct sbx_workers *ws;
 	pthread_mutex_t lock; /* boxes and image conversions (creates run on threads) */
 	struct vm_box *boxes;
@@ -95,6 +97,7 @@ struct vm_box {
 	int disk_fd;
 	char dir[PATH_MAX]; /* <state>/vm/<id>: disk.img, console.log */
 	bool failed;
+	bool warm; /* restored from its shape's snapshot */
 	struct vm_box *next;
 };
 
@@ -231,10 +234,93 @@ static void box_free(struct vm_box *box)
 	free(box);
 }
 
+/* Warm starts: the first VM of a shape (image, kernel, vCPUs, RAM, disk
+ * size) is saved right after its agent said HELLO (its RAM and devices,
+ * vmm_save, and a copy of its disk); later creates of that shape restore
+ * the pair instead of booting. <images>/<key>.snap and .disk; a .snap.tmp
+ * claims the saving (one at a time, stale ones removed at start). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+	return h;
+}
+
+static void warm_paths(struct vm_backend *vb, const struct vmm_config *c, uint64_t disk_mb,
+		       char *snap, char *disk, size_t cap)
+{
+	uint64_t h = 1469598103934665603ull;
+	const char *files[] = {c->meta, c->kernel, c->initrd};
+	for (size_t i = 0; i < 3; i++) {
+		struct stat st = {0};
+		stat(files[i], &st);
+		h = fnv(h, files[i], strlen(files[i]));
+		h = fnv(h, &st.st_mtim, sizeof(st.st_mtim));
+		h = fnv(h, &st.st_size, sizeof(st.st_size));
+	}
+	uint64_t shape[3] = {c->vcpus, c->memory_mb, disk_mb};
+	h = fnv(h, shape, sizeof(shape));
+	snprintf(snap, cap, "%.4000s/images/%016" PRIx64 ".snap", vb->dir, h);
+	snprintf(disk, cap, "%.4000s/images/%016" PRIx64 ".disk", vb->dir, h);
+}
+
+static int copy_sparse(const char *from, const char *to)
+{
+	char *argv[] = {"cp", "--sparse=always", (char *)from, (char *)to, NULL};
+	return run(argv);
+}
+
+/* Restores the pair into box (its disk a copy of the saved one). */
+static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *snap,
+			const char *wdisk, const char *disk, struct strata_err *e)
+{
+	int fd = open(snap, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || copy_sparse(wdisk, disk) < 0 ||
+	    (box->disk_fd = open(disk, O_RDWR | O_CLOEXEC)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOENT;
+	}
+	c->disk_fd = box->disk_fd;
+	c->incoming_fd = fd;
+	int r = vmm_start(c, &box->v, e);
+	close(fd);
+	c->incoming_fd = -1;
+	return r;
+}
+
+/* Saves the freshly booted box as its shape's pair, unless one is being
+ * saved; the box runs on. Best effort: a failure only costs warm starts. */
+static void warm_save(struct vm_box *box, const char *snap, const char *wdisk, const char *disk)
+{
+	char tsnap[PATH_MAX + 8], tdisk[PATH_MAX + 8];
+	struct strata_err e = {0};
+	snprintf(tsnap, sizeof(tsnap), "%s.tmp", snap);
+	snprintf(tdisk, sizeof(tdisk), "%s.tmp", wdisk);
+	int fd = open(tsnap, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return; /* another create saves it */
+	int r = vmm_save(box->v, fd, &e);
+	if (r == 0)
+		r = copy_sparse(disk, tdisk);
+	if (r == 0 && (rename(tdisk, wdisk) < 0 || rename(tsnap, snap) < 0))
+		r = -errno;
+	close(fd);
+	if (r < 0) {
+		log_warn("sandbox %s: no warm-start snapshot: %s", box->sb->id,
+			 e.msg[0] ? e.msg : strerror(-r));
+		unlink(tsnap);
+		unlink(tdisk);
+	}
+	if (vmm_resume(box->v, &e) < 0)
+		log_warn("sandbox %s: resume after the snapshot: %s", box->sb->id, e.msg);
+}
+
 static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbox *sb,
 		    struct strata_err *e)
 {
 	char meta[PATH_MAX], disk[PATH_MAX + 32], con[PATH_MAX + 32];
+	char snap[PATH_MAX], wdisk[PATH_MAX];
 	char **blobs = NULL;
 	size_t nblobs = 0;
 	int r = image_files(vb, sb, meta, sizeof(meta), &blobs, &nblobs, e);
@@ -242,14 +328,13 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 		return r;
 	snprintf(disk, sizeof(disk), "%s/disk.img", box->dir);
 	snprintf(con, sizeof(con), "%s/console.log", box->dir);
-	r = vmm_disk_make(disk, (uint64_t)sb->disk_mb << 20, &box->disk_fd, e);
-	int confd = r == 0 ? open(con, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+	int confd = open(con, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	struct vmm_config c = {.kernel = vb->kernel,
 			       .initrd = vb->initrd,
 			       .meta = meta,
 			       .blobs = (const char *const *)blobs,
 			       .nblobs = nblobs,
-			       .disk_fd = box->disk_fd,
+			       .disk_fd = -1,
 			       .vcpus = sb->cpu > 0 ? (unsigned)ceil(sb->cpu) : 1,
 			       .memory_mb = (uint64_t)sb->memory_mb,
 			       .hostname = "sandbox",
@@ -257,8 +342,30 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 			       .kvm = vb->kvm,
 			       .ws = vb->ws,
 			       .incoming_fd = -1};
-	if (r == 0)
-		r = vmm_start(&c, &box->v, e);
+	warm_paths(vb, &c, (uint64_t)sb->disk_mb, snap, wdisk, sizeof(snap));
+	bool warm = vb->snapshots && access(snap, R_OK) == 0;
+	if (warm) {
+		struct strata_err we = {0};
+		r = warm_restore(box, &c, snap, wdisk, disk, &we);
+		if (r < 0) { /* a pair that does not restore goes; boot instead */
+			log_warn("sandbox %s: warm start failed (%s): booting", sb->id,
+				 we.msg[0] ? we.msg : strerror(-r));
+			unlink(snap);
+			if (box->disk_fd >= 0)
+				close(box->disk_fd);
+			box->disk_fd = -1;
+			warm = false;
+		}
+	}
+	if (!warm) {
+		r = vmm_disk_make(disk, (uint64_t)sb->disk_mb << 20, &box->disk_fd, e);
+		c.disk_fd = box->disk_fd;
+		if (r == 0)
+			r = vmm_start(&c, &box->v, e);
+		if (r == 0 && vb->snapshots)
+			warm_save(box, snap, wdisk, disk);
+	}
+	box->warm = warm;
 	if (confd >= 0)
 		close(confd);
 	free_strv(blobs, nblobs);
@@ -399,6 +506,25 @@ static void vm_free(struct sbd_backend *b)
 	free(vb);
 }
 
+/* Claims of savings that a dead sandboxd left (*.tmp in images/). */
+static void warm_sweep(struct vm_backend *vb)
+{
+	char dir[PATH_MAX + 16], p[PATH_MAX + 300];
+	snprintf(dir, sizeof(dir), "%s/images", vb->dir);
+	mkdir(dir, 0700);
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n > 4 && !strcmp(de->d_name + n - 4, ".tmp")) {
+			snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+			unlink(p);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
 /* The guest: $STRATA_VM_GUEST, else guest/ beside the directory of our
  * binary (the build tree: build/bin/strata-sandboxd, build/guest). */
 static void guest_paths(struct vm_backend *vb)
@@ -443,6 +569,9 @@ static void vm_init(struct vm_backend *vb)
 	sbd_agent_box_ops(vb->container, &vb->b);
 	snprintf(vb->dir, sizeof(vb->dir), "%.4000s/vm", vb->d->cfg.state_dir);
 	mkdir(vb->dir, 0700);
+	const char *snaps = getenv("STRATA_VM_SNAPSHOTS");
+	vb->snapshots = !snaps || strcmp(snaps, "0");
+	warm_sweep(vb);
 	guest_paths(vb);
 	if (vmm_probe(NULL, vb->kernel, vb->initrd, &vb->kvm, &vb->why) < 0)
 		return;
