@@ -78,6 +78,15 @@ def main():
         print("round %d: create to first output: cold %.2f s, restored %.2f s; plain qemu "
               "-kernel to first userspace line %.2f s" % (i + 1, cold[-1], warm[-1], base[-1]),
               flush=True)
+    for name, sock in (("cold", cold_sock), ("restored", warm_sock)):
+        sb = strata.Sandbox.create(image, backend="qemu", socket=sock, memory_mb=256,
+                                   timeout=300)
+        sb.exec("true")
+        time.sleep(3)
+        m = sb.metrics()
+        print("RESULT idle_%s_vm_host_memory_mib %.1f guest_memory_mib 256 ratio %.2f"
+              % (name, m.memory_bytes / 2**20, m.memory_bytes / 2**20 / 256))
+        sb.kill()
     pc, pw, pb = statistics.median(cold), statistics.median(warm), statistics.median(base)
     print("RESULT cold_p50_s %.2f restored_p50_s %.2f plain_qemu_boot_p50_s %.2f "
           "cold/plain %.2f restored/plain %.2f restored/cold %.3f (goal <= 0.2)"
