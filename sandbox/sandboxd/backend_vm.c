@@ -63,7 +63,8 @@ struct vm_backend {
 	bool kvm;
 	bool snapshots; /* warm starts ($STRATA_VM_SNAPSHOTS=0: off) */
 	struct sbx_workers *ws;
-	pthread_mutex_t lock; /* boxes and image conversions (creates run on threads) */
+	pthread_mutex_t lock;	 /* boxes (creates run on threads, the tick on the loop) */
+	pthread_mutex_t convert; /* image conversions, one at a time (off the loop's lock) */
 	struct vm_box *boxes;
 };
 
@@ -145,8 +146,7 @@ static int run(char *const argv[])
  * <state>/vm/images/<hash>.erofs, its file data in 1 MiB chunks on a blob
  * device beside it (<hash>.blob, as the store's images have theirs: the
  * guest reads only the chunks it touches), made again when the
- * directory's mtime is newer. Called with vb->lock held (one conversion at
- * a time). */
+ * directory's mtime is newer. Called with vb->convert held. */
 static int dir_image(struct vm_backend *vb, const char *rootfs, char *out, size_t cap, char *blob,
 		     size_t bcap, struct strata_err *e)
 {
@@ -194,9 +194,9 @@ static int image_files(struct vm_backend *vb, struct sbd_sandbox *sb, char *meta
 				      "'%s' is in the store)",
 				      vb->kind, sb->image);
 	char blob[PATH_MAX];
-	pthread_mutex_lock(&vb->lock);
+	pthread_mutex_lock(&vb->convert);
 	int r = dir_image(vb, sb->rootfs, meta, cap, blob, sizeof(blob), e);
-	pthread_mutex_unlock(&vb->lock);
+	pthread_mutex_unlock(&vb->convert);
 	if (r < 0)
 		return r;
 	if (!(*ret_blobs = calloc(1, sizeof(char *))) || !((*ret_blobs)[0] = strdup(blob))) {
@@ -503,6 +503,7 @@ static void vm_free(struct sbd_backend *b)
 	struct vm_backend *vb = b->priv;
 	sbx_workers_free(vb->ws);
 	pthread_mutex_destroy(&vb->lock);
+	pthread_mutex_destroy(&vb->convert);
 	free(vb);
 }
 
@@ -637,6 +638,7 @@ struct sbd_backend *sbd_backend_vm_new(struct sandboxd *d, struct sbd_backend *c
 	vb->d = d;
 	vb->container = container;
 	pthread_mutex_init(&vb->lock, NULL);
+	pthread_mutex_init(&vb->convert, NULL);
 	vb->b = (struct sbd_backend){
 	    .name = vb->kind,
 	    .loop = d->loop,
