@@ -14,11 +14,10 @@
  *
  * Images: a registered directory is converted once into an EROFS image
  * (mkfs.erofs, kept under the state dir per directory and rebuilt when the
- * directory changes). Images of the store are refused for now (typed
- * unsupported): their EROFS metadata and blobs (the node's
- * CACHE/HEX/meta.img, the blobs on the strata mount) are what the VM
- * should get, lazily, as libstrata_vm's test does with img-mkimage's; the
- * blob list needs the image's record, a store call not wired here yet.
+ * directory changes, chunked on a blob device). An image of the store is
+ * attached as the node mounts it (sbd_image_erofs): the node cache's
+ * CACHE/HEX/meta.img and its blobs on the strata mount, read lazily and
+ * verified through strata-fuse and the node chunk cache.
  *
  * A VMM that exits (kill -9, a guest panic) is noticed at the next tick
  * (its pidfd): the sandbox is failed with the reason. VMs are not
@@ -182,17 +181,15 @@ static int dir_image(struct vm_backend *vb, const char *rootfs, char *out, size_
 	return 0;
 }
 
-/* The image's EROFS files: a registered directory converted. */
+/* The image's EROFS files: the store's as mounted, or a registered
+ * directory converted. */
 static int image_files(struct vm_backend *vb, struct sbd_sandbox *sb, char *meta, size_t cap,
 		       char ***ret_blobs, size_t *ret_n, struct strata_err *e)
 {
 	*ret_blobs = NULL;
 	*ret_n = 0;
 	if (sbd_image_is_store(sb->img))
-		return strata_err_set(e, -EOPNOTSUPP,
-				      "the %s backend takes registered images only for now (image "
-				      "'%s' is in the store)",
-				      vb->kind, sb->image);
+		return sbd_image_erofs(vb->d, sb->img, meta, cap, ret_blobs, ret_n, e);
 	char blob[PATH_MAX];
 	pthread_mutex_lock(&vb->convert);
 	int r = dir_image(vb, sb->rootfs, meta, cap, blob, sizeof(blob), e);
