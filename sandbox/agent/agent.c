@@ -1,7 +1,10 @@
 /* agent.c — strata-agent main: the init process (pid 1) of a sandbox.
  *
  * Started by a backend with the protocol stream on fd 3 (AGENT_FD, or the
- * path given as argv[1] for a serial port in a VM). With "--stage" it is a
+ * path given as argv[1] for a serial port). With "--guest", or as the
+ * kernel's /init (the VMM appends words of its own to the kernel command
+ * line, which the kernel would hand to init after a "--"), it is the init
+ * of a VM sandbox's guest (agent_guest.c), on a virtio-serial port. With "--stage" it is a
  * pre-started container sandbox that still holds its privileges and waits
  * for START (agent_stage.c). It says HELLO, then serves requests until the
  * stream closes (a persistent container sandbox instead waits for a new host
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/reboot.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -364,6 +368,11 @@ static int setup(struct agent *a, int argc, char **argv)
 		int r = ag_stage_init(a);
 		if (r < 0)
 			return r;
+	} else if ((argc > 1 && !strcmp(argv[1], "--guest")) ||
+		   (getpid() == 1 && !strcmp(argv[0], "/init"))) {
+		int r = ag_guest_init(a);
+		if (r < 0)
+			return r;
 	} else if (argc > 1) {
 		a->ctl = open(argv[1], O_RDWR | O_CLOEXEC | O_NOCTTY);
 		if (a->ctl < 0)
@@ -388,10 +397,23 @@ static int setup(struct agent *a, int argc, char **argv)
 	return 0;
 }
 
+/* The init of a VM ends the guest with it (its exit would panic the
+ * kernel): the writable disk is synced and the guest reboots, which the
+ * VMM, run with -no-reboot, takes as its exit (every machine can reboot;
+ * microvm without ACPI cannot power off). */
+static void guest_poweroff(void)
+{
+	sync();
+	reboot(RB_AUTOBOOT);
+	_exit(1);
+}
+
 int main(int argc, char **argv)
 {
 	static struct agent a;
 	int r = setup(&a, argc, argv);
+	if (r < 0 && a.guest)
+		guest_poweroff();
 	if (r < 0)
 		return 111;
 	chdir("/");
@@ -403,5 +425,7 @@ int main(int argc, char **argv)
 	for (struct ag_execp *e = a.execs; e; e = e->next)
 		if (!e->ended)
 			kill(-e->pid, SIGKILL);
+	if (a.guest)
+		guest_poweroff();
 	return r < 0 ? 1 : 0;
 }

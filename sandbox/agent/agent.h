@@ -62,6 +62,7 @@ struct agent {
 	int fds[AG_MAX_FDS]; /* received, not yet taken by a request */
 	unsigned nfds;
 	bool staged;		    /* --stage: privileged, only START and PING served */
+	bool guest;		    /* --guest: init of a VM (agent_guest.c) */
 	int spare_fd;		    /* persistent: our end of the next host's channel (its end
 				     * is fd AG_HOST_FD), else -1 */
 	uint32_t orphan_timeout_ms; /* persistent: exit after this long without a host */
@@ -95,6 +96,9 @@ int ag_exec_timeouts(struct agent *a);
 
 /* agent_stage.c: container staging (see there). */
 int ag_stage_init(struct agent *a);
+/* agent_guest.c: the init of a VM sandbox's guest makes its root and
+ * opens its port (see there). */
+int ag_guest_init(struct agent *a);
 /* agent.c: (re)makes the next host's channel of a persistent sandbox, its
  * host end at AG_HOST_FD. Returns 0 or -errno. */
 int ag_spare_make(struct agent *a);

@@ -142,17 +142,21 @@ static _Noreturn void die(const struct worker_args *a, const char *what)
  * directories at FD_DIRS.. for the cgroup step (closed after it). */
 #define FD_DIRS 10
 #define FD_MOVED (FD_DIRS + WCG_N + 2)
-#define FD_TEMP 64
+#define FD_PLACED (SBX_WORKER_FD_EXTRA + SBX_WORKER_EXTRA_MAX)
+#define FD_TEMP FD_PLACED
+_Static_assert(FD_MOVED <= SBX_WORKER_FD_EXTRA, "the extra fds come after the cgroups'");
 
 static void place_fds(struct worker_args *a)
 {
 	struct wcg_dirs *d = &a->dirs;
 	int *dirs[WCG_N + 2] = {&d->dir[0], &d->dir[1], &d->dir[2], &d->kids[0], &d->kids[1]};
-	int src[FD_MOVED];
-	for (int i = 0; i < FD_MOVED; i++)
+	int src[FD_PLACED];
+	for (int i = 0; i < FD_PLACED; i++)
 		src[i] = -1;
 	for (unsigned i = 0; i < a->cfg->nfds; i++)
 		src[i] = a->cfg->fds[i];
+	for (unsigned i = 0; i < a->cfg->nextra; i++)
+		src[SBX_WORKER_FD_EXTRA + i] = a->cfg->extra_fds[i];
 	src[SBX_WORKER_FD_JOIN_PIDS] = d->join[0];
 	src[SBX_WORKER_FD_JOIN_MEMORY] = d->join[1];
 	src[SBX_WORKER_FD_OOM] = d->oom;
@@ -160,16 +164,16 @@ static void place_fds(struct worker_args *a)
 		src[FD_DIRS + i] = *dirs[i];
 	/* first out of the way of every target, then onto it (dup2: inherited
 	 * across the exec; the directories are closed before it) */
-	for (int i = 0; i < FD_MOVED; i++)
+	for (int i = 0; i < FD_PLACED; i++)
 		if (src[i] >= 0 && (src[i] = fcntl(src[i], F_DUPFD, FD_TEMP)) < 0)
 			die(a, "move a descriptor");
-	for (int i = 0; i < FD_MOVED; i++) {
+	for (int i = 0; i < FD_PLACED; i++) {
 		if (src[i] < 0)
 			close(i);
 		else if (dup2(src[i], i) < 0)
 			die(a, "place a descriptor");
 	}
-	syscall(SYS_close_range, (unsigned)FD_MOVED, ~0U, 0U);
+	syscall(SYS_close_range, (unsigned)FD_PLACED, ~0U, 0U);
 	for (int i = 0; i < WCG_N + 2; i++)
 		*dirs[i] = *dirs[i] >= 0 ? FD_DIRS + i : -1;
 }
@@ -361,7 +365,8 @@ static _Noreturn void worker_main(struct worker_args *a)
 static int check_config(const struct sbx_workers *ws, const struct sbx_worker_config *c)
 {
 	if (!c->rootfs || c->rootfs[0] != '/' || !c->path || c->path[0] != '/' || !c->argv ||
-	    !c->argv[0] || c->nfds > SBX_WORKER_FDS || (c->nfds && !c->fds))
+	    !c->argv[0] || c->nfds > SBX_WORKER_FDS || (c->nfds && !c->fds) ||
+	    c->nextra > SBX_WORKER_EXTRA_MAX || (c->nextra && !c->extra_fds))
 		return -EINVAL;
 	if (c->network != SBX_NET_NONE && c->network != SBX_NET_HOST)
 		return -EINVAL;

@@ -12,8 +12,9 @@
  * and, for network "none", net namespaces, and then, in order:
  *
  *   1. dies with its parent (PDEATHSIG SIGKILL);
- *   2. keeps only its descriptors: the caller's fds[i] at i, and those of
- *      its children's cgroup (below) at SBX_WORKER_FD_JOIN_*, ..._OOM;
+ *   2. keeps only its descriptors: the caller's fds[i] at i (and
+ *      extra_fds[i] at SBX_WORKER_FD_EXTRA + i), and those of its
+ *      children's cgroup (below) at SBX_WORKER_FD_JOIN_*, ..._OOM;
  *   3. cgroups: on v1 joins its own in each hierarchy (pids, memory, cpu)
  *      through "tasks" (the clone3 placed it on v2), and writes its limits
  *      and its children's; then unshares a cgroup namespace (after: with
@@ -101,6 +102,11 @@ const char *sbx_workers_proc_masks(const struct sbx_workers *ws);
 #define SBX_WORKER_FD_JOIN_PIDS 7   /* children: v1 C's pids "tasks", v2 C's cgroup.procs */
 #define SBX_WORKER_FD_JOIN_MEMORY 8 /* children, v1: C's memory "tasks" (v2: not open) */
 #define SBX_WORKER_FD_OOM 9	    /* children: C's memory.oom_control (v2 memory.events) */
+/* More of the caller's fds (extra_fds), at SBX_WORKER_FD_EXTRA.. in order:
+ * files a worker opens again through /proc/self/fd/N (a VMM's disks,
+ * which its read-only root, with its own /tmp, may not show). */
+#define SBX_WORKER_FD_EXTRA 32
+#define SBX_WORKER_EXTRA_MAX 96
 
 struct sbx_worker_config {
 	const char *rootfs;		/* absolute; "/": the host's own root */
@@ -112,6 +118,8 @@ struct sbx_worker_config {
 	enum sbx_network network;	/* SBX_NET_NONE: a namespace with only lo, up */
 	const int *fds;			/* fds[i] at i in the worker (-1: closed) */
 	unsigned nfds;			/* <= SBX_WORKER_FDS */
+	const int *extra_fds;		/* at SBX_WORKER_FD_EXTRA + i */
+	unsigned nextra;		/* <= SBX_WORKER_EXTRA_MAX */
 	uint64_t caps_keep;		/* capabilities kept (1 << CAP_*); 0: none */
 	bool seccomp_deferred;		/* not loaded: at SBX_WORKER_FD_SECCOMP instead */
 	int oom_score_adj;		/* written before the exec when not 0 */

@@ -120,6 +120,8 @@ static void files_reply(struct sbd_conn *c, struct sbd_file_req *f)
 	default:
 		jw_obj(&w);
 		jw_kbool(&w, "ok", true);
+		if (f->op == SBD_F_WRITE) /* as a streamed upload answers */
+			jw_kint(&w, "size", (int64_t)f->len);
 		jw_obj_end(&w);
 	}
 	sbd_conn_reply_json(c, 200, &w);

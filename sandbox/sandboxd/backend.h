@@ -252,5 +252,22 @@ struct sbd_exit sbd_exit_of(const struct sbx_exec_result *res);
  * the message. Exit code 127 for a command not found, else 126, as a shell. */
 void sbd_exit_cannot_start(struct sbd_exit *e, int r, int step, const char *argv0, const char *cwd,
 			   const char *user);
-struct sbd_backend *sbd_backend_vm_new(struct sbd_loop *loop,
+struct sbx;
+/* The container backend's agent half, for another backend whose sandboxes
+ * run strata-agent behind a stream of their own (the VM backends): sb gets
+ * a box of the container backend over s (sbx_attach_agent's), served by
+ * the container backend's exec, exec_stdin, exec_cancel, exec_signal and
+ * file (sbd_agent_box_ops copies them into b), the exec deadlines watched
+ * by its tick; outer is the other backend's own state of sb. attach may run
+ * on a create's worker thread (it touches no loop state). -ENODEV without
+ * the container library. */
+int sbd_agent_box_attach(struct sbd_backend *container, struct sbd_sandbox *sb, struct sbx *s,
+			 void *outer);
+void *sbd_agent_box_outer(const struct sbd_sandbox *sb);
+/* Drops the box's execs (cancelled by the core already) and destroys s. */
+void sbd_agent_box_destroy(struct sbd_sandbox *sb);
+void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b);
+struct sandboxd;
+/* The VM backends; container is the container backend (its agent half). */
+struct sbd_backend *sbd_backend_vm_new(struct sandboxd *d, struct sbd_backend *container,
 				       const char *kind /* "firecracker"|"qemu" */);

@@ -83,6 +83,25 @@ struct sbx_runtime *sbd_backend_container_runtime(struct sbd_backend *b)
 	return NULL;
 }
 
+int sbd_agent_box_attach(struct sbd_backend *container, struct sbd_sandbox *sb, struct sbx *s,
+			 void *outer)
+{
+	return -ENODEV;
+}
+
+void *sbd_agent_box_outer(const struct sbd_sandbox *sb)
+{
+	return NULL;
+}
+
+void sbd_agent_box_destroy(struct sbd_sandbox *sb)
+{
+}
+
+void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
+{
+}
+
 void sbd_backend_container_userns_probe(struct sbd_backend *b, const char *dir)
 {
 }
@@ -159,6 +178,7 @@ struct ct_box {
 	struct sbx_exec_info *orphans;
 	size_t norphans;
 	struct stat root; /* the agent's root when it was made or adopted */
+	void *outer;	  /* an agent box of another backend: its state */
 };
 
 struct ct_exec {
@@ -1091,6 +1111,48 @@ static void ct_release(struct sbd_backend *b, struct sbd_sandbox *sb)
 	sbx_release(box->s);
 	free(box);
 	sb->bpriv = NULL;
+}
+
+/* ---- agent boxes of other backends (backend.h) ----------------------------- */
+
+int sbd_agent_box_attach(struct sbd_backend *container, struct sbd_sandbox *sb, struct sbx *s,
+			 void *outer)
+{
+	struct ct_box *box = calloc(1, sizeof(*box));
+	if (!box)
+		return -ENOMEM;
+	box_init(box, container->priv);
+	box->s = s;
+	box->outer = outer;
+	snprintf(box->id, sizeof(box->id), "%s", sb->id);
+	sb->bpriv = box;
+	return 0;
+}
+
+void *sbd_agent_box_outer(const struct sbd_sandbox *sb)
+{
+	const struct ct_box *box = sb->bpriv;
+	return box ? box->outer : NULL;
+}
+
+void sbd_agent_box_destroy(struct sbd_sandbox *sb)
+{
+	struct ct_box *box = sb->bpriv;
+	if (!box)
+		return;
+	box_drop_execs(box);
+	sbx_destroy(box->s);
+	free(box);
+	sb->bpriv = NULL;
+}
+
+void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
+{
+	b->exec = container->exec;
+	b->exec_stdin = container->exec_stdin;
+	b->exec_cancel = container->exec_cancel;
+	b->exec_signal = container->exec_signal;
+	b->file = container->file;
 }
 
 static void ct_free(struct sbd_backend *b)

@@ -1243,3 +1243,39 @@ void sbd_images_store_free(struct sandboxd *d)
 	pthread_cond_destroy(&g->cond);
 	free(g);
 }
+
+int sbd_image_erofs(struct sandboxd *d, const struct sbd_image *im, char *meta, size_t cap,
+		    char ***ret_blobs, size_t *ret_n, struct strata_err *e)
+{
+	struct sbd_imgstore *st = d->imgstore;
+	if (!im || !im->hex[0] || !st)
+		return -ENOENT;
+	pthread_mutex_lock(&st->mu);
+	struct img_store *s = st->store;
+	pthread_mutex_unlock(&st->mu);
+	if (!s)
+		return strata_err_set(e, -EAGAIN, "the image store is not open");
+	if ((size_t)snprintf(meta, cap, "%s/%s/meta.img", st->cache, im->hex) >= cap)
+		return -ENAMETOOLONG;
+	struct img_record rec;
+	int r = img_store_record(s, im->hex, &rec, e);
+	if (r < 0)
+		return r;
+	char **v = calloc(rec.n_blobs + 1, sizeof(char *));
+	r = v ? 0 : -ENOMEM;
+	for (uint32_t i = 0; r == 0 && i < rec.n_blobs; i++) {
+		v[i] = malloc(PATH_MAX);
+		r = v[i] ? img_store_blob_path(s, rec.blobs[i], "data", v[i], PATH_MAX) : -ENOMEM;
+	}
+	size_t n = rec.n_blobs;
+	img_record_done(&rec);
+	if (r < 0) {
+		for (size_t i = 0; v && i < n; i++)
+			free(v[i]);
+		free(v);
+		return strata_err_set(e, r, "image %.12s: its blobs: %s", im->hex, strerror(-r));
+	}
+	*ret_blobs = v;
+	*ret_n = n;
+	return 0;
+}

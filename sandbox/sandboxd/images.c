@@ -196,6 +196,11 @@ const char *sbd_image_name(const struct sbd_image *im, const char *ref)
 	return im->hex[0] ? ref : im->name;
 }
 
+bool sbd_image_is_store(const struct sbd_image *im)
+{
+	return im && im->hex[0];
+}
+
 struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im)
 {
 	return (struct sbd_image_defaults){.env = im->env, .cwd = im->cwd, .user = im->user};

@@ -94,6 +94,20 @@ const char *sbd_image_rootfs(const struct sbd_image *im);
  * registered name for a directory. */
 const char *sbd_image_name(const struct sbd_image *im, const char *ref);
 struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im);
+/* Whether im is an image of the store (its root the node's EROFS mount of
+ * it), not a registered directory. */
+bool sbd_image_is_store(const struct sbd_image *im);
+/* A store image's EROFS files as the node mounts them, for a VM that
+ * attaches them as disks: meta the node cache's metadata copy
+ * (CACHE/HEX/meta.img), *ret_blobs (n paths, caller frees each and the
+ * array) its blob files on the strata mount, in the order of its device
+ * table. Reads the image's record (a store call: never on the loop; a
+ * create's worker thread, with the image held, so mounted and its blobs'
+ * digest tables pinned: the VM's reads are verified too). Returns 0,
+ * -ENOENT (not a store image), -EAGAIN (the store is not open), -errno
+ * with e. */
+int sbd_image_erofs(struct sandboxd *d, const struct sbd_image *im, char *meta, size_t cap,
+		    char ***ret_blobs, size_t *ret_n, struct strata_err *e);
 /* The image's own command: a new NULL-terminated copy of Entrypoint + Cmd
  * (caller frees), or NULL if it has neither (or on allocation failure). im
  * may be NULL. */

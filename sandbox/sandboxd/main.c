@@ -582,8 +582,8 @@ static int setup_backends(struct sandboxd *d)
 				 k.userns ? "" : k.userns_reason);
 	}
 	d->backends[1] = sbd_backend_fncall_new(d->loop, d->cfg.fncall_pool, d->backends[0]);
-	d->backends[2] = sbd_backend_vm_new(d->loop, "firecracker");
-	d->backends[3] = sbd_backend_vm_new(d->loop, "qemu");
+	d->backends[2] = sbd_backend_vm_new(d, d->backends[0], "firecracker");
+	d->backends[3] = sbd_backend_vm_new(d, d->backends[0], "qemu");
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++) {
 		if (!d->backends[i])
 			return -ENOMEM;

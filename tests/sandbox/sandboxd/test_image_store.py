@@ -118,6 +118,20 @@ def test_create_exec_from_store_ref():
         print("EROFS image in a user namespace: %s" % sb.info["userns"])
 
 
+def test_qemu_from_store_ref():
+    """A VM sandbox of a store image: its EROFS metadata and blobs (on the
+    strata mount) are the VM's read-only disks; the guest sees the tree."""
+    caps = strata.capabilities("qemu")
+    if not caps["available"]:
+        pytest.skip("qemu backend unavailable: %s" % caps.get("reason"))
+    with Sandbox.create("busybox:latest", backend="qemu", memory_mb=128, ttl=300,
+                        timeout=180) as sb:
+        r = sb.exec(["sh", "-c", "echo $STRATA_SAMPLE; ls /app >/dev/null && echo app; "
+                     "grep -c '^overlay / overlay' /proc/mounts"], timeout=60)
+        assert r.exit_code == 0, r
+        assert r.stdout.split() == ["busybox", "app", "1"], r.stdout
+
+
 def test_exec_image_command():
     """An exec with neither cmd nor python runs the image's Entrypoint + Cmd."""
     with Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120) as sb:
