@@ -62,6 +62,10 @@ static ssize_t sfs_read(int fd, void *buf, size_t len, void *userdata)
 		t_last.uid = le32(p + 24);
 		t_last.gid = le32(p + 28);
 		t_last.pid = le32(p + 32);
+		log_debug("FUSE request %u unique %#llx node %llu pid %u", le32(p + 4),
+			  (unsigned long long)t_last.unique,
+			  (unsigned long long)le32(p + 16) | (unsigned long long)le32(p + 20) << 32,
+			  t_last.pid);
 	}
 	return n;
 }
@@ -69,6 +73,12 @@ static ssize_t sfs_read(int fd, void *buf, size_t len, void *userdata)
 static ssize_t sfs_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
+	if (count > 0 && iov[0].iov_len >= 16) {
+		const uint8_t *h = iov[0].iov_base; /* fuse_out_header: len, error, unique */
+		log_debug("FUSE reply unique %#llx error %d",
+			  (unsigned long long)le32(h + 8) | (unsigned long long)le32(h + 12) << 32,
+			  (int)le32(h + 4));
+	}
 	return writev(fd, iov, count);
 }
 

@@ -871,7 +871,11 @@ int sfs_file_write(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t size
 	sfs_attr_changed_locked(fs, in);
 	if (!sync)
 		in->unsynced = true;
-	if (sync)
+	/* With a holder, a WRITE we answer may be followed by our death and an
+	 * FSYNC answered by a successor that knows only meta's length: so the
+	 * length a WRITE raised is in meta before the WRITE is answered (README
+	 * "What a crash of strata-fuse loses"). */
+	if (sync || (in->size_dirty && fs->o.holder))
 		r = sfs_record_length_locked(fs, in);
 	pthread_mutex_unlock(&in->lock);
 	return r;
