@@ -9,7 +9,9 @@
  * parallel when a request spans several chunks. Reads never return bytes
  * past the file length and zero-fill holes. Writes past the end raise the
  * inode's in-memory length (size_dirty) and meta records it with
- * meta_set_length on flush, fsync and release (meta_close carries it).
+ * meta_set_length on flush, fsync and release (meta_close carries it); with
+ * a holder already before the WRITE is answered, since an FSYNC resent
+ * after our death is answered by a successor that knows only meta's length.
  *
  * fsync: chunk_sync on the file's chain table when chunk writes happened
  * since the last fsync, then the length, then meta_sync.
