@@ -37,8 +37,10 @@ except OSError as e:
 PY
 # one file within a chunk, one across chunks (several WRITEs of 1 MiB)
 sizes="65536 3145728"
+writers=()
 for s in $sizes; do
 	python3 "$CLUSTER_TMP/writer.py" "$MNT/f$s" "$CLUSTER_TMP/go" "$CLUSTER_TMP/f$s.out" "$s" &
+	writers+=($!)
 done
 for s in $sizes; do
 	for i in $(seq 100); do grep -q ready "$CLUSTER_TMP/f$s.out" 2>/dev/null && break; sleep 0.1; done
@@ -51,7 +53,7 @@ sleep 0.3
 cluster_up
 cluster_wait_mount 30
 touch "$CLUSTER_TMP/go"
-wait
+wait "${writers[@]}" # not a bare wait: cluster.sh's guard lives as long as we do
 for s in $sizes; do
 	grep -q '^ok$' "$CLUSTER_TMP/f$s.out" || cluster_fail "fsync of f$s: $(tail -1 "$CLUSTER_TMP/f$s.out")"
 done
