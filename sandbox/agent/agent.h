@@ -95,6 +95,9 @@ void ag_exec_feed(struct ag_execp *e);
 int ag_exec_timeouts(struct agent *a);
 
 /* agent_stage.c: container staging (see there). */
+/* MS_MOVE of mount from onto to, making the directory to when the move
+ * finds none (also the VM guest's). 0 or -errno. */
+int ag_move_into(const char *from, const char *to);
 int ag_stage_init(struct agent *a);
 /* agent_guest.c: the init of a VM sandbox's guest makes its root and
  * opens its port (see there). */

@@ -181,19 +181,10 @@ static int mount_image(void)
 	return 0;
 }
 
-static int move_into(const char *from, const char *to)
-{
-	if (mount(from, to, NULL, MS_MOVE, NULL) == 0)
-		return 0;
-	if (errno != ENOENT || (mkdir(to, 0755) < 0 && errno != EEXIST))
-		return -errno;
-	return mount(from, to, NULL, MS_MOVE, NULL) < 0 ? -errno : 0;
-}
-
 static int enter_root(void)
 {
-	if (move_into("/dev", "/root/dev") < 0 || move_into("/proc", "/root/proc") < 0 ||
-	    move_into("/sys", "/root/sys") < 0)
+	if (ag_move_into("/dev", "/root/dev") < 0 || ag_move_into("/proc", "/root/proc") < 0 ||
+	    ag_move_into("/sys", "/root/sys") < 0)
 		return guest_fail("moving /dev, /proc, /sys into the root", errno);
 	if (chdir("/root") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 ||
 	    chdir("/") < 0)

@@ -99,7 +99,7 @@ int ag_stage_init(struct agent *a)
 
 /* Images have /proc, /dev and /sys as a rule: the directory is made only
  * when the move finds none. */
-static int move_into(const char *from, const char *to)
+int ag_move_into(const char *from, const char *to)
 {
 	if (mount(from, to, NULL, MS_MOVE, NULL) == 0)
 		return 0;
@@ -159,11 +159,11 @@ static int enter_root(struct agent *a, int tree, int layer, const struct ag_star
 	int e = mount_layer(layer, q);
 	if (e < 0)
 		return e;
-	int r = move_into("/proc", "/m/proc");
+	int r = ag_move_into("/proc", "/m/proc");
 	if (r == 0)
-		r = move_into("/dev", "/m/dev");
+		r = ag_move_into("/dev", "/m/dev");
 	if (r == 0)
-		r = move_into("/sys", "/m/sys");
+		r = ag_move_into("/sys", "/m/sys");
 	if (r == 0 && (q->flags & AG_START_F_PERSIST))
 		r = keep_for_hosts(a, q->orphan_timeout_ms);
 	if (r < 0)
