@@ -54,12 +54,7 @@ usage() {
 	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 }
 
-# The versioned package linux-image-amd64 points at, e.g.
-# linux-image-6.1.0-57-amd64.
-kernel_package() {
-	apt-cache depends linux-image-amd64 2>/dev/null |
-		sed -n 's/^ *Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1
-}
+. "$SRC/scripts/debian-kernel.sh"
 
 fetch_kernel() {
 	local pkg tmp

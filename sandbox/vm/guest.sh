@@ -27,10 +27,7 @@ WANT=(crc32c_generic virtio_pci virtio_mmio virtio_blk virtio_console erofs ext4
 
 die() { echo "guest.sh: $*" >&2; exit 1; }
 
-kernel_package() {
-	apt-cache depends linux-image-amd64 2>/dev/null |
-		sed -n 's/^ *Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1
-}
+. "$(dirname "$0")/../../scripts/debian-kernel.sh"
 
 # Unpacks the package into $VMDIR/kernel (vmlinuz and the modules' tree).
 fetch_kernel() {
