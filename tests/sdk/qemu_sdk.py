@@ -14,6 +14,7 @@ import pytest
 
 import strata
 from strata import Sandbox
+from sandboxd_harness import start_counter
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +123,7 @@ def test_files(vm, tmp_path):
 
 
 def test_pause_resume(vm):
-    # The counter is written to a temporary file and renamed: `echo > /tmp/n` truncates
-    # first, and a cat landing between the truncation and the write reads nothing.
-    vm.exec(["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new;"
-             " mv /tmp/n.new /tmp/n; sleep 0.05; done) >/dev/null 2>&1 </dev/null &"])
-    count = lambda: int(vm.exec("cat /tmp/n").stdout or 0)  # noqa: E731
+    count = start_counter(vm)
     deadline = time.time() + 20
     while count() < 3 and time.time() < deadline:
         time.sleep(0.1)

@@ -13,7 +13,7 @@ SRC = os.environ.get("STRATA_SRC") or os.path.abspath(os.path.join(os.path.dirna
 
 BUSYBOX_APPLETS = ["sh", "echo", "cat", "ls", "sleep", "true", "false", "yes", "env", "pwd",
                    "id", "head", "wc", "mkdir", "rm", "hostname", "kill", "dd", "seq", "tr",
-                   "ps", "wget", "ip", "ifconfig", "mount", "touch", "grep", "test"]
+                   "ps", "wget", "ip", "ifconfig", "mount", "touch", "grep", "test", "mv"]
 
 
 def sandboxd_binary():
@@ -138,3 +138,13 @@ class Daemon:
             return ""
 
 
+
+
+def start_counter(sb):
+    """Starts a loop in sandbox sb counting up every 50 ms into /tmp/n and
+    returns a function reading the count. Each value goes to a temporary file
+    renamed over /tmp/n: `echo > /tmp/n` truncates first, and a read landing
+    between the truncation and the write would see nothing."""
+    sb.exec(["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new;"
+             " mv /tmp/n.new /tmp/n; sleep 0.05; done) >/dev/null 2>&1 </dev/null &"])
+    return lambda: int(sb.exec("cat /tmp/n").stdout or 0)

@@ -7,6 +7,7 @@ import time
 import pytest
 
 import strata
+from sandboxd_harness import start_counter
 from strata import Sandbox
 
 
@@ -60,9 +61,7 @@ def test_pause_resume(box, sock):
     """A paused sandbox does not run (a counter in it stands still, its CPU
     time too) and runs on after resume."""
     assert strata.capabilities("container", socket=sock)["pause"]
-    box.exec(["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done)"
-              " >/dev/null 2>&1 </dev/null &"])
-    count = lambda: int(box.exec("cat /tmp/n").stdout or 0)  # noqa: E731
+    count = start_counter(box)
     deadline = time.time() + 10
     while count() < 3 and time.time() < deadline:
         time.sleep(0.05)
