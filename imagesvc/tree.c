@@ -236,7 +236,8 @@ struct tree_inode *tree_lookup(struct tree *t, const char *path)
 
 /* Walks to the parent directory of `path`, creating missing directories if
  * `create`. Returns 0 with the parent and the last component, -ENOENT (not
- * creating), or -ENOTDIR when a component is not a directory. */
+ * creating), or -ENOTDIR when a component is not a directory (an error of the
+ * layer only when creating: a look-up leaves the tree's message alone). */
 static int resolve_parent(struct tree *t, const char *path, unsigned layer, bool create,
 			  struct tree_inode **ret_parent, const char **ret_base)
 {
@@ -255,6 +256,8 @@ static int resolve_parent(struct tree *t, const char *path, unsigned layer, bool
 			}
 			cur = dir;
 		} else if (!S_ISDIR(d->inode->mode)) {
+			if (!create)
+				return -ENOTDIR;
 			return tree_err(t, -ENOTDIR,
 					"'%.200s': a parent component is not a directory", path);
 		} else {
@@ -443,8 +446,12 @@ static int apply_whiteout(struct tree *t, const struct tar_entry *e, const char 
 	const char *b;
 	bool opaque = !strcmp(base, WH_OPAQUE);
 	int r = resolve_parent(t, e->path, layer, opaque, &parent, &b);
-	if (r == -ENOENT)
-		return 0; /* nothing below to hide */
+	/* Nothing below to hide: the parent is gone, or it is no directory. umoci
+	 * writes the whiteouts of a replaced directory's children after the file
+	 * that replaced it, in the same layer; a whiteout hides lower layers only,
+	 * and the replacement hid those children already. */
+	if (r == -ENOENT || (r == -ENOTDIR && !opaque))
+		return 0;
 	if (r < 0)
 		return r;
 	st->whiteouts++;

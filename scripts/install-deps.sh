@@ -12,7 +12,7 @@ packages=(
   util-linux procps psmisc iproute2 e2fsprogs xfsprogs
   libjson-c-dev docker-registry skopeo debootstrap busybox-static zstd
   libseccomp-dev crun musl-tools
-  qemu-system-x86
+  qemu-system-x86 umoci
 )
 
 # Debian 12's kernel for the tests that boot a VM (scripts/testvm.sh:

@@ -192,6 +192,9 @@ static const struct spec layer1[] = {
     D("lib/", 0755),
     {.path = "lib/ping-link", .type = '1', .link = "bin/ping", .mtime = T0},
     {.path = "replaceme", .type = '2', .link = "../somewhere/else", .mode = 0777, .mtime = T0},
+    /* umoci's order: the replaced directory's children whited out after the
+     * entry that replaced it (nothing left to hide, not an error) */
+    {.path = "replaceme/.wh.child", .type = '0', .mtime = T0},
     {.path = "ids",
      .type = '0',
      .mode = 0640,

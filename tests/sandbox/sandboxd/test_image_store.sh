@@ -7,7 +7,8 @@
 # from store references, one shared image mount, an upper dir each, the image
 # config as defaults, ImageNotFound, the node reference dropped after use,
 # re-adoption by a restarted sandboxd, a stopped strata-fuse: the daemon
-# serves on and store look-ups answer 503 store_unavailable), and a SIGTERM
+# serves on and store look-ups answer 503 store_unavailable), an image built
+# by umoci seen from inside a VM sandbox (test_umoci_tree.py), and a SIGTERM
 # of sandboxd while a look-up is stuck in a stopped strata-fuse (it ends
 # within a bound).
 #
@@ -119,7 +120,8 @@ cluster_log "strata-sandboxd up (pid $SBD_PID)"
 
 export STRATA_IMAGE_TEST=1 STRATA_IMAGE_HEX="$HEX" STRATA_HOME
 export PYTHONPATH="$STRATA_SRC/sdk/python"
-$PY -m pytest -q -p no:cacheprovider -rs -k "not readopts" "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py"
+$PY -m pytest -q -p no:cacheprovider -rs -k "not readopts" "$STRATA_SRC/tests/sandbox/sandboxd/test_image_store.py" \
+	"$STRATA_SRC/tests/sandbox/sandboxd/test_umoci_tree.py"
 
 # Restart: a sandbox on a store image survives a sandboxd restart with its
 # node reference (no second mount), and the reference of one that died
