@@ -34,6 +34,7 @@ static pthread_rwlock_t *lock_view(struct chunk_update *u)
 {
 	pthread_rwlock_t *l = cs_view(u->cs, u->ino, u->index);
 	pthread_rwlock_wrlock(l);
+	cs_chunk_changed(u->cs, u->ino, u->index); /* no reader can hold the old header now */
 	return l;
 }
 

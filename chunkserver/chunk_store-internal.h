@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "chunkserver/chunk_format.h"
 #include "chunkserver/chunk_io.h"
@@ -18,6 +19,17 @@ struct chunk_journal;
 struct io_uring;
 
 #define CS_NSTRIPES 256
+#define CS_OPEN_LOCKS 64
+
+/* An open chunk file and its verified current header (chunk_open_cache.c).
+ * Refcounted: from cs_open_get until cs_open_put. */
+struct chunk_open {
+	int fd;
+	int refs; /* __atomic */
+	struct timespec ctime;
+	struct chunk_hdr h;
+};
+struct chunk_open_slot;
 
 struct chunk_store {
 	char *path;
@@ -29,6 +41,14 @@ struct chunk_store {
 	struct chunk_journal *journal;
 	struct chunk_fault fault;
 	uint64_t inc_base, inc_next; /* incarnations: inc_next is __atomic */
+	/* chunk_open_cache.c: open_slots[open_nslots] (0: no cache), each
+	 * guarded by open_locks[slot % CS_OPEN_LOCKS]; view_gen[stripe]
+	 * (__atomic) counts the changes of the stripe's chunks */
+	uint64_t view_gen[CS_NSTRIPES];
+	pthread_mutex_t open_locks[CS_OPEN_LOCKS];
+	struct chunk_open_slot *open_slots;
+	unsigned open_nslots;
+	struct chunk_open_stats open_stats; /* __atomic */
 };
 
 /* ---- chunk_store.c ---------------------------------------------------------- */
@@ -56,6 +76,21 @@ pthread_rwlock_t *cs_view(struct chunk_store *cs, uint64_t ino, uint32_t index);
  * (and its parent if it was made). */
 int cs_publish(struct chunk_store *cs, const char *tmp, uint64_t ino, uint32_t index, bool sync);
 int cs_mkdirat_ok(int dirfd, const char *p);
+
+/* The stripe of a chunk: its writer mutex, view lock and generation. */
+unsigned cs_stripe_of(uint64_t ino, uint32_t index);
+
+/* ---- chunk_open_cache.c: open chunk files and their headers ---------------- */
+int cs_open_cache_init(struct chunk_store *cs);
+void cs_open_cache_free(struct chunk_store *cs);
+/* The chunk's open file and current header (the caller holds its view lock
+ * shared): 0 and *ret (release with cs_open_put), -ENOENT, -EIO (a damaged
+ * header, reported), or -errno. */
+int cs_open_get(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_open **ret);
+void cs_open_put(struct chunk_open *o);
+/* To be called after the chunk's file was replaced or removed, or under its
+ * view lock held exclusively before its header changes in place. */
+void cs_chunk_changed(struct chunk_store *cs, uint64_t ino, uint32_t index);
 
 /* ---- chunk_update.c: the new version's block checksums ------------------------ */
 /* One mutation of a chunk: the written range [off, off + len) (len 0 for a

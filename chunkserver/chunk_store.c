@@ -69,10 +69,16 @@
  *     starts a new generation. A chunk file's incarnation is chosen when the
  *     file is made, so a record never lands on a chunk that was removed,
  *     put or rewritten as a new file since.
+ *  8. A chunk file kept open with its header (chunk_open_cache.c) is still
+ *     the chunk's current file: every rename over a chunk, removal and
+ *     in-place header change drops the entry and bumps the stripe's
+ *     generation, and a loaded file is cached only if the generation did
+ *     not move between its open and its insertion.
  *
- * Reads touch only the 64 KiB blocks the range overlaps (io_uring, a ring
- * borrowed per operation from the uring_pool), and blocks wholly covered by
- * a read move straight into the caller's buffer. */
+ * Reads touch only the 64 KiB blocks the range overlaps (one preadv on the
+ * calling worker, or io_uring on a ring borrowed from the uring_pool when
+ * the range needs several), and blocks wholly covered by a read move
+ * straight into the caller's buffer. */
 #include "chunkserver/chunk_store.h"
 
 #include <dirent.h>
@@ -159,7 +165,7 @@ void cs_tmp_path(char out[64], uint64_t ino, uint32_t index)
 	snprintf(out, 64, "tmp/%016llx.%08x", (unsigned long long)ino, index);
 }
 
-static unsigned stripe_of(uint64_t ino, uint32_t index)
+unsigned cs_stripe_of(uint64_t ino, uint32_t index)
 {
 	uint64_t h = (ino * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)index * 0xC2B2AE3D27D4EB4Full);
 	return (unsigned)((h >> 32) % CS_NSTRIPES);
@@ -174,14 +180,14 @@ void cs_unlockp(pthread_mutex_t **m)
 
 pthread_mutex_t *cs_lock_chunk(struct chunk_store *cs, uint64_t ino, uint32_t index)
 {
-	pthread_mutex_t *m = &cs->stripes[stripe_of(ino, index)];
+	pthread_mutex_t *m = &cs->stripes[cs_stripe_of(ino, index)];
 	pthread_mutex_lock(m);
 	return m;
 }
 
 pthread_rwlock_t *cs_view(struct chunk_store *cs, uint64_t ino, uint32_t index)
 {
-	return &cs->views[stripe_of(ino, index)];
+	return &cs->views[cs_stripe_of(ino, index)];
 }
 
 static void unlock_viewp(pthread_rwlock_t **l)
@@ -241,8 +247,10 @@ int cs_publish(struct chunk_store *cs, const char *tmp, uint64_t ino, uint32_t i
 	bool made_dir = false;
 	chunk_io_step(&cs->fault);
 	for (int tries = 0;; tries++) {
-		if (renameat(cs->dirfd, tmp, cs->dirfd, cp) == 0)
+		if (renameat(cs->dirfd, tmp, cs->dirfd, cp) == 0) {
+			cs_chunk_changed(cs, ino, index);
 			break;
+		}
 		if (errno != ENOENT || tries == 3)
 			return -errno;
 		int r = cs_mkdirat_ok(cs->dirfd, dp);
@@ -381,6 +389,7 @@ void chunk_store_free(struct chunk_store *cs)
 	if (!cs)
 		return;
 	chunk_journal_free(cs->journal);
+	cs_open_cache_free(cs);
 	for (int i = 0; i < CS_NSTRIPES; i++) {
 		pthread_mutex_destroy(&cs->stripes[i]);
 		pthread_rwlock_destroy(&cs->views[i]);
@@ -413,6 +422,10 @@ static struct chunk_store *store_new(struct uring_pool *pool, const struct chunk
 		cs->opts = *opts;
 	if (getrandom(&cs->inc_base, sizeof(cs->inc_base), 0) != sizeof(cs->inc_base))
 		cs->inc_base = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	if (cs_open_cache_init(cs) < 0) {
+		chunk_store_free(cs);
+		return NULL;
+	}
 	return cs;
 }
 
@@ -471,23 +484,50 @@ static struct uring_op read_op(int fd, const struct chunk_hdr *h, uint32_t b, vo
 				 .iov = {{buf, len}}};
 }
 
+/* A thread's scratch for the partial first and last blocks of a read: kept,
+ * not malloc'd per read (2 x 64 KiB is at glibc's mmap threshold). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_key_make(void)
+{
+	pthread_key_create(&scratch_key, free);
+}
+static uint8_t *read_scratch(void)
+{
+	pthread_once(&scratch_once, scratch_key_make);
+	uint8_t *p = pthread_getspecific(scratch_key);
+	if (!p && (p = malloc(2 * BS)) && pthread_setspecific(scratch_key, p) != 0) {
+		free(p);
+		p = NULL;
+	}
+	return p;
+}
+
+/* One read runs on the calling thread (a worker: blocking is its job, and a
+ * ring would hand a buffered read that misses the page cache to an io-wq
+ * thread anyway); several run together on a borrowed ring. */
+static int run_reads(struct chunk_store *cs, struct uring_op *ops, int nops)
+{
+	if (nops == 1)
+		return uring_run_inline(ops, nops);
+	RING_GUARD(g, cs);
+	return uring_run(g.ring, ops, nops);
+}
+
 /* Reads [off, off+n) (within data_len, n > 0) into buf: whole blocks straight
  * into buf, the partial first/last block into scratch; verifies every touched
  * block. */
-static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
-		      const struct chunk_hdr *h, uint32_t off, uint32_t n, uint8_t *buf)
+static int read_range(struct chunk_store *cs, int fd, const struct chunk_hdr *h, uint32_t off,
+		      uint32_t n, uint8_t *buf)
 {
 	uint64_t end = (uint64_t)off + n;
 	uint32_t b0 = off / BS, b1 = (uint32_t)((end - 1) / BS);
 	uint64_t b0s = (uint64_t)b0 * BS, b1s = (uint64_t)b1 * BS;
 	bool head_part = !covers(off, end, b0s, b0s + chunk_block_len(h->data_len, b0));
 	bool tail_part = b1 != b0 && !covers(off, end, b1s, b1s + chunk_block_len(h->data_len, b1));
-	_cleanup_free_ uint8_t *scratch = NULL;
-	if (head_part || tail_part) {
-		scratch = malloc(2 * BS);
-		if (!scratch)
-			return -ENOMEM;
-	}
+	uint8_t *scratch = NULL;
+	if ((head_part || tail_part) && !(scratch = read_scratch()))
+		return -ENOMEM;
 	uint8_t *head = scratch, *tail = scratch ? scratch + BS : NULL;
 	struct uring_op ops[3];
 	int nops = 0;
@@ -501,7 +541,7 @@ static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
 	}
 	if (tail_part)
 		ops[nops++] = read_op(fd, h, b1, tail, chunk_block_len(h->data_len, b1));
-	int r = uring_run(ring, ops, nops);
+	int r = run_reads(cs, ops, nops);
 	if (r == -EIO)
 		return cs_report_corrupt(cs, h->ino, h->index, -1,
 					 "chunk file shorter than its data");
@@ -522,38 +562,37 @@ static int read_range(struct chunk_store *cs, struct io_uring *ring, int fd,
 	return 0;
 }
 
+static void open_putp(struct chunk_open **o)
+{
+	cs_open_put(*o);
+}
+#define _cleanup_open_put_ _cleanup_(open_putp)
+
 ssize_t chunk_store_read(struct chunk_store *cs, uint64_t ino, uint32_t index, uint32_t off,
 			 uint32_t len, void *buf)
 {
 	READ_VIEW(view, cs, ino, index);
-	_cleanup_close_ int fd = cs_chunk_open(cs, ino, index, false);
-	if (fd == -ENOENT)
+	_cleanup_open_put_ struct chunk_open *o = NULL;
+	int r = cs_open_get(cs, ino, index, &o);
+	if (r == -ENOENT)
 		return 0;
-	if (fd < 0)
-		return fd;
-	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
-	int r = cs_hdr_load(cs, fd, ino, index, &h);
 	if (r < 0)
 		return r;
-	if (off >= h.data_len || len == 0)
+	if (off >= o->h.data_len || len == 0)
 		return 0;
-	uint32_t n = (uint32_t)STRATA_MIN((uint64_t)len, (uint64_t)h.data_len - off);
-	RING_GUARD(g, cs);
-	r = read_range(cs, g.ring, fd, &h, off, n, buf);
+	uint32_t n = (uint32_t)STRATA_MIN((uint64_t)len, (uint64_t)o->h.data_len - off);
+	r = read_range(cs, o->fd, &o->h, off, n, buf);
 	return r < 0 ? r : (ssize_t)n;
 }
 
 int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_meta *ret)
 {
 	READ_VIEW(view, cs, ino, index);
-	_cleanup_close_ int fd = cs_chunk_open(cs, ino, index, false);
-	if (fd < 0)
-		return fd;
-	_cleanup_(chunk_hdr_done) struct chunk_hdr h = {0};
-	int r = cs_hdr_load(cs, fd, ino, index, &h);
+	_cleanup_open_put_ struct chunk_open *o = NULL;
+	int r = cs_open_get(cs, ino, index, &o);
 	if (r < 0)
 		return r;
-	*ret = (struct chunk_meta){h.version, h.data_len, h.checksum};
+	*ret = (struct chunk_meta){o->h.version, o->h.data_len, o->h.checksum};
 	return 0;
 }
 
@@ -686,8 +725,10 @@ int chunk_store_remove(struct chunk_store *cs, uint64_t ino, uint32_t index)
 	cs_chunk_path(p, ino, index);
 	_cleanup_unlock_ pthread_mutex_t *m = cs_lock_chunk(cs, ino, index);
 	chunk_io_step(&cs->fault);
-	if (unlinkat(cs->dirfd, p, 0) == 0)
+	if (unlinkat(cs->dirfd, p, 0) == 0) {
+		cs_chunk_changed(cs, ino, index);
 		return 1;
+	}
 	return errno == ENOENT ? 0 : -errno;
 }
 

@@ -8,6 +8,7 @@
  * chunk_store.c). All calls return a non-negative value or a negative errno;
  * the engine never logs, it reports corruption through opts.on_corrupt. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -34,6 +35,9 @@ struct chunk_store_opts {
 	/* Called once per detected corruption, on the calling thread. May be NULL. */
 	void (*on_corrupt)(void *arg, const struct chunk_corruption *c);
 	void *arg;
+	/* Reopen every chunk file and reload its header on each read (the
+	 * baseline of bench/chunk_reads): no open-file cache. */
+	bool no_open_cache;
 };
 
 struct chunk_meta {
@@ -88,6 +92,13 @@ int chunk_store_remove_file(struct chunk_store *cs, uint64_t ino, uint32_t first
 int chunk_store_sync(struct chunk_store *cs);
 /* Returns 0 and the chunk's state, -ENOENT if missing, -EIO if its header is corrupt. */
 int chunk_store_stat(struct chunk_store *cs, uint64_t ino, uint32_t index, struct chunk_meta *ret);
+/* What the open-file cache (chunk_open_cache.c) did since the store opened:
+ * reads served from an open file, files opened and loaded, and entries found
+ * changed behind the store's back (unlinked, replaced or edited on disk). */
+struct chunk_open_stats {
+	uint64_t hits, loads, stale;
+};
+void chunk_store_open_stats(struct chunk_store *cs, struct chunk_open_stats *ret);
 /* Capacity of the filesystem holding the target. */
 int chunk_store_space(struct chunk_store *cs, uint64_t *ret_total, uint64_t *ret_free);
 
