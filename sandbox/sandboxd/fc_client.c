@@ -139,8 +139,9 @@ int fc_send(const char *sock_path, const struct fc_req *r, int timeout_ms, char 
 		if (got && len >= hlen + clen)
 			break;
 		if (len == cap) {
-			rc = strata_err_set(e, -EMSGSIZE, "firecracker: %s %s: response over %d bytes",
-					    r->method, r->path, FC_RESP_MAX);
+			rc = strata_err_set(e, -EMSGSIZE,
+					    "firecracker: %s %s: response over %d bytes", r->method,
+					    r->path, FC_RESP_MAX);
 			goto out;
 		}
 		ssize_t n = recv(fd, buf + len, cap - len, 0);
@@ -169,8 +170,9 @@ int fc_send(const char *sock_path, const struct fc_req *r, int timeout_ms, char 
 		if (!got) {
 			got = parse_head(buf, len, &hlen, &clen, &status);
 			if (got < 0) {
-				rc = strata_err_set(e, got, "firecracker: %s %s: malformed response",
-						    r->method, r->path);
+				rc =
+				    strata_err_set(e, got, "firecracker: %s %s: malformed response",
+						   r->method, r->path);
 				goto out;
 			}
 		}

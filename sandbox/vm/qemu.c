@@ -90,7 +90,8 @@ int vmm_kvm_usable(struct strata_err *e)
 	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return strata_err_set(e, -ENODEV, "/dev/kvm %s (%s)",
-				      errno == ENOENT ? "is missing on this node" : "cannot be opened",
+				      errno == ENOENT ? "is missing on this node"
+						      : "cannot be opened",
 				      strerror(errno));
 	int v = ioctl(fd, KVM_GET_API_VERSION, 0);
 	int err = errno;

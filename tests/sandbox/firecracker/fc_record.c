@@ -27,7 +27,7 @@ static int lfd;
 #define CHECK(c)                                                                                   \
 	do {                                                                                       \
 		if (!(c)) {                                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);     \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);      \
 			exit(1);                                                                   \
 		}                                                                                  \
 	} while (0)
@@ -72,11 +72,16 @@ static void serve(int fd)
 		fputc('\n', out);
 		fflush(out);
 		jw_done(&w);
-		dprintf(fd, "HTTP/1.1 204 \r\nServer: Firecracker API\r\nConnection: keep-alive\r\n\r\n");
+		dprintf(
+		    fd,
+		    "HTTP/1.1 204 \r\nServer: Firecracker API\r\nConnection: keep-alive\r\n\r\n");
 	} else if (mode == M_FAULT) {
-		const char *b = "{\"fault_message\":\"The requested operation is not supported in the "
-				"current state\"}";
-		dprintf(fd, "HTTP/1.1 400 \r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		const char *b =
+		    "{\"fault_message\":\"The requested operation is not supported in the "
+		    "current state\"}";
+		dprintf(fd,
+			"HTTP/1.1 400 \r\nContent-Type: application/json\r\nContent-Length: "
+			"%zu\r\n\r\n%s",
 			strlen(b), b);
 	} else if (mode == M_SILENT) {
 		sleep(2);
@@ -132,7 +137,8 @@ int main(int argc, char **argv)
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	strcpy(sa.sun_path, sock);
 	lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-	CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 8) == 0);
+	CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	      listen(lfd, 8) == 0);
 	pthread_t t;
 	pthread_create(&t, NULL, server, NULL);
 
