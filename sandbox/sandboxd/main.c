@@ -54,6 +54,7 @@ static void usage(FILE *f)
 	    "Usage: strata-sandboxd [OPTIONS]\n"
 	    "  --home DIR             cluster home (default $STRATA_HOME or ./.strata)\n"
 	    "  --socket PATH          API socket (default HOME/run/sandboxd.sock)\n"
+	    "  --firecracker PATH     the firecracker binary (default: firecracker on PATH)\n"
 	    "  --state-dir DIR        sandbox state (default /run/strata/sandboxd-HASH or\n"
 	    "                         /dev/shm/strata/..., a tmpfs, linked from HOME/sandboxd)\n"
 	    "  --image NAME=DIR       register a root filesystem directory as image NAME\n"
@@ -287,7 +288,8 @@ enum {
 	O_IDLE_CONN_TIMEOUT,
 	O_EXEC_KEEP,
 	O_TENANTS,
-	O_STORE_TIMEOUT
+	O_STORE_TIMEOUT,
+	O_FIRECRACKER
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -319,6 +321,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"exec-keep-budget-mb", 1, 0, O_EXEC_KEEP},
 				     {"tenants", 1, 0, O_TENANTS},
 				     {"store-timeout", 1, 0, O_STORE_TIMEOUT},
+				     {"firecracker", 1, 0, O_FIRECRACKER},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -385,6 +388,10 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		n[(*nimages)++] = (char *)arg;
 		return 0;
 	}
+	case O_FIRECRACKER:
+		free(c->firecracker);
+		c->firecracker = strdup(arg);
+		return 0;
 	case O_STORE_TIMEOUT: {
 		char *end;
 		double sec = strtod(arg, &end);
@@ -631,6 +638,7 @@ static bool teardown(struct sandboxd *d)
 	free(c->tenants_path);
 	sbd_tenants_done(&d->tenants);
 	free(c->images_dir);
+	free(c->firecracker);
 	return !stuck;
 }
 

@@ -133,6 +133,7 @@ struct sandboxd_config {
 	char *tenants_path; /* --tenants FILE, default HOME/tenants.json (auth.c) */
 	char *state_link;   /* HOME/sandboxd when state_dir is the default on tmpfs */
 	char *images_dir;
+	char *firecracker; /* --firecracker, or NULL: firecracker on PATH */
 	int64_t max_sandboxes;
 	int64_t memory_budget_mb; /* sum of memory_mb admitted */
 	int64_t pids_budget;

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -59,14 +61,14 @@ int64_t vmm_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* qemu-system-x86_64 on PATH, as an absolute path (a worker execs a path). */
-static int find_qemu(const char *want, char *buf, size_t cap)
+int vmm_find_binary(const char *want, const char *name, char *buf, size_t cap)
 {
 	if (want && strchr(want, '/')) {
 		snprintf(buf, cap, "%s", want);
 		return access(buf, X_OK) == 0 ? 0 : -ENOENT;
 	}
-	const char *name = want ? want : "qemu-system-x86_64";
+	if (want)
+		name = want;
 	const char *path = getenv("PATH");
 	for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
 		size_t n = strcspn(p, ":");
@@ -76,6 +78,28 @@ static int find_qemu(const char *want, char *buf, size_t cap)
 		p += n + (p[n] == ':');
 	}
 	return -ENOENT;
+}
+
+static int find_qemu(const char *want, char *buf, size_t cap)
+{
+	return vmm_find_binary(want, "qemu-system-x86_64", buf, cap);
+}
+
+int vmm_kvm_usable(struct strata_err *e)
+{
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return strata_err_set(e, -ENODEV, "/dev/kvm %s (%s)",
+				      errno == ENOENT ? "is missing on this node"
+						      : "cannot be opened",
+				      strerror(errno));
+	int v = ioctl(fd, KVM_GET_API_VERSION, 0);
+	int err = errno;
+	close(fd);
+	if (v != 12)
+		return strata_err_set(e, -ENODEV, "/dev/kvm is unusable (KVM_GET_API_VERSION: %s)",
+				      v < 0 ? strerror(err) : "not 12");
+	return 0;
 }
 
 int vmm_probe(const char *qemu, const char *kernel, const char *initrd, bool *ret_kvm,

@@ -104,6 +104,16 @@ void vmm_free(struct vmm *v);
  * in *ret_fd. Returns 0 or -errno with the reason. */
 int vmm_disk_make(const char *path, uint64_t bytes, int *ret_fd, struct strata_err *e);
 
+/* A VMM binary as an absolute path (a worker execs a path): want when it
+ * holds a '/', else want (or name when want is NULL) searched on $PATH.
+ * 0 or -ENOENT. */
+int vmm_find_binary(const char *want, const char *name, char *buf, size_t cap);
+
+/* Whether KVM works here for a VMM that needs it (Firecracker): /dev/kvm
+ * opens read-write and answers KVM_GET_API_VERSION 12. 0, or -ENODEV with
+ * the reason in e. */
+int vmm_kvm_usable(struct strata_err *e);
+
 /* Whether VMs can run here: QEMU found, the guest's files there. 0 or
  * -ENODEV with the reason. kvm: /dev/kvm opens read-write. */
 int vmm_probe(const char *qemu, const char *kernel, const char *initrd, bool *ret_kvm,
