@@ -6,6 +6,7 @@
  * again). Read-only calls are sent RPC_IDEMPOTENT (retried once on a fresh
  * connection after a transport error). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,9 @@
 struct meta_client {
 	struct rpc_client *rpc;
 	char client_id[META_CLIENT_ID_MAX + 1];
+	/* calls sent, by message type (MSG_META_* - MSG_META_PING): what
+	 * strata-fuse reports as trusted.strata.meta_calls */
+	_Atomic uint64_t calls[META_CALL_TYPES];
 };
 
 struct meta_client *meta_client_new(const char *addr, const char *client_id,
@@ -58,6 +62,13 @@ static void reply_donep(struct rpc_reply *r)
 }
 #define _cleanup_reply_ __attribute__((cleanup(reply_donep)))
 
+uint64_t meta_client_calls(struct meta_client *mc, uint16_t type)
+{
+	if (type < MSG_META_PING || type >= MSG_META_PING + META_CALL_TYPES)
+		return 0;
+	return atomic_load_explicit(&mc->calls[type - MSG_META_PING], memory_order_relaxed);
+}
+
 int meta_keeps_opids(struct meta_client *mc)
 {
 	int minor = rpc_client_peer_minor(mc->rpc);
@@ -76,6 +87,8 @@ static int call(struct meta_client *mc, uint16_t type, const struct meta_req *re
 
 	if (req->op.conn && meta_keeps_opids(mc) == 1)
 		flags |= RPC_IDEMPOTENT;
+	if (type >= MSG_META_PING && type < MSG_META_PING + META_CALL_TYPES)
+		atomic_fetch_add_explicit(&mc->calls[type - MSG_META_PING], 1, memory_order_relaxed);
 	wbuf_init(&w);
 	r = meta_req_encode(type, req, &w);
 	if (r == 0)

@@ -129,6 +129,11 @@ const char *meta_client_id(const struct meta_client *mc);
  * minor >= 2): 1, 0 (an older one: it ignores them), or -1 before its first
  * answer. */
 int meta_keeps_opids(struct meta_client *mc);
+/* Calls of one message type (MSG_META_*) this client has sent, retries
+ * included: how tests and benchmarks count the round trips an operation
+ * costs. */
+#define META_CALL_TYPES 64
+uint64_t meta_client_calls(struct meta_client *mc, uint16_t type);
 
 /* ---- cluster management ------------------------------------------------- */
 struct mgmt_target_info {

@@ -277,6 +277,15 @@ uint64_t sfs_opid_new_conn(void);
 /* The operation id of req (call in the request's handler). */
 void sfs_op_of(struct sfs *fs, fuse_req_t req, struct sfs_op *ret);
 
+/* ---- request counters (stats.c) -------------------------------------------- */
+/* The node-local xattr whose value is the counters' text. */
+#define SFS_STATS_XATTR "trusted.strata.stats"
+/* Counts one FUSE request of opcode (called for every request read). */
+void sfs_stats_request(uint32_t opcode);
+/* The counters as text ("fuse.LOOKUP 12\nmeta.lookup 12\n..."), malloc'ed
+ * into *ret. Returns 0 or -ENOMEM. */
+int sfs_stats_text(struct sfs *fs, char **ret, size_t *ret_len);
+
 /* ---- attribute cache (attrcache.c) ---------------------------------------
  * GETATTR answered from the attributes meta returned less than attr_timeout
  * ago, unless this mount changed the inode since the call that fetched them

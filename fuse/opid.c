@@ -62,6 +62,7 @@ static ssize_t sfs_read(int fd, void *buf, size_t len, void *userdata)
 		t_last.uid = le32(p + 24);
 		t_last.gid = le32(p + 28);
 		t_last.pid = le32(p + 32);
+		sfs_stats_request(le32(p + 4));
 		log_debug("FUSE request %u unique %#llx node %llu pid %u", le32(p + 4),
 			  (unsigned long long)t_last.unique,
 			  (unsigned long long)le32(p + 16) | (unsigned long long)le32(p + 20) << 32,

@@ -657,6 +657,23 @@ static void reply_pin(fuse_req_t req, struct sfs *fs, fuse_ino_t ino, size_t siz
 		fuse_reply_buf(req, (const char *)sha, sizeof(sha));
 }
 
+/* The request counters (stats.c): node-local, never in meta. */
+static void reply_stats(fuse_req_t req, struct sfs *fs, size_t size)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	int r = sfs_stats_text(fs, &text, &len);
+
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, text, len);
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct sfs *fs = FS(req);
@@ -669,6 +686,10 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	if (strcmp(name, SFS_BLOB_PIN_XATTR) == 0) {
 		reply_pin(req, fs, ino, size);
+		return;
+	}
+	if (strcmp(name, SFS_STATS_XATTR) == 0) {
+		reply_stats(req, fs, size);
 		return;
 	}
 	if (!xattr_buf(req, &size, STRATA_XATTR_SIZE_MAX, &buf))

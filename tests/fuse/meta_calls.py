@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""tests/fuse/meta_calls.py MNT [N] — the round trips of metadata operations
+in one directory, read from the mount's request counters (fuse/stats.c,
+xattr trusted.strata.stats): meta calls per create, cold stat and unlink
+must stay at or under what the caches promise (fuse/README.md "Round trips
+per operation"). Prints the costs; exits 1 naming each one over its bound.
+Run by tests/fuse/meta_calls.sh on a fresh cluster."""
+import os
+import sys
+
+STATS = "trusted.strata.stats"
+
+
+def counters(mnt):
+    text = os.getxattr(mnt, STATS).decode()
+    out = {}
+    for line in text.splitlines():
+        name, value = line.split()
+        out[name] = int(value)
+    return out
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def per_op(before, after, n):
+    keys = set(before) | set(after)
+    return {k: (after.get(k, 0) - before.get(k, 0)) / n for k in keys
+            if after.get(k, 0) != before.get(k, 0) and k != "fuse.GETXATTR"}
+
+
+def phase(mnt, d, n, name, fn):
+    before = counters(mnt)
+    for i in range(n):
+        fn(os.path.join(d, "f%06d" % i))
+    cost = per_op(before, counters(mnt), n)
+    print("%-8s %s" % (name, " ".join("%s=%.2f" % kv for kv in sorted(cost.items()))))
+    return cost
+
+
+def create(path):
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+
+
+# per phase: meta call -> most allowed per operation
+BOUNDS = {
+    "create": {"meta.create": 1.0, "meta.lookup": 1.0, "meta.close": 1.0, "meta.getattr": 0.05},
+    "stat": {"meta.lookup": 1.0, "meta.getattr": 0.05},
+    "unlink": {"meta.unlink": 1.0, "meta.lookup": 1.0, "meta.getattr": 1.1,
+               "meta.setattr": 1.0},
+}
+
+
+def main():
+    mnt = sys.argv[1]
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 500
+    d = os.path.join(mnt, "one")
+    os.mkdir(d)
+    costs = {"create": phase(mnt, d, n, "create", create)}
+    drop_caches()
+    costs["stat"] = phase(mnt, d, n, "stat", os.stat)
+    assert len(os.listdir(d)) == n, "every created file is listed"
+    drop_caches()
+    costs["unlink"] = phase(mnt, d, n, "unlink", os.unlink)
+    assert os.listdir(d) == [], "every file is gone"
+    bad = []
+    for ph, bounds in BOUNDS.items():
+        for key, most in bounds.items():
+            got = costs[ph].get(key, 0)
+            if got > most + 0.01:  # the directory's own lookup and the like
+                bad.append("%s: %s %.2f per operation, at most %.2f" % (ph, key, got, most))
+        for key, got in costs[ph].items():
+            if key.startswith("meta.") and key not in bounds and got > 0.05:
+                bad.append("%s: %s %.2f per operation, none expected" % (ph, key, got))
+    for b in bad:
+        print("FAIL:", b)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
