@@ -88,7 +88,8 @@ static int call(struct meta_client *mc, uint16_t type, const struct meta_req *re
 	if (req->op.conn && meta_keeps_opids(mc) == 1)
 		flags |= RPC_IDEMPOTENT;
 	if (type >= MSG_META_PING && type < MSG_META_PING + META_CALL_TYPES)
-		atomic_fetch_add_explicit(&mc->calls[type - MSG_META_PING], 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&mc->calls[type - MSG_META_PING], 1,
+					  memory_order_relaxed);
 	wbuf_init(&w);
 	r = meta_req_encode(type, req, &w);
 	if (r == 0)
