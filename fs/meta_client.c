@@ -227,22 +227,39 @@ int meta_create(struct meta_client *mc, const struct meta_opid *op, strata_ino_t
 	return r ?: attr_session_get(&rep, ret_attr, ret_session);
 }
 
+int meta_remove(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, bool dir, struct meta_removed *ret)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct meta_req q = {.op = opid(op), .parent = parent};
+	struct meta_removed m = {0};
+	struct rbuf b;
+	int r = set_name(q.name, name);
+
+	if (r == 0)
+		r = call(mc, dir ? MSG_META_RMDIR : MSG_META_UNLINK, &q, 0, &rep);
+	if (r < 0)
+		return r;
+	if (rep.len > 0) { /* empty from an older server or a resent request */
+		rbuf_init(&b, rep.data, rep.len);
+		if (meta_attr_get(&b, &m.inode) == 0 && meta_attr_get(&b, &m.parent) == 0)
+			m.known = true;
+	}
+	if (ret)
+		*ret = m;
+	return 0;
+}
+
 int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 		const char *name)
 {
-	struct meta_req q = {.op = opid(op), .parent = parent};
-	int r = set_name(q.name, name);
-
-	return r ?: call_empty(mc, MSG_META_UNLINK, &q, 0);
+	return meta_remove(mc, op, parent, name, false, NULL);
 }
 
 int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 	       const char *name)
 {
-	struct meta_req q = {.op = opid(op), .parent = parent};
-	int r = set_name(q.name, name);
-
-	return r ?: call_empty(mc, MSG_META_RMDIR, &q, 0);
+	return meta_remove(mc, op, parent, name, true, NULL);
 }
 
 int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,

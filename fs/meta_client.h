@@ -68,6 +68,18 @@ int meta_unlink(struct meta_client *mc, const struct meta_opid *op, strata_ino_t
 		const char *name);
 int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 	       const char *name);
+/* What an unlink or rmdir changed, as strata-meta answered it: the removed
+ * inode (nlink = the links left; 0 when it is gone or only open) and the
+ * parent, both after the removal. known is false when the server did not
+ * say (an older server, or the answer of a resent request from its record). */
+struct meta_removed {
+	bool known;
+	struct strata_attr inode, parent;
+};
+/* meta_unlink (dir false) or meta_rmdir (dir true); *ret (may be NULL) is
+ * filled on success. */
+int meta_remove(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		const char *name, bool dir, struct meta_removed *ret);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
 int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 		const char *name, strata_ino_t newparent, const char *newname, uint32_t flags);

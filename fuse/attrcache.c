@@ -111,6 +111,48 @@ void sfs_attr_changed_all(struct sfs *fs)
 		;
 }
 
+void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool times_echo)
+{
+	struct sfs_inode *in = sfs_inode_get(fs, a->ino, false);
+	bool ok;
+
+	if (!in)
+		return;
+	pthread_mutex_lock(&in->lock);
+	/* meta's state right after our change, as fresh as a fetch started
+	 * then; unless a local change raced the call (meta may have applied it
+	 * on either side of ours) */
+	ok = fs->o.attr_timeout > 0 && unchanged_since(fs, in, stamp);
+	sfs_attr_changed_locked(fs, in);
+	in->times_echo = false;
+	if (ok) {
+		in->cattr = *a;
+		in->cattr_stamp = in->changed_at;
+		in->cattr_expire_ns = sfs_now_ns() + (uint64_t)(fs->o.attr_timeout * 1e9);
+		in->times_echo = times_echo;
+	}
+	pthread_mutex_unlock(&in->lock);
+	sfs_inode_put(fs, in);
+}
+
+bool sfs_attr_echo(struct sfs *fs, strata_ino_t ino, int64_t mtime_ns, struct strata_attr *ret)
+{
+	struct sfs_inode *in = sfs_inode_get(fs, ino, false);
+	bool hit;
+
+	if (!in)
+		return false;
+	pthread_mutex_lock(&in->lock);
+	hit = in->times_echo && fresh_locked(fs, in) && !in->data_written && !in->size_dirty &&
+	      in->cattr.mtime_ns == mtime_ns;
+	in->times_echo = false;
+	if (hit)
+		*ret = in->cattr;
+	pthread_mutex_unlock(&in->lock);
+	sfs_inode_put(fs, in);
+	return hit;
+}
+
 void sfs_attr_created(struct sfs *fs, strata_ino_t parent, const struct strata_attr *child,
 		      uint64_t stamp)
 {

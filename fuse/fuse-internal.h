@@ -70,6 +70,8 @@ struct sfs_inode {
 	uint64_t cattr_stamp;	  /* fs->attr_clock when that fetch started; 0: none */
 	uint64_t cattr_expire_ns; /* sfs_now_ns() past which cattr is stale */
 	uint64_t changed_at;	  /* fs->attr_clock at the last local change */
+	bool times_echo;	  /* the kernel will write back the ctime of our
+				   * last change, which meta already set (attrcache.c) */
 };
 
 struct sfs_itable {
@@ -308,6 +310,16 @@ void sfs_attr_changed_all(struct sfs *fs);
  * directory) to its cached attributes, or drops them. */
 void sfs_attr_created(struct sfs *fs, strata_ino_t parent, const struct strata_attr *child,
 		      uint64_t stamp);
+/* a is meta's answer to this mount's change of a->ino, by a call started at
+ * stamp: it replaces the cached attributes (or drops them when another
+ * local change of the inode raced the call). times_echo: the kernel will
+ * write back a ctime of its own for this change (sfs_attr_echo). */
+void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool times_echo);
+/* A SETATTR of mtime_ns and a ctime only, the kernel's write-back after a
+ * change sfs_attr_replied marked: true, with *ret the cached attributes,
+ * when mtime_ns is meta's own and no write is unrecorded (the call would
+ * change nothing meta does not have). Clears the mark. */
+bool sfs_attr_echo(struct sfs *fs, strata_ino_t ino, int64_t mtime_ns, struct strata_attr *ret);
 
 /* ---- retries ----------------------------------------------------------------
  * Transport failures (a restarted strata-meta or chunkserver) are retried

@@ -333,6 +333,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 	int r;
 
 	fill_setattr(st, to_set, &sa);
+	if (!(sa.valid & ~(STRATA_SET_MTIME | STRATA_SET_CTIME)) && (sa.valid & STRATA_SET_MTIME) &&
+	    sfs_attr_echo(fs, ino, sa.mtime_ns, &a)) {
+		reply_attr(req, &a, 0);
+		return;
+	}
 	if (sa.valid & (STRATA_SET_MTIME | STRATA_SET_MTIME_NOW))
 		explicit_mtime(fs, ino);
 	if (sa.valid & STRATA_SET_SIZE)
@@ -432,28 +437,40 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_created(req, fs, parent, r, &a, stamp, &op);
 }
 
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* unlink (dir false) and rmdir. When meta says what changed, the removed
+ * inode's and the parent's cached attributes become meta's answer: the
+ * GETATTR that follows a removal (the kernel drops both) and the kernel's
+ * write-back of the removed inode's ctime cost no meta call. Without the
+ * answer (an older server, a resent request), every cached attribute goes,
+ * as the removed inode cannot be named. */
+static void op_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct sfs *fs = FS(req);
+	struct meta_removed m = {0};
 	struct sfs_op op;
+	uint64_t stamp;
+	int r;
 
 	sfs_op_of(fs, req, &op);
-	int r = SFS_MUTATE(fs, &op, meta_unlink(fs->mc, &op.id, parent, name));
-
-	sfs_attr_changed_all(fs);
+	stamp = sfs_attr_stamp(fs);
+	r = SFS_MUTATE(fs, &op, meta_remove(fs->mc, &op.id, parent, name, dir, &m));
+	if (r == 0 && m.known && !op.resent) {
+		sfs_attr_replied(fs, &m.inode, stamp, true);
+		sfs_attr_replied(fs, &m.parent, stamp, false);
+	} else {
+		sfs_attr_changed_all(fs);
+	}
 	fuse_reply_err(req, -r);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	op_remove(req, parent, name, false);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct sfs *fs = FS(req);
-	struct sfs_op op;
-
-	sfs_op_of(fs, req, &op);
-	int r = SFS_MUTATE(fs, &op, meta_rmdir(fs->mc, &op.id, parent, name));
-
-	sfs_attr_changed_all(fs);
-	fuse_reply_err(req, -r);
+	op_remove(req, parent, name, true);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)

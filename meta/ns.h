@@ -37,6 +37,10 @@ struct ns;
 struct ns_answer {
 	struct strata_attr attr;
 	uint64_t session;
+	/* unlink and rmdir: the parent after the removal (attr is the removed
+	 * inode's, nlink counting the links left). Not kept in the operation's
+	 * record: an answer from the record has attr.ino 0 (unknown). */
+	struct strata_attr parent;
 };
 /* Limits of the records (tests): at most max, for ttl_ms. Returns 0 or -EINVAL. */
 int ns_set_opid_limits(struct ns *ns, uint32_t max, int64_t ttl_ms);
@@ -74,6 +78,10 @@ int ns_create(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, co
 	      uint32_t mode, uint32_t uid, uint32_t gid, uint32_t flags, const char *client_id,
 	      struct strata_attr *ret, uint64_t *ret_session);
 int ns_unlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
+/* ns_unlink (dir false) or ns_rmdir (dir true), answering the removed inode
+ * and the parent as they are after it (see struct ns_answer). */
+int ns_remove(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      bool dir, struct ns_answer *ret);
 int ns_rmdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
 int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
 	      strata_ino_t newparent, const char *newname, uint32_t flags);

@@ -346,21 +346,30 @@ static int remove_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_
 		return -ENOTDIR;
 	if (x->dir && (r = ns_dir_empty(ns, in.a.ino)) < 0)
 		return r;
-	return entry_remove(ns, b, &pdir, x->name, &in);
+	r = entry_remove(ns, b, &pdir, x->name, &in);
+	if (r == 0) {
+		ret->attr = in.a;
+		ret->parent = pdir.a;
+	}
+	return r;
+}
+
+int ns_remove(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      bool dir, struct ns_answer *ret)
+{
+	struct remove_args x = {parent, name, dir};
+
+	return ns_mutate(ns, op, dir ? MSG_META_RMDIR : MSG_META_UNLINK, remove_build, &x, ret);
 }
 
 int ns_unlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name)
 {
-	struct remove_args x = {parent, name, false};
-
-	return ns_mutate(ns, op, MSG_META_UNLINK, remove_build, &x, NULL);
+	return ns_remove(ns, op, parent, name, false, NULL);
 }
 
 int ns_rmdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name)
 {
-	struct remove_args x = {parent, name, true};
-
-	return ns_mutate(ns, op, MSG_META_RMDIR, remove_build, &x, NULL);
+	return ns_remove(ns, op, parent, name, true, NULL);
 }
 
 static int link_locked(struct ns *ns, struct kv_batch *b, uint64_t ino, uint64_t newparent,

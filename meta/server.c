@@ -83,14 +83,29 @@ static int op_create(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 	return r;
 }
 
+/* unlink and rmdir answer the removed inode and the parent as they are
+ * after the removal (wire minor 3), or nothing when the answer comes from
+ * the operation's record (a resent request): the client then knows less. */
+static int remove_reply(struct ns *ns, const struct meta_req *q, bool dir, struct wbuf *w)
+{
+	struct ns_answer a = {0};
+	int r = ns_remove(ns, &q->op, q->parent, q->name, dir, &a);
+
+	if (r == 0 && a.attr.ino != 0) {
+		meta_attr_put(w, &a.attr);
+		meta_attr_put(w, &a.parent);
+	}
+	return r;
+}
+
 static int op_unlink(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_unlink(ns, &q->op, q->parent, q->name);
+	return remove_reply(ns, q, false, w);
 }
 
 static int op_rmdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_rmdir(ns, &q->op, q->parent, q->name);
+	return remove_reply(ns, q, true, w);
 }
 
 static int op_rename(struct ns *ns, const struct meta_req *q, struct wbuf *w)
