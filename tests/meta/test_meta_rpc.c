@@ -109,7 +109,17 @@ static void test_namespace(struct meta_client *mc)
 	CHECK_EQ(meta_rename(mc, NULL, ROOT, "hard", d, "hard2", 0), 0);
 	CHECK_EQ(meta_rename(mc, NULL, ROOT, "d", d, "x", 0), -EINVAL);
 	CHECK_EQ(meta_rmdir(mc, NULL, ROOT, "d"), -ENOTEMPTY);
-	CHECK_EQ(meta_unlink(mc, NULL, d, "hard2"), 0);
+	struct meta_removed rm;
+	struct strata_attr before;
+	CHECK_EQ(meta_getattr(mc, d, &before), 0);
+	CHECK_EQ(meta_remove(mc, NULL, d, "hard2", false, &rm), 0);
+	CHECK(rm.known); /* the removed inode and the parent after the removal */
+	CHECK_EQ(rm.inode.ino, f.ino);
+	CHECK_EQ(rm.inode.nlink, 1); /* "f" is left */
+	CHECK_EQ(rm.parent.ino, d);
+	CHECK(rm.parent.mtime_ns > before.mtime_ns); /* the removal's own change */
+	CHECK_EQ(meta_lookup(mc, d, "hard2", &a), -ENOENT);
+	CHECK_EQ(meta_remove(mc, NULL, d, "hard2", false, &rm), -ENOENT);
 	struct strata_setattr sa = {.valid = STRATA_SET_MODE | STRATA_SET_MTIME_NOW, .mode = 0600};
 	CHECK_EQ(meta_setattr(mc, f.ino, &sa, &a), 0);
 	CHECK_EQ(a.mode, S_IFREG | 0600);
