@@ -213,6 +213,38 @@ static int randread(const char *path, int qd, double secs)
 enum phase { P_CREATE, P_STAT, P_READDIR, P_UNLINK };
 static const char *phase_name[] = {"create", "stat", "readdir", "unlink"};
 
+/* One create (open O_CREAT|O_EXCL + close), stat or unlink of path; dies on
+ * failure. */
+static void file_op(const char *path, enum phase p)
+{
+	struct stat st;
+	if (p == P_CREATE) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd < 0)
+			die("create %s: %s", path, strerror(errno));
+		close(fd);
+	} else if (p == P_STAT) {
+		if (stat(path, &st) < 0)
+			die("stat %s: %s", path, strerror(errno));
+	} else if (unlink(path) < 0) {
+		die("unlink %s: %s", path, strerror(errno));
+	}
+}
+
+/* Lists dir once; returns its entries but . and .. */
+static uint64_t list_dir(const char *dir)
+{
+	uint64_t n = 0;
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	if (!d)
+		die("opendir %s: %s", dir, strerror(errno));
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
+}
+
 struct mt {
 	const char *dir;
 	int id, nfiles;
@@ -224,32 +256,14 @@ static void *meta_thread(void *arg)
 {
 	struct mt *a = arg;
 	char path[4096];
-	struct stat st;
 	for (int i = 0; i < a->nfiles && a->phase != P_READDIR; i++) {
 		snprintf(path, sizeof(path), "%s/t%d/file-%07d", a->dir, a->id, i);
-		if (a->phase == P_CREATE) {
-			int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-			if (fd < 0)
-				die("create %s: %s", path, strerror(errno));
-			close(fd);
-		} else if (a->phase == P_STAT) {
-			if (stat(path, &st) < 0)
-				die("stat %s: %s", path, strerror(errno));
-		} else if (unlink(path) < 0) {
-			die("unlink %s: %s", path, strerror(errno));
-		}
+		file_op(path, a->phase);
 		a->ops++;
 	}
 	if (a->phase == P_READDIR) {
 		snprintf(path, sizeof(path), "%s/t%d", a->dir, a->id);
-		DIR *d = opendir(path);
-		struct dirent *e;
-		if (!d)
-			die("opendir %s: %s", path, strerror(errno));
-		while ((e = readdir(d)))
-			if (e->d_name[0] != '.')
-				a->ops++;
-		closedir(d);
+		a->ops = list_dir(path);
 		if (a->ops != (uint64_t)a->nfiles)
 			die("readdir %s: %llu entries, expected %d", path,
 			    (unsigned long long)a->ops, a->nfiles);
@@ -294,31 +308,6 @@ static int meta(const char *dir, int nfiles, int nthreads)
 	return 0;
 }
 
-/* Issue 15's metadata workload: every file in one directory, as users put
- * them, so that the kernel's per-directory lock and the filesystem's
- * per-directory work are in the figure (meta above gives each thread its own
- * directory). Processes, not threads, as separate programs are: each has its
- * own file table and credentials. One phase per invocation, so that the
- * script can drop the caches between them and the stat and readdir are
- * cold. */
-static void onedir_op(const char *dir, enum phase p, int i)
-{
-	char path[4096];
-	struct stat st;
-	snprintf(path, sizeof(path), "%s/f%07d", dir, i);
-	if (p == P_CREATE) {
-		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-		if (fd < 0)
-			die("create %s: %s", path, strerror(errno));
-		close(fd);
-	} else if (p == P_STAT) {
-		if (stat(path, &st) < 0)
-			die("stat %s: %s", path, strerror(errno));
-	} else if (unlink(path) < 0) {
-		die("unlink %s: %s", path, strerror(errno));
-	}
-}
-
 /* Runs phase p on files [0, nfiles) split into nprocs forked processes, each
  * a contiguous range; dies unless every process succeeded. */
 static void onedir_fork(const char *dir, enum phase p, int nfiles, int nprocs)
@@ -334,8 +323,11 @@ static void onedir_fork(const char *dir, enum phase p, int nfiles, int nprocs)
 		if (pid[k] < 0)
 			die("fork: %s", strerror(errno));
 		if (pid[k] == 0) {
-			for (int i = lo; i < hi; i++)
-				onedir_op(dir, p, i);
+			char path[4096];
+			for (int i = lo; i < hi; i++) {
+				snprintf(path, sizeof(path), "%s/f%07d", dir, i);
+				file_op(path, p);
+			}
 			_exit(0);
 		}
 	}
@@ -351,20 +343,13 @@ static void onedir_fork(const char *dir, enum phase p, int nfiles, int nprocs)
 		die("%s: %d of %d processes failed", phase_name[p], failed, nprocs);
 }
 
-/* Lists dir once; returns its entries but . and .. */
-static uint64_t onedir_list(const char *dir)
-{
-	uint64_t n = 0;
-	struct dirent *e;
-	DIR *d = opendir(dir);
-	if (!d)
-		die("opendir %s: %s", dir, strerror(errno));
-	while ((e = readdir(d)))
-		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-	closedir(d);
-	return n;
-}
-
+/* Issue 15's metadata workload: every file in one directory, as users put
+ * them, so that the kernel's per-directory lock and the filesystem's
+ * per-directory work are in the figure (meta above gives each thread its own
+ * directory). Processes, not threads, as separate programs are: each has its
+ * own file table and credentials. One phase per invocation, so that the
+ * script can drop the caches between them and the stat and readdir are
+ * cold. */
 static int onedir(const char *dir, int nfiles, int nprocs, const char *name)
 {
 	int p = P_CREATE;
@@ -374,7 +359,7 @@ static int onedir(const char *dir, int nfiles, int nprocs, const char *name)
 		die("unknown phase '%s' (create, stat, readdir, unlink)", name);
 	double t0 = now();
 	if (p == P_READDIR) {
-		uint64_t n = onedir_list(dir);
+		uint64_t n = list_dir(dir);
 		if (n != (uint64_t)nfiles)
 			die("readdir %s: %llu entries, expected %d", dir, (unsigned long long)n,
 			    nfiles);
