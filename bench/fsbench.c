@@ -10,6 +10,14 @@
  *   fsbench meta DIR FILES THREADS   create, stat, readdir, unlink of
  *                                    FILES files, THREADS threads each
  *                                    in its own subdirectory           -> ops/s x4
+ *   fsbench onedir DIR FILES PROCS PHASE
+ *                                    one phase of issue 15's metadata
+ *                                    workload in the one directory DIR:
+ *                                    create (open O_CREAT|O_EXCL + close),
+ *                                    stat or unlink of FILES empty files
+ *                                    split among PROCS processes, or
+ *                                    readdir (one process lists DIR)   -> ops/s
+ *                                    (readdir: entries/s)
  *   fsbench append FILE PREFILL N [direct]
  *                                    PREFILL bytes (1 MiB writes, may be
  *                                    0), fsync; then N appends of 1 KiB,
@@ -30,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,6 +213,38 @@ static int randread(const char *path, int qd, double secs)
 enum phase { P_CREATE, P_STAT, P_READDIR, P_UNLINK };
 static const char *phase_name[] = {"create", "stat", "readdir", "unlink"};
 
+/* One create (open O_CREAT|O_EXCL + close), stat or unlink of path; dies on
+ * failure. */
+static void file_op(const char *path, enum phase p)
+{
+	struct stat st;
+	if (p == P_CREATE) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd < 0)
+			die("create %s: %s", path, strerror(errno));
+		close(fd);
+	} else if (p == P_STAT) {
+		if (stat(path, &st) < 0)
+			die("stat %s: %s", path, strerror(errno));
+	} else if (unlink(path) < 0) {
+		die("unlink %s: %s", path, strerror(errno));
+	}
+}
+
+/* Lists dir once; returns its entries but . and .. */
+static uint64_t list_dir(const char *dir)
+{
+	uint64_t n = 0;
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	if (!d)
+		die("opendir %s: %s", dir, strerror(errno));
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
+}
+
 struct mt {
 	const char *dir;
 	int id, nfiles;
@@ -215,32 +256,14 @@ static void *meta_thread(void *arg)
 {
 	struct mt *a = arg;
 	char path[4096];
-	struct stat st;
 	for (int i = 0; i < a->nfiles && a->phase != P_READDIR; i++) {
 		snprintf(path, sizeof(path), "%s/t%d/file-%07d", a->dir, a->id, i);
-		if (a->phase == P_CREATE) {
-			int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-			if (fd < 0)
-				die("create %s: %s", path, strerror(errno));
-			close(fd);
-		} else if (a->phase == P_STAT) {
-			if (stat(path, &st) < 0)
-				die("stat %s: %s", path, strerror(errno));
-		} else if (unlink(path) < 0) {
-			die("unlink %s: %s", path, strerror(errno));
-		}
+		file_op(path, a->phase);
 		a->ops++;
 	}
 	if (a->phase == P_READDIR) {
 		snprintf(path, sizeof(path), "%s/t%d", a->dir, a->id);
-		DIR *d = opendir(path);
-		struct dirent *e;
-		if (!d)
-			die("opendir %s: %s", path, strerror(errno));
-		while ((e = readdir(d)))
-			if (e->d_name[0] != '.')
-				a->ops++;
-		closedir(d);
+		a->ops = list_dir(path);
 		if (a->ops != (uint64_t)a->nfiles)
 			die("readdir %s: %llu entries, expected %d", path,
 			    (unsigned long long)a->ops, a->nfiles);
@@ -282,6 +305,69 @@ static int meta(const char *dir, int nfiles, int nthreads)
 	}
 	free(t);
 	free(a);
+	return 0;
+}
+
+/* Runs phase p on files [0, nfiles) split into nprocs forked processes, each
+ * a contiguous range; dies unless every process succeeded. */
+static void onedir_fork(const char *dir, enum phase p, int nfiles, int nprocs)
+{
+	pid_t *pid = calloc((size_t)nprocs, sizeof(*pid));
+	if (!pid)
+		die("out of memory");
+	fflush(NULL); /* the children exit with _exit: nothing buffered twice */
+	for (int k = 0; k < nprocs; k++) {
+		int lo = (int)((int64_t)nfiles * k / nprocs);
+		int hi = (int)((int64_t)nfiles * (k + 1) / nprocs);
+		pid[k] = fork();
+		if (pid[k] < 0)
+			die("fork: %s", strerror(errno));
+		if (pid[k] == 0) {
+			char path[4096];
+			for (int i = lo; i < hi; i++) {
+				snprintf(path, sizeof(path), "%s/f%07d", dir, i);
+				file_op(path, p);
+			}
+			_exit(0);
+		}
+	}
+	int failed = 0;
+	for (int k = 0; k < nprocs; k++) {
+		int status;
+		if (waitpid(pid[k], &status, 0) < 0)
+			die("waitpid: %s", strerror(errno));
+		failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	}
+	free(pid);
+	if (failed)
+		die("%s: %d of %d processes failed", phase_name[p], failed, nprocs);
+}
+
+/* Issue 15's metadata workload: every file in one directory, as users put
+ * them, so that the kernel's per-directory lock and the filesystem's
+ * per-directory work are in the figure (meta above gives each thread its own
+ * directory). Processes, not threads, as separate programs are: each has its
+ * own file table and credentials. One phase per invocation, so that the
+ * script can drop the caches between them and the stat and readdir are
+ * cold. */
+static int onedir(const char *dir, int nfiles, int nprocs, const char *name)
+{
+	int p = P_CREATE;
+	while (p <= P_UNLINK && strcmp(name, phase_name[p]))
+		p++;
+	if (p > P_UNLINK)
+		die("unknown phase '%s' (create, stat, readdir, unlink)", name);
+	double t0 = now();
+	if (p == P_READDIR) {
+		uint64_t n = list_dir(dir);
+		if (n != (uint64_t)nfiles)
+			die("readdir %s: %llu entries, expected %d", dir, (unsigned long long)n,
+			    nfiles);
+	} else {
+		onedir_fork(dir, (enum phase)p, nfiles, nprocs);
+	}
+	double dt = now() - t0;
+	printf("%s %.0f %s\n", name, (double)nfiles / dt, p == P_READDIR ? "entries/s" : "ops/s");
 	return 0;
 }
 
@@ -346,11 +432,15 @@ int main(int argc, char **argv)
 		return randread(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 32, atof(argv[4]));
 	if (argc == 5 && !strcmp(argv[1], "meta"))
 		return meta(argv[2], atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 2);
+	if (argc == 6 && !strcmp(argv[1], "onedir"))
+		return onedir(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 20000,
+			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 2, argv[5]);
 	if ((argc == 5 || (argc == 6 && !strcmp(argv[5], "direct"))) && !strcmp(argv[1], "append"))
 		return append(argv[2], atof(argv[3]) > 0 ? parse_size(argv[3]) : 0,
 			      atoi(argv[4]) > 0 ? atoi(argv[4]) : 100, argc == 6);
 	fprintf(stderr, "usage: fsbench seqwrite FILE BYTES | seqread FILE |\n"
 			"       randread FILE QD SECONDS | meta DIR FILES THREADS |\n"
+			"       onedir DIR FILES PROCS create|stat|readdir|unlink |\n"
 			"       append FILE PREFILL COUNT [direct]\n");
 	return 2;
 }
