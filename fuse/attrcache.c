@@ -111,7 +111,22 @@ void sfs_attr_changed_all(struct sfs *fs)
 		;
 }
 
-void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool times_echo)
+bool sfs_attr_unchanged_since(struct sfs *fs, strata_ino_t ino, uint64_t stamp)
+{
+	struct sfs_inode *in = sfs_inode_get(fs, ino, false);
+	bool r;
+
+	if (!in)
+		return stamp != 0 && atomic_load(&fs->itable.freed_changed_at) <= stamp &&
+		       atomic_load(&fs->ns_changed_at) <= stamp;
+	pthread_mutex_lock(&in->lock);
+	r = unchanged_since(fs, in, stamp);
+	pthread_mutex_unlock(&in->lock);
+	sfs_inode_put(fs, in);
+	return r;
+}
+
+void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool removed)
 {
 	struct sfs_inode *in = sfs_inode_get(fs, a->ino, false);
 	bool ok;
@@ -125,11 +140,13 @@ void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stam
 	ok = fs->o.attr_timeout > 0 && unchanged_since(fs, in, stamp);
 	sfs_attr_changed_locked(fs, in);
 	in->times_echo = false;
+	if (removed && a->nlink == 0)
+		in->unlinked = true; /* its name is in no later listing */
 	if (ok) {
 		in->cattr = *a;
 		in->cattr_stamp = in->changed_at;
 		in->cattr_expire_ns = sfs_now_ns() + (uint64_t)(fs->o.attr_timeout * 1e9);
-		in->times_echo = times_echo;
+		in->times_echo = removed; /* the kernel writes back its ctime next */
 	}
 	pthread_mutex_unlock(&in->lock);
 	sfs_inode_put(fs, in);

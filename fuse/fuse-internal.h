@@ -70,6 +70,7 @@ struct sfs_inode {
 	uint64_t cattr_stamp;	  /* fs->attr_clock when that fetch started; 0: none */
 	uint64_t cattr_expire_ns; /* sfs_now_ns() past which cattr is stale */
 	uint64_t changed_at;	  /* fs->attr_clock at the last local change */
+	bool unlinked;		  /* its last link was removed here: no listing shows it */
 	bool times_echo;	  /* the kernel will write back the ctime of our
 				   * last change, which meta already set (attrcache.c) */
 };
@@ -78,6 +79,9 @@ struct sfs_itable {
 	pthread_mutex_t lock;
 	struct sfs_inode **buckets;
 	uint64_t count;
+	/* the highest changed_at of an entry freed: what is known of the local
+	 * changes of inodes no longer in the table (attrcache.c) */
+	_Atomic uint64_t freed_changed_at;
 };
 
 struct sfs;
@@ -181,6 +185,7 @@ struct sfs {
 	uint64_t conn_id, life_id;
 	_Atomic uint64_t life_ops;
 	struct sfs_usrbio *usrbio; /* usrbio.c's server, NULL without --usrbio */
+	struct sfs_dircache *dc;   /* dircache.c, NULL when the negative timeout is 0 */
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
@@ -312,14 +317,43 @@ void sfs_attr_created(struct sfs *fs, strata_ino_t parent, const struct strata_a
 		      uint64_t stamp);
 /* a is meta's answer to this mount's change of a->ino, by a call started at
  * stamp: it replaces the cached attributes (or drops them when another
- * local change of the inode raced the call). times_echo: the kernel will
- * write back a ctime of its own for this change (sfs_attr_echo). */
-void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool times_echo);
+ * local change of the inode raced the call). removed: a is the inode the
+ * change removed a link of (unlink, rmdir), whose ctime the kernel writes
+ * back next (sfs_attr_echo), and which is gone from the namespace when its
+ * nlink is 0. */
+void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool removed);
 /* A SETATTR of mtime_ns and a ctime only, the kernel's write-back after a
  * change sfs_attr_replied marked: true, with *ret the cached attributes,
  * when mtime_ns is meta's own and no write is unrecorded (the call would
  * change nothing meta does not have). Clears the mark. */
 bool sfs_attr_echo(struct sfs *fs, strata_ino_t ino, int64_t mtime_ns, struct strata_attr *ret);
+
+/* Whether ino was changed through this mount after stamp (an inode the table
+ * forgot counts as changed when any forgotten one changed after stamp). */
+bool sfs_attr_unchanged_since(struct sfs *fs, strata_ino_t ino, uint64_t stamp);
+
+/* ---- directory listings (dircache.c) -------------------------------------
+ * LOOKUPs in a directory looked up often answered from its whole listing,
+ * for one window (the negative timeout). */
+enum sfs_dc_answer {
+	SFS_DC_MISS,   /* ask meta */
+	SFS_DC_ABSENT, /* no such entry: cache the negative for *ret_ttl s */
+	SFS_DC_FOUND,  /* *ret, listed by a fetch started at *ret_stamp */
+};
+int sfs_dircache_init(struct sfs *fs); /* 0 or -ENOMEM */
+void sfs_dircache_done(struct sfs *fs);
+enum sfs_dc_answer sfs_dircache_lookup(struct sfs *fs, strata_ino_t parent, const char *name,
+				       struct strata_attr *ret, uint64_t *ret_stamp,
+				       double *ret_ttl);
+/* This mount's changes, once meta answered them: name now exists (with
+ * attributes unknown here) or no longer does. */
+void sfs_dircache_added(struct sfs *fs, strata_ino_t parent, const char *name);
+void sfs_dircache_removed(struct sfs *fs, strata_ino_t parent, const char *name);
+/* A change in parent whose outcome is not known: its listing goes. */
+void sfs_dircache_unknown(struct sfs *fs, strata_ino_t parent);
+/* After a mutation of parent/name that answered r: added (or removed) on
+ * success, the listing dropped on failure. */
+void sfs_dircache_after(struct sfs *fs, strata_ino_t parent, const char *name, int r, bool added);
 
 /* ---- retries ----------------------------------------------------------------
  * Transport failures (a restarted strata-meta or chunkserver) are retried

@@ -91,6 +91,14 @@ static void maybe_drop_locked(struct sfs_itable *t, struct sfs_inode *in)
 		return;
 	for (pp = &t->buckets[bucket_of(in->ino)]; *pp; pp = &(*pp)->next) {
 		if (*pp == in) {
+			uint64_t cur = atomic_load(&t->freed_changed_at);
+
+			/* nothing else holds in: its changed_at is settled (an
+			 * inode unlinked here is in no listing fetched since) */
+			while (!in->unlinked && cur < in->changed_at &&
+			       !atomic_compare_exchange_weak(&t->freed_changed_at, &cur,
+							     in->changed_at))
+				;
 			*pp = in->next;
 			t->count--;
 			inode_free(in);

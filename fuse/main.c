@@ -580,7 +580,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (sfs_itable_init(&fs.itable) < 0 || sfs_handles_init(&fs) < 0)
+	if (sfs_itable_init(&fs.itable) < 0 || sfs_handles_init(&fs) < 0 ||
+	    sfs_dircache_init(&fs) < 0)
 		return 1;
 	r = serve(&fs, &ready_fd, held_fd);
 	report_ready(&ready_fd, 1);
@@ -590,5 +591,6 @@ int main(int argc, char **argv)
 	sfs_itable_done(&fs.itable);
 	sfs_takeover_done(&fs, false); /* a failed start: the holder keeps what it holds */
 	sfs_handles_done(&fs);
+	sfs_dircache_done(&fs);
 	return r < 0 ? 1 : 0;
 }

@@ -540,6 +540,7 @@ void sfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_MUTATE(fs, &op,
 		       meta_create(fs->mc, &op.id, parent, name, m, uid, gid, flags, &a, &session));
+	sfs_dircache_after(fs, parent, name, r, true);
 	if (r == 0 && !op.resent)
 		sfs_attr_created(fs, parent, &a, stamp);
 	else

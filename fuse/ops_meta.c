@@ -84,9 +84,25 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = FS(req);
 	struct strata_attr a;
-	uint64_t stamp = sfs_attr_stamp(fs);
-	int r = SFS_CALL(fs, SFS_IDEM, meta_lookup(fs->mc, parent, name, &a));
+	uint64_t stamp;
+	double ttl;
+	int r;
 
+	switch (sfs_dircache_lookup(fs, parent, name, &a, &stamp, &ttl)) {
+	case SFS_DC_ABSENT: {
+		struct fuse_entry_param e = {.entry_timeout = ttl};
+
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	case SFS_DC_FOUND:
+		reply_entry(req, &a, stamp);
+		return;
+	case SFS_DC_MISS:
+		break;
+	}
+	stamp = sfs_attr_stamp(fs);
+	r = SFS_CALL(fs, SFS_IDEM, meta_lookup(fs->mc, parent, name, &a));
 	if (r == -ENOENT && fs->o.negative_timeout > 0) {
 		struct fuse_entry_param e = {.entry_timeout = fs->o.negative_timeout};
 
@@ -388,9 +404,10 @@ void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode
  * so its cached attributes go; a success patches them (sfs_attr_created),
  * unless the answer may be the record of an earlier attempt (op->resent):
  * the parent we cached may already count that change. */
-static void reply_created(fuse_req_t req, struct sfs *fs, fuse_ino_t parent, int r,
-			  struct strata_attr *a, uint64_t stamp, const struct sfs_op *op)
+static void reply_created(fuse_req_t req, struct sfs *fs, fuse_ino_t parent, const char *name,
+			  int r, struct strata_attr *a, uint64_t stamp, const struct sfs_op *op)
 {
+	sfs_dircache_after(fs, parent, name, r, true);
 	if (r < 0) {
 		sfs_attr_changed(fs, parent);
 		fuse_reply_err(req, -r);
@@ -418,7 +435,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	sfs_new_owner(req, parent, false, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_MUTATE(fs, &op, meta_mknod(fs->mc, &op.id, parent, name, m, rdev, uid, gid, &a));
-	reply_created(req, fs, parent, r, &a, stamp, &op);
+	reply_created(req, fs, parent, name, r, &a, stamp, &op);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -434,7 +451,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	sfs_new_owner(req, parent, true, &m, &uid, &gid);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_MUTATE(fs, &op, meta_mkdir(fs->mc, &op.id, parent, name, m, uid, gid, &a));
-	reply_created(req, fs, parent, r, &a, stamp, &op);
+	reply_created(req, fs, parent, name, r, &a, stamp, &op);
 }
 
 /* unlink (dir false) and rmdir. When meta says what changed, the removed
@@ -454,6 +471,7 @@ static void op_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 	sfs_op_of(fs, req, &op);
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_MUTATE(fs, &op, meta_remove(fs->mc, &op.id, parent, name, dir, &m));
+	sfs_dircache_after(fs, parent, name, r, false);
 	if (r == 0 && m.known && !op.resent) {
 		sfs_attr_replied(fs, &m.inode, stamp, true);
 		sfs_attr_replied(fs, &m.parent, stamp, false);
@@ -490,7 +508,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_MUTATE(fs, &op,
 		       meta_symlink(fs->mc, &op.id, parent, name, link, c->uid, c->gid, &a));
-	reply_created(req, fs, parent, r, &a, stamp, &op);
+	reply_created(req, fs, parent, name, r, &a, stamp, &op);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -525,6 +543,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	sfs_op_of(fs, req, &op);
 	r = SFS_MUTATE(fs, &op,
 		       meta_rename(fs->mc, &op.id, parent, name, newparent, newname, flags));
+	/* an exchange keeps both names (to other inodes): "added" drops what
+	 * the listing knew of them */
+	sfs_dircache_after(fs, parent, name, r, (flags & RENAME_EXCHANGE) != 0);
+	sfs_dircache_after(fs, newparent, newname, r, true);
 	sfs_attr_changed_all(fs);
 	fuse_reply_err(req, -r);
 }
@@ -538,6 +560,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	sfs_op_of(fs, req, &op);
 	int r = SFS_MUTATE(fs, &op, meta_link(fs->mc, &op.id, ino, newparent, newname, &a));
 
+	sfs_dircache_after(fs, newparent, newname, r, true);
 	sfs_attr_changed_all(fs);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
