@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/fuse/meta_calls.py MNT [N] — the round trips of metadata operations
+"""tests/fuse/meta_calls.py MNT [N] | --visibility MNT OTHER_MNT — the round trips of metadata operations
 in one directory, read from the mount's request counters (fuse/stats.c,
 xattr trusted.strata.stats): meta calls per create, cold stat and unlink
 must stay at or under what the caches promise (fuse/README.md "Round trips
@@ -7,6 +7,7 @@ per operation"). Prints the costs; exits 1 naming each one over its bound.
 Run by tests/fuse/meta_calls.sh on a fresh cluster."""
 import os
 import sys
+import time
 
 STATS = "trusted.strata.stats"
 
@@ -55,7 +56,29 @@ BOUNDS = {
 }
 
 
+def visibility(mnt, other):
+    """A name created through another mount (another node) is seen here
+    within the listing's window, as a negative dentry would let it be: the
+    listing of a directory looked up often is not trusted past 1 s."""
+    d, d2 = os.path.join(mnt, "vis"), os.path.join(other, "vis")
+    os.mkdir(d)
+    for i in range(8):  # enough misses to have the directory listed
+        assert not os.path.exists(os.path.join(d, "absent%d" % i))
+    start = time.monotonic()
+    create(os.path.join(d2, "late"))
+    while not os.path.exists(os.path.join(d, "late")):
+        if time.monotonic() - start > 3.0:
+            print("FAIL: a name created on another mount is not seen here after 3 s")
+            sys.exit(1)
+        time.sleep(0.05)
+    print("visibility: a name created on another mount seen after %.2f s" %
+          (time.monotonic() - start))
+
+
 def main():
+    if sys.argv[1] == "--visibility":
+        visibility(sys.argv[2], sys.argv[3])
+        return
     mnt = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 500
     d = os.path.join(mnt, "one")
