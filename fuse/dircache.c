@@ -31,8 +31,9 @@
  *     forgotten). Names this mount added carry no attributes: their LOOKUP
  *     goes to meta.
  *  4. A listing is dropped past SFS_DC_MAX_NAMES names (the directory is
- *     then left alone for SFS_DC_BIG_BACKOFF_NS), and at most SFS_DC_DIRS
- *     directories are kept (the least recently used goes). */
+ *     then left alone for SFS_DC_BIG_BACKOFF_NS); at most SFS_DC_DIRS
+ *     directories and SFS_DC_NAMES_BUDGET names in all are kept (the least
+ *     recently used listings go first). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,10 +43,11 @@
 #include "fs/meta_proto.h" /* META_READDIR_MAX */
 #include "fuse/fuse-internal.h"
 
-#define SFS_DC_DIRS 64		/* directories with a listing kept */
-#define SFS_DC_HOT 4		/* misses within a window that fetch the listing */
-#define SFS_DC_MAX_NAMES 100000 /* a bigger directory is not listed */
-#define SFS_DC_PENDING 4096	/* changes logged during one fetch */
+#define SFS_DC_DIRS 64		   /* directories with a listing kept */
+#define SFS_DC_HOT 4		   /* misses within a window that fetch the listing */
+#define SFS_DC_MAX_NAMES 100000	   /* a bigger directory is not listed */
+#define SFS_DC_NAMES_BUDGET 300000 /* names kept in all (~170 bytes each) */
+#define SFS_DC_PENDING 65536	   /* changes logged during one fetch, at most */
 #define SFS_DC_BIG_BACKOFF_NS (60ull * 1000000000ull)
 
 struct dc_name {
@@ -62,7 +64,7 @@ struct dc_names {
 
 struct dc_change {
 	bool added;
-	char name[STRATA_NAME_MAX + 1];
+	char *name;
 };
 
 struct dc_dir {
@@ -77,7 +79,7 @@ struct dc_dir {
 	uint64_t big_until_ns; /* too big to list until then */
 	bool fetching;
 	bool pending_lost; /* more changes than SFS_DC_PENDING during the fetch */
-	uint32_t npending;
+	uint32_t npending, cap_pending;
 	struct dc_change *pending;
 };
 
@@ -207,10 +209,21 @@ int sfs_dircache_init(struct sfs *fs)
 	return 0;
 }
 
+/* The changes logged during a fetch go (dc->lock held). */
+static void pending_clear(struct dc_dir *d)
+{
+	for (uint32_t i = 0; i < d->npending; i++)
+		free(d->pending[i].name);
+	free(d->pending);
+	d->pending = NULL;
+	d->npending = d->cap_pending = 0;
+	d->pending_lost = false;
+}
+
 static void dir_reset(struct dc_dir *d)
 {
 	names_free(&d->names);
-	free(d->pending);
+	pending_clear(d);
 	memset(d, 0, sizeof(*d));
 }
 
@@ -315,6 +328,29 @@ static int replay_pending(struct dc_dir *d, struct dc_names *names)
 	return d->pending_lost ? -ENOBUFS : 0;
 }
 
+/* dc->lock held: drops the least recently used listings (never keep's)
+ * while more than SFS_DC_NAMES_BUDGET names are kept. */
+static void keep_budget(struct sfs_dircache *dc, const struct dc_dir *keep)
+{
+	for (;;) {
+		struct dc_dir *lru = NULL;
+		size_t total = 0;
+
+		for (int i = 0; i < SFS_DC_DIRS; i++) {
+			struct dc_dir *c = &dc->dirs[i];
+
+			total += c->names.count;
+			if (c != keep && c->names.count &&
+			    (!lru || c->last_used_ns < lru->last_used_ns))
+				lru = c;
+		}
+		if (total <= SFS_DC_NAMES_BUDGET || !lru)
+			return;
+		names_free(&lru->names);
+		lru->complete = false;
+	}
+}
+
 /* Fetches and installs the listing of dir ino (its slot marked fetching by
  * the caller, dc->lock not held). */
 static void fetch_dir(struct sfs *fs, strata_ino_t ino)
@@ -342,8 +378,8 @@ static void fetch_dir(struct sfs *fs, strata_ino_t ino)
 		if (r == -EFBIG)
 			d->big_until_ns = sfs_now_ns() + SFS_DC_BIG_BACKOFF_NS;
 		d->fetching = false;
-		d->npending = 0;
-		d->pending_lost = false;
+		pending_clear(d);
+		keep_budget(dc, d);
 	}
 	pthread_mutex_unlock(&dc->lock);
 	if (r < 0 && r != -EFBIG)
@@ -363,14 +399,8 @@ static bool miss_starts_fetch(struct sfs_dircache *dc, struct dc_dir *d, uint64_
 	}
 	if (++d->misses < SFS_DC_HOT)
 		return false;
-	if (!d->pending) {
-		d->pending = malloc(SFS_DC_PENDING * sizeof(*d->pending));
-		if (!d->pending)
-			return false;
-	}
+	pending_clear(d);
 	d->fetching = true;
-	d->npending = 0;
-	d->pending_lost = false;
 	return true;
 }
 
@@ -432,25 +462,50 @@ enum sfs_dc_answer sfs_dircache_lookup(struct sfs *fs, strata_ino_t parent, cons
 	return a;
 }
 
+/* dc->lock held: logs a change made during d's fetch (or marks the log
+ * lost: the fetch is then not installed). */
+static void pending_add(struct dc_dir *d, const char *name, bool added)
+{
+	struct dc_change *c;
+
+	if (d->pending_lost)
+		return;
+	if (d->npending == d->cap_pending) {
+		uint32_t cap = d->cap_pending ? d->cap_pending * 2 : 64;
+
+		c = cap <= SFS_DC_PENDING ? realloc(d->pending, cap * sizeof(*c)) : NULL;
+		if (!c) {
+			d->pending_lost = true;
+			return;
+		}
+		d->pending = c;
+		d->cap_pending = cap;
+	}
+	c = &d->pending[d->npending];
+	c->added = added;
+	c->name = strdup(name);
+	if (!c->name)
+		d->pending_lost = true;
+	else
+		d->npending++;
+}
+
 /* dc->lock held: applies one change of this mount to d. */
 static void change_locked(struct dc_dir *d, const char *name, bool added)
 {
-	if (d->fetching) {
-		if (d->npending < SFS_DC_PENDING) {
-			struct dc_change *c = &d->pending[d->npending++];
-
-			c->added = added;
-			snprintf(c->name, sizeof(c->name), "%s", name);
-		} else {
-			d->pending_lost = true;
-		}
-	}
+	if (d->fetching)
+		pending_add(d, name, added);
 	if (!d->complete)
 		return;
 	if (!added)
 		names_del(&d->names, name);
 	else if (names_put(&d->names, name, NULL) < 0)
 		d->complete = false;
+	if (d->names.count > SFS_DC_MAX_NAMES) { /* grown too big here */
+		names_free(&d->names);
+		d->complete = false;
+		d->big_until_ns = sfs_now_ns() + SFS_DC_BIG_BACKOFF_NS;
+	}
 }
 
 static void change(struct sfs *fs, strata_ino_t parent, const char *name, bool added)
