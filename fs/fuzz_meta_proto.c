@@ -58,6 +58,21 @@ static void fuzz_replies(const uint8_t *p, size_t n)
 	(void)meta_attr_get(&r, &a);
 	rbuf_init(&r, p, n);
 	(void)meta_statfs_get(&r, &s);
+	/* batched closes: the request (re-encoded: same bytes back) and reply */
+	static struct meta_close_item ci[META_CLOSE_MANY_MAX];
+	static int cres[META_CLOSE_MANY_MAX];
+	uint32_t nci;
+	rbuf_init(&r, p, n);
+	if (meta_close_many_get(&r, ci, &nci) == 0) {
+		struct wbuf w;
+		wbuf_init(&w);
+		meta_close_many_put(&w, ci, nci);
+		if (!w.err && (w.len != n || memcmp(w.data, p, n) != 0))
+			__builtin_trap();
+		wbuf_done(&w);
+	}
+	rbuf_init(&r, p, n);
+	(void)meta_close_many_reply_get(&r, cres, n ? p[0] % META_CLOSE_MANY_MAX : 0);
 	rbuf_init(&r, p, n);
 	(void)meta_readdir_get(&r, ents, 64, &more);
 	rbuf_init(&r, p, n);

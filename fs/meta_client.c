@@ -476,6 +476,28 @@ int meta_close(struct meta_client *mc, strata_ino_t ino, uint64_t session, int64
 	return call_empty(mc, MSG_META_CLOSE, &q, 0);
 }
 
+int meta_close_many(struct meta_client *mc, const struct meta_close_item *items, uint32_t n,
+		    int *results)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	struct rbuf b;
+	int r;
+
+	if (n == 0 || n > META_CLOSE_MANY_MAX)
+		return -EINVAL;
+	atomic_fetch_add_explicit(&mc->calls[MSG_META_CLOSE_MANY - MSG_META_PING], 1,
+				  memory_order_relaxed);
+	wbuf_init(&w);
+	meta_close_many_put(&w, items, n);
+	r = w.err ?: rpc_call(mc->rpc, MSG_META_CLOSE_MANY, &w, 0, &rep);
+	wbuf_done(&w);
+	if (r < 0)
+		return r;
+	rbuf_init(&b, rep.data, rep.len);
+	return meta_close_many_reply_get(&b, results, n);
+}
+
 int meta_set_length(struct meta_client *mc, strata_ino_t ino, uint64_t length, int64_t mtime_ns)
 {
 	struct meta_req q = {.ino = ino, .length = length, .mtime_ns = mtime_ns};

@@ -126,6 +126,19 @@ int meta_open(struct meta_client *mc, const struct meta_opid *op, strata_ino_t i
  * meta_set_length. */
 int meta_close(struct meta_client *mc, strata_ino_t ino, uint64_t session, int64_t length,
 	       int64_t mtime_ns);
+/* One session to close with meta_close_many: as meta_close's arguments. */
+struct meta_close_item {
+	uint64_t ino, session;
+	int64_t length, mtime_ns;
+};
+#define META_CLOSE_MANY_MAX 256 /* items per MSG_META_CLOSE_MANY */
+/* Closes n (<= META_CLOSE_MANY_MAX) sessions in one request; results[i] is
+ * what meta_close would have returned for items[i]. Returns 0 when the
+ * server answered (each result then says), -EOPNOTSUPP from a server older
+ * than the message (close them one by one), or a transport error (none
+ * known to be closed). */
+int meta_close_many(struct meta_client *mc, const struct meta_close_item *items, uint32_t n,
+		    int *results);
 /* Records that the file is at least `length` bytes long (writes past the
  * end): size = max(size, length); mtime set if mtime_ns >= 0. */
 int meta_set_length(struct meta_client *mc, strata_ino_t ino, uint64_t length, int64_t mtime_ns);

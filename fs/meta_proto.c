@@ -918,3 +918,51 @@ int meta_fsck_chunks_reply_get(struct rbuf *b, struct meta_fsck_chunk *c, uint32
 	}
 	return rbuf_done(b) < 0 ? -EBADMSG : 0;
 }
+
+void meta_close_many_put(struct wbuf *b, const struct meta_close_item *items, uint32_t n)
+{
+	wbuf_put_u32(b, n);
+	for (uint32_t i = 0; i < n; i++) {
+		wbuf_put_u64(b, items[i].ino);
+		wbuf_put_u64(b, items[i].session);
+		wbuf_put_i64(b, items[i].length);
+		wbuf_put_i64(b, items[i].mtime_ns);
+	}
+}
+
+int meta_close_many_get(struct rbuf *b, struct meta_close_item *items, uint32_t *ret_n)
+{
+	uint32_t n = rbuf_get_u32(b);
+
+	if (b->err || n == 0 || n > META_CLOSE_MANY_MAX || rbuf_remaining(b) != (size_t)n * 32)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < n; i++) {
+		items[i].ino = rbuf_get_u64(b);
+		items[i].session = rbuf_get_u64(b);
+		items[i].length = rbuf_get_i64(b);
+		items[i].mtime_ns = rbuf_get_i64(b);
+	}
+	if (rbuf_done(b) < 0)
+		return -EBADMSG;
+	*ret_n = n;
+	return 0;
+}
+
+void meta_close_many_reply_put(struct wbuf *b, const int *results, uint32_t n)
+{
+	wbuf_put_u32(b, n);
+	for (uint32_t i = 0; i < n; i++)
+		wbuf_put_u32(b, (uint32_t)results[i]);
+}
+
+int meta_close_many_reply_get(struct rbuf *b, int *results, uint32_t n)
+{
+	if (rbuf_get_u32(b) != n || b->err)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < n; i++) {
+		int32_t r = (int32_t)rbuf_get_u32(b);
+
+		results[i] = r > 0 || r < -4095 ? -EIO : r; /* only errnos */
+	}
+	return rbuf_done(b) < 0 ? -EBADMSG : 0;
+}

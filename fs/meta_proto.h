@@ -55,6 +55,15 @@ int mgmt_req_decode(uint16_t type, struct rbuf *b, struct mgmt_req *ret);
 void mgmt_register_reply_put(struct wbuf *b, uint32_t node_id, const uint32_t *ids, int n);
 int mgmt_register_reply_get(struct rbuf *b, uint32_t *ret_node_id, uint32_t *ids, int n);
 
+/* MSG_META_CLOSE_MANY request: n u32 (1..META_CLOSE_MANY_MAX), then per
+ * item ino u64, session u64, length i64, mtime i64. Reply: n u32, then a
+ * status per item (u32: 0 or a negative errno). The getters return 0 or
+ * -EBADMSG. */
+void meta_close_many_put(struct wbuf *b, const struct meta_close_item *items, uint32_t n);
+int meta_close_many_get(struct rbuf *b, struct meta_close_item *items, uint32_t *ret_n);
+void meta_close_many_reply_put(struct wbuf *b, const int *results, uint32_t n);
+int meta_close_many_reply_get(struct rbuf *b, int *results, uint32_t n);
+
 /* Reply pieces. The getters return 0 or -EBADMSG (rbuf_done checked). */
 void meta_attr_put(struct wbuf *b, const struct strata_attr *a);
 void meta_attr_read(struct rbuf *b, struct strata_attr *a); /* no rbuf_done */

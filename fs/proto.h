@@ -31,6 +31,7 @@ enum strata_msg {
 	MSG_META_FSCK,	      /* namespace check (and repair): meta/fsck.c */
 	MSG_META_FSCK_CHUNKS, /* verdicts on listed chunks by inode (and removal) */
 	MSG_META_FSCK_RESYNC, /* a damaged or stale replica: resync its target */
+	MSG_META_CLOSE_MANY,  /* closes of several sessions in one request */
 
 	/* chunkserver */
 	MSG_CHUNK_PING = 0x0200,

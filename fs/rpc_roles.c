@@ -25,7 +25,7 @@ static unsigned roles_of(uint16_t type)
 {
 	if (type == MSG_META_PING || type == MSG_CHUNK_PING || type == MSG_MGMT_ROUTING)
 		return EVERYONE;
-	if (type > MSG_META_PING && type <= MSG_META_SET_LENGTH)
+	if ((type > MSG_META_PING && type <= MSG_META_SET_LENGTH) || type == MSG_META_CLOSE_MANY)
 		return CLIENTS; /* the namespace */
 	switch (type) {
 	case MSG_META_FSCK:

@@ -186,6 +186,7 @@ struct sfs {
 	_Atomic uint64_t life_ops;
 	struct sfs_usrbio *usrbio; /* usrbio.c's server, NULL without --usrbio */
 	struct sfs_dircache *dc;   /* dircache.c, NULL when the negative timeout is 0 */
+	struct sfs_closer *closer; /* closer.c, NULL when not serving */
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
@@ -231,6 +232,17 @@ struct sfs_file *sfs_file_open_native(struct sfs *fs, strata_ino_t ino, uint32_t
 				      int *ret_err);
 /* Closes f's session (recording a pending length) and frees f. */
 int sfs_file_close(struct sfs *fs, struct sfs_file *f);
+/* What is left once f's session was closed (r: how that went, logged if
+ * it failed): f leaves its inode, and is freed. */
+void sfs_file_closed(struct sfs *fs, struct sfs_file *f, int r);
+
+/* ---- batched closes (closer.c) ---------------------------------------------- */
+int sfs_closer_start(struct sfs *fs); /* 0 or -errno: then releases close one by one */
+/* Drains the queue (every queued RELEASE answered), then stops. */
+void sfs_closer_stop(struct sfs *fs);
+/* Queues the close of f (no longer in the handle table) and the answer to
+ * req, its RELEASE; false when there is no closer (close it here). */
+bool sfs_closer_queue(struct sfs *fs, fuse_req_t req, struct sfs_file *f);
 
 /* ---- the native client's server (usrbio.c, fs/usrbio_proto.h) -------------
  * No-ops without --usrbio. Started once the mount serves, stopped after the

@@ -489,8 +489,11 @@ static int serve(struct sfs *fs, int *ready_fd, int held_fd)
 		log_warn_errno(r, "Failed to install the SIGUSR2 handler (no planned restart)");
 	sfs_takeover_hold(fs);
 	sfs_usrbio_start(fs); /* the mount works without it: logged */
+	if (sfs_closer_start(fs) < 0)
+		log_warn("No batched closes: every release closes its session alone");
 	report_ready(ready_fd, 0);
 	r = run_loop(fs);
+	sfs_closer_stop(fs); /* the queued releases answered before anything else */
 	sfs_usrbio_stop(fs); /* its sessions are not the kernel's: closed in any case */
 	sfs_restart_disarm();
 	if (sfs_restart_requested())

@@ -335,6 +335,16 @@ static int file_close(struct sfs *fs, struct sfs_file *f)
 		in->size_dirty = false;
 		in->data_written = false;
 	}
+	pthread_mutex_unlock(&in->lock);
+	sfs_file_closed(fs, f, r);
+	return r;
+}
+
+void sfs_file_closed(struct sfs *fs, struct sfs_file *f, int r)
+{
+	struct sfs_inode *in = f->inode;
+
+	pthread_mutex_lock(&in->lock);
 	in->nopen--;
 	in->nkwriters -= kernel_writer(f);
 	pthread_mutex_unlock(&in->lock);
@@ -343,7 +353,19 @@ static int file_close(struct sfs *fs, struct sfs_file *f)
 			       (unsigned long long)in->ino);
 	sfs_inode_put(fs, in);
 	free(f);
-	return r;
+}
+
+/* Whether f's close has nothing to record (closer.c invariant 3): then its
+ * RELEASE may be answered after a batched close. */
+static bool release_batchable(struct sfs_file *f)
+{
+	struct sfs_inode *in = f->inode;
+	bool ok;
+
+	pthread_mutex_lock(&in->lock);
+	ok = !in->size_dirty && !in->data_written;
+	pthread_mutex_unlock(&in->lock);
+	return ok && !f->native;
 }
 
 /* Rebuilds the handle of a file a dead predecessor opened (its session
@@ -589,6 +611,15 @@ void sfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs *fs = FS(req);
 	struct sfs_file *f = files_find(fs, fi->fh);
 
+	if (f && release_batchable(f)) {
+		files_unlink(fs, f);
+		if (sfs_closer_queue(fs, req, f))
+			return; /* answered once meta closed it */
+		sfs_file_closed(
+		    fs, f, SFS_CALL(fs, SFS_IDEM, meta_close(fs->mc, ino, f->session, -1, -1)));
+		fuse_reply_err(req, 0);
+		return;
+	}
 	if (f)
 		file_close(fs, f);
 	else if (fs->taken_over) /* a predecessor's handle never used since */

@@ -49,13 +49,13 @@ static const char *const fuse_opcode_names[FUSE_OPCODES] = {
 
 /* fs/proto.h, MSG_META_PING onwards, in order */
 static const char *const meta_call_names[] = {
-    "ping",   "lookup",	    "getattr",	"setattr",     "mknod",	      "mkdir",	  "create",
-    "unlink", "rmdir",	    "rename",	"link",	       "symlink",     "readlink", "readdir",
-    "statfs", "setxattr",   "getxattr", "listxattr",   "removexattr", "open",	  "close",
-    "sync",   "set_length", "fsck",	"fsck_chunks", "fsck_resync",
+    "ping",   "lookup",	    "getattr",	"setattr",     "mknod",	      "mkdir",	    "create",
+    "unlink", "rmdir",	    "rename",	"link",	       "symlink",     "readlink",   "readdir",
+    "statfs", "setxattr",   "getxattr", "listxattr",   "removexattr", "open",	    "close",
+    "sync",   "set_length", "fsck",	"fsck_chunks", "fsck_resync", "close_many",
 };
 _Static_assert(sizeof(meta_call_names) / sizeof(meta_call_names[0]) ==
-		   MSG_META_FSCK_RESYNC - MSG_META_PING + 1,
+		   MSG_META_CLOSE_MANY - MSG_META_PING + 1,
 	       "a name for every meta message type");
 
 void sfs_stats_request(uint32_t opcode)

@@ -110,6 +110,10 @@ int ns_removexattr(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, 
 /* Sessions: see README.md, "Sessions". */
 int ns_open_file(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, uint32_t flags,
 		 const char *client_id, uint64_t *ret_session);
+/* Closes items[0..n) as ns_close_file would, in one commit (or a few: two
+ * sessions of one inode commit apart), results[i] each one's answer.
+ * Returns 0, or the store's error (then none is known closed). */
+int ns_close_files(struct ns *ns, const struct meta_close_item *items, uint32_t n, int *results);
 int ns_close_file(struct ns *ns, strata_ino_t ino, uint64_t session, int64_t length,
 		  int64_t mtime_ns);
 /* Closes every session of client_id; returns how many. */

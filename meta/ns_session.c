@@ -175,6 +175,47 @@ int ns_close_file(struct ns *ns, strata_ino_t ino, uint64_t session, int64_t len
 	return r ?: ns_commit(ns, b);
 }
 
+/* Whether ino is among items[0..n). */
+static bool closing_ino(const struct meta_close_item *items, uint32_t n, uint64_t ino)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (items[i].ino == ino)
+			return true;
+	return false;
+}
+
+int ns_close_files(struct ns *ns, const struct meta_close_item *items, uint32_t n, int *results)
+{
+	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);
+	struct kv_batch *b = kv_batch_new();
+	uint32_t first = 0; /* items[first..i) are in b */
+	int r = 0;
+
+	if (!b)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n && r == 0; i++) {
+		/* a close reads what earlier ones changed (the last session of
+		 * an orphan): an inode already in the batch commits it first */
+		if (closing_ino(items + first, i - first, items[i].ino)) {
+			r = ns_commit(ns, b);
+			kv_batch_free(b);
+			b = r == 0 ? kv_batch_new() : NULL;
+			r = r ?: (b ? 0 : -ENOMEM);
+			first = i;
+			if (r < 0)
+				break;
+		}
+		results[i] = close_locked(ns, b, items[i].ino, items[i].session, items[i].length,
+					  items[i].mtime_ns);
+		if (results[i] < 0 && results[i] != -EBADF && results[i] != -ENOENT)
+			r = results[i]; /* the store failed: what is in b is not known good */
+	}
+	if (r == 0)
+		r = ns_commit(ns, b);
+	kv_batch_free(b);
+	return r;
+}
+
 struct clear_ctx {
 	uint64_t ino[256], sid[256];
 	int n;

@@ -293,6 +293,23 @@ static int handle_meta(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 	return meta_ops[idx](ns, q, reply);
 }
 
+static int handle_close_many(struct ns *ns, struct rbuf *req, struct wbuf *reply)
+{
+	_cleanup_free_ struct meta_close_item *items = malloc(META_CLOSE_MANY_MAX * sizeof(*items));
+	int results[META_CLOSE_MANY_MAX];
+	uint32_t n;
+	int r;
+
+	if (!items)
+		return -ENOMEM;
+	if (meta_close_many_get(req, items, &n) < 0)
+		return -EBADMSG;
+	r = ns_close_files(ns, items, n, results);
+	if (r == 0)
+		meta_close_many_reply_put(reply, results, n);
+	return r;
+}
+
 static int handle_register(struct ns *ns, const struct mgmt_req *q, struct wbuf *w)
 {
 	_cleanup_free_ struct mgmt_target_info *t = calloc(MGMT_MAX_TARGETS, sizeof(*t));
@@ -548,5 +565,7 @@ int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 		return handle_repl(ns, type, req, reply);
 	if (type == MSG_META_FSCK || type == MSG_META_FSCK_CHUNKS || type == MSG_META_FSCK_RESYNC)
 		return handle_fsck(ns, type, req, reply, peer ? peer->addr : "local");
+	if (type == MSG_META_CLOSE_MANY)
+		return handle_close_many(ns, req, reply);
 	return handle_meta(ns, type, req, reply, peer);
 }

@@ -48,11 +48,14 @@ def create(path):
 
 # per phase: meta call -> most allowed per operation
 BOUNDS = {
-    "create": {"meta.create": 1.0, "meta.lookup": 1.0, "meta.close": 1.0, "meta.getattr": 0.05},
-    "stat": {"meta.lookup": 1.0, "meta.getattr": 0.05},
+    # the lookup before a create is answered by the directory's listing, the
+    # close batched (fuse/dircache.c, fuse/closer.c)
+    "create": {"meta.create": 1.0, "meta.lookup": 0.05, "meta.close_many": 1.0},
+    # a cold stat is answered by the listing: a page per 1024 names
+    "stat": {"meta.lookup": 0.05, "meta.readdir": 0.05},
     # the removal's answer refreshes the parent and the removed inode: no
     # GETATTR of either, no write-back of the kernel's ctime (fuse/attrcache.c)
-    "unlink": {"meta.unlink": 1.0, "meta.lookup": 1.0},
+    "unlink": {"meta.unlink": 1.0, "meta.lookup": 0.05},
 }
 
 

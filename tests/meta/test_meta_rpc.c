@@ -130,6 +130,32 @@ static void test_namespace(struct meta_client *mc)
 	CHECK_EQ(meta_open(mc, NULL, f.ino, O_RDWR, &sid), 0);
 	CHECK_EQ(meta_clear_sessions(mc), 1);
 	CHECK_EQ(meta_sync(mc), 0);
+
+	/* batched closes: an orphan's two sessions in one request (the second
+	 * is its last: the inode goes), a length recorded, an unknown session */
+	uint64_t s1, s2, s3;
+	struct strata_attr g, h;
+	CHECK_EQ(meta_create(mc, NULL, d, "orph", 0644, 0, 0, O_CREAT | O_RDWR, &g, &s1), 0);
+	CHECK_EQ(meta_open(mc, NULL, g.ino, O_RDONLY, &s2), 0);
+	CHECK_EQ(meta_create(mc, NULL, d, "kept", 0644, 0, 0, O_CREAT | O_RDWR, &h, &s3), 0);
+	CHECK_EQ(meta_unlink(mc, NULL, d, "orph"), 0);
+	CHECK_EQ(meta_getattr(mc, g.ino, &a), 0); /* open: an orphan */
+	struct meta_close_item items[] = {{g.ino, s1, -1, -1},
+					  {g.ino, s2, -1, -1},
+					  {h.ino, s3, 777, 4242},
+					  {h.ino, 999999, -1, -1}};
+	int res[4];
+	CHECK_EQ(meta_close_many(mc, items, 4, res), 0);
+	CHECK_EQ(res[0], 0);
+	CHECK_EQ(res[1], 0);
+	CHECK_EQ(res[2], 0);
+	CHECK_EQ(res[3], -EBADF);
+	CHECK_EQ(meta_getattr(mc, g.ino, &a), -ENOENT); /* its last session closed */
+	CHECK_EQ(meta_lookup(mc, d, "kept", &a), 0);
+	CHECK_EQ(a.size, 777);
+	CHECK_EQ(a.mtime_ns, 4242);
+	CHECK_EQ(meta_close_many(mc, items, 0, res), -EINVAL);
+	CHECK_EQ(meta_close_many(mc, items, META_CLOSE_MANY_MAX + 1, res), -EINVAL);
 }
 
 static void test_xattr_readdir(struct meta_client *mc)
