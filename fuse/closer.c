@@ -22,9 +22,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "fs/log.h"
 #include "fuse/fuse-internal.h"
+
+#define SFS_CLOSER_GATHER_US 1000 /* a RELEASE waits at most this long to be batched */
 
 struct close_job {
 	struct close_job *next;
@@ -76,6 +79,25 @@ static void close_batch(struct sfs *fs, struct close_job **jobs, uint32_t n)
 	}
 }
 
+/* c->lock held, something queued: lets more RELEASEs arrive for up to
+ * SFS_CLOSER_GATHER_US, so that a storm's closes share a commit and the
+ * thread wakes once per batch rather than once per release. */
+static void gather(struct sfs_closer *c)
+{
+	struct timespec until;
+
+	if (c->stopping)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += SFS_CLOSER_GATHER_US * 1000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	while (!c->stopping && pthread_cond_timedwait(&c->cond, &c->lock, &until) == 0)
+		;
+}
+
 static void *closer_main(void *arg)
 {
 	struct sfs *fs = arg;
@@ -88,6 +110,7 @@ static void *closer_main(void *arg)
 		pthread_mutex_lock(&c->lock);
 		while (!c->head && !c->stopping)
 			pthread_cond_wait(&c->cond, &c->lock);
+		gather(c);
 		while (c->head && n < META_CLOSE_MANY_MAX) {
 			jobs[n++] = c->head;
 			c->head = c->head->next;
@@ -110,7 +133,11 @@ int sfs_closer_start(struct sfs *fs)
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	c->tail = &c->head;
 	fs->closer = c;
 	r = sfs_thread_start(&c->thread, closer_main, fs);
@@ -140,9 +167,11 @@ bool sfs_closer_queue(struct sfs *fs, fuse_req_t req, struct sfs_file *f)
 		free(j);
 		return false;
 	}
+	bool first = !c->head;
 	*c->tail = j;
 	c->tail = &j->next;
-	pthread_cond_signal(&c->cond);
+	if (first) /* the thread waits for the first; later ones it gathers */
+		pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	return true;
 }
