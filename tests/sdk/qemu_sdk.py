@@ -2,10 +2,11 @@
 create, exec (output, exit code, stderr), a streamed exec, interactive
 stdin, timeouts and output caps, files and tar bodies, pause/resume over
 QMP, TTL, kill -9 of the VMM and a guest kernel panic (the sandbox turns
-failed with the reason). Run on its own
-(ctest sdk_python_qemu): every VM boots for ~10 s under TCG, so three
-sandboxes serve all the tests. Skips with the reason where the backend is
-unavailable (no QEMU, no guest in build/guest)."""
+failed with the reason), warm starts from a snapshot (on the node, and
+shared by two sandboxd over one cluster mount, a corrupted one replaced by
+a boot). Run on its own (ctest sdk_python_qemu): every VM boots for ~10 s
+under TCG, so few sandboxes serve all the tests. Skips with the reason
+where the backend is unavailable (no QEMU, no guest in build/guest)."""
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ import pytest
 
 import strata
 from strata import Sandbox
-from sandboxd_harness import start_counter
+from sandboxd_harness import Daemon, start_counter
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +200,71 @@ def test_warm_start(daemon, vm):
         sb.files.write("/mine", b"y")
         assert not vm.files.exists("/mine")
     assert warm_s < 0.5 * vm.boot_s, (warm_s, vm.boot_s)
+
+
+def node(workdir, images, mount, name):
+    """A sandboxd of its own home and state dir whose cluster mount
+    (HOME/cluster.env, as `strata up` writes it) is mount."""
+    d = Daemon(os.path.join(workdir, name), images)
+    os.makedirs(d.home)
+    with open(os.path.join(d.home, "cluster.env"), "w") as f:
+        f.write("STRATA_MOUNT=%s\n" % mount)
+    return d.start()
+
+
+def timed_create(d):
+    t0 = time.time()
+    sb = Sandbox.create("busybox", backend="qemu", socket=d.socket, memory_mb=192, cpu=1,
+                        disk_mb=96, timeout=180)
+    s = time.time() - t0
+    assert sb.exec("cat /etc/passwd").stdout.startswith("root:")
+    sb.kill()
+    return s
+
+
+def test_snapshot_shared_by_nodes(workdir, images, need_qemu):
+    """Two sandboxd, each with its own home and state dir ("two nodes"),
+    over one cluster mount (a directory here; the strata filesystem in
+    production): the first create on node A boots and saves the shape's
+    snapshot under MOUNT/.strata/vm-snapshots/KEY (not in A's state dir);
+    node B restores it. A byte flipped in the saved state: B's next create
+    says why, removes the snapshot, boots and saves it anew, which A then
+    restores."""
+    mount = os.path.join(workdir, "cluster-mount")
+    os.makedirs(os.path.join(mount, ".strata"))
+    snaps = os.path.join(mount, ".strata", "vm-snapshots")
+    a = node(workdir, images, mount, "node-a")
+    b = node(workdir, images, mount, "node-b")
+    try:
+        cold = timed_create(a)
+        keys = os.listdir(snaps)
+        assert len(keys) == 1 and not keys[0].startswith("."), keys  # no temp dir left
+        snap = os.path.join(snaps, keys[0])
+        assert sorted(os.listdir(snap)) == ["disk", "manifest", "state"]
+        assert not os.listdir(os.path.join(a.home, "sandboxd", "vm", "snapshots"))
+
+        warm = timed_create(b)
+        print("shared snapshot: cold create on A %.2f s, warm create on B %.2f s" % (cold, warm))
+        assert "warm start from %s" % snap in b.log_text()
+        assert warm < 0.5 * cold, (warm, cold)
+
+        state = os.path.join(snap, "state")
+        ino = os.stat(snap).st_ino
+        with open(state, "r+b") as f:
+            f.seek(os.path.getsize(state) // 2)
+            c = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([c[0] ^ 0x40]))
+        cold_b = timed_create(b)
+        log = b.log_text()
+        assert "state's checksum" in log and "removed; booting" in log, log[-3000:]
+        assert sorted(os.listdir(snaps)) == keys  # the same key, saved anew
+        assert os.stat(snap).st_ino != ino
+        warm_a = timed_create(a)
+        print("after the corruption: cold create on B %.2f s, warm create on A %.2f s"
+              % (cold_b, warm_a))
+        assert warm_a < 0.5 * cold_b, (warm_a, cold_b)
+        assert a.log_text().count("warm start from %s" % snap) == 1
+    finally:
+        a.stop()
+        b.stop()
