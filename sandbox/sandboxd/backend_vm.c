@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fs/clock.h"
 #include "fs/log.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
@@ -412,6 +413,7 @@ static void warm_save(struct vm_box *box, const char *root, const char *key)
 	struct strata_err e = {0};
 	if (!warm_claim(vb, key, true))
 		return;
+	int64_t t0 = strata_mono_ms(), t_resumed = t0;
 	int r = vm_warm_save_begin(root, key, vb->tag, &s, &e);
 	bool paused = r == 0;
 	if (r == 0)
@@ -420,6 +422,7 @@ static void warm_save(struct vm_box *box, const char *root, const char *key)
 		r = vm_warm_save_disk(s, box->disk_fd, &e);
 	if (paused && vmm_resume(box->v, &e) < 0)
 		log_warn("sandbox %s: resume after the snapshot: %s", box->sb->id, e.msg);
+	t_resumed = strata_mono_ms();
 	if (r == 0)
 		r = vm_warm_save_commit(s, &e); /* the syncs: with the guest running */
 	else
@@ -428,9 +431,11 @@ static void warm_save(struct vm_box *box, const char *root, const char *key)
 		log_warn("sandbox %s: no warm-start snapshot in %s: %s", box->sb->id, root,
 			 e.msg[0] ? e.msg : strerror(-r));
 	else
-		log_info("sandbox %s: %s %s/%s", box->sb->id,
+		log_info("sandbox %s: %s %s/%s (the guest paused %" PRId64 " ms, %" PRId64
+			 " ms in all)",
+			 box->sb->id,
 			 r == 0 ? "saved its shape's snapshot" : "another saver was first for",
-			 root, key);
+			 root, key, t_resumed - t0, strata_mono_ms() - t0);
 	warm_claim(vb, key, false);
 }
 
