@@ -31,10 +31,12 @@
 #include "sandbox/vm/warm.h"
 
 #define IO_BYTES (1u << 20) /* a read of the state or the disk */
+#define COPY_PAGE 4096u	    /* the holes of a disk copy */
 #define TMP_PREFIX ".tmp-"
 #define DEAD_PREFIX ".dead-"
 
 static_assert(IO_BYTES % VM_WARM_BLOCK == 0, "reads hold whole blocks");
+static_assert(VM_WARM_BLOCK % COPY_PAGE == 0, "blocks hold whole pages");
 static_assert(sizeof(VM_WARM_MAGIC) - 1 == 8, "the magic is 8 bytes");
 
 static atomic_uint name_seq; /* temp names of this process */
@@ -191,6 +193,20 @@ static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 	return 0;
 }
 
+/* Writes the pages of p that are not all zero (the copy as sparse as a
+ * page-wise cp would make it: a block the checksum counts may be mostly
+ * holes). */
+static int write_pages(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	for (size_t i = 0; i < n; i += COPY_PAGE) {
+		size_t k = STRATA_MIN((size_t)COPY_PAGE, n - i);
+		int r = all_zero(p + i, k) ? 0 : pwrite_all(fd, p + i, k, off + i);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /* Reads [off, end) of from, hashes its non-zero blocks and writes them to
  * to (when >= 0). off is block-aligned. */
 static int copy_range(int from, int to, uint64_t off, uint64_t end, uint8_t *buf, XXH3_state_t *h)
@@ -212,7 +228,7 @@ static int copy_range(int from, int to, uint64_t off, uint64_t end, uint8_t *buf
 			le64_put(le, off + b);
 			XXH3_64bits_update(h, le, 8);
 			XXH3_64bits_update(h, buf + b, n);
-			int r = to >= 0 ? pwrite_all(to, buf + b, n, off + b) : 0;
+			int r = to >= 0 ? write_pages(to, buf + b, n, off + b) : 0;
 			if (r < 0)
 				return r;
 		}

@@ -112,7 +112,7 @@ static void test_roundtrip_and_holes(int disk)
 	CHECK(same_file(p, disk));
 	struct stat st;
 	CHECK(stat(p, &st) == 0);
-	CHECK(st.st_blocks * 512 < DISK_BYTES / 2); /* the copy has holes */
+	CHECK(st.st_blocks * 512 <= 256 << 10); /* the copy has holes, page-wise (~110 KiB) */
 	/* the same disk without holes sums the same */
 	snprintf(p, sizeof(p), "%s/full.img", root);
 	int full = make_disk(p, false);
