@@ -207,9 +207,42 @@ static int write_pages(int fd, const uint8_t *p, size_t n, uint64_t off)
 	return 0;
 }
 
-/* Reads [off, end) of from, hashes its non-zero blocks and writes them to
- * to (when >= 0). off is block-aligned. */
-static int copy_range(int from, int to, uint64_t off, uint64_t end, uint8_t *buf, XXH3_state_t *h)
+/* A packed disk being written: the non-zero blocks one after the other,
+ * their offsets kept for the index. */
+struct pack {
+	int fd;
+	uint64_t pos, n, cap;
+	uint64_t *offs;
+};
+
+static int pack_block(struct pack *pk, uint64_t off, const uint8_t *p, size_t n)
+{
+	if (pk->n == pk->cap) {
+		uint64_t cap = pk->cap ? 2 * pk->cap : 256;
+		uint64_t *v = realloc(pk->offs, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		pk->offs = v, pk->cap = cap;
+	}
+	pk->offs[pk->n++] = off;
+	int r = pwrite_all(pk->fd, p, n, pk->pos);
+	pk->pos += n;
+	return r;
+}
+
+/* Sums a non-zero block as the manifest's disk checksum counts it. */
+static void sum_block(XXH3_state_t *h, uint64_t off, const uint8_t *p, size_t n)
+{
+	uint8_t le[8];
+	le64_put(le, off);
+	XXH3_64bits_update(h, le, 8);
+	XXH3_64bits_update(h, p, n);
+}
+
+/* Reads [off, end) of from, sums its non-zero blocks and packs them. off
+ * is block-aligned. */
+static int pack_range(int from, struct pack *pk, uint64_t off, uint64_t end, uint8_t *buf,
+		      XXH3_state_t *h)
 {
 	while (off < end) {
 		size_t want = (size_t)STRATA_MIN((uint64_t)IO_BYTES, end - off);
@@ -223,12 +256,9 @@ static int copy_range(int from, int to, uint64_t off, uint64_t end, uint8_t *buf
 		for (size_t b = 0; b < (size_t)k; b += VM_WARM_BLOCK) {
 			size_t n = STRATA_MIN((size_t)VM_WARM_BLOCK, (size_t)k - b);
 			if (all_zero(buf + b, n))
-				continue; /* a hole in the copy, not in the sum */
-			uint8_t le[8];
-			le64_put(le, off + b);
-			XXH3_64bits_update(h, le, 8);
-			XXH3_64bits_update(h, buf + b, n);
-			int r = to >= 0 ? write_pages(to, buf + b, n, off + b) : 0;
+				continue;
+			sum_block(h, off + b, buf + b, n);
+			int r = pack_block(pk, off + b, buf + b, n);
 			if (r < 0)
 				return r;
 		}
@@ -237,13 +267,30 @@ static int copy_range(int from, int to, uint64_t off, uint64_t end, uint8_t *buf
 	return 0;
 }
 
-/* Copies the bytes of from into to (the copy sparse: zero blocks are
- * holes) and sums them as the manifest's disk checksum. Skips the holes of
- * from where its filesystem says where they are (SEEK_DATA); elsewhere it
- * reads them (as zeros: the same sum). */
-static int copy_disk(int from, int to, uint64_t *ret_sum, uint64_t *ret_bytes)
+/* The packed disk's index and trailer after its blocks. */
+static int pack_finish(struct pack *pk, uint64_t size)
+{
+	uint8_t le[8], tr[VM_WARM_DISK_TRAILER];
+	for (uint64_t i = 0; i < pk->n; i++) {
+		le64_put(le, pk->offs[i]);
+		int r = pwrite_all(pk->fd, le, 8, pk->pos + 8 * i);
+		if (r < 0)
+			return r;
+	}
+	memcpy(tr, VM_WARM_DISK_MAGIC, 8);
+	le64_put(tr + 8, pk->n);
+	le64_put(tr + 16, size);
+	return pwrite_all(pk->fd, tr, sizeof(tr), pk->pos + 8 * pk->n);
+}
+
+/* Packs the disk from into to (warm.h: the non-zero blocks, their index,
+ * the trailer) and sums it as the manifest's disk checksum. Skips the
+ * holes of from where its filesystem says where they are (SEEK_DATA);
+ * elsewhere it reads them (as zeros: the same sum). */
+static int pack_disk(int from, int to, uint64_t *ret_sum, uint64_t *ret_bytes)
 {
 	_cleanup_free_ uint8_t *buf = malloc(IO_BYTES);
+	struct pack pk = {.fd = to};
 	struct stat st;
 	XXH3_state_t h;
 	if (!buf)
@@ -252,10 +299,9 @@ static int copy_disk(int from, int to, uint64_t *ret_sum, uint64_t *ret_bytes)
 		return -errno;
 	uint64_t size = (uint64_t)st.st_size, off = 0;
 	XXH3_64bits_reset(&h);
-	if (to >= 0 && ftruncate(to, 0) < 0)
-		return -errno;
 	bool seek = true;
-	while (off < size) {
+	int r = 0;
+	while (r == 0 && off < size) {
 		off_t d = seek ? lseek(from, (off_t)off, SEEK_DATA) : (off_t)off;
 		if (d < 0 && errno == ENXIO)
 			break; /* a hole to the end */
@@ -267,15 +313,106 @@ static int copy_disk(int from, int to, uint64_t *ret_sum, uint64_t *ret_bytes)
 		off_t hole = seek ? lseek(from, d, SEEK_HOLE) : (off_t)size;
 		uint64_t end = hole < 0 ? size : (uint64_t)hole;
 		end = STRATA_MIN(size, (end + VM_WARM_BLOCK - 1) / VM_WARM_BLOCK * VM_WARM_BLOCK);
-		int r = copy_range(from, to, start, end, buf, &h);
-		if (r < 0)
-			return r;
+		r = pack_range(from, &pk, start, end, buf, &h);
 		off = end;
 	}
-	if (to >= 0 && ftruncate(to, (off_t)size) < 0)
-		return -errno;
+	if (r == 0)
+		r = pack_finish(&pk, size);
+	free(pk.offs);
 	*ret_sum = XXH3_64bits_digest(&h);
 	*ret_bytes = size;
+	return r;
+}
+
+/* The index of a packed disk of file_bytes, checked: offsets ascending,
+ * block-aligned, inside the disk, and blocks + index + trailer exactly the
+ * file. *ret (n offsets, caller frees). */
+static int read_index(int fd, uint64_t file_bytes, uint64_t size, uint64_t **ret, uint64_t *ret_n,
+		      struct strata_err *e)
+{
+	uint8_t tr[VM_WARM_DISK_TRAILER];
+	if (file_bytes < sizeof(tr) ||
+	    pread(fd, tr, sizeof(tr), (off_t)(file_bytes - sizeof(tr))) != (ssize_t)sizeof(tr) ||
+	    memcmp(tr, VM_WARM_DISK_MAGIC, 8))
+		return strata_err_set(e, -EBADMSG, "its disk is cut short (no trailer)");
+	uint64_t n = le64_get(tr + 8);
+	if (le64_get(tr + 16) != size)
+		return strata_err_set(
+		    e, -EBADMSG, "its disk is of %" PRIu64 " bytes, the manifest says %" PRIu64,
+		    le64_get(tr + 16), size);
+	if (n > size / VM_WARM_BLOCK + 1 || 8 * n > file_bytes - sizeof(tr))
+		return strata_err_set(e, -EBADMSG, "its disk's index of %" PRIu64 " is too long",
+				      n);
+	_cleanup_free_ uint8_t *raw = malloc(8 * n + 1);
+	uint64_t *v = malloc(8 * n + 1), data = 0;
+	if (!raw || !v) {
+		free(v);
+		return -ENOMEM;
+	}
+	off_t at = (off_t)(file_bytes - sizeof(tr) - 8 * n);
+	int r = pread(fd, raw, 8 * n, at) == (ssize_t)(8 * n) ? 0 : -EBADMSG;
+	for (uint64_t i = 0; r == 0 && i < n; i++) {
+		v[i] = le64_get(raw + 8 * i);
+		if (v[i] % VM_WARM_BLOCK || v[i] >= size || (i && v[i] <= v[i - 1]))
+			r = -EBADMSG;
+		else
+			data += STRATA_MIN((uint64_t)VM_WARM_BLOCK, size - v[i]);
+	}
+	if (r == 0 && data + 8 * n + sizeof(tr) != file_bytes)
+		r = -EBADMSG;
+	if (r < 0) {
+		free(v);
+		return strata_err_set(e, r, "its disk is not as its index says");
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+/* Unpacks the packed disk from into to (sparse: zero pages are holes),
+ * summing it. */
+static int unpack_disk(int from, int to, uint64_t size, uint64_t *ret_sum, struct strata_err *e)
+{
+	_cleanup_free_ uint8_t *buf = malloc(IO_BYTES);
+	_cleanup_free_ uint64_t *offs = NULL;
+	struct stat st;
+	uint64_t n = 0, pos = 0;
+	XXH3_state_t h;
+	if (!buf)
+		return -ENOMEM;
+	if (fstat(from, &st) < 0)
+		return -errno;
+	int r = read_index(from, (uint64_t)st.st_size, size, &offs, &n, e);
+	if (r < 0)
+		return r;
+	if (ftruncate(to, 0) < 0 || ftruncate(to, (off_t)size) < 0)
+		return strata_err_set(e, -errno, "cannot size the VM's disk: %s", strerror(errno));
+	XXH3_64bits_reset(&h);
+	/* blocks are whole but for the disk's last one: a read of IO_BYTES
+	 * holds whole blocks */
+	for (uint64_t i = 0; i < n;) {
+		uint64_t want = 0, j = i;
+		for (; j < n && want + VM_WARM_BLOCK <= IO_BYTES; j++)
+			want += STRATA_MIN((uint64_t)VM_WARM_BLOCK, size - offs[j]);
+		ssize_t k = pread(from, buf, (size_t)want, (off_t)pos);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k != (ssize_t)want)
+			return strata_err_set(e, -EBADMSG, "cannot read its disk: %s",
+					      k < 0 ? strerror(errno) : "short");
+		for (uint64_t b = 0; i < j; i++) {
+			size_t len = (size_t)STRATA_MIN((uint64_t)VM_WARM_BLOCK, size - offs[i]);
+			if (!all_zero(buf + b, len)) {
+				sum_block(&h, offs[i], buf + b, len);
+				if ((r = write_pages(to, buf + b, len, offs[i])) < 0)
+					return strata_err_set(
+					    e, r, "cannot write the VM's disk: %s", strerror(-r));
+			}
+			b += len;
+		}
+		pos += want;
+	}
+	*ret_sum = XXH3_64bits_digest(&h);
 	return 0;
 }
 
@@ -327,22 +464,13 @@ static int restore_disk(int dfd, const struct vm_warm_manifest *m, int disk_fd,
 			struct strata_err *e)
 {
 	_cleanup_close_ int fd = openat(dfd, "disk", O_RDONLY | O_CLOEXEC);
-	uint64_t sum = 0, bytes = 0;
+	uint64_t sum = 0;
 	if (fd < 0)
 		return strata_err_set(e, errno == ENOENT ? -EBADMSG : -errno, "no disk: %s",
 				      strerror(errno));
-	struct stat st;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size != m->disk_bytes)
-		return strata_err_set(e, -EBADMSG,
-				      "its disk is %" PRIu64 " bytes, the manifest says %" PRIu64,
-				      (uint64_t)st.st_size, m->disk_bytes);
-	int r = copy_disk(fd, disk_fd, &sum, &bytes);
-	if (r == -ENODATA)
-		return strata_err_set(e, -EBADMSG, "its disk ended early");
+	int r = unpack_disk(fd, disk_fd, m->disk_bytes, &sum, e);
 	if (r < 0)
-		return strata_err_set(e, r, "cannot copy its disk: %s", strerror(-r));
+		return r;
 	if (sum != m->disk_sum)
 		return strata_err_set(e, -EBADMSG,
 				      "its disk's checksum %016" PRIx64 " is not the manifest's "
@@ -446,7 +574,7 @@ int vm_warm_save_disk(struct vm_warm_save *s, int disk_fd, struct strata_err *e)
 	if (s->disk_fd < 0)
 		return strata_err_set(e, -errno, "cannot make %s/disk: %s", s->tmp,
 				      strerror(errno));
-	int r = copy_disk(disk_fd, s->disk_fd, &s->disk_sum, &s->disk_bytes);
+	int r = pack_disk(disk_fd, s->disk_fd, &s->disk_sum, &s->disk_bytes);
 	if (r < 0)
 		return strata_err_set(e, r, "cannot copy the VM's disk: %s", strerror(-r));
 	return 0;

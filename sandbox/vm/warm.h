@@ -6,7 +6,12 @@
  * Layout. ROOT/KEY/ holds three files, written by one saver and never
  * changed after:
  *   state     the VM's RAM and devices (vmm_save's migration stream)
- *   disk      its writable disk as it was at the save (zero blocks are holes)
+ *   disk      its writable disk as it was at the save, packed: its
+ *             non-zero VM_WARM_BLOCK blocks in order (the disk's last one
+ *             may be short), then their offsets (LE64 each, ascending),
+ *             then a trailer: "STRVMDK1", the count (LE64), the disk's
+ *             size (LE64). A snapshot of a 128 MiB disk is a few MiB to
+ *             read, on any filesystem (the strata mount has no SEEK_DATA).
  *   manifest  the record below
  * KEY (vm_warm_key) hashes what the saved guest depends on: the contents of
  * the image, kernel, initramfs and VMM binary, the vCPUs, RAM, disk size and
@@ -22,9 +27,10 @@
  *
  * Restoring (vm_warm_restore): the manifest's magic, version, length,
  * checksum and key; the state's size and XXH3-64 (read through before QEMU
- * reads it); the disk's size and checksum while it is copied into the new
- * VM's disk. Any mismatch is -EBADMSG with what differs: the caller removes
- * the snapshot (vm_warm_remove) and boots.
+ * reads it); the disk's trailer and index (offsets ascending, inside the
+ * disk, the file exactly that long) and its checksum while it is unpacked
+ * into the new VM's disk (zero pages left as holes). Any mismatch is -EBADMSG with what differs:
+ * the caller removes the snapshot (vm_warm_remove) and boots.
  *
  * Manifest (VM_WARM_MANIFEST_BYTES, little-endian):
  *    0  8  magic "STRVMSNP"
@@ -39,8 +45,9 @@
  *          block that is not all zero, its offset (LE64) then its bytes
  *   80  8  saved at (unix seconds)
  *   88  8  XXH3-64 of the record's bytes before this field (length - 8)
- * The disk checksum is the same whether the file has holes or not (a
- * filesystem without SEEK_DATA reads the holes as zeros, which it skips).
+ * The disk checksum is the same whether the VM's disk file has holes or
+ * not (a filesystem without SEEK_DATA reads the holes as zeros, which it
+ * skips).
  *
  * All functions return 0 or a negative errno with the reason in e (where
  * they take one); the library never logs. */
@@ -57,7 +64,9 @@
 #define VM_WARM_MANIFEST_BYTES 96
 #define VM_WARM_MANIFEST_MAX 4096
 #define VM_WARM_KEY_LEN 32	  /* hex digits of a key or a content sum */
-#define VM_WARM_BLOCK (64u << 10) /* the disk checksum's block */
+#define VM_WARM_BLOCK (64u << 10) /* the disk checksum's and packing's block */
+#define VM_WARM_DISK_MAGIC "STRVMDK1"
+#define VM_WARM_DISK_TRAILER 24
 
 /* What a saved guest depends on. The sums are content ids (hex, e.g.
  * vm_warm_file_sum): image a store image's digest or a directory's

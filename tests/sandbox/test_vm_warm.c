@@ -113,6 +113,10 @@ static void test_roundtrip_and_holes(int disk)
 	struct stat st;
 	CHECK(stat(p, &st) == 0);
 	CHECK(st.st_blocks * 512 <= 256 << 10); /* the copy has holes, page-wise (~110 KiB) */
+	/* the snapshot's disk: its 4 non-zero blocks, their index, the trailer */
+	snap_path(p, sizeof(p), KEY, "disk");
+	CHECK(stat(p, &st) == 0);
+	CHECK_EQ(st.st_size, 4 * VM_WARM_BLOCK + 4 * 8 + VM_WARM_DISK_TRAILER);
 	/* the same disk without holes sums the same */
 	snprintf(p, sizeof(p), "%s/full.img", root);
 	int full = make_disk(p, false);
@@ -145,8 +149,10 @@ static void damaged(int disk, const char *file, const char *how, const char *wha
 	CHECK(fd >= 0);
 	struct stat st;
 	CHECK(fstat(fd, &st) == 0);
-	if (!strcmp(how, "flip")) {
-		off_t at = !strcmp(file, "disk") ? (3 << 20) + 5 : st.st_size / 2;
+	if (!strcmp(how, "flip") || !strcmp(how, "index")) {
+		off_t at = !strcmp(how, "index")   ? st.st_size - VM_WARM_DISK_TRAILER - 16 + 1
+			   : !strcmp(file, "disk") ? st.st_size / 3
+						   : st.st_size / 2;
 		uint8_t c;
 		CHECK(pread(fd, &c, 1, at) == 1);
 		c ^= 0x10;
@@ -281,6 +287,7 @@ int main(void)
 	damaged(disk, "state", "truncate", "state is");
 	damaged(disk, "disk", "flip", "disk's checksum");
 	damaged(disk, "disk", "truncate", "disk is");
+	damaged(disk, "disk", "index", "index");
 	damaged(disk, "manifest", "flip", "manifest");
 	damaged(disk, "manifest", "truncate", "manifest");
 	test_foreign(disk);

@@ -162,6 +162,7 @@ def test_qemu_snapshot_on_the_strata_mount(tmp_path):
         print("qemu: created from the strata mount's snapshot in %.2f s" % warm)
         text = open(log).read()
         assert "warm start from %s/%s" % (snaps, keys[0]) in text, text[-3000:]
+        print(next(line for line in text.splitlines() if "warm start from" in line))
     finally:
         proc.terminate()
         proc.wait(15)
