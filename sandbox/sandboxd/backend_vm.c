@@ -380,7 +380,8 @@ static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *ro
 	box->disk_fd = open(disk, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (box->disk_fd < 0)
 		return -errno;
-	int r = vm_warm_restore(root, key, box->disk_fd, &sfd, &e);
+	struct vm_warm_seen seen = {0};
+	int r = vm_warm_restore(root, key, box->disk_fd, &sfd, &seen, &e);
 	if (r == 0) {
 		t_verified = strata_mono_ms();
 		c->disk_fd = box->disk_fd;
@@ -397,10 +398,12 @@ static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *ro
 		return 0;
 	}
 	if (r != -ENOENT) {
-		int rr = vm_warm_remove(root, key, vb->tag);
+		int rr = vm_warm_remove(root, key, vb->tag, seen.ino ? &seen : NULL);
 		log_warn("sandbox %s: the snapshot %s/%s does not restore (%s): %s; booting",
 			 box->sb->id, root, key, e.msg[0] ? e.msg : strerror(-r),
-			 rr == 0 ? "removed" : "already gone");
+			 rr == 0	 ? "removed"
+			 : rr == -ESTALE ? "another replaced it meanwhile: kept"
+					 : "already gone");
 	}
 	close(box->disk_fd);
 	box->disk_fd = -1;

@@ -479,8 +479,21 @@ static int restore_disk(int dfd, const struct vm_warm_manifest *m, int disk_fd,
 	return 0;
 }
 
+/* What identifies the snapshot directory dfd (struct vm_warm_seen). */
+static void seen_of(int dfd, struct vm_warm_seen *ret)
+{
+	struct stat st;
+	uint8_t buf[VM_WARM_MANIFEST_MAX + 1];
+	_cleanup_close_ int fd = openat(dfd, "manifest", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf), 0) : -1;
+	*ret = (struct vm_warm_seen){0};
+	if (fstat(dfd, &st) == 0)
+		ret->dev = st.st_dev, ret->ino = st.st_ino;
+	ret->manifest = n >= 0 ? XXH3_64bits(buf, (size_t)n) : 0;
+}
+
 int vm_warm_restore(const char *root, const char *key, int disk_fd, int *ret_state_fd,
-		    struct strata_err *e)
+		    struct vm_warm_seen *ret_seen, struct strata_err *e)
 {
 	char dir[PATH_MAX];
 	struct vm_warm_manifest m;
@@ -494,6 +507,8 @@ int vm_warm_restore(const char *root, const char *key, int disk_fd, int *ret_sta
 		return errno == ENOENT
 			   ? -ENOENT
 			   : strata_err_set(e, -errno, "cannot open %s: %s", dir, strerror(errno));
+	if (ret_seen)
+		seen_of(dfd, ret_seen);
 	int r = read_manifest(dfd, key, &m, e);
 	if (r == 0)
 		r = open_state(dfd, &m, &sfd, e);
@@ -653,9 +668,11 @@ void vm_warm_save_abort(struct vm_warm_save *s)
 
 /* ---- removing ------------------------------------------------------------------ */
 
-int vm_warm_remove(const char *root, const char *key, const char *tag)
+int vm_warm_remove(const char *root, const char *key, const char *tag,
+		   const struct vm_warm_seen *seen)
 {
 	char src[PATH_MAX], aside[PATH_MAX];
+	struct vm_warm_seen now;
 	if ((size_t)snprintf(src, sizeof(src), "%s/%s", root, key) >= sizeof(src))
 		return -ENAMETOOLONG;
 	int r = aside_name(aside, sizeof(aside), root, DEAD_PREFIX, key, tag);
@@ -663,6 +680,19 @@ int vm_warm_remove(const char *root, const char *key, const char *tag)
 		return r;
 	if (rename(src, aside) < 0)
 		return -errno;
+	/* Another directory than the one read is a fresh snapshot that replaced
+	 * the bad one meanwhile. Back it goes (unless yet another arrived
+	 * meanwhile: that one stays, this one goes). */
+	_cleanup_close_ int dfd = seen ? open(aside, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (dfd >= 0)
+		seen_of(dfd, &now);
+	if (dfd >= 0 &&
+	    (now.dev != seen->dev || now.ino != seen->ino || now.manifest != seen->manifest)) {
+		if (rename(aside, src) == 0)
+			return -ESTALE;
+		remove_dir(aside);
+		return -ESTALE;
+	}
 	remove_dir(aside);
 	return 0;
 }

@@ -97,13 +97,21 @@ void vm_warm_manifest_encode(const struct vm_warm_manifest *m, uint8_t *buf);
 int vm_warm_manifest_decode(const uint8_t *buf, size_t n, struct vm_warm_manifest *ret,
 			    struct strata_err *e);
 
+/* Which snapshot directory a restore read (for vm_warm_remove): its inode
+ * and the XXH3-64 of its manifest's bytes (an inode number alone may be
+ * reused by the next snapshot's directory). */
+struct vm_warm_seen {
+	uint64_t dev, ino, manifest;
+};
+
 /* Opens the snapshot ROOT/KEY, verified: disk_fd (the new VM's disk, open
  * read-write) becomes a copy of the saved disk, *ret_state_fd the state
  * file (read it with pread or from offset 0; the caller closes it).
+ * *ret_seen (may be NULL) names the directory read, once it was opened.
  * Returns 0, -ENOENT (no snapshot), -EBADMSG (it does not match its
  * manifest: what differs in e), -errno. */
 int vm_warm_restore(const char *root, const char *key, int disk_fd, int *ret_state_fd,
-		    struct strata_err *e);
+		    struct vm_warm_seen *ret_seen, struct strata_err *e);
 
 /* A snapshot being saved. */
 struct vm_warm_save;
@@ -123,8 +131,11 @@ int vm_warm_save_commit(struct vm_warm_save *s, struct strata_err *e);
 void vm_warm_save_abort(struct vm_warm_save *s);
 
 /* Removes ROOT/KEY: renamed aside first (to a name vm_warm_sweep knows),
- * so that no reader opens half of it. Returns 0, -ENOENT, -errno. */
-int vm_warm_remove(const char *root, const char *key, const char *tag);
+ * so that no reader opens half of it. With seen (a restore's), only that
+ * directory: one another saver put there since is renamed back. Returns 0,
+ * -ENOENT, -ESTALE (ROOT/KEY is another one now: kept), -errno. */
+int vm_warm_remove(const char *root, const char *key, const char *tag,
+		   const struct vm_warm_seen *seen);
 /* Removes what savers left under root: the temp and removed directories
  * named with tag (this saver's earlier life) and any older than max_age_s
  * (another saver's that died). Returns how many. */

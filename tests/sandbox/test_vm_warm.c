@@ -2,7 +2,8 @@
  * plain files, no VM: a save restores to the same disk and state; the disk
  * checksum ignores holes; a flipped byte, a truncated file, a foreign or a
  * damaged manifest are each refused (-EBADMSG); two savers of one key
- * (the second finds the first's: 1, nothing of its own left); removal; the
+ * (the second finds the first's: 1, nothing of its own left); removal, and
+ * a removal that finds a fresh snapshot in place of the bad one it read; the
  * sweep of dead savers' temp directories; the manifest codec's versions.
  * No privileges needed. */
 #include <errno.h>
@@ -25,6 +26,7 @@
 #define STATE_BYTES 300000
 
 static char base[256], root[300];
+static struct vm_warm_seen last_seen; /* of the last restore() */
 static const char *KEY = "0123456789abcdef0123456789abcdef";
 static const char *KEY2 = "fedcba9876543210fedcba9876543210";
 
@@ -76,7 +78,7 @@ static int restore(const char *key, char *why, size_t cap)
 	int disk = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600), sfd = -1;
 	struct strata_err e = {0};
 	CHECK(disk >= 0);
-	int r = vm_warm_restore(root, key, disk, &sfd, &e);
+	int r = vm_warm_restore(root, key, disk, &sfd, &last_seen, &e);
 	snprintf(why, cap, "%s", e.msg);
 	if (r == 0)
 		close(sfd);
@@ -136,7 +138,7 @@ static void test_roundtrip_and_holes(int disk)
 	CHECK(ma.disk_sum == mb.disk_sum && ma.disk_bytes == DISK_BYTES);
 	CHECK(ma.state_bytes == STATE_BYTES && ma.state_sum == mb.state_sum);
 	close(full);
-	CHECK_EQ(vm_warm_remove(root, KEY2, "t1"), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY2, "t1", NULL), 0);
 }
 
 /* Damages file of KEY's snapshot with how, expects a refusal naming what,
@@ -167,10 +169,28 @@ static void damaged(int disk, const char *file, const char *how, const char *wha
 			what);
 	CHECK_EQ(r, -EBADMSG);
 	CHECK(strstr(why, what));
-	CHECK_EQ(vm_warm_remove(root, KEY, "t1"), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY, "t1", NULL), 0);
 	CHECK_EQ(restore(KEY, why, sizeof(why)), -ENOENT);
 	CHECK_EQ(save(KEY, "t1", disk, 3), 0);
 	CHECK_EQ(restore(KEY, why, sizeof(why)), 0);
+}
+
+/* A bad snapshot replaced by a good one (another node) after this node
+ * read it: the removal with what it read keeps the good one. */
+static void test_remove_replaced(int disk)
+{
+	char p[300], why[512];
+	snap_path(p, sizeof(p), KEY, "manifest");
+	CHECK(truncate(p, 10) == 0);
+	CHECK_EQ(restore(KEY, why, sizeof(why)), -EBADMSG);
+	struct vm_warm_seen bad = last_seen;
+	CHECK_EQ(vm_warm_remove(root, KEY, "nodeB", NULL), 0);
+	CHECK_EQ(save(KEY, "nodeB", disk, 3), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY, "t1", &bad), -ESTALE);
+	CHECK_EQ(restore(KEY, why, sizeof(why)), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY, "t1", &last_seen), 0);
+	CHECK_EQ(restore(KEY, why, sizeof(why)), -ENOENT);
+	CHECK_EQ(save(KEY, "t1", disk, 3), 0);
 }
 
 static void test_foreign(int disk)
@@ -182,8 +202,8 @@ static void test_foreign(int disk)
 	CHECK(rename(a, b) == 0); /* KEY2's manifest in KEY's directory */
 	CHECK_EQ(restore(KEY, why, sizeof(why)), -EBADMSG);
 	CHECK(strstr(why, "foreign"));
-	CHECK_EQ(vm_warm_remove(root, KEY, "t1"), 0);
-	CHECK_EQ(vm_warm_remove(root, KEY2, "t1"), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY, "t1", NULL), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY2, "t1", NULL), 0);
 	CHECK_EQ(save(KEY, "t1", disk, 3), 0);
 }
 
@@ -192,7 +212,7 @@ static void test_foreign(int disk)
 static void test_race(int disk)
 {
 	char why[512];
-	CHECK_EQ(vm_warm_remove(root, KEY, "t1"), 0);
+	CHECK_EQ(vm_warm_remove(root, KEY, "t1", NULL), 0);
 	struct vm_warm_save *s1 = NULL, *s2 = NULL;
 	struct strata_err e = {0};
 	uint8_t st1[1000], st2[2000];
@@ -290,6 +310,7 @@ int main(void)
 	damaged(disk, "disk", "index", "index");
 	damaged(disk, "manifest", "flip", "manifest");
 	damaged(disk, "manifest", "truncate", "manifest");
+	test_remove_replaced(disk);
 	test_foreign(disk);
 	test_race(disk);
 	test_sweep();
