@@ -298,20 +298,25 @@ static void box_free(struct vm_box *box)
  * of image, kernel, initramfs and QEMU; vCPUs, RAM, disk size, the
  * accelerator) is saved right after its agent said HELLO (its RAM and
  * devices, vmm_save, and a copy of its disk); later creates of that shape
- * restore the pair, verified against its manifest, instead of booting. The
- * snapshots are on the strata filesystem when the cluster's mount is here
- * (<mount>/.strata/vm-snapshots: every node of the cluster restores what
- * one saved), else in <state>/vm/snapshots. A snapshot that does not
+ * restore the pair, verified against its manifest, instead of booting. A
+ * store image's snapshots are on the strata filesystem when the cluster's
+ * mount is here (<mount>/.strata/vm-snapshots: every node of the cluster
+ * restores what one saved), others in <state>/vm/snapshots. A snapshot that does not
  * verify or restore is removed and the create boots (and saves anew). */
 #define WARM_SHARED_DIR ".strata/vm-snapshots"
 #define WARM_STALE_S 3600 /* another node's temp dir this old: its saver died */
 
-/* The snapshots' root for this create (see above). */
-static void warm_root(struct vm_backend *vb, char *buf, size_t cap)
+/* The snapshots' root for a create of sb (see above). Only a store image's
+ * go to the strata mount: its create reads the store there already (its
+ * record, on this thread), while a registered directory's never touched
+ * the mount, and must not start to wait on a hung strata-fuse (a create
+ * stuck there would hold sandboxd's shutdown too); a registered directory
+ * is a node's own anyway. */
+static void warm_root(struct vm_backend *vb, const struct sbd_sandbox *sb, char *buf, size_t cap)
 {
 	char mnt[PATH_MAX], top[PATH_MAX + 16];
 	struct stat st;
-	if (sbd_images_cluster_mount(vb->d, mnt, sizeof(mnt)) == 0 &&
+	if (sbd_image_is_store(sb->img) && sbd_images_cluster_mount(vb->d, mnt, sizeof(mnt)) == 0 &&
 	    (size_t)snprintf(top, sizeof(top), "%s/.strata", mnt) < sizeof(top) &&
 	    stat(top, &st) == 0 && S_ISDIR(st.st_mode) &&
 	    (size_t)snprintf(buf, cap, "%s/%s", mnt, WARM_SHARED_DIR) < cap &&
@@ -475,7 +480,7 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 	bool warm = false,
 	     keyed = vb->snapshots && warm_key(vb, &c, image, (uint64_t)sb->disk_mb, key) == 0;
 	if (keyed) {
-		warm_root(vb, root, sizeof(root));
+		warm_root(vb, sb, root, sizeof(root));
 		warm = warm_restore(box, &c, root, key, disk) == 0;
 	}
 	if (!warm) {
