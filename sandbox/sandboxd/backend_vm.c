@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fs/clock.h"
 #include "fs/log.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
@@ -45,9 +46,13 @@
 #include "sandbox/container/strata_sandbox.h"
 #include "sandbox/container/worker.h"
 #include "sandbox/vm/vmm.h"
+#include <xxhash.h>
 #endif
+#include "sandbox/vm/warm.h"
 
 extern char **environ;
+
+#define WARM_SAVING_MAX 16 /* shapes saved at once by one sandboxd */
 
 struct vm_box;
 
@@ -61,6 +66,11 @@ struct vm_backend {
 	char kernel[PATH_MAX], initrd[PATH_MAX];
 	bool kvm;
 	bool snapshots; /* warm starts ($STRATA_VM_SNAPSHOTS=0: off) */
+	char tag[17];	/* names our snapshot temp dirs (warm_init) */
+	char kernel_sum[VM_WARM_KEY_LEN + 1], initrd_sum[VM_WARM_KEY_LEN + 1];
+	char vmm_sum[VM_WARM_KEY_LEN + 1];
+	char shared_root[PATH_MAX];			   /* swept once (warm_root) */
+	char saving[WARM_SAVING_MAX][VM_WARM_KEY_LEN + 1]; /* keys being saved here */
 	struct sbx_workers *ws;
 	pthread_mutex_t lock;	 /* boxes (creates run on threads, the tick on the loop) */
 	pthread_mutex_t convert; /* image conversions, one at a time (off the loop's lock) */
@@ -123,16 +133,26 @@ static void vm_caps(struct sbd_backend *b, struct sbd_caps *k)
 	k->why = vb->why;
 }
 
-/* Runs argv, its output to /dev/null; 0 when it exits 0. */
-static int run(char *const argv[])
+/* Runs argv with env added to ours, its output to /dev/null; 0 when it
+ * exits 0. */
+static int run_env(char *const argv[], char *env)
 {
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **envp = calloc(n + 2, sizeof(char *));
+	if (!envp)
+		return -ENOMEM;
+	memcpy(envp, environ, n * sizeof(char *));
+	envp[n] = env; /* NULL: ours only */
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	pid_t pid;
-	int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp);
 	posix_spawn_file_actions_destroy(&fa);
+	free(envp);
 	int st = 0;
 	if (r != 0)
 		return -r;
@@ -141,34 +161,74 @@ static int run(char *const argv[])
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
 }
 
+/* The content id of a converted directory (<hash>.id beside it): XXH3-128
+ * of the sums of its metadata and blob, written once per conversion. */
+static int dir_image_id(const char *meta, const char *blob, char *id, struct strata_err *e)
+{
+	char p[PATH_MAX + 8], tmp[PATH_MAX + 16], sums[2 * VM_WARM_KEY_LEN + 2];
+	snprintf(p, sizeof(p), "%.4000s.id", meta);
+	FILE *f = fopen(p, "re");
+	bool ok = f && fscanf(f, "%32s", id) == 1 && strlen(id) == VM_WARM_KEY_LEN;
+	if (f)
+		fclose(f);
+	if (ok)
+		return 0;
+	int r = vm_warm_file_sum(meta, sums, e);
+	if (r == 0)
+		r = vm_warm_file_sum(blob, sums + VM_WARM_KEY_LEN + 1, e);
+	if (r < 0)
+		return r;
+	sums[VM_WARM_KEY_LEN] = ' ';
+	XXH128_hash_t h = XXH3_128bits(sums, sizeof(sums) - 1);
+	snprintf(id, VM_WARM_KEY_LEN + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64,
+		 (uint64_t)h.low64);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+	if ((f = fopen(tmp, "we"))) {
+		ok = fprintf(f, "%s\n", id) > 0;
+		ok = fclose(f) == 0 && ok;
+		if (!ok || rename(tmp, p) < 0)
+			unlink(tmp); /* computed again next time */
+	}
+	return 0;
+}
+
 /* A registered directory's EROFS image, made once (mkfs.erofs) into
  * <state>/vm/images/<hash>.erofs, its file data in 1 MiB chunks on a blob
  * device beside it (<hash>.blob, as the store's images have theirs: the
  * guest reads only the chunks it touches), made again when the
- * directory's mtime is newer. Called with vb->convert held. */
+ * directory's mtime is newer; id its content id (dir_image_id). The
+ * conversion is reproducible (a fixed UUID and build time): the same
+ * directory gives the same bytes, so the same id and snapshot key, on every
+ * node. Called with vb->convert held. */
 static int dir_image(struct vm_backend *vb, const char *rootfs, char *out, size_t cap, char *blob,
-		     size_t bcap, struct strata_err *e)
+		     size_t bcap, char *id, struct strata_err *e)
 {
 	uint64_t h = 1469598103934665603ull; /* FNV-1a of the path */
 	for (const char *p = rootfs; *p; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
-	char dir[PATH_MAX + 16], tmp[PATH_MAX + 64];
+	char dir[PATH_MAX + 16], tmp[PATH_MAX + 64], idf[PATH_MAX + 8];
 	snprintf(dir, sizeof(dir), "%s/images", vb->dir);
 	mkdir(dir, 0700);
 	snprintf(out, cap, "%s/%016" PRIx64 ".erofs", dir, h);
 	snprintf(blob, bcap, "%s/%016" PRIx64 ".blob", dir, h);
+	snprintf(idf, sizeof(idf), "%.4000s.id", out);
 	struct stat si, sd;
 	if (stat(rootfs, &sd) < 0)
 		return strata_err_set(e, -errno, "image %s: %s", rootfs, strerror(errno));
 	if (stat(out, &si) == 0 && si.st_mtime >= sd.st_mtime && access(blob, R_OK) == 0)
-		return 0;
+		return dir_image_id(out, blob, id, e);
 	char blobopt[PATH_MAX + 16];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", out);
 	snprintf(blobopt, sizeof(blobopt), "--blobdev=%s", blob);
 	unlink(out);
-	char *argv[] = {"mkfs.erofs", "--quiet", "--preserve-mtime", "--chunksize=1048576",
-			blobopt,      tmp,	 (char *)rootfs,     NULL};
-	int r = run(argv);
+	unlink(idf);
+	/* mkfs.erofs clamps every mtime to SOURCE_DATE_EPOCH: a build time past
+	 * them all (2096) keeps them */
+	char *argv[] = {
+	    "mkfs.erofs",	   "--quiet", "-U", "5f1a7a00-0000-4000-8000-000000000000",
+	    "--chunksize=1048576", blobopt,   tmp,  (char *)rootfs,
+	    "--preserve-mtime",	   NULL};
+	int r = run_env(argv, "SOURCE_DATE_EPOCH=4000000000");
 	if (r == 0 && rename(tmp, out) < 0)
 		r = -errno;
 	if (r < 0) {
@@ -178,21 +238,24 @@ static int dir_image(struct vm_backend *vb, const char *rootfs, char *out, size_
 				      r == -ENOENT ? " (no mkfs.erofs: apt-get install erofs-utils)"
 						   : " (mkfs.erofs failed)");
 	}
-	return 0;
+	return dir_image_id(out, blob, id, e);
 }
 
 /* The image's EROFS files: the store's as mounted, or a registered
- * directory converted. */
+ * directory converted; id (VM_WARM_KEY_LEN + 1 or more) its content id. */
 static int image_files(struct vm_backend *vb, struct sbd_sandbox *sb, char *meta, size_t cap,
-		       char ***ret_blobs, size_t *ret_n, struct strata_err *e)
+		       char ***ret_blobs, size_t *ret_n, char *id, size_t idcap,
+		       struct strata_err *e)
 {
 	*ret_blobs = NULL;
 	*ret_n = 0;
-	if (sbd_image_is_store(sb->img))
+	if (sbd_image_is_store(sb->img)) {
+		snprintf(id, idcap, "%s", sbd_image_digest(sb->img));
 		return sbd_image_erofs(vb->d, sb->img, meta, cap, ret_blobs, ret_n, e);
+	}
 	char blob[PATH_MAX];
 	pthread_mutex_lock(&vb->convert);
-	int r = dir_image(vb, sb->rootfs, meta, cap, blob, sizeof(blob), e);
+	int r = dir_image(vb, sb->rootfs, meta, cap, blob, sizeof(blob), id, e);
 	pthread_mutex_unlock(&vb->convert);
 	if (r < 0)
 		return r;
@@ -231,96 +294,171 @@ static void box_free(struct vm_box *box)
 	free(box);
 }
 
-/* Warm starts: the first VM of a shape (image, kernel, vCPUs, RAM, disk
- * size) is saved right after its agent said HELLO (its RAM and devices,
- * vmm_save, and a copy of its disk); later creates of that shape restore
- * the pair instead of booting. <images>/<key>.snap and .disk; a .snap.tmp
- * claims the saving (one at a time, stale ones removed at start). */
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
-	return h;
-}
+/* Warm starts (sandbox/vm/warm.h): the first VM of a shape (the contents
+ * of image, kernel, initramfs and QEMU; vCPUs, RAM, disk size, the
+ * accelerator) is saved right after its agent said HELLO (its RAM and
+ * devices, vmm_save, and a copy of its disk); later creates of that shape
+ * restore the pair, verified against its manifest, instead of booting. A
+ * store image's snapshots are on the strata filesystem when the cluster's
+ * mount is here (<mount>/.strata/vm-snapshots: every node of the cluster
+ * restores what one saved), others in <state>/vm/snapshots. A snapshot that does not
+ * verify or restore is removed and the create boots (and saves anew). */
+#define WARM_SHARED_DIR ".strata/vm-snapshots"
+#define WARM_STALE_S 3600 /* another node's temp dir this old: its saver died */
 
-static void warm_paths(struct vm_backend *vb, const struct vmm_config *c, uint64_t disk_mb,
-		       char *snap, char *disk, size_t cap)
+/* The snapshots' root for a create of sb (see above). Only a store image's
+ * go to the strata mount: its create reads the store there already (its
+ * record, on this thread), while a registered directory's never touched
+ * the mount, and must not start to wait on a hung strata-fuse (a create
+ * stuck there would hold sandboxd's shutdown too); a registered directory
+ * is a node's own anyway. */
+static void warm_root(struct vm_backend *vb, const struct sbd_sandbox *sb, char *buf, size_t cap)
 {
-	uint64_t h = 1469598103934665603ull;
-	const char *files[] = {c->meta, c->kernel, c->initrd};
-	for (size_t i = 0; i < 3; i++) {
-		struct stat st = {0};
-		stat(files[i], &st);
-		h = fnv(h, files[i], strlen(files[i]));
-		h = fnv(h, &st.st_mtim, sizeof(st.st_mtim));
-		h = fnv(h, &st.st_size, sizeof(st.st_size));
+	char mnt[PATH_MAX], top[PATH_MAX + 16];
+	struct stat st;
+	if (sbd_image_is_store(sb->img) && sbd_images_cluster_mount(vb->d, mnt, sizeof(mnt)) == 0 &&
+	    (size_t)snprintf(top, sizeof(top), "%s/.strata", mnt) < sizeof(top) &&
+	    stat(top, &st) == 0 && S_ISDIR(st.st_mode) &&
+	    (size_t)snprintf(buf, cap, "%s/%s", mnt, WARM_SHARED_DIR) < cap &&
+	    (mkdir(buf, 0700) == 0 || errno == EEXIST)) {
+		pthread_mutex_lock(&vb->lock);
+		bool first = strcmp(vb->shared_root, buf) != 0;
+		if (first)
+			snprintf(vb->shared_root, sizeof(vb->shared_root), "%s", buf);
+		pthread_mutex_unlock(&vb->lock);
+		if (first) { /* once per sandboxd: what an earlier one of ours left */
+			log_info("qemu: warm-start snapshots in %s (the strata filesystem)", buf);
+			vm_warm_sweep(buf, vb->tag, WARM_STALE_S);
+		}
+		return;
 	}
-	uint64_t shape[3] = {c->vcpus, c->memory_mb, disk_mb};
-	h = fnv(h, shape, sizeof(shape));
-	snprintf(snap, cap, "%.4000s/images/%016" PRIx64 ".snap", vb->dir, h);
-	snprintf(disk, cap, "%.4000s/images/%016" PRIx64 ".disk", vb->dir, h);
+	snprintf(buf, cap, "%s/snapshots", vb->dir);
 }
 
-static int copy_sparse(const char *from, const char *to)
+/* The shape's key, or -EINVAL when a sum is missing (no warm start). */
+static int warm_key(struct vm_backend *vb, const struct vmm_config *c, const char *image,
+		    uint64_t disk_mb, char *key)
 {
-	char *argv[] = {"cp", "--sparse=always", (char *)from, (char *)to, NULL};
-	return run(argv);
+	struct vm_warm_shape sh = {.image = image,
+				   .kernel = vb->kernel_sum,
+				   .initrd = vb->initrd_sum,
+				   .vmm = vb->vmm_sum,
+				   .vcpus = c->vcpus,
+				   .memory_mb = c->memory_mb,
+				   .disk_mb = disk_mb,
+				   .kvm = c->kvm};
+	return vm_warm_key(&sh, key);
 }
 
-/* Restores the pair into box (its disk a copy of the saved one). */
-static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *snap,
-			const char *wdisk, const char *disk, struct strata_err *e)
+/* Takes (or, with take false, gives back) this sandboxd's claim on saving
+ * key: one create saves a shape at a time here (other nodes may race: the
+ * store keeps them apart). Returns whether taken. */
+static bool warm_claim(struct vm_backend *vb, const char *key, bool take)
 {
-	int fd = open(snap, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || copy_sparse(wdisk, disk) < 0 ||
-	    (box->disk_fd = open(disk, O_RDWR | O_CLOEXEC)) < 0) {
-		if (fd >= 0)
-			close(fd);
-		return -ENOENT;
+	bool ok = false;
+	pthread_mutex_lock(&vb->lock);
+	for (size_t i = 0; i < WARM_SAVING_MAX; i++)
+		if (!strcmp(vb->saving[i], key)) {
+			if (!take)
+				vb->saving[i][0] = 0;
+			pthread_mutex_unlock(&vb->lock);
+			return false;
+		}
+	for (size_t i = 0; take && !ok && i < WARM_SAVING_MAX; i++)
+		if (!vb->saving[i][0]) {
+			snprintf(vb->saving[i], sizeof(vb->saving[i]), "%s", key);
+			ok = true;
+		}
+	pthread_mutex_unlock(&vb->lock);
+	return ok;
+}
+
+/* Restores root/key into box: 0 (warm), or < 0 and box as it was (boot).
+ * A snapshot there that fails is removed, with the reason logged. */
+static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *root, const char *key,
+			const char *disk)
+{
+	struct vm_backend *vb = box->vb;
+	struct strata_err e = {0};
+	int sfd = -1;
+	int64_t t0 = strata_mono_ms(), t_verified = t0;
+	box->disk_fd = open(disk, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (box->disk_fd < 0)
+		return -errno;
+	struct vm_warm_seen seen = {0};
+	int r = vm_warm_restore(root, key, box->disk_fd, &sfd, &seen, &e);
+	if (r == 0) {
+		t_verified = strata_mono_ms();
+		c->disk_fd = box->disk_fd;
+		c->incoming_fd = sfd;
+		r = vmm_start(c, &box->v, &e);
+		close(sfd);
+		c->incoming_fd = -1;
+		c->disk_fd = -1;
 	}
-	c->disk_fd = box->disk_fd;
-	c->incoming_fd = fd;
-	int r = vmm_start(c, &box->v, e);
-	close(fd);
-	c->incoming_fd = -1;
+	if (r == 0) {
+		log_debug("sandbox %s: warm start from %s/%s (verified and its disk copied in "
+			  "%" PRId64 " ms, restored in %" PRId64 " ms)",
+			  box->sb->id, root, key, t_verified - t0, strata_mono_ms() - t_verified);
+		return 0;
+	}
+	if (r != -ENOENT) {
+		int rr = vm_warm_remove(root, key, vb->tag, seen.ino ? &seen : NULL);
+		log_warn("sandbox %s: the snapshot %s/%s does not restore (%s): %s; booting",
+			 box->sb->id, root, key, e.msg[0] ? e.msg : strerror(-r),
+			 rr == 0	 ? "removed"
+			 : rr == -ESTALE ? "another replaced it meanwhile: kept"
+					 : "already gone");
+	}
+	close(box->disk_fd);
+	box->disk_fd = -1;
 	return r;
 }
 
-/* Saves the freshly booted box as its shape's pair, unless one is being
- * saved; the box runs on. Best effort: a failure only costs warm starts. */
-static void warm_save(struct vm_box *box, const char *snap, const char *wdisk, const char *disk)
+/* Saves the freshly booted box as its shape's snapshot, unless this
+ * sandboxd saves it already; the box runs on. Best effort: a failure only
+ * costs warm starts. */
+static void warm_save(struct vm_box *box, const char *root, const char *key)
 {
-	char tsnap[PATH_MAX + 8], tdisk[PATH_MAX + 8];
+	struct vm_backend *vb = box->vb;
+	struct vm_warm_save *s = NULL;
 	struct strata_err e = {0};
-	snprintf(tsnap, sizeof(tsnap), "%s.tmp", snap);
-	snprintf(tdisk, sizeof(tdisk), "%s.tmp", wdisk);
-	int fd = open(tsnap, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return; /* another create saves it */
-	int r = vmm_save(box->v, fd, &e);
+	if (!warm_claim(vb, key, true))
+		return;
+	int64_t t0 = strata_mono_ms(), t_resumed = t0;
+	int r = vm_warm_save_begin(root, key, vb->tag, &s, &e);
+	bool paused = r == 0;
 	if (r == 0)
-		r = copy_sparse(disk, tdisk);
-	if (r == 0 && (rename(tdisk, wdisk) < 0 || rename(tsnap, snap) < 0))
-		r = -errno;
-	close(fd);
-	if (r < 0) {
-		log_warn("sandbox %s: no warm-start snapshot: %s", box->sb->id,
-			 e.msg[0] ? e.msg : strerror(-r));
-		unlink(tsnap);
-		unlink(tdisk);
-	}
-	if (vmm_resume(box->v, &e) < 0)
+		r = vmm_save(box->v, vm_warm_save_state_fd(s), &e);
+	if (r == 0) /* the guest is paused: its disk holds still */
+		r = vm_warm_save_disk(s, box->disk_fd, &e);
+	if (paused && vmm_resume(box->v, &e) < 0)
 		log_warn("sandbox %s: resume after the snapshot: %s", box->sb->id, e.msg);
+	t_resumed = strata_mono_ms();
+	if (r == 0)
+		r = vm_warm_save_commit(s, &e); /* the syncs: with the guest running */
+	else
+		vm_warm_save_abort(s);
+	if (r < 0)
+		log_warn("sandbox %s: no warm-start snapshot in %s: %s", box->sb->id, root,
+			 e.msg[0] ? e.msg : strerror(-r));
+	else
+		log_info("sandbox %s: %s %s/%s (the guest paused %" PRId64 " ms, %" PRId64
+			 " ms in all)",
+			 box->sb->id,
+			 r == 0 ? "saved its shape's snapshot" : "another saver was first for",
+			 root, key, t_resumed - t0, strata_mono_ms() - t0);
+	warm_claim(vb, key, false);
 }
 
 static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbox *sb,
 		    struct strata_err *e)
 {
 	char meta[PATH_MAX], disk[PATH_MAX + 32], con[PATH_MAX + 32];
-	char snap[PATH_MAX], wdisk[PATH_MAX];
+	char root[PATH_MAX], key[VM_WARM_KEY_LEN + 1], image[80] = "";
 	char **blobs = NULL;
 	size_t nblobs = 0;
-	int r = image_files(vb, sb, meta, sizeof(meta), &blobs, &nblobs, e);
+	int r = image_files(vb, sb, meta, sizeof(meta), &blobs, &nblobs, image, sizeof(image), e);
 	if (r < 0)
 		return r;
 	snprintf(disk, sizeof(disk), "%s/disk.img", box->dir);
@@ -339,28 +477,19 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 			       .kvm = vb->kvm,
 			       .ws = vb->ws,
 			       .incoming_fd = -1};
-	warm_paths(vb, &c, (uint64_t)sb->disk_mb, snap, wdisk, sizeof(snap));
-	bool warm = vb->snapshots && access(snap, R_OK) == 0;
-	if (warm) {
-		struct strata_err we = {0};
-		r = warm_restore(box, &c, snap, wdisk, disk, &we);
-		if (r < 0) { /* a pair that does not restore goes; boot instead */
-			log_warn("sandbox %s: warm start failed (%s): booting", sb->id,
-				 we.msg[0] ? we.msg : strerror(-r));
-			unlink(snap);
-			if (box->disk_fd >= 0)
-				close(box->disk_fd);
-			box->disk_fd = -1;
-			warm = false;
-		}
+	bool warm = false,
+	     keyed = vb->snapshots && warm_key(vb, &c, image, (uint64_t)sb->disk_mb, key) == 0;
+	if (keyed) {
+		warm_root(vb, sb, root, sizeof(root));
+		warm = warm_restore(box, &c, root, key, disk) == 0;
 	}
 	if (!warm) {
 		r = vmm_disk_make(disk, (uint64_t)sb->disk_mb << 20, &box->disk_fd, e);
 		c.disk_fd = box->disk_fd;
 		if (r == 0)
 			r = vmm_start(&c, &box->v, e);
-		if (r == 0 && vb->snapshots)
-			warm_save(box, snap, wdisk, disk);
+		if (r == 0 && keyed)
+			warm_save(box, root, key);
 	}
 	box->warm = warm;
 	if (confd >= 0)
@@ -504,23 +633,29 @@ static void vm_free(struct sbd_backend *b)
 	free(vb);
 }
 
-/* Claims of savings that a dead sandboxd left (*.tmp in images/). */
-static void warm_sweep(struct vm_backend *vb)
+/* What warm starts need once: this saver's tag (the host and state dir: an
+ * earlier sandboxd of ours had the same), the local root swept, and the
+ * content sums of the guest and QEMU (no sum: no warm starts). */
+static void warm_init(struct vm_backend *vb)
 {
-	char dir[PATH_MAX + 16], p[PATH_MAX + 300];
-	snprintf(dir, sizeof(dir), "%s/images", vb->dir);
-	mkdir(dir, 0700);
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		size_t n = strlen(de->d_name);
-		if (n > 4 && !strcmp(de->d_name + n - 4, ".tmp")) {
-			snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-			unlink(p);
-		}
+	char host[256] = "", qemu[PATH_MAX], local[PATH_MAX + 16];
+	struct strata_err e = {0};
+	gethostname(host, sizeof(host) - 1);
+	XXH64_hash_t t = XXH3_64bits_withSeed(vb->d->cfg.state_dir, strlen(vb->d->cfg.state_dir),
+					      XXH3_64bits(host, strlen(host)));
+	snprintf(vb->tag, sizeof(vb->tag), "%016" PRIx64, (uint64_t)t);
+	snprintf(local, sizeof(local), "%s/snapshots", vb->dir);
+	mkdir(local, 0700);
+	vm_warm_sweep(local, vb->tag, 0);
+	if (!vb->snapshots)
+		return;
+	if (vmm_find_binary(NULL, "qemu-system-x86_64", qemu, sizeof(qemu)) < 0 ||
+	    vm_warm_file_sum(qemu, vb->vmm_sum, &e) < 0 ||
+	    vm_warm_file_sum(vb->kernel, vb->kernel_sum, &e) < 0 ||
+	    vm_warm_file_sum(vb->initrd, vb->initrd_sum, &e) < 0) {
+		log_warn("qemu: no warm starts: %s", e.msg[0] ? e.msg : "no qemu-system-x86_64");
+		vb->snapshots = false;
 	}
-	if (d)
-		closedir(d);
 }
 
 /* The guest: $STRATA_VM_GUEST, else guest/ beside the directory of our
@@ -594,10 +729,10 @@ static void vm_init(struct vm_backend *vb)
 	mkdir(vb->dir, 0700);
 	const char *snaps = getenv("STRATA_VM_SNAPSHOTS");
 	vb->snapshots = !snaps || strcmp(snaps, "0");
-	warm_sweep(vb);
 	guest_paths(vb);
 	if (vmm_probe(NULL, vb->kernel, vb->initrd, &vb->kvm, &vb->why) < 0)
 		return;
+	warm_init(vb);
 	struct sbx_workers_config wc = {.cgroup_name = "strata-vmm"};
 	int r = sbx_workers_new(&wc, &vb->ws);
 	if (r == 0 && sbx_workers_cgroup_version(vb->ws) == 0)

@@ -242,6 +242,14 @@ static void cluster_mount(const struct sbd_imgstore *g, char *buf, size_t cap)
 		fclose(f);
 }
 
+int sbd_images_cluster_mount(struct sandboxd *d, char *buf, size_t cap)
+{
+	if (!d->imgstore)
+		return -ENOENT;
+	cluster_mount(d->imgstore, buf, cap);
+	return 0;
+}
+
 /* The store handle, opened by the first call that reaches the store. On a
  * worker. Returns 0 and *ret or -errno with e (-ENOENT: no store there,
  * -ENOTCONN: its mount is not connected). */

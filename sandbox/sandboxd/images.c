@@ -201,6 +201,11 @@ bool sbd_image_is_store(const struct sbd_image *im)
 	return im && im->hex[0];
 }
 
+const char *sbd_image_digest(const struct sbd_image *im)
+{
+	return sbd_image_is_store(im) ? im->hex : NULL;
+}
+
 struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im)
 {
 	return (struct sbd_image_defaults){.env = im->env, .cwd = im->cwd, .user = im->user};

@@ -97,6 +97,9 @@ struct sbd_image_defaults sbd_image_defaults(const struct sbd_image *im);
 /* Whether im is an image of the store (its root the node's EROFS mount of
  * it), not a registered directory. */
 bool sbd_image_is_store(const struct sbd_image *im);
+/* A store image's digest (64 hex digits, the image's content address:
+ * the same on every node), or NULL for a registered directory. */
+const char *sbd_image_digest(const struct sbd_image *im);
 /* A store image's EROFS files as the node mounts them, for a VM that
  * attaches them as disks: meta the node cache's metadata copy
  * (CACHE/HEX/meta.img), *ret_blobs (n paths, caller frees each and the
@@ -112,6 +115,12 @@ int sbd_image_erofs(struct sandboxd *d, const struct sbd_image *im, char *meta, 
  * (caller frees), or NULL if it has neither (or on allocation failure). im
  * may be NULL. */
 char **sbd_image_default_cmd(struct sandboxd *d, struct sbd_image *im);
+
+/* The cluster's mount as the image store names it (STRATA_MOUNT of
+ * <home>/cluster.env, else <home>/mnt) into buf: whether anything is
+ * mounted there is the caller's to see. Reads a local file (a FIFO there
+ * blocks: never on the loop). Returns 0, -ENOENT (no store state). */
+int sbd_images_cluster_mount(struct sandboxd *d, char *buf, size_t cap);
 
 /* ---- references (image_store.c) ----------------------------------------- */
 /* The answer of a store call: r 0 and im (sbd_images_acquire: with a node

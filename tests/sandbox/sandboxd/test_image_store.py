@@ -132,6 +132,42 @@ def test_qemu_from_store_ref():
         assert r.stdout.split() == ["busybox", "app", "1"], r.stdout
 
 
+def test_qemu_snapshot_on_the_strata_mount(tmp_path):
+    """test_qemu_from_store_ref's VM was saved on the strata filesystem
+    (MOUNT/.strata/vm-snapshots/KEY, KEY from the image's digest, not a
+    path): a second sandboxd with a state dir of its own (another node over
+    the same cluster mount) restores it instead of booting."""
+    caps = strata.capabilities("qemu")
+    if not caps["available"]:
+        pytest.skip("qemu backend unavailable: %s" % caps.get("reason"))
+    snaps = os.path.join(os.path.dirname(store_dir()), "vm-snapshots")
+    keys = [k for k in os.listdir(snaps) if not k.startswith(".")]
+    assert len(keys) == 1, os.listdir(snaps)
+    assert sorted(os.listdir(os.path.join(snaps, keys[0]))) == ["disk", "manifest", "state"]
+    sock, log = str(tmp_path / "sd.sock"), str(tmp_path / "sandboxd.log")
+    proc = subprocess.Popen([os.path.join(os.environ["STRATA_BIN"], "strata-sandboxd"),
+                             "--home", HOME, "--state-dir", str(tmp_path / "state"),
+                             "--socket", sock, "--log-level", "debug"],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 20
+        while not os.path.exists(sock) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        t0 = time.time()
+        with Sandbox.create("busybox:latest", backend="qemu", memory_mb=128, ttl=300,
+                            timeout=180, socket=sock) as sb:
+            warm = time.time() - t0
+            r = sb.exec(["sh", "-c", "echo $STRATA_SAMPLE"], timeout=60)
+            assert r.stdout == "busybox\n", r
+        print("qemu: created from the strata mount's snapshot in %.2f s" % warm)
+        text = open(log).read()
+        assert "warm start from %s/%s" % (snaps, keys[0]) in text, text[-3000:]
+        print(next(line for line in text.splitlines() if "warm start from" in line))
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
 def test_exec_image_command():
     """An exec with neither cmd nor python runs the image's Entrypoint + Cmd."""
     with Sandbox.create("busybox:latest", backend="container", memory_mb=128, ttl=120) as sb:

@@ -6,7 +6,9 @@
 # Python checks of test_image_store.py through the SDK (container sandboxes
 # from store references, one shared image mount, an upper dir each, the image
 # config as defaults, ImageNotFound, the node reference dropped after use,
-# re-adoption by a restarted sandboxd, a stopped strata-fuse: the daemon
+# re-adoption by a restarted sandboxd, a VM's warm-start snapshot saved on
+# the strata mount and restored by a second sandboxd of another state dir,
+# a stopped strata-fuse: the daemon
 # serves on and store look-ups answer 503 store_unavailable), an image built
 # by umoci seen from inside a VM sandbox (test_umoci_tree.py), and a SIGTERM
 # of sandboxd while a look-up is stuck in a stopped strata-fuse (it ends
