@@ -262,14 +262,40 @@ int meta_rmdir(struct meta_client *mc, const struct meta_opid *op, strata_ino_t 
 	return meta_remove(mc, op, parent, name, true, NULL);
 }
 
+int meta_rename_ex(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		   const char *name, strata_ino_t newparent, const char *newname, uint32_t flags,
+		   struct meta_renamed *ret)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct meta_req q = {
+	    .op = opid(op), .parent = parent, .newparent = newparent, .flags = flags};
+	struct meta_renamed m = {0};
+	struct rbuf b;
+	int r = set_name(q.name, name) ?: set_name(q.newname, newname);
+
+	if (r == 0)
+		r = call(mc, MSG_META_RENAME, &q, 0, &rep);
+	if (r < 0)
+		return r;
+	if (rep.len > 0) { /* empty from an older server, a record or a no-op */
+		rbuf_init(&b, rep.data, rep.len);
+		meta_attr_read(&b, &m.inode);
+		meta_attr_read(&b, &m.parent);
+		meta_attr_read(&b, &m.newparent);
+		m.has_other = rbuf_get_u8(&b) != 0;
+		if (m.has_other)
+			meta_attr_read(&b, &m.other);
+		m.known = rbuf_done(&b) == 0;
+	}
+	if (ret)
+		*ret = m;
+	return 0;
+}
+
 int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 		const char *name, strata_ino_t newparent, const char *newname, uint32_t flags)
 {
-	struct meta_req q = {
-	    .op = opid(op), .parent = parent, .newparent = newparent, .flags = flags};
-	int r = set_name(q.name, name) ?: set_name(q.newname, newname);
-
-	return r ?: call_empty(mc, MSG_META_RENAME, &q, 0);
+	return meta_rename_ex(mc, op, parent, name, newparent, newname, flags, NULL);
 }
 
 int meta_link(struct meta_client *mc, const struct meta_opid *op, strata_ino_t ino,

@@ -80,6 +80,18 @@ struct meta_removed {
  * filled on success. */
 int meta_remove(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 		const char *name, bool dir, struct meta_removed *ret);
+/* What a rename changed, as strata-meta answered it (known false as for
+ * struct meta_removed): the moved inode, the inode it replaced (nlink = the
+ * links left) or, for RENAME_EXCHANGE, the other one, when has_other, and
+ * both parents, all after the rename. */
+struct meta_renamed {
+	bool known, has_other;
+	struct strata_attr inode, other, parent, newparent;
+};
+/* meta_rename, with *ret (may be NULL) filled on success. */
+int meta_rename_ex(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
+		   const char *name, strata_ino_t newparent, const char *newname, uint32_t flags,
+		   struct meta_renamed *ret);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
 int meta_rename(struct meta_client *mc, const struct meta_opid *op, strata_ino_t parent,
 		const char *name, strata_ino_t newparent, const char *newname, uint32_t flags);

@@ -126,7 +126,7 @@ bool sfs_attr_unchanged_since(struct sfs *fs, strata_ino_t ino, uint64_t stamp)
 	return r;
 }
 
-void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool removed)
+void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool echo)
 {
 	struct sfs_inode *in = sfs_inode_get(fs, a->ino, false);
 	bool ok;
@@ -140,13 +140,13 @@ void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stam
 	ok = fs->o.attr_timeout > 0 && unchanged_since(fs, in, stamp);
 	sfs_attr_changed_locked(fs, in);
 	in->times_echo = false;
-	if (removed && a->nlink == 0)
+	if (echo && a->nlink == 0)
 		in->unlinked = true; /* its name is in no later listing */
 	if (ok) {
 		in->cattr = *a;
 		in->cattr_stamp = in->changed_at;
 		in->cattr_expire_ns = sfs_now_ns() + (uint64_t)(fs->o.attr_timeout * 1e9);
-		in->times_echo = removed; /* the kernel writes back its ctime next */
+		in->times_echo = echo; /* the kernel writes back its ctime next */
 	}
 	pthread_mutex_unlock(&in->lock);
 	sfs_inode_put(fs, in);

@@ -329,11 +329,11 @@ void sfs_attr_created(struct sfs *fs, strata_ino_t parent, const struct strata_a
 		      uint64_t stamp);
 /* a is meta's answer to this mount's change of a->ino, by a call started at
  * stamp: it replaces the cached attributes (or drops them when another
- * local change of the inode raced the call). removed: a is the inode the
- * change removed a link of (unlink, rmdir), whose ctime the kernel writes
- * back next (sfs_attr_echo), and which is gone from the namespace when its
- * nlink is 0. */
-void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool removed);
+ * local change of the inode raced the call). echo: the kernel writes back
+ * a ctime of its own for this change (sfs_attr_echo): the removed inode of
+ * an unlink or rmdir, the inodes a rename moved or replaced; such an inode
+ * left with nlink 0 is gone from the namespace. */
+void sfs_attr_replied(struct sfs *fs, const struct strata_attr *a, uint64_t stamp, bool echo);
 /* A SETATTR of mtime_ns and a ctime only, the kernel's write-back after a
  * change sfs_attr_replied marked: true, with *ret the cached attributes,
  * when mtime_ns is meta's own and no write is unrecorded (the call would

@@ -533,7 +533,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		      const char *newname, unsigned int flags)
 {
 	struct sfs *fs = FS(req);
+	struct meta_renamed m = {0};
 	struct sfs_op op;
+	uint64_t stamp;
 	int r;
 
 	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
@@ -541,13 +543,27 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return;
 	}
 	sfs_op_of(fs, req, &op);
+	stamp = sfs_attr_stamp(fs);
 	r = SFS_MUTATE(fs, &op,
-		       meta_rename(fs->mc, &op.id, parent, name, newparent, newname, flags));
+		       meta_rename_ex(fs->mc, &op.id, parent, name, newparent, newname, flags, &m));
 	/* an exchange keeps both names (to other inodes): "added" drops what
-	 * the listing knew of them */
-	sfs_dircache_after(fs, parent, name, r, (flags & RENAME_EXCHANGE) != 0);
-	sfs_dircache_after(fs, newparent, newname, r, true);
-	sfs_attr_changed_all(fs);
+	 * the listing knew of them. Without meta's answer the rename may have
+	 * changed nothing (the same inode under both names): not known. */
+	sfs_dircache_after(fs, parent, name, r == 0 && !m.known ? -EAGAIN : r,
+			   (flags & RENAME_EXCHANGE) != 0);
+	sfs_dircache_after(fs, newparent, newname, r == 0 && !m.known ? -EAGAIN : r, true);
+	if (r == 0 && m.known && !op.resent) {
+		/* the kernel writes back the ctime of the inodes whose names
+		 * moved (and of one replaced): both are echoes */
+		sfs_attr_replied(fs, &m.inode, stamp, true);
+		if (m.has_other)
+			sfs_attr_replied(fs, &m.other, stamp, true);
+		sfs_attr_replied(fs, &m.parent, stamp, false);
+		if (m.newparent.ino != m.parent.ino)
+			sfs_attr_replied(fs, &m.newparent, stamp, false);
+	} else {
+		sfs_attr_changed_all(fs);
+	}
 	fuse_reply_err(req, -r);
 }
 

@@ -41,6 +41,10 @@ struct ns_answer {
 	 * inode's, nlink counting the links left). Not kept in the operation's
 	 * record: an answer from the record has attr.ino 0 (unknown). */
 	struct strata_attr parent;
+	/* rename: attr is the moved inode's, other the replaced (or exchanged)
+	 * one's when has_other, parent and newparent the directories after */
+	bool has_other;
+	struct strata_attr other, newparent;
 };
 /* Limits of the records (tests): at most max, for ttl_ms. Returns 0 or -EINVAL. */
 int ns_set_opid_limits(struct ns *ns, uint32_t max, int64_t ttl_ms);
@@ -83,6 +87,11 @@ int ns_unlink(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, co
 int ns_remove(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
 	      bool dir, struct ns_answer *ret);
 int ns_rmdir(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name);
+/* ns_rename, answering what it changed (struct ns_answer; attr.ino 0 when
+ * it changed nothing: the same inode under both names). */
+int ns_rename_answer(struct ns *ns, const struct meta_opid *op, strata_ino_t parent,
+		     const char *name, strata_ino_t newparent, const char *newname, uint32_t flags,
+		     struct ns_answer *ret);
 int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
 	      strata_ino_t newparent, const char *newname, uint32_t flags);
 int ns_link(struct ns *ns, const struct meta_opid *op, strata_ino_t ino, strata_ino_t newparent,

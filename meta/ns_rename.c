@@ -194,11 +194,20 @@ static int rename_build(struct ns *ns, struct kv_batch *b, void *arg, struct ns_
 	struct rename_args *a = arg;
 	int r = rename_locked(ns, b, &a->x, a->parent, a->newparent);
 
+	if (r == 0) {
+		ret->attr = a->x.src.a;
+		ret->has_other = a->x.has_dst;
+		if (a->x.has_dst)
+			ret->other = a->x.dst.a;
+		ret->parent = a->x.p.a;
+		ret->newparent = a->x.np->a;
+	}
 	return r > 0 ? 0 : r; /* same inode: nothing to write */
 }
 
-int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
-	      strata_ino_t newparent, const char *newname, uint32_t flags)
+int ns_rename_answer(struct ns *ns, const struct meta_opid *op, strata_ino_t parent,
+		     const char *name, strata_ino_t newparent, const char *newname, uint32_t flags,
+		     struct ns_answer *ret)
 {
 	struct rename_args a = {.x = {.name = name, .newname = newname, .flags = flags},
 				.parent = parent,
@@ -207,5 +216,11 @@ int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, co
 	if ((flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
 	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
 		return -EINVAL;
-	return ns_mutate(ns, op, MSG_META_RENAME, rename_build, &a, NULL);
+	return ns_mutate(ns, op, MSG_META_RENAME, rename_build, &a, ret);
+}
+
+int ns_rename(struct ns *ns, const struct meta_opid *op, strata_ino_t parent, const char *name,
+	      strata_ino_t newparent, const char *newname, uint32_t flags)
+{
+	return ns_rename_answer(ns, op, parent, name, newparent, newname, flags, NULL);
 }

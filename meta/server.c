@@ -108,9 +108,24 @@ static int op_rmdir(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 	return remove_reply(ns, q, true, w);
 }
 
+/* rename answers what it changed (as unlink does): the moved inode, the
+ * old and the new parent, a u8 saying whether an inode was replaced (or
+ * exchanged) and then that one; nothing from a record or for a no-op. */
 static int op_rename(struct ns *ns, const struct meta_req *q, struct wbuf *w)
 {
-	return ns_rename(ns, &q->op, q->parent, q->name, q->newparent, q->newname, q->flags);
+	struct ns_answer a = {0};
+	int r = ns_rename_answer(ns, &q->op, q->parent, q->name, q->newparent, q->newname, q->flags,
+				 &a);
+
+	if (r == 0 && a.attr.ino != 0) {
+		meta_attr_put(w, &a.attr);
+		meta_attr_put(w, &a.parent);
+		meta_attr_put(w, &a.newparent);
+		wbuf_put_u8(w, a.has_other);
+		if (a.has_other)
+			meta_attr_put(w, &a.other);
+	}
+	return r;
 }
 
 static int op_link(struct ns *ns, const struct meta_req *q, struct wbuf *w)

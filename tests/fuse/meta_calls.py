@@ -56,6 +56,9 @@ BOUNDS = {
     # the removal's answer refreshes the parent and the removed inode: no
     # GETATTR of either, no write-back of the kernel's ctime (fuse/attrcache.c)
     "unlink": {"meta.unlink": 1.0, "meta.lookup": 0.05},
+    # the rename's answer refreshes both inodes and the parent: the kernel's
+    # ctime write-back and the directory's GETATTR cost no meta call
+    "rename": {"meta.rename": 1.0},
 }
 
 
@@ -90,8 +93,9 @@ def main():
     drop_caches()
     costs["stat"] = phase(mnt, d, n, "stat", os.stat)
     assert len(os.listdir(d)) == n, "every created file is listed"
+    costs["rename"] = phase(mnt, d, n, "rename", lambda p: os.rename(p, p + ".r"))
     drop_caches()
-    costs["unlink"] = phase(mnt, d, n, "unlink", os.unlink)
+    costs["unlink"] = phase(mnt, d, n, "unlink", lambda p: os.unlink(p + ".r"))
     assert os.listdir(d) == [], "every file is gone"
     bad = []
     for ph, bounds in BOUNDS.items():

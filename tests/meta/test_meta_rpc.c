@@ -154,6 +154,30 @@ static void test_namespace(struct meta_client *mc)
 	CHECK_EQ(meta_lookup(mc, d, "kept", &a), 0);
 	CHECK_EQ(a.size, 777);
 	CHECK_EQ(a.mtime_ns, 4242);
+	/* rename answers the moved inode, the one it replaced, both parents */
+	struct strata_attr x1, x2, x3;
+	struct meta_renamed mr;
+	uint64_t sx;
+	CHECK_EQ(meta_create(mc, NULL, d, "x1", 0644, 0, 0, O_CREAT | O_RDWR, &x1, &sx), 0);
+	CHECK_EQ(meta_close(mc, x1.ino, sx, -1, -1), 0);
+	CHECK_EQ(meta_create(mc, NULL, ROOT, "x2", 0644, 0, 0, O_CREAT | O_RDWR, &x2, &sx), 0);
+	CHECK_EQ(meta_close(mc, x2.ino, sx, -1, -1), 0);
+	CHECK_EQ(meta_rename_ex(mc, NULL, d, "x1", ROOT, "x2", 0, &mr), 0);
+	CHECK(mr.known && mr.has_other);
+	CHECK_EQ(mr.inode.ino, x1.ino);
+	CHECK_EQ(mr.other.ino, x2.ino);
+	CHECK_EQ(mr.other.nlink, 0); /* replaced: gone */
+	CHECK_EQ(mr.parent.ino, d);
+	CHECK_EQ(mr.newparent.ino, ROOT);
+	CHECK_EQ(meta_create(mc, NULL, ROOT, "x3", 0644, 0, 0, O_CREAT | O_RDWR, &x3, &sx), 0);
+	CHECK_EQ(meta_close(mc, x3.ino, sx, -1, -1), 0);
+	CHECK_EQ(meta_rename_ex(mc, NULL, ROOT, "x2", ROOT, "x3", RENAME_EXCHANGE, &mr), 0);
+	CHECK(mr.known && mr.has_other);
+	CHECK_EQ(mr.inode.ino, x1.ino);
+	CHECK_EQ(mr.other.ino, x3.ino);
+	CHECK_EQ(mr.other.nlink, 1); /* exchanged: still there */
+	CHECK_EQ(meta_rename_ex(mc, NULL, ROOT, "x2", ROOT, "x2", 0, &mr), 0);
+	CHECK(!mr.known); /* the same inode under both names: nothing changed */
 	CHECK_EQ(meta_close_many(mc, items, 0, res), -EINVAL);
 	CHECK_EQ(meta_close_many(mc, items, META_CLOSE_MANY_MAX + 1, res), -EINVAL);
 }
