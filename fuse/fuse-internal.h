@@ -296,6 +296,16 @@ uint64_t sfs_opid_new_conn(void);
 /* The operation id of req (call in the request's handler). */
 void sfs_op_of(struct sfs *fs, fuse_req_t req, struct sfs_op *ret);
 
+/* ---- device read buffers (devbuf.c) ----------------------------------------
+ * Makes every page of buf (the calling thread's buffer for reading
+ * /dev/fuse) present and writable, once per buffer and fork, so that the
+ * kernel's copy of a request into it never fails under a pending SIGKILL
+ * (which would end the request with EIO instead of leaving it for the
+ * successor's resend). */
+void sfs_devbuf_ready(void *buf, size_t len);
+/* Call after this process forked: its pages are write-protected again. */
+void sfs_devbuf_forked(void);
+
 /* ---- request counters (stats.c) -------------------------------------------- */
 /* The node-local xattr whose value is the counters' text. */
 #define SFS_STATS_XATTR "trusted.strata.stats"

@@ -51,10 +51,12 @@ static uint32_t le32(const uint8_t *p)
 
 static ssize_t sfs_read(int fd, void *buf, size_t len, void *userdata)
 {
-	ssize_t n = read(fd, buf, len);
 	const uint8_t *p = buf;
+	ssize_t n;
 
 	(void)userdata;
+	sfs_devbuf_ready(buf, len); /* or a kill -9 mid-copy fails the request */
+	n = read(fd, buf, len);
 	t_last.valid = n >= FUSE_IN_HEADER_LEN;
 	if (t_last.valid) {
 		/* fuse_in_header: len, opcode, unique, nodeid, uid, gid, pid */

@@ -242,6 +242,7 @@ static int spawn_holder(struct sfs *fs)
 	close(s);
 	if (pid < 0)
 		return -errno;
+	sfs_devbuf_forked(); /* our pages were shared copy-on-write meanwhile */
 	waitpid(pid, NULL, 0);
 	log_info("Started %s on %s", HOLDER_BIN, fs->o.holder);
 	return 0;
