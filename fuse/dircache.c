@@ -11,7 +11,7 @@
  * Freshness is the kernel's own for negative entries: a name created on
  * another node is seen at most one window late here, as a negative dentry
  * the kernel cached would be. This mount's own changes are applied to the
- * listing as they are answered (sfs_dircache_added / _removed), and the
+ * listing as they are answered (sfs_dircache_after), and the
  * kernel holds a directory's lock across a create, unlink or rename in it,
  * so no LOOKUP in that directory is answered while one of ours is under way.
  *
@@ -508,40 +508,16 @@ static void change_locked(struct dc_dir *d, const char *name, bool added)
 	}
 }
 
-static void change(struct sfs *fs, strata_ino_t parent, const char *name, bool added)
+/* dc->lock held: a change in d whose outcome is not known (invariant 1). */
+static void unknown_locked(struct dc_dir *d)
 {
-	struct sfs_dircache *dc = fs->dc;
-	struct dc_dir *d;
-
-	if (!dc)
-		return;
-	pthread_mutex_lock(&dc->lock);
-	d = dir_find(dc, parent);
-	if (d)
-		change_locked(d, name, added);
-	pthread_mutex_unlock(&dc->lock);
-}
-
-void sfs_dircache_added(struct sfs *fs, strata_ino_t parent, const char *name)
-{
-	change(fs, parent, name, true);
-}
-
-void sfs_dircache_removed(struct sfs *fs, strata_ino_t parent, const char *name)
-{
-	change(fs, parent, name, false);
+	d->complete = false;
+	if (d->fetching) /* the fetch under way may predate the change */
+		d->pending_lost = true;
 }
 
 void sfs_dircache_after(struct sfs *fs, strata_ino_t parent, const char *name, int r, bool added)
 {
-	if (r == 0)
-		change(fs, parent, name, added);
-	else
-		sfs_dircache_unknown(fs, parent);
-}
-
-void sfs_dircache_unknown(struct sfs *fs, strata_ino_t parent)
-{
 	struct sfs_dircache *dc = fs->dc;
 	struct dc_dir *d;
 
@@ -549,10 +525,9 @@ void sfs_dircache_unknown(struct sfs *fs, strata_ino_t parent)
 		return;
 	pthread_mutex_lock(&dc->lock);
 	d = dir_find(dc, parent);
-	if (d) {
-		d->complete = false;
-		if (d->fetching) /* the fetch under way may predate the change */
-			d->pending_lost = true;
-	}
+	if (d && r == 0)
+		change_locked(d, name, added);
+	else if (d)
+		unknown_locked(d);
 	pthread_mutex_unlock(&dc->lock);
 }

@@ -367,14 +367,9 @@ void sfs_dircache_done(struct sfs *fs);
 enum sfs_dc_answer sfs_dircache_lookup(struct sfs *fs, strata_ino_t parent, const char *name,
 				       struct strata_attr *ret, uint64_t *ret_stamp,
 				       double *ret_ttl);
-/* This mount's changes, once meta answered them: name now exists (with
- * attributes unknown here) or no longer does. */
-void sfs_dircache_added(struct sfs *fs, strata_ino_t parent, const char *name);
-void sfs_dircache_removed(struct sfs *fs, strata_ino_t parent, const char *name);
-/* A change in parent whose outcome is not known: its listing goes. */
-void sfs_dircache_unknown(struct sfs *fs, strata_ino_t parent);
-/* After a mutation of parent/name that answered r: added (or removed) on
- * success, the listing dropped on failure. */
+/* This mount's change of parent/name, once meta answered it r: on success
+ * name now exists (added: with attributes unknown here) or no longer does;
+ * on failure the outcome is not known and the listing goes. */
 void sfs_dircache_after(struct sfs *fs, strata_ino_t parent, const char *name, int r, bool added);
 
 /* ---- retries ----------------------------------------------------------------
