@@ -80,6 +80,14 @@ static void reply_attr(fuse_req_t req, struct strata_attr *a, uint64_t stamp)
 	fuse_reply_attr(req, &st, fs->o.attr_timeout);
 }
 
+/* "No such entry", for the kernel to cache ttl seconds (ino 0). */
+static void reply_negative(fuse_req_t req, double ttl)
+{
+	struct fuse_entry_param e = {.entry_timeout = ttl};
+
+	fuse_reply_entry(req, &e);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = FS(req);
@@ -89,12 +97,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int r;
 
 	switch (sfs_dircache_lookup(fs, parent, name, &a, &stamp, &ttl)) {
-	case SFS_DC_ABSENT: {
-		struct fuse_entry_param e = {.entry_timeout = ttl};
-
-		fuse_reply_entry(req, &e);
+	case SFS_DC_ABSENT:
+		reply_negative(req, ttl);
 		return;
-	}
 	case SFS_DC_FOUND:
 		reply_entry(req, &a, stamp);
 		return;
@@ -104,9 +109,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_IDEM, meta_lookup(fs->mc, parent, name, &a));
 	if (r == -ENOENT && fs->o.negative_timeout > 0) {
-		struct fuse_entry_param e = {.entry_timeout = fs->o.negative_timeout};
-
-		fuse_reply_entry(req, &e);
+		reply_negative(req, fs->o.negative_timeout);
 		return;
 	}
 	if (r < 0) {
