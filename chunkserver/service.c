@@ -94,6 +94,8 @@ static int do_remove_file(struct chunk_store *cs, const struct chunk_req *r, str
 int cs_pool_of(void *ctx, uint16_t type, const uint8_t *payload, size_t len)
 {
 	struct cs_service *s = ctx;
+	if (type == MSG_CHUNK_READ_MANY)
+		return CS_POOL_CLIENT; /* reads only: they wait on no other server */
 	if (type <= MSG_CHUNK_PING || type > MSG_CHUNK_PUT_PART)
 		return CS_POOL_CONTROL; /* PING, or answered -EOPNOTSUPP at once */
 	if (!s->repl)
@@ -110,11 +112,49 @@ int cs_pool_of(void *ctx, uint16_t type, const uint8_t *payload, size_t len)
 	return pos > 0 && pos < CS_POOL_CONTROL ? pos : CS_POOL_CLIENT;
 }
 
+/* One READ, alone or as an entry of READ_MANY: its data appended to reply. */
+static int read_one(struct cs_service *s, const struct chunk_req *r, struct wbuf *reply)
+{
+	struct chunk_store *cs = find_target(s, r->route.target_id);
+	if (!cs)
+		return -ENXIO;
+	return s->repl ? repl_handle(s->repl, cs, MSG_CHUNK_READ, r, reply)
+		       : cs_read_local(cs, r, reply);
+}
+
+/* READ_MANY: each entry as READ would answer it, one after the other (a
+ * batch of the native client's 4 KiB reads costs one request and one reply
+ * instead of one each). An entry that fails leaves no data in the reply. */
+static int read_many(struct cs_service *s, struct rbuf *req, struct wbuf *reply)
+{
+	struct chunk_req reqs[CHUNK_READ_MANY_MAX];
+	int n = chunk_read_many_decode(req, reqs, CHUNK_READ_MANY_MAX);
+	if (n < 0)
+		return -EBADMSG;
+	for (int i = 0; i < n; i++) {
+		size_t at = reply->len;
+		uint8_t *head = wbuf_reserve(reply, 8);
+		if (!head)
+			return -ENOMEM;
+		int e = read_one(s, &reqs[i], reply);
+		if (e < 0)
+			reply->len = at + 8; /* no partial data */
+		head = reply->data + at;     /* reserve may have moved the buffer */
+		uint32_t len = (uint32_t)(reply->len - at - 8);
+		uint32_t st = (uint32_t)(e < 0 ? e : 0);
+		le32_put(head, st);
+		le32_put(head + 4, len);
+	}
+	return 0;
+}
+
 int cs_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 	      const struct rpc_peer *peer)
 {
 	struct cs_service *s = ctx;
 	struct chunk_req r;
+	if (type == MSG_CHUNK_READ_MANY)
+		return read_many(s, req, reply);
 	int e = chunk_req_decode(type, req, &r);
 	if (e == -EINVAL)
 		return -EOPNOTSUPP;

@@ -27,6 +27,7 @@
 #include "fs/clock.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +72,22 @@ struct chunk_client {
 	uint64_t client_id, next_req; /* exactly-once: (client_id, req id) per write */
 	int retry_ms;		      /* failover window of one call */
 	enum chunk_read_policy read_policy;
+	bool no_read_many;		 /* a server answered READ_MANY -EOPNOTSUPP */
+	struct chunk_client_stats stats; /* relaxed atomic adds */
 };
+
+static void count(uint64_t *counter, uint64_t n)
+{
+	__atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
+}
+
+void chunk_client_stats(struct chunk_client *cc, struct chunk_client_stats *ret)
+{
+	ret->reads = __atomic_load_n(&cc->stats.reads, __ATOMIC_RELAXED);
+	ret->read_many = __atomic_load_n(&cc->stats.read_many, __ATOMIC_RELAXED);
+	ret->read_many_ranges = __atomic_load_n(&cc->stats.read_many_ranges, __ATOMIC_RELAXED);
+	ret->read_many_retried = __atomic_load_n(&cc->stats.read_many_retried, __ATOMIC_RELAXED);
+}
 
 /* ---- routing snapshots ------------------------------------------------- */
 
@@ -346,6 +362,7 @@ ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout, 
 		req.off = off + (uint32_t)done;
 		req.len = piece;
 		struct rpc_reply rep = {.buf = (uint8_t *)buf + done, .cap = piece};
+		count(&cc->stats.reads, 1);
 		int r =
 		    call_chunk(cc, layout, id.index, MSG_CHUNK_READ, &req, RPC_IDEMPOTENT, &rep);
 		if (r == 0)
@@ -361,6 +378,113 @@ ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout, 
 			break;
 	}
 	return (ssize_t)done;
+}
+
+/* ---- batched reads ---------------------------------------------------- */
+#define RM_PENDING ((ssize_t)LONG_MIN) /* a result not known yet */
+
+/* The address of the replica that serves reads[i] by the snapshot, or NULL:
+ * then the read goes on its own. */
+static const char *read_addr(struct chunk_client *cc, const struct strata_routing *rt,
+			     struct chunk_read_one *rd, struct chunk_req *req)
+{
+	const struct strata_chain *chain = layout_chain_for_chunk(rt, rd->layout, rd->id.index);
+	if (!chain || rd->len == 0 || rd->len > CHUNK_IO_MAX)
+		return NULL;
+	*req = req_for(rd->id);
+	req->off = rd->off;
+	req->len = rd->len;
+	uint32_t tid = pick_target(cc, rt, chain, MSG_CHUNK_READ, req, false, 0);
+	const struct strata_target *t = tid ? routing_target(rt, tid) : NULL;
+	if (!t)
+		return NULL;
+	req->route = (struct chunk_route){tid, chain->chain_id, chain->version};
+	return t->addr;
+}
+
+/* Sends reads[idx[0..m)] (requests reqs[0..m)) to addr as one READ_MANY and
+ * stores each answer that is final; the others stay pending. */
+static void read_batch(struct chunk_client *cc, const char *addr, struct chunk_read_one *reads,
+		       const int *idx, const struct chunk_req *reqs, int m)
+{
+	struct rpc_client *rpc = conn_for(cc, addr, !cc->pinned);
+	struct chunk_read_ans ans[CHUNK_READ_MANY_MAX];
+	struct rpc_reply rep = {0};
+	_cleanup_(wbuf_done) struct wbuf wb;
+	wbuf_init(&wb);
+	if (!rpc || chunk_read_many_encode(reqs, (uint32_t)m, &wb) < 0)
+		return;
+	struct iovec iov = {wb.data, wb.len};
+	count(&cc->stats.read_many, 1);
+	count(&cc->stats.read_many_ranges, (uint64_t)m);
+	int r = rpc_callv(rpc, MSG_CHUNK_READ_MANY, &iov, 1, RPC_IDEMPOTENT, &rep);
+	if (r == -EOPNOTSUPP)
+		__atomic_store_n(&cc->no_read_many, true, __ATOMIC_RELAXED);
+	struct rbuf rb;
+	rbuf_init(&rb, rep.data, rep.len);
+	if (r == 0 && chunk_read_many_reply_get(&rb, reqs, (uint32_t)m, ans) == 0)
+		for (int k = 0; k < m; k++) {
+			struct chunk_read_one *rd = &reads[idx[k]];
+			if (ans[k].status == 0) {
+				memcpy(rd->buf, ans[k].data, ans[k].len);
+				rd->result = ans[k].len;
+			} else if (!worth_refetch(ans[k].status)) {
+				rd->result = ans[k].status; /* -EIO: never wrong bytes */
+			}
+		}
+	rpc_reply_done(&rep);
+}
+
+/* Groups the pending reads by the chunkserver that serves them, each group
+ * one READ_MANY of at most CHUNK_READ_MANY_MAX entries and CHUNK_IO_MAX
+ * bytes. */
+static void read_batches(struct chunk_client *cc, const struct strata_routing *rt,
+			 struct chunk_read_one *reads, int n)
+{
+	const char *addr[n];
+	struct chunk_req reqs[n];
+	bool sent[n];
+	for (int i = 0; i < n; i++) {
+		addr[i] = read_addr(cc, rt, &reads[i], &reqs[i]);
+		sent[i] = !addr[i];
+	}
+	for (int i = 0; i < n; i++) {
+		int idx[CHUNK_READ_MANY_MAX], m = 0;
+		struct chunk_req batch[CHUNK_READ_MANY_MAX];
+		uint64_t bytes = 0;
+		if (sent[i])
+			continue;
+		for (int j = i; j < n && m < CHUNK_READ_MANY_MAX; j++) {
+			if (sent[j] || strcmp(addr[j], addr[i]) != 0 ||
+			    bytes + reqs[j].len > CHUNK_IO_MAX)
+				continue;
+			sent[j] = true;
+			bytes += reqs[j].len;
+			batch[m] = reqs[j];
+			idx[m++] = j;
+		}
+		if (m > 0)
+			read_batch(cc, addr[idx[0]], reads, idx, batch, m);
+	}
+}
+
+void chunk_read_many(struct chunk_client *cc, struct chunk_read_one *reads, int n)
+{
+	struct rt_snap *s = NULL;
+	for (int i = 0; i < n; i++)
+		reads[i].result = RM_PENDING;
+	if (n > 1 && !__atomic_load_n(&cc->no_read_many, __ATOMIC_RELAXED) &&
+	    snap_get(cc, false, &s) == 0) {
+		read_batches(cc, &s->r, reads, n);
+		snap_unref(s);
+	}
+	for (int i = 0; i < n; i++)
+		if (reads[i].result == RM_PENDING) {
+			if (s)
+				count(&cc->stats.read_many_retried, 1);
+			reads[i].result = chunk_read(cc, reads[i].layout, reads[i].id, reads[i].off,
+						     reads[i].len, reads[i].buf);
+		}
 }
 
 /* Runs a call whose reply is a chunk_stat. */

@@ -34,6 +34,30 @@ int chunk_client_set_routing(struct chunk_client *cc, const struct strata_routin
  * bytes fail their checksum (never wrong bytes), or another -errno. */
 ssize_t chunk_read(struct chunk_client *cc, const struct strata_layout *layout, struct chunk_id id,
 		   uint32_t off, uint32_t len, void *buf);
+/* One read of a batch (chunk_read_many): a range within one chunk. */
+struct chunk_read_one {
+	const struct strata_layout *layout;
+	struct chunk_id id;
+	uint32_t off, len; /* len <= CHUNK_IO_MAX */
+	void *buf;
+	ssize_t result; /* out: what chunk_read would return */
+};
+/* Reads every range of reads[0..n), the ranges served by one chunkserver
+ * asked in one request (MSG_CHUNK_READ_MANY) and answered in one reply,
+ * so that n small reads cost the client and the server one round trip
+ * instead of n. A range the batch could not answer (a replica failing
+ * over, a pending write, a lost connection, a server that predates
+ * READ_MANY) is read again on its own with chunk_read, with its retries;
+ * so each result is what chunk_read would return. */
+void chunk_read_many(struct chunk_client *cc, struct chunk_read_one *reads, int n);
+/* What the reads of this client cost, counted since it was made (relaxed
+ * atomics): READ requests sent (chunk_read's, and chunk_read_many's ranges
+ * read on their own among them), READ_MANY requests and the ranges they
+ * carried, and of those the ranges read again on their own. */
+struct chunk_client_stats {
+	uint64_t reads, read_many, read_many_ranges, read_many_retried;
+};
+void chunk_client_stats(struct chunk_client *cc, struct chunk_client_stats *ret);
 /* Writes len bytes at off within the chunk (creating it; a gap before off
  * reads as zeros). Atomic: after a crash the chunk holds the old or the new
  * content. flags: CHUNK_WRITE_SYNC makes it durable before returning.

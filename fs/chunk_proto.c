@@ -273,3 +273,57 @@ int chunk_list_get(struct rbuf *b, struct chunk_list_ent *ents, uint32_t cap, bo
 	*ret_more = more != 0;
 	return (int)n;
 }
+
+/* ---- READ_MANY ---- */
+int chunk_read_many_encode(const struct chunk_req *reqs, uint32_t n, struct wbuf *b)
+{
+	uint64_t total = 0;
+	if (n == 0 || n > CHUNK_READ_MANY_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		total += reqs[i].len;
+	if (total > CHUNK_IO_MAX)
+		return -EINVAL;
+	wbuf_put_u32(b, n);
+	for (uint32_t i = 0; i < n; i++) {
+		int r = chunk_req_encode(MSG_CHUNK_READ, &reqs[i], b);
+		if (r < 0)
+			return r;
+	}
+	return b->err;
+}
+
+int chunk_read_many_decode(struct rbuf *b, struct chunk_req *reqs, uint32_t cap)
+{
+	uint32_t n = rbuf_get_u32(b);
+	uint64_t total = 0;
+	if (b->err || n == 0 || n > CHUNK_READ_MANY_MAX || n > cap ||
+	    rbuf_remaining(b) != (size_t)n * CHUNK_READ_MANY_ENTRY)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < n; i++) {
+		struct rbuf e;
+		rbuf_init(&e, rbuf_get_bytes(b, CHUNK_READ_MANY_ENTRY), CHUNK_READ_MANY_ENTRY);
+		if (chunk_req_decode(MSG_CHUNK_READ, &e, &reqs[i]) < 0)
+			return -EBADMSG;
+		total += reqs[i].len;
+	}
+	if (rbuf_done(b) < 0 || total > CHUNK_IO_MAX)
+		return -EBADMSG;
+	return (int)n;
+}
+
+int chunk_read_many_reply_get(struct rbuf *b, const struct chunk_req *reqs, uint32_t n,
+			      struct chunk_read_ans *ans)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int32_t status = (int32_t)rbuf_get_u32(b);
+		uint32_t len = rbuf_get_u32(b);
+		if (b->err || status > 0 || len > reqs[i].len || (status < 0 && len > 0))
+			return -EBADMSG;
+		ans[i] = (struct chunk_read_ans){.status = status, .len = len};
+		ans[i].data = rbuf_get_bytes(b, len);
+		if (b->err)
+			return -EBADMSG;
+	}
+	return rbuf_done(b) < 0 || rbuf_remaining(b) ? -EBADMSG : 0;
+}

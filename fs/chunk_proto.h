@@ -38,6 +38,13 @@
  *               reply: chunk_stat (after the last piece: the published chunk)
  *   TRUNCATE may carry trailing flags u32, client_id u64, req_id u64
  *   (appended fields: an old peer ignores them).
+ *   READ_MANY   n u32 (1..CHUNK_READ_MANY_MAX), then n x READ's fields
+ *               (route, ino, index, off, len; each entry its own target),
+ *               their lengths summing to at most CHUNK_IO_MAX
+ *               reply: n x (status i32, len u32, then len data bytes), in
+ *               the order asked; an entry's status is what READ would have
+ *               answered (its data absent unless 0). An old server answers
+ *               the whole request -EOPNOTSUPP.
  *
  * Fields are only ever appended (a newer minor's trailing bytes are ignored),
  * except after WRITE's data and in READ's reply, which have no room: they
@@ -118,3 +125,27 @@ void chunk_count_put(struct wbuf *b, uint32_t n);
 int chunk_count_get(struct rbuf *b, uint32_t *ret);
 /* Checks a READ reply of n bytes for a request of len bytes. */
 int chunk_read_reply_check(size_t n, uint32_t len);
+
+/* ---- READ_MANY ---- */
+#define CHUNK_READ_MANY_MAX 64	 /* entries per request */
+#define CHUNK_READ_MANY_ENTRY 32 /* bytes of one entry: READ's fields */
+/* Encodes n READ requests (1..CHUNK_READ_MANY_MAX; their route set) as one
+ * READ_MANY. Returns 0, -EINVAL (n out of range, lengths above CHUNK_IO_MAX)
+ * or the wbuf's error. */
+int chunk_read_many_encode(const struct chunk_req *reqs, uint32_t n, struct wbuf *b);
+/* Decodes a READ_MANY request into reqs[0..cap). Returns the count or
+ * -EBADMSG (an entry READ would refuse, a count or total out of range,
+ * trailing bytes). */
+int chunk_read_many_decode(struct rbuf *b, struct chunk_req *reqs, uint32_t cap);
+/* One entry of a READ_MANY reply: its status and data (pointing into the
+ * reply). */
+struct chunk_read_ans {
+	int status;
+	const void *data;
+	uint32_t len;
+};
+/* Decodes a reply to n requests of lengths reqs[i].len into ans[0..n):
+ * 0, or -EBADMSG (fewer or more entries, an entry longer than asked, a
+ * positive status). */
+int chunk_read_many_reply_get(struct rbuf *b, const struct chunk_req *reqs, uint32_t n,
+			      struct chunk_read_ans *ans);

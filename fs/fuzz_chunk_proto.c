@@ -33,6 +33,36 @@ static void check_req(uint16_t type, const uint8_t *p, size_t n)
 	wbuf_done(&w);
 }
 
+/* READ_MANY: an accepted request re-encodes to its bytes, and the request
+ * it makes bounds any reply decoded against it. */
+static void check_read_many(const uint8_t *p, size_t n)
+{
+	struct chunk_req reqs[CHUNK_READ_MANY_MAX];
+	struct chunk_read_ans ans[CHUNK_READ_MANY_MAX];
+	struct rbuf b;
+	struct wbuf w;
+	uint64_t total = 0;
+	rbuf_init(&b, p, n);
+	int k = chunk_read_many_decode(&b, reqs, CHUNK_READ_MANY_MAX);
+	if (k < 0)
+		return;
+	for (int i = 0; i < k; i++)
+		total += reqs[i].len;
+	if (k == 0 || k > CHUNK_READ_MANY_MAX || total > CHUNK_IO_MAX)
+		__builtin_trap();
+	wbuf_init(&w);
+	if (chunk_read_many_encode(reqs, (uint32_t)k, &w) != 0 || w.len != n ||
+	    memcmp(w.data, p, n) != 0)
+		__builtin_trap();
+	wbuf_done(&w);
+	rbuf_init(&b, p, n); /* the same bytes as a reply to it */
+	if (chunk_read_many_reply_get(&b, reqs, (uint32_t)k, ans) == 0)
+		for (int i = 0; i < k; i++)
+			if (ans[i].status > 0 || ans[i].len > reqs[i].len ||
+			    (ans[i].len && (const uint8_t *)ans[i].data + ans[i].len > p + n))
+				__builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
@@ -71,7 +101,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 10:
-		(void)chunk_read_reply_check(n, sel);
+		if (sel & 0x80)
+			check_read_many(p, n);
+		else
+			(void)chunk_read_reply_check(n, sel);
 		break;
 	default:
 		check_req((uint16_t)(MSG_CHUNK_PING + sel % 16), p, n);

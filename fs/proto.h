@@ -42,10 +42,11 @@ enum strata_msg {
 	MSG_CHUNK_REMOVE_FILE,
 	MSG_CHUNK_SYNC,
 	MSG_CHUNK_STAT,
-	MSG_CHUNK_WRITE_EX, /* WRITE with client id + request id (exactly-once, chain forward) */
-	MSG_CHUNK_LIST,	    /* a page of (ino, index, version, length, checksum): resync */
-	MSG_CHUNK_PUT,	    /* replace a whole chunk with a given version: resync */
-	MSG_CHUNK_PUT_PART, /* one piece of a chunk larger than CHUNK_IO_MAX: resync */
+	MSG_CHUNK_WRITE_EX,  /* WRITE with client id + request id (exactly-once, chain forward) */
+	MSG_CHUNK_LIST,	     /* a page of (ino, index, version, length, checksum): resync */
+	MSG_CHUNK_PUT,	     /* replace a whole chunk with a given version: resync */
+	MSG_CHUNK_PUT_PART,  /* one piece of a chunk larger than CHUNK_IO_MAX: resync */
+	MSG_CHUNK_READ_MANY, /* several READs answered in one reply (the native client's batches) */
 
 	/* metadata service: cluster management */
 	MSG_MGMT_REGISTER = 0x0300,

@@ -40,6 +40,7 @@ static unsigned roles_of(uint16_t type)
 	case MSG_MGMT_REPORT: /* "target T does not answer": meta probes it itself */
 		return CLIENTS | CHUNKSERVER;
 	case MSG_CHUNK_READ:
+	case MSG_CHUNK_READ_MANY:
 	case MSG_CHUNK_STAT:
 		return EVERYONE;
 	case MSG_CHUNK_WRITE:

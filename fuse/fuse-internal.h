@@ -220,6 +220,20 @@ int sfs_get_layout(struct sfs *fs, strata_ino_t ino, struct strata_layout *ret);
  * file's length (holes read as zeros; blobs verified). Returns the bytes
  * read or -errno. */
 ssize_t sfs_file_read(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t len, char *buf);
+/* One read of a batch (sfs_file_read_many). */
+struct sfs_read {
+	struct sfs_file *f;
+	uint64_t off;
+	size_t len;
+	char *buf;
+	ssize_t result; /* out: what sfs_file_read would return */
+};
+#define SFS_READ_MANY_MAX 64
+/* Reads rd[0..n) (n <= SFS_READ_MANY_MAX) as sfs_file_read would, the
+ * reads of plain files within one chunk sent to the chunkservers together
+ * (chunk_read_many: one round trip per chunkserver for the batch); others,
+ * and any the batch failed, one by one through sfs_file_read. */
+void sfs_file_read_many(struct sfs *fs, struct sfs_read *rd, int n);
 /* Writes len (<= SFS_MAX_IO) bytes at off (O_DSYNC handles write through).
  * Returns 0 or -errno. */
 int sfs_file_write(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t len, const char *buf);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/chunk_proto.h"
 #include "fs/cleanup.h"
 #include "fuse/fuse-internal.h"
 #include "fs/log.h"
@@ -861,6 +862,57 @@ ssize_t sfs_file_read(struct sfs *fs, struct sfs_file *f, uint64_t off, size_t l
 		log_warn("Read of inode %llu at %llu failed: bad chunk or lost chunkserver",
 			 (unsigned long long)in->ino, (unsigned long long)off);
 	return r < 0 ? r : (ssize_t)n;
+}
+
+/* Whether rd (n bytes after clamping) is one range of one chunk of a plain
+ * file: then *ret is its chunk read. */
+static bool read_in_one_chunk(struct sfs_read *rd, uint64_t n, struct strata_layout *layout,
+			      struct chunk_read_one *ret)
+{
+	uint64_t cs = layout->chunk_size;
+
+	if (rd->f->blob || n == 0 || !cs || rd->off / cs != (rd->off + n - 1) / cs ||
+	    n > CHUNK_IO_MAX)
+		return false;
+	*ret = (struct chunk_read_one){.layout = layout,
+				       .id = {.ino = rd->f->inode->ino, .index = rd->off / cs},
+				       .off = (uint32_t)(rd->off % cs),
+				       .len = (uint32_t)n,
+				       .buf = rd->buf};
+	return true;
+}
+
+void sfs_file_read_many(struct sfs *fs, struct sfs_read *rd, int n)
+{
+	struct strata_layout layouts[SFS_READ_MANY_MAX];
+	struct chunk_read_one cr[SFS_READ_MANY_MAX];
+	int of[SFS_READ_MANY_MAX], m = 0;
+
+	for (int i = 0; i < n && i < SFS_READ_MANY_MAX; i++) {
+		struct sfs_inode *in = rd[i].f->inode;
+		uint64_t len;
+
+		pthread_mutex_lock(&in->lock);
+		len = sfs_clamp_read(in->size, rd[i].off, rd[i].len);
+		layouts[m] = in->layout;
+		pthread_mutex_unlock(&in->lock);
+		rd[i].result = (ssize_t)len;
+		if (read_in_one_chunk(&rd[i], len, &layouts[m], &cr[m]))
+			of[m++] = i;
+		else if (len > 0)
+			rd[i].result = sfs_file_read(fs, rd[i].f, rd[i].off, rd[i].len, rd[i].buf);
+	}
+	chunk_read_many(fs->cc, cr, m);
+	for (int k = 0; k < m; k++) {
+		struct sfs_read *r = &rd[of[k]];
+
+		if (cr[k].result < 0) /* again on its own, with sfs_file_read's retries */
+			r->result = sfs_file_read(fs, r->f, r->off, r->len, r->buf);
+		else if ((size_t)cr[k].result < cr[k].len) /* a hole or a short chunk */
+			memset((char *)cr[k].buf + cr[k].result, 0, cr[k].len - cr[k].result);
+	}
+	for (int i = SFS_READ_MANY_MAX; i < n; i++)
+		rd[i].result = sfs_file_read(fs, rd[i].f, rd[i].off, rd[i].len, rd[i].buf);
 }
 
 void sfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,

@@ -1,7 +1,7 @@
 /* stats.c — what this mount's requests cost: FUSE requests received, by
  * opcode, and strata-meta calls sent, by message type, read as the text of
  * the node-local xattr SFS_STATS_XATTR ("trusted.strata.stats") on any
- * inode of the mount:
+ * inode of the mount, and the chunk reads (fs/chunk_client.h's counters):
  *
  *   getfattr --only-values -n trusted.strata.stats /mnt
  *   fuse.LOOKUP 2001
@@ -78,6 +78,7 @@ static void put_counter(FILE *f, const char *prefix, const char *name, unsigned 
 int sfs_stats_text(struct sfs *fs, char **ret, size_t *ret_len)
 {
 	size_t nmeta = sizeof(meta_call_names) / sizeof(meta_call_names[0]);
+	struct chunk_client_stats cs;
 	FILE *f = open_memstream(ret, ret_len);
 
 	if (!f)
@@ -88,6 +89,11 @@ int sfs_stats_text(struct sfs *fs, char **ret, size_t *ret_len)
 	for (unsigned t = 0; t < META_CALL_TYPES; t++)
 		put_counter(f, "meta", t < nmeta ? meta_call_names[t] : NULL, t,
 			    meta_client_calls(fs->mc, (uint16_t)(MSG_META_PING + t)));
+	chunk_client_stats(fs->cc, &cs);
+	put_counter(f, "chunk", "read", 0, cs.reads);
+	put_counter(f, "chunk", "read_many", 0, cs.read_many);
+	put_counter(f, "chunk", "read_many_ranges", 0, cs.read_many_ranges);
+	put_counter(f, "chunk", "read_many_retried", 0, cs.read_many_retried);
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

@@ -158,6 +158,86 @@ static void test_replies(void)
 	CHECK_EQ(chunk_read_reply_check(11, 10), -EBADMSG);
 }
 
+/* READ_MANY: entries as READ's fields, the count and total bounded, replies
+ * checked against what was asked. */
+static void test_read_many(void)
+{
+	struct chunk_req q[CHUNK_READ_MANY_MAX + 1], d[CHUNK_READ_MANY_MAX];
+	struct wbuf w;
+	struct rbuf b;
+
+	for (int i = 0; i <= CHUNK_READ_MANY_MAX; i++)
+		q[i] = (struct chunk_req){.route = {100 + i, 7, 3},
+					  .ino = 42 + i,
+					  .index = i,
+					  .off = 4096 * i,
+					  .len = 4096};
+	wbuf_init(&w);
+	CHECK_EQ(chunk_read_many_encode(q, 3, &w), 0);
+	CHECK_EQ(w.len, 4 + 3 * CHUNK_READ_MANY_ENTRY);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_decode(&b, d, CHUNK_READ_MANY_MAX), 3);
+	for (int i = 0; i < 3; i++)
+		CHECK(d[i].route.target_id == q[i].route.target_id && d[i].ino == q[i].ino &&
+		      d[i].index == q[i].index && d[i].off == q[i].off && d[i].len == 4096);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_decode(&b, d, 2), -EBADMSG); /* more than the caller holds */
+	rbuf_init(&b, w.data, w.len - 1);
+	CHECK_EQ(chunk_read_many_decode(&b, d, CHUNK_READ_MANY_MAX), -EBADMSG);
+	wbuf_put_u8(&w, 0);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_decode(&b, d, CHUNK_READ_MANY_MAX), -EBADMSG); /* trailing */
+	/* limits on both sides */
+	wbuf_reset(&w);
+	CHECK_EQ(chunk_read_many_encode(q, 0, &w), -EINVAL);
+	CHECK_EQ(chunk_read_many_encode(q, CHUNK_READ_MANY_MAX + 1, &w), -EINVAL);
+	q[1].len = CHUNK_IO_MAX;
+	CHECK_EQ(chunk_read_many_encode(q, 2, &w), -EINVAL); /* 4 MiB + 4 KiB */
+	wbuf_reset(&w);
+	wbuf_put_u32(&w, 0);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_decode(&b, d, CHUNK_READ_MANY_MAX), -EBADMSG);
+	/* a forged total above CHUNK_IO_MAX, each entry valid on its own */
+	wbuf_reset(&w);
+	wbuf_put_u32(&w, 2);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(chunk_req_encode(MSG_CHUNK_READ, &q[1], &w), 0);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_decode(&b, d, CHUNK_READ_MANY_MAX), -EBADMSG);
+	q[1].len = 4096;
+
+	/* replies: data, an error, a short read */
+	struct chunk_read_ans a[3];
+	uint8_t data[4096] = {1, 2, 3};
+	wbuf_reset(&w);
+	wbuf_put_u32(&w, 0), wbuf_put_u32(&w, 4096), wbuf_put_bytes(&w, data, 4096);
+	wbuf_put_u32(&w, (uint32_t)-EIO), wbuf_put_u32(&w, 0);
+	wbuf_put_u32(&w, 0), wbuf_put_u32(&w, 3), wbuf_put_bytes(&w, data, 3);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_reply_get(&b, q, 3, a), 0);
+	CHECK(a[0].status == 0 && a[0].len == 4096 && !memcmp(a[0].data, data, 4096));
+	CHECK(a[1].status == -EIO && a[1].len == 0);
+	CHECK(a[2].status == 0 && a[2].len == 3);
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_reply_get(&b, q, 2, a), -EBADMSG); /* an entry too many */
+	rbuf_init(&b, w.data, w.len - 1);
+	CHECK_EQ(chunk_read_many_reply_get(&b, q, 3, a), -EBADMSG); /* cut short */
+	wbuf_reset(&w);
+	wbuf_put_u32(&w, 0), wbuf_put_u32(&w, 4097); /* more than asked */
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_reply_get(&b, q, 1, a), -EBADMSG);
+	wbuf_reset(&w);
+	wbuf_put_u32(&w, 5), wbuf_put_u32(&w, 0); /* a positive status */
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_reply_get(&b, q, 1, a), -EBADMSG);
+	wbuf_reset(&w);
+	wbuf_put_u32(&w, (uint32_t)-EIO), wbuf_put_u32(&w, 1),
+	    wbuf_put_u8(&w, 9); /* error + data */
+	rbuf_init(&b, w.data, w.len);
+	CHECK_EQ(chunk_read_many_reply_get(&b, q, 1, a), -EBADMSG);
+	wbuf_done(&w);
+}
+
 static void test_layout(void)
 {
 	struct strata_target targets[2] = {{.target_id = 101, .addr = "a:1"},
@@ -196,6 +276,7 @@ int main(void)
 	test_roundtrip();
 	test_limits();
 	test_replies();
+	test_read_many();
 	test_layout();
 	return 0;
 }

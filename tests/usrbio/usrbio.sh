@@ -19,6 +19,16 @@ cluster_log "usrbio_check on $MNT"
 STRATA_USRBIO_LIB=${STRATA_BUILD:-$STRATA_SRC/build}/lib/libstrata_usrbio.so \
 	/usr/bin/python3 "$STRATA_SRC/tests/usrbio/usrbio_py.py" "$MNT" "$sock" ||
 	cluster_fail "the Python binding failed"
+# The ring's reads went to the chunkserver in batches (fuse/usrbio.c,
+# chunk_read_many): more ranges than READ_MANY requests, none read again.
+stats=$(/usr/bin/python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "trusted.strata.stats").decode())' "$MNT")
+batches=$(awk '$1 == "chunk.read_many" {print $2}' <<<"$stats")
+ranges=$(awk '$1 == "chunk.read_many_ranges" {print $2}' <<<"$stats")
+retried=$(awk '$1 == "chunk.read_many_retried" {print $2}' <<<"$stats")
+cluster_log "READ_MANY: ${batches:-0} requests for ${ranges:-0} ranges, ${retried:-0} read again"
+[ "${batches:-0}" -gt 0 ] || cluster_fail "no READ_MANY was sent"
+[ "${ranges:-0}" -ge $((2 * batches)) ] || cluster_fail "READ_MANY carried under 2 ranges per request"
+[ "${retried:-0}" -eq 0 ] || cluster_fail "$retried ranges of READ_MANY had to be read again"
 kill -0 "$pid" 2>/dev/null || cluster_fail "strata-fuse died"
 [ "$(cluster_pid fuse)" = "$pid" ] || cluster_fail "strata-fuse was restarted"
 log=$STRATA_HOME/log/fuse.log
