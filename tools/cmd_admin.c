@@ -3,7 +3,9 @@
  * replica comparison, and directory layouts.
  *
  *   nodes    each chunkserver node: address, alive (within the lease), time
- *            since its last heartbeat
+ *            since its last heartbeat; then each sandbox node (sandboxd's
+ *            lease, fs/sbnode_proto.h): API address, live or lost, its
+ *            sandboxes, cpu and memory admitted against its budgets, images
  *   targets  each target: node, chain, state (serving/syncing/waiting/
  *            offline), space, resync progress (chunks compared / to compare)
  *   chains   each chain: version, replication factor, targets head first
@@ -44,6 +46,7 @@
 #include "fs/meta_client.h"
 #include "fs/proto.h"
 #include "fs/rpc.h"
+#include "fs/sbnode_proto.h"
 
 #define VERB "admin"
 
@@ -60,7 +63,8 @@ static void usage(FILE *f)
 		   "       strata admin [...] layout get PATH\n"
 		   "       strata admin [...] layout set PATH [--replicas N] [--chunk-size S]\n"
 		   "\n"
-		   "  nodes       chunkserver nodes, liveness and last heartbeat\n"
+		   "  nodes       chunkserver nodes, liveness and last heartbeat; sandbox nodes,\n"
+		   "              their lease and load (sandboxes, cpu, memory, images)\n"
 		   "  targets     targets with chain, state, space and resync progress\n"
 		   "  usage       space and inodes of the cluster, and space per node\n"
 		   "  chains      chains (version, replicas, targets head first) and chain\n"
@@ -77,7 +81,66 @@ static void usage(FILE *f)
 
 /* ---- nodes, targets ---------------------------------------------------- */
 
-static void nodes_json(const struct mgmt_cluster *c)
+static void sbnodes_json(struct jw *w, const struct sbnode_table *t)
+{
+	jw_key(w, "sandbox_nodes");
+	jw_arr(w);
+	for (uint32_t i = 0; t && i < t->n; i++) {
+		const struct sbnode_entry *e = &t->nodes[i];
+		jw_obj(w);
+		jw_kint(w, "node", e->r.node_id);
+		jw_kstr(w, "addr", e->r.api_addr);
+		jw_kstr(w, "state", e->lost ? "lost" : "live");
+		jw_kint(w, "age_ms", e->age_ms);
+		jw_kint(w, "sandboxes", e->r.sandboxes);
+		jw_kint(w, "max_sandboxes", e->r.sbx_cap);
+		jw_kint(w, "creating", e->r.creating);
+		jw_kint(w, "cpu_milli", e->r.cpu_used);
+		jw_kint(w, "cpu_budget_milli", e->r.cpu_cap);
+		cli_jw_ku64(w, "memory_bytes", e->r.mem_used);
+		cli_jw_ku64(w, "memory_budget_bytes", e->r.mem_cap);
+		jw_key(w, "images");
+		jw_arr(w);
+		for (uint32_t j = 0; j < e->r.nimages; j++) {
+			jw_obj(w);
+			jw_kstr(w, "name", e->r.images[j].name);
+			jw_kint(w, "sandboxes", e->r.images[j].sandboxes);
+			jw_kbool(w, "mounted", e->r.images[j].mounted);
+			cli_jw_ku64(w, "cached_bytes", e->r.images[j].cached_bytes);
+			jw_obj_end(w);
+		}
+		jw_arr_end(w);
+		jw_obj_end(w);
+	}
+	jw_arr_end(w);
+}
+
+/* The sandbox nodes (sbnode_proto.h): their lease and load. */
+static void sbnodes_text(const struct sbnode_table *t)
+{
+	if (!t->n)
+		return;
+	printf("\n%-6s %-22s %-5s %-9s %-11s %-11s %-13s %s\n", "SBNODE", "API", "STATE",
+	       "SANDBOXES", "CPU", "MEMORY MiB", "LAST-REPORT", "IMAGES");
+	for (uint32_t i = 0; i < t->n; i++) {
+		const struct sbnode_entry *e = &t->nodes[i];
+		char sbx[24], cpu[32], mem[32], age[32];
+		snprintf(sbx, sizeof(sbx), "%u/%u", e->r.sandboxes, e->r.sbx_cap);
+		snprintf(cpu, sizeof(cpu), "%.1f/%.0f", e->r.cpu_used / 1000.0,
+			 e->r.cpu_cap / 1000.0);
+		snprintf(mem, sizeof(mem), "%llu/%llu", (unsigned long long)(e->r.mem_used >> 20),
+			 (unsigned long long)(e->r.mem_cap >> 20));
+		snprintf(age, sizeof(age), "%lld ms ago", (long long)e->age_ms);
+		printf("%-6u %-22s %-5s %-9s %-11s %-11s %-13s", e->r.node_id, e->r.api_addr,
+		       e->lost ? "LOST" : "live", sbx, cpu, mem, age);
+		for (uint32_t j = 0; j < e->r.nimages; j++)
+			printf("%s%s(%u)", j ? "," : "", e->r.images[j].name,
+			       e->r.images[j].sandboxes);
+		printf("\n");
+	}
+}
+
+static void nodes_json(const struct mgmt_cluster *c, const struct sbnode_table *t)
 {
 	struct jw w;
 	jw_init(&w);
@@ -97,15 +160,21 @@ static void nodes_json(const struct mgmt_cluster *c)
 		jw_obj_end(&w);
 	}
 	jw_arr_end(&w);
+	sbnodes_json(&w, t);
 	jw_obj_end(&w);
 	cli_jw_print(&w);
 }
 
-static int show_nodes(const struct mgmt_cluster *c, bool json)
+static int show_nodes(struct meta_client *mc, const struct mgmt_cluster *c, bool json)
 {
+	struct sbnode_table t = {0};
+	int r = mgmt_sbnodes(mc, &t);
+	if (r < 0 && r != -EOPNOTSUPP) /* an older strata-meta has no sandbox nodes */
+		cli_err(VERB, "cannot read the sandbox nodes: %s", rpc_strerror(r));
 	if (json) {
-		nodes_json(c);
-		return 0;
+		nodes_json(c, &t);
+		sbnode_table_done(&t);
+		return r < 0 && r != -EOPNOTSUPP;
 	}
 	printf("%-6s %-24s %-6s %s\n", "NODE", "ADDRESS", "ALIVE", "LAST-HEARTBEAT");
 	for (uint32_t i = 0; i < c->nnodes; i++) {
@@ -113,7 +182,9 @@ static int show_nodes(const struct mgmt_cluster *c, bool json)
 		printf("%-6u %-24s %-6s %lld ms ago\n", n->node_id, n->addr,
 		       n->alive ? "yes" : "NO", (long long)n->age_ms);
 	}
-	return 0;
+	sbnodes_text(&t);
+	sbnode_table_done(&t);
+	return r < 0 && r != -EOPNOTSUPP;
 }
 
 static void targets_json(const struct mgmt_cluster *c)
@@ -665,7 +736,7 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
 			cli_err(VERB, "cannot read the cluster map: %s", rpc_strerror(r));
 			return 1;
 		}
-		r = !strcmp(what, "nodes")     ? show_nodes(&c, json)
+		r = !strcmp(what, "nodes")     ? show_nodes(mc, &c, json)
 		    : !strcmp(what, "targets") ? show_targets(&c, json)
 					       : show_usage(mc, &c, json);
 		mgmt_cluster_done(&c);

@@ -53,7 +53,13 @@ static char *new_id(struct sandboxd *d)
 	d->id_left -= 8;
 	uint8_t *r = d->id_pool + d->id_left;
 	char *id = malloc(SBD_ID_LEN + 1);
-	if (id)
+	/* In a cluster the first 4 hex digits are the node (--node-id), so
+	 * that an apiserver routes the id without a lookup; 48 random bits
+	 * are left per node. */
+	if (id && d->cfg.node_id)
+		snprintf(id, SBD_ID_LEN + 1, "sb-%04x%02x%02x%02x%02x%02x%02x",
+			 (unsigned)d->cfg.node_id, r[0], r[1], r[2], r[3], r[4], r[5]);
+	else if (id)
 		snprintf(id, SBD_ID_LEN + 1, "sb-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1],
 			 r[2], r[3], r[4], r[5], r[6], r[7]);
 	explicit_bzero(r, 8); /* used once */

@@ -42,6 +42,9 @@
 #include "fs/daemon.h"
 #include "fs/log.h"
 #include "sandbox/container/strata_sandbox.h"
+#include "fs/rpc_auth.h"
+#include "fs/sbnode_proto.h"
+#include "sandbox/sandboxd/lease.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "sandbox/sandboxd/store_call.h"
@@ -100,6 +103,12 @@ static void usage(FILE *f)
 	    "                         state dir's container/layers.img when it is on disk)\n"
 	    "  --disk-quota           refuse to start the container backend without quotas\n"
 	    "  --disk-tmpfs           layers in memory (tmpfs, within the memory limit)\n"
+	    "  --meta HOST:PORT       join the cluster: renew this node's lease with\n"
+	    "                         strata-meta (needs --node-id and --listen-tcp)\n"
+	    "  --node-id N            this node's id in the cluster, 1..65535 (in sandbox ids)\n"
+	    "  --advertise HOST:PORT  the API address apiservers reach (default --listen-tcp)\n"
+	    "  --key FILE             the cluster key (default $STRATA_KEY)\n"
+	    "  --cpu-budget CORES     cores of sandbox cpu placement counts (default 64 x cpus)\n"
 	    "  --log-level L          error|warn|info|debug (default info)\n");
 }
 
@@ -289,7 +298,12 @@ enum {
 	O_EXEC_KEEP,
 	O_TENANTS,
 	O_STORE_TIMEOUT,
-	O_FIRECRACKER
+	O_FIRECRACKER,
+	O_META,
+	O_NODE_ID,
+	O_ADVERTISE,
+	O_KEY,
+	O_CPU_BUDGET
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -322,6 +336,11 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"tenants", 1, 0, O_TENANTS},
 				     {"store-timeout", 1, 0, O_STORE_TIMEOUT},
 				     {"firecracker", 1, 0, O_FIRECRACKER},
+				     {"meta", 1, 0, O_META},
+				     {"node-id", 1, 0, O_NODE_ID},
+				     {"advertise", 1, 0, O_ADVERTISE},
+				     {"key", 1, 0, O_KEY},
+				     {"cpu-budget", 1, 0, O_CPU_BUDGET},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -392,6 +411,24 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		free(c->firecracker);
 		c->firecracker = strdup(arg);
 		return 0;
+	case O_META:
+	case O_ADVERTISE:
+	case O_KEY: {
+		char **f = o == O_META	      ? &c->meta_addr
+			   : o == O_ADVERTISE ? &c->advertise
+					      : &c->key_path;
+		free(*f);
+		*f = strdup(arg);
+		return 0;
+	}
+	case O_CPU_BUDGET: {
+		char *end;
+		double cores = strtod(arg, &end);
+		if (end == arg || *end || !(cores >= 0.01 && cores <= 1e6))
+			return -EINVAL;
+		c->cpu_budget_milli = (int64_t)(cores * 1000);
+		return 0;
+	}
 	case O_STORE_TIMEOUT: {
 		char *end;
 		double sec = strtod(arg, &end);
@@ -411,6 +448,11 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 	switch (o) {
 	case O_MAXSB:
 		c->max_sandboxes = v;
+		break;
+	case O_NODE_ID:
+		if (v < 1 || v > SBNODE_ID_MAX)
+			return -EINVAL;
+		c->node_id = v;
 		break;
 	case O_MEM:
 		c->memory_budget_mb = v;
@@ -454,8 +496,34 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 	return 0;
 }
 
+/* --meta's companions: a node id, an address apiservers reach, the key. */
+static int finish_cluster_config(struct sandboxd_config *c)
+{
+	if (!c->cpu_budget_milli) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		c->cpu_budget_milli = 64 * 1000 * (n > 0 ? n : 1); /* limits, not reservations */
+	}
+	if (!c->meta_addr)
+		return 0;
+	if (!c->node_id || !c->tcp_listen) {
+		log_error("--meta needs --node-id N and --listen-tcp HOST:PORT (apiservers forward "
+			  "to this node's TCP API)");
+		return -EINVAL;
+	}
+	if (!c->advertise && !(c->advertise = strdup(c->tcp_listen)))
+		return -ENOMEM;
+	if (strlen(c->advertise) > SBNODE_ADDR_MAX) {
+		log_error("--advertise '%s': longer than %d bytes", c->advertise, SBNODE_ADDR_MAX);
+		return -EINVAL;
+	}
+	return daemon_load_key(c->key_path, RPC_ROLE_SANDBOX);
+}
+
 static int finish_config(struct sandboxd_config *c)
 {
+	int e = finish_cluster_config(c);
+	if (e < 0)
+		return e;
 	if (!c->home) {
 		const char *h = getenv("STRATA_HOME");
 		c->home = strdup(h && h[0] ? h : "./.strata");
@@ -528,6 +596,7 @@ static void timer_io(void *ctx, uint32_t ev)
 	sbd_registry_reap(d);
 	sbd_tenants_reload(d);
 	sbd_images_tick(d);
+	sbd_lease_tick(d, d->lease);
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
 		if (d->backends[i] && d->backends[i]->tick)
 			d->backends[i]->tick(d->backends[i]);
@@ -609,6 +678,7 @@ static int setup_backends(struct sandboxd *d)
  * (main). */
 static bool teardown(struct sandboxd *d)
 {
+	sbd_lease_stop(d->lease); /* the lease lapses: apiservers stop placing here */
 	sbd_server_close(d);
 	/* Image store calls in flight (bounded: stuck ones are abandoned);
 	 * the creates that waited for their images go on. */
@@ -639,6 +709,9 @@ static bool teardown(struct sandboxd *d)
 	sbd_tenants_done(&d->tenants);
 	free(c->images_dir);
 	free(c->firecracker);
+	free(c->meta_addr);
+	free(c->advertise);
+	free(c->key_path);
 	return !stuck;
 }
 
@@ -673,6 +746,12 @@ int main(int argc, char **argv)
 		sbd_images_reconcile(&d); /* before the loop serves (images.h) */
 		sbd_tenants_reload(&d);
 		r = sbd_server_listen(&d);
+	}
+	if (r == 0 && d.cfg.meta_addr) {
+		if ((d.lease = sbd_lease_start(&d)))
+			sbd_lease_tick(&d, d.lease); /* the first report at once */
+		else
+			r = -errno;
 	}
 	if (r < 0)
 		return d.loop ? finish(teardown(&d), 1) : 1;

@@ -153,6 +153,12 @@ struct sandboxd_config {
 	 * container sandboxes' writable layers go (sbd_disk_opts). */
 	char *disk_dir, *disk_image;
 	int disk_mode;
+	/* The cluster (issue 17, lease.h): --meta, --node-id (in every sandbox
+	 * id), --advertise (the API address apiservers forward to; default
+	 * --listen-tcp), --key, --cpu-budget (millicores placement counts). */
+	char *meta_addr, *advertise, *key_path;
+	int64_t node_id;
+	int64_t cpu_budget_milli;
 };
 
 struct sandboxd {
@@ -184,6 +190,7 @@ struct sandboxd {
 	uint64_t creates_total, deletes_total, execs_total, refused_total, reaped_total;
 	size_t exec_kept; /* api_exec.c: bytes kept for execs without a client */
 	int conns;
+	struct sbd_lease *lease; /* lease.h, with --meta */
 };
 
 /* Who a request is (auth.c): the operator (tenant "", admin: the unix
