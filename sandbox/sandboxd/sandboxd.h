@@ -260,7 +260,9 @@ void sbd_registry_reap(struct sandboxd *d);
 void sbd_sandbox_free(struct sbd_sandbox *sb);
 /* Frees sb's labels and leaves it with none. */
 void sbd_sandbox_labels_free(struct sbd_sandbox *sb);
-void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
+/* The sandbox's JSON (the API's and state.json's); node: this node's
+ * --node-id, written as "node" (the API's, in a cluster), or 0 for none. */
+void sbd_sandbox_to_json(const struct sbd_sandbox *sb, uint32_t node, struct jw *w);
 const char *sbd_state_name(enum sbd_state s);
 /* Parses a persisted or requested sandbox. */
 int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb);

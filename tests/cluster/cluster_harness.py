@@ -111,7 +111,7 @@ class Cluster:
     def add_node(self, node_id, extra=(), name=None):
         port = free_port()
         name = name or "n%d" % node_id
-        d = Daemon(os.path.join(self.base, name), {"busybox": self.rootfs},
+        d = Daemon(os.path.join(self.base, name), {"busybox": self.rootfs, "other": self.rootfs},
                    ["--meta", self.meta_addr, "--node-id", str(node_id),
                     "--listen-tcp", "127.0.0.1:%d" % port, "--token", TOKEN,
                     "--state-dir", os.path.join(self.base, name, "state")] +

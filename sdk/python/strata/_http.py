@@ -2,7 +2,8 @@
 token), with the standard library's http.client.
 
 Where sandboxd is found, first match wins:
-  1. the ``socket=`` / ``url=`` arguments,
+  1. the ``socket=`` / ``url=`` arguments (``url`` may be a list, or several
+     URLs separated by commas: a cluster's apiservers, tried in turn),
   2. ``$STRATA_SANDBOXD_SOCKET`` or ``$STRATA_SANDBOXD_URL`` (+ ``$STRATA_SANDBOXD_TOKEN``),
   3. ``$STRATA_HOME/run/sandboxd.sock``, else ``./.strata/run/sandboxd.sock``.
 
@@ -52,9 +53,14 @@ class Client:
     def __init__(self, socket=None, url=None, token=None):
         if url is None and socket is None:
             url = os.environ.get("STRATA_SANDBOXD_URL")
-        self.url = url
+        if isinstance(url, str):
+            url = [u.strip() for u in url.split(",") if u.strip()] or None
+        # several URLs: a cluster's apiservers (any serves any sandbox); the
+        # first that answers is kept for the next requests
+        self.urls = list(url) if url else []
+        self.url = self.urls[0] if self.urls else None
         self.token = token or os.environ.get("STRATA_SANDBOXD_TOKEN")
-        self.socket = None if url else (socket or default_socket())
+        self.socket = None if self.url else (socket or default_socket())
 
     def __repr__(self):
         return "Client(%r)" % (self.url or self.socket)
@@ -65,12 +71,13 @@ class Client:
             return http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
         return UnixHTTPConnection(self.socket, timeout=timeout)
 
-    def prepare(self, method, path, body=None, query=None, content_type="application/json"):
+    def prepare(self, method, path, body=None, query=None, content_type="application/json",
+                extra=None):
         """What a request sends: (target, body bytes or None, headers).
         Shared by this client and the asyncio one (_aio_http.py)."""
         if query:
             path += "?" + urllib.parse.urlencode(query)
-        headers = {}
+        headers = dict(extra or {})
         if body is not None:
             if not isinstance(body, (bytes, bytearray)):
                 body = json.dumps(body).encode()
@@ -84,17 +91,35 @@ class Client:
         return self.url or self.socket
 
     def open(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT,
-             content_type="application/json"):
+             content_type="application/json", headers=None, retry=False):
         """Sends a request; returns (connection, response). The caller reads
-        the response and closes the connection."""
-        path, body, headers = self.prepare(method, path, body, query, content_type)
-        conn = self._conn(timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            resp = conn.getresponse()
-        except OSError as e:
-            conn.close()
-            raise self._failed(e, timeout) from e
+        the response and closes the connection. With several URLs, a
+        connection refused goes to the next one; so does any connection
+        failure when ``retry`` (a GET, a create with an idempotency key):
+        the retry says ``Strata-Attempt: N``, and an apiserver then finds
+        what an earlier attempt made instead of making it again."""
+        path, body, hdrs = self.prepare(method, path, body, query, content_type, headers)
+        attempts = max(1, len(self.urls)) * (2 if retry and len(self.urls) > 1 else 1)
+        start = self.urls.index(self.url) if self.url in self.urls else 0
+        for attempt in range(attempts):
+            if self.urls:
+                self.url = self.urls[(start + attempt) % len(self.urls)]
+            if attempt:
+                hdrs["Strata-Attempt"] = str(attempt + 1)
+            conn = self._conn(timeout)
+            try:
+                conn.request(method, path, body=body, headers=hdrs)
+                resp = conn.getresponse()
+                break
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                moved = isinstance(e, ConnectionRefusedError) or (
+                    retry and not isinstance(e, socket.timeout))
+                if attempt + 1 < attempts and moved and len(self.urls) > 1:
+                    continue
+                if isinstance(e, http.client.HTTPException):
+                    raise errors.StrataError("request to %s failed: %r" % (self.where(), e)) from e
+                raise self._failed(e, timeout) from e
         if resp.status >= 400:
             try:
                 data = resp.read()
@@ -155,9 +180,11 @@ class Client:
         return parsed
 
     def call(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT, raw=False,
-             content_type="application/json"):
+             content_type="application/json", headers=None, retry=None):
         """One request; returns the parsed JSON body (or bytes with raw)."""
-        conn, resp = self.open(method, path, body, query, timeout, content_type)
+        if retry is None:
+            retry = method == "GET"
+        conn, resp = self.open(method, path, body, query, timeout, content_type, headers, retry)
         try:
             data = resp.read()
         except socket.timeout as e:
