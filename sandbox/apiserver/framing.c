@@ -257,7 +257,7 @@ int pump_body(struct ibuf *in, int out_fd, enum body_kind kind, uint64_t length)
 			if (r <= 0)
 				return r == 0 ? -ECONNRESET : (int)r;
 		}
-		size_t n;
+		size_t n = 0;
 		int e = body_piece(in, kind, &left, &ch, &n, &done);
 		if (e < 0)
 			return e;
@@ -287,7 +287,7 @@ int read_body(struct ibuf *in, enum body_kind kind, uint64_t length, size_t max,
 				return r == 0 ? -ECONNRESET : (int)r;
 			}
 		}
-		size_t n;
+		size_t n = 0;
 		int e = body_piece(in, kind, &left, &ch, &n, &done);
 		if (e < 0 || len + n > max) {
 			free(out);

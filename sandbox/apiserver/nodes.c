@@ -8,7 +8,11 @@
  * a while (PENDING_MS) and counted on top of any report older than it, so a
  * burst spreads instead of landing on the node that looked emptiest a
  * second ago. Other apiservers' picks are not seen until the nodes report
- * them; power of k choices is made for exactly that (stale loads).
+ * them; power of k choices is made for exactly that (stale loads). A
+ * delete through this apiserver takes the node's oldest such pick off (a
+ * short-lived sandbox, made and deleted within a report's lag, would
+ * otherwise count for seconds: measured, a create + delete loop filled a
+ * node's CPU budget with picks whose sandboxes were gone).
  *
  * A creation that finds no room waits on the condition variable until a
  * refresh, a delete through this apiserver or its deadline; at most
@@ -330,9 +334,21 @@ void api_nodes_down(struct api_nodes *n, uint32_t node)
 
 void api_nodes_released(struct api_nodes *n, uint32_t node)
 {
+	int oldest = -1;
 	pthread_mutex_lock(&n->mu);
+	/* A pick not reported yet whose sandbox is gone already (a create and
+	 * a delete within a report's lag, as a short-lived sandbox is) must not
+	 * be counted any more: the oldest of the node's picks goes. */
+	for (uint32_t k = 0; k < n->npend; k++)
+		if (n->pend[k].node == node &&
+		    (oldest < 0 || n->pend[k].at_ms < n->pend[oldest].at_ms))
+			oldest = (int)k;
+	if (oldest >= 0) {
+		n->pend[oldest] = n->pend[--n->npend];
+		rebuild(n);
+	}
 	int i = index_of(n, node);
-	if (i >= 0 && n->pn[i].sbx_used)
+	if (i >= 0 && oldest < 0 && n->pn[i].sbx_used)
 		n->pn[i].sbx_used--;
 	pthread_cond_broadcast(&n->room);
 	pthread_mutex_unlock(&n->mu);
