@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fs/json.h"
 #include "fs/sbnode_proto.h"
 
 void sbnode_report_put(struct wbuf *b, const struct sbnode_report *r)
@@ -122,4 +123,30 @@ void sbnode_table_done(struct sbnode_table *t)
 	free(t->nodes);
 	t->nodes = NULL;
 	t->n = 0;
+}
+
+void sbnode_entry_json(struct jw *w, const struct sbnode_entry *e)
+{
+	jw_kint(w, "node", e->r.node_id);
+	jw_kstr(w, "addr", e->r.api_addr);
+	jw_kstr(w, "state", e->lost ? "lost" : "live");
+	jw_kint(w, "age_ms", e->age_ms);
+	jw_kint(w, "sandboxes", e->r.sandboxes);
+	jw_kint(w, "max_sandboxes", e->r.sbx_cap);
+	jw_kint(w, "creating", e->r.creating);
+	jw_kint(w, "cpu_milli", e->r.cpu_used);
+	jw_kint(w, "cpu_budget_milli", e->r.cpu_cap);
+	jw_kint(w, "memory_bytes", (int64_t)e->r.mem_used);
+	jw_kint(w, "memory_budget_bytes", (int64_t)e->r.mem_cap);
+	jw_key(w, "images");
+	jw_arr(w);
+	for (uint32_t j = 0; j < e->r.nimages; j++) {
+		jw_obj(w);
+		jw_kstr(w, "name", e->r.images[j].name);
+		jw_kint(w, "sandboxes", e->r.images[j].sandboxes);
+		jw_kbool(w, "mounted", e->r.images[j].mounted);
+		jw_kint(w, "cached_bytes", (int64_t)e->r.images[j].cached_bytes);
+		jw_obj_end(w);
+	}
+	jw_arr_end(w);
 }

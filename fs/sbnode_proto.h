@@ -74,3 +74,10 @@ void sbnode_table_put(struct wbuf *b, const struct sbnode_table *t);
 /* Fills *ret (heap array) or returns -EBADMSG / -ENOMEM with *ret empty. */
 int sbnode_table_get(struct rbuf *b, struct sbnode_table *ret);
 void sbnode_table_done(struct sbnode_table *t);
+
+/* The members of one node's JSON object (the caller opens and closes it):
+ * node, addr, state (live/lost), age_ms, sandboxes, max_sandboxes,
+ * creating, cpu_milli, cpu_budget_milli, memory_bytes, memory_budget_bytes,
+ * images [{name, sandboxes, mounted, cached_bytes}]. */
+struct jw;
+void sbnode_entry_json(struct jw *w, const struct sbnode_entry *e);

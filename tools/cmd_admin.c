@@ -81,65 +81,6 @@ static void usage(FILE *f)
 
 /* ---- nodes, targets ---------------------------------------------------- */
 
-static void sbnodes_json(struct jw *w, const struct sbnode_table *t)
-{
-	jw_key(w, "sandbox_nodes");
-	jw_arr(w);
-	for (uint32_t i = 0; t && i < t->n; i++) {
-		const struct sbnode_entry *e = &t->nodes[i];
-		jw_obj(w);
-		jw_kint(w, "node", e->r.node_id);
-		jw_kstr(w, "addr", e->r.api_addr);
-		jw_kstr(w, "state", e->lost ? "lost" : "live");
-		jw_kint(w, "age_ms", e->age_ms);
-		jw_kint(w, "sandboxes", e->r.sandboxes);
-		jw_kint(w, "max_sandboxes", e->r.sbx_cap);
-		jw_kint(w, "creating", e->r.creating);
-		jw_kint(w, "cpu_milli", e->r.cpu_used);
-		jw_kint(w, "cpu_budget_milli", e->r.cpu_cap);
-		cli_jw_ku64(w, "memory_bytes", e->r.mem_used);
-		cli_jw_ku64(w, "memory_budget_bytes", e->r.mem_cap);
-		jw_key(w, "images");
-		jw_arr(w);
-		for (uint32_t j = 0; j < e->r.nimages; j++) {
-			jw_obj(w);
-			jw_kstr(w, "name", e->r.images[j].name);
-			jw_kint(w, "sandboxes", e->r.images[j].sandboxes);
-			jw_kbool(w, "mounted", e->r.images[j].mounted);
-			cli_jw_ku64(w, "cached_bytes", e->r.images[j].cached_bytes);
-			jw_obj_end(w);
-		}
-		jw_arr_end(w);
-		jw_obj_end(w);
-	}
-	jw_arr_end(w);
-}
-
-/* The sandbox nodes (sbnode_proto.h): their lease and load. */
-static void sbnodes_text(const struct sbnode_table *t)
-{
-	if (!t->n)
-		return;
-	printf("\n%-6s %-22s %-5s %-9s %-11s %-11s %-13s %s\n", "SBNODE", "API", "STATE",
-	       "SANDBOXES", "CPU", "MEMORY MiB", "LAST-REPORT", "IMAGES");
-	for (uint32_t i = 0; i < t->n; i++) {
-		const struct sbnode_entry *e = &t->nodes[i];
-		char sbx[24], cpu[32], mem[32], age[32];
-		snprintf(sbx, sizeof(sbx), "%u/%u", e->r.sandboxes, e->r.sbx_cap);
-		snprintf(cpu, sizeof(cpu), "%.1f/%.0f", e->r.cpu_used / 1000.0,
-			 e->r.cpu_cap / 1000.0);
-		snprintf(mem, sizeof(mem), "%llu/%llu", (unsigned long long)(e->r.mem_used >> 20),
-			 (unsigned long long)(e->r.mem_cap >> 20));
-		snprintf(age, sizeof(age), "%lld ms ago", (long long)e->age_ms);
-		printf("%-6u %-22s %-5s %-9s %-11s %-11s %-13s", e->r.node_id, e->r.api_addr,
-		       e->lost ? "LOST" : "live", sbx, cpu, mem, age);
-		for (uint32_t j = 0; j < e->r.nimages; j++)
-			printf("%s%s(%u)", j ? "," : "", e->r.images[j].name,
-			       e->r.images[j].sandboxes);
-		printf("\n");
-	}
-}
-
 static void nodes_json(const struct mgmt_cluster *c, const struct sbnode_table *t)
 {
 	struct jw w;
@@ -160,7 +101,7 @@ static void nodes_json(const struct mgmt_cluster *c, const struct sbnode_table *
 		jw_obj_end(&w);
 	}
 	jw_arr_end(&w);
-	sbnodes_json(&w, t);
+	cli_sbnodes_json(&w, t);
 	jw_obj_end(&w);
 	cli_jw_print(&w);
 }
@@ -182,7 +123,7 @@ static int show_nodes(struct meta_client *mc, const struct mgmt_cluster *c, bool
 		printf("%-6u %-24s %-6s %lld ms ago\n", n->node_id, n->addr,
 		       n->alive ? "yes" : "NO", (long long)n->age_ms);
 	}
-	sbnodes_text(&t);
+	cli_sbnodes_print(&t);
 	sbnode_table_done(&t);
 	return r < 0 && r != -EOPNOTSUPP;
 }

@@ -31,7 +31,7 @@
 #define API_EXCLUDE_MAX 16	       /* nodes a create skips after they refused it */
 
 struct api_config {
-	char *meta_addr, *listen, *token, *tenants_path, *key_path;
+	char *meta_addr, *listen, *token, *tenants_path, *key_path, *addr_file;
 	int64_t queue_max;	  /* creations waiting for room at once */
 	int64_t queue_timeout_ms; /* a creation's wait without Strata-Queue-Timeout */
 	int64_t refresh_ms;	  /* how often the node table is read */

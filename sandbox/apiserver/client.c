@@ -32,7 +32,8 @@ void api_reply_raw(struct api_client *c, int status, const char *body, size_t le
 	struct jw h;
 	jw_init(&h);
 	sbd_http_head(&h, status, "application/json", (long long)len, !c->close);
-	if (h.err || send_all(c->in.fd, h.buf, h.len) < 0 || send_all(c->in.fd, body, len) < 0)
+	jw_append(&h, body, len); /* one send: the client never sees a head alone */
+	if (h.err || send_all(c->in.fd, h.buf, h.len) < 0)
 		c->close = true;
 	jw_done(&h);
 }

@@ -50,16 +50,25 @@ static void usage(FILE *f)
 		   "                       Strata-Queue-Timeout header (default 30)\n"
 		   "  --refresh-ms MS      how often the node table is read (default 200)\n"
 		   "  --max-connections N  client connections at once (default 1024)\n"
+		   "  --addr-file F        write the address listened on (HOST:PORT) to F\n"
 		   "  --log-level L        error|warn|info|debug (default info)\n");
 }
 
 static int parse_args(struct api_config *c, int argc, char **argv)
 {
-	static const struct option lo[] = {
-	    {"meta", 1, 0, 'm'},	  {"listen", 1, 0, 'l'},     {"token", 1, 0, 't'},
-	    {"tenants", 1, 0, 'T'},	  {"key", 1, 0, 'k'},	     {"queue-max", 1, 0, 'q'},
-	    {"queue-timeout", 1, 0, 'Q'}, {"refresh-ms", 1, 0, 'r'}, {"max-connections", 1, 0, 'c'},
-	    {"log-level", 1, 0, 'v'},	  {"help", 0, 0, 'h'},	     {0}};
+	static const struct option lo[] = {{"meta", 1, 0, 'm'},
+					   {"listen", 1, 0, 'l'},
+					   {"token", 1, 0, 't'},
+					   {"tenants", 1, 0, 'T'},
+					   {"key", 1, 0, 'k'},
+					   {"queue-max", 1, 0, 'q'},
+					   {"queue-timeout", 1, 0, 'Q'},
+					   {"refresh-ms", 1, 0, 'r'},
+					   {"max-connections", 1, 0, 'c'},
+					   {"log-level", 1, 0, 'v'},
+					   {"addr-file", 1, 0, 'a'},
+					   {"help", 0, 0, 'h'},
+					   {0}};
 	int o;
 	*c = (struct api_config){
 	    .queue_max = 1024, .queue_timeout_ms = 30000, .refresh_ms = 200, .max_conns = 1024};
@@ -68,6 +77,9 @@ static int parse_args(struct api_config *c, int argc, char **argv)
 		double v = optarg ? strtod(optarg, &end) : 0;
 		bool num_ok = optarg && end != optarg && !*end && v >= 0;
 		switch (o) {
+		case 'a':
+			c->addr_file = optarg;
+			break;
 		case 'm':
 			c->meta_addr = optarg;
 			break;
@@ -143,6 +155,23 @@ static int listen_on(const char *addr)
 	if (r < 0 && fd >= 0)
 		close(fd);
 	return r < 0 ? r : fd;
+}
+
+/* HOST:PORT of lfd into path (atomically: a reader never sees half). */
+static int write_addr(int lfd, const char *path)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN], port[16], tmp[4096];
+	if (getsockname(lfd, (struct sockaddr *)&ss, &sl) < 0 ||
+	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		return log_error_errno(-EINVAL, "Failed to read the address listened on");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "we");
+	if (!f || fprintf(f, "%s:%s\n", host, port) < 0 || fclose(f) != 0 || rename(tmp, path) < 0)
+		return log_error_errno(-errno, "Failed to write %s", path);
+	return 0;
 }
 
 struct conn_arg {
@@ -224,6 +253,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!(a.pool = api_pool_new()) || !(a.nodes = api_nodes_new(&a)))
+		return 1;
+	if (a.cfg.addr_file && write_addr(lfd, a.cfg.addr_file) < 0)
 		return 1;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);

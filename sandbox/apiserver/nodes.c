@@ -401,17 +401,9 @@ void api_nodes_json(struct api_nodes *n, struct jw *w)
 	jw_key(w, "nodes");
 	jw_arr(w);
 	for (uint32_t i = 0; i < n->t.n; i++) {
-		const struct sbnode_entry *e = &n->t.nodes[i];
 		jw_obj(w);
-		jw_kint(w, "node", e->r.node_id);
-		jw_kstr(w, "addr", e->r.api_addr);
-		jw_kstr(w, "state", e->lost ? "lost" : "live");
-		jw_kint(w, "age_ms", e->age_ms);
-		jw_kint(w, "sandboxes", e->r.sandboxes);
-		jw_kint(w, "max_sandboxes", e->r.sbx_cap);
+		sbnode_entry_json(w, &n->t.nodes[i]);
 		jw_kint(w, "placed", n->pn[i].sbx_used); /* with our picks since the report */
-		jw_kint(w, "cpu_milli", e->r.cpu_used);
-		jw_kint(w, "memory_mb", (int64_t)(e->r.mem_used >> 20));
 		jw_key(w, "load");
 		jw_num(w, placement_load(&n->pn[i]));
 		jw_obj_end(w);

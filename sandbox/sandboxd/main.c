@@ -193,10 +193,14 @@ static bool remove_empty_tree(const char *dir)
 
 /* The default state dir (see the top of this file); sets *ret_link to the
  * HOME/sandboxd symlink when it is the tmpfs one. */
-static char *default_state_dir(const char *home, char **ret_link)
+static char *default_state_dir(const char *home, int64_t node, char **ret_link)
 {
 	char *link = NULL, abs[PATH_MAX], tgt[64];
-	if (asprintf(&link, "%s/sandboxd", home) < 0)
+	/* Several nodes of one home on this machine (`strata up --nodes`):
+	 * node N > 1 has HOME/sandboxd-nN, and its own tmpfs dir (the hash
+	 * covers the link's path). */
+	if ((node > 1 ? asprintf(&link, "%s/sandboxd-n%lld", home, (long long)node)
+		      : asprintf(&link, "%s/sandboxd", home)) < 0)
 		return NULL;
 	mkdir_p(home);
 	if (!realpath(home, abs))
@@ -204,6 +208,8 @@ static char *default_state_dir(const char *home, char **ret_link)
 	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
 	for (const char *c = abs; *c; c++)
 		h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+	for (int64_t n = node > 1 ? node : 0; n; n /= 10)
+		h = (h ^ (uint8_t)('0' + n % 10)) * 0x100000001b3ull;
 	struct stat st;
 	if (lstat(link, &st) == 0 && S_ISDIR(st.st_mode) && !remove_empty_tree(link)) {
 		log_info("state dir: %s holds sandboxes of an earlier sandboxd: kept on disk",
@@ -538,7 +544,8 @@ static int finish_config(struct sandboxd_config *c)
 		return -ENOMEM;
 	if (!c->tenants_path && asprintf(&c->tenants_path, "%s/tenants.json", c->home) < 0)
 		return -ENOMEM;
-	if (!c->state_dir && !(c->state_dir = default_state_dir(c->home, &c->state_link)))
+	if (!c->state_dir &&
+	    !(c->state_dir = default_state_dir(c->home, c->node_id, &c->state_link)))
 		return -ENOMEM;
 	char sub[4200], sockdir[4096];
 	snprintf(sub, sizeof(sub), "%s/sandboxes", c->state_dir);
@@ -632,7 +639,10 @@ static int setup_backends(struct sandboxd *d)
 {
 	/* The layers' image goes on disk: the default state dir is a tmpfs. */
 	if (!d->cfg.disk_image && d->cfg.state_link &&
-	    asprintf(&d->cfg.disk_image, "%s/sandboxd-layers.img", d->cfg.home) < 0)
+	    (d->cfg.node_id > 1
+		 ? asprintf(&d->cfg.disk_image, "%s/sandboxd-layers-n%lld.img", d->cfg.home,
+			    (long long)d->cfg.node_id)
+		 : asprintf(&d->cfg.disk_image, "%s/sandboxd-layers.img", d->cfg.home)) < 0)
 		d->cfg.disk_image = NULL;
 	struct sbd_disk_opts disk = {
 	    .mode = d->cfg.disk_mode, .dir = d->cfg.disk_dir, .image = d->cfg.disk_image};

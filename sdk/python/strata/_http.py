@@ -5,7 +5,9 @@ Where sandboxd is found, first match wins:
   1. the ``socket=`` / ``url=`` arguments (``url`` may be a list, or several
      URLs separated by commas: a cluster's apiservers, tried in turn),
   2. ``$STRATA_SANDBOXD_SOCKET`` or ``$STRATA_SANDBOXD_URL`` (+ ``$STRATA_SANDBOXD_TOKEN``),
-  3. ``$STRATA_HOME/run/sandboxd.sock``, else ``./.strata/run/sandboxd.sock``.
+  3. the home (``$STRATA_HOME``, else ``./.strata``): a cluster of several
+     nodes (``strata up --nodes N``) is its apiserver (``run/apiserver.addr``,
+     the token in ``api.token``), one node its ``run/sandboxd.sock``.
 
 One connection per request: connecting to a unix socket costs microseconds,
 and it makes every object safe to share between threads.
@@ -39,6 +41,30 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = s
 
 
+def home_dir():
+    return os.environ.get("STRATA_HOME") or os.path.join(os.getcwd(), ".strata")
+
+
+def home_cluster():
+    """(url, token) of the home's apiserver when `strata up --nodes N` runs
+    one there, else (None, None)."""
+    home = home_dir()
+    try:
+        with open(os.path.join(home, "run", "apiserver.addr")) as f:
+            addr = f.read().strip()
+        if not os.path.exists(os.path.join(home, "run", "apiserver.pid")):
+            return None, None
+    except OSError:
+        return None, None
+    token = None
+    try:
+        with open(os.path.join(home, "api.token")) as f:
+            token = f.read().strip()
+    except OSError:
+        pass
+    return ("http://" + addr if addr else None), token
+
+
 def default_socket():
     """The sandboxd socket path this process would use."""
     if os.environ.get("STRATA_SANDBOXD_SOCKET"):
@@ -53,6 +79,9 @@ class Client:
     def __init__(self, socket=None, url=None, token=None):
         if url is None and socket is None:
             url = os.environ.get("STRATA_SANDBOXD_URL")
+        if url is None and socket is None and not os.environ.get("STRATA_SANDBOXD_SOCKET"):
+            url, home_token = home_cluster()
+            token = token or home_token
         if isinstance(url, str):
             url = [u.strip() for u in url.split(",") if u.strip()] or None
         # several URLs: a cluster's apiservers (any serves any sandbox); the
@@ -184,13 +213,25 @@ class Client:
         """One request; returns the parsed JSON body (or bytes with raw)."""
         if retry is None:
             retry = method == "GET"
-        conn, resp = self.open(method, path, body, query, timeout, content_type, headers, retry)
-        try:
-            data = resp.read()
-        except socket.timeout as e:
-            raise errors.Timeout("sandboxd did not answer within %.1f s" % timeout) from e
-        finally:
-            conn.close()
+        again = retry and len(self.urls) > 1
+        for attempt in range(2 if again else 1):
+            hdrs = dict(headers or {})
+            if attempt:  # the answer was cut (its apiserver died): the next one
+                self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
+                hdrs["Strata-Attempt"] = "2"
+            conn, resp = self.open(method, path, body, query, timeout, content_type, hdrs, retry)
+            try:
+                data = resp.read()
+                break
+            except socket.timeout as e:
+                raise errors.Timeout("sandboxd did not answer within %.1f s" % timeout) from e
+            except (OSError, http.client.HTTPException) as e:
+                if not again:
+                    raise
+                if attempt:
+                    raise errors.StrataError("answer from %s cut: %r" % (self.where(), e)) from e
+            finally:
+                conn.close()
         if raw:
             return data
         return json_of(data)
