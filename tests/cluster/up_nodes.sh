@@ -8,6 +8,7 @@
 # the SDK, given only STRATA_HOME, creates container sandboxes from the
 # store's busybox image through the apiserver, spread over the nodes, each
 # answering exec and routed by its id; they count in the nodes' reports;
+# `strata sandbox` create/exec/ls/rm through the apiserver (home, --url);
 # node 2's sandboxd killed (-9) is lost and creations go to the others;
 # `strata up` brings it back in its namespace; `strata down` leaves none.
 # Skips (77) without network namespaces, EROFS or the busybox sample.
@@ -77,6 +78,14 @@ for sb in sbs:
     assert sb.exec(["echo", "hi"]).stdout == "hi\n"
 PY
 wait_nodes "sum(x['sandboxes'] for x in n.values()) == 6"
+cluster_log "the CLI through the apiserver (the home's, then --url and --token)"
+id=$("$STRATA" sandbox create busybox --backend container)
+case "$id" in sb-000[123]*) ;; *) cluster_fail "strata sandbox create: '$id'" ;; esac
+[ "$("$STRATA" sandbox exec "$id" -- echo hi)" = hi ] || cluster_fail "strata sandbox exec through the apiserver"
+api=$(cat "$STRATA_HOME/run/apiserver.addr")
+STRATA_HOME=/nonexistent "$STRATA" sandbox --url "http://$api" --token "$(cat "$STRATA_HOME/api.token")" ls |
+	grep -q "$id" || cluster_fail "strata sandbox --url ls does not list $id"
+"$STRATA" sandbox rm "$id" >/dev/null
 
 cluster_log "node 2's sandboxd killed: lost, creations go elsewhere"
 kill -9 "$(cluster_pid sandboxd2)"
