@@ -12,7 +12,12 @@ and one apiserver. CPU per creation is measured per process tree
 the apiserver's, and the nodes' (every sandboxd with its workers).
 
     STRATA_BIN=build-release/bin python3 bench/cluster/cluster_bench.py \\
-        [--nodes 3] [--clients 8] [--seconds 8] [--rounds 3]
+        [--nodes 3] [--clients 8] [--seconds 8] [--rounds 3] [--latency N]
+
+--latency N: instead, N sequential create / exec / delete at concurrency 1,
+p50 and p99 of each through the apiserver (proxied) beside the same SDK
+calls sent straight to the sandbox's node (what "the SDK sent to the node
+directly" would cost), alternating, the order swapped every round.
 """
 import argparse
 import os
@@ -77,12 +82,44 @@ def run(url, clients, seconds):
     return done[0], time.time() - t0, errors
 
 
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] * 1000
+
+
+def latency(c, api, n, rounds):
+    print("%d sequential create + exec true + delete per run, concurrency 1 (ms)" % n)
+    print("%-6s %-7s %15s %15s %15s" % ("round", "path", "create p50/p99", "exec p50/p99",
+                                       "delete p50/p99"))
+    for r in range(rounds):
+        for path in (["direct", "api"] if r % 2 == 0 else ["api", "direct"]):
+            ts = {"create": [], "exec": [], "delete": []}
+            for i in range(n):
+                t = time.perf_counter()
+                sb = strata.Sandbox.create("busybox", "fncall", url=api.url, token=TOKEN)
+                ts["create"].append(time.perf_counter() - t)
+                if path == "direct":  # the node the id names, as an SDK could
+                    sb = strata.Sandbox.connect(sb.id, url=c.nodes[sb.info["node"]].url,
+                                                token=TOKEN)
+                t = time.perf_counter()
+                sb.exec(["true"])
+                ts["exec"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                sb.kill()
+                ts["delete"].append(time.perf_counter() - t)
+            print("%-6d %-7s %15s %15s %15s" % (r + 1, path, *(
+                "%.2f/%.2f" % (pct(ts[k], 0.5), pct(ts[k], 0.99))
+                for k in ("create", "exec", "delete"))))
+            sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency", type=int, default=0)
     o = ap.parse_args()
     base = tempfile.mkdtemp(prefix="strata-clbench-")
     c = Cluster(base, lease_ms=3000)
@@ -92,6 +129,8 @@ def main():
         api = c.add_apiserver(["--log-level", "warn"])
         c.wait_nodes(lambda t: len(t) == o.nodes)
         time.sleep(0.5)
+        if o.latency:
+            return latency(c, api, o.latency, o.rounds)
         nodes = [d.proc.pid for d in c.nodes.values()]
         print("nodes %d, clients %d, %.0f s per run, fncall create + exec true + delete"
               % (o.nodes, o.clients, o.seconds))
