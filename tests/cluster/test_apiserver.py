@@ -3,7 +3,7 @@ loopback ports (cluster_harness.py; issue 17): creations spread within a
 stated imbalance, affinity, routing from any apiserver, a list merged from
 every node, the queue's deadline and NoCapacity, a node killed during a
 burst, an apiserver killed mid-burst with the SDK's idempotent retry, a
-lost node's sandboxes reported lost."""
+lost node's sandboxes reported lost and removed when it returns."""
 import collections
 import os
 import signal
@@ -167,3 +167,28 @@ def test_apiserver_killed_mid_burst_sdk_retries_without_duplicates(cluster):
     listed = strata.Sandbox.list(url=a1.url, token=TOKEN)
     keys = collections.Counter(s.info["idempotency_key"] for s in listed)
     assert len(listed) == 100 and max(keys.values()) == 1, keys
+
+
+def test_returning_node_reconciles_through_the_apiserver(cluster):
+    wait_live(cluster, 3)
+    a0 = cluster.apis[0]
+    n3 = cluster.nodes[3]
+    sb = strata.Sandbox.create("busybox", "fncall", url=n3.url, token=TOKEN)
+    n3.proc.send_signal(signal.SIGSTOP)
+    cluster.wait_nodes(lambda t: t[3]["state"] == "lost", timeout=5)
+    time.sleep(0.5)  # the apiserver's refresh
+    got = strata.Sandbox.connect(sb.id, url=a0.url, token=TOKEN)
+    assert got.info["state"] == "lost" and got.info["node"] == 3
+    with pytest.raises(strata.SandboxLost):
+        got.exec(["true"])
+    n3.proc.send_signal(signal.SIGCONT)
+    cluster.wait_nodes(lambda t: t[3]["state"] == "live", timeout=5)
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            strata.Sandbox.connect(sb.id, url=a0.url, token=TOKEN)
+        except strata.NotFound:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("node 3 kept the sandbox the cluster gave up on")
