@@ -120,6 +120,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency", type=int, default=0)
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 on any failed operation or a run without any")
     o = ap.parse_args()
     base = tempfile.mkdtemp(prefix="strata-clbench-")
     c = Cluster(base, lease_ms=3000)
@@ -132,6 +134,7 @@ def main():
         if o.latency:
             return latency(c, api, o.latency, o.rounds)
         nodes = [d.proc.pid for d in c.nodes.values()]
+        bad = False
         print("nodes %d, clients %d, %.0f s per run, fncall create + exec true + delete"
               % (o.nodes, o.clients, o.seconds))
         print("%-6s %-7s %8s %10s %14s %14s %7s" % ("round", "path", "ops", "ops/s",
@@ -143,6 +146,7 @@ def main():
                 n0 = sum(tree_cpu(p) for p in nodes)
                 a0 = tree_cpu(api.proc.pid)
                 ops, el, errs = run(url, o.clients, o.seconds)
+                bad = bad or bool(errs) or ops == 0
                 n1 = sum(tree_cpu(p) for p in nodes)
                 a1 = tree_cpu(api.proc.pid)
                 per = 1000.0 / max(ops, 1)
@@ -151,6 +155,8 @@ def main():
                 sys.stdout.flush()
     finally:
         c.stop()
+    if o.check and bad:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
