@@ -16,6 +16,7 @@
 #include "fs/log.h"
 #include "fs/meta_client.h"
 #include "fs/sbnode_proto.h"
+#include "sandbox/sandboxd/images.h"
 #include "sandbox/sandboxd/lease.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
@@ -35,18 +36,32 @@ struct sbd_lease {
 	uint32_t lease_ms;    /* meta's last answer (the thread's) */
 };
 
-static void image_count(struct sbnode_report *r, const char *name)
+/* The report's entry of image name (a new one; NULL past 32 images: the
+ * report names the first ones only). */
+static struct sbnode_image *image_of(struct sbnode_report *r, const char *name)
 {
 	for (uint32_t i = 0; i < r->nimages; i++)
-		if (!strcmp(r->images[i].name, name)) {
-			r->images[i].sandboxes++;
-			return;
-		}
+		if (!strcmp(r->images[i].name, name))
+			return &r->images[i];
 	if (r->nimages == SBNODE_MAX_IMAGES || strlen(name) > SBNODE_IMAGE_NAME_MAX)
-		return; /* the report names the first 32 images only */
+		return NULL;
 	struct sbnode_image *im = &r->images[r->nimages++];
 	snprintf(im->name, sizeof(im->name), "%s", name);
-	im->sandboxes = 1;
+	return im;
+}
+
+static void image_count(struct sbnode_report *r, const char *name)
+{
+	struct sbnode_image *im = image_of(r, name);
+	if (im)
+		im->sandboxes++;
+}
+
+static void image_mounted(void *ctx, const char *name)
+{
+	struct sbnode_image *im = image_of(ctx, name);
+	if (im)
+		im->mounted = true;
 }
 
 /* d's state as the report says it: admitted against the budgets, creates
@@ -68,6 +83,7 @@ static void fill_report(struct sandboxd *d, struct sbnode_report *r, uint64_t in
 		if (sb->image)
 			image_count(r, sb->image);
 	}
+	sbd_images_each_mounted(d, image_mounted, r);
 	r->cpu_used = (uint32_t)(cpu * 1000);
 	r->cpu_cap = (uint32_t)c->cpu_budget_milli;
 	r->mem_used = (uint64_t)(d->mem_used_mb + d->creating_mem_mb) << 20;

@@ -78,6 +78,8 @@ for sb in sbs:
     assert sb.exec(["echo", "hi"]).stdout == "hi\n"
 PY
 wait_nodes "sum(x['sandboxes'] for x in n.values()) == 6"
+# a node with the store image mounted says so (placement's cache affinity)
+wait_nodes "any(i['mounted'] and i['name'] == 'busybox' for x in n.values() for i in x['images'])"
 cluster_log "the CLI through the apiserver (the home's, then --url and --token)"
 id=$("$STRATA" sandbox create busybox --backend container)
 case "$id" in sb-000[123]*) ;; *) cluster_fail "strata sandbox create: '$id'" ;; esac
