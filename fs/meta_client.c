@@ -16,6 +16,7 @@
 #include "fs/meta_client.h"
 #include "fs/meta_proto.h"
 #include "fs/proto.h"
+#include "fs/sbnode_proto.h"
 
 struct meta_client {
 	struct rpc_client *rpc;
@@ -664,6 +665,37 @@ int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret)
 		return r;
 	rbuf_init(&b, rep.data, rep.len);
 	return mgmt_cluster_get(&b, ret);
+}
+
+int mgmt_sbnode_report(struct meta_client *mc, const struct sbnode_report *q,
+		       uint32_t *ret_lease_ms, bool *ret_reconcile)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct wbuf w;
+	struct rbuf b;
+	int r;
+
+	wbuf_init(&w);
+	sbnode_report_put(&w, q);
+	/* idempotent: a report repeated is the same lease renewed */
+	r = w.err ?: rpc_call(mc->rpc, MSG_MGMT_SBNODE_REPORT, &w, RPC_IDEMPOTENT, &rep);
+	wbuf_done(&w);
+	if (r < 0)
+		return r;
+	rbuf_init(&b, rep.data, rep.len);
+	return sbnode_reply_get(&b, ret_lease_ms, ret_reconcile);
+}
+
+int mgmt_sbnodes(struct meta_client *mc, struct sbnode_table *ret)
+{
+	_cleanup_reply_ struct rpc_reply rep = {0};
+	struct rbuf b;
+	int r = rpc_call(mc->rpc, MSG_MGMT_SBNODES, NULL, RPC_IDEMPOTENT, &rep);
+
+	if (r < 0)
+		return r;
+	rbuf_init(&b, rep.data, rep.len);
+	return sbnode_table_get(&b, ret);
 }
 
 /* ---- fsck ------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
  * "..": others give -EINVAL (or -ENAMETOOLONG). */
 #pragma once
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "fs/types.h"
 #include "fs/rpc.h"
@@ -233,6 +234,16 @@ struct mgmt_cluster {
 	struct mgmt_target_detail *targets; /* heap, mgmt_cluster_done */
 };
 int mgmt_cluster(struct meta_client *mc, struct mgmt_cluster *ret);
+
+/* Sandbox nodes (fs/sbnode_proto.h). mgmt_sbnode_report renews r's lease:
+ * returns 0 with the lease and whether the node must reconcile (it had been
+ * lost), -EEXIST (another live sandboxd holds the node id) or the RPC
+ * error. mgmt_sbnodes fills *ret (sbnode_table_done) or returns the error. */
+struct sbnode_report;
+struct sbnode_table;
+int mgmt_sbnode_report(struct meta_client *mc, const struct sbnode_report *r,
+		       uint32_t *ret_lease_ms, bool *ret_reconcile);
+int mgmt_sbnodes(struct meta_client *mc, struct sbnode_table *ret);
 void mgmt_cluster_done(struct mgmt_cluster *c);
 
 /* ---- fsck (MSG_META_FSCK, MSG_META_FSCK_CHUNKS; meta/README.md "fsck") ---- */

@@ -52,9 +52,11 @@ enum strata_msg {
 	MSG_MGMT_REGISTER = 0x0300,
 	MSG_MGMT_HEARTBEAT,
 	MSG_MGMT_ROUTING,
-	MSG_MGMT_REPORT,    /* "target T did not answer": meta probes it, fails its node */
-	MSG_MGMT_SYNC_DONE, /* resync progress / completion of a target on a chain */
-	MSG_MGMT_NODES,	    /* admin: nodes with lease ages, target details */
+	MSG_MGMT_REPORT,	/* "target T did not answer": meta probes it, fails its node */
+	MSG_MGMT_SYNC_DONE,	/* resync progress / completion of a target on a chain */
+	MSG_MGMT_NODES,		/* admin: nodes with lease ages, target details */
+	MSG_MGMT_SBNODE_REPORT, /* a sandbox node's lease and load (fs/sbnode_proto.h) */
+	MSG_MGMT_SBNODES,	/* the sandbox node table: apiservers, `strata admin nodes` */
 
 	/* the handshake that opens every connection (fs/rpc_auth.h) */
 	MSG_AUTH_HELLO = 0x0400, /* role, client nonce; answered by the challenge */

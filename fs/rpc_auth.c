@@ -22,6 +22,7 @@ static const char *const role_names[RPC_ROLE_MAX] = {
     [RPC_ROLE_ADMIN] = "admin",
     [RPC_ROLE_CHUNKSERVER] = "chunkserver",
     [RPC_ROLE_META] = "meta",
+    [RPC_ROLE_SANDBOX] = "sandbox",
 };
 
 const char *rpc_role_name(uint8_t role)

@@ -55,6 +55,7 @@ enum rpc_role {
 	RPC_ROLE_ADMIN = 3,	  /* the CLI's admin verbs, fsck */
 	RPC_ROLE_CHUNKSERVER = 4, /* registration, heartbeats, chain forwarding, resync */
 	RPC_ROLE_META = 5,	  /* strata-meta towards chunkservers: probes, GC */
+	RPC_ROLE_SANDBOX = 6,	  /* sandboxd's lease, apiserver's node table (issue 17) */
 	RPC_ROLE_MAX
 };
 

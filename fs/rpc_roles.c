@@ -8,9 +8,10 @@
  * repairs, the admin view, registration); a chunkserver registers itself,
  * heartbeats, reports resync progress, forwards writes down its chain and
  * resyncs replicas; strata-meta probes chunkservers and removes garbage
- * chunks. A directory's layout change (setattr with STRATA_SET_LAYOUT or
- * STRATA_SET_REPLICAS) is checked by strata-meta's handler, which decodes
- * the request: admin only. */
+ * chunks; a sandboxd renews its lease and an apiserver reads the sandbox
+ * node table (role sandbox, nothing else). A directory's layout change (setattr with
+ * STRATA_SET_LAYOUT or STRATA_SET_REPLICAS) is checked by strata-meta's handler, which decodes the
+ * request: admin only. */
 #include "fs/proto.h"
 #include "fs/rpc_auth.h"
 
@@ -33,6 +34,9 @@ static unsigned roles_of(uint16_t type)
 	case MSG_META_FSCK_RESYNC:
 	case MSG_MGMT_NODES:
 		return ADMIN;
+	case MSG_MGMT_SBNODE_REPORT:
+	case MSG_MGMT_SBNODES:
+		return ADMIN | R(RPC_ROLE_SANDBOX);
 	case MSG_MGMT_REGISTER:
 	case MSG_MGMT_HEARTBEAT:
 	case MSG_MGMT_SYNC_DONE:

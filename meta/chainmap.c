@@ -651,6 +651,7 @@ int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas, uin
 	if (lease_ms < 200 || replicas < 1 || replicas > STRATA_MAX_REPLICAS || expect_nodes < 1)
 		return -EINVAL;
 	ns->lease_ms = lease_ms;
+	sbnodes_set_lease(ns->sbnodes, lease_ms);
 	ns->replicas = replicas;
 	ns->expect_nodes = expect_nodes;
 	_cleanup_nsunlock_ struct ns *locked = ns_locked(ns);

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include "meta/kv.h"
 #include "meta/ns.h"
+#include "meta/sbnodes.h"
 #include "fs/wire.h"
 
 struct ns_live {
@@ -153,6 +154,7 @@ struct ns {
 	uint32_t nlive, caplive;
 	struct ns_prog *prog; /* target -> resync progress */
 	uint32_t nprog, capprog;
+	struct sbnodes *sbnodes;	       /* sandbox node leases (sbnodes.h), own lock */
 	struct ns_live probes[NS_PROBE_SLOTS]; /* target -> last probe (ms); see ns_probe_due */
 	/* operation records (ns_opid.c), under mu: how many (counted at
 	 * open), their limits, and the age key the last expiry stopped

@@ -311,6 +311,10 @@ int ns_open(const char *dir, struct ns **ret, char *why, size_t why_cap)
 	ns->lease_ms = NS_DEFAULT_LEASE_MS;
 	ns->replicas = NS_DEFAULT_REPLICAS;
 	ns->expect_nodes = 1;
+	if (!(ns->sbnodes = sbnodes_new(ns->lease_ms))) {
+		ns_close(ns);
+		return -ENOMEM;
+	}
 	r = kv_open(dir, &ns->kv, why, why_cap);
 	if (r == 0)
 		r = load_counters(ns);
@@ -333,11 +337,17 @@ int ns_open(const char *dir, struct ns **ret, char *why, size_t why_cap)
 	return 0;
 }
 
+struct sbnodes *ns_sbnodes(struct ns *ns)
+{
+	return ns->sbnodes;
+}
+
 void ns_close(struct ns *ns)
 {
 	if (!ns)
 		return;
 	kv_close(ns->kv);
+	sbnodes_free(ns->sbnodes);
 	pthread_mutex_destroy(&ns->mu);
 	pthread_mutex_destroy(&ns->live_mu);
 	free(ns->live);

@@ -164,6 +164,8 @@ int ns_routing(struct ns *ns, struct strata_routing *ret);
  * expect_nodes: no chain is formed before that many nodes registered (>= 1).
  * Call before serving. Returns 0 or -EINVAL. */
 int ns_set_cluster_opts(struct ns *ns, uint32_t lease_ms, uint32_t replicas, uint32_t expect_nodes);
+/* The sandbox node table (sbnodes.h; leases of lease_ms), owned by ns. */
+struct sbnodes *ns_sbnodes(struct ns *ns);
 /* Takes out of their chains the nodes whose lease ran out; returns how many. */
 int ns_lease_check(struct ns *ns);
 /* True if target_id was not probed in the last NS_PROBE_EVERY_MS (and

@@ -16,7 +16,9 @@
 #include "fs/meta_proto.h"
 #include "meta/ns.h"
 #include "fs/proto.h"
+#include "meta/sbnodes.h"
 #include "meta/server.h"
+#include "fs/sbnode_proto.h"
 
 typedef int (*op_fn)(struct ns *ns, const struct meta_req *q, struct wbuf *w);
 
@@ -397,6 +399,42 @@ static int probe_target(struct ns *ns, uint32_t target_id)
 	return r;
 }
 
+/* A sandbox node's lease (its report) and the sandbox node table. */
+static int handle_sbnodes(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *w)
+{
+	_cleanup_free_ struct sbnode_report *q = NULL;
+	struct sbnode_table t;
+	bool reconcile;
+	int r;
+
+	if (type == MSG_MGMT_SBNODES) {
+		if (rbuf_done(req) < 0)
+			return -EBADMSG;
+		if ((r = sbnodes_list(ns_sbnodes(ns), &t)) < 0)
+			return r;
+		sbnode_table_put(w, &t);
+		sbnode_table_done(&t);
+		return w->err;
+	}
+	if (!(q = malloc(sizeof(*q))))
+		return -ENOMEM;
+	if (sbnode_report_get(req, q) < 0)
+		return -EBADMSG;
+	if ((r = sbnodes_report(ns_sbnodes(ns), q, &reconcile)) < 0) {
+		if (r == -EEXIST)
+			log_warn("sandbox node %u: a second sandboxd (%s) reports under the id "
+				 "of a live one: refused",
+				 q->node_id, q->api_addr);
+		return r;
+	}
+	if (reconcile)
+		log_warn("sandbox node %u (%s) is back after its lease lapsed: it removes the "
+			 "sandboxes the cluster gave up on",
+			 q->node_id, q->api_addr);
+	sbnode_reply_put(w, sbnodes_lease_ms(ns_sbnodes(ns)), reconcile);
+	return w->err;
+}
+
 /* Replication messages: failure reports, resync progress, the admin view. */
 static int handle_repl(struct ns *ns, uint16_t type, struct rbuf *req, struct wbuf *w)
 {
@@ -425,6 +463,9 @@ static int handle_repl(struct ns *ns, uint16_t type, struct rbuf *req, struct wb
 		if (r == 0 && s.finished)
 			log_info("target %u synced on chain %u: serving", s.target_id, s.chain_id);
 		return r;
+	case MSG_MGMT_SBNODE_REPORT:
+	case MSG_MGMT_SBNODES:
+		return handle_sbnodes(ns, type, req, w);
 	case MSG_MGMT_NODES:
 		if ((r = ns_cluster(ns, &c)) < 0)
 			return r;
@@ -576,7 +617,7 @@ int meta_handle(void *ctx, uint16_t type, struct rbuf *req, struct wbuf *reply,
 
 	if (type >= MSG_MGMT_REGISTER && type <= MSG_MGMT_ROUTING)
 		return handle_mgmt(ns, type, req, reply);
-	if (type >= MSG_MGMT_REPORT && type <= MSG_MGMT_NODES)
+	if (type >= MSG_MGMT_REPORT && type <= MSG_MGMT_SBNODES)
 		return handle_repl(ns, type, req, reply);
 	if (type == MSG_META_FSCK || type == MSG_META_FSCK_CHUNKS || type == MSG_META_FSCK_RESYNC)
 		return handle_fsck(ns, type, req, reply, peer ? peer->addr : "local");

@@ -53,12 +53,17 @@ struct cli_home {
 };
 
 /* Which daemon: meta, chunkserver i (1-based), fuse or the node agent
- * (strata-sandboxd, started last and stopped first). */
-enum cli_kind { D_META, D_CS, D_FUSE, D_SANDBOXD };
+ * (strata-sandboxd, started last and stopped first). With several nodes
+ * (issue 17) every node has a sandboxd ("sandboxd" for node 1, "sandboxdI"
+ * for node I, each in its node's namespace, in the cluster through meta)
+ * and one strata-apiserver ("apiserver") serves them all. */
+enum cli_kind { D_META, D_CS, D_FUSE, D_SANDBOXD, D_APISERVER };
+/* The most daemons of a home: meta, nodes, fuse, a sandboxd per node, apiserver. */
+#define CLI_MAX_DAEMONS (2 * CLI_MAX_NODES + 3)
 struct cli_daemon {
 	enum cli_kind kind;
-	int index;	    /* chunkserver number, 1-based */
-	char name[16];	    /* "meta", "cs1", "fuse", "sandboxd" */
+	int index;	    /* chunkserver or sandbox node number, 1-based */
+	char name[16];	    /* "meta", "cs1", "fuse", "sandboxd", "sandboxd2", "apiserver" */
 	const char *binary; /* "strata-meta", ... */
 };
 
@@ -164,7 +169,8 @@ int cli_key_setup(const char *verb, const char *key_opt, const char *home_opt);
 /* Path helpers: snprintf into buf[CLI_PATH]; return buf. */
 char *cli_path(char *buf, const struct cli_home *h, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Number of daemons (meta + nodes + fuse + sandboxd) and the i-th of them. */
+/* Number of daemons (meta + nodes + fuse + sandboxd, or with several nodes
+ * a sandboxd each and the apiserver) and the i-th of them. */
 int cli_daemon_count(const struct cli_home *h);
 void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret);
 
@@ -269,9 +275,29 @@ int cli_meta_targets(const char *addr);
 /* Returns 0 if a TCP connection to addr succeeds. */
 int cli_tcp_probe(const char *addr, int timeout_ms);
 
+/* ---- sandbox nodes (sbnodes.c) ------------------------------------------------ */
+struct sbnode_table;
+struct jw;
+/* The rows after a header line (nothing for an empty table). */
+void cli_sbnodes_print(const struct sbnode_table *t);
+/* "sandbox_nodes": [...] into w (an object's member). */
+void cli_sbnodes_json(struct jw *w, const struct sbnode_table *t);
+/* Reads the table from strata-meta at addr with the home's key (role admin,
+ * no message). Returns 0 or -errno (-ENOSYS: a build without meta client). */
+int cli_meta_sbnodes(const struct cli_home *h, const char *addr, struct sbnode_table *ret);
+
 /* ---- strata-sandboxd -------------------------------------------------------- */
 /* Its API socket: H/run/sandboxd.sock into buf[CLI_PATH]; returns buf. */
 char *cli_sandboxd_socket(const struct cli_home *h, char *buf);
+/* Node i's (1: the one above; i > 1: H/run/sandboxdI.sock). */
+char *cli_sandboxd_socket_of(const struct cli_home *h, int node, char *buf);
+/* Sandbox nodes of the home: one sandboxd per node when there are several
+ * (a cluster with an apiserver), else the one. */
+int cli_sbnode_count(const struct cli_home *h);
+/* The TCP port of node i's sandboxd API (its own address in a namespace;
+ * on loopback CLI_SBNODE_PORT + i) and of the apiserver's first try. */
+#define CLI_SBNODE_PORT 7070
+#define CLI_APISERVER_PORT 7080
 /* Returns 0 if the socket accepts a connection, else -errno. */
 int cli_sandboxd_ping(const char *sock);
 /* Deletes every sandbox sandboxd at sock knows (cmd_sandbox.c). Returns the

@@ -3,7 +3,9 @@
  * replica comparison, and directory layouts.
  *
  *   nodes    each chunkserver node: address, alive (within the lease), time
- *            since its last heartbeat
+ *            since its last heartbeat; then each sandbox node (sandboxd's
+ *            lease, fs/sbnode_proto.h): API address, live or lost, its
+ *            sandboxes, cpu and memory admitted against its budgets, images
  *   targets  each target: node, chain, state (serving/syncing/waiting/
  *            offline), space, resync progress (chunks compared / to compare)
  *   chains   each chain: version, replication factor, targets head first
@@ -44,6 +46,7 @@
 #include "fs/meta_client.h"
 #include "fs/proto.h"
 #include "fs/rpc.h"
+#include "fs/sbnode_proto.h"
 
 #define VERB "admin"
 
@@ -60,7 +63,8 @@ static void usage(FILE *f)
 		   "       strata admin [...] layout get PATH\n"
 		   "       strata admin [...] layout set PATH [--replicas N] [--chunk-size S]\n"
 		   "\n"
-		   "  nodes       chunkserver nodes, liveness and last heartbeat\n"
+		   "  nodes       chunkserver nodes, liveness and last heartbeat; sandbox nodes,\n"
+		   "              their lease and load (sandboxes, cpu, memory, images)\n"
 		   "  targets     targets with chain, state, space and resync progress\n"
 		   "  usage       space and inodes of the cluster, and space per node\n"
 		   "  chains      chains (version, replicas, targets head first) and chain\n"
@@ -77,7 +81,7 @@ static void usage(FILE *f)
 
 /* ---- nodes, targets ---------------------------------------------------- */
 
-static void nodes_json(const struct mgmt_cluster *c)
+static void nodes_json(const struct mgmt_cluster *c, const struct sbnode_table *t)
 {
 	struct jw w;
 	jw_init(&w);
@@ -97,15 +101,21 @@ static void nodes_json(const struct mgmt_cluster *c)
 		jw_obj_end(&w);
 	}
 	jw_arr_end(&w);
+	cli_sbnodes_json(&w, t);
 	jw_obj_end(&w);
 	cli_jw_print(&w);
 }
 
-static int show_nodes(const struct mgmt_cluster *c, bool json)
+static int show_nodes(struct meta_client *mc, const struct mgmt_cluster *c, bool json)
 {
+	struct sbnode_table t = {0};
+	int r = mgmt_sbnodes(mc, &t);
+	if (r < 0 && r != -EOPNOTSUPP) /* an older strata-meta has no sandbox nodes */
+		cli_err(VERB, "cannot read the sandbox nodes: %s", rpc_strerror(r));
 	if (json) {
-		nodes_json(c);
-		return 0;
+		nodes_json(c, &t);
+		sbnode_table_done(&t);
+		return r < 0 && r != -EOPNOTSUPP;
 	}
 	printf("%-6s %-24s %-6s %s\n", "NODE", "ADDRESS", "ALIVE", "LAST-HEARTBEAT");
 	for (uint32_t i = 0; i < c->nnodes; i++) {
@@ -113,7 +123,9 @@ static int show_nodes(const struct mgmt_cluster *c, bool json)
 		printf("%-6u %-24s %-6s %lld ms ago\n", n->node_id, n->addr,
 		       n->alive ? "yes" : "NO", (long long)n->age_ms);
 	}
-	return 0;
+	cli_sbnodes_print(&t);
+	sbnode_table_done(&t);
+	return r < 0 && r != -EOPNOTSUPP;
 }
 
 static void targets_json(const struct mgmt_cluster *c)
@@ -665,7 +677,7 @@ static int run(struct meta_client *mc, const char *what, bool json, bool deep,
 			cli_err(VERB, "cannot read the cluster map: %s", rpc_strerror(r));
 			return 1;
 		}
-		r = !strcmp(what, "nodes")     ? show_nodes(&c, json)
+		r = !strcmp(what, "nodes")     ? show_nodes(mc, &c, json)
 		    : !strcmp(what, "targets") ? show_targets(&c, json)
 					       : show_usage(mc, &c, json);
 		mgmt_cluster_done(&c);

@@ -198,12 +198,13 @@ static int kill_left_sandbox(const char *dir)
 /* What a stopped (or dead) sandboxd left running: every sandbox with state
  * in H/sandboxd/sandboxes (persistent container sandboxes outlive their
  * sandboxd) is killed, and its state removed. Returns how many ran. */
-static int kill_left_sandboxes(const struct cli_home *h)
+static int kill_left_sandboxes(const struct cli_home *h, int node)
 {
 	char dir[CLI_PATH], sub[CLI_PATH + 300];
 	int n = 0;
 	struct dirent *de;
-	DIR *dp = opendir(cli_path(dir, h, "sandboxd/sandboxes"));
+	DIR *dp = opendir(node > 1 ? cli_path(dir, h, "sandboxd-n%d/sandboxes", node)
+				   : cli_path(dir, h, "sandboxd/sandboxes"));
 	while (dp && (de = readdir(dp))) {
 		if (de->d_name[0] == '.')
 			continue;
@@ -221,17 +222,17 @@ static int kill_left_sandboxes(const struct cli_home *h)
 	return n;
 }
 
-/* The node agent: its sandboxes deleted through its API, then SIGTERM. */
-static int down_sandboxd(const struct cli_home *h, int timeout_s)
+/* A node agent: its sandboxes deleted through its API, then SIGTERM. */
+static int down_sandboxd(const struct cli_home *h, int node, int timeout_s)
 {
 	struct cli_daemon d;
 	char sock[CLI_PATH];
 	int r;
 
-	cli_daemon_get(h, h->nodes + 2, &d);
+	cli_daemon_get(h, h->nodes + 1 + node, &d);
 	pid_t pid = cli_daemon_pid(h, &d);
 	if (cli_pid_alive(pid, d.binary)) {
-		r = delete_sandboxes(cli_sandboxd_socket(h, sock), timeout_s);
+		r = delete_sandboxes(cli_sandboxd_socket_of(h, node, sock), timeout_s);
 		if (r > 0)
 			printf("strata: deleted %d sandbox(es)\n", r);
 		else if (r < 0)
@@ -242,7 +243,7 @@ static int down_sandboxd(const struct cli_home *h, int timeout_s)
 			return r;
 		}
 	}
-	if ((r = kill_left_sandboxes(h)) > 0)
+	if ((r = kill_left_sandboxes(h, node)) > 0)
 		printf("strata: killed %d sandbox(es) that sandboxd left running\n", r);
 	return 0;
 }
@@ -295,15 +296,16 @@ int cmd_down(int argc, char **argv)
 	}
 
 	/* Which daemons run now (strata-fuse exits by itself once unmounted). */
-	bool was_alive[CLI_MAX_NODES + 3];
+	bool was_alive[CLI_MAX_DAEMONS];
 	for (int i = 0; i < cli_daemon_count(&h); i++) {
 		struct cli_daemon d;
 		cli_daemon_get(&h, i, &d);
 		was_alive[i] = cli_pid_alive(cli_daemon_pid(&h, &d), d.binary);
 	}
 
-	if (down_sandboxd(&h, timeout_s) < 0)
-		failed++;
+	for (int i = 1; i <= cli_sbnode_count(&h); i++)
+		if (down_sandboxd(&h, i, timeout_s) < 0)
+			failed++;
 	/* A connection held for a dead strata-fuse would make every look at
 	 * the mount wait: let it go (the holder of a live one exits by itself
 	 * once the mount is gone, and is stopped below in any case). */

@@ -1,7 +1,11 @@
 /* cmd_sandbox.c — `strata sandbox create | exec | ls | rm`: the sandbox
  * runtime from the command line, over strata-sandboxd's HTTP API on its unix
  * socket (sandbox/sandboxd/API.md), found at --socket PATH, else
- * $STRATA_SANDBOXD_SOCKET, else <home>/run/sandboxd.sock.
+ * $STRATA_SANDBOXD_SOCKET, else <home>/run/sandboxd.sock; or over TCP with
+ * a bearer token, a node's or a cluster's strata-apiserver: --url
+ * http://HOST:PORT (else $STRATA_SANDBOXD_URL) with --token T (else
+ * $STRATA_SANDBOXD_TOKEN); a home of several nodes (`strata up --nodes N`)
+ * is its apiserver (H/run/apiserver.addr, the token of H/api.token).
  *
  *   strata sandbox create IMAGE [--backend B] [--cpu N] [--memory MB] [--ttl S]
  *                         [--label k=v]... [--userns|--no-userns] [--json]
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -40,7 +45,12 @@ static void usage(FILE *f)
 		"\n"
 		"Common options: --home DIR (default $STRATA_HOME, else ./.strata),\n"
 		"                --socket PATH (default $STRATA_SANDBOXD_SOCKET, else "
-		"HOME/run/sandboxd.sock)\n");
+		"HOME/run/sandboxd.sock)\n"
+		"                --url http://HOST:PORT --token T (a node's TCP API or a "
+		"cluster's\n"
+		"                strata-apiserver; default $STRATA_SANDBOXD_URL, "
+		"$STRATA_SANDBOXD_TOKEN;\n"
+		"                a home of several nodes: its apiserver)\n");
 }
 
 struct http_resp {
@@ -50,8 +60,35 @@ struct http_resp {
 	size_t len;
 };
 
+/* The bearer token of TCP requests (parsed configuration, set once). */
+static const char *api_token;
+
+/* "http://HOST:PORT": a TCP connection. */
+static int connect_tcp(const char *url)
+{
+	char host[256];
+	const char *hp = url + 7, *colon = strrchr(hp, ':');
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	size_t hl = colon ? (size_t)(colon - hp) : 0;
+	if (!colon || hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, hp, hl);
+	host[hl] = 0;
+	if (getaddrinfo(host, colon + 1, &hints, &ai) || !ai)
+		return -EHOSTUNREACH;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), r = fd < 0 ? -errno : 0;
+	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		r = -errno;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return r < 0 ? r : fd;
+}
+
 static int connect_sock(const char *path)
 {
+	if (!strncmp(path, "http://", 7))
+		return connect_tcp(path);
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -89,12 +126,13 @@ static int request(const char *sock, const char *method, const char *path, const
 	int fd = connect_sock(sock);
 	if (fd < 0)
 		return fd;
-	char head[512];
+	char head[1024];
 	size_t bl = body ? strlen(body) : 0;
 	int n = snprintf(head, sizeof(head),
-			 "%s %s HTTP/1.1\r\nHost: sandboxd\r\nConnection: close\r\n"
+			 "%s %s HTTP/1.1\r\nHost: sandboxd\r\nConnection: close\r\n%s%s%s"
 			 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-			 method, path, bl);
+			 method, path, api_token ? "Authorization: Bearer " : "",
+			 api_token ? api_token : "", api_token ? "\r\n" : "", bl);
 	int r = n > 0 && (size_t)n < sizeof(head) ? send_all(fd, head, (size_t)n) : -ENAMETOOLONG;
 	if (r == 0 && bl)
 		r = send_all(fd, body, bl);
@@ -474,21 +512,50 @@ int cli_sandboxd_delete_all(const char *sock)
 	return first < 0 ? first : n;
 }
 
-/* --socket PATH. */
+/* --socket PATH, --url URL, --token T. */
 static int sandbox_option(void *arg, int val, const char *value)
 {
-	(void)val;
-	*(const char **)arg = value;
+	const char **where = arg;
+	if (val == 'u' && strncmp(value, "http://", 7)) {
+		cli_err(VERB, "--url wants http://HOST:PORT, not '%s'", value);
+		return 2;
+	}
+	if (val == 't')
+		api_token = value;
+	else
+		*where = value;
 	return 0;
+}
+
+/* The home's endpoint: its apiserver when it has several nodes, else node
+ * 1's socket (into path[CLI_PATH]). */
+static const char *home_endpoint(const struct cli_home *h, char *path, char *token, size_t cap)
+{
+	char addr[128], f[CLI_PATH];
+	if (h->nodes > 1 &&
+	    cli_read_file(cli_path(f, h, "run/apiserver.addr"), addr, sizeof(addr)) > 0) {
+		snprintf(path, CLI_PATH, "http://%s", addr);
+		if (!api_token && cli_read_file(cli_path(f, h, "api.token"), token, cap) > 0)
+			api_token = token;
+		return path;
+	}
+	return cli_sandboxd_socket(h, path);
 }
 
 int cmd_sandbox(int argc, char **argv)
 {
 	static const struct option own[] = {
 	    {"socket", required_argument, NULL, 's'},
+	    {"url", required_argument, NULL, 'u'},
+	    {"token", required_argument, NULL, 't'},
 	    {},
 	};
 	const char *sock = getenv("STRATA_SANDBOXD_SOCKET");
+	char token[128];
+	if ((!sock || !sock[0]) && getenv("STRATA_SANDBOXD_URL"))
+		sock = getenv("STRATA_SANDBOXD_URL");
+	if (getenv("STRATA_SANDBOXD_TOKEN") && getenv("STRATA_SANDBOXD_TOKEN")[0])
+		api_token = getenv("STRATA_SANDBOXD_TOKEN");
 	struct cli_opts o;
 	/* the common options come before the sub-command, which has its own */
 	const struct cli_verb_opts v = {
@@ -513,7 +580,7 @@ int cmd_sandbox(int argc, char **argv)
 		struct cli_home h;
 		if (cli_home_open(VERB, o.home, &h) < 0)
 			return 1;
-		sock = cli_sandboxd_socket(&h, path);
+		sock = home_endpoint(&h, path, token, sizeof(token));
 	}
 	const char *sub = o.args[0];
 	int sargc = o.nargs;

@@ -17,6 +17,9 @@
  * serves, so that a crash of strata-fuse would not end it)
  * ("netns" is "" where the daemon runs in the root namespace or the node's
  * namespace is missing; a missing one counts as down.)
+ * With several nodes (sandboxd per node and strata-apiserver, issue 17) the
+ * sandbox nodes' table follows (tools/sbnodes.c; "sandbox_nodes" in JSON):
+ * a lost node counts as down.
  * Exit status 0 when everything runs and the mount answers, 3 when not
  * (like `systemctl status`), 1 on errors. */
 #include <errno.h>
@@ -27,6 +30,8 @@
 #include "tools/cli.h"
 
 #define VERB "status"
+
+#include "fs/sbnode_proto.h"
 
 static void usage(FILE *f)
 {
@@ -54,7 +59,7 @@ struct status {
 	const char *net_mode;
 	char bridge_ip[32];
 	int n;
-	struct daemon_status d[CLI_MAX_NODES + 3];
+	struct daemon_status d[CLI_MAX_DAEMONS];
 	char meta_addr[128];
 	enum cli_mount_state mount;
 	bool mount_held; /* strata-fuse dead, its connection kept by the holder */
@@ -62,6 +67,8 @@ struct status {
 	int holder;	 /* cli_fuse_holder_status(): 1 one answers */
 	struct fuse_holder_info hi;
 	bool ok;
+	struct sbnode_table sbn; /* several nodes: the sandbox nodes' leases and load */
+	int sbn_err;
 };
 
 /* What the holder of the FUSE connection does (fuse/README.md). */
@@ -117,6 +124,9 @@ static bool gather_daemon(struct status *s, int i)
 	    cli_sandboxd_ping(ds->addr) < 0)
 		ds->state = "starting"; /* alive, its socket not accepting yet */
 	ok = !strcmp(ds->state, "running");
+	if (d->kind == D_SANDBOXD && s->h->nodes > 1 && s->net.on &&
+	    cli_net_ns_exists(&s->net, d->index))
+		cli_net_ns_name(&s->net, d->index, ds->ns, sizeof(ds->ns));
 	if (d->kind == D_CS && s->net.on) {
 		if (cli_net_ns_exists(&s->net, d->index))
 			cli_net_ns_name(&s->net, d->index, ds->ns, sizeof(ds->ns));
@@ -148,6 +158,10 @@ static void gather(const struct cli_home *h, struct status *s)
 		s->ok &= gather_daemon(s, i);
 	if (s->mount != MNT_OK)
 		s->ok = false;
+	s->sbn_err =
+	    h->nodes > 1 && s->meta_addr[0] ? cli_meta_sbnodes(h, s->meta_addr, &s->sbn) : -ENOENT;
+	for (uint32_t i = 0; s->sbn_err == 0 && i < s->sbn.n; i++)
+		s->ok &= !s->sbn.nodes[i].lost;
 }
 
 static void emit_json(const struct status *s)
@@ -190,6 +204,8 @@ static void emit_json(const struct status *s)
 	jw_kstr(&w, "state", holder_state(s));
 	jw_kint(&w, "takeovers", s->holder > 0 ? (int64_t)s->hi.takeovers : 0);
 	jw_obj_end(&w);
+	if (s->h->nodes > 1)
+		cli_sbnodes_json(&w, s->sbn_err == 0 ? &s->sbn : NULL);
 	jw_kbool(&w, "ok", s->ok);
 	jw_obj_end(&w);
 	cli_jw_print(&w);
@@ -236,6 +252,11 @@ static void emit_text(const struct status *s)
 		       holder_state(s), s->hi.takeovers);
 	else
 		printf("  holder none (a crash of strata-fuse ends the mount)\n");
+	if (h->nodes > 1 && s->sbn_err == 0)
+		cli_sbnodes_print(&s->sbn);
+	else if (h->nodes > 1 && s->meta_addr[0])
+		printf("  sandbox nodes: cannot read them from strata-meta: %s\n",
+		       strerror(-s->sbn_err));
 }
 
 int cmd_status(int argc, char **argv)
@@ -265,5 +286,6 @@ int cmd_status(int argc, char **argv)
 		emit_json(&s);
 	else
 		emit_text(&s);
+	sbnode_table_done(&s.sbn);
 	return s.ok ? 0 : 3;
 }

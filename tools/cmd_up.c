@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <linux/close_range.h>
 #include <unistd.h>
@@ -180,13 +182,16 @@ static bool binary_has_option(const char *bin, const char *opt)
 
 /* Starts d with its command line; for daemons with an addr file, waits until
  * it is written. listen is "" for daemons that do not listen. */
+static void sbnode_listen(const struct up_ctx *c, int i, char *buf, size_t cap);
+
 static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char *listen,
 			pid_t *ret_pid)
 {
 	char bin[CLI_PATH + 32], log[CLI_PATH], addrf[CLI_PATH], db[CLI_PATH];
 	char tdirs[CLI_MAX_TARGETS][CLI_PATH], cache[CLI_PATH], client_id[64];
 	char replicas[16], nodes[16], holder[CLI_PATH], key[CLI_PATH], usrbio[CLI_PATH];
-	char *argv[32];
+	char node_id[16], tcp[64], sock[CLI_PATH];
+	char *argv[40];
 	int a = 0;
 	pid_t pid;
 	int r;
@@ -200,7 +205,11 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	cli_path(log, &c->h, "log/%s.log", d->name);
 	cli_path(addrf, &c->h, "run/%s.addr", d->name);
 	argv[a++] = bin;
-	if (d->kind != D_SANDBOXD) { /* the ones that talk to the cluster */
+	if (d->kind == D_APISERVER || (d->kind == D_SANDBOXD && c->h.nodes > 1)) {
+		/* in the cluster through meta: the key (TLS follows $STRATA_TLS) */
+		argv[a++] = "--key";
+		argv[a++] = cli_path(key, &c->h, CLI_KEY_FILE);
+	} else if (d->kind != D_SANDBOXD) { /* the ones that talk to the cluster */
 		argv[a++] = "--key";
 		argv[a++] = cli_path(key, &c->h, CLI_KEY_FILE);
 		if (c->h.tls)
@@ -268,6 +277,28 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 	case D_SANDBOXD:
 		argv[a++] = "--home";
 		argv[a++] = c->h.home;
+		if (c->h.nodes == 1)
+			break;
+		/* a node of the cluster: its lease with meta, its TCP API for the
+		 * apiserver (the token is $STRATA_SANDBOXD_TOKEN: up_tokens) */
+		snprintf(node_id, sizeof(node_id), "%d", d->index);
+		sbnode_listen(c, d->index, tcp, sizeof(tcp));
+		argv[a++] = "--socket";
+		argv[a++] = cli_sandboxd_socket_of(&c->h, d->index, sock);
+		argv[a++] = "--meta";
+		argv[a++] = c->meta_addr;
+		argv[a++] = "--node-id";
+		argv[a++] = node_id;
+		argv[a++] = "--listen-tcp";
+		argv[a++] = tcp;
+		break;
+	case D_APISERVER:
+		argv[a++] = "--meta";
+		argv[a++] = c->meta_addr;
+		argv[a++] = "--listen";
+		argv[a++] = (char *)listen;
+		argv[a++] = "--addr-file";
+		argv[a++] = addrf;
 		break;
 	}
 	if (c->log_level) {
@@ -278,8 +309,8 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 
 	if (d->kind != D_FUSE)
 		unlink(addrf);
-	if (d->kind == D_CS && c->net.on) {
-		char ns[128];
+	if ((d->kind == D_CS || (d->kind == D_SANDBOXD && c->h.nodes > 1)) && c->net.on) {
+		char ns[128]; /* a node's daemons run on its host */
 		pid = cli_spawn_in(argv, log, cli_net_ns_path(&c->net, d->index, ns, sizeof(ns)));
 	} else {
 		pid = cli_spawn(argv, log);
@@ -303,6 +334,17 @@ static int start_daemon(struct up_ctx *c, const struct cli_daemon *d, const char
 		cli_err(VERB, "%s did not write %s within %d s", d->binary, addrf,
 			c->timeout_ms / 1000);
 	return r;
+}
+
+/* Where node i's sandboxd serves TCP: its host's address, else loopback. */
+static void sbnode_listen(const struct up_ctx *c, int i, char *buf, size_t cap)
+{
+	char ip[32];
+	if (c->net.on)
+		snprintf(buf, cap, "%s:%d", cli_net_ip(&c->net, i, ip, sizeof(ip)),
+			 CLI_SBNODE_PORT);
+	else
+		snprintf(buf, cap, "127.0.0.1:%d", CLI_SBNODE_PORT + i);
 }
 
 /* The host d listens on: the bridge (meta) or its node's own address when
@@ -534,7 +576,7 @@ static int wait_sandboxd(struct up_ctx *c, const struct cli_daemon *d, pid_t pid
 	char sock[CLI_PATH];
 	const struct wait w = {sandboxd_accepts, sock, 50, "exited before its socket accepted"};
 
-	cli_sandboxd_socket(&c->h, sock);
+	cli_sandboxd_socket_of(&c->h, d->index, sock);
 	int r = wait_ready(c, d, pid, &w, &(int){0});
 	if (r == -ETIMEDOUT)
 		cli_err(VERB, "strata-sandboxd did not accept on %s within %d s", sock,
@@ -542,29 +584,82 @@ static int wait_sandboxd(struct up_ctx *c, const struct cli_daemon *d, pid_t pid
 	return r;
 }
 
-/* The node agent, last. A build without it (no binary) still has a working
+/* Node i's agent, last. A build without it (no binary) still has a working
  * cluster: then there is nothing to start. */
-static int up_sandboxd(struct up_ctx *c)
+static int up_sandboxd(struct up_ctx *c, int i)
 {
 	struct cli_daemon d;
 	char bin[CLI_PATH + 32], sock[CLI_PATH];
 	pid_t pid;
 	int r;
 
-	cli_daemon_get(&c->h, c->h.nodes + 2, &d);
+	cli_daemon_get(&c->h, c->h.nodes + 1 + i, &d);
 	snprintf(bin, sizeof(bin), "%s/%s", c->h.bindir, d.binary);
 	if (access(bin, X_OK) != 0)
 		return 0;
 	pid = cli_daemon_pid(&c->h, &d);
+	bool node_in_place = c->h.nodes == 1 || !c->net.on || cli_net_pid_in(&c->net, i, pid);
 	if (cli_pid_alive(pid, d.binary)) {
-		c->already++;
-		return wait_sandboxd(c, &d, pid); /* it may still be starting */
+		if (c->h.nodes == 1 || (!c->meta_moved && node_in_place)) {
+			c->already++;
+			return wait_sandboxd(c, &d, pid); /* it may still be starting */
+		}
+		cli_stop_pid(pid, d.binary, 10000); /* on the old meta or another host */
 	}
-	unlink(cli_sandboxd_socket(&c->h, sock)); /* the socket of a dead one */
+	unlink(cli_sandboxd_socket_of(&c->h, i, sock)); /* the socket of a dead one */
 	if ((r = start_daemon(c, &d, "", &pid)) < 0)
 		return r == -ECHILD ? died(c, &d, "exited during start-up") : r;
 	c->started++;
 	return wait_sandboxd(c, &d, pid);
+}
+
+/* The operator's token of the nodes' TCP API and the apiserver (H/api.token,
+ * 0600, made once): given to them as $STRATA_SANDBOXD_TOKEN, read by the
+ * SDK from the home. */
+static int up_token(struct up_ctx *c)
+{
+	char path[CLI_PATH], tok[80];
+	uint8_t b[24];
+	cli_path(path, &c->h, "api.token");
+	if (cli_read_file(path, tok, sizeof(tok)) <= 0) {
+		if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+			return -EIO;
+		for (size_t i = 0; i < sizeof(b); i++)
+			snprintf(tok + 2 * i, 3, "%02x", b[i]);
+		mode_t old = umask(077);
+		int r = cli_write_file(path, tok);
+		umask(old);
+		if (r < 0)
+			return r;
+	}
+	setenv("STRATA_SANDBOXD_TOKEN", tok, 1);
+	return 0;
+}
+
+/* The cluster's API over the nodes (several nodes only). */
+static int up_apiserver(struct up_ctx *c)
+{
+	struct cli_daemon d;
+	char prev[128], bin[CLI_PATH + 32];
+	pid_t pid;
+
+	cli_daemon_get(&c->h, cli_daemon_count(&c->h) - 1, &d);
+	snprintf(bin, sizeof(bin), "%s/%s", c->h.bindir, d.binary);
+	if (d.kind != D_APISERVER || access(bin, X_OK) != 0)
+		return 0;
+	cli_daemon_addr(&c->h, &d, prev, sizeof(prev));
+	pid = cli_daemon_pid(&c->h, &d);
+	if (cli_pid_alive(pid, d.binary)) {
+		if (!c->meta_moved && prev[0]) {
+			c->already++;
+			return 0;
+		}
+		cli_stop_pid(pid, d.binary, 10000);
+	}
+	int r = start_listener(c, &d, prev, &pid);
+	if (r == 0)
+		c->started++;
+	return r;
 }
 
 /* Chunkservers as separate hosts when there are several and namespaces can
@@ -622,7 +717,7 @@ static void print_summary(struct up_ctx *c)
 		cli_daemon_get(&c->h, i, &d);
 		cli_daemon_addr(&c->h, &d, addr, sizeof(addr));
 		printf("  %-8s pid %-7d %-21s log %s\n", d.name, (int)cli_daemon_pid(&c->h, &d),
-		       d.kind == D_FUSE || d.kind == D_SANDBOXD ? "-" : addr,
+		       d.kind == D_FUSE || (d.kind == D_SANDBOXD && c->h.nodes == 1) ? "-" : addr,
 		       cli_path(p, &c->h, "log/%s.log", d.name));
 	}
 	if (c->net.on) {
@@ -637,6 +732,17 @@ static void print_summary(struct up_ctx *c)
 	printf("  mount  %s\n", c->h.mount);
 	if (cli_sandboxd_ping(cli_sandboxd_socket(&c->h, p)) == 0)
 		printf("  api    %s   (strata-sandboxd: Python SDK, strata sandbox)\n", p);
+	if (c->h.nodes > 1) {
+		struct cli_daemon d;
+		char addr[128];
+		cli_daemon_get(&c->h, cli_daemon_count(&c->h) - 1, &d);
+		cli_daemon_addr(&c->h, &d, addr, sizeof(addr));
+		if (addr[0])
+			printf(
+			    "  api    http://%s   (strata-apiserver over %d nodes: SDK url= with "
+			    "the token in %s/api.token, or STRATA_HOME)\n",
+			    addr, c->h.nodes, c->h.home);
+	}
 	printf("  env    %s   (STRATA_HOME=%s for clients)\n", cli_path(p, &c->h, "cluster.env"),
 	       c->h.home);
 	printf("  stop   strata down --home %s\n", c->h.home);
@@ -797,10 +903,18 @@ int cmd_up(int argc, char **argv)
 		cli_err(VERB, "cannot write %s/cluster.env: %s", c.h.home, strerror(-r));
 		return 1;
 	}
-	/* The storage cluster works without the node agent: its failure to
+	/* The storage cluster works without the node agents: their failure to
 	 * start is reported (and shown by strata status) but not fatal. */
-	if (up_sandboxd(&c) < 0)
-		fprintf(stderr, "strata up: warning: the cluster is up without strata-sandboxd\n");
+	if (c.h.nodes > 1 && up_token(&c) < 0)
+		fprintf(stderr, "strata up: warning: cannot write %s/api.token\n", c.h.home);
+	for (int i = 1; i <= cli_sbnode_count(&c.h); i++)
+		if (up_sandboxd(&c, i) < 0)
+			fprintf(stderr,
+				"strata up: warning: the cluster is up without node %d's "
+				"strata-sandboxd\n",
+				i);
+	if (up_apiserver(&c) < 0)
+		fprintf(stderr, "strata up: warning: the cluster is up without strata-apiserver\n");
 	print_summary(&c);
 	return 0;
 }

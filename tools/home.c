@@ -276,9 +276,14 @@ int cli_key_setup(const char *verb, const char *key_opt, const char *home_opt)
 	return r;
 }
 
+int cli_sbnode_count(const struct cli_home *h)
+{
+	return h->nodes > 1 ? h->nodes : 1;
+}
+
 int cli_daemon_count(const struct cli_home *h)
 {
-	return h->nodes + 3;
+	return h->nodes + 2 + cli_sbnode_count(h) + (h->nodes > 1);
 }
 
 void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret)
@@ -297,10 +302,18 @@ void cli_daemon_get(const struct cli_home *h, int i, struct cli_daemon *ret)
 		ret->kind = D_FUSE;
 		ret->binary = "strata-fuse";
 		snprintf(ret->name, sizeof(ret->name), "fuse");
-	} else {
+	} else if (i <= h->nodes + 1 + cli_sbnode_count(h)) {
 		ret->kind = D_SANDBOXD;
+		ret->index = i - h->nodes - 1;
 		ret->binary = "strata-sandboxd";
-		snprintf(ret->name, sizeof(ret->name), "sandboxd");
+		if (ret->index == 1)
+			snprintf(ret->name, sizeof(ret->name), "sandboxd");
+		else
+			snprintf(ret->name, sizeof(ret->name), "sandboxd%d", ret->index);
+	} else {
+		ret->kind = D_APISERVER;
+		ret->binary = "strata-apiserver";
+		snprintf(ret->name, sizeof(ret->name), "apiserver");
 	}
 }
 
@@ -321,7 +334,7 @@ void cli_daemon_addr(const struct cli_home *h, const struct cli_daemon *d, char 
 	char path[CLI_PATH];
 
 	if (d->kind == D_SANDBOXD) {
-		snprintf(buf, cap, "%s", cli_sandboxd_socket(h, path));
+		snprintf(buf, cap, "%s", cli_sandboxd_socket_of(h, d->index, path));
 		return;
 	}
 	if (cli_read_file(cli_path(path, h, "run/%s.addr", d->name), buf, cap) < 0)
@@ -331,6 +344,12 @@ void cli_daemon_addr(const struct cli_home *h, const struct cli_daemon *d, char 
 char *cli_sandboxd_socket(const struct cli_home *h, char *buf)
 {
 	return cli_path(buf, h, "run/sandboxd.sock");
+}
+
+char *cli_sandboxd_socket_of(const struct cli_home *h, int node, char *buf)
+{
+	return node > 1 ? cli_path(buf, h, "run/sandboxd%d.sock", node)
+			: cli_sandboxd_socket(h, buf);
 }
 
 int cli_sandboxd_ping(const char *sock)

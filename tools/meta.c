@@ -16,6 +16,8 @@
 #include "tools/cli.h"
 #ifdef STRATA_HAVE_META_CLIENT
 #include "fs/meta_client.h"
+#include "fs/rpc_auth.h"
+#include "fs/sbnode_proto.h"
 #endif
 
 /* Splits "host:port" or "[v6]:port". */
@@ -108,7 +110,26 @@ int cli_meta_targets(const char *addr)
 	meta_client_free(mc);
 	return r;
 }
+int cli_meta_sbnodes(const struct cli_home *h, const char *addr, struct sbnode_table *ret)
+{
+	char key[CLI_PATH];
+	struct strata_err e = {0};
+	if (!rpc_auth_default() &&
+	    rpc_auth_setup(cli_path(key, h, CLI_KEY_FILE), RPC_ROLE_ADMIN, &e) < 0)
+		return e.code ? e.code : -ENOKEY;
+	struct meta_client *mc = client(addr);
+	if (!mc)
+		return -ENOMEM;
+	int r = mgmt_sbnodes(mc, ret);
+	meta_client_free(mc);
+	return r;
+}
 #else
+int cli_meta_sbnodes(const struct cli_home *h, const char *addr, struct sbnode_table *ret)
+{
+	return -ENOSYS;
+}
+
 int cli_meta_ping(const char *addr)
 {
 	return cli_tcp_probe(addr, 1000);

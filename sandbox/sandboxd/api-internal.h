@@ -55,7 +55,11 @@ bool sbd_api_query_bool(const char *query, const char *key);
 int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err);
 
 /* The request families. */
-void sbd_api_create(struct sbd_conn *c, const char *body, size_t len);
+/* POST /v1/sandboxes; with ?lookup=1 (an apiserver finding the sandbox of
+ * a retried create, sandbox/apiserver/README.md) it creates nothing: the
+ * sandbox made with the body's idempotency_key (200, after one in flight
+ * ended) or 404 not_found. */
+void sbd_api_create(struct sbd_conn *c, const char *query, const char *body, size_t len);
 void sbd_api_exec(struct sbd_conn *c, struct sbd_sandbox *sb, const char *body, size_t len);
 void sbd_api_exec_stdin(struct sbd_conn *c, struct sbd_sandbox *sb, const char *sub,
 			const char *query, const char *body, size_t len);

@@ -189,7 +189,7 @@ void sbd_api_reply_sandbox(struct sbd_conn *c, int status, const struct sbd_sand
 {
 	struct jw w;
 	jw_init(&w);
-	sbd_sandbox_to_json(sb, &w);
+	sbd_sandbox_to_json(sb, (uint32_t)sbd_conn_daemon(c)->cfg.node_id, &w);
 	sbd_conn_reply_json(c, status, &w);
 }
 
@@ -271,7 +271,7 @@ static void api_list(struct sbd_conn *c, const char *query)
 			continue;
 		if (label && !label_match(sb, label))
 			continue;
-		sbd_sandbox_to_json(sb, &w);
+		sbd_sandbox_to_json(sb, (uint32_t)d->cfg.node_id, &w);
 	}
 	jw_arr_end(&w);
 	jw_obj_end(&w);
@@ -567,7 +567,7 @@ void sbd_api_dispatch(struct sbd_conn *c, const char *method, const char *path, 
 	else if (!strcmp(path, "/v1/images") && is(method, "GET"))
 		api_images(c);
 	else if (!strcmp(path, "/v1/sandboxes") && is(method, "POST"))
-		sbd_api_create(c, body, len);
+		sbd_api_create(c, query, body, len);
 	else if (!strcmp(path, "/v1/sandboxes") && is(method, "GET"))
 		api_list(c, query);
 	else if (!strncmp(path, "/v1/sandboxes/", 14))

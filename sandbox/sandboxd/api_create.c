@@ -53,7 +53,13 @@ static char *new_id(struct sandboxd *d)
 	d->id_left -= 8;
 	uint8_t *r = d->id_pool + d->id_left;
 	char *id = malloc(SBD_ID_LEN + 1);
-	if (id)
+	/* In a cluster the first 4 hex digits are the node (--node-id), so
+	 * that an apiserver routes the id without a lookup; 48 random bits
+	 * are left per node. */
+	if (id && d->cfg.node_id)
+		snprintf(id, SBD_ID_LEN + 1, "sb-%04x%02x%02x%02x%02x%02x%02x",
+			 (unsigned)d->cfg.node_id, r[0], r[1], r[2], r[3], r[4], r[5]);
+	else if (id)
 		snprintf(id, SBD_ID_LEN + 1, "sb-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1],
 			 r[2], r[3], r[4], r[5], r[6], r[7]);
 	explicit_bzero(r, 8); /* used once */
@@ -568,11 +574,6 @@ static int image_wait(struct sbd_conn *c, const char *image, const char *body, s
 	return 0;
 }
 
-void sbd_api_create(struct sbd_conn *c, const char *body, size_t len)
-{
-	create_request(c, body, len, NULL);
-}
-
 /* POST /v1/sandboxes. Returns true when the answer comes later (a create
  * on a worker, or the image's mount), false when it was queued. */
 /* Whom a create is for: the caller, or (an admin's "tenant") the tenant it
@@ -706,4 +707,35 @@ out:
 		sbd_images_release(d, ready);
 	json_free(j);
 	return later;
+}
+
+/* ?lookup=1: the sandbox made (or being made) with the body's key. */
+static void create_lookup(struct sbd_conn *c, const char *body, size_t len)
+{
+	struct sandboxd *d = sbd_conn_daemon(c);
+	struct json *j = sbd_api_parse_body(c, body, len, create_fields);
+	struct sbd_who as;
+	if (!j || !create_for(c, j, &as)) { /* answered */
+		json_free(j);
+		return;
+	}
+	const char *owner = as.tenant[0] ? as.tenant : NULL;
+	const char *idem = json_cstr(json_get(j, "idempotency_key"));
+	struct sbd_sandbox *prev = idem ? sbd_registry_find_idem(d, idem, owner) : NULL;
+	if (!idem)
+		sbd_conn_reply_error(c, 400, "bad_request", "lookup needs an idempotency_key");
+	else if (prev)
+		sbd_api_reply_sandbox(c, 200, prev);
+	else if (!create_join_pending(c, d->creates, idem, owner))
+		sbd_conn_reply_error(c, 404, "not_found", "no sandbox with idempotency key '%s'",
+				     idem);
+	json_free(j);
+}
+
+void sbd_api_create(struct sbd_conn *c, const char *query, const char *body, size_t len)
+{
+	if (sbd_api_query_bool(query, "lookup"))
+		create_lookup(c, body, len);
+	else
+		create_request(c, body, len, NULL);
 }

@@ -15,7 +15,7 @@ static void decode_again(const struct sbd_sandbox *sb)
 {
 	struct jw w;
 	jw_init(&w);
-	sbd_sandbox_to_json(sb, &w);
+	sbd_sandbox_to_json(sb, 0, &w);
 	struct json *k = w.err ? NULL : json_parse(w.buf, w.len, NULL, 0);
 	if (!w.err && !k)
 		abort(); /* what we emit must parse */

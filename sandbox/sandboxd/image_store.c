@@ -1287,3 +1287,10 @@ int sbd_image_erofs(struct sandboxd *d, const struct sbd_image *im, char *meta, 
 	*ret_n = n;
 	return 0;
 }
+
+void sbd_images_each_mounted(struct sandboxd *d, void (*fn)(void *ctx, const char *name), void *ctx)
+{
+	for (struct sbd_image *im = d->imgstore ? d->imgstore->list : NULL; im; im = im->next)
+		if (im->held)
+			fn(ctx, im->last_ref ? im->last_ref : im->hex);
+}

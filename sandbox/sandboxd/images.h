@@ -172,6 +172,11 @@ void sbd_images_reconcile(struct sandboxd *d);
  * (on a worker, one at a time) and fails the sandboxes whose image mounts
  * lost the strata mount. */
 void sbd_images_tick(struct sandboxd *d);
+/* Calls fn for every image of the store mounted on this node now (its
+ * reference last resolved, or its digest), on the loop; no store access.
+ * The node's lease reports them (lease.c): a warm cache for placement. */
+void sbd_images_each_mounted(struct sandboxd *d, void (*fn)(void *ctx, const char *name),
+			     void *ctx);
 /* GET /v1/images, {"images": [...]}: the registered directories and the
  * images of the store, listed on a worker. */
 struct sbd_images_listing {

@@ -42,6 +42,9 @@
 #include "fs/daemon.h"
 #include "fs/log.h"
 #include "sandbox/container/strata_sandbox.h"
+#include "fs/rpc_auth.h"
+#include "fs/sbnode_proto.h"
+#include "sandbox/sandboxd/lease.h"
 #include "sandbox/sandboxd/pool.h"
 #include "sandbox/sandboxd/sandboxd.h"
 #include "sandbox/sandboxd/store_call.h"
@@ -100,6 +103,12 @@ static void usage(FILE *f)
 	    "                         state dir's container/layers.img when it is on disk)\n"
 	    "  --disk-quota           refuse to start the container backend without quotas\n"
 	    "  --disk-tmpfs           layers in memory (tmpfs, within the memory limit)\n"
+	    "  --meta HOST:PORT       join the cluster: renew this node's lease with\n"
+	    "                         strata-meta (needs --node-id and --listen-tcp)\n"
+	    "  --node-id N            this node's id in the cluster, 1..65535 (in sandbox ids)\n"
+	    "  --advertise HOST:PORT  the API address apiservers reach (default --listen-tcp)\n"
+	    "  --key FILE             the cluster key (default $STRATA_KEY)\n"
+	    "  --cpu-budget CORES     cores of sandbox cpu placement counts (default 64 x cpus)\n"
 	    "  --log-level L          error|warn|info|debug (default info)\n");
 }
 
@@ -184,10 +193,14 @@ static bool remove_empty_tree(const char *dir)
 
 /* The default state dir (see the top of this file); sets *ret_link to the
  * HOME/sandboxd symlink when it is the tmpfs one. */
-static char *default_state_dir(const char *home, char **ret_link)
+static char *default_state_dir(const char *home, int64_t node, char **ret_link)
 {
 	char *link = NULL, abs[PATH_MAX], tgt[64];
-	if (asprintf(&link, "%s/sandboxd", home) < 0)
+	/* Several nodes of one home on this machine (`strata up --nodes`):
+	 * node N > 1 has HOME/sandboxd-nN, and its own tmpfs dir (the hash
+	 * covers the link's path). */
+	if ((node > 1 ? asprintf(&link, "%s/sandboxd-n%lld", home, (long long)node)
+		      : asprintf(&link, "%s/sandboxd", home)) < 0)
 		return NULL;
 	mkdir_p(home);
 	if (!realpath(home, abs))
@@ -195,6 +208,8 @@ static char *default_state_dir(const char *home, char **ret_link)
 	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
 	for (const char *c = abs; *c; c++)
 		h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+	for (int64_t n = node > 1 ? node : 0; n; n /= 10)
+		h = (h ^ (uint8_t)('0' + n % 10)) * 0x100000001b3ull;
 	struct stat st;
 	if (lstat(link, &st) == 0 && S_ISDIR(st.st_mode) && !remove_empty_tree(link)) {
 		log_info("state dir: %s holds sandboxes of an earlier sandboxd: kept on disk",
@@ -289,7 +304,12 @@ enum {
 	O_EXEC_KEEP,
 	O_TENANTS,
 	O_STORE_TIMEOUT,
-	O_FIRECRACKER
+	O_FIRECRACKER,
+	O_META,
+	O_NODE_ID,
+	O_ADVERTISE,
+	O_KEY,
+	O_CPU_BUDGET
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -322,6 +342,11 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"tenants", 1, 0, O_TENANTS},
 				     {"store-timeout", 1, 0, O_STORE_TIMEOUT},
 				     {"firecracker", 1, 0, O_FIRECRACKER},
+				     {"meta", 1, 0, O_META},
+				     {"node-id", 1, 0, O_NODE_ID},
+				     {"advertise", 1, 0, O_ADVERTISE},
+				     {"key", 1, 0, O_KEY},
+				     {"cpu-budget", 1, 0, O_CPU_BUDGET},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -392,6 +417,24 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		free(c->firecracker);
 		c->firecracker = strdup(arg);
 		return 0;
+	case O_META:
+	case O_ADVERTISE:
+	case O_KEY: {
+		char **f = o == O_META	      ? &c->meta_addr
+			   : o == O_ADVERTISE ? &c->advertise
+					      : &c->key_path;
+		free(*f);
+		*f = strdup(arg);
+		return 0;
+	}
+	case O_CPU_BUDGET: {
+		char *end;
+		double cores = strtod(arg, &end);
+		if (end == arg || *end || !(cores >= 0.01 && cores <= 1e6))
+			return -EINVAL;
+		c->cpu_budget_milli = (int64_t)(cores * 1000);
+		return 0;
+	}
 	case O_STORE_TIMEOUT: {
 		char *end;
 		double sec = strtod(arg, &end);
@@ -411,6 +454,11 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 	switch (o) {
 	case O_MAXSB:
 		c->max_sandboxes = v;
+		break;
+	case O_NODE_ID:
+		if (v < 1 || v > SBNODE_ID_MAX)
+			return -EINVAL;
+		c->node_id = v;
 		break;
 	case O_MEM:
 		c->memory_budget_mb = v;
@@ -454,8 +502,34 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 	return 0;
 }
 
+/* --meta's companions: a node id, an address apiservers reach, the key. */
+static int finish_cluster_config(struct sandboxd_config *c)
+{
+	if (!c->cpu_budget_milli) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		c->cpu_budget_milli = 64 * 1000 * (n > 0 ? n : 1); /* limits, not reservations */
+	}
+	if (!c->meta_addr)
+		return 0;
+	if (!c->node_id || !c->tcp_listen) {
+		log_error("--meta needs --node-id N and --listen-tcp HOST:PORT (apiservers forward "
+			  "to this node's TCP API)");
+		return -EINVAL;
+	}
+	if (!c->advertise && !(c->advertise = strdup(c->tcp_listen)))
+		return -ENOMEM;
+	if (strlen(c->advertise) > SBNODE_ADDR_MAX) {
+		log_error("--advertise '%s': longer than %d bytes", c->advertise, SBNODE_ADDR_MAX);
+		return -EINVAL;
+	}
+	return daemon_load_key(c->key_path, RPC_ROLE_SANDBOX);
+}
+
 static int finish_config(struct sandboxd_config *c)
 {
+	int e = finish_cluster_config(c);
+	if (e < 0)
+		return e;
 	if (!c->home) {
 		const char *h = getenv("STRATA_HOME");
 		c->home = strdup(h && h[0] ? h : "./.strata");
@@ -470,7 +544,8 @@ static int finish_config(struct sandboxd_config *c)
 		return -ENOMEM;
 	if (!c->tenants_path && asprintf(&c->tenants_path, "%s/tenants.json", c->home) < 0)
 		return -ENOMEM;
-	if (!c->state_dir && !(c->state_dir = default_state_dir(c->home, &c->state_link)))
+	if (!c->state_dir &&
+	    !(c->state_dir = default_state_dir(c->home, c->node_id, &c->state_link)))
 		return -ENOMEM;
 	char sub[4200], sockdir[4096];
 	snprintf(sub, sizeof(sub), "%s/sandboxes", c->state_dir);
@@ -528,6 +603,7 @@ static void timer_io(void *ctx, uint32_t ev)
 	sbd_registry_reap(d);
 	sbd_tenants_reload(d);
 	sbd_images_tick(d);
+	sbd_lease_tick(d, d->lease);
 	for (size_t i = 0; i < ARRAY_SIZE(d->backends); i++)
 		if (d->backends[i] && d->backends[i]->tick)
 			d->backends[i]->tick(d->backends[i]);
@@ -563,7 +639,10 @@ static int setup_backends(struct sandboxd *d)
 {
 	/* The layers' image goes on disk: the default state dir is a tmpfs. */
 	if (!d->cfg.disk_image && d->cfg.state_link &&
-	    asprintf(&d->cfg.disk_image, "%s/sandboxd-layers.img", d->cfg.home) < 0)
+	    (d->cfg.node_id > 1
+		 ? asprintf(&d->cfg.disk_image, "%s/sandboxd-layers-n%lld.img", d->cfg.home,
+			    (long long)d->cfg.node_id)
+		 : asprintf(&d->cfg.disk_image, "%s/sandboxd-layers.img", d->cfg.home)) < 0)
 		d->cfg.disk_image = NULL;
 	struct sbd_disk_opts disk = {
 	    .mode = d->cfg.disk_mode, .dir = d->cfg.disk_dir, .image = d->cfg.disk_image};
@@ -609,6 +688,7 @@ static int setup_backends(struct sandboxd *d)
  * (main). */
 static bool teardown(struct sandboxd *d)
 {
+	sbd_lease_stop(d->lease); /* the lease lapses: apiservers stop placing here */
 	sbd_server_close(d);
 	/* Image store calls in flight (bounded: stuck ones are abandoned);
 	 * the creates that waited for their images go on. */
@@ -639,6 +719,9 @@ static bool teardown(struct sandboxd *d)
 	sbd_tenants_done(&d->tenants);
 	free(c->images_dir);
 	free(c->firecracker);
+	free(c->meta_addr);
+	free(c->advertise);
+	free(c->key_path);
 	return !stuck;
 }
 
@@ -673,6 +756,12 @@ int main(int argc, char **argv)
 		sbd_images_reconcile(&d); /* before the loop serves (images.h) */
 		sbd_tenants_reload(&d);
 		r = sbd_server_listen(&d);
+	}
+	if (r == 0 && d.cfg.meta_addr) {
+		if ((d.lease = sbd_lease_start(&d)))
+			sbd_lease_tick(&d, d.lease); /* the first report at once */
+		else
+			r = -errno;
 	}
 	if (r < 0)
 		return d.loop ? finish(teardown(&d), 1) : 1;

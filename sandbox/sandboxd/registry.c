@@ -169,10 +169,12 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 	free(sb);
 }
 
-void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w)
+void sbd_sandbox_to_json(const struct sbd_sandbox *sb, uint32_t node, struct jw *w)
 {
 	jw_obj(w);
 	jw_kstr(w, "id", sb->id);
+	if (node)
+		jw_kint(w, "node", node);
 	jw_kstr(w, "image", sb->image);
 	jw_kstr(w, "backend", sb->backend_name);
 	jw_kstr(w, "state", sbd_state_name(sb->state));
@@ -237,7 +239,7 @@ int sbd_registry_persist(struct sandboxd *d, const struct sbd_sandbox *sb)
 	jw_kint(&w, "version", 1);
 	jw_kstr(&w, "rootfs", sb->rootfs);
 	jw_key(&w, "sandbox");
-	sbd_sandbox_to_json(sb, &w);
+	sbd_sandbox_to_json(sb, 0, &w);
 	jw_kint(&w, "exec_ids_reserved", (int64_t)sb->exec_ids_reserved);
 	jw_key(&w, "backend_state");
 	if (sb->bstate)

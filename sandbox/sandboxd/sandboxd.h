@@ -153,6 +153,12 @@ struct sandboxd_config {
 	 * container sandboxes' writable layers go (sbd_disk_opts). */
 	char *disk_dir, *disk_image;
 	int disk_mode;
+	/* The cluster (issue 17, lease.h): --meta, --node-id (in every sandbox
+	 * id), --advertise (the API address apiservers forward to; default
+	 * --listen-tcp), --key, --cpu-budget (millicores placement counts). */
+	char *meta_addr, *advertise, *key_path;
+	int64_t node_id;
+	int64_t cpu_budget_milli;
 };
 
 struct sandboxd {
@@ -184,6 +190,7 @@ struct sandboxd {
 	uint64_t creates_total, deletes_total, execs_total, refused_total, reaped_total;
 	size_t exec_kept; /* api_exec.c: bytes kept for execs without a client */
 	int conns;
+	struct sbd_lease *lease; /* lease.h, with --meta */
 };
 
 /* Who a request is (auth.c): the operator (tenant "", admin: the unix
@@ -253,7 +260,9 @@ void sbd_registry_reap(struct sandboxd *d);
 void sbd_sandbox_free(struct sbd_sandbox *sb);
 /* Frees sb's labels and leaves it with none. */
 void sbd_sandbox_labels_free(struct sbd_sandbox *sb);
-void sbd_sandbox_to_json(const struct sbd_sandbox *sb, struct jw *w);
+/* The sandbox's JSON (the API's and state.json's); node: this node's
+ * --node-id, written as "node" (the API's, in a cluster), or 0 for none. */
+void sbd_sandbox_to_json(const struct sbd_sandbox *sb, uint32_t node, struct jw *w);
 const char *sbd_state_name(enum sbd_state s);
 /* Parses a persisted or requested sandbox. */
 int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb);

@@ -33,6 +33,7 @@ from .errors import (StrataError, NotFound, ImageNotFound, Timeout, NoCapacity,
 from .errors import DiskFull
 from .errors import PermissionDenied, QuotaExceeded, Unauthorized
 from .errors import StoreUnavailable
+from .errors import SandboxLost
 from .sandbox import (Sandbox, ExecResult, ExecEvent, ExecProcess, FileInfo, Metrics, PIPE,
                       capabilities, node_metrics, health, BackgroundExec)
 from .sandbox import tenant_info
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidRequest", "Conflict", "StdinClosed", "BackgroundExec",
 ]
 __all__ += ["DiskFull"]
+__all__ += ["SandboxLost"]
 __all__ += ["AsyncBackgroundExec"]
 __all__ += ["PermissionDenied", "QuotaExceeded", "Unauthorized", "tenant_info"]
 __all__ += ["StoreUnavailable"]

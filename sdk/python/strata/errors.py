@@ -67,6 +67,12 @@ class Conflict(StrataError):
     """The sandbox is in the wrong state for this (e.g. exec while paused)."""
 
 
+class SandboxLost(Conflict):
+    """The sandbox's node left the cluster (its lease lapsed): the cluster
+    gave the sandbox up (``info["state"]`` is "lost"), and the node removes
+    it if it comes back. Create another."""
+
+
 class StdinClosed(Conflict):
     """Input written to an exec whose stdin is closed: ``close_stdin()`` was
     called, the command closed it or has finished (``code`` is
@@ -137,6 +143,7 @@ _BY_CODE = {
     "admin_only": PermissionDenied,
     "quota_exceeded": QuotaExceeded,
     "store_unavailable": StoreUnavailable,
+    "lost": SandboxLost,
 }
 
 

@@ -903,7 +903,8 @@ class Sandbox:
     def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
                idle_timeout=None, labels=None, idempotency_key=None, tenant=None, keep_state=None,
-               userns=None, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+               userns=None, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT,
+               queue_timeout=None):
         """Creates a sandbox from ``image`` on ``backend`` ("container" or
         "docker", "fncall", "firecracker", "qemu") and returns it.
 
@@ -916,14 +917,23 @@ class Sandbox:
         namespace (root inside is an unprivileged uid on the host; Unsupported
         where the node or the image cannot), False without one; None (the
         default) is the node's choice, one wherever possible
-        (``sandbox.info["userns"]`` says which)."""
+        (``sandbox.info["userns"]`` says which).
+
+        Through a cluster's apiserver (``url=`` one or several of them): the
+        sandbox goes to a node with room (``sandbox.info["node"]``); when
+        the cluster is full the creation waits for room up to
+        ``queue_timeout`` seconds (the apiserver's default without it),
+        then raises NoCapacity. With an ``idempotency_key`` a creation whose
+        apiserver died is retried on the next URL without a duplicate."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
             idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state,
             userns=userns))
         client = Client(socket=socket, url=url, token=token)
-        info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout)
+        headers = None if queue_timeout is None else {"Strata-Queue-Timeout": str(queue_timeout)}
+        info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout, headers=headers,
+                           retry=idempotency_key is not None)
         return cls(info, client)
 
     @classmethod
