@@ -63,6 +63,8 @@ struct agent {
 	unsigned nfds;
 	bool staged;		    /* --stage: privileged, only START and PING served */
 	bool guest;		    /* --guest: init of a VM (agent_guest.c) */
+	int port;		    /* guest: the virtio-serial port, kept across hosts; else -1 */
+	bool port_hup;		    /* guest, no host: the last one left (a new one may come) */
 	int spare_fd;		    /* persistent: our end of the next host's channel (its end
 				     * is fd AG_HOST_FD), else -1 */
 	uint32_t orphan_timeout_ms; /* persistent: exit after this long without a host */

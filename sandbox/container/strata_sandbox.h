@@ -394,6 +394,10 @@ struct sbx_agent_id {
 };
 /* The identity of s's agent. Returns 0, -ESRCH (it exited). */
 int sbx_agent_id(const struct sbx *s, struct sbx_agent_id *ret);
+/* The same identity of any process that is pid 1 of its own pid namespace
+ * (a contained worker, a VM sandbox's VMM), read while pidfd (pid's) says
+ * it lives. Returns 0, -ESRCH (it exited), -EPERM (not a namespace's pid 1). */
+int sbx_process_id(pid_t pid, int pidfd, struct sbx_agent_id *ret);
 /* Re-attaches to a persistent sandbox whose agent the host recorded (id):
  * checks that the process with that pid is that agent (pid 1 of its pid
  * namespace, the recorded start time and namespace), takes the host end of

@@ -266,6 +266,9 @@ int sbd_agent_box_attach(struct sbd_backend *container, struct sbd_sandbox *sb, 
 void *sbd_agent_box_outer(const struct sbd_sandbox *sb);
 /* Drops the box's execs (cancelled by the core already) and destroys s. */
 void sbd_agent_box_destroy(struct sbd_sandbox *sb);
+/* Replaces the box's channel by s (its execs dropped, the old one
+ * destroyed): a VM adopted paused gets its agent's stream at resume. */
+void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s);
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b);
 struct sandboxd;
 /* The VM backends; container is the container backend (its agent half). */

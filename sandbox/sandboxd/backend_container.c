@@ -98,6 +98,14 @@ void sbd_agent_box_destroy(struct sbd_sandbox *sb)
 {
 }
 
+void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s)
+{
+	struct ct_box *box = sb->bpriv;
+	box_drop_execs(box);
+	sbx_destroy(box->s);
+	box->s = s;
+}
+
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
 {
 }
@@ -1144,6 +1152,14 @@ void sbd_agent_box_destroy(struct sbd_sandbox *sb)
 	sbx_destroy(box->s);
 	free(box);
 	sb->bpriv = NULL;
+}
+
+void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s)
+{
+	struct ct_box *box = sb->bpriv;
+	box_drop_execs(box);
+	sbx_destroy(box->s);
+	box->s = s;
 }
 
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)

@@ -2,7 +2,9 @@
 create, exec (output, exit code, stderr), a streamed exec, interactive
 stdin, timeouts and output caps, files and tar bodies, pause/resume over
 QMP, TTL, kill -9 of the VMM and a guest kernel panic (the sandbox turns
-failed with the reason), warm starts from a snapshot (a corrupted one
+failed with the reason), VMs adopted again by a restarted sandboxd (clean
+stop, kill -9, paused; a VMM gone meanwhile: failed with the reason), warm
+starts from a snapshot (a corrupted one
 replaced by a boot; sharing one over the strata mount between two sandboxd
 is sandboxd_image_store's: it needs a cluster and a store image). Run on its own (ctest sdk_python_qemu): every VM boots for ~10 s
 under TCG, so few sandboxes serve all the tests. Skips with the reason
@@ -72,7 +74,7 @@ def vmm_pid(sandbox_id):
 def test_capabilities(need_qemu):
     c = need_qemu
     assert c["exec"] and c["files"] and c["pause"] and c["exec_stdin_stream"]
-    assert not c["network_host"] and not c["persistent"]
+    assert not c["network_host"] and c["persistent"]
 
 
 def test_exec(vm):
@@ -249,3 +251,67 @@ def test_corrupted_snapshot(daemon, vm):
     print("after the corruption: cold create %.2f s, then warm %.2f s" % (cold, warm))
     assert "sandbox %s: warm start from %s" % (sid, snap) in daemon.log_text()
     assert warm < 0.5 * cold, (warm, cold)
+
+
+def kill9_restart(daemon):
+    daemon.proc.kill()
+    daemon.proc.wait()
+    daemon.proc = None
+    daemon.start()
+
+
+def test_restart_adopts_vms(daemon, vm):
+    """sandboxd stops (cleanly, then kill -9, then with the VM paused): the
+    VMs run on and the next sandboxd adopts them, the same VMM, the guest's
+    files and processes kept, exec working. A VMM that died while sandboxd
+    was away leaves its sandbox failed with the reason, not gone."""
+    shape = dict(backend="qemu", socket=daemon.socket, memory_mb=256, cpu=1, disk_mb=128,
+                 timeout=180)
+    sb = Sandbox.create("busybox", **shape)  # restored from vm's shape: quick
+    other = Sandbox.create("busybox", **shape)
+    try:
+        sb.files.write("/tmp/state", b"kept")
+        sb.exec("sleep 1000 > /dev/null 2>&1 &")
+        pid = vmm_pid(sb.id)
+        assert pid
+        t0 = time.time()
+        daemon.restart()  # SIGTERM: a clean stop
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        assert s.state == "running", s.info.get("failed_reason")
+        assert vmm_pid(sb.id) == pid
+        assert s.files.read("/tmp/state") == b"kept"
+        assert "sleep 1000" in s.exec("ps").stdout
+        print("clean restart, first exec after it: %.2f s" % (time.time() - t0))
+        kill9_restart(daemon)
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        assert s.exec("echo again").stdout == "again\n" and vmm_pid(sb.id) == pid
+        r = s.exec(["sh", "-c", "cat; echo e >&2; exit 3"], stdin=b"in")
+        assert (r.stdout, r.stderr, r.exit_code) == ("in", "e\n", 3)
+        s.pause()
+        kill9_restart(daemon)
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        assert s.state == "paused"
+        s.resume()
+        assert s.exec("cat /tmp/state").stdout == "kept"
+        # the other VM's VMM dies while no sandboxd is there
+        opid = vmm_pid(other.id)
+        assert Sandbox.connect(other.id, socket=daemon.socket).exec("true").exit_code == 0
+        daemon.stop(cleanup=False)
+        os.kill(opid, signal.SIGKILL)
+        daemon.start()
+        o = Sandbox.connect(other.id, socket=daemon.socket)
+        assert o.state == "failed"
+        reason = o.info.get("failed_reason", "")
+        assert "could not be re-adopted" in reason and "is gone" in reason, reason
+        daemon.restart()  # and it stays failed, with its reason
+        o = Sandbox.connect(other.id, socket=daemon.socket)
+        assert o.state == "failed" and o.info.get("failed_reason") == reason
+        with pytest.raises(strata.StrataError):
+            o.exec("true")
+    finally:
+        for x in (sb, other):
+            try:
+                Sandbox.connect(x.id, socket=daemon.socket).kill()
+            except strata.StrataError:
+                pass
+    assert vmm_pid(sb.id) is None
