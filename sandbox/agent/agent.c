@@ -116,6 +116,12 @@ static void dispatch(struct agent *a, const struct ag_hdr *h, const uint8_t *p)
 		}
 		ag_reply_status(a, h->type, h->id, 0);
 		break;
+	case AG_T_TAR_OUT:
+		ag_tar_out(a, h->id, p, h->len);
+		break;
+	case AG_T_TAR_IN:
+		ag_tar_in(a, h->id, p, h->len);
+		break;
 	case AG_T_EXECS:
 		ag_exec_list(a, h->id);
 		break;

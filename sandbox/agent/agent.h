@@ -113,6 +113,10 @@ void ag_send_hello(struct agent *a);
 /* Takes the oldest received fd, or -1. */
 int ag_take_fd(struct agent *a);
 
+/* agent_tar.c: a tree into an archive file and back (each queues its reply). */
+void ag_tar_out(struct agent *a, uint32_t id, const void *p, size_t len);
+void ag_tar_in(struct agent *a, uint32_t id, const void *p, size_t len);
+
 /* agent_files.c: each handles one request payload and queues its reply. */
 void ag_file_read(struct agent *a, uint32_t id, const void *p, size_t len);
 void ag_file_write(struct agent *a, uint32_t id, const void *p, size_t len);

@@ -74,6 +74,8 @@ enum ag_type {
 	AG_T_MKDIR = 20,
 	AG_T_REMOVE = 21,
 	AG_T_PING = 22,
+	AG_T_TAR_OUT = 23, /* 1.6: str dir, str archive -> reply: status, u64 size, u32 members */
+	AG_T_TAR_IN = 24,  /* 1.6: str archive, str dir -> reply: status, u32 members */
 	AG_T_REPLY = 0x8000,
 };
 

@@ -100,10 +100,11 @@ void sbd_agent_box_destroy(struct sbd_sandbox *sb)
 
 void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s)
 {
-	struct ct_box *box = sb->bpriv;
-	box_drop_execs(box);
-	sbx_destroy(box->s);
-	box->s = s;
+}
+
+struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb)
+{
+	return NULL;
 }
 
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
@@ -1169,6 +1170,14 @@ void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *
 	b->exec_cancel = container->exec_cancel;
 	b->exec_signal = container->exec_signal;
 	b->file = container->file;
+	b->tar_out = sbd_agent_tar_out;
+	b->tar_in = sbd_agent_tar_in;
+}
+
+struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb)
+{
+	const struct ct_box *box = sb->bpriv;
+	return box ? box->s : NULL;
 }
 
 static void ct_free(struct sbd_backend *b)
