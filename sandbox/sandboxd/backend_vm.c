@@ -421,6 +421,19 @@ static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *ro
 	return r;
 }
 
+/* Keeps root within --vm-snapshots-max-mb (warm.h: least recently used
+ * first, never keep, never one being restored). */
+static void warm_evict(struct vm_backend *vb, const char *root, const char *keep)
+{
+	uint64_t left = 0;
+	int n = vm_warm_evict(root, vb->d->cfg.vm_snapshots_max_mb << 20, keep, vb->tag, &left);
+	if (n > 0)
+		log_info(
+		    "qemu: evicted %d warm-start snapshots from %s (least recently used; %" PRIu64
+		    " MiB left, at most %" PRIu64 ")",
+		    n, root, left >> 20, vb->d->cfg.vm_snapshots_max_mb);
+}
+
 /* Saves the freshly booted box as its shape's snapshot, unless this
  * sandboxd saves it already; the box runs on. Best effort: a failure only
  * costs warm starts. */
@@ -445,6 +458,8 @@ static void warm_save(struct vm_box *box, const char *root, const char *key)
 		r = vm_warm_save_commit(s, &e); /* the syncs: with the guest running */
 	else
 		vm_warm_save_abort(s);
+	if (r == 0)
+		warm_evict(vb, root, key);
 	if (r < 0)
 		log_warn("sandbox %s: no warm-start snapshot in %s: %s", box->sb->id, root,
 			 e.msg[0] ? e.msg : strerror(-r));
@@ -836,6 +851,7 @@ static void warm_init(struct vm_backend *vb)
 	vm_warm_sweep(local, vb->tag, 0);
 	if (!vb->snapshots)
 		return;
+	warm_evict(vb, local, NULL); /* a smaller bound than the last sandboxd's */
 	if (vmm_find_binary(NULL, "qemu-system-x86_64", qemu, sizeof(qemu)) < 0 ||
 	    vm_warm_file_sum(qemu, vb->vmm_sum, &e) < 0 ||
 	    vm_warm_file_sum(vb->kernel, vb->kernel_sum, &e) < 0 ||
