@@ -118,6 +118,20 @@ static void pax_xattrs(const char *path, char **buf, size_t *len)
 	}
 }
 
+/* The ustar magic and the checksum, last: the header block is whole. */
+static void seal(char b[512])
+{
+	memcpy(b + 257,
+	       "ustar\0"
+	       "00",
+	       8);
+	memset(b + 148, ' ', 8);
+	unsigned sum = 0;
+	for (int i = 0; i < 512; i++)
+		sum += (unsigned char)b[i];
+	snprintf(b + 148, 8, "%06o", sum);
+}
+
 static void header(struct tar_out *t, const char *path, const char *name, char type,
 		   const struct stat *st, uint64_t size, const char *link)
 {
@@ -141,15 +155,7 @@ static void header(struct tar_out *t, const char *path, const char *name, char t
 		octal(b + 124, 12, plen);
 		octal(b + 136, 12, (uint64_t)st->st_mtime);
 		b[156] = 'x';
-		memcpy(b + 257,
-		       "ustar\0"
-		       "00",
-		       8);
-		memset(b + 148, ' ', 8);
-		unsigned sum = 0;
-		for (int i = 0; i < 512; i++)
-			sum += (unsigned char)b[i];
-		snprintf(b + 148, 8, "%06o", sum);
+		seal(b);
 		put(t, b, 512);
 		put(t, pax, plen);
 		pad(t);
@@ -165,19 +171,11 @@ static void header(struct tar_out *t, const char *path, const char *name, char t
 	b[156] = type;
 	if (link)
 		snprintf(b + 157, 100, "%s", link);
-	memcpy(b + 257,
-	       "ustar\0"
-	       "00",
-	       8);
 	if (type == '3' || type == '4') {
 		octal(b + 329, 8, major(st->st_rdev));
 		octal(b + 337, 8, minor(st->st_rdev));
 	}
-	memset(b + 148, ' ', 8);
-	unsigned sum = 0;
-	for (int i = 0; i < 512; i++)
-		sum += (unsigned char)b[i];
-	snprintf(b + 148, 8, "%06o", sum);
+	seal(b);
 	put(t, b, 512);
 	t->members++;
 }

@@ -955,42 +955,41 @@ int sbx_file_write_at(struct sbx *s, const char *path, uint64_t offset, const vo
 	return r;
 }
 
-int sbx_tar_out(struct sbx *s, const char *dir, const char *archive, uint64_t *ret_size,
-		uint32_t *ret_members)
+/* TAR_OUT or TAR_IN with its two paths: the reply in rp (caller frees). */
+static int tar_roundtrip(struct sbx *s, uint16_t type, const char *a, const char *b,
+			 struct reply *rp)
 {
-	if (path_ok(dir) < 0 || path_ok(archive) < 0)
+	if (path_ok(a) < 0 || path_ok(b) < 0)
 		return -EINVAL;
 	uint32_t id = chan_next_id(s);
 	struct ag_wr w;
-	struct reply rp = {0};
-	size_t off = begin_path(&w, AG_T_TAR_OUT, id, dir);
-	ag_wr_str(&w, archive);
+	size_t off = begin_path(&w, type, id, a);
+	ag_wr_str(&w, b);
 	int r = ag_wr_end(&w, off);
 	if (r == 0)
-		r = roundtrip(s, &w, AG_T_TAR_OUT, id, &rp);
+		r = roundtrip(s, &w, type, id, rp);
+	ag_wr_done(&w);
+	return r;
+}
+
+int sbx_tar_out(struct sbx *s, const char *dir, const char *archive, uint64_t *ret_size,
+		uint32_t *ret_members)
+{
+	struct reply rp = {0};
+	int r = tar_roundtrip(s, AG_T_TAR_OUT, dir, archive, &rp);
 	*ret_size = ag_rd_u64(&rp.rd);
 	*ret_members = ag_rd_u32(&rp.rd);
 	if (r == 0 && rp.rd.err)
 		r = -EBADMSG;
-	ag_wr_done(&w);
 	reply_done(&rp);
 	return r;
 }
 
 int sbx_tar_in(struct sbx *s, const char *archive, const char *dir, uint32_t *ret_members)
 {
-	if (path_ok(dir) < 0 || path_ok(archive) < 0)
-		return -EINVAL;
-	uint32_t id = chan_next_id(s);
-	struct ag_wr w;
 	struct reply rp = {0};
-	size_t off = begin_path(&w, AG_T_TAR_IN, id, archive);
-	ag_wr_str(&w, dir);
-	int r = ag_wr_end(&w, off);
-	if (r == 0)
-		r = roundtrip(s, &w, AG_T_TAR_IN, id, &rp);
+	int r = tar_roundtrip(s, AG_T_TAR_IN, archive, dir, &rp);
 	*ret_members = ag_rd_u32(&rp.rd);
-	ag_wr_done(&w);
 	reply_done(&rp);
 	return r;
 }

@@ -520,6 +520,19 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 	return r;
 }
 
+/* sb's box, its directory <state>/vm/<id> named (not made). */
+static struct vm_box *box_new(struct vm_backend *vb, struct sbd_sandbox *sb)
+{
+	struct vm_box *box = calloc(1, sizeof(*box));
+	if (!box)
+		return NULL;
+	box->vb = vb;
+	box->sb = sb;
+	box->disk_fd = -1;
+	snprintf(box->dir, sizeof(box->dir), "%s/%s", vb->dir, sb->id);
+	return box;
+}
+
 static void box_list(struct vm_backend *vb, struct vm_box *box)
 {
 	pthread_mutex_lock(&vb->lock);
@@ -589,13 +602,9 @@ static int vm_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 				      vb->kind);
 	if (sb->memory_mb < 64)
 		return strata_err_set(e, -EINVAL, "a VM needs memory_mb >= 64");
-	struct vm_box *box = calloc(1, sizeof(*box));
+	struct vm_box *box = box_new(vb, sb);
 	if (!box)
 		return -ENOMEM;
-	box->vb = vb;
-	box->sb = sb;
-	box->disk_fd = -1;
-	snprintf(box->dir, sizeof(box->dir), "%s/%s", vb->dir, sb->id);
 	if (mkdir(box->dir, 0700) < 0 && errno != EEXIST) {
 		free(box);
 		return strata_err_set(e, -errno, "cannot make %s: %s", box->dir, strerror(errno));
@@ -691,13 +700,9 @@ static int vm_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 	bool ok = record_read(sb->bstate, &id, refused, sizeof(refused));
 	if (!ok && !refused[0])
 		return -EINVAL;
-	struct vm_box *box = calloc(1, sizeof(*box));
+	struct vm_box *box = box_new(vb, sb);
 	if (!box)
 		return -ENOMEM;
-	box->vb = vb;
-	box->sb = sb;
-	box->disk_fd = -1;
-	snprintf(box->dir, sizeof(box->dir), "%s/%s", vb->dir, sb->id);
 	if (refused[0]) /* by an earlier sandboxd */
 		return adopt_failed(vb, sb, box, refused);
 	if (vb->why.code) {

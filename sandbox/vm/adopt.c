@@ -302,10 +302,5 @@ void vmm_release(struct vmm *v)
 		sbx_worker_release(&v->w);
 	else if (v->pidfd >= 0)
 		close(v->pidfd);
-	if (v->agent_fd >= 0)
-		close(v->agent_fd);
-	if (v->qmp_fd >= 0)
-		close(v->qmp_fd);
-	free(v->qmp_buf);
-	free(v);
+	vmm_close_ends(v);
 }

@@ -492,6 +492,11 @@ void vmm_free(struct vmm *v)
 		waitid(P_PIDFD, (id_t)v->pidfd, &si, WEXITED);
 		close(v->pidfd);
 	}
+	vmm_close_ends(v);
+}
+
+void vmm_close_ends(struct vmm *v)
+{
 	if (v->agent_fd >= 0)
 		close(v->agent_fd);
 	if (v->qmp_fd >= 0)

@@ -38,6 +38,9 @@ int vmm_agent_wait(struct vmm *v, uint16_t type, uint32_t id, uint32_t timeout_m
 /* vmm_free of an adopted VMM: SIGKILL, its exit awaited on the pidfd (not
  * our child), its cgroups removed. */
 void vmm_adopted_kill(struct vmm *v);
+/* Closes our ends of the agent's stream and of QMP and frees v (the VMM
+ * itself is the caller's: killed, or let go of). */
+void vmm_close_ends(struct vmm *v);
 
 int64_t vmm_now_ms(void);
 /* Reads QEMU's greeting and enters command mode (qmp_capabilities). */
