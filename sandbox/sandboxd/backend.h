@@ -280,6 +280,8 @@ void sbd_agent_box_destroy(struct sbd_sandbox *sb);
  * destroyed): a VM adopted paused gets its agent's stream at resume. */
 void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s);
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b);
+/* An adopted box: the execs its agent held (EXECS), for exec_orphans. */
+void sbd_agent_box_find_orphans(struct sbd_sandbox *sb);
 /* The box's channel to its agent. */
 struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb);
 /* An agent box's tar_out and tar_in: the agent makes and unpacks the

@@ -107,6 +107,10 @@ struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb)
 	return NULL;
 }
 
+void sbd_agent_box_find_orphans(struct sbd_sandbox *sb)
+{
+}
+
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
 {
 }
@@ -1172,6 +1176,17 @@ void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *
 	b->file = container->file;
 	b->tar_out = sbd_agent_tar_out;
 	b->tar_in = sbd_agent_tar_in;
+	b->exec_orphans = container->exec_orphans;
+	b->exec_attach = container->exec_attach;
+}
+
+void sbd_agent_box_find_orphans(struct sbd_sandbox *sb)
+{
+	struct ct_box *box = sb->bpriv;
+	sbx_exec_infos_free(box->orphans, box->norphans);
+	box->orphans = NULL;
+	if (sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+		box->norphans = 0;
 }
 
 struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb)

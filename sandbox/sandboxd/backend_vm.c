@@ -734,6 +734,8 @@ static int vm_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
 		return adopt_failed(vb, sb, box, why);
 	}
 	box->agent_pending = paused;
+	if (!paused) /* what ran on meanwhile, followed again (a paused one's: at resume) */
+		sbd_agent_box_find_orphans(sb);
 	if (paused != (sb->state == SBD_PAUSED))
 		log_warn("sandbox %s was recorded %s but its guest is %s: now %s", sb->id,
 			 sbd_state_name(sb->state), paused ? "paused" : "running",
@@ -781,8 +783,10 @@ static int vm_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
 	struct sbx *s = NULL;
 	if (r == 0 && box->agent_pending) { /* adopted paused: now it can answer */
 		r = vmm_agent_connect(box->v, &e);
-		if (r == 0 && (r = sbx_attach_agent(vmm_take_agent_fd(box->v), 0, &s)) == 0)
+		if (r == 0 && (r = sbx_attach_agent(vmm_take_agent_fd(box->v), 0, &s)) == 0) {
 			sbd_agent_box_rechannel(sb, s);
+			sbd_agent_box_find_orphans(sb);
+		}
 		box->agent_pending = r < 0;
 	}
 	if (r < 0)

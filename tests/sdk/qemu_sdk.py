@@ -355,6 +355,18 @@ def test_restart_adopts_vms(daemon, vm):
         assert s.exec("echo again").stdout == "again\n" and vmm_pid(sb.id) == pid
         r = s.exec(["sh", "-c", "cat; echo e >&2; exit 3"], stdin=b"in")
         assert (r.stdout, r.stderr, r.exit_code) == ("in", "e\n", 3)
+        # an exec that runs through a restart is followed again: the output
+        # the guest's agent held while no sandboxd was there, its exit
+        job = s.exec("echo before; sleep 1; echo during; sleep 1; echo after; exit 7",
+                     background=True)
+        time.sleep(0.5)
+        kill9_restart(daemon)
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        e = [x for x in s.execs() if x["exec_id"] == job.exec_id]
+        assert e, s.execs()
+        r = s.exec_connect(job.exec_id).wait()
+        # (what the old sandboxd took before it died is gone with it)
+        assert r.exit_code == 7 and r.stdout.endswith("during\nafter\n"), r
         s.pause()
         kill9_restart(daemon)
         s = Sandbox.connect(sb.id, socket=daemon.socket)
