@@ -106,7 +106,21 @@ static void dispatch(struct agent *a, const struct ag_hdr *h, const uint8_t *p)
 		ag_file_remove(a, h->id, p, h->len);
 		break;
 	case AG_T_PING:
+		if (h->len >= 1 && p[0] == AG_PING_NEW_HOST) {
+			/* A new host on the same stream (a VM's port; the old
+			 * session's queued frames go first: the host skips them
+			 * up to HELLO) */
+			ag_exec_detach_all(a);
+			a->orphan_since_us = 0;
+			ag_send_hello(a);
+		}
 		ag_reply_status(a, h->type, h->id, 0);
+		break;
+	case AG_T_TAR_OUT:
+		ag_tar_out(a, h->id, p, h->len);
+		break;
+	case AG_T_TAR_IN:
+		ag_tar_in(a, h->id, p, h->len);
 		break;
 	case AG_T_EXECS:
 		ag_exec_list(a, h->id);
@@ -236,17 +250,23 @@ static void handle_exec_events(struct agent *a, struct pollfd *pfd, nfds_t from,
 	}
 }
 
-/* The host went away (or broke the protocol). A persistent sandbox forgets
- * the session (what was queued for it is lost) and waits for a new host;
+/* The host went away (or broke the protocol). A persistent sandbox, and a
+ * VM's guest, forget the session (what was queued for it is lost) and wait
+ * for a new host;
  * its execs keep running, held: their output (up to each one's cap) and
  * exit wait for a host to ATTACH. Otherwise the agent ends, and the sandbox
  * with it. */
 static int lost_host(struct agent *a, int r)
 {
-	if (a->spare_fd < 0)
+	if (a->spare_fd < 0 && a->port < 0)
 		return r < 0 ? r : -EPIPE;
-	if (a->ctl >= 0)
+	if (a->ctl >= 0 && a->ctl != a->port)
 		close(a->ctl);
+	/* A guest's port stays open: at its EOF the host left and the next
+	 * may connect; after a frame it could not parse, it waits for that
+	 * host to leave first (port_watch) */
+	if (a->ctl >= 0 && a->ctl == a->port)
+		a->port_hup = a->ctl_eof;
 	a->ctl = -1;
 	a->ctl_eof = false;
 	a->orphan_since_us = ag_now_us();
@@ -310,6 +330,35 @@ static int orphan_left_ms(const struct agent *a)
 	return now >= end ? 0 : (int)((end - now + 999) / 1000);
 }
 
+/* A guest without a host: its port says POLLHUP while no host is on the
+ * other end (virtio-serial's host_connected; it cannot be waited for, so it
+ * is looked at every 50 ms); once one was gone, the next one connected
+ * takes the session. What a host that broke the protocol sends is drained
+ * until it leaves; nothing is read after a POLLHUP (a host that left was
+ * read up to its EOF, and a new one may be writing its first frame). */
+static void port_watch(struct agent *a, int *timeout)
+{
+	struct pollfd p = {.fd = a->port, .events = POLLIN};
+	int n = poll(&p, 1, 0);
+	bool hup = n == 1 && p.revents & POLLHUP;
+	if (n == 1 && !a->port_hup) { /* a host that broke the protocol: until it leaves */
+		char b[4096];
+		while (read(a->port, b, sizeof(b)) > 0)
+			;
+	}
+	if (hup)
+		a->port_hup = true;
+	else if (a->port_hup) { /* a host is there (its first bytes, maybe) */
+		a->ctl = a->port;
+		a->port_hup = false;
+		a->orphan_since_us = 0;
+		ag_send_hello(a);
+		return;
+	}
+	if (*timeout < 0 || *timeout > 50)
+		*timeout = 50;
+}
+
 static int loop_once(struct agent *a)
 {
 	static struct pollfd pfd[3 + 3 * AG_MAX_EXECS];
@@ -317,6 +366,8 @@ static int loop_once(struct agent *a)
 	static int stream[3 + 3 * AG_MAX_EXECS];
 	int timeout = ag_exec_timeouts(a);
 
+	if (a->ctl < 0 && a->port >= 0)
+		port_watch(a, &timeout);
 	if (a->ctl < 0) {
 		a->out.len = 0; /* nobody to tell */
 		int left = orphan_left_ms(a);
@@ -356,6 +407,7 @@ static int setup(struct agent *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof(*a));
 	a->spare_fd = -1;
+	a->port = -1;
 	a->oom_fd = -1;
 	prctl(PR_SET_NAME, "strata-agent"); /* exec'd from a memfd: comm is "memfd:..." */
 	/* Not dumpable: processes of the sandbox, even root with the same

@@ -63,6 +63,8 @@ struct agent {
 	unsigned nfds;
 	bool staged;		    /* --stage: privileged, only START and PING served */
 	bool guest;		    /* --guest: init of a VM (agent_guest.c) */
+	int port;		    /* guest: the virtio-serial port, kept across hosts; else -1 */
+	bool port_hup;		    /* guest, no host: the last one left (a new one may come) */
 	int spare_fd;		    /* persistent: our end of the next host's channel (its end
 				     * is fd AG_HOST_FD), else -1 */
 	uint32_t orphan_timeout_ms; /* persistent: exit after this long without a host */
@@ -110,6 +112,10 @@ void ag_stage_start(struct agent *a, uint32_t id, const void *p, size_t len);
 void ag_send_hello(struct agent *a);
 /* Takes the oldest received fd, or -1. */
 int ag_take_fd(struct agent *a);
+
+/* agent_tar.c: a tree into an archive file and back (each queues its reply). */
+void ag_tar_out(struct agent *a, uint32_t id, const void *p, size_t len);
+void ag_tar_in(struct agent *a, uint32_t id, const void *p, size_t len);
 
 /* agent_files.c: each handles one request payload and queues its reply. */
 void ag_file_read(struct agent *a, uint32_t id, const void *p, size_t len);

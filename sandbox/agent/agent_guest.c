@@ -289,5 +289,6 @@ int ag_guest_init(struct agent *a)
 	if (fd < 0)
 		return fd;
 	a->ctl = fd;
+	a->port = fd; /* kept across hosts: a restarted sandboxd connects again */
 	return 0;
 }

@@ -484,8 +484,8 @@ const char *ag_type_name(uint16_t type)
 	    [AG_T_SIGNAL] = "SIGNAL", [AG_T_OUTPUT] = "OUTPUT", [AG_T_EXIT] = "EXIT",
 	    [AG_T_START] = "START",   [AG_T_READ] = "READ",	[AG_T_WRITE] = "WRITE",
 	    [AG_T_LIST] = "LIST",     [AG_T_STAT] = "STAT",	[AG_T_MKDIR] = "MKDIR",
-	    [AG_T_REMOVE] = "REMOVE", [AG_T_PING] = "PING",	[AG_T_EXECS] = "EXECS",
-	    [AG_T_ATTACH] = "ATTACH",
+	    [AG_T_REMOVE] = "REMOVE", [AG_T_PING] = "PING",	[AG_T_TAR_OUT] = "TAR_OUT",
+	    [AG_T_TAR_IN] = "TAR_IN", [AG_T_EXECS] = "EXECS",	[AG_T_ATTACH] = "ATTACH",
 	};
 	uint16_t t = type & (uint16_t)~AG_T_REPLY;
 	if (t < sizeof(names) / sizeof(names[0]) && names[t])

@@ -34,15 +34,21 @@
 #define AG_MAGIC 0x54474153u /* "SAGT" */
 #define AG_MAJOR 1
 #define AG_MINOR                                                                                   \
-	5 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag; 1.3: EXECS,    \
+	6 /* 1.1: STDIN flag "ack" and its reply; 1.2: EXEC failure step, OOM flag; 1.3: EXECS,    \
 	     ATTACH; 1.4: a new host of a persistent agent takes AG_HOST_FD, writes first;         \
-	     1.5: START's user namespace (AG_START_F_USERNS) */
+	     1.5: START's user namespace (AG_START_F_USERNS); 1.6: PING AG_PING_NEW_HOST (a VM     \
+	     guest's new host on its port) */
 #define AG_HDR_SIZE 16
 /* A persistent container agent holds, at this fd number, the host end of a
  * socketpair for the next host: a host that restarts takes it with
  * pidfd_getfd (PROTOCOL.md, "Session end, persistent sandboxes"). In a
  * staged agent and one that is not persistent it is /dev/null. */
 #define AG_HOST_FD 4
+/* PING's optional payload byte (1.6): the sender is a new host on the same
+ * stream (a VM guest's port, which a restarted sandboxd connects to again):
+ * the agent ends the old session as at a lost host (its execs held for
+ * ATTACH) and sends HELLO before PING's reply. */
+#define AG_PING_NEW_HOST 1
 #define AG_MAX_DATA (1u << 20)		      /* one read/write/stdin chunk */
 #define AG_MAX_PAYLOAD (AG_MAX_DATA + 65536u) /* data plus its fields */
 #define AG_MAX_PATH 4096
@@ -68,6 +74,8 @@ enum ag_type {
 	AG_T_MKDIR = 20,
 	AG_T_REMOVE = 21,
 	AG_T_PING = 22,
+	AG_T_TAR_OUT = 23, /* 1.6: str dir, str archive -> reply: status, u64 size, u32 members */
+	AG_T_TAR_IN = 24,  /* 1.6: str archive, str dir -> reply: status, u32 members */
 	AG_T_REPLY = 0x8000,
 };
 

@@ -124,6 +124,11 @@ static int read_id(pid_t pid, int pidfd, struct sbx_agent_id *ret)
 	return 0;
 }
 
+int sbx_process_id(pid_t pid, int pidfd, struct sbx_agent_id *ret)
+{
+	return read_id(pid, pidfd, ret);
+}
+
 int sbx_agent_id(const struct sbx *s, struct sbx_agent_id *ret)
 {
 	if (s->pid <= 0 || s->pidfd < 0)

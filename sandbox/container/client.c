@@ -928,6 +928,12 @@ int sbx_file_read(struct sbx *s, const char *path, uint64_t offset, uint32_t max
 
 int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len, uint32_t mode)
 {
+	return sbx_file_write_at(s, path, 0, data, len, mode, true);
+}
+
+int sbx_file_write_at(struct sbx *s, const char *path, uint64_t offset, const void *data,
+		      size_t len, uint32_t mode, bool create)
+{
 	if (path_ok(path) < 0 || len > AG_MAX_DATA)
 		return -EINVAL;
 	uint32_t id = chan_next_id(s);
@@ -935,8 +941,8 @@ int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len
 	struct reply rp = {0};
 	size_t off = begin_path(&w, AG_T_WRITE, id, path);
 	ag_wr_u32(&w, mode);
-	ag_wr_u32(&w, AG_WRITE_F_CREATE | AG_WRITE_F_TRUNC);
-	ag_wr_u64(&w, 0);
+	ag_wr_u32(&w, create ? AG_WRITE_F_CREATE | AG_WRITE_F_TRUNC : 0);
+	ag_wr_u64(&w, offset);
 	ag_wr_blob(&w, data, (uint32_t)len);
 	int r = ag_wr_end(&w, off);
 	if (r == 0)
@@ -945,6 +951,45 @@ int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len
 	if (r == 0 && written != len)
 		r = -EIO;
 	ag_wr_done(&w);
+	reply_done(&rp);
+	return r;
+}
+
+/* TAR_OUT or TAR_IN with its two paths: the reply in rp (caller frees). */
+static int tar_roundtrip(struct sbx *s, uint16_t type, const char *a, const char *b,
+			 struct reply *rp)
+{
+	if (path_ok(a) < 0 || path_ok(b) < 0)
+		return -EINVAL;
+	uint32_t id = chan_next_id(s);
+	struct ag_wr w;
+	size_t off = begin_path(&w, type, id, a);
+	ag_wr_str(&w, b);
+	int r = ag_wr_end(&w, off);
+	if (r == 0)
+		r = roundtrip(s, &w, type, id, rp);
+	ag_wr_done(&w);
+	return r;
+}
+
+int sbx_tar_out(struct sbx *s, const char *dir, const char *archive, uint64_t *ret_size,
+		uint32_t *ret_members)
+{
+	struct reply rp = {0};
+	int r = tar_roundtrip(s, AG_T_TAR_OUT, dir, archive, &rp);
+	*ret_size = ag_rd_u64(&rp.rd);
+	*ret_members = ag_rd_u32(&rp.rd);
+	if (r == 0 && rp.rd.err)
+		r = -EBADMSG;
+	reply_done(&rp);
+	return r;
+}
+
+int sbx_tar_in(struct sbx *s, const char *archive, const char *dir, uint32_t *ret_members)
+{
+	struct reply rp = {0};
+	int r = tar_roundtrip(s, AG_T_TAR_IN, archive, dir, &rp);
+	*ret_members = ag_rd_u32(&rp.rd);
 	reply_done(&rp);
 	return r;
 }

@@ -370,6 +370,17 @@ int sbx_file_read(struct sbx *s, const char *path, uint64_t offset, uint32_t max
 		  size_t *ret_len, uint64_t *ret_size);
 /* Writes (<= 1 MiB, creating with mode, truncating) a whole file. */
 int sbx_file_write(struct sbx *s, const char *path, const void *data, size_t len, uint32_t mode);
+/* Writes len (<= 1 MiB) bytes at offset; with create, the file is made
+ * (mode) and truncated first, else it must exist. */
+int sbx_file_write_at(struct sbx *s, const char *path, uint64_t offset, const void *data,
+		      size_t len, uint32_t mode, bool create);
+/* The agent packs the tree at dir into a new file archive in the sandbox
+ * (tar: ustar + pax, devices, FIFOs, hard links, xattrs; agent_tar.c) and
+ * says its size and member count; sbx_tar_in unpacks such a file under dir.
+ * Agents of protocol 1.6 and later (else -EOPNOTSUPP). */
+int sbx_tar_out(struct sbx *s, const char *dir, const char *archive, uint64_t *ret_size,
+		uint32_t *ret_members);
+int sbx_tar_in(struct sbx *s, const char *archive, const char *dir, uint32_t *ret_members);
 int sbx_file_stat(struct sbx *s, const char *path, struct sbx_stat *ret);
 /* Lists a directory; *ret (n entries) is freed with sbx_dirents_free. */
 int sbx_file_list(struct sbx *s, const char *path, struct sbx_dirent **ret, size_t *ret_n);
@@ -394,6 +405,10 @@ struct sbx_agent_id {
 };
 /* The identity of s's agent. Returns 0, -ESRCH (it exited). */
 int sbx_agent_id(const struct sbx *s, struct sbx_agent_id *ret);
+/* The same identity of any process that is pid 1 of its own pid namespace
+ * (a contained worker, a VM sandbox's VMM), read while pidfd (pid's) says
+ * it lives. Returns 0, -ESRCH (it exited), -EPERM (not a namespace's pid 1). */
+int sbx_process_id(pid_t pid, int pidfd, struct sbx_agent_id *ret);
 /* Re-attaches to a persistent sandbox whose agent the host recorded (id):
  * checks that the process with that pid is that agent (pid 1 of its pid
  * namespace, the recorded start time and namespace), takes the host end of

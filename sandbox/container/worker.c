@@ -326,7 +326,8 @@ static void set_oom_score_adj(int v)
 static _Noreturn void worker_main(struct worker_args *a)
 {
 	const struct sbx_worker_config *c = a->cfg;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (!c->survive_parent)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 	place_fds(a);
 	enter_cgroups(a);
 	if (c->seccomp_deferred)
@@ -471,6 +472,17 @@ void sbx_worker_free(struct sbx_worker *w)
 	w->cpu_fd = -1;
 	if (w->ws && w->id)
 		wcg_remove(&w->ws->cg, w->id);
+	w->id = 0;
+}
+
+void sbx_worker_release(struct sbx_worker *w)
+{
+	if (w->pidfd >= 0)
+		close(w->pidfd);
+	w->pidfd = -1;
+	if (w->cpu_fd >= 0)
+		close(w->cpu_fd);
+	w->cpu_fd = -1;
 	w->id = 0;
 }
 

@@ -11,7 +11,7 @@
  * the child never allocates) into new mount, pid (it is pid 1), uts, ipc
  * and, for network "none", net namespaces, and then, in order:
  *
- *   1. dies with its parent (PDEATHSIG SIGKILL);
+ *   1. dies with its parent (PDEATHSIG SIGKILL), unless survive_parent;
  *   2. keeps only its descriptors: the caller's fds[i] at i (and
  *      extra_fds[i] at SBX_WORKER_FD_EXTRA + i), and those of its
  *      children's cgroup (below) at SBX_WORKER_FD_JOIN_*, ..._OOM;
@@ -129,6 +129,9 @@ struct sbx_worker_config {
 	bool children;			/* a cgroup for its children, C above */
 	uint64_t children_memory_bytes; /* C's; >= SBX_MIN_MEMORY */
 	uint32_t children_pids_max;	/* >= 1 */
+	/* Outlives its host (no PDEATHSIG): a host that restarts finds it by
+	 * its pid (a VMM of a VM sandbox, adopted again by sandboxd). */
+	bool survive_parent;
 };
 
 /* A spawned worker. The fields are the caller's to read; pid and pidfd are
@@ -160,6 +163,10 @@ int sbx_worker_reap(struct sbx_worker *w, bool wait, siginfo_t *ret);
  * removes its cgroups (those the kernel still holds later, from
  * sbx_workers_tick). Accepts a zeroed struct with pidfd and cpu_fd -1. */
 void sbx_worker_free(struct sbx_worker *w);
+/* Lets go of a worker that runs on (survive_parent) without killing it:
+ * closes its fds; its cgroups stay, for whoever adopts it (they are found
+ * with sbx_worker_cgroup_path first). */
+void sbx_worker_release(struct sbx_worker *w);
 /* The directory of its cgroup in the hierarchy of ctrl ("pids", "memory",
  * "cpu"; on v2 any name: the one directory), or with children its
  * children's (v2: "c"; v1 cpu: none). -ENOENT, -ENAMETOOLONG. */

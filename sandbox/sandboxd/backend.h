@@ -198,6 +198,16 @@ struct sbd_backend {
 	 * 0..65535 inside are ret_base.. on the host: its user namespace), 0
 	 * when the ids are the host's. NULL: always 0. */
 	uint32_t (*id_base)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* Tar archives made and unpacked by the sandbox itself (a VM's agent,
+	 * which sees every file type and attribute), in place of the core's
+	 * archives over `file` (tar.c) when there is no file_root: tar_out
+	 * packs the tree at dir into *ret (malloc'ed, at most max bytes:
+	 * -EFBIG), tar_in unpacks p[0..n) under dir and returns its member
+	 * count. NULL: tar.c's. */
+	int (*tar_out)(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
+		       uint8_t **ret, size_t *ret_len, struct strata_err *e);
+	int (*tar_in)(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir,
+		      const uint8_t *p, size_t n, struct strata_err *e);
 	/* Stops every process of sb, whole or not at all. 0 when stopped;
 	 * with pause_poll it may return -EINPROGRESS (stopping), and the core
 	 * calls pause_poll on a timer of its own until it answers 0 (stopped)
@@ -266,7 +276,21 @@ int sbd_agent_box_attach(struct sbd_backend *container, struct sbd_sandbox *sb, 
 void *sbd_agent_box_outer(const struct sbd_sandbox *sb);
 /* Drops the box's execs (cancelled by the core already) and destroys s. */
 void sbd_agent_box_destroy(struct sbd_sandbox *sb);
+/* Replaces the box's channel by s (its execs dropped, the old one
+ * destroyed): a VM adopted paused gets its agent's stream at resume. */
+void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s);
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b);
+/* An adopted box: the execs its agent held (EXECS), for exec_orphans. */
+void sbd_agent_box_find_orphans(struct sbd_sandbox *sb);
+/* The box's channel to its agent. */
+struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb);
+/* An agent box's tar_out and tar_in: the agent makes and unpacks the
+ * archive (agent_tar.c) as a file in the sandbox, moved in 1 MiB chunks
+ * (backend_agent_tar.c). */
+int sbd_agent_tar_out(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
+		      uint8_t **ret, size_t *ret_len, struct strata_err *e);
+int sbd_agent_tar_in(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir,
+		     const uint8_t *p, size_t n, struct strata_err *e);
 struct sandboxd;
 /* The VM backends; container is the container backend (its agent half). */
 struct sbd_backend *sbd_backend_vm_new(struct sandboxd *d, struct sbd_backend *container,

@@ -98,6 +98,19 @@ void sbd_agent_box_destroy(struct sbd_sandbox *sb)
 {
 }
 
+void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s)
+{
+}
+
+struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb)
+{
+	return NULL;
+}
+
+void sbd_agent_box_find_orphans(struct sbd_sandbox *sb)
+{
+}
+
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
 {
 }
@@ -1146,6 +1159,14 @@ void sbd_agent_box_destroy(struct sbd_sandbox *sb)
 	sb->bpriv = NULL;
 }
 
+void sbd_agent_box_rechannel(struct sbd_sandbox *sb, struct sbx *s)
+{
+	struct ct_box *box = sb->bpriv;
+	box_drop_execs(box);
+	sbx_destroy(box->s);
+	box->s = s;
+}
+
 void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *b)
 {
 	b->exec = container->exec;
@@ -1153,6 +1174,25 @@ void sbd_agent_box_ops(const struct sbd_backend *container, struct sbd_backend *
 	b->exec_cancel = container->exec_cancel;
 	b->exec_signal = container->exec_signal;
 	b->file = container->file;
+	b->tar_out = sbd_agent_tar_out;
+	b->tar_in = sbd_agent_tar_in;
+	b->exec_orphans = container->exec_orphans;
+	b->exec_attach = container->exec_attach;
+}
+
+void sbd_agent_box_find_orphans(struct sbd_sandbox *sb)
+{
+	struct ct_box *box = sb->bpriv;
+	sbx_exec_infos_free(box->orphans, box->norphans);
+	box->orphans = NULL;
+	if (sbx_execs_list(box->s, &box->orphans, &box->norphans) < 0)
+		box->norphans = 0;
+}
+
+struct sbx *sbd_agent_box_sbx(const struct sbd_sandbox *sb)
+{
+	const struct ct_box *box = sb->bpriv;
+	return box ? box->s : NULL;
 }
 
 static void ct_free(struct sbd_backend *b)

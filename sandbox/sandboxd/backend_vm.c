@@ -20,9 +20,12 @@
  * verified through strata-fuse and the node chunk cache.
  *
  * A VMM that exits (kill -9, a guest panic) is noticed at the next tick
- * (its pidfd): the sandbox is failed with the reason. VMs are not
- * persistent: the VMM dies with sandboxd (the worker's PDEATHSIG), and a
- * restarted sandboxd finds them gone. */
+ * (its pidfd): the sandbox is failed with the reason. VMs are persistent:
+ * the VMM outlives sandboxd (a worker without PDEATHSIG), its identity is
+ * in the sandbox's state (backend_state: the VMM's pid, start time, pid
+ * namespace and cgroups), and the next sandboxd adopts it (vm_adopt,
+ * sandbox/vm/adopt.c); one it cannot adopt is kept failed with the reason
+ * (a VMM that is still there is killed first: nothing runs unreachable). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 #include "fs/clock.h"
+#include "fs/json.h"
 #include "fs/log.h"
 #include "sandbox/sandboxd/sandboxd.h"
 
@@ -107,7 +111,8 @@ struct vm_box {
 	int disk_fd;
 	char dir[PATH_MAX]; /* <state>/vm/<id>: disk.img, console.log */
 	bool failed;
-	bool warm; /* restored from its shape's snapshot */
+	bool warm;	    /* restored from its shape's snapshot */
+	bool agent_pending; /* adopted paused: the agent is connected to at resume */
 	struct vm_box *next;
 };
 
@@ -128,6 +133,7 @@ static void vm_caps(struct sbd_backend *b, struct sbd_caps *k)
 			       .limits_cpu = ok,
 			       .limits_disk = ok,
 			       .metrics = ok,
+			       .persistent = ok,
 			       .disk_reason = "an ext4 disk of disk_mb in a sparse file",
 			       .userns_reason = "a VM: the guest kernel is the boundary"};
 	k->why = vb->why;
@@ -415,6 +421,19 @@ static int warm_restore(struct vm_box *box, struct vmm_config *c, const char *ro
 	return r;
 }
 
+/* Keeps root within --vm-snapshots-max-mb (warm.h: least recently used
+ * first, never keep, never one being restored). */
+static void warm_evict(struct vm_backend *vb, const char *root, const char *keep)
+{
+	uint64_t left = 0;
+	int n = vm_warm_evict(root, vb->d->cfg.vm_snapshots_max_mb << 20, keep, vb->tag, &left);
+	if (n > 0)
+		log_info(
+		    "qemu: evicted %d warm-start snapshots from %s (least recently used; %" PRIu64
+		    " MiB left, at most %" PRIu64 ")",
+		    n, root, left >> 20, vb->d->cfg.vm_snapshots_max_mb);
+}
+
 /* Saves the freshly booted box as its shape's snapshot, unless this
  * sandboxd saves it already; the box runs on. Best effort: a failure only
  * costs warm starts. */
@@ -439,6 +458,8 @@ static void warm_save(struct vm_box *box, const char *root, const char *key)
 		r = vm_warm_save_commit(s, &e); /* the syncs: with the guest running */
 	else
 		vm_warm_save_abort(s);
+	if (r == 0)
+		warm_evict(vb, root, key);
 	if (r < 0)
 		log_warn("sandbox %s: no warm-start snapshot in %s: %s", box->sb->id, root,
 			 e.msg[0] ? e.msg : strerror(-r));
@@ -476,7 +497,8 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 			       .console_fd = confd,
 			       .kvm = vb->kvm,
 			       .ws = vb->ws,
-			       .incoming_fd = -1};
+			       .incoming_fd = -1,
+			       .persist = true};
 	bool warm = false,
 	     keyed = vb->snapshots && warm_key(vb, &c, image, (uint64_t)sb->disk_mb, key) == 0;
 	if (keyed) {
@@ -498,6 +520,71 @@ static int box_boot(struct vm_backend *vb, struct vm_box *box, struct sbd_sandbo
 	return r;
 }
 
+/* sb's box, its directory <state>/vm/<id> named (not made). */
+static struct vm_box *box_new(struct vm_backend *vb, struct sbd_sandbox *sb)
+{
+	struct vm_box *box = calloc(1, sizeof(*box));
+	if (!box)
+		return NULL;
+	box->vb = vb;
+	box->sb = sb;
+	box->disk_fd = -1;
+	snprintf(box->dir, sizeof(box->dir), "%s/%s", vb->dir, sb->id);
+	return box;
+}
+
+static void box_list(struct vm_backend *vb, struct vm_box *box)
+{
+	pthread_mutex_lock(&vb->lock);
+	box->next = vb->boxes;
+	vb->boxes = box;
+	pthread_mutex_unlock(&vb->lock);
+}
+
+static void box_unlist(struct vm_backend *vb, struct vm_box *box)
+{
+	pthread_mutex_lock(&vb->lock);
+	for (struct vm_box **p = &vb->boxes; *p; p = &(*p)->next)
+		if (*p == box) {
+			*p = box->next;
+			break;
+		}
+	pthread_mutex_unlock(&vb->lock);
+}
+
+/* What the next sandboxd needs to adopt the VM (persisted with the
+ * sandbox): who its VMM is, and its cgroups. "agent_pid" and "cgroup" (the
+ * last part of its pids cgroup's path) are the names `strata down` reads
+ * to kill what a dead sandboxd left, as for containers. */
+static void box_record(struct vm_box *box)
+{
+	struct vmm_id id;
+	struct sbd_sandbox *sb = box->sb;
+	free(sb->bstate);
+	sb->bstate = NULL;
+	if (vmm_id(box->v, &id) < 0)
+		return; /* it exited already: the tick fails it */
+	const char *slot = "";
+	for (int i = VMM_CGROUP_DIRS - 1; i >= 0; i--)
+		if (id.cgroup[i][0])
+			slot = strrchr(id.cgroup[i], '/') ? strrchr(id.cgroup[i], '/') + 1 : "";
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kint(&w, "agent_pid", id.pid);
+	jw_kint(&w, "vmm_start", (int64_t)id.start_time);
+	jw_kint(&w, "vmm_pidns", (int64_t)id.pidns_ino);
+	jw_kstr(&w, "cgroup", slot);
+	jw_key(&w, "cgroups");
+	jw_arr(&w);
+	for (int i = 0; i < VMM_CGROUP_DIRS; i++)
+		jw_str(&w, id.cgroup[i]);
+	jw_arr_end(&w);
+	jw_kbool(&w, "warm", box->warm);
+	jw_obj_end(&w);
+	sb->bstate = jw_take(&w, NULL);
+}
+
 static int vm_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strata_err *e)
 {
 	struct vm_backend *vb = b->priv;
@@ -515,13 +602,9 @@ static int vm_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 				      vb->kind);
 	if (sb->memory_mb < 64)
 		return strata_err_set(e, -EINVAL, "a VM needs memory_mb >= 64");
-	struct vm_box *box = calloc(1, sizeof(*box));
+	struct vm_box *box = box_new(vb, sb);
 	if (!box)
 		return -ENOMEM;
-	box->vb = vb;
-	box->sb = sb;
-	box->disk_fd = -1;
-	snprintf(box->dir, sizeof(box->dir), "%s/%s", vb->dir, sb->id);
 	if (mkdir(box->dir, 0700) < 0 && errno != EEXIST) {
 		free(box);
 		return strata_err_set(e, -errno, "cannot make %s: %s", box->dir, strerror(errno));
@@ -538,16 +621,9 @@ static int vm_create(struct sbd_backend *b, struct sbd_sandbox *sb, struct strat
 		box_free(box);
 		return r;
 	}
-	pthread_mutex_lock(&vb->lock);
-	box->next = vb->boxes;
-	vb->boxes = box;
-	pthread_mutex_unlock(&vb->lock);
+	box_record(box);
+	box_list(vb, box);
 	return 0;
-}
-
-static int vm_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
-{
-	return -ESRCH; /* its VMM died with the sandboxd that made it */
 }
 
 static struct vm_box *box_of(struct sbd_sandbox *sb)
@@ -555,9 +631,142 @@ static struct vm_box *box_of(struct sbd_sandbox *sb)
 	return sbd_agent_box_outer(sb);
 }
 
+/* A sandbox adopted failed: no VMM, the reason in its state (a record
+ * {"refused": why}, so that later sandboxds keep it failed too); delete
+ * removes it. */
+static int adopt_failed(struct vm_backend *vb, struct sbd_sandbox *sb, struct vm_box *box,
+			const char *why)
+{
+	struct sbx *s = NULL;
+	int r = sbx_attach_agent(-1, 0, &s);
+	if (r == 0 && (r = sbd_agent_box_attach(vb->container, sb, s, box)) < 0)
+		sbx_destroy(s);
+	if (r < 0) {
+		box_free(box);
+		return r;
+	}
+	box->failed = true;
+	struct jw w;
+	jw_init(&w);
+	jw_obj(&w);
+	jw_kstr(&w, "refused", why);
+	jw_obj_end(&w);
+	char *st = jw_take(&w, NULL);
+	if (st) {
+		free(sb->bstate);
+		sb->bstate = st;
+	}
+	free(sb->failed_reason);
+	sb->failed_reason = strdup(why);
+	sb->state = SBD_FAILED;
+	log_warn("sandbox %s not re-adopted: %s", sb->id, why);
+	box_list(vb, box);
+	return 0;
+}
+
+/* What the record of box_record holds, back into id. */
+static bool record_read(const char *bstate, struct vmm_id *id, char *refused, size_t cap)
+{
+	struct json *j = json_parse(bstate, strlen(bstate), NULL, 0);
+	int64_t pid = 0, start = 0, ns = 0;
+	bool ok = json_int(json_get(j, "agent_pid"), 1, INT32_MAX, &pid) &&
+		  json_int(json_get(j, "vmm_start"), 0, INT64_MAX, &start) &&
+		  json_int(json_get(j, "vmm_pidns"), 0, INT64_MAX, &ns);
+	*id = (struct vmm_id){
+	    .pid = (pid_t)pid, .start_time = (uint64_t)start, .pidns_ino = (uint64_t)ns};
+	struct json *cg = json_get(j, "cgroups");
+	int i = 0;
+	for (struct json *c = cg && cg->type == JSON_ARR ? cg->child : NULL;
+	     c && i < VMM_CGROUP_DIRS; c = c->next, i++)
+		snprintf(id->cgroup[i], sizeof(id->cgroup[i]), "%s", json_cstr(c) ?: "");
+	snprintf(refused, cap, "%s", json_cstr(json_get(j, "refused")) ?: "");
+	json_free(j);
+	return ok;
+}
+
+/* Takes over a VM of an earlier sandboxd (vmm_adopt): running, its agent
+ * is connected to as its new host now; paused, at resume (a stopped guest
+ * cannot answer). A VMM that is gone, is not the recorded one, or whose
+ * QMP or agent does not answer: the sandbox is kept failed with the
+ * reason, and what still runs of it is killed. */
+static int vm_adopt(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	struct vm_backend *vb = b->priv;
+	struct vmm_id id;
+	char refused[256] = "", why[600];
+	struct strata_err e = {0};
+	if (!sb->bstate)
+		return -ENODEV;
+	bool ok = record_read(sb->bstate, &id, refused, sizeof(refused));
+	if (!ok && !refused[0])
+		return -EINVAL;
+	struct vm_box *box = box_new(vb, sb);
+	if (!box)
+		return -ENOMEM;
+	if (refused[0]) /* by an earlier sandboxd */
+		return adopt_failed(vb, sb, box, refused);
+	if (vb->why.code) {
+		snprintf(why, sizeof(why), "the qemu backend is unavailable here now: %s",
+			 vb->why.msg);
+		return adopt_failed(vb, sb, box, why);
+	}
+	bool paused = false;
+	int r = vmm_adopt(&id, &box->v, &paused, &e);
+	if (r == 0 && !paused)
+		r = vmm_agent_connect(box->v, &e);
+	char p[PATH_MAX + 16];
+	snprintf(p, sizeof(p), "%s/disk.img", box->dir);
+	if (r == 0 && (box->disk_fd = open(p, O_RDWR | O_CLOEXEC)) < 0)
+		r = strata_err_set(&e, -errno, "its disk %s: %s", p, strerror(errno));
+	struct sbx *s = NULL;
+	if (r == 0 && (r = sbx_attach_agent(paused ? -1 : vmm_take_agent_fd(box->v), 0, &s)) == 0 &&
+	    (r = sbd_agent_box_attach(vb->container, sb, s, box)) < 0)
+		sbx_destroy(s);
+	if (r < 0) {
+		if (box->v)
+			vmm_free(box->v); /* killed: nothing runs on unreachable */
+		else if (r != -ESRCH && r != -EPERM)
+			vmm_kill_id(&id);
+		box->v = NULL;
+		snprintf(why, sizeof(why),
+			 "the VM could not be re-adopted after sandboxd's restart: %s",
+			 e.msg[0] ? e.msg : strerror(-r));
+		return adopt_failed(vb, sb, box, why);
+	}
+	box->agent_pending = paused;
+	if (!paused) /* what ran on meanwhile, followed again (a paused one's: at resume) */
+		sbd_agent_box_find_orphans(sb);
+	if (paused != (sb->state == SBD_PAUSED))
+		log_warn("sandbox %s was recorded %s but its guest is %s: now %s", sb->id,
+			 sbd_state_name(sb->state), paused ? "paused" : "running",
+			 paused ? "paused" : "running");
+	sb->state = paused ? SBD_PAUSED : SBD_RUNNING;
+	box_list(vb, box);
+	log_info("sandbox %s: re-adopted its VM (qemu, pid %d, %s)", sb->id, (int)id.pid,
+		 paused ? "paused" : "running");
+	return 0;
+}
+
+/* sandboxd is stopping: the VM runs on (persistent) for the next one to
+ * adopt; its agent sees its host leave. */
+static void vm_release(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	struct vm_box *box = box_of(sb);
+	if (!box)
+		return;
+	box_unlist(b->priv, box);
+	sbd_agent_box_destroy(sb); /* our end of the agent's stream */
+	vmm_release(box->v);
+	if (box->disk_fd >= 0)
+		close(box->disk_fd);
+	free(box);
+}
+
 static int vm_pause(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct strata_err e = {0};
+	if (!box_of(sb)->v)
+		return -ENODEV; /* failed at adoption */
 	int r = vmm_pause(box_of(sb)->v, &e);
 	if (r < 0)
 		log_warn("sandbox %s: pause: %s", sb->id, e.msg);
@@ -567,7 +776,19 @@ static int vm_pause(struct sbd_backend *b, struct sbd_sandbox *sb)
 static int vm_resume(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct strata_err e = {0};
-	int r = vmm_resume(box_of(sb)->v, &e);
+	struct vm_box *box = box_of(sb);
+	if (!box->v)
+		return -ENODEV;
+	int r = vmm_resume(box->v, &e);
+	struct sbx *s = NULL;
+	if (r == 0 && box->agent_pending) { /* adopted paused: now it can answer */
+		r = vmm_agent_connect(box->v, &e);
+		if (r == 0 && (r = sbx_attach_agent(vmm_take_agent_fd(box->v), 0, &s)) == 0) {
+			sbd_agent_box_rechannel(sb, s);
+			sbd_agent_box_find_orphans(sb);
+		}
+		box->agent_pending = r < 0;
+	}
 	if (r < 0)
 		log_warn("sandbox %s: resume: %s", sb->id, e.msg);
 	return r;
@@ -579,20 +800,10 @@ static int vm_usage(struct sbd_backend *b, struct sbd_sandbox *sb, struct sbd_us
 	uint64_t mem = 0;
 	struct stat st;
 	*ret = (struct sbd_usage){.cpu_us = -1, .memory_peak_bytes = -1, .pids = -1};
-	ret->memory_bytes = box && vmm_memory_bytes(box->v, &mem) == 0 ? (int64_t)mem : -1;
+	ret->memory_bytes =
+	    box && box->v && vmm_memory_bytes(box->v, &mem) == 0 ? (int64_t)mem : -1;
 	ret->disk_bytes = box && fstat(box->disk_fd, &st) == 0 ? (int64_t)st.st_blocks * 512 : -1;
 	return 0;
-}
-
-static void box_unlist(struct vm_backend *vb, struct vm_box *box)
-{
-	pthread_mutex_lock(&vb->lock);
-	for (struct vm_box **p = &vb->boxes; *p; p = &(*p)->next)
-		if (*p == box) {
-			*p = box->next;
-			break;
-		}
-	pthread_mutex_unlock(&vb->lock);
 }
 
 static int vm_destroy(struct sbd_backend *b, struct sbd_sandbox *sb)
@@ -649,6 +860,7 @@ static void warm_init(struct vm_backend *vb)
 	vm_warm_sweep(local, vb->tag, 0);
 	if (!vb->snapshots)
 		return;
+	warm_evict(vb, local, NULL); /* a smaller bound than the last sandboxd's */
 	if (vmm_find_binary(NULL, "qemu-system-x86_64", qemu, sizeof(qemu)) < 0 ||
 	    vm_warm_file_sum(qemu, vb->vmm_sum, &e) < 0 ||
 	    vm_warm_file_sum(vb->kernel, vb->kernel_sum, &e) < 0 ||
@@ -718,6 +930,7 @@ static void vm_init(struct vm_backend *vb)
 	}
 	vb->b.create_threaded = true;
 	vb->b.adopt = vm_adopt;
+	vb->b.release = vm_release;
 	vb->b.pause = vm_pause;
 	vb->b.resume = vm_resume;
 	vb->b.destroy = vm_destroy;

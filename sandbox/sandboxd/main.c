@@ -58,6 +58,9 @@ static void usage(FILE *f)
 	    "  --home DIR             cluster home (default $STRATA_HOME or ./.strata)\n"
 	    "  --socket PATH          API socket (default HOME/run/sandboxd.sock)\n"
 	    "  --firecracker PATH     the firecracker binary (default: firecracker on PATH)\n"
+	    "  --vm-snapshots-max-mb N the qemu backend's warm-start snapshots kept per\n"
+	    "                         store (the state dir's, the strata mount's): least\n"
+	    "                         recently used removed past it (default 4096)\n"
 	    "  --state-dir DIR        sandbox state (default /run/strata/sandboxd-HASH or\n"
 	    "                         /dev/shm/strata/..., a tmpfs, linked from HOME/sandboxd)\n"
 	    "  --image NAME=DIR       register a root filesystem directory as image NAME\n"
@@ -156,6 +159,7 @@ static void defaults(struct sandboxd_config *c)
 	c->max_timeout_ms = 24LL * 3600 * 1000;
 	c->fncall_pool = 2;
 	c->store_timeout_ms = SBD_STORE_TIMEOUT_MS_DEFAULT;
+	c->vm_snapshots_max_mb = SBD_VM_SNAPSHOTS_MAX_MB_DEFAULT;
 }
 
 static int mkdir_p(const char *path)
@@ -305,6 +309,7 @@ enum {
 	O_TENANTS,
 	O_STORE_TIMEOUT,
 	O_FIRECRACKER,
+	O_VM_SNAPSHOTS_MAX,
 	O_META,
 	O_NODE_ID,
 	O_ADVERTISE,
@@ -342,6 +347,7 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"tenants", 1, 0, O_TENANTS},
 				     {"store-timeout", 1, 0, O_STORE_TIMEOUT},
 				     {"firecracker", 1, 0, O_FIRECRACKER},
+				     {"vm-snapshots-max-mb", 1, 0, O_VM_SNAPSHOTS_MAX},
 				     {"meta", 1, 0, O_META},
 				     {"node-id", 1, 0, O_NODE_ID},
 				     {"advertise", 1, 0, O_ADVERTISE},
@@ -417,6 +423,14 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		free(c->firecracker);
 		c->firecracker = strdup(arg);
 		return 0;
+	case O_VM_SNAPSHOTS_MAX: {
+		char *end;
+		unsigned long long mb = strtoull(arg, &end, 10);
+		if (end == arg || *end || mb > (1ull << 30))
+			return -EINVAL;
+		c->vm_snapshots_max_mb = (uint64_t)mb;
+		return 0;
+	}
 	case O_META:
 	case O_ADVERTISE:
 	case O_KEY: {

@@ -133,7 +133,9 @@ struct sandboxd_config {
 	char *tenants_path; /* --tenants FILE, default HOME/tenants.json (auth.c) */
 	char *state_link;   /* HOME/sandboxd when state_dir is the default on tmpfs */
 	char *images_dir;
-	char *firecracker; /* --firecracker, or NULL: firecracker on PATH */
+	char *firecracker;	      /* --firecracker, or NULL: firecracker on PATH */
+	uint64_t vm_snapshots_max_mb; /* --vm-snapshots-max-mb: per snapshot store (warm.h) */
+#define SBD_VM_SNAPSHOTS_MAX_MB_DEFAULT 4096
 	int64_t max_sandboxes;
 	int64_t memory_budget_mb; /* sum of memory_mb admitted */
 	int64_t pids_budget;

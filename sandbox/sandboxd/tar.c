@@ -160,6 +160,8 @@ static int pack_dir(struct packer *pk, const char *path, const char *rel, int de
 int sbd_tar_pack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, uint64_t max,
 		 uint8_t **ret, size_t *ret_len, struct strata_err *e)
 {
+	if (b->tar_out)
+		return b->tar_out(b, sb, dir, max, ret, ret_len, e);
 	struct packer pk = {.be = b, .sb = sb, .out.max = max, .err = e};
 	int r = pack_dir(&pk, dir, "", 0);
 	static const uint8_t zero[1024];
@@ -441,6 +443,8 @@ static int parse_all(const char *dir, const uint8_t *p, size_t n, struct entry *
 int sbd_tar_unpack(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir, const uint8_t *p,
 		   size_t n, struct strata_err *err)
 {
+	if (b->tar_in)
+		return b->tar_in(b, sb, dir, p, n, err);
 	struct entry *v = NULL;
 	size_t cnt = 0;
 	int r = parse_all(dir, p, n, &v, &cnt, err);

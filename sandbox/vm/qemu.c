@@ -3,15 +3,23 @@
  * HELLO, and its end (vmm.h).
  *
  * The VMM's descriptors, as its command line names them:
- *   0 /dev/null, 1 and 2 the console log (the guest's ttyS0, through
- *   /proc/self/fd/1, and QEMU's own errors), 3 the agent's port (the
- *   virtserialport "strata", a socket chardev on a connected socketpair),
- *   4 QMP (the same), 5 the writable disk, and from SBX_WORKER_FD_EXTRA
+ *   0 /dev/null (restoring: the snapshot), 1 and 2 the console log (the
+ *   guest's ttyS0, through /proc/self/fd/1, and QEMU's own errors), 3
+ *   /dev/null, 4 QMP (a socket chardev on a connected socketpair), 5 the
+ *   writable disk, and from SBX_WORKER_FD_EXTRA
  *   on the kernel, the initramfs, the image's metadata and its blobs, all
  *   opened by the host and named /proc/self/fd/N on QEMU's command line:
  *   its root is the host's, read-only and with a /tmp of its own, and the
  *   magic link reopens the host's file (writable for the disk) wherever it
  *   is.
+ * The agent's port (the virtserialport "strata") and a second QMP monitor
+ * are listening abstract unix sockets of QEMU's (VMM_SOCK_AGENT,
+ * VMM_SOCK_QMP) in the VMM's own network namespace: the host connects to
+ * them by entering it (vmm_ns_connect), and a host that restarts connects
+ * again (adopt.c) — nothing outside that namespace but root on the host can
+ * reach them, unlike a path, which every VMM's read-only view of the host
+ * would show. The guest's agent sees its host leave and come back as the
+ * port's connection state.
  * The machine is q35 without defaults (no NIC, no VGA), its disks
  * virtio-blk-pci with serial numbers the guest finds them by
  * (agent_guest.c): "meta", "blob0".., "disk". (microvm would boot faster,
@@ -21,6 +29,7 @@
 #include <stdarg.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +49,6 @@
 #include "sandbox/vm/vmm-internal.h"
 
 #define VMM_FD_CONSOLE 1
-#define VMM_FD_AGENT 3
 #define VMM_FD_QMP 4
 #define VMM_FD_DISK 5
 /* The files QEMU opens, as descriptors at SBX_WORKER_FD_EXTRA..: kernel,
@@ -181,6 +189,10 @@ static int build_argv(const struct vmm_config *c, const char *bin, struct argv_b
 	arg(a, "socket,id=qmp,fd=%d", VMM_FD_QMP);
 	arg(a, "-mon");
 	arg(a, "chardev=qmp,mode=control");
+	arg(a, "-chardev");
+	arg(a, "socket,id=qmpa,path=%s,abstract=on,server=on,wait=off", VMM_SOCK_QMP);
+	arg(a, "-mon");
+	arg(a, "chardev=qmpa,mode=control");
 	arg(a, "-drive");
 	arg(a, "if=none,id=meta,file=/proc/self/fd/%d,format=raw,readonly=on", VMM_FD_FILES + 2);
 	arg(a, "-device");
@@ -200,7 +212,7 @@ static int build_argv(const struct vmm_config *c, const char *bin, struct argv_b
 	arg(a, "-device");
 	arg(a, "virtio-serial-pci");
 	arg(a, "-chardev");
-	arg(a, "socket,id=agent,fd=%d", VMM_FD_AGENT);
+	arg(a, "socket,id=agent,path=%s,abstract=on,server=on,wait=off", VMM_SOCK_AGENT);
 	arg(a, "-device");
 	arg(a, "virtserialport,chardev=agent,name=strata");
 	if (c->incoming_fd >= 0) { /* the snapshot is the VMM's fd 0 */
@@ -220,6 +232,8 @@ static int spawn_plain(struct vmm *v, const struct argv_buf *a, const int fds[6]
 		return -errno;
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (unshare(CLONE_NEWNET) < 0) /* its sockets' names: its own */
+			_exit(126);
 		int hi[6 + VMM_NFILES];
 		/* out of the way first: the dup2s cannot clobber a source */
 		for (size_t i = 0; i < 6 + nfiles; i++)
@@ -257,6 +271,7 @@ static int spawn_worker(struct vmm *v, const struct vmm_config *c, const struct 
 	    .memory_bytes = (c->memory_mb + VMM_OVERHEAD_MB) << 20,
 	    .pids_max = VMM_PIDS_MAX,
 	    .cpu_millis = (c->vcpus ? c->vcpus : 1) * 1000,
+	    .survive_parent = c->persist,
 	};
 	int r = sbx_worker_spawn(c->ws, &wc, &v->w);
 	if (r < 0)
@@ -264,48 +279,6 @@ static int spawn_worker(struct vmm *v, const struct vmm_config *c, const struct 
 	v->worker = true;
 	v->pid = v->w.pid;
 	v->pidfd = v->w.pidfd;
-	return 0;
-}
-
-/* Reads the agent's HELLO (its first frame) within timeout_ms, watching
- * the VMM's exit meanwhile. */
-static int wait_hello(struct vmm *v, uint32_t timeout_ms)
-{
-	uint8_t hdr[AG_HDR_SIZE];
-	size_t got = 0;
-	int64_t end = vmm_now_ms() + timeout_ms;
-	while (got < sizeof(hdr)) {
-		struct pollfd p[2] = {{.fd = v->agent_fd, .events = POLLIN},
-				      {.fd = v->pidfd, .events = POLLIN}};
-		int64_t left = end - vmm_now_ms();
-		if (left <= 0)
-			return -ETIMEDOUT;
-		int n = poll(p, 2, (int)left);
-		if (n < 0 && errno != EINTR)
-			return -errno;
-		if (p[0].revents) {
-			ssize_t k = read(v->agent_fd, hdr + got, sizeof(hdr) - got);
-			if (k == 0)
-				return -ECHILD;
-			if (k > 0)
-				got += (size_t)k;
-		} else if (p[1].revents)
-			return -ECHILD;
-	}
-	struct ag_hdr h;
-	int r = ag_hdr_decode(hdr, &h);
-	if (r < 0 || h.type != AG_T_HELLO || h.len > 4096)
-		return r < 0 ? r : -EPROTO;
-	uint8_t body[4096];
-	for (size_t left = h.len; left;) { /* it follows at once */
-		struct pollfd p = {.fd = v->agent_fd, .events = POLLIN};
-		if (poll(&p, 1, VMM_QMP_TIMEOUT_MS) <= 0)
-			return -ETIMEDOUT;
-		ssize_t k = read(v->agent_fd, body, left);
-		if (k <= 0)
-			return -EPROTO;
-		left -= (size_t)k;
-	}
 	return 0;
 }
 
@@ -328,6 +301,16 @@ static void exit_reason(struct vmm *v, const siginfo_t *si, char *why, size_t ca
 int vmm_exited(struct vmm *v, char *why, size_t cap)
 {
 	siginfo_t si = {0};
+	if (!v->reaped && v->adopted) { /* not our child: no status to read */
+		if (poll(&(struct pollfd){.fd = v->pidfd, .events = POLLIN}, 1, 0) <= 0)
+			return 0;
+		v->reaped = true;
+		snprintf(
+		    v->why, sizeof(v->why),
+		    "the VMM (qemu, pid %d) exited (adopted from an earlier sandboxd: its exit "
+		    "status is unknown; its console log says why)",
+		    (int)v->pid);
+	}
 	if (!v->reaped) {
 		int r;
 		if (v->worker) {
@@ -387,14 +370,13 @@ int vmm_start(const struct vmm_config *c, struct vmm **ret, struct strata_err *e
 		free(v);
 		return strata_err_set(e, r, "cannot build QEMU's command line");
 	}
-	int ag[2] = {-1, -1}, qm[2] = {-1, -1};
+	int qm[2] = {-1, -1};
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0 ||
-	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0 || devnull < 0)
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0 || devnull < 0)
 		r = -errno;
 	int con = c->console_fd >= 0 ? c->console_fd : devnull;
 	int fds[6] = {
-	    c->incoming_fd >= 0 ? c->incoming_fd : devnull, con, con, ag[1], qm[1], c->disk_fd};
+	    c->incoming_fd >= 0 ? c->incoming_fd : devnull, con, con, devnull, qm[1], c->disk_fd};
 	int files[VMM_NFILES];
 	size_t nfiles = 0;
 	const char *what = NULL;
@@ -416,13 +398,10 @@ int vmm_start(const struct vmm_config *c, struct vmm **ret, struct strata_err *e
 	while (nfiles)
 		close(files[--nfiles]);
 	argv_free(&a);
-	if (ag[1] >= 0) /* the VMM's ends */
-		close(ag[1]);
-	if (qm[1] >= 0)
+	if (qm[1] >= 0) /* the VMM's end */
 		close(qm[1]);
 	if (devnull >= 0)
 		close(devnull);
-	v->agent_fd = ag[0];
 	v->qmp_fd = qm[0];
 	if (r < 0 && what) {
 		strata_err_set(e, r, "cannot open %s: %s", what, strerror(-r));
@@ -434,6 +413,12 @@ int vmm_start(const struct vmm_config *c, struct vmm **ret, struct strata_err *e
 	r = vmm_qmp_greet(v, e);
 	if (r < 0)
 		return start_fail(v, r, "QMP", e);
+	/* QEMU listens on the agent's port before it greets on QMP; a restored
+	 * guest must find its host there before it runs, or it would see the
+	 * host leave and come back (its agent would say HELLO again) */
+	r = vmm_ns_connect(v->pidfd, VMM_SOCK_AGENT, VMM_QMP_TIMEOUT_MS, &v->agent_fd);
+	if (r < 0)
+		return start_fail(v, r, "connecting to the agent's port", e);
 	uint32_t wait_ms = c->boot_timeout_ms ? c->boot_timeout_ms : VMM_BOOT_TIMEOUT_MS;
 	if (c->incoming_fd >= 0) {
 		if ((r = vmm_wait_incoming(v, wait_ms, e)) < 0)
@@ -441,7 +426,7 @@ int vmm_start(const struct vmm_config *c, struct vmm **ret, struct strata_err *e
 		*ret = v;
 		return 0;
 	}
-	r = wait_hello(v, wait_ms);
+	r = vmm_agent_wait(v, AG_T_HELLO, 0, wait_ms);
 	if (r < 0)
 		return start_fail(v, r, "the guest's agent did not come up", e);
 	*ret = v;
@@ -473,7 +458,10 @@ pid_t vmm_pid(const struct vmm *v)
 int vmm_memory_bytes(struct vmm *v, uint64_t *ret)
 {
 	char path[4096], buf[64];
-	if (!v->worker || sbx_worker_cgroup_path(&v->w, "memory", false, path, sizeof(path)) < 0)
+	if (v->adopted && v->cgroup[1][0])
+		snprintf(path, sizeof(path), "%s", v->cgroup[1]);
+	else if (!v->worker ||
+		 sbx_worker_cgroup_path(&v->w, "memory", false, path, sizeof(path)) < 0)
 		return -ENOENT;
 	size_t n = strlen(path);
 	snprintf(path + n, sizeof(path) - n, "/%s",
@@ -496,12 +484,19 @@ void vmm_free(struct vmm *v)
 		return;
 	if (v->worker)
 		sbx_worker_free(&v->w); /* SIGKILL, reaped, its cgroups removed */
+	else if (v->adopted)
+		vmm_adopted_kill(v);
 	else if (v->pidfd >= 0) {
 		syscall(SYS_pidfd_send_signal, v->pidfd, SIGKILL, NULL, 0);
 		siginfo_t si;
 		waitid(P_PIDFD, (id_t)v->pidfd, &si, WEXITED);
 		close(v->pidfd);
 	}
+	vmm_close_ends(v);
+}
+
+void vmm_close_ends(struct vmm *v)
+{
 	if (v->agent_fd >= 0)
 		close(v->agent_fd);
 	if (v->qmp_fd >= 0)

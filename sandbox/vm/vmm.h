@@ -55,6 +55,9 @@ struct vmm_config {
 	 * save; -1: boot. The restored guest runs on from where it was saved
 	 * (its agent says no HELLO again). */
 	int incoming_fd;
+	/* The VMM outlives us (no PDEATHSIG): a host that restarts adopts it
+	 * again (vmm_adopt); vmm_release lets go of it. */
+	bool persist;
 };
 
 struct vmm;
@@ -90,6 +93,42 @@ int vmm_read_bytes(struct vmm *v, const char *serial, uint64_t *ret, struct stra
  * paused guest writes nothing more) to restore from the pair. Returns once
  * the migration completed; -EIO with QEMU's reason when it failed. */
 int vmm_save(struct vmm *v, int fd, struct strata_err *e);
+
+/* Who a running VMM is, as a host records it to adopt the VMM again after
+ * a restart: its pid, start time and pid namespace (sbx_process_id: the
+ * VMM is pid 1 of its own) and its cgroups' directories. */
+#define VMM_CGROUP_DIRS 3
+struct vmm_id {
+	pid_t pid;
+	uint64_t start_time, pidns_ino;
+	char cgroup[VMM_CGROUP_DIRS][512]; /* pids, memory, cpu ("" none; v2: one) */
+};
+/* The identity of v (a contained VMM). 0, -ESRCH (it exited). */
+int vmm_id(const struct vmm *v, struct vmm_id *ret);
+/* Takes over a VMM that an earlier host started with persist: checks that
+ * the process with id's pid is that VMM (its start time and pid namespace:
+ * else -EPERM), connects to its second QMP monitor (an abstract socket in
+ * the VMM's own network namespace, which only it and root on the host can
+ * enter) and finds whether the guest runs or is paused (*ret_paused). The
+ * agent is connected to with vmm_agent_connect (a paused guest answers
+ * once resumed). Returns 0 and *ret, -ESRCH (the VMM is gone), -EPERM,
+ * -errno with the reason in e. vmm_exited then says "unknown status": the
+ * VMM is not our child. */
+int vmm_adopt(const struct vmm_id *id, struct vmm **ret, bool *ret_paused, struct strata_err *e);
+/* Kills the VMM of id if the process with its pid is it (SIGKILL, its
+ * exit awaited, its cgroups removed): a VM that cannot be adopted must not
+ * run on unreachable. 0, -ESRCH, -EPERM (another process: left alone). */
+int vmm_kill_id(const struct vmm_id *id);
+/* Connects to the guest's agent as its new host (its port is a listening
+ * socket of QEMU's, in the VMM's network namespace): PING with
+ * AG_PING_NEW_HOST, then the agent's HELLO and PING's reply (what an
+ * earlier host left unread is skipped). The guest must run. The stream is
+ * then vmm_agent_fd's. */
+int vmm_agent_connect(struct vmm *v, struct strata_err *e);
+/* Lets go of a persist VMM without stopping it (a host that stops; the
+ * next one adopts it): closes our ends, frees v. The guest's agent sees
+ * its host leave and waits for the next. */
+void vmm_release(struct vmm *v);
 
 /* Whether the VMM has exited: 1 with why (e.g. "the VMM (qemu, pid 123)
  * was killed by signal 9") once reaped, 0 while it runs. */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -444,6 +445,11 @@ static int open_state(int dfd, const struct vm_warm_manifest *m, int *ret_fd, st
 	if (fd < 0)
 		return strata_err_set(e, errno == ENOENT ? -EBADMSG : -errno, "no state: %s",
 				      strerror(errno));
+	/* Held shared for as long as the state is open (QEMU's copy of the fd
+	 * too): eviction (vm_warm_evict) removes only what it can lock alone.
+	 * Locked by an eviction now: as if not there (boot, nothing removed). */
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK)
+		return strata_err_set(e, -ENOENT, "being evicted");
 	int r = sum_file(fd, &sum, &bytes);
 	if (r < 0)
 		return strata_err_set(e, r, "cannot read its state: %s", strerror(-r));
@@ -480,7 +486,7 @@ static int restore_disk(int dfd, const struct vm_warm_manifest *m, int disk_fd,
 }
 
 /* What identifies the snapshot directory dfd (struct vm_warm_seen). */
-static void seen_of(int dfd, struct vm_warm_seen *ret)
+void vm_warm_seen_of(int dfd, struct vm_warm_seen *ret)
 {
 	struct stat st;
 	uint8_t buf[VM_WARM_MANIFEST_MAX + 1];
@@ -508,14 +514,16 @@ int vm_warm_restore(const char *root, const char *key, int disk_fd, int *ret_sta
 			   ? -ENOENT
 			   : strata_err_set(e, -errno, "cannot open %s: %s", dir, strerror(errno));
 	if (ret_seen)
-		seen_of(dfd, ret_seen);
+		vm_warm_seen_of(dfd, ret_seen);
 	int r = read_manifest(dfd, key, &m, e);
 	if (r == 0)
 		r = open_state(dfd, &m, &sfd, e);
 	if (r == 0)
 		r = restore_disk(dfd, &m, disk_fd, e);
-	if (r == 0)
+	if (r == 0) {
 		*ret_state_fd = TAKE_FD(sfd);
+		futimens(dfd, NULL); /* its last use: eviction's order (best effort) */
+	}
 	return r;
 }
 
@@ -685,7 +693,7 @@ int vm_warm_remove(const char *root, const char *key, const char *tag,
 	 * meanwhile: that one stays, this one goes). */
 	_cleanup_close_ int dfd = seen ? open(aside, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (dfd >= 0)
-		seen_of(dfd, &now);
+		vm_warm_seen_of(dfd, &now);
 	if (dfd >= 0 &&
 	    (now.dev != seen->dev || now.ino != seen->ino || now.manifest != seen->manifest)) {
 		if (rename(aside, src) == 0)

@@ -104,6 +104,9 @@ struct vm_warm_seen {
 	uint64_t dev, ino, manifest;
 };
 
+/* Which snapshot directory dfd is (its inode, its manifest's sum). */
+void vm_warm_seen_of(int dfd, struct vm_warm_seen *ret);
+
 /* Opens the snapshot ROOT/KEY, verified: disk_fd (the new VM's disk, open
  * read-write) becomes a copy of the saved disk, *ret_state_fd the state
  * file (read it with pread or from offset 0; the caller closes it).
@@ -112,6 +115,9 @@ struct vm_warm_seen {
  * manifest: what differs in e), -errno. */
 int vm_warm_restore(const char *root, const char *key, int disk_fd, int *ret_state_fd,
 		    struct vm_warm_seen *ret_seen, struct strata_err *e);
+/* (The state fd holds a shared flock, which keeps eviction off the snapshot
+ * until it and every copy of it (the VMM's) are closed; the directory's
+ * mtime is set to the restore's time: its last use.) */
 
 /* A snapshot being saved. */
 struct vm_warm_save;
@@ -140,3 +146,16 @@ int vm_warm_remove(const char *root, const char *key, const char *tag,
  * named with tag (this saver's earlier life) and any older than max_age_s
  * (another saver's that died). Returns how many. */
 int vm_warm_sweep(const char *root, const char *tag, int64_t max_age_s);
+
+/* Keeps the snapshots under root within max_bytes (their files' sizes):
+ * removes those used least recently (their directory's mtime: the save, or
+ * the last restore) until the rest fit, never keep (a key, or NULL: the
+ * snapshot just saved, even alone over the bound) nor one a restore holds
+ * (its state's flock, taken exclusively here before the removal: busy, it
+ * is skipped; a restore that comes meanwhile finds it gone or locked and
+ * boots). Within one node: flock on the strata mount is each node's own,
+ * so a restore on another node of a snapshot evicted here fails its
+ * verification and boots. Returns how many were removed; *ret_bytes (may
+ * be NULL) what is left. */
+int vm_warm_evict(const char *root, uint64_t max_bytes, const char *keep, const char *tag,
+		  uint64_t *ret_bytes);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -256,6 +257,68 @@ static void test_sweep(void)
 	CHECK_EQ(vm_warm_sweep(root, "other", 3600), 1);
 }
 
+static void set_used(const char *key, time_t t)
+{
+	char p[300];
+	struct timeval tv[2] = {{.tv_sec = t}, {.tv_sec = t}};
+	snprintf(p, sizeof(p), "%s/%s", root, key);
+	CHECK(utimes(p, tv) == 0);
+}
+
+static bool has(const char *key)
+{
+	char p[300];
+	snap_path(p, sizeof(p), key, "manifest");
+	return access(p, F_OK) == 0;
+}
+
+/* The store kept under a bound: least recently used first (a restore is a
+ * use), never the one just saved, never one a restore holds (its state fd
+ * still open: the VMM reads it). */
+static void test_evict(int disk)
+{
+	static const char *K[3] = {"a0000000000000000000000000000000",
+				   "b0000000000000000000000000000000",
+				   "c0000000000000000000000000000000"};
+	char saved[300], why[512], p[300];
+	uint64_t bytes = 0;
+	snprintf(saved, sizeof(saved), "%s", root);
+	snprintf(root, sizeof(root), "%s/evict", base);
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(save(K[i], "t", disk, (unsigned)i), 0);
+		set_used(K[i], 1000 * (i + 1));
+	}
+	CHECK_EQ(vm_warm_evict(root, UINT64_MAX, NULL, "t", &bytes), 0);
+	uint64_t one = bytes / 3;
+	CHECK(one > STATE_BYTES && bytes % 3 == 0);
+	/* K[0], the oldest, is being restored: its state stays open */
+	snprintf(p, sizeof(p), "%s/restored.img", base);
+	int rdisk = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600), sfd = -1;
+	struct strata_err e = {0};
+	CHECK_EQ(vm_warm_restore(root, K[0], rdisk, &sfd, NULL, &e), 0);
+	set_used(K[0], 1000); /* (the restore made it the newest) */
+	CHECK_EQ(vm_warm_evict(root, one + one / 2, K[2], "t", &bytes), 1);
+	CHECK(has(K[0]) && !has(K[1]) && has(K[2]) && bytes == 2 * one);
+	close(sfd); /* the restore is done: K[0] may go */
+	CHECK_EQ(vm_warm_evict(root, one + one / 2, K[2], "t", &bytes), 1);
+	CHECK(!has(K[0]) && has(K[2]) && bytes == one);
+	/* a restore counts as a use: the older one goes */
+	CHECK_EQ(save(K[1], "t", disk, 1), 0);
+	set_used(K[1], 500);
+	CHECK_EQ(restore(K[1], why, sizeof(why)), 0); /* now the newest */
+	CHECK_EQ(vm_warm_evict(root, one, NULL, "t", &bytes), 1);
+	CHECK(has(K[1]) && !has(K[2]) && bytes == one);
+	/* one locked by an eviction: a restore finds none and removes nothing */
+	snap_path(p, sizeof(p), K[1], "state");
+	int lock = open(p, O_RDONLY);
+	CHECK(lock >= 0 && flock(lock, LOCK_EX | LOCK_NB) == 0);
+	CHECK_EQ(restore(K[1], why, sizeof(why)), -ENOENT);
+	close(lock);
+	CHECK(has(K[1]));
+	close(rdisk);
+	snprintf(root, sizeof(root), "%s", saved);
+}
+
 static void test_codec(void)
 {
 	struct vm_warm_manifest m = {.major = VM_WARM_MAJOR, .state_bytes = 5, .disk_sum = 9};
@@ -314,6 +377,7 @@ int main(void)
 	test_foreign(disk);
 	test_race(disk);
 	test_sweep();
+	test_evict(disk);
 	close(disk);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);

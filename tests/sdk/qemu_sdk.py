@@ -2,7 +2,9 @@
 create, exec (output, exit code, stderr), a streamed exec, interactive
 stdin, timeouts and output caps, files and tar bodies, pause/resume over
 QMP, TTL, kill -9 of the VMM and a guest kernel panic (the sandbox turns
-failed with the reason), warm starts from a snapshot (a corrupted one
+failed with the reason), VMs adopted again by a restarted sandboxd (clean
+stop, kill -9, paused; a VMM gone meanwhile: failed with the reason), warm
+starts from a snapshot (a corrupted one
 replaced by a boot; sharing one over the strata mount between two sandboxd
 is sandboxd_image_store's: it needs a cluster and a store image). Run on its own (ctest sdk_python_qemu): every VM boots for ~10 s
 under TCG, so few sandboxes serve all the tests. Skips with the reason
@@ -72,7 +74,7 @@ def vmm_pid(sandbox_id):
 def test_capabilities(need_qemu):
     c = need_qemu
     assert c["exec"] and c["files"] and c["pause"] and c["exec_stdin_stream"]
-    assert not c["network_host"] and not c["persistent"]
+    assert not c["network_host"] and c["persistent"]
 
 
 def test_exec(vm):
@@ -136,6 +138,74 @@ def test_files(vm, tmp_path):
         vm.files.upload(str(src), "/work/up2")
     vm.files.remove("/work", recursive=True)
     assert not vm.files.exists("/work")
+
+
+def test_tar_every_type(vm):
+    """A tar body made and unpacked by the guest's agent: directories,
+    files of any size, hard links, symlinks, FIFOs, devices, long names,
+    owners, modes, mtimes and xattrs survive the round trip (uploaded,
+    checked inside, downloaded again)."""
+    import io
+    import tarfile
+    big = os.urandom(2500000)  # over one 1 MiB chunk of the protocol
+    long = "l" * 120
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        def add(name, type_, data=b"", **kw):
+            i = tarfile.TarInfo(name)
+            i.type = type_
+            i.size = len(data)
+            i.mtime = kw.pop("mtime", 1600000000)
+            for k, v in kw.items():
+                setattr(i, k, v)
+            tf.addfile(i, io.BytesIO(data) if data else None)
+        add("d", tarfile.DIRTYPE, mode=0o750, mtime=1500000000)
+        add("d/f", tarfile.REGTYPE, b"hello", mode=0o640, uid=1000, gid=1001,
+            pax_headers={"SCHILY.xattr.user.k": "v1"})
+        add("d/hard", tarfile.LNKTYPE, linkname="d/f")
+        add("d/sym", tarfile.SYMTYPE, linkname="f", mode=0o777)
+        add("d/fifo", tarfile.FIFOTYPE, mode=0o600)
+        add("d/null", tarfile.CHRTYPE, mode=0o666, devmajor=1, devminor=3)
+        add("d/big", tarfile.REGTYPE, big, mode=0o600)
+        add("d/" + long, tarfile.REGTYPE, b"long", mode=0o644)
+    vm.files.upload_tar(buf.getvalue(), "/work/t")
+    out = vm.exec("cd /work/t/d && stat -c '%n %F %u:%g %a %h %Y' f hard sym fifo null big && "
+                  "stat -c '%t,%T' null && readlink sym && cat hard && echo && wc -c < big").stdout
+    lines = out.splitlines()
+    assert lines[0] == "f regular file 1000:1001 640 2 1600000000", out
+    assert lines[1].startswith("hard regular file 1000:1001 640 2"), out
+    assert lines[2].startswith("sym symbolic link"), out
+    assert lines[3].startswith("fifo fifo 0:0 600"), out
+    assert lines[4].startswith("null character special file 0:0 666"), out
+    assert lines[6:] == ["1,3", "f", "hello", "2500000"], out
+    assert vm.exec("stat -c %Y /work/t/d").stdout.strip() == "1500000000"
+    got = tarfile.open(fileobj=io.BytesIO(vm.files.download_tar("/work/t")))
+    m = {x.name.rstrip("/"): x for x in got.getmembers()}
+    assert m["d"].isdir() and m["d"].mode == 0o750 and m["d"].mtime == 1500000000
+    # the inode's first name in the walk (readdir's order) is the file, the
+    # other a link to it
+    f, hard = (m["d/f"], m["d/hard"]) if m["d/hard"].islnk() else (m["d/hard"], m["d/f"])
+    assert f.isreg() and (f.uid, f.gid, f.mode, f.mtime) == (1000, 1001, 0o640, 1600000000)
+    assert f.pax_headers.get("SCHILY.xattr.user.k") == "v1", f.pax_headers
+    assert got.extractfile(f).read() == b"hello"
+    assert hard.islnk() and hard.linkname == f.name
+    assert m["d/sym"].issym() and m["d/sym"].linkname == "f"
+    assert m["d/fifo"].isfifo()
+    assert m["d/null"].ischr() and (m["d/null"].devmajor, m["d/null"].devminor) == (1, 3)
+    assert got.extractfile(m["d/big"]).read() == big
+    assert got.extractfile(m["d/" + long]).read() == b"long"
+    assert not [x for x in vm.exec("ls -a /").stdout.split() if x.startswith(".strata-tar")]
+    # a name leaving the destination anywhere: refused before anything is written
+    bad = io.BytesIO()
+    with tarfile.open(fileobj=bad, mode="w") as tf:
+        for name in ("first", "../escape"):
+            i = tarfile.TarInfo(name)
+            i.size = 1
+            tf.addfile(i, io.BytesIO(b"x"))
+    with pytest.raises(strata.StrataError):
+        vm.files.upload_tar(bad.getvalue(), "/work/bad")
+    assert not vm.files.exists("/work/bad/first") and not vm.files.exists("/work/escape")
+    vm.files.remove("/work", recursive=True)
 
 
 def test_pause_resume(vm):
@@ -249,3 +319,79 @@ def test_corrupted_snapshot(daemon, vm):
     print("after the corruption: cold create %.2f s, then warm %.2f s" % (cold, warm))
     assert "sandbox %s: warm start from %s" % (sid, snap) in daemon.log_text()
     assert warm < 0.5 * cold, (warm, cold)
+
+
+def kill9_restart(daemon):
+    daemon.proc.kill()
+    daemon.proc.wait()
+    daemon.proc = None
+    daemon.start()
+
+
+def test_restart_adopts_vms(daemon, vm):
+    """sandboxd stops (cleanly, then kill -9, then with the VM paused): the
+    VMs run on and the next sandboxd adopts them, the same VMM, the guest's
+    files and processes kept, exec working. A VMM that died while sandboxd
+    was away leaves its sandbox failed with the reason, not gone."""
+    shape = dict(backend="qemu", socket=daemon.socket, memory_mb=256, cpu=1, disk_mb=128,
+                 timeout=180)
+    sb = Sandbox.create("busybox", **shape)  # restored from vm's shape: quick
+    other = Sandbox.create("busybox", **shape)
+    try:
+        sb.files.write("/tmp/state", b"kept")
+        sb.exec("sleep 1000 > /dev/null 2>&1 &")
+        pid = vmm_pid(sb.id)
+        assert pid
+        t0 = time.time()
+        daemon.restart()  # SIGTERM: a clean stop
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        assert s.state == "running", s.info.get("failed_reason")
+        assert vmm_pid(sb.id) == pid
+        assert s.files.read("/tmp/state") == b"kept"
+        assert "sleep 1000" in s.exec("ps").stdout
+        print("clean restart, first exec after it: %.2f s" % (time.time() - t0))
+        kill9_restart(daemon)
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        assert s.exec("echo again").stdout == "again\n" and vmm_pid(sb.id) == pid
+        r = s.exec(["sh", "-c", "cat; echo e >&2; exit 3"], stdin=b"in")
+        assert (r.stdout, r.stderr, r.exit_code) == ("in", "e\n", 3)
+        # an exec that runs through a restart is followed again: the output
+        # the guest's agent held while no sandboxd was there, its exit
+        job = s.exec("echo before; sleep 1; echo during; sleep 1; echo after; exit 7",
+                     background=True)
+        time.sleep(0.5)
+        kill9_restart(daemon)
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        e = [x for x in s.execs() if x["exec_id"] == job.exec_id]
+        assert e, s.execs()
+        r = s.exec_connect(job.exec_id).wait()
+        # (what the old sandboxd took before it died is gone with it)
+        assert r.exit_code == 7 and r.stdout.endswith("during\nafter\n"), r
+        s.pause()
+        kill9_restart(daemon)
+        s = Sandbox.connect(sb.id, socket=daemon.socket)
+        assert s.state == "paused"
+        s.resume()
+        assert s.exec("cat /tmp/state").stdout == "kept"
+        # the other VM's VMM dies while no sandboxd is there
+        opid = vmm_pid(other.id)
+        assert Sandbox.connect(other.id, socket=daemon.socket).exec("true").exit_code == 0
+        daemon.stop(cleanup=False)
+        os.kill(opid, signal.SIGKILL)
+        daemon.start()
+        o = Sandbox.connect(other.id, socket=daemon.socket)
+        assert o.state == "failed"
+        reason = o.info.get("failed_reason", "")
+        assert "could not be re-adopted" in reason and "is gone" in reason, reason
+        daemon.restart()  # and it stays failed, with its reason
+        o = Sandbox.connect(other.id, socket=daemon.socket)
+        assert o.state == "failed" and o.info.get("failed_reason") == reason
+        with pytest.raises(strata.StrataError):
+            o.exec("true")
+    finally:
+        for x in (sb, other):
+            try:
+                Sandbox.connect(x.id, socket=daemon.socket).kill()
+            except strata.StrataError:
+                pass
+    assert vmm_pid(sb.id) is None
