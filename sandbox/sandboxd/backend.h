@@ -198,6 +198,9 @@ struct sbd_backend {
 	 * 0..65535 inside are ret_base.. on the host: its user namespace), 0
 	 * when the ids are the host's. NULL: always 0. */
 	uint32_t (*id_base)(struct sbd_backend *b, struct sbd_sandbox *sb);
+	/* A process in sb's own network namespace (network "none": only lo),
+	 * which network "egress" gets its veth in; NULL: no "egress". */
+	pid_t (*net_pid)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	/* Stops every process of sb, whole or not at all. 0 when stopped;
 	 * with pause_poll it may return -EINPROGRESS (stopping), and the core
 	 * calls pause_poll on a timer of its own until it answers 0 (stopped)
