@@ -1,7 +1,7 @@
 """The "outside world" of the network "egress" tests, run inside a network
 namespace the test made (never on the host's network): a DNS server with a
-small zone, TCP servers that greet and close, and an echo server that holds
-its connection. Usage: egress_world.py READY_FILE. Standard library only."""
+small zone, TCP servers that greet and close, an echo server that holds
+its connection, and a bulk sender (throughput). Usage: egress_world.py READY_FILE. Standard library only."""
 import socket
 import socketserver
 import struct
@@ -17,6 +17,8 @@ ZONE = {  # name -> addresses (IPv4), TTL 60
 GREETERS = [("198.51.100.10", p) for p in (80, 8080, 8081, 8082, 8083)] + \
            [("198.51.100.11", 80), ("198.51.100.20", 80), ("198.51.100.30", 9000)]
 ECHO = ("198.51.100.10", 7001)
+BULK = ("198.51.100.10", 8090)  # sends BULK_BYTES and closes (throughput)
+BULK_BYTES = 64 << 20
 DNS = ("198.51.100.53", 53)
 
 
@@ -64,8 +66,16 @@ class Echo(socketserver.StreamRequestHandler):
             self.wfile.write(b"echo " + line)
 
 
+class Bulk(socketserver.BaseRequestHandler):
+    def handle(self):
+        chunk = bytes(1 << 20)
+        for _ in range(BULK_BYTES >> 20):
+            self.request.sendall(chunk)
+
+
 class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
+    request_queue_size = 512  # the benchmark's connects come back to back
     daemon_threads = True
 
 
@@ -74,6 +84,7 @@ def main():
     for addr in GREETERS:
         threading.Thread(target=Server(addr, Greeter).serve_forever, daemon=True).start()
     threading.Thread(target=Server(ECHO, Echo).serve_forever, daemon=True).start()
+    threading.Thread(target=Server(BULK, Bulk).serve_forever, daemon=True).start()
     open(sys.argv[1], "w").close()
     threading.Event().wait()
 

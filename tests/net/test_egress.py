@@ -9,7 +9,6 @@ NXDOMAIN, "Connection refused" quickly: refused, never dropped) and the
 verdict and rule the decision log gives for it."""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,24 +19,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("STRATA_SRC") or os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "sdk", "python"))
 sys.path.insert(0, os.path.join(SRC, "tests", "sdk"))
+sys.path.insert(0, HERE)
 
 import sandboxd_harness  # noqa: E402
 from sandboxd_harness import Daemon, make_busybox_rootfs, sandboxd_binary  # noqa: E402
 
 import strata  # noqa: E402
 
-TAG = "%d" % os.getpid()
-NODE, OUT = "sgn" + TAG, "sgo" + TAG
-NODE_ADDR = "192.0.2.1"
-ALLOWED, CDN, DENIED, CLUSTER = "198.51.100.10", "198.51.100.11", "198.51.100.20", "198.51.100.30"
-
-
-def sh(*cmd):
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
-def ns(name, *cmd):
-    sh("ip", "-n", name, *cmd)
+from egress_ns import ALLOWED, CDN, CLUSTER, DENIED, NODE_ADDR, World  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,53 +35,20 @@ def world():
         pytest.skip("needs root (network namespaces)")
     if not shutil.which("nft") or not sandboxd_binary():
         pytest.skip("nft (scripts/install-deps.sh) or strata-sandboxd missing")
-    sh("ip", "netns", "add", NODE)
-    sh("ip", "netns", "add", OUT)
-    ready = tempfile.mktemp(prefix="egress-world-")
-    proc = None
-    try:
-        ns(NODE, "link", "add", "up0", "type", "veth", "peer", "name", "out0", "netns", OUT)
-        for n in (NODE, OUT):
-            ns(n, "link", "set", "lo", "up")
-        ns(NODE, "addr", "add", NODE_ADDR + "/24", "dev", "up0")
-        ns(NODE, "link", "set", "up0", "up")
-        ns(NODE, "route", "add", "default", "via", "192.0.2.2")
-        ns(OUT, "addr", "add", "192.0.2.2/24", "dev", "out0")
-        ns(OUT, "link", "set", "out0", "up")
-        for a in (ALLOWED, CDN, DENIED, CLUSTER, "198.51.100.53"):
-            ns(OUT, "addr", "add", a + "/32", "dev", "lo")
-        proc = subprocess.Popen(["ip", "netns", "exec", OUT, sys.executable,
-                                 os.path.join(HERE, "egress_world.py"), ready])
-        deadline = time.time() + 10
-        while not os.path.exists(ready):
-            assert proc.poll() is None and time.time() < deadline, "egress_world.py did not start"
-            time.sleep(0.02)
-        # A listener of the node itself: always out of a sandbox's reach.
-        node_srv = subprocess.Popen(["ip", "netns", "exec", NODE, sys.executable, "-c",
-                                     "import socket;s=socket.socket();s.setsockopt(1,2,1);"
-                                     "s.bind(('0.0.0.0',7000));s.listen();"
-                                     "[c.sendall(b'node\\n') or c.close() for c,_ in iter(s.accept,0)]"])
-        yield
-        node_srv.kill()
-    finally:
-        if proc:
-            proc.kill()
-            proc.wait()
-        for n in (NODE, OUT):
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
-        if os.path.exists(ready):
-            os.unlink(ready)
+    with World() as w:
+        yield w
 
 
 class NodeDaemon(Daemon):
     """strata-sandboxd inside the node's network namespace."""
 
+    def __init__(self, world, *a):
+        super().__init__(*a)
+        self.world = world
+
     def start(self, timeout=20):
         real = sandboxd_binary
-        wrapper = os.path.join(self.base, "strata-sandboxd")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nexec nsenter --net=/run/netns/%s %s \"$@\"\n" % (NODE, real()))
-        os.chmod(wrapper, 0o755)
+        wrapper = self.world.sandboxd_wrapper(real(), self.base)
         sandboxd_harness.sandboxd_binary = lambda: wrapper
         try:
             return super().start(timeout)
@@ -109,7 +65,7 @@ def daemon(world):
     images = {"busybox": root}
     if os.access("/usr/bin/python3", os.X_OK):
         images["hostroot"] = "/"  # python3 inside, for the UDP client
-    d = NodeDaemon(base, images,
+    d = NodeDaemon(world, base, images,
                    ["--net-uplink", "up0", "--net-dns", "198.51.100.53",
                     "--net-protect", CLUSTER + "/32:tcp:9000"])
     d.start()
