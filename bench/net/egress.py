@@ -63,7 +63,8 @@ def start_daemon(world, base, binary):
     sandboxd_harness.sandboxd_binary = lambda: wrapper
     d = sandboxd_harness.Daemon(base, {"busybox": root, "hostroot": "/"},
                                 ["--net-uplink", "up0", "--net-dns", DNS, "--log-level", "warn",
-                                 "--max-sandboxes", "4096"])
+                                 "--max-sandboxes", "4096",
+                                 "--memory-budget-mb", "1048576", "--pids-budget", "1048576"])
     try:
         d.start()
     finally:
@@ -138,7 +139,8 @@ def main():
                           % (where, med, p99, bulk))
                 one = policy_update_ms(sb)
                 many = strata.Sandbox.create_many("busybox", a.alive, parallelism=a.parallelism,
-                                                  socket=sock, network="egress", **POLICY)
+                                                  socket=sock, network="egress", memory_mb=16,
+                                                  pids=8, **POLICY)
                 try:
                     at = policy_update_ms(sb)
                 finally:

@@ -267,6 +267,31 @@ def test_many_sandboxes_with_their_own_policies(daemon):
             sb.kill()
 
 
+def test_async_sdk(daemon):
+    import asyncio
+    from strata.aio import AsyncSandbox
+
+    async def run():
+        sb = await AsyncSandbox.create("busybox", network="egress", socket=daemon.socket,
+                                       allow_out=[ALLOWED + "/32:80"])
+        try:
+            info = await sb.set_network_policy(allow_out=[ALLOWED + "/32:8082"])
+            assert info["policy"]["allow_out"] == [ALLOWED + "/32:8082"]
+            r = await sb.exec(["timeout", "5", "nc", ALLOWED, "8082"])
+            assert r.stdout.strip() == "hello from %s:8082" % ALLOWED
+            for _ in range(60):
+                if any(x.get("port") == 8082 and x["verdict"] == "allow"
+                       for x in await sb.network_log()):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(await sb.network_log())
+            assert (await sb.network())["network"] == "egress"
+        finally:
+            await sb.kill()
+    asyncio.run(run())
+
+
 def test_refused_requests(daemon):
     with pytest.raises(strata.errors.InvalidRequest):
         make(daemon, allow_out=["10.0.0.0/33"])
