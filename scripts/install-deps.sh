@@ -11,7 +11,7 @@ packages=(
   python3 python3-pytest
   util-linux procps psmisc iproute2 e2fsprogs xfsprogs
   libjson-c-dev docker-registry skopeo debootstrap busybox-static zstd
-  libseccomp-dev crun musl-tools
+  libseccomp-dev crun musl-tools nftables libnftables-dev
   qemu-system-x86 umoci
 )
 

@@ -534,6 +534,10 @@ static void route_sandbox(struct sbd_conn *c, const char *method, const char *re
 		api_delete(c, sb);
 	else if (!*action && is(method, "PATCH"))
 		sbd_api_update(c, sb, body, len);
+	else if (!strcmp(action, "network"))
+		sbd_api_network(c, sb, method, "", query, body, len);
+	else if (!strncmp(action, "network/", 8))
+		sbd_api_network(c, sb, method, action + 8, query, body, len);
 	else if (!strcmp(action, "metrics") && is(method, "GET"))
 		sbd_api_metrics(c, sb);
 	else if (!strcmp(action, "exec") && is(method, "POST"))

@@ -68,10 +68,27 @@ static char *new_id(struct sandboxd *d)
 
 /* ---- create ---------------------------------------------------------------- */
 
-static const char *const create_fields[] = {
-    "image",  "backend",    "cpu",     "memory_mb", "pids",	    "disk_mb", "env",
-    "cwd",    "user",	    "network", "ttl",	    "idle_timeout", "labels",  "idempotency_key",
-    "tenant", "keep_state", "userns",  NULL};
+static const char *const create_fields[] = {"image",
+					    "backend",
+					    "cpu",
+					    "memory_mb",
+					    "pids",
+					    "disk_mb",
+					    "env",
+					    "cwd",
+					    "user",
+					    "network",
+					    "allow_out",
+					    "deny_out",
+					    "egress_default",
+					    "ttl",
+					    "idle_timeout",
+					    "labels",
+					    "idempotency_key",
+					    "tenant",
+					    "keep_state",
+					    "userns",
+					    NULL};
 
 int sbd_api_parse_labels(const struct json *l, struct sbd_sandbox *sb, struct strata_err *err)
 {
@@ -143,14 +160,31 @@ static int fill_sandbox(struct sandboxd *d, const struct json *j, struct sbd_san
 		   *user = sbd_api_opt_str(j, "user", 64, &bad);
 	const char *net = sbd_api_opt_str(j, "network", 8, &bad);
 	const char *idem = sbd_api_opt_str(j, "idempotency_key", 255, &bad);
-	if (bad || (cwd && cwd[0] != '/') || (net && strcmp(net, "none") && strcmp(net, "host"))) {
+	if (bad || (cwd && cwd[0] != '/') ||
+	    (net && strcmp(net, "none") && strcmp(net, "host") && strcmp(net, "egress"))) {
 		strata_err_set(
 		    err, -EINVAL,
-		    "cwd must be an absolute path, user a name or uid[:gid], network \"none\" "
-		    "or \"host\", idempotency_key a string up to 255 bytes");
+		    "cwd must be an absolute path, user a name or uid[:gid], network \"none\", "
+		    "\"egress\" or \"host\", idempotency_key a string up to 255 bytes");
 		return -EINVAL;
 	}
 	sb->net_host = net && !strcmp(net, "host");
+	sb->net_egress = net && !strcmp(net, "egress");
+	bool policy =
+	    json_get(j, "allow_out") || json_get(j, "deny_out") || json_get(j, "egress_default");
+	if (policy && !sb->net_egress)
+		return strata_err_set(
+		    err, -EINVAL, "allow_out, deny_out and egress_default need network \"egress\"");
+	if (sb->net_egress && !d->net)
+		return strata_err_set(
+		    err, -EOPNOTSUPP,
+		    "network \"egress\" is not set up on this node (strata-sandboxd "
+		    "--net-uplink IFACE --net-dns ADDR)");
+	if (sb->net_egress) {
+		int pr = sbd_net_parse(j, &sb->net_policy, err);
+		if (pr < 0)
+			return pr;
+	}
 	const struct json *keep = json_get(j, "keep_state");
 	if (keep && keep->type != JSON_NULL && keep->type != JSON_BOOL) {
 		strata_err_set(err, -EINVAL, "keep_state must be true or false");
@@ -281,6 +315,19 @@ static void create_reserve(struct sandboxd *d, const struct sbd_sandbox *sb, int
 	}
 }
 
+/* The backend's create, then the sandbox's network "egress" (a sandbox
+ * that cannot have it is destroyed again: nothing of it is left). */
+static int create_attached(struct sandboxd *d, struct sbd_backend *b, struct sbd_sandbox *sb,
+			   struct strata_err *err)
+{
+	int r = b->create(b, sb, err);
+	if (r == 0 && (r = sbd_net_attach(d, sb, err)) < 0) {
+		(void)b->destroy(b, sb);
+		sb->bpriv = NULL;
+	}
+	return r;
+}
+
 /* On a worker: once j is in cs->done and cs->mu released, the loop may free
  * j, and the drain may close cs->efd: the eventfd is written under cs->mu. */
 static void create_run(struct sbd_job *job)
@@ -289,7 +336,7 @@ static void create_run(struct sbd_job *job)
 	    (struct create_job *)((char *)job - offsetof(struct create_job, job));
 	struct sbd_creates *cs = j->d->creates;
 	int64_t t0 = now_us();
-	j->r = j->b->create(j->b, j->sb, &j->err);
+	j->r = create_attached(j->d, j->b, j->sb, &j->err);
 	j->took_us = now_us() - t0;
 	if (j->r == 0) { /* the sandbox is the worker's alone until create_finish */
 		j->persist_r = sbd_registry_persist(j->d, j->sb);
@@ -464,7 +511,7 @@ void sbd_api_creates_drain(struct sandboxd *d)
 	while (cs->in_flight) {
 		struct create_job *j = cs->in_flight;
 		if (!j->started) {
-			j->r = j->b->create(j->b, j->sb, &j->err);
+			j->r = create_attached(j->d, j->b, j->sb, &j->err);
 			create_finish(j);
 			continue;
 		}
@@ -500,7 +547,7 @@ static bool create_run_or_start(struct sbd_conn *c, struct sandboxd *d, struct s
 		return true;
 	if (r == 0) {
 		int64_t t0 = now_us();
-		r = b->create(b, sb, err);
+		r = create_attached(d, b, sb, err);
 		if (b->create_threaded && cs)
 			cs->last_us = now_us() - t0;
 	}
@@ -695,6 +742,9 @@ static bool create_request(struct sbd_conn *c, const char *body, size_t len,
 		r = strata_err_set(&err, -EOPNOTSUPP,
 				   "backend '%s' has no user namespaces here: %s", b->name,
 				   caps.userns_reason ?: "not supported by this backend");
+	if (r == 0 && sb->net_egress && !b->net_pid)
+		r = strata_err_set(&err, -EOPNOTSUPP,
+				   "backend '%s' does not support network \"egress\"", b->name);
 	if (r == 0 && sb->net_host && !caps.network_host)
 		r = strata_err_set(&err, -EOPNOTSUPP,
 				   "backend '%s' does not support network \"host\"", b->name);

@@ -63,6 +63,7 @@ void sbd_api_metrics(struct sbd_conn *c, struct sbd_sandbox *sb)
 	jw_kint(&w, "execs", (int64_t)sb->execs_total);
 	jw_kint(&w, "running_execs", sb->running_execs);
 	jw_kint(&w, "uptime_s", sbd_wall_s() - sb->created_at);
+	sbd_net_metrics(&w, sb);
 	jw_obj_end(&w);
 	sbd_conn_reply_json(c, 200, &w);
 }

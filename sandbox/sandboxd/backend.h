@@ -208,6 +208,9 @@ struct sbd_backend {
 		       uint8_t **ret, size_t *ret_len, struct strata_err *e);
 	int (*tar_in)(struct sbd_backend *b, struct sbd_sandbox *sb, const char *dir,
 		      const uint8_t *p, size_t n, struct strata_err *e);
+	/* A process in sb's own network namespace (network "none": only lo),
+	 * which network "egress" gets its veth in; NULL: no "egress". */
+	pid_t (*net_pid)(struct sbd_backend *b, struct sbd_sandbox *sb);
 	/* Stops every process of sb, whole or not at all. 0 when stopped;
 	 * with pause_poll it may return -EINPROGRESS (stopping), and the core
 	 * calls pause_poll on a timer of its own until it answers 0 (stopped)

@@ -782,6 +782,12 @@ static int ct_file_root(struct sbd_backend *b, struct sbd_sandbox *sb, int *ret_
 	return 0;
 }
 
+static pid_t ct_net_pid(struct sbd_backend *b, struct sbd_sandbox *sb)
+{
+	struct ct_box *box = sb->bpriv;
+	return box && box->s && !sb->net_host ? sbx_pid(box->s) : 0;
+}
+
 static uint32_t ct_id_base(struct sbd_backend *b, struct sbd_sandbox *sb)
 {
 	struct ct_box *box = sb->bpriv;
@@ -1274,6 +1280,7 @@ struct sbd_backend *sbd_backend_container_new(struct sbd_loop *loop, const char 
 	    .file = ct_file,
 	    .file_root = ct_file_root,
 	    .id_base = ct_id_base,
+	    .net_pid = ct_net_pid,
 	    .pause = ct_pause,
 	    .pause_poll = ct_pause_poll,
 	    .resume = ct_resume,

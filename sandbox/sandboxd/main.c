@@ -96,6 +96,15 @@ static void usage(FILE *f)
 	    "                         sandbox a quarter); past it dropped (truncated)\n"
 	    "  --fresh-netns          new network and IPC namespaces per sandbox (default:\n"
 	    "                         reuse finished ones that hold nothing; sandbox/README.md)\n"
+	    "  --net-uplink IFACE     network \"egress\": NAT out of IFACE "
+	    "(sandbox/net/README.md)\n"
+	    "  --net-dns ADDR[:PORT]  the DNS server the node's resolver forwards allowed names "
+	    "to\n"
+	    "  --net-pool CIDR        the sandboxes' addresses (default 10.213.0.0/16, a /30 "
+	    "each)\n"
+	    "  --net-protect LIST     always denied besides the node itself and link-local:\n"
+	    "                         CIDR[:tcp|udp:PORT[-PORT]],... (the cluster's services)\n"
+	    "  --net-resolver-port N  the node-side port DNS is redirected to (default 5353)\n"
 	    "  --no-userns            container sandboxes without a user namespace unless a\n"
 	    "                         create asks (\"userns\": true); default: one wherever\n"
 	    "                         the kernel and the image's filesystem allow\n"
@@ -314,7 +323,12 @@ enum {
 	O_NODE_ID,
 	O_ADVERTISE,
 	O_KEY,
-	O_CPU_BUDGET
+	O_CPU_BUDGET,
+	O_NET_UPLINK,
+	O_NET_POOL,
+	O_NET_DNS,
+	O_NET_PROTECT,
+	O_NET_RESOLVER_PORT
 };
 
 static const struct option opts[] = {{"home", 1, 0, O_HOME},
@@ -353,6 +367,11 @@ static const struct option opts[] = {{"home", 1, 0, O_HOME},
 				     {"advertise", 1, 0, O_ADVERTISE},
 				     {"key", 1, 0, O_KEY},
 				     {"cpu-budget", 1, 0, O_CPU_BUDGET},
+				     {"net-uplink", 1, 0, O_NET_UPLINK},
+				     {"net-pool", 1, 0, O_NET_POOL},
+				     {"net-dns", 1, 0, O_NET_DNS},
+				     {"net-protect", 1, 0, O_NET_PROTECT},
+				     {"net-resolver-port", 1, 0, O_NET_RESOLVER_PORT},
 				     {"help", 0, 0, 'h'},
 				     {0}};
 
@@ -371,6 +390,29 @@ static int parse_opt(struct sandboxd *d, int o, const char *arg, char ***images,
 		return 0;
 	case O_FRESH_NETNS:
 		c->fresh_netns = true;
+		return 0;
+	case O_NET_UPLINK:
+		free(c->net_uplink);
+		c->net_uplink = strdup(arg);
+		return 0;
+	case O_NET_POOL:
+		free(c->net_pool);
+		c->net_pool = strdup(arg);
+		return 0;
+	case O_NET_DNS:
+		free(c->net_dns);
+		c->net_dns = strdup(arg);
+		return 0;
+	case O_NET_PROTECT:
+		free(c->net_protect);
+		c->net_protect = strdup(arg);
+		return 0;
+	case O_NET_RESOLVER_PORT:
+		c->net_resolver_port = strtol(arg, NULL, 10);
+		if (c->net_resolver_port < 1 || c->net_resolver_port > 65535) {
+			log_error("--net-resolver-port: a port, 1-65535");
+			return -EINVAL;
+		}
 		return 0;
 	case O_NO_USERNS:
 		c->no_userns = true;
@@ -712,6 +754,7 @@ static bool teardown(struct sandboxd *d)
 	sbd_registry_free_all(d);	/* the sandboxes keep running: only our memory */
 	sbd_registry_unpersist_wait(d); /* before the state dir may be removed */
 	sbd_pool_free(d->pool);
+	sbd_net_stop(d);
 	for (size_t i = ARRAY_SIZE(d->backends); i-- > 0;) /* fncall before container */
 		if (d->backends[i])
 			d->backends[i]->free(d->backends[i]);
@@ -736,6 +779,10 @@ static bool teardown(struct sandboxd *d)
 	free(c->meta_addr);
 	free(c->advertise);
 	free(c->key_path);
+	free(c->net_uplink);
+	free(c->net_pool);
+	free(c->net_dns);
+	free(c->net_protect);
 	return !stuck;
 }
 
@@ -765,6 +812,8 @@ int main(int argc, char **argv)
 		r = setup_loop(&d);
 	if (r == 0)
 		r = setup_backends(&d);
+	if (r == 0)
+		r = sbd_net_start(&d);
 	if (r == 0) {
 		sbd_registry_adopt_all(&d);
 		sbd_images_reconcile(&d); /* before the loop serves (images.h) */

@@ -152,6 +152,7 @@ void sbd_sandbox_free(struct sbd_sandbox *sb)
 	if (!sb)
 		return;
 	sbd_pause_wait_free(sb->pause_wait);
+	sbd_net_detach(NULL, sb); /* a policy never attached */
 	free(sb->image);
 	free(sb->rootfs);
 	free(sb->backend_name);
@@ -197,7 +198,7 @@ void sbd_sandbox_to_json(const struct sbd_sandbox *sb, uint32_t node, struct jw 
 	jw_obj_end(w);
 	jw_kstr(w, "cwd", sb->cwd);
 	jw_kstr(w, "user", sb->user);
-	jw_kstr(w, "network", sb->net_host ? "host" : "none");
+	jw_kstr(w, "network", sb->net_host ? "host" : sb->net_egress ? "egress" : "none");
 	jw_kbool(w, "userns", sb->userns);
 	jw_kint(w, "ttl", sb->ttl_s);
 	jw_kint(w, "idle_timeout", sb->idle_s);
@@ -435,6 +436,7 @@ int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char 
 	if (busy)
 		log_warn("sandbox %s: %d file transfers still running after %d ms", sb->id, busy,
 			 XFER_CANCEL_WAIT_MS);
+	sbd_net_detach(d, sb); /* its veth and rules go before its namespace */
 	int r = sb->backend ? sb->backend->destroy(sb->backend, sb) : 0;
 	if (r < 0)
 		log_warn_errno(r, "Backend %s failed to destroy sandbox %s", sb->backend_name,
@@ -443,6 +445,7 @@ int sbd_registry_destroy(struct sandboxd *d, struct sbd_sandbox *sb, const char 
 	registry_remove(d, sb);
 	sbd_images_release(d, sb->img);
 	unpersist_later(d, sb->id);
+	sbd_net_forget(d, sb->id);
 	d->deletes_total++;
 	sbd_sandbox_free(sb);
 	return r;
@@ -485,6 +488,9 @@ int sbd_sandbox_from_json(const struct json *j, struct sbd_sandbox *sb)
 	sb->cwd = dup_or_null(json_cstr(json_get(j, "cwd")) ?: "/");
 	sb->user = dup_or_null(json_cstr(json_get(j, "user")) ?: "");
 	sb->net_host = !strcmp(json_cstr(json_get(j, "network")) ?: "", "host");
+	/* Not re-attached after a restart (sandbox/net/README.md): its veth
+	 * has no rules any more, so the node refuses all it sends. */
+	sb->net_egress = !strcmp(json_cstr(json_get(j, "network")) ?: "", "egress");
 	const struct json *uns = json_get(j, "userns");
 	sb->userns = uns && uns->type == JSON_BOOL && uns->b;
 	sb->idem_key = dup_or_null(json_cstr(json_get(j, "idempotency_key")));

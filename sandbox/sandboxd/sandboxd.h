@@ -100,6 +100,11 @@ struct sbd_sandbox {
 	char **env; /* NULL-terminated "K=V" */
 	char *cwd, *user;
 	bool net_host;
+	/* Network "egress" (api_network.c): the policy asked for at create,
+	 * until the sandbox is attached; then its box on the node's network. */
+	bool net_egress;
+	struct sbn_policy *net_policy;
+	struct sbn_box *net_box;
 	/* User namespace: asked for (1), refused (0), or the daemon's default
 	 * (-1: one where the backend and the image allow); userns what it got. */
 	int userns_req;
@@ -150,7 +155,11 @@ struct sandboxd_config {
 	int64_t store_timeout_ms; /* --store-timeout: a call into the image store (store_call.h) */
 	int fncall_pool;
 	bool fresh_netns; /* --fresh-netns: no reuse of network namespaces */
-	bool no_userns;	  /* --no-userns: no user namespace unless a create asks */
+	/* --net-uplink, --net-pool, --net-dns, --net-protect, --net-resolver-port:
+	 * network "egress" (api_network.c); none without an uplink. */
+	char *net_uplink, *net_pool, *net_dns, *net_protect;
+	int64_t net_resolver_port;
+	bool no_userns; /* --no-userns: no user namespace unless a create asks */
 	/* --disk-dir, --disk-image, --disk-tmpfs/--disk-quota: where the
 	 * container sandboxes' writable layers go (sbd_disk_opts). */
 	char *disk_dir, *disk_image;
@@ -167,6 +176,7 @@ struct sandboxd {
 	struct sandboxd_config cfg;
 	struct sbd_loop *loop;
 	struct sbd_backend *backends[4]; /* container, fncall, firecracker, qemu */
+	struct sbn_node *net;		 /* network "egress", or NULL (api_network.c) */
 	struct sbd_image *images;	 /* registered directories (images.h) */
 	struct sbd_imgstore *imgstore;	 /* the cluster's image store (image_store.c) */
 	struct sbd_sandbox *sandboxes;
@@ -342,3 +352,27 @@ bool sbd_api_body_streamed(struct sandboxd *d, const struct sbd_who *who, const 
 void sbd_api_creating_usage(struct sandboxd *d, const char *owner, struct sbd_tenant_usage *u);
 /* Shutdown: waits for the creates in flight and completes them. */
 void sbd_api_creates_drain(struct sandboxd *d);
+
+/* ---- network "egress" (api_network.c) ------------------------------------- */
+struct sbn_policy;
+struct sbn_box;
+struct sbn_node;
+struct json;
+struct jw;
+/* The policy fields of j (allow_out, deny_out, egress_default) in *ret.
+ * Returns 0 or -EINVAL with err. */
+int sbd_net_parse(const struct json *j, struct sbn_policy **ret, struct strata_err *err);
+/* Attaches a created sandbox with network "egress" (else nothing):
+ * returns 0 or -errno with err. */
+int sbd_net_attach(struct sandboxd *d, struct sbd_sandbox *sb, struct strata_err *err);
+/* Detaches it (before its backend destroys it); accepts any sandbox. */
+void sbd_net_detach(struct sandboxd *d, struct sbd_sandbox *sb);
+/* Removes the decision log of a sandbox gone for good. */
+void sbd_net_forget(struct sandboxd *d, const char *id);
+/* Adds net_bytes_out and net_bytes_in to a metrics object. */
+void sbd_net_metrics(struct jw *w, const struct sbd_sandbox *sb);
+void sbd_api_network(struct sbd_conn *c, struct sbd_sandbox *sb, const char *method,
+		     const char *sub, const char *query, const char *body, size_t len);
+/* At start (with --net-uplink) and stop. */
+int sbd_net_start(struct sandboxd *d);
+void sbd_net_stop(struct sandboxd *d);

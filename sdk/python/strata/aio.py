@@ -19,6 +19,7 @@ written on the loop's thread, a piece (1 MiB) at a time.
 import asyncio
 import contextlib
 import io
+import json
 import os
 import posixpath
 import tarfile
@@ -573,14 +574,16 @@ class AsyncSandbox:
     async def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                      disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
                      idle_timeout=None, labels=None, idempotency_key=None, tenant=None,
-                     keep_state=None, userns=None, socket=None, url=None, token=None,
+                     keep_state=None, userns=None, allow_out=None, deny_out=None,
+                     egress_default=None, socket=None, url=None, token=None,
                      timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.create`."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
             idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state,
-            userns=userns))
+            userns=userns, allow_out=allow_out, deny_out=deny_out,
+            egress_default=egress_default))
         client = Client(socket=socket, url=url, token=token)
         return cls(await http.call(client, "POST", "/v1/sandboxes", body=body,
                                    timeout=timeout), client)
@@ -726,6 +729,23 @@ class AsyncSandbox:
     async def metrics(self, timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.metrics`."""
         return Metrics(await self._call("GET", "metrics", timeout=timeout))
+
+    async def network(self, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.network`."""
+        return await self._call("GET", "network", timeout=timeout)
+
+    async def set_network_policy(self, allow_out=None, deny_out=None, default=None,
+                                 timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.set_network_policy`."""
+        body = {k: v for k, v in (("allow_out", allow_out), ("deny_out", deny_out),
+                                  ("egress_default", default)) if v is not None}
+        return await self._call("PUT", "network", body=body, timeout=timeout)
+
+    async def network_log(self, offset=0, timeout=DEFAULT_TIMEOUT):
+        """See :meth:`Sandbox.network_log`."""
+        raw = await http.call(self._client, "GET", self._path("network/log"),
+                              query={"offset": str(offset)}, timeout=timeout, raw=True)
+        return [json.loads(l) for l in raw.decode().splitlines() if l.strip()]
 
     async def set_timeout(self, seconds, timeout=DEFAULT_TIMEOUT):
         """See :meth:`Sandbox.set_timeout`."""

@@ -274,11 +274,13 @@ class Metrics:
     ``pids`` (processes and threads now, its agent included),
     ``disk_used_bytes`` (its writable layer), ``execs`` (execs run),
     ``running_execs``, the limits ``memory_limit_bytes``, ``pids_limit``,
-    ``disk_limit_bytes``, and ``uptime`` (seconds). A figure the backend
+    ``disk_limit_bytes``, ``uptime`` (seconds), and with network "egress"
+    ``net_bytes_out`` and ``net_bytes_in`` (through its veth). A figure the backend
     cannot tell is None; ``raw`` is the API's dict."""
 
     _FIELDS = ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "memory_limit_bytes", "pids",
-               "pids_limit", "disk_used_bytes", "disk_limit_bytes", "execs", "running_execs")
+               "pids_limit", "disk_used_bytes", "disk_limit_bytes", "execs", "running_execs",
+               "net_bytes_out", "net_bytes_in")
 
     def __init__(self, d):
         self.raw = d
@@ -903,8 +905,8 @@ class Sandbox:
     def create(cls, image, backend="container", *, cpu=None, memory_mb=None, pids=None,
                disk_mb=None, env=None, cwd=None, user=None, network=None, ttl=None,
                idle_timeout=None, labels=None, idempotency_key=None, tenant=None, keep_state=None,
-               userns=None, socket=None, url=None, token=None, timeout=DEFAULT_TIMEOUT,
-               queue_timeout=None):
+               userns=None, allow_out=None, deny_out=None, egress_default=None, socket=None,
+               url=None, token=None, timeout=DEFAULT_TIMEOUT, queue_timeout=None):
         """Creates a sandbox from ``image`` on ``backend`` ("container" or
         "docker", "fncall", "firecracker", "qemu") and returns it.
 
@@ -924,12 +926,20 @@ class Sandbox:
         the cluster is full the creation waits for room up to
         ``queue_timeout`` seconds (the apiserver's default without it),
         then raises NoCapacity. With an ``idempotency_key`` a creation whose
-        apiserver died is retried on the next URL without a duplicate."""
+        apiserver died is retried on the next URL without a duplicate.
+
+        ``network``: "none" (loopback only, the default), "egress" (its own
+        address, NAT out of the node, under a policy: ``allow_out`` and
+        ``deny_out`` lists of "CIDR", "name" or "*.domain", each with an
+        optional ":PORT" or ":LO-HI"; ``egress_default`` "allow" or "deny",
+        by default "deny" when ``allow_out`` is given, else "allow"), or
+        "host" (administrators only)."""
         body = _create_body(image, backend, dict(
             cpu=cpu, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, env=env, cwd=cwd,
             user=user, network=network, ttl=ttl, idle_timeout=idle_timeout, labels=labels,
             idempotency_key=idempotency_key, tenant=tenant, keep_state=keep_state,
-            userns=userns))
+            userns=userns, allow_out=allow_out, deny_out=deny_out,
+            egress_default=egress_default))
         client = Client(socket=socket, url=url, token=token)
         headers = None if queue_timeout is None else {"Strata-Queue-Timeout": str(queue_timeout)}
         info = client.call("POST", "/v1/sandboxes", body=body, timeout=timeout, headers=headers,
@@ -1105,6 +1115,29 @@ class Sandbox:
         memory now and peak, pids, disk used, execs run). Unsupported on
         fncall (its sandboxes hold nothing between calls)."""
         return Metrics(self._call("GET", "metrics", timeout=timeout))
+
+    def network(self, timeout=DEFAULT_TIMEOUT):
+        """Network "egress": the sandbox's address, gateway, policy and
+        bytes out and in (a dict)."""
+        return self._call("GET", "network", timeout=timeout)
+
+    def set_network_policy(self, allow_out=None, deny_out=None, default=None,
+                           timeout=DEFAULT_TIMEOUT):
+        """Replaces the egress policy (as :meth:`create` takes it), at once
+        and whole; connections already open are judged again at their next
+        packet. Returns :meth:`network`'s dict."""
+        body = {k: v for k, v in (("allow_out", allow_out), ("deny_out", deny_out),
+                                  ("egress_default", default)) if v is not None}
+        return self._call("PUT", "network", body=body, timeout=timeout)
+
+    def network_log(self, offset=0, timeout=DEFAULT_TIMEOUT):
+        """The decision log: a list of dicts, one per DNS answer and per
+        verdict on a connection (``time``, ``kind`` "dns" or "connect",
+        ``dst``, ``port``, ``proto``, ``name``, ``verdict`` "allow" or
+        "deny", ``rule``)."""
+        raw = self._client.call("GET", self._path("network/log"), query={"offset": str(offset)},
+                                timeout=timeout, raw=True)
+        return [json.loads(l) for l in raw.decode().splitlines() if l.strip()]
 
     def set_timeout(self, seconds, timeout=DEFAULT_TIMEOUT):
         """Gives the sandbox a new deadline ``seconds`` from now (0: none),
