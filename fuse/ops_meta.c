@@ -139,11 +139,13 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	uint64_t stamp;
 	int r;
 
+	/* The stamp before the cache is read: a change that lands meanwhile
+	 * (a truncate) makes the attribute stale for the inode's length. */
+	stamp = sfs_attr_stamp(fs);
 	if (sfs_attr_get(fs, ino, &a)) {
-		reply_attr(req, &a, 0);
+		reply_attr(req, &a, stamp);
 		return;
 	}
-	stamp = sfs_attr_stamp(fs);
 	r = SFS_CALL(fs, SFS_IDEM, meta_getattr(fs->mc, ino, &a));
 	if (r < 0) {
 		fuse_reply_err(req, -r);
@@ -351,10 +353,17 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 	struct strata_attr a;
 	int r;
 
+	/* Taken before the call: meta's answer carries the length it had then,
+	 * and a truncate here that overtook it (the kernel sends a times-only
+	 * SETATTR from its writeback without the inode's lock) must not have
+	 * that old length raise the inode's again (then a later write to that
+	 * length would not mark it unrecorded, and it would be lost). */
+	uint64_t stamp = sfs_attr_stamp(fs);
+
 	fill_setattr(st, to_set, &sa);
 	if (!(sa.valid & ~(STRATA_SET_MTIME | STRATA_SET_CTIME)) && (sa.valid & STRATA_SET_MTIME) &&
 	    sfs_attr_echo(fs, ino, sa.mtime_ns, &a)) {
-		reply_attr(req, &a, 0);
+		reply_attr(req, &a, stamp);
 		return;
 	}
 	if (sa.valid & (STRATA_SET_MTIME | STRATA_SET_MTIME_NOW))
@@ -370,7 +379,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *st, int to_s
 		fuse_reply_err(req, -r);
 		return;
 	}
-	reply_attr(req, &a, 0); /* the reply of our own change: not stale */
+	reply_attr(req, &a, stamp); /* stale by our own change: the length stays ours */
 }
 
 void sfs_new_owner(fuse_req_t req, fuse_ino_t parent, bool isdir, uint32_t *mode, uint32_t *uid,
