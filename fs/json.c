@@ -651,6 +651,18 @@ void jw_kbool(struct jw *w, const char *k, bool v)
 	jw_bool(w, v);
 }
 
+void jw_error_doc(struct jw *w, const char *code, const char *msg)
+{
+	jw_obj(w);
+	jw_key(w, "error");
+	jw_obj(w);
+	jw_kstr(w, "code", code);
+	jw_kstr(w, "message", msg);
+	jw_obj_end(w);
+	jw_obj_end(w);
+	jw_append(w, "\n", 1);
+}
+
 /* ---- base64 -------------------------------------------------------------- */
 static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

@@ -83,6 +83,9 @@ void json_emit(struct jw *w, const struct json *j);
 void jw_kstr(struct jw *w, const char *k, const char *v);
 void jw_kint(struct jw *w, const char *k, int64_t v);
 void jw_kbool(struct jw *w, const char *k, bool v);
+/* The error document of the sandbox APIs (sandboxd, strata-apiserver):
+ * {"error":{"code":code,"message":msg}} and a newline. */
+void jw_error_doc(struct jw *w, const char *code, const char *msg);
 /* Appends raw bytes (not a JSON value: for framing such as "\n"). */
 void jw_append(struct jw *w, const void *p, size_t n);
 

@@ -59,14 +59,7 @@ void api_reply_error(struct api_client *c, int status, const char *code, const c
 	va_end(ap);
 	struct jw w;
 	jw_init(&w);
-	jw_obj(&w);
-	jw_key(&w, "error");
-	jw_obj(&w);
-	jw_kstr(&w, "code", code);
-	jw_kstr(&w, "message", msg);
-	jw_obj_end(&w);
-	jw_obj_end(&w);
-	jw_append(&w, "\n", 1);
+	jw_error_doc(&w, code, msg);
 	if (!w.err)
 		api_reply_raw(c, status, w.buf, w.len);
 	jw_done(&w);

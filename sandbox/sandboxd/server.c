@@ -336,14 +336,7 @@ void sbd_conn_reply_error(struct sbd_conn *c, int status, const char *code, cons
 	va_end(ap);
 	struct jw w;
 	jw_init(&w);
-	jw_obj(&w);
-	jw_key(&w, "error");
-	jw_obj(&w);
-	jw_kstr(&w, "code", code);
-	jw_kstr(&w, "message", msg);
-	jw_obj_end(&w);
-	jw_obj_end(&w);
-	jw_append(&w, "\n", 1);
+	jw_error_doc(&w, code, msg);
 	sbd_conn_reply_raw(c, status, "application/json", w.buf ? w.buf : "", w.len);
 	jw_done(&w);
 }
