@@ -441,9 +441,9 @@ static void read_batch(struct chunk_client *cc, const char *addr, struct chunk_r
 static void read_batches(struct chunk_client *cc, const struct strata_routing *rt,
 			 struct chunk_read_one *reads, int n)
 {
-	const char *addr[n];
-	struct chunk_req reqs[n];
-	bool sent[n];
+	const char *addr[CHUNK_READ_MANY_MAX];
+	struct chunk_req reqs[CHUNK_READ_MANY_MAX];
+	bool sent[CHUNK_READ_MANY_MAX];
 	for (int i = 0; i < n; i++) {
 		addr[i] = read_addr(cc, rt, &reads[i], &reqs[i]);
 		sent[i] = !addr[i];
@@ -475,7 +475,9 @@ void chunk_read_many(struct chunk_client *cc, struct chunk_read_one *reads, int 
 		reads[i].result = RM_PENDING;
 	if (n > 1 && !__atomic_load_n(&cc->no_read_many, __ATOMIC_RELAXED) &&
 	    snap_get(cc, false, &s) == 0) {
-		read_batches(cc, &s->r, reads, n);
+		/* slices of CHUNK_READ_MANY_MAX: read_batches' arrays are fixed */
+		for (int i = 0; i < n; i += CHUNK_READ_MANY_MAX)
+			read_batches(cc, &s->r, reads + i, STRATA_MIN(n - i, CHUNK_READ_MANY_MAX));
 		snap_unref(s);
 	}
 	for (int i = 0; i < n; i++)

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/chunk_proto.h"
 #include "fs/cleanup.h"
 #include "fuse/fuse-internal.h"
 #include "fs/log.h"
@@ -871,8 +870,8 @@ static bool read_in_one_chunk(struct sfs_read *rd, uint64_t n, struct strata_lay
 {
 	uint64_t cs = layout->chunk_size;
 
-	if (rd->f->blob || n == 0 || !cs || rd->off / cs != (rd->off + n - 1) / cs ||
-	    n > CHUNK_IO_MAX)
+	/* (a range above CHUNK_IO_MAX is read on its own by chunk_read_many) */
+	if (rd->f->blob || n == 0 || !cs || rd->off / cs != (rd->off + n - 1) / cs)
 		return false;
 	*ret = (struct chunk_read_one){.layout = layout,
 				       .id = {.ino = rd->f->inode->ino, .index = rd->off / cs},
